@@ -1,0 +1,1 @@
+"""The memvault command line: thin click commands over the indexer's MemoryStore."""

@@ -1,0 +1,1 @@
+"""Derived state and read paths over a vault; the engine is `MemoryStore`."""
