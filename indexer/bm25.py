@@ -1,0 +1,224 @@
+"""The Tantivy BM25 index of one generation: schema, analysis, writes and lenient search.
+
+English text is stemmed (`en_stem`); CJK runs, which have no spaces to split on, are indexed
+as overlapping character bigrams in a second field. User text never reaches Tantivy's query
+grammar as-is: it is reduced to words first, so `09:14`, `color:blue` or an unbalanced quote
+are searched as words and can never raise.
+"""
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import tantivy
+
+from vault.errors import IndexUnavailable
+from vault.records import MemoryRecord
+
+SCHEMA_VERSION = 1
+_WRITER_HEAP_BYTES = 64_000_000
+_WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+_QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}
+_MAX_QUERY_WORDS = 64
+
+
+@dataclass(frozen=True)
+class Bm25Hit:
+    key: str
+    id: str
+    path: str
+    kind: str
+    day: date
+    at: datetime
+    line: int
+    text: str
+    content_hash: str
+    score: float
+
+    @property
+    def source(self) -> str:
+        return f"{self.path}#^{self.id}"
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    for name in ("key", "id", "path", "kind", "day", "chash"):
+        builder.add_text_field(name, stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", stored=True, tokenizer_name="en_stem")
+    builder.add_text_field("cjk", stored=False, tokenizer_name="whitespace")
+    builder.add_integer_field("at", stored=True, indexed=False, fast=True)
+    builder.add_integer_field("line", stored=True, indexed=False)
+    return builder.build()
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """Overlapping bigrams of every CJK run (a lone character stands for itself)."""
+    grams: list[str] = []
+    for run in _CJK_RUN_RE.findall(text):
+        if len(run) == 1:
+            grams.append(run)
+        grams.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return grams
+
+
+def record_key(path: str, memory_id: str) -> str:
+    return f"{path}#{memory_id}"
+
+
+class Bm25Index:
+    """One Tantivy index folder. Writers must hold the vault lock (one writer across processes)."""
+
+    def __init__(self, folder: Path, *, create: bool = False):
+        self.folder = folder
+        self.schema = _schema()
+        try:
+            if create:
+                folder.mkdir(parents=True, exist_ok=True)
+            elif not (folder / "meta.json").is_file():
+                raise IndexUnavailable(f"no BM25 index at {folder}: run `memvault rebuild`")
+            self._index = tantivy.Index(self.schema, path=str(folder), reuse=not create)
+        except ValueError as exc:
+            raise IndexUnavailable(f"BM25 index at {folder} cannot be opened ({exc}): run `memvault rebuild`") from exc
+        self._searcher: tantivy.Searcher | None = None
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def writer(self) -> "Bm25Writer":
+        return Bm25Writer(self)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """See commits made since the last search (by this or another process)."""
+        self._index.reload()
+        self._searcher = None
+
+    def _current_searcher(self) -> tantivy.Searcher:
+        if self._searcher is None:
+            self._searcher = self._index.searcher()
+        return self._searcher
+
+    def count(self) -> int:
+        return self._current_searcher().num_docs
+
+    def search(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[Bm25Hit]:
+        parsed = self.build_query(query, kinds)
+        if parsed is None or limit <= 0:
+            return []
+        searcher = self._current_searcher()
+        hits = [self._hit(searcher, score, address) for score, address in searcher.search(parsed, limit).hits]
+        return sorted(hits, key=lambda hit: (-hit.score, hit.key))
+
+    def find_by_content_hash(self, content_hash: str, kind: str = "curated") -> Bm25Hit | None:
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "chash", content_hash)),
+                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "kind", kind)),
+            ]
+        )
+        searcher = self._current_searcher()
+        hits = [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, 16).hits]
+        return min(hits, key=lambda hit: hit.key) if hits else None
+
+    def keys_for_path(self, path: str) -> list[str]:
+        query = tantivy.Query.term_query(self.schema, "path", path)
+        searcher = self._current_searcher()
+        limit = max(1, searcher.num_docs)
+        return sorted(searcher.doc(a)["key"][0] for _, a in searcher.search(query, limit).hits)
+
+    def all_keys(self) -> Iterator[str]:
+        searcher = self._current_searcher()
+        if searcher.num_docs == 0:
+            return iter(())
+        result = searcher.search(tantivy.Query.all_query(), searcher.num_docs)
+        return (searcher.doc(address)["key"][0] for _, address in result.hits)
+
+    def build_query(self, text: str, kinds: Iterable[str]) -> tantivy.Query | None:
+        words = [w.lower() if w in _QUERY_OPERATORS else w for w in _WORD_RE.findall(text)]
+        words = [w for w in words if not _CJK_RUN_RE.fullmatch(w)][:_MAX_QUERY_WORDS]
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        if words:
+            parsed, _errors = self._index.parse_query_lenient(" ".join(words), ["text"])
+            clauses.append((tantivy.Occur.Should, parsed))
+        for gram in cjk_bigrams(text)[:_MAX_QUERY_WORDS]:
+            clauses.append((tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "cjk", gram)))
+        if not clauses:
+            return None
+        kind_filter = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "kind", kind)) for kind in kinds]
+        )
+        return tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, tantivy.Query.boolean_query(clauses)), (tantivy.Occur.Must, kind_filter)]
+        )
+
+    def _hit(self, searcher: tantivy.Searcher, score: float, address) -> Bm25Hit:
+        doc = searcher.doc(address)
+        return Bm25Hit(
+            key=doc["key"][0],
+            id=doc["id"][0],
+            path=doc["path"][0],
+            kind=doc["kind"][0],
+            day=date.fromisoformat(doc["day"][0]),
+            at=datetime.fromtimestamp(doc["at"][0], timezone.utc),
+            line=doc["line"][0],
+            text=doc["text"][0],
+            content_hash=doc["chash"][0],
+            score=float(score),
+        )
+
+
+class Bm25Writer:
+    """Batch of adds/deletes committed together on `commit()` (or discarded on `rollback()`)."""
+
+    def __init__(self, index: Bm25Index):
+        self._index = index
+        try:
+            self._writer = index._index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
+        except ValueError as exc:
+            raise IndexUnavailable(
+                f"cannot open a writer on {index.folder} ({exc}): another process may be writing; retry"
+            ) from exc
+
+    def delete_path(self, path: str) -> None:
+        self._writer.delete_documents_by_term("path", path)
+
+    def add(self, records: Iterable[MemoryRecord]) -> int:
+        count = 0
+        for record in records:
+            self._writer.add_document(
+                tantivy.Document(
+                    key=record_key(record.path, record.id),
+                    id=record.id,
+                    path=record.path,
+                    kind=record.kind,
+                    day=record.day.isoformat(),
+                    chash=record.content_hash,
+                    text=record.text,
+                    cjk=" ".join(cjk_bigrams(record.text)),
+                    at=int(record.at.timestamp()),
+                    line=record.line,
+                )
+            )
+            count += 1
+        return count
+
+    def commit(self) -> None:
+        self._writer.commit()
+        self._writer.wait_merging_threads()
+        self._writer = None  # releases Tantivy's writer lock now, not at garbage collection
+        self._index.refresh()
+
+    def rollback(self) -> None:
+        if self._writer is not None:
+            self._writer.rollback()
+            self._writer = None
+
+    def __enter__(self) -> "Bm25Writer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.rollback()
