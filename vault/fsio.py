@@ -1,0 +1,265 @@
+"""Durable file primitives: every byte memvault writes to a vault goes through here.
+
+The protocol is the one in docs/durability.md: a temp file in the same folder, write, fsync,
+``os.replace``, fsync the folder. A crash at any point leaves either the old bytes or the new
+bytes, never a mix, and a failed write leaves no temp file behind. Paths inside the vault are
+never followed through symlinks: a link where a vault file should be is refused, because it
+would let a write escape the vault or alias another file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from vault.errors import UnsafePath
+
+__all__ = [
+    "append_durable",
+    "atomic_write",
+    "check_private_file",
+    "ensure_private_dir",
+    "fsync_dir",
+    "read_bytes_nofollow",
+]
+
+_PRIVATE_DIR_MODE = 0o700
+_GROUP_OTHER_BITS = 0o077
+_READ_CHUNK = 1 << 20
+
+
+def _symlink_refused(path: Path) -> UnsafePath:
+    return UnsafePath(
+        f"{path} is a symlink; memvault never follows links inside a vault. "
+        f"Fix: replace the link with the real file or folder (or remove it)."
+    )
+
+
+def _is_symlink(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` with O_NOFOLLOW, turning "the final component is a symlink" into UnsafePath.
+
+    Linux reports that as ELOOP, or as ENOTDIR when O_DIRECTORY is also set.
+    """
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_symlink(Path(path)):
+            raise _symlink_refused(Path(path)) from exc
+        raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte: os.write may write fewer than asked (signals, full disks, pipes)."""
+    view = memoryview(data)
+    written = 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a folder's entries, so a rename or create inside it survives a crash."""
+    fd = _open_nofollow(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` so that readers and crashes see old or new bytes only.
+
+    A unique ``mkstemp`` name (not a fixed ``.tmp``) keeps two writers from clobbering each
+    other's temp file. ``fchmod`` sets ``mode`` exactly, whatever the umask. If anything up to
+    and including ``os.replace`` fails, the temp file is removed and the old bytes stay. If the
+    final folder fsync fails, the new bytes are already visible but the rename may not yet be
+    durable; the error is raised so the caller does not claim durability.
+    """
+    path = Path(path)
+    if _is_symlink(path):
+        raise _symlink_refused(path)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    try:
+        try:
+            _write_all(fd, data)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # rename(2) replaces a symlink that appeared since the check, never its target.
+        os.replace(tmp_name, path)
+    except BaseException:
+        _remove_quietly(tmp_name)
+        raise
+    fsync_dir(path.parent)
+
+
+def _remove_quietly(name: str) -> None:
+    try:
+        os.unlink(name)
+    except FileNotFoundError:
+        pass
+
+
+def _open_for_append(path: Path, mode: int) -> tuple[int, bool]:
+    """Open for appending without following a final symlink; report whether we created it.
+
+    Exclusive create first, so "newly created" is known exactly rather than guessed from a
+    racy stat; a file deleted between the two opens sends us round again. O_NONBLOCK makes a
+    FIFO planted at the path fail (ENXIO) instead of hanging; regular files ignore it.
+    """
+    base = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK
+    for _ in range(8):
+        try:
+            return _open_nofollow(path, base | os.O_CREAT | os.O_EXCL, mode), True
+        except FileExistsError:
+            pass
+        try:
+            return _open_nofollow(path, base), False
+        except FileNotFoundError:
+            continue
+    raise OSError(errno.EAGAIN, "file kept appearing and disappearing while opening", str(path))
+
+
+def append_durable(path: Path, data: bytes, *, mode: int = 0o644) -> int:
+    """Append ``data`` and fsync it; return the file offset where ``data`` starts.
+
+    ``mode`` applies only when the file is created (set exactly, umask-proof); an existing
+    file keeps its mode. A new file's folder entry is fsynced too, or a crash could lose the
+    whole file. Appends are not atomic across a crash: a torn tail is possible, so callers hold
+    a lock and frame their records so a partial last record is detectable.
+    """
+    path = Path(path)
+    not_regular = UnsafePath(f"{path} is not a regular file. Fix: move it aside; memvault appends only to regular files.")
+    try:
+        fd, created = _open_for_append(path, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise not_regular from exc
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise not_regular
+        if created:
+            os.fchmod(fd, mode)
+        start = _append_and_locate(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
+    return start
+
+
+def _append_and_locate(fd: int, data: bytes) -> int:
+    if not data:
+        return os.lseek(fd, 0, os.SEEK_END)
+    _write_all(fd, data)
+    # O_APPEND leaves the offset at the end of our last write; with the caller's lock held
+    # nobody appended in between, so our bytes began len(data) earlier.
+    return os.lseek(fd, 0, os.SEEK_CUR) - len(data)
+
+
+def read_bytes_nofollow(path: Path) -> bytes:
+    """Read a whole regular file without following a final symlink.
+
+    O_NONBLOCK keeps a FIFO planted at the path from hanging the reader; it has no effect on
+    regular files. A missing file raises ``FileNotFoundError`` unchanged, so callers can tell
+    "absent" from "unsafe".
+    """
+    path = Path(path)
+    fd = _open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePath(f"{path} is not a regular file. Fix: move it aside; memvault reads only regular files.")
+        chunks = []
+        while chunk := handle.read(_READ_CHUNK):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create (or vet) a 0700 folder we own; return ``path``.
+
+    Private state (intake records, locks, sidecars) must not be readable by other users, and a
+    folder owned by someone else could be swapped under us, so we refuse rather than adopt it.
+    Missing parents are created with default modes; only ``path`` itself is made private.
+    """
+    path = Path(path)
+    try:
+        _vet_existing_dir(path)
+        return path
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, _PRIVATE_DIR_MODE)
+    except FileExistsError:
+        # Another process made it first: vet theirs instead of trusting it.
+        _vet_existing_dir(path)
+        return path
+    _chmod_dir_nofollow(path, _PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
+    fsync_dir(path.parent)
+    return path
+
+
+def _vet_existing_dir(path: Path) -> None:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise _symlink_refused(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{path} exists but is not a folder. Fix: move it aside so memvault can create the folder.")
+    _refuse_foreign_owner(path, st)
+    if st.st_mode & _GROUP_OTHER_BITS:
+        _chmod_dir_nofollow(path, _PRIVATE_DIR_MODE)
+
+
+def _chmod_dir_nofollow(path: Path, mode: int) -> None:
+    fd = _open_nofollow(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _refuse_foreign_owner(path: Path, st: os.stat_result) -> None:
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise UnsafePath(
+            f"{path} is owned by uid {st.st_uid}, not by the current user (uid {me}). "
+            f"Fix: run memvault as uid {st.st_uid}, or `chown {me} {path}` if it is yours."
+        )
+
+
+def check_private_file(path: Path) -> None:
+    """Refuse a private file (record, sidecar, catalog) that someone else could read or alias.
+
+    Rules: not a symlink, a regular file, owned by us, exactly one hard link (a second link is
+    another name that would see or survive our writes), no group/other permission bits.
+    """
+    path = Path(path)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise _symlink_refused(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(f"{path} is not a regular file. Fix: move it aside; private state must be a regular file.")
+    _refuse_foreign_owner(path, st)
+    if st.st_nlink != 1:
+        raise UnsafePath(
+            f"{path} has {st.st_nlink} hard links; private files must have exactly one. "
+            f"Fix: remove the other links, or copy it to a fresh file: `cp {path} {path}.new && mv {path}.new {path}`."
+        )
+    if st.st_mode & _GROUP_OTHER_BITS:
+        raise UnsafePath(
+            f"{path} is accessible to group/other (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"private files must be owner-only. Fix: `chmod 600 {path}`."
+        )

@@ -1,0 +1,184 @@
+"""Cross-process locks, compare-and-swap, and the liveness fence.
+
+Lock files live in ``<vault>/.locks/`` (0700), never on the data files themselves: locking a
+note would fight editors that save by rename, and the lock would vanish with the old inode.
+Lock files are left in place after release, so a waiter never locks an unlinked inode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+
+from filelock import FileLock, Timeout
+
+from vault.errors import Conflict, UnsafePath, VaultLocked
+from vault.fsio import atomic_write, ensure_private_dir, read_bytes_nofollow
+
+__all__ = ["LivenessFence", "VaultLock", "replace_if_unchanged"]
+
+LOCKS_DIR = ".locks"
+_LIVE_NAME = "live"
+_LOCK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_LOCK_FILE_MODE = 0o600
+
+_registry: dict[Path, FileLock] = {}
+_registry_guard = threading.Lock()
+
+
+def _lock_path(vault_root: Path, name: str) -> Path:
+    if not _LOCK_NAME.fullmatch(name):
+        raise UnsafePath(f"lock name {name!r} is not a plain name. Fix: use letters, digits, '-' or '_'.")
+    locks_dir = ensure_private_dir(Path(vault_root).resolve() / LOCKS_DIR)
+    return locks_dir / f"{name}.lock"
+
+
+def _shared_lock(path: Path, *, thread_local: bool) -> FileLock:
+    """One FileLock object per lock file per process.
+
+    filelock counts re-entrant holds per object, so two objects for one file in one process
+    would deadlock each other instead of nesting. preserve_lock_file keeps the path on release
+    (and refuses filelock's soft fallback, which releases by unlinking).
+    """
+    with _registry_guard:
+        lock = _registry.get(path)
+        if lock is None:
+            lock = FileLock(path, mode=_LOCK_FILE_MODE, thread_local=thread_local, preserve_lock_file=True)
+            _registry[path] = lock
+        return lock
+
+
+class VaultLock:
+    """The vault's write lock (or a named sub-lock), shared by every memvault process.
+
+    Re-entrant within a thread: nested ``with VaultLock(root)`` blocks in one thread just
+    count. Other threads and other processes wait up to ``timeout`` seconds (negative: forever)
+    and then get ``VaultLocked``.
+    """
+
+    def __init__(self, vault_root: Path, name: str = "vault", timeout: float = 30.0) -> None:
+        if name == _LIVE_NAME:
+            raise UnsafePath(f"lock name {name!r} is reserved for LivenessFence. Fix: choose another name.")
+        self.path = _lock_path(vault_root, name)
+        self.name = name
+        self.timeout = timeout
+        self._lock = _shared_lock(self.path, thread_local=True)
+
+    @property
+    def held_by_me(self) -> bool:
+        """True while the calling thread holds this lock (at any nesting depth)."""
+        return self._lock.is_locked
+
+    def acquire(self) -> None:
+        try:
+            self._lock.acquire(timeout=self.timeout)
+        except Timeout:
+            raise VaultLocked(
+                f"Timed out after {self.timeout:g}s waiting for the {self.name!r} lock ({self.path}): "
+                f"another memvault process (or thread) holds it. "
+                f"Fix: wait for it to finish and retry, or stop the other process (watch, MCP server, agent host)."
+            ) from None
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> VaultLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def replace_if_unchanged(path: Path, expected: bytes | None, new: bytes, *, mode: int = 0o644) -> None:
+    """Compare-and-swap: write ``new`` only if ``path`` still holds ``expected`` (None: absent).
+
+    The caller must hold the ``VaultLock`` that guards ``path`` across this call: without it
+    another memvault writer could slip in between the re-read and the replace. The comparison
+    then catches writers that never take our lock, such as a person saving in an editor, or
+    a read done before the lock was taken. Raises ``Conflict`` and writes nothing on mismatch.
+    """
+    try:
+        current: bytes | None = read_bytes_nofollow(path)
+    except FileNotFoundError:
+        current = None
+    if current != expected:
+        raise Conflict(f"{path} changed since it was read; re-read and retry.")
+    atomic_write(path, new, mode=mode)
+
+
+class LivenessFence:
+    """Declares "a live memvault process owns this vault" for as long as it runs.
+
+    Long-running processes (watch, MCP server, agent host) hold it; maintenance commands that
+    need a stopped agent check ``is_held_elsewhere()`` and refuse. The OS drops the lock when
+    the holder dies, even by SIGKILL, so the lock is the truth; ``live.json`` is a note for
+    operators and may be stale after a crash.
+    """
+
+    def __init__(self, vault_root: Path) -> None:
+        self.path = _lock_path(vault_root, _LIVE_NAME)
+        self.info_path = self.path.with_name(_LIVE_NAME + ".json")
+        # Process-wide (not per thread): the fence marks a process, whichever thread holds it.
+        self._lock = _shared_lock(self.path, thread_local=False)
+
+    def hold(self) -> LivenessFence:
+        """Take the fence without waiting; ``VaultLocked`` if another process has it."""
+        try:
+            self._lock.acquire(blocking=False)
+        except Timeout:
+            raise VaultLocked(
+                f"Another live memvault process owns this vault ({self.path}{self._describe_holder()}). "
+                f"Fix: stop that process (watch, MCP server, agent host) before running this command."
+            ) from None
+        if self._lock.lock_counter == 1:
+            started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            info = {"pid": os.getpid(), "started_at": started}
+            atomic_write(self.info_path, json.dumps(info, sort_keys=True).encode() + b"\n", mode=0o600)
+        return self
+
+    def release(self) -> None:
+        """Give the fence up. The note goes first, so it never names the next holder's lock as ours."""
+        if self._lock.lock_counter == 1:
+            self.info_path.unlink(missing_ok=True)
+        self._lock.release()
+
+    def is_held_elsewhere(self) -> bool:
+        """True if another process holds the fence (probe: a non-blocking acquire, then release)."""
+        if self._lock.is_locked:
+            return False
+        try:
+            self._lock.acquire(blocking=False)
+        except Timeout:
+            return True
+        self._lock.release()
+        return False
+
+    def holder_info(self) -> dict[str, object] | None:
+        """The operator note (pid, started_at) if present and readable; advisory only."""
+        try:
+            info = json.loads(read_bytes_nofollow(self.info_path))
+        except (OSError, ValueError, UnsafePath):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def _describe_holder(self) -> str:
+        info = self.holder_info()
+        if not info:
+            return ""
+        return f"; live.json says pid {info.get('pid')} since {info.get('started_at')}"
+
+    def __enter__(self) -> LivenessFence:
+        return self.hold()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
