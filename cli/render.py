@@ -1,0 +1,43 @@
+"""Human-readable output for the CLI (JSON output is each result's own `to_json`)."""
+
+import contextlib
+
+import click
+
+
+def print_recall(result, explain: bool = False) -> None:
+    if result.guidance:
+        click.echo(result.guidance)
+    if result.degraded:
+        click.echo(f"degraded: {result.degraded}", err=True)
+    if not result.hits:
+        click.echo("No memories found.")
+        return
+    for rank, hit in enumerate(result.hits, 1):
+        click.echo(f"{rank:>2}. {hit.text}")
+        click.echo(f"    {hit.source}  score {hit.score:.4f}  {hit.at.isoformat()}")
+        if explain:
+            for retriever, detail in sorted(hit.explain.items()):
+                click.echo(f"    {retriever}: {detail}")
+
+
+@contextlib.contextmanager
+def progress_reporter(enabled: bool):
+    """A click progress bar on a terminal; a no-op callback otherwise."""
+    if not enabled:
+        yield None
+        return
+    bar = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = click.progressbar(length=max(total, 1), label="Indexing notes", file=click.get_text_stream("stderr"))
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)

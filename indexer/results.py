@@ -1,0 +1,84 @@
+"""What the engine hands back: receipts and recall results. Plain frozen data, JSON-ready."""
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class RememberReceipt:
+    id: str
+    source: str  # "daily/2026-11-30.md#^m-1f3a9c0d2e"
+    #: "added" (new bullet), "duplicate" (same content already stored), "completed" (the bullet
+    #: was on disk from an interrupted earlier call and has now been indexed)
+    status: str
+    text: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RecallHit:
+    id: str
+    text: str
+    source: str
+    score: float
+    at: datetime
+    kind: str = "curated"
+    #: per-retriever evidence (ranks and raw scores), shown by `--explain`
+    explain: dict = field(default_factory=dict)
+
+    def to_json(self, explain: bool = False) -> dict:
+        body = {
+            "id": self.id,
+            "text": self.text,
+            "source": self.source,
+            "score": round(self.score, 6),
+            "at": self.at.isoformat(),
+            "date": self.source.split("/", 1)[-1][:10],
+        }
+        if explain:
+            body["explain"] = self.explain
+        return body
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    query: str
+    mode: str
+    hits: tuple[RecallHit, ...]
+    #: None, or why the answer is partial (e.g. "vector index: rebuild needed")
+    degraded: str | None = None
+    #: guidance instead of hits, for questions memory should not answer (active chat, resumes)
+    guidance: str | None = None
+
+    def to_json(self, explain: bool = False) -> dict:
+        return {
+            "query": self.query,
+            "mode": self.mode,
+            "degraded": self.degraded,
+            "guidance": self.guidance,
+            "hits": [hit.to_json(explain) for hit in self.hits],
+        }
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    generation: str
+    files: int
+    memories: int
+    seconds: float
+    problems: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    files: tuple[str, ...]
+    memories: int
+    skipped: str | None = None  # why no sync happened (read-only vault, lock busy)
+
+    def to_json(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,226 @@
+"""`MemoryStore`: the one engine the CLI, the MCP server and Python callers share.
+
+    with MemoryStore.open("path/to/vault") as store:
+        store.remember("Morgan chose blue as the deployment color.")
+        result = store.recall("which color did we pick?")
+
+Writes happen under the vault lock: canonical file first, then the index, in one critical
+section. Reads use the serving index generation and follow commits made by other processes.
+"""
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+
+from indexer.derived import DerivedIndex, read_note_records
+from indexer.generations import MANIFEST, Manifest, activate, current_generation
+from indexer.recall import recall_bm25
+from indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
+from vault.clock import utc_now
+from vault.config import Config, load_config
+from vault.curated import prepare_fact, write_fact
+from vault.errors import IndexUnavailable, InvalidRecord, NotAVault, VaultLocked
+from vault.ids import content_hash
+from vault.layout import VaultLayout, find_vault, is_vault
+from vault.locks import VaultLock
+
+RECALL_MODES = ("tool", "auto")
+MAX_RECALL_LIMIT = 100
+_REBUILD_BATCH_FILES = 64
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def locate_vault(path: str | os.PathLike | None, env: Mapping[str, str], cwd: Path) -> Path:
+    """`path`, else MEMVAULT_MEMORY_PATH, else the nearest enclosing vault (as git finds a repo)."""
+    chosen = path if path is not None else env.get("MEMVAULT_MEMORY_PATH") or None
+    if chosen is not None:
+        root = Path(chosen).expanduser()
+        if not root.is_dir():
+            raise NotAVault(f"{root} is not a folder: create it with `memvault init {root}`")
+        if not is_vault(root):
+            raise NotAVault(f"{root} is not a memvault vault (no memvault.json): run `memvault init {root}`")
+        return root.resolve()
+    found = find_vault(cwd)
+    if found is None:
+        raise NotAVault(
+            f"no vault at or above {cwd}: pass --vault PATH, set MEMVAULT_MEMORY_PATH, or run `memvault init`"
+        )
+    return found
+
+
+class MemoryStore:
+    def __init__(self, layout: VaultLayout, config: Config, *, clock: Callable[[], datetime] = utc_now):
+        self.layout = layout
+        self.config = config
+        self._clock = clock
+        self._lock = VaultLock(layout.root)
+        self._index: DerivedIndex | None = None
+        self._manifest_stamp: tuple[str, int] | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, object] | None = None,
+        sync: bool = True,
+    ) -> "MemoryStore":
+        """Open a vault. With `sync`, files changed since the index last saw them are indexed now."""
+        env = {} if env is None else env
+        root = locate_vault(path, env, Path.cwd())
+        store = cls(VaultLayout(root), load_config(root, env, overrides))
+        if sync:
+            store.sync()
+        return store
+
+    def close(self) -> None:
+        self._index = None
+
+    def __enter__(self) -> "MemoryStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def time_zone(self) -> str:
+        return self.config.memory.time_zone
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
+        """Store one explicit fact in `daily/` and index it; idempotent by content."""
+        fact = prepare_fact(text)
+        when = at if at is not None else self._clock()
+        with self._lock:
+            index = self._writable_index()
+            existing = index.bm25.find_by_content_hash(content_hash(fact))
+            if existing is not None:
+                return RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
+            written = write_fact(self.layout, fact, when, self.time_zone)
+            self._apply(index, [written.path])
+        status = "added" if written.written else "completed"
+        return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
+
+    def sync(self) -> SyncReport:
+        """Index every note whose bytes changed since the index saw it (hand edits, crashes)."""
+        if not os.access(self.layout.root, os.W_OK):
+            return SyncReport((), 0, skipped="vault is read-only")
+        try:
+            with VaultLock(self.layout.root, timeout=5.0):
+                index = self._writable_index()
+                stale = index.stale_paths(self.layout)
+                memories = self._apply(index, stale)
+        except VaultLocked:
+            return SyncReport((), 0, skipped="another memvault process holds the vault lock")
+        return SyncReport(tuple(stale), memories)
+
+    def rebuild(self, progress: ProgressCallback | None = None) -> RebuildReport:
+        """Build a new index generation from the files alone, then swap it in atomically.
+
+        The build runs without the vault lock (writers keep going); the short catch-up and the
+        pointer swap run under it.
+        """
+        started = time.monotonic()
+        with VaultLock(self.layout.root, name="rebuild", timeout=-1):
+            generation = self._build_generation(progress)
+            with self._lock:
+                self._swap_in(generation)
+        return _rebuild_report(generation, time.monotonic() - started)
+
+    def _build_generation(self, progress: ProgressCallback | None) -> DerivedIndex:
+        generation = DerivedIndex.create(self.layout)
+        paths = self.layout.note_relpaths()
+        for start in range(0, len(paths), _REBUILD_BATCH_FILES):
+            self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES])
+            if progress is not None:
+                progress(min(start + _REBUILD_BATCH_FILES, len(paths)), len(paths))
+        return generation
+
+    def _swap_in(self, generation: DerivedIndex) -> None:
+        """Catch up with writes made while building, then point CURRENT at it. Lock held."""
+        self._apply(generation, generation.stale_paths(self.layout))
+        activate(self.layout.index_dir, generation.generation)
+        self._index = generation
+        self._manifest_stamp = self._stamp(generation)
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        if mode not in RECALL_MODES:
+            raise InvalidRecord(f"recall mode {mode!r} is not one of {', '.join(RECALL_MODES)}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECALL_LIMIT:
+            raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
+        if not isinstance(query, str):
+            raise InvalidRecord(f"query must be text, not {type(query).__name__}")
+        try:
+            index = self._readable_index()
+        except IndexUnavailable as exc:
+            return RecallResult(query, mode, (), degraded=str(exc))
+        return recall_bm25(index.bm25, query, limit, mode)
+
+    def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        """Alias of `recall`, named after the CLI command."""
+        return self.recall(query, limit=limit, mode=mode)
+
+    # --- index plumbing ----------------------------------------------------------------------
+
+    def _apply(self, index: DerivedIndex, relpaths: list[str]) -> int:
+        indexed = [read_note_records(self.layout, path, self.time_zone) for path in relpaths]
+        added = index.apply(indexed)
+        if index is self._index:
+            self._manifest_stamp = self._stamp(index)
+        return added
+
+    def _writable_index(self) -> DerivedIndex:
+        """The serving generation, current with other processes' commits; created if missing.
+
+        Caller holds the vault lock.
+        """
+        index = self._readable_index(create_missing=True)
+        stamp = self._stamp(index)
+        if stamp != self._manifest_stamp:  # another process committed: reload its manifest
+            index.manifest = Manifest.load(index.generation / MANIFEST)
+            index.bm25.refresh()
+            self._manifest_stamp = stamp
+        return index
+
+    def _readable_index(self, create_missing: bool = False) -> DerivedIndex:
+        generation = current_generation(self.layout.index_dir)
+        if generation is None:
+            if not create_missing:
+                raise IndexUnavailable("the vault has no index yet: run `memvault rebuild`")
+            # first write to a vault: build inline under the vault lock (taking the rebuild
+            # lock here, after the vault lock, could deadlock against a running rebuild)
+            self._swap_in(self._build_generation(None))
+            return self._index
+        if self._index is None or self._index.generation != generation:
+            self._index = DerivedIndex.open_current(self.layout)
+            self._manifest_stamp = self._stamp(self._index)
+        else:
+            self._index.bm25.refresh()
+        return self._index
+
+    @staticmethod
+    def _stamp(index: DerivedIndex) -> tuple[str, int]:
+        info = os.stat(index.generation / MANIFEST)
+        return (str(info.st_ino), info.st_mtime_ns)
+
+
+def _rebuild_report(generation: DerivedIndex, seconds: float) -> RebuildReport:
+    problems = tuple(
+        f"{path}: {state.problem}" for path, state in sorted(generation.manifest.files.items()) if state.problem
+    )
+    return RebuildReport(
+        generation.generation.name,
+        len(generation.manifest.files),
+        generation.bm25.count(),
+        round(seconds, 3),
+        problems,
+    )

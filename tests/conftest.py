@@ -1,0 +1,41 @@
+"""Shared fixtures: every test runs in its own temp folder with no MEMVAULT_* environment."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_VAULT = REPO / "fixtures" / "vault"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("MEMVAULT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def fixture_vault(tmp_path) -> Path:
+    """A private copy of fixtures/vault (tests may edit it freely)."""
+    target = tmp_path / "vault"
+    shutil.copytree(FIXTURE_VAULT, target)
+    return target
+
+
+@pytest.fixture
+def new_vault(tmp_path) -> Path:
+    """An empty lite vault in Europe/Amsterdam, made the way `memvault init` makes one."""
+    from vault.config import default_config_data, render_config
+    from vault.init import init_vault
+
+    root = tmp_path / "fresh"
+    init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))
+    return root

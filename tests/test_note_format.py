@@ -1,0 +1,169 @@
+"""Format v1: parse/render round trips, bullets, ids, frontmatter, fences and conflict hunks."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vault.ids import derived_id, memory_id, normalize_text
+from vault.note import append_line, format_bullet, new_note_text, parse, render
+from vault.plaintext import plain_text
+
+
+def test_memvault_bullet_parses_time_text_and_id():
+    note = parse("# 2026-11-30\n\n- 14:03 Morgan chose blue as the deployment color. ^m-1f3a9c0d2e\n")
+    (bullet,) = note.bullets
+    assert (bullet.time, bullet.text, bullet.id, bullet.has_explicit_id) == (
+        "14:03",
+        "Morgan chose blue as the deployment color.",
+        "m-1f3a9c0d2e",
+        True,
+    )
+    assert bullet.heading == "2026-11-30"
+
+
+def test_hand_written_bullet_gets_a_derived_id_and_is_not_rewritten():
+    text = "- call the dentist\n- call the dentist\n"
+    note = parse(text)
+    first, second = note.bullets
+    assert first.id == derived_id("call the dentist", 0)
+    assert second.id == derived_id("call the dentist", 1)
+    assert first.id != second.id and not first.has_explicit_id
+    assert render(note) == text
+
+
+def test_duplicate_explicit_id_is_reported_and_the_second_gets_a_derived_id():
+    note = parse("- one ^abc\n- two ^abc\n")
+    assert [b.id for b in note.bullets] == ["abc", derived_id("two", 0)]
+    assert note.duplicate_ids == ("abc",)
+
+
+def test_frontmatter_is_read_but_kept_byte_for_byte():
+    text = "---\ntags:\n  - a\ntimeZone: Asia/Tokyo\n---\n- fact\n"
+    note = parse(text)
+    assert note.frontmatter["timeZone"] == "Asia/Tokyo"
+    assert note.body_start == 5
+    assert render(note) == text
+    assert [b.text for b in note.bullets] == ["fact"]
+
+
+def test_unclosed_frontmatter_is_just_body():
+    note = parse("---\n- a bullet\n")
+    assert note.body_start == 0 and [b.text for b in note.bullets] == ["a bullet"]
+
+
+def test_code_fences_hide_bullets():
+    note = parse("```\n- not a bullet\n```\n~~~~\n- nor this\n~~~~\n- real\n")
+    assert [b.text for b in note.bullets] == ["real"]
+
+
+def test_conflict_hunks_are_reported_and_their_bullets_skipped():
+    text = "- before\n<<<<<<< HEAD\n- ours\n=======\n- theirs\n>>>>>>> main\n- after\n"
+    note = parse(text)
+    assert note.conflicts == ((1, 6),)
+    assert [b.text for b in note.bullets] == ["before", "after"]
+    assert render(note) == text
+
+
+def test_unterminated_conflict_runs_to_end_of_file():
+    note = parse("- keep\n<<<<<<< HEAD\n- lost in conflict\n")
+    assert note.conflicts == ((1, 3),) and [b.text for b in note.bullets] == ["keep"]
+
+
+def test_continuation_lines_and_nested_bullets():
+    note = parse("- parent line\n  continues here ^pid\n  - child\n- sibling\n")
+    parent, child, sibling = note.bullets
+    assert parent.text == "parent line\ncontinues here" and parent.id == "pid"
+    assert (parent.first_line, parent.end_line) == (0, 2)
+    assert child.indent == "  " and child.text == "child"
+    assert sibling.text == "sibling"
+
+
+def test_invalid_time_prefix_stays_in_text():
+    (bullet,) = parse("- 25:99 not a time\n").bullets
+    assert bullet.time is None and bullet.text == "25:99 not a time"
+
+
+def test_ambiguous_time_with_offset_parses():
+    (bullet,) = parse("- 01:30+01:00 second occurrence ^x\n").bullets
+    assert bullet.time == "01:30+01:00"
+
+
+def test_crlf_and_missing_final_newline_round_trip():
+    text = "# day\r\n\r\n- one ^a\r\n- two"
+    note = parse(text)
+    assert render(note) == text
+    assert [b.id for b in note.bullets] == ["a", derived_id("two", 0)]
+
+
+def test_append_line_adds_missing_newline_only():
+    note = parse("# day\n\n- person wrote this")
+    updated = append_line(note, format_bullet("new fact", "m-0000000000", "10:00"))
+    assert render(updated) == "# day\n\n- person wrote this\n- 10:00 new fact ^m-0000000000\n"
+
+
+def test_memory_id_is_content_derived_and_normalised():
+    assert memory_id("Morgan  chose\tblue ") == memory_id("Morgan chose blue")
+    assert memory_id("morgan chose blue") != memory_id("Morgan chose blue")  # case-preserving
+    assert memory_id("ｆｕｌｌwidth") == memory_id("fullwidth")  # NFKC
+    assert normalize_text(" a \n b ") == "a b"
+
+
+def test_plain_text_strips_markup_and_wikilinks():
+    assert plain_text("[[Priya]] owns the *data migration* plan; see [[A/B#Plan|plan]].") == (
+        "Priya owns the data migration plan; see plan."
+    )
+    assert plain_text("[ ] review the PR") == "review the PR"
+    assert plain_text("plain 09:14 color:blue") == "plain 09:14 color:blue"
+
+
+# --- property tests ------------------------------------------------------------------------
+
+_line_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
+    min_size=0,
+    max_size=40,
+)
+_lines = st.lists(
+    st.one_of(
+        _line_text,
+        _line_text.map(lambda t: "- " + t),
+        _line_text.map(lambda t: "  * " + t),
+        st.sampled_from(["---", "```", "~~~", "<<<<<<< HEAD", "=======", ">>>>>>> x", "# Heading", ""]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_lines, st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_any_text_round_trips_byte_identically(lines, newline, trailing):
+    text = newline.join(lines) + (newline if trailing and lines else "")
+    note = parse(text)
+    assert render(note) == text
+    ids = [b.id for b in note.bullets]
+    assert len(ids) == len(set(ids)), "ids are unique within a note"
+
+
+_fact = _line_text.map(normalize_text).filter(lambda t: t != "")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_fact, min_size=1, max_size=10, unique_by=memory_id), st.sampled_from(["09:00", "23:59", "01:30+02:00"]))
+def test_notes_memvault_writes_parse_back_to_the_same_facts(facts, wall_time):
+    text = new_note_text("2026-11-30")
+    for fact in facts:
+        text = render(append_line(parse(text), format_bullet(fact, memory_id(fact), wall_time)))
+    note = parse(text)
+    assert render(note) == text
+    parsed = [(b.text, b.id, b.time) for b in note.bullets if b.has_explicit_id]
+    # the "- HH:MM " prefix keeps any fact text (fences, conflict markers, ids) inside its bullet
+    assert parsed == [(f, memory_id(f), wall_time) for f in facts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_lines)
+def test_hand_written_bullets_keep_stable_ids_when_other_lines_change(lines):
+    text = "\n".join(lines) + "\n"
+    before = {b.id: b.text for b in parse(text).bullets}
+    again = {b.id: b.text for b in parse(text + "\n# appended heading\n").bullets}
+    assert all(again.get(key) == value for key, value in before.items() if key in again)
+    assert set(before) <= set(again)

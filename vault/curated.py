@@ -1,0 +1,78 @@
+"""Writing one curated fact into `daily/`: the vault half of Remember.
+
+The caller holds the vault lock and indexes the note in the same critical section. The write is
+a compare-and-swap of the whole note against the bytes just read, so a person saving the same
+note in an editor at that moment is never overwritten: the write fails with Conflict instead.
+"""
+
+import unicodedata
+from dataclasses import dataclass
+from datetime import datetime
+
+from vault.clock import local_day_and_time, zone
+from vault.credentials import refuse_credentials
+from vault.errors import InvalidRecord
+from vault.fsio import fsync_dir, read_bytes_nofollow
+from vault.ids import memory_id, normalize_text
+from vault.layout import DAILY, VaultLayout
+from vault.locks import replace_if_unchanged
+from vault.note import append_line, format_bullet, new_note_text, parse
+from vault.paths import resolve_inside
+
+#: a remembered fact is one line of prose, not a document
+MAX_FACT_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class CuratedWrite:
+    id: str
+    path: str  # vault-relative note path
+    wall_time: str
+    written: bool  # False when the bullet was already in the note (a retry after a crash)
+
+
+def prepare_fact(text: str) -> str:
+    """The single-line text Remember stores, or InvalidRecord / CredentialRefused saying why not."""
+    if not isinstance(text, str):
+        raise InvalidRecord(f"a fact must be text, not {type(text).__name__}")
+    fact = normalize_text(text)
+    if not fact:
+        raise InvalidRecord("the fact is empty: pass the sentence to remember")
+    size = len(fact.encode("utf-8"))
+    if size > MAX_FACT_BYTES:
+        raise InvalidRecord(f"the fact is {size} bytes; the limit is {MAX_FACT_BYTES}: store long text as a document")
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in fact):
+        raise InvalidRecord("the fact contains control characters: remove them and try again")
+    refuse_credentials(fact, "the fact")
+    return fact
+
+
+def write_fact(layout: VaultLayout, fact: str, at: datetime, vault_zone: str) -> CuratedWrite:
+    """Append `fact` (already prepared) to the daily note of `at`'s local date, once."""
+    day, wall_time = local_day_and_time(at, zone(vault_zone))
+    fact_id = memory_id(fact)
+    relpath = layout.note_relpath(DAILY, day)
+    path = resolve_inside(layout.root, relpath)
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsync_dir(layout.root)
+    try:
+        old = read_bytes_nofollow(path)
+    except FileNotFoundError:
+        old = None
+    note = parse(_decode_note(old, relpath) if old is not None else new_note_text(day.isoformat()))
+    if any(bullet.block_id == fact_id for bullet in note.bullets):
+        return CuratedWrite(fact_id, relpath, wall_time, written=False)
+    updated = append_line(note, format_bullet(fact, fact_id, wall_time))
+    replace_if_unchanged(path, old, "".join(updated.lines).encode("utf-8"), mode=0o644)
+    return CuratedWrite(fact_id, relpath, wall_time, written=True)
+
+
+def _decode_note(data: bytes, relpath: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(
+            f"{relpath} is not valid UTF-8 (byte {exc.start}); memvault will not rewrite it: "
+            "fix or re-save the file as UTF-8, then try again"
+        ) from exc

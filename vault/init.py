@@ -1,0 +1,67 @@
+"""Creating a vault: folders, the config file, and a `.gitignore` for derived and lock state."""
+
+import os
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from vault.errors import NotAVault
+from vault.fsio import atomic_write, fsync_dir, read_bytes_nofollow
+from vault.layout import CONFIG_FILE, DAILY, GITIGNORE_LINES
+from vault.paths import resolve_inside
+
+
+def init_vault(root: Path, config_bytes: bytes) -> list[str]:
+    """Create a vault at `root` (which may exist and hold notes). Returns what was created."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise NotAVault(f"{root} exists and is not a folder: choose another path")
+    if (root / CONFIG_FILE).exists():
+        raise NotAVault(f"{root} is already a vault ({CONFIG_FILE} exists): edit that file instead")
+    created = []
+    if not root.exists():
+        root.mkdir(parents=True)
+        fsync_dir(root.parent)
+        created.append(".")
+    daily = resolve_inside(root, DAILY)
+    if not daily.exists():
+        daily.mkdir()
+        created.append(DAILY + "/")
+    created += _ensure_gitignore(root)
+    atomic_write(root / CONFIG_FILE, config_bytes, mode=0o644)
+    created.append(CONFIG_FILE)
+    fsync_dir(root)
+    return created
+
+
+def _ensure_gitignore(root: Path) -> list[str]:
+    path = resolve_inside(root, ".gitignore")
+    try:
+        current = read_bytes_nofollow(path).decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        current = ""
+    present = {line.strip() for line in current.splitlines()}
+    missing = [line for line in GITIGNORE_LINES if line not in present]
+    if not missing:
+        return []
+    prefix = current if not current or current.endswith("\n") else current + "\n"
+    header = "" if current else "# memvault: derived indexes and lock files are rebuilt, not versioned\n"
+    atomic_write(path, (prefix + header + "\n".join(missing) + "\n").encode("utf-8"), mode=0o644)
+    return [".gitignore"]
+
+
+def host_time_zone(env: dict[str, str]) -> str:
+    """The machine's IANA zone for a new vault's config (written there explicitly), else UTC."""
+    candidate = env.get("TZ", "").lstrip(":")
+    if not candidate:
+        try:
+            link = os.readlink("/etc/localtime")
+            candidate = link.split("zoneinfo/", 1)[1] if "zoneinfo/" in link else ""
+        except OSError:
+            candidate = ""
+    if not candidate:
+        return "UTC"
+    try:
+        ZoneInfo(candidate)
+        return candidate
+    except (ValueError, KeyError, OSError):
+        return "UTC"
