@@ -1,0 +1,126 @@
+"""Core commands: init, remember, search, rebuild, validate.
+
+Heavy modules (tantivy, hnswlib, wordllama) are imported inside the commands that need them, so
+`memvault --help` starts instantly.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from cli.app import cli, open_store
+from cli.errors import emit_json, json_option
+
+
+@cli.command("init")
+@click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--mode", type=click.Choice(["lite", "journal", "bujo"]), default="lite", show_default=True,
+              help="Memory tier to configure.")
+@click.option("--time-zone", "time_zone", default=None,
+              help="IANA zone for bullet times (default: this machine's zone, else UTC).")
+@json_option
+@click.pass_context
+def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: str | None, json_: bool) -> None:
+    """Create a vault in PATH (default: the current folder)."""
+    from vault.config import default_config_data, render_config, validate_config_data
+    from vault.errors import InvalidConfig
+    from vault.init import host_time_zone, init_vault
+
+    root = path or ctx.obj["vault_path"] or Path.cwd()
+    data = default_config_data(mode=mode, time_zone=time_zone or host_time_zone(dict(os.environ)))
+    problems = validate_config_data(data)
+    if problems:
+        raise InvalidConfig("\n".join(problems))
+    created = init_vault(root, render_config(data))
+    from indexer.store import MemoryStore
+
+    with MemoryStore.open(root, sync=True):
+        pass
+    if json_:
+        emit_json({"vault": str(root.resolve()), "created": created, "mode": mode})
+    else:
+        click.echo(f"Created a {mode} vault in {root.resolve()} ({', '.join(created)}).")
+
+
+@cli.command("remember")
+@click.argument("text")
+@click.option("--at", "at_", default=None, help="When it happened (ISO-8601 with offset). Default: now.")
+@json_option
+@click.pass_context
+def remember_command(ctx: click.Context, text: str, at_: str | None, json_: bool) -> None:
+    """Store one fact in today's daily note and index it at once (idempotent)."""
+    when = _parse_instant(at_) if at_ else None
+    with open_store(ctx) as store:
+        receipt = store.remember(text, at=when)
+    if json_:
+        emit_json(receipt.to_json())
+    else:
+        click.echo(f"{receipt.status}: {receipt.source}")
+
+
+@cli.command("search")
+@click.argument("query")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 100), help="Most hits to return.")
+@click.option("--mode", type=click.Choice(["tool", "auto"]), default="tool", show_default=True,
+              help="tool: up to --limit hits; auto: what a host injects (gated, at most 5).")
+@click.option("--explain", is_flag=True, help="Show each retriever's rank and score.")
+@json_option
+@click.pass_context
+def search_command(ctx: click.Context, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:
+    """Search curated memories."""
+    with open_store(ctx) as store:
+        result = store.recall(query, limit=limit, mode=mode)
+    if json_:
+        emit_json(result.to_json(explain=explain))
+        return
+    from cli.render import print_recall
+
+    print_recall(result, explain=explain)
+
+
+@cli.command("rebuild")
+@json_option
+@click.pass_context
+def rebuild_command(ctx: click.Context, json_: bool) -> None:
+    """Recreate every derived index from the files alone."""
+    from cli.render import progress_reporter
+
+    with open_store(ctx, sync=False) as store, progress_reporter(enabled=not json_ and sys.stderr.isatty()) as progress:
+        report = store.rebuild(progress=progress)
+    if json_:
+        emit_json(report.to_json())
+        return
+    click.echo(f"Rebuilt {report.generation}: {report.memories} memories from {report.files} files in {report.seconds}s.")
+    for problem in report.problems:
+        click.echo(f"  not indexed: {problem}", err=True)
+
+
+@cli.command("validate")
+@json_option
+@click.pass_context
+def validate_command(ctx: click.Context, json_: bool) -> None:
+    """Check the vault's config file and environment; exit 1 with every problem found."""
+    from indexer.store import locate_vault
+    from vault.config import load_config
+
+    root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
+    config = load_config(root, dict(os.environ))
+    if json_:
+        emit_json({"valid": True, "vault": str(root), "mode": config.memory.mode,
+                   "writeMode": config.memory.write_mode, "source": config.source})
+    else:
+        click.echo(f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}).")
+
+
+def _parse_instant(text: str):
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r} is not ISO-8601 (e.g. 2026-11-30T14:03:00+01:00)", param_hint="--at") from exc
+    if when.tzinfo is None:
+        raise click.BadParameter("give a UTC offset or Z (e.g. 2026-11-30T14:03:00+01:00)", param_hint="--at")
+    return when
