@@ -18,7 +18,7 @@ from vault.errors import IndexUnavailable
 from vault.records import MemoryRecord
 
 SCHEMA_VERSION = 1
-_WRITER_HEAP_BYTES = 64_000_000
+_WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
 _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}

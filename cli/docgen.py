@@ -1,0 +1,36 @@
+"""Generate docs/cli.md from the commands' own `--help` text: `python -m cli.docgen > docs/cli.md`.
+
+A test regenerates it and fails when the committed file is stale, so the reference never drifts.
+"""
+
+import click
+
+from cli.main import cli
+
+HEADER = """# CLI reference
+
+Generated from `memvault --help` by `python -m cli.docgen > docs/cli.md`; a test fails when this
+file is stale. Every read command takes `--json`; errors under `--json` are
+`{"error": {"code": ..., "message": ...}}` with exit code 1 (usage errors exit 2).
+"""
+
+
+def _walk(command: click.Command, path: list[str]):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name in sorted(command.list_commands(click.Context(command))):
+            yield from _walk(command.get_command(click.Context(command), name), [*path, name])
+
+
+def render() -> str:
+    parts = [HEADER]
+    for path, command in _walk(cli, ["memvault"]):
+        with click.Context(command, info_name=" ".join(path), terminal_width=88, max_content_width=88) as ctx:
+            help_text = command.get_help(ctx)
+        level = "#" * min(2 + len(path) - 1, 4)
+        parts.append(f"\n{level} `{' '.join(path)}`\n\n```text\n{help_text}\n```\n")
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    print(render(), end="")

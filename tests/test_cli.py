@@ -1,0 +1,102 @@
+"""The CLI end to end through click's runner, plus the promises about its shape."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from cli.docgen import render
+from cli.main import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+
+
+def test_init_remember_search_rebuild_validate(tmp_path):
+    vault = tmp_path / "v"
+    assert run("init", str(vault), "--time-zone", "Europe/Amsterdam").exit_code == 0
+    assert (vault / ".gitignore").read_text().splitlines()[-2:] == [".index/", ".locks/"]
+    added = run("--vault", str(vault), "remember", "Morgan chose blue as the deployment color.", "--json")
+    receipt = json.loads(added.output)
+    assert receipt["status"] == "added" and receipt["source"].startswith("daily/")
+    found = json.loads(run("--vault", str(vault), "search", "deployment color", "--json").output)
+    assert [hit["source"] for hit in found["hits"]] == [receipt["source"]]
+    assert found["hits"][0]["date"] == receipt["source"][6:16]
+    plain = run("--vault", str(vault), "search", "deployment", "--explain")
+    assert "Morgan chose blue" in plain.output and "bm25" in plain.output
+    rebuilt = json.loads(run("--vault", str(vault), "rebuild", "--json").output)
+    assert rebuilt["memories"] == 1 and rebuilt["files"] == 1
+    assert run("--vault", str(vault), "validate").exit_code == 0
+
+
+def test_remember_with_explicit_time(tmp_path):
+    vault = tmp_path / "v"
+    run("init", str(vault), "--time-zone", "Asia/Kolkata")
+    out = run("--vault", str(vault), "remember", "Standup moved to 10:00.", "--at", "2026-11-02T09:30:00+01:00")
+    assert out.exit_code == 0
+    assert "- 14:00 Standup moved to 10:00. ^m-" in (vault / "daily/2026-11-02.md").read_text()
+    bad = CliRunner().invoke(cli, ["--vault", str(vault), "remember", "x", "--at", "tomorrow"])
+    assert bad.exit_code == 2 and "ISO-8601" in bad.output
+    naive = CliRunner().invoke(cli, ["--vault", str(vault), "remember", "x", "--at", "2026-11-02T09:30"])
+    assert naive.exit_code == 2 and "UTC offset" in naive.output
+
+
+def test_errors_are_one_line_messages_or_json(tmp_path):
+    missing = CliRunner().invoke(cli, ["--vault", str(tmp_path / "none"), "search", "x"])
+    assert missing.exit_code == 1 and "memvault init" in missing.output and "Traceback" not in missing.output
+    as_json = CliRunner().invoke(cli, ["--vault", str(tmp_path / "none"), "search", "x", "--json"])
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.output)["error"]["code"] == "not_a_vault"
+    vault = tmp_path / "v"
+    run("init", str(vault))
+    secret = CliRunner().invoke(cli, ["--vault", str(vault), "remember", "pw postgres://u:supersecret1@h/db", "--json"])
+    assert secret.exit_code == 1 and json.loads(secret.output)["error"]["code"] == "credential_refused"
+    again = CliRunner().invoke(cli, ["init", str(vault)])
+    assert again.exit_code == 1 and "already a vault" in again.output
+    bad_limit = CliRunner().invoke(cli, ["--vault", str(vault), "search", "x", "--limit", "0"])
+    assert bad_limit.exit_code == 2
+
+
+def test_validate_reports_every_problem(tmp_path):
+    vault = tmp_path / "v"
+    run("init", str(vault))
+    (vault / "memvault.json").write_text('{"memory": {"mode": "lite", "writeMode": "capture", "colour": 1}}')
+    out = CliRunner().invoke(cli, ["--vault", str(vault), "validate"])
+    assert out.exit_code == 1
+    assert "capture" in out.output and "bujo" in out.output and "colour" in out.output
+
+
+def test_every_command_has_help_text():
+    def walk(command, path):
+        yield path, command
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from walk(sub, [*path, name])
+
+    for path, command in walk(cli, ["memvault"]):
+        assert (command.help or "").strip(), f"{' '.join(path)} has no help text"
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert param.help, f"{' '.join(path)} {param.opts[0]} has no help text"
+
+
+def test_cli_reference_doc_is_current():
+    committed = (REPO / "docs" / "cli.md").read_text()
+    assert committed == render(), "docs/cli.md is stale: run `python -m cli.docgen > docs/cli.md`"
+
+
+def test_help_imports_nothing_heavy():
+    probe = (
+        "import sys; from click.testing import CliRunner; from cli.main import cli; "
+        "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output; "
+        "heavy = [m for m in ('tantivy', 'hnswlib', 'wordllama', 'numpy', 'watchdog', 'mcp') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
