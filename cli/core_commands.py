@@ -94,7 +94,7 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
         return
     click.echo(f"Rebuilt {report.generation}: {report.memories} memories from {report.files} files in {report.seconds}s.")
     for problem in report.problems:
-        click.echo(f"  not indexed: {problem}", err=True)
+        click.echo(f"  warning: {problem}", err=True)
 
 
 @cli.command("validate")

@@ -22,6 +22,14 @@ _WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
 _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}
+#: words dropped from queries (not from the index) when other words remain: they match nearly
+#: every memory, add nothing to the ranking and make each search scan the whole posting list
+STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from had has have how i in is it its me my of on or "
+    "our so that the their them they this to was we were what when where which who whom why will "
+    "with you your".split()
+)
+KINDS = ("curated", "audit")
 _MAX_QUERY_WORDS = 64
 
 
@@ -137,22 +145,21 @@ class Bm25Index:
         return (searcher.doc(address)["key"][0] for _, address in result.hits)
 
     def build_query(self, text: str, kinds: Iterable[str]) -> tantivy.Query | None:
-        words = [w.lower() if w in _QUERY_OPERATORS else w for w in _WORD_RE.findall(text)]
-        words = [w for w in words if not _CJK_RUN_RE.fullmatch(w)][:_MAX_QUERY_WORDS]
+        words = [w for w in _WORD_RE.findall(text) if not _CJK_RUN_RE.fullmatch(w)]
+        content = [w for w in words if w.lower() not in STOPWORDS] or words
+        content = [w.lower() if w in _QUERY_OPERATORS else w for w in content][:_MAX_QUERY_WORDS]
+        should = tantivy.Occur.Should
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
-        if words:
-            parsed, _errors = self._index.parse_query_lenient(" ".join(words), ["text"])
-            clauses.append((tantivy.Occur.Should, parsed))
-        for gram in cjk_bigrams(text)[:_MAX_QUERY_WORDS]:
-            clauses.append((tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "cjk", gram)))
+        if content:
+            clauses.append((should, self._index.parse_query_lenient(" ".join(content), ["text"])[0]))
+        clauses += [(should, tantivy.Query.term_query(self.schema, "cjk", g)) for g in cjk_bigrams(text)[:_MAX_QUERY_WORDS]]
         if not clauses:
             return None
-        kind_filter = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "kind", kind)) for kind in kinds]
-        )
-        return tantivy.Query.boolean_query(
-            [(tantivy.Occur.Must, tantivy.Query.boolean_query(clauses)), (tantivy.Occur.Must, kind_filter)]
-        )
+        # excluding the other kinds (MustNot) keeps Tantivy's fast top-k path; a Must filter on a
+        # term every document carries would not
+        excluded = [kind for kind in KINDS if kind not in set(kinds)]
+        clauses += [(tantivy.Occur.MustNot, tantivy.Query.term_query(self.schema, "kind", k)) for k in excluded]
+        return tantivy.Query.boolean_query(clauses)
 
     def _hit(self, searcher: tantivy.Searcher, score: float, address) -> Bm25Hit:
         doc = searcher.doc(address)
