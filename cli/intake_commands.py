@@ -1,0 +1,167 @@
+"""Durable intake commands: admit, inspect, retry, resolve.
+
+`inspect` never shows summaries, capture text or run ids: only intake ids (SHA-256 of the run
+id), states, timestamps, attempts, due flags, failure categories and counts. `retry` and
+`resolve` need a stopped agent (they are refused while a live process holds the vault).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from cli.app import cli, open_store
+from cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
+
+_ID_HELP = "the 64-hex intake id `memvault inspect` shows"
+
+
+def _vault_root(ctx: click.Context) -> Path:
+    from indexer.store import locate_vault
+
+    return locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
+
+
+def _check_id(_ctx, _param, value: str | None) -> str | None:
+    from vault.intake.files import is_intake_id
+
+    if value is not None and not is_intake_id(value):
+        raise click.BadParameter(f"{value!r} is not an intake id: use {_ID_HELP}")
+    return value
+
+
+def _now():
+    from vault.clock import utc_now
+
+    return utc_now()
+
+
+@cli.command("admit")
+@click.pass_context
+def admit_command(ctx: click.Context) -> None:
+    """Admit one completed turn read as JSON on stdin; print the result as JSON.
+
+    Input: {"runId": "...", "answer": "...", "captureText": "..." (optional),
+    "trigger": "user" | "cron" | "webhook", "completedAt": ISO-8601 (optional)}.
+    Prints {"status": admitted | duplicate | skipped | failed, "id", "reason", "message",
+    "state"}; exit 1 only when the turn was NOT saved. When no live process owns the vault the
+    turn is projected at once (bounded by a 10 s drain); otherwise the live process does it.
+    """
+    from vault.intake.admission import AdmissionResult, intake_id_for
+    from vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
+
+    ctx.meta[JSON_META_KEY] = True
+    try:
+        turn = parse_turn_json(sys.stdin.buffer.read(MAX_TURN_JSON_BYTES + 1))
+    except TurnJsonError as exc:
+        emit_json({**AdmissionResult("failed", reason=exc.category, message=str(exc)).to_json(), "worker": None})
+        sys.exit(EXIT_ERROR)
+    with open_store(ctx, sync=False) as store:
+        result = store.persist_completed_turn(**turn)
+        body = {**result.to_json(), "worker": None}
+        if result.ok:
+            body["worker"] = _drain(store)
+            body["state"] = _state_of(store.layout.root, intake_id_for(turn["run_id"]))
+    emit_json(body)
+    if not result.ok and result.status != "skipped":
+        sys.exit(EXIT_ERROR)
+
+
+def _drain(store) -> str:
+    """Project now when this process may own the vault; otherwise leave it to the live owner."""
+    from vault.errors import VaultError
+
+    try:
+        store.start_intake()
+    except VaultError as exc:
+        return f"deferred: {exc}"
+    report = store.stop(timeout=10.0)
+    return "drained" if report is None or report.drained else "aborted after 10 s; the turn stays pending"
+
+
+def _state_of(root: Path, intake_id: str) -> str:
+    from vault.intake.files import IntakeDirs
+    from vault.intake.snapshot import inspect_run
+
+    return inspect_run(IntakeDirs(root), intake_id, _now())["entries"][0]["state"]
+
+
+@cli.command("inspect")
+@click.argument("intake_id", metavar="[ID]", required=False, callback=_check_id)
+@json_option
+@click.pass_context
+def inspect_command(ctx: click.Context, intake_id: str | None, json_: bool) -> None:
+    """Show the durable intake (or one run by ID) without any turn content."""
+    from vault.intake.files import IntakeDirs
+    from vault.intake.snapshot import inspect_intake, inspect_run
+
+    dirs = IntakeDirs(_vault_root(ctx))
+    report = inspect_run(dirs, intake_id, _now()) if intake_id else inspect_intake(dirs, _now())
+    if json_:
+        emit_json(report)
+        return
+    if intake_id:
+        for entry in report["entries"]:
+            _print_entry(entry)
+        click.echo(f"ledger: {'committed' if report['ledgerCommitted'] else 'not committed'}")
+        return
+    counts, ledger = report["counts"], report["ledger"]
+    click.echo(
+        f"intake: {counts['pending']} pending ({counts['due']} due), {counts['awaitingCapture']} awaiting capture, "
+        f"{counts['dead']} dead, {counts['resolved']} resolved, {counts['invalid']} invalid"
+    )
+    if ledger["ok"]:
+        click.echo(f"ledger: ok, {ledger['entries']} entries in {ledger['shards']} shards")
+    else:
+        click.echo(f"ledger: FAILED CLOSED: {ledger['problem']}")
+    for entry in report["records"]:
+        _print_entry(entry)
+
+
+def _print_entry(entry: dict) -> None:
+    details = [entry["state"]]
+    for key in ("attempts", "nextAttemptAt", "failure", "outcome", "resolvedAt", "reason", "projection", "problem"):
+        if entry.get(key) not in (None, ""):
+            details.append(f"{key} {entry[key]}")
+    if entry.get("due"):
+        details.append("due")
+    click.echo(f"{entry['id']}  " + "  ".join(str(d) for d in details))
+
+
+@cli.command("retry")
+@click.argument("intake_id", metavar="[ID]", required=False, callback=_check_id)
+@json_option
+@click.pass_context
+def retry_command(ctx: click.Context, intake_id: str | None, json_: bool) -> None:
+    """Make dead or delayed intake work due at the next start (agent must be stopped)."""
+    from vault.intake.operator import retry_runs
+
+    results = retry_runs(_vault_root(ctx), intake_id, _now())
+    if json_:
+        emit_json({"retried": results})
+        return
+    if not results:
+        click.echo("Nothing to retry: no dead or delayed intake records.")
+    for row in results:
+        click.echo(f"{row['id']}: {row['outcome']}")
+
+
+@cli.command("resolve")
+@click.argument("intake_id", metavar="ID", callback=_check_id)
+@click.argument("reason", metavar="REASON-SLUG")
+@json_option
+@click.pass_context
+def resolve_command(ctx: click.Context, intake_id: str, reason: str, json_: bool) -> None:
+    """Accept the loss of one intake run: records operator_resolved, keeps duplicate protection.
+
+    The turn is not projected or captured afterwards; a retry of the same run id stays a
+    duplicate for ever. REASON-SLUG: 1-64 of a-z, 0-9 and '-'. The agent must be stopped.
+    """
+    from vault.intake.operator import resolve_run_as_operator
+
+    result = resolve_run_as_operator(_vault_root(ctx), intake_id, reason, _now())
+    if json_:
+        emit_json(result)
+    else:
+        click.echo(f"{result['id']}: {result['outcome']}")

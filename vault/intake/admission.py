@@ -1,0 +1,291 @@
+"""Durable completed-turn admission: the write half of `persist_completed_turn`.
+
+`admit_turn` never raises for an expected failure. The caller (an agent host that already has
+the provider's answer) gets an `AdmissionResult`: admitted, duplicate, skipped with a reason,
+or failed with a bounded category and a message, so the answer is never lost to an exception
+and a failed save is never reported as saved.
+
+What is admitted (the payload):
+- the deterministic host summary: the answer with control and bidi-control characters turned
+  into spaces, NFKC-normalised, whitespace collapsed to one line, and cut to at most 2,048
+  UTF-8 bytes (a cut ends in "…");
+- in capture mode, the capture text (at most 512 KiB UTF-8). Cron and webhook turns admit only
+  the assistant answer: any capture text they pass is replaced by the answer, so a trigger
+  prompt never reaches memory.
+
+Credential-looking text is refused, not redacted: the result is `failed` with category
+`credential_refused` and nothing is written. The check covers the summary's source (the first
+65,536 characters of the answer) and the whole capture text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from vault.credentials import find_credential
+from vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
+from vault.fsio import fsync_dir
+from vault.ids import normalize_text
+
+from vault.intake.catalog import LedgerIntegrityError
+from vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHook, IntakeDirs, hit
+from vault.intake.ledger import Ledger, shard_of
+from vault.intake.record import ADMITTING_WRITE_MODES, TIERS, TRIGGERS, IntakeRecord, Payload, render_record
+from vault.intake.state import MAX_ACTIVE, find_active, intake_lock, read_receipt, receipt_lookup
+
+MAX_SUMMARY_BYTES = 2048
+MAX_CAPTURE_TEXT_BYTES = 512 * 1024
+MAX_RUN_ID_BYTES = 512
+MAX_ANSWER_CHARS = 16 * 1024 * 1024
+SUMMARY_SOURCE_CHARS = 65536
+NOTHING_TO_REPORT = "NOTHING_TO_REPORT"
+#: tiny explicit test/ping probes (compared lowercased, without trailing punctuation)
+PROBES = frozenset({"test", "test ok", "test okay", "testing", "test 123", "testing 123", "ping", "pong"})
+ELLIPSIS = "…"
+
+_UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_TRAILING_PUNCTUATION = re.compile(r"[\s.!?]+$")
+
+ADMITTED, DUPLICATE, SKIPPED, FAILED = "admitted", "duplicate", "skipped", "failed"
+
+
+@dataclass(frozen=True)
+class AdmissionResult:
+    """What happened to one completed turn. `reason` is the skip reason or failure category."""
+
+    status: str
+    id: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    state: str | None = None  # the run's intake state: pending, awaiting_capture, dead, resolved
+
+    @property
+    def ok(self) -> bool:
+        """True when the turn is durably held (now or by an earlier admission)."""
+        return self.status in (ADMITTED, DUPLICATE)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class _Refused(Exception):
+    def __init__(self, category: str, message: str):
+        super().__init__(message)
+        self.category = category
+
+
+def intake_id_for(run_id: str) -> str:
+    """The intake id (record name, ledger key) of a provider run id: SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()
+
+
+# --- the deterministic host summary and the skip rules ---------------------------------------
+
+
+def host_summary(answer: str) -> str:
+    """The bounded single-line host observation of an answer (see the module docstring)."""
+    text = normalize_text(_UNSAFE_CHARS.sub(" ", answer[:SUMMARY_SOURCE_CHARS]))
+    data = text.encode("utf-8")
+    if len(data) <= MAX_SUMMARY_BYTES:
+        return text
+    room = MAX_SUMMARY_BYTES - len(ELLIPSIS.encode("utf-8"))
+    return data[:room].decode("utf-8", errors="ignore").rstrip() + ELLIPSIS
+
+
+def skip_reason(answer: str) -> str | None:
+    """Why a successful turn is not written, or None: the spec's two low-signal cases (and empty)."""
+    stripped = answer.strip()
+    if not stripped:
+        return "empty_answer"
+    if stripped.rsplit("\n", 1)[-1].strip().endswith(NOTHING_TO_REPORT):
+        return "nothing_to_report"
+    if len(stripped) <= 32 and _TRAILING_PUNCTUATION.sub("", normalize_text(stripped).lower()) in PROBES:
+        return "test_probe"
+    return None
+
+
+# --- admission ------------------------------------------------------------------------------
+
+
+def admit_turn(
+    dirs: IntakeDirs,
+    *,
+    run_id: object,
+    answer: object,
+    capture_text: object = None,
+    trigger: object = "user",
+    completed_at: object = None,
+    write_mode: str,
+    tier: str,
+    now: datetime,
+    hook: CrashHook | None = None,
+    lock_timeout: float = 10.0,
+) -> AdmissionResult:
+    """Admit one completed turn durably (see the module docstring). Never raises `VaultError`/`OSError`."""
+    if write_mode == "disabled":
+        return AdmissionResult(SKIPPED, reason="write_mode_disabled", message="memory.writeMode is disabled")
+    try:
+        record, skip = _prepare(run_id, answer, capture_text, trigger, completed_at, write_mode, tier, now)
+        if skip is not None:
+            return AdmissionResult(SKIPPED, intake_id_for(run_id), skip, f"turn not written: {skip.replace('_', ' ')}")
+        with intake_lock(dirs, lock_timeout):
+            return _admit_locked(dirs, record, render_record(record), hook)
+    except _Refused as refused:
+        return AdmissionResult(FAILED, _safe_id(run_id), refused.category, str(refused))
+    except (VaultError, OSError) as exc:
+        return AdmissionResult(FAILED, _safe_id(run_id), _category(exc), _describe(exc))
+
+
+def _safe_id(run_id: object) -> str | None:
+    try:
+        return intake_id_for(run_id) if isinstance(run_id, str) and run_id else None
+    except UnicodeEncodeError:
+        return None
+
+
+def _category(exc: BaseException) -> str:
+    if isinstance(exc, LedgerIntegrityError):
+        return "ledger_integrity"
+    for kind, category in ((Conflict, "conflict"), (UnsafePath, "unsafe_path"), (VaultLocked, "vault_locked"), (InvalidRecord, "invalid_record")):
+        if isinstance(exc, kind):
+            return category
+    return "io_error" if isinstance(exc, OSError) else getattr(exc, "code", "vault_error")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, VaultError):
+        return f"the intake could not be written ({exc.strerror or exc}); the turn was NOT saved. Fix the disk problem and retry."
+    return str(exc)
+
+
+def _text(value: object, name: str, limit_chars: int) -> str:
+    if not isinstance(value, str):
+        raise _Refused("invalid_turn", f"{name} must be text, not {type(value).__name__}")
+    if len(value) > limit_chars:
+        raise _Refused("turn_too_large", f"{name} is {len(value)} characters; the limit is {limit_chars}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _Refused("invalid_turn", f"{name} is not valid Unicode (a lone surrogate at {exc.start})") from None
+    return value
+
+
+def _prepare(run_id, answer, capture_text, trigger, completed_at, write_mode, tier, now) -> tuple[IntakeRecord, str | None]:
+    if write_mode not in ADMITTING_WRITE_MODES or tier not in TIERS:
+        raise _Refused("invalid_config", f"write mode {write_mode!r} / tier {tier!r} cannot admit turns: run `memvault validate`")
+    if write_mode == "capture" and tier != "bujo":
+        raise _Refused("invalid_config", 'memory.writeMode "capture" requires memory.mode "bujo": run `memvault validate`')
+    run_id = _text(run_id, "runId", MAX_RUN_ID_BYTES)
+    if not run_id.strip() or len(run_id.encode("utf-8")) > MAX_RUN_ID_BYTES:
+        raise _Refused("invalid_turn", f"runId must be 1 to {MAX_RUN_ID_BYTES} UTF-8 bytes of non-blank text")
+    answer = _text(answer, "answer", MAX_ANSWER_CHARS)
+    if trigger not in TRIGGERS:
+        raise _Refused("invalid_turn", f"trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
+    completed = _completed_at(completed_at, now)
+    skip = skip_reason(answer)
+    capture = _capture_text(capture_text, answer, trigger, write_mode) if skip is None else None
+    summary = host_summary(answer)
+    if skip is None:
+        _refuse_secrets(answer[:SUMMARY_SOURCE_CHARS], capture)
+    record = IntakeRecord(intake_id_for(run_id), Payload(write_mode, trigger, summary, capture), tier, completed, now)
+    return record, skip
+
+
+def _completed_at(value: object, now: datetime) -> datetime:
+    if value is None:
+        return now
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise _Refused("invalid_turn", "completedAt must be a timezone-aware instant (ISO-8601 with an offset)")
+    return value
+
+
+def _capture_text(capture_text: object, answer: str, trigger: str, write_mode: str) -> str | None:
+    if write_mode != "capture":
+        return None
+    if trigger != "user" or capture_text is None:
+        return answer  # cron/webhook hygiene: only the assistant answer, never the trigger prompt
+    text = _text(capture_text, "captureText", MAX_CAPTURE_TEXT_BYTES)
+    size = len(text.encode("utf-8"))
+    if size > MAX_CAPTURE_TEXT_BYTES:
+        raise _Refused("turn_too_large", f"captureText is {size} bytes; the limit is {MAX_CAPTURE_TEXT_BYTES}")
+    return text
+
+
+def _refuse_secrets(answer: str, capture: str | None) -> None:
+    for what, text in (("the answer", answer), ("the capture text", capture)):
+        kind = find_credential(normalize_text(text)) if text else None
+        if kind is not None:
+            raise _Refused(
+                "credential_refused",
+                f"{what} looks like it contains {kind}; the turn was NOT saved (memvault never writes secrets). "
+                f"Remove the secret from the turn and retry.",
+            )
+
+
+def _admit_locked(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None) -> AdmissionResult:
+    if len(data) > MAX_RECORD_BYTES:
+        raise _Refused("record_too_large", f"the intake record would be {len(data)} bytes; the limit is {MAX_RECORD_BYTES}")
+    dirs.ensure()
+    ledger = Ledger(dirs, create=True, hook=hook)
+    ledger.recover_shard(shard_of(record.id), receipt_lookup(dirs))
+    existing = _existing(dirs, ledger, record.id)
+    if existing is not None:
+        state, payload_sha = existing
+        if payload_sha != record.payload_sha256:
+            raise Conflict(
+                f"run {record.id} was already admitted with a different payload; the turn was NOT saved "
+                f"(a run id is admitted once). Use a new run id for a new turn."
+            )
+        return AdmissionResult(DUPLICATE, record.id, None, "already admitted with the same payload", state)
+    active = len(dirs.list_folder(PENDING).ids) + len(dirs.list_folder(DEAD).ids)
+    if active >= MAX_ACTIVE:
+        raise _Refused(
+            "intake_full",
+            f"the intake holds {active} active records (limit {MAX_ACTIVE}); the turn was NOT saved. "
+            f"Fix: start the agent so pending work drains, or `memvault inspect` and retry/resolve dead letters.",
+        )
+    _write_new(dirs.record_path(PENDING, record.id), data, hook)
+    return AdmissionResult(ADMITTED, record.id, None, None, record.state)
+
+
+def _existing(dirs: IntakeDirs, ledger: Ledger, intake_id: str) -> tuple[str, str] | None:
+    """(state, payload sha256) of a run intake already knows: ledger first, then the files."""
+    committed = ledger.lookup(intake_id)
+    if committed is not None:
+        return "resolved", committed
+    found = find_active(dirs, intake_id)
+    if found is not None:
+        return found[1].state, found[1].payload_sha256
+    receipt = read_receipt(dirs, intake_id)
+    return None if receipt is None else ("resolved", receipt.payload_sha256)
+
+
+def _write_new(path, data: bytes, hook: CrashHook | None) -> None:
+    """atomic_write with named crash boundaries between write, fsync, rename and folder fsync."""
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    try:
+        try:
+            view, written = memoryview(data), 0
+            while written < len(view):
+                written += os.write(fd, view[written:])
+            hit(hook, "admit.record_written")
+            os.fchmod(fd, 0o600)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        hit(hook, "admit.record_fsynced")
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    hit(hook, "admit.record_renamed")
+    fsync_dir(path.parent)
+    hit(hook, "admit.committed")
