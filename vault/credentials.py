@@ -1,0 +1,185 @@
+"""Refuse text that carries a secret, before anything is written.
+
+`find_credential` names the kind of secret it saw ("an OpenAI API key"), never the secret.
+
+Every pattern is linear-time on Python's backtracking engine: each one starts with a literal or
+a lookbehind that refuses to start inside a run of its own token characters, so a long run is
+scanned once rather than once per start position, and no quantified group can split the same
+text two ways. A 1 MiB text is checked in full.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vault.errors import CredentialRefused
+
+_PLACEHOLDER_WORDS = ("xxx", "***", "...", "your", "example", "placeholder", "redacted", "changeme", "dummy")
+_URL_PLACEHOLDERS = frozenset({"pass", "password", "passwd", "pwd", "secret", "pw", "p", "x"})
+
+
+def _mixed_token(token: str) -> bool:
+    """Keys are random: letters and digits together, in one long alphanumeric run."""
+    has_digit = any(c.isdigit() for c in token)
+    has_alpha = any(c.isalpha() for c in token)
+    longest = max((len(run) for run in re.split(r"[^A-Za-z0-9]", token)), default=0)
+    return has_digit and has_alpha and longest >= 16
+
+
+def _letters_and_digits(token: str) -> bool:
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+
+
+def _url_password(password: str) -> bool:
+    return password.lower() not in _URL_PLACEHOLDERS and not _is_placeholder(password)
+
+
+def _is_placeholder(value: str) -> bool:
+    lowered = value.lower()
+    if any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(value)) == 1:
+        return True
+    if value[0] + value[-1] in ("<>", "[]", "{}"):  # <password>, [token]: a slot to fill in
+        return True
+    # a reference to where the secret lives ($VAR, ${VAR}, %VAR%, os.environ[...], get_key()) is not the secret
+    return value[0] in "$%{" or re.match(r"[A-Za-z_][A-Za-z0-9_.]*[(\[]", value) is not None
+
+
+def _assigned_secret(value: str) -> bool:
+    """A value given to `password=` / `token:`: long enough, not a placeholder, not a plain word."""
+    if len(value) < 8 or _is_placeholder(value):
+        return False
+    # one plain word ("Token: rotation") or a bare date is prose; letters with a digit or symbol, or a
+    # long passphrase, is a secret
+    has_letter = any(c.isalpha() for c in value)
+    return (has_letter and any(not c.isalpha() for c in value)) or len(value) >= 16
+
+
+@dataclass(frozen=True)
+class _Detector:
+    kind: str
+    needles: tuple[str, ...]  # the pattern cannot match without one of these (a lowercase one: in text.lower())
+    pattern: re.Pattern[str]
+    accept: Callable[[str], bool] | None = None  # checks group 1 (or the whole match) when given
+
+
+_ASSIGNED_NAMES = (
+    r"pass(?:word|wd|phrase)?|pwd"
+    r"|(?:client[_-]?|app[_-]?)?secret(?:[_-]?(?:access[_-]?)?key)?"
+    r"|(?:api|access|auth|refresh|bearer|session|private)[_-]?(?:key|token)"
+    r"|apikey|token"
+)
+
+_TOKEN = "A-Za-z0-9_-"  # base64url, the alphabet most API keys are drawn from
+
+_DETECTORS: tuple[_Detector, ...] = (
+    _Detector(
+        "a private key block",
+        ("PRIVATE KEY",),
+        re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----"),
+    ),
+    _Detector(
+        "an AWS secret access key",
+        ("secret",),
+        re.compile(
+            r"(?i:aws[_-]?secret(?:[_-]?access)?[_-]?key|secret[_-]?access[_-]?key)[\"']?\s{0,8}(?::=|=>|[:=])"
+            r"\s{0,8}[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
+        ),
+    ),
+    _Detector(
+        "an AWS access key id",
+        ("AKIA", "ASIA"),
+        re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+    ),
+    _Detector(
+        "a GitHub token",
+        ("gh", "github_pat_"),
+        re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_\w{20,255})(?!\w)", re.ASCII),
+    ),
+    _Detector(
+        "an Anthropic API key",
+        ("sk-ant-",),
+        re.compile(rf"(?<![{_TOKEN}])sk-ant-([{_TOKEN}]{{20,400}})"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "an OpenAI API key",
+        ("sk-",),
+        re.compile(rf"(?<![{_TOKEN}])sk-(?:proj|svcacct|admin)-([{_TOKEN}]{{20,400}})"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "an OpenAI API key",
+        ("sk-",),
+        re.compile(rf"(?<![{_TOKEN}])sk-([{_TOKEN}]{{20,400}})"),
+        _mixed_token,  # plain "sk-" also starts words like sk-learn-compatible
+    ),
+    _Detector(
+        "a Stripe secret key",
+        ("_live_", "_test_"),
+        re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}"),
+    ),
+    _Detector(
+        "a Slack token",
+        ("xox", "xapp-"),
+        re.compile(rf"(?<![{_TOKEN}])(?:xox[abposr]|xapp)-[A-Za-z0-9-]{{10,255}}"),
+    ),
+    _Detector(
+        "a Google API key",
+        ("AIza",),
+        re.compile(rf"(?<![{_TOKEN}])AIza[{_TOKEN}]{{35}}(?![{_TOKEN}])"),
+    ),
+    _Detector(
+        "a JSON Web Token",
+        ("eyJ",),
+        re.compile(rf"(?<![{_TOKEN}])eyJ[{_TOKEN}]{{8,4096}}\.[{_TOKEN}]{{8,8192}}\.[{_TOKEN}]{{8,4096}}"),
+    ),
+    _Detector(
+        "a bearer token",
+        ("bearer",),
+        re.compile(r"(?<![A-Za-z0-9_])(?i:bearer)[ \t]{1,8}([A-Za-z0-9._~+/=-]{20,4096})"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "a password in a URL",
+        ("://",),
+        re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/@]{0,256}:([^\s/@]{1,256})@[^\s/@]"),
+        _url_password,
+    ),
+    _Detector(
+        "a secret assigned to a name like password, token or api_key",
+        ("pass", "pwd", "secret", "key", "token"),
+        re.compile(
+            rf"(?<![A-Za-z0-9])(?i:{_ASSIGNED_NAMES})[\"']?[ \t]{{0,8}}(?::=|=>|[:=])[ \t]{{0,8}}[\"'`]?"
+            r"([^\s\"'`,;<>]{1,512})"
+        ),
+        _assigned_secret,
+    ),
+)
+
+def find_credential(text: str) -> str | None:
+    """What kind of secret `text` seems to carry (the earliest one), or None. Never the secret itself."""
+    best: tuple[int, int] | None = None  # (position, detector order)
+    lowered = text.lower()
+    for order, detector in enumerate(_DETECTORS):
+        if not any(n in (lowered if n == n.lower() else text) for n in detector.needles):
+            continue
+        for match in detector.pattern.finditer(text):
+            if best is not None and match.start() > best[0]:
+                break
+            candidate = match.group(1) if match.lastindex else match.group(0)
+            if detector.accept is None or detector.accept(candidate):
+                if best is None or match.start() < best[0]:
+                    best = (match.start(), order)
+                break
+    return None if best is None else _DETECTORS[best[1]].kind
+
+
+def refuse_credentials(text: str, what: str = "text") -> None:
+    """Raise CredentialRefused when `text` looks like it carries a secret; `what` names the text."""
+    kind = find_credential(text)
+    if kind is not None:
+        raise CredentialRefused(
+            f"{what} looks like it contains {kind}; nothing was written. Remove the secret and try again."
+        )
