@@ -24,15 +24,11 @@ from cli.errors import emit_json, json_option
 @click.pass_context
 def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: str | None, json_: bool) -> None:
     """Create a vault in PATH (default: the current folder)."""
-    from vault.config import default_config_data, render_config, validate_config_data
-    from vault.errors import InvalidConfig
+    from vault.config import default_config_data, render_config
     from vault.init import host_time_zone, init_vault
 
     root = path or ctx.obj["vault_path"] or Path.cwd()
     data = default_config_data(mode=mode, time_zone=time_zone or host_time_zone(dict(os.environ)))
-    problems = validate_config_data(data)
-    if problems:
-        raise InvalidConfig("\n".join(problems))
     created = init_vault(root, render_config(data))
     from indexer.store import MemoryStore
 

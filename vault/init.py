@@ -2,8 +2,8 @@
 
 import os
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
+from vault.config import is_time_zone
 from vault.errors import NotAVault
 from vault.fsio import atomic_write, fsync_dir, read_bytes_nofollow
 from vault.layout import CONFIG_FILE, DAILY, GITIGNORE_LINES
@@ -58,10 +58,4 @@ def host_time_zone(env: dict[str, str]) -> str:
             candidate = link.split("zoneinfo/", 1)[1] if "zoneinfo/" in link else ""
         except OSError:
             candidate = ""
-    if not candidate:
-        return "UTC"
-    try:
-        ZoneInfo(candidate)
-        return candidate
-    except (ValueError, KeyError, OSError):
-        return "UTC"
+    return candidate if candidate and is_time_zone(candidate) else "UTC"
