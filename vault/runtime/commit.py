@@ -1,0 +1,97 @@
+"""The runtime commit: temp files for everything, rename the projections, rename memories.json last.
+
+    write temp USER.md, temp MEMORY.md, temp memories.json (each fsynced)
+    rename the projections            -> fsync runtime/
+    rename memories.json (the marker) -> fsync runtime/
+
+A SIGKILL anywhere leaves memories.json old or new, whole. Projections renamed before a crash
+carry the next revision in their header and an intact digest, so the loader recognises them
+as memvault's own uncommitted bytes and regenerates them from memories.json (projection.py).
+Temp files use unique `mkstemp` names starting with "." and ending in ".tmp", which every
+reader ignores; a failure before the marker rename removes them.
+
+`boundary(name)` is a test hook passed in by the entry layer (never read from the
+environment here): it is called at each named commit boundary so a crash test can SIGKILL
+the process exactly there.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from vault.fsio import fsync_dir
+from vault.paths import resolve_inside
+
+Boundary = Callable[[str], None]
+TEMPS_WRITTEN = "runtime:temps-written"
+COMMITTED = "runtime:committed"
+
+
+def renamed(target: str) -> str:
+    return f"runtime:renamed-{target}"
+
+
+def ensure_folder(root: Path, relpath: str) -> Path:
+    """`root/relpath` as a real folder (created, and its entry fsynced, if missing)."""
+    path = resolve_inside(root, relpath)
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        fsync_dir(path.parent)
+    return path
+
+
+def _write_temp(folder: Path, name: str, data: bytes) -> str:
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    try:
+        view, written = memoryview(data), 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+        os.fchmod(fd, 0o644)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def commit(
+    root: Path,
+    projections: list[tuple[str, str, bytes]],
+    state_relpath: str,
+    state_bytes: bytes,
+    boundary: Boundary | None = None,
+) -> None:
+    """Write `projections` ((target, relpath, bytes)) and then the state file, in that order."""
+    hook = boundary or (lambda _name: None)
+    # resolve_inside refuses a symlink at any existing component, the files themselves included
+    paths = [(target, resolve_inside(root, rel), data) for target, rel, data in projections]
+    state_path = resolve_inside(root, state_relpath)
+    folder = state_path.parent
+    temps: list[str] = []
+    try:
+        for _target, path, data in paths:
+            temps.append(_write_temp(folder, path.name, data))
+        temps.append(_write_temp(folder, state_path.name, state_bytes))
+        hook(TEMPS_WRITTEN)
+        for (target, path, _data), tmp in zip(paths, temps):
+            os.replace(tmp, path)
+            temps[temps.index(tmp)] = ""
+            hook(renamed(target))
+        fsync_dir(folder)
+        os.replace(temps[-1], state_path)
+        temps[-1] = ""
+    except BaseException:
+        for tmp in temps:
+            if tmp:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+        raise
+    fsync_dir(folder)
+    hook(COMMITTED)
