@@ -1,0 +1,132 @@
+"""Crash matrix: a real subprocess SIGKILLed at each named intake boundary, then restarted.
+
+After the restart every admitted run is projected exactly once, indexed once, resolved with a
+committed ledger entry, the ledger and catalog agree, no temp file is left, and `inspect`
+accounts for every run.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from indexer.store import MemoryStore
+from vault.intake import BOUNDARIES
+from vault.intake.admission import intake_id_for
+from vault.intake.files import IntakeDirs
+from vault.intake.ledger import Ledger
+from vault.intake.snapshot import inspect_run, runtime_snapshot
+from vault.clock import utc_now
+
+DRIVER = Path(__file__).resolve().parent / "crash_driver.py"
+RUNS = 4
+
+pytestmark = pytest.mark.slow
+
+
+def drive(vault: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(DRIVER), str(vault), "--runs", str(RUNS), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def run_ids() -> list[str]:
+    return [intake_id_for(f"crash-run-{i}") for i in range(RUNS)]
+
+
+def bullet_counts(vault: Path) -> dict[str, int]:
+    text = "".join(p.read_text() for p in sorted((vault / "daily").glob("*.md")))
+    return {i: text.count(f"^t-{i[:10]}\n") for i in run_ids()}
+
+
+def assert_consistent(vault: Path) -> None:
+    dirs = IntakeDirs(vault)
+    report = Ledger(dirs, create=False).report()
+    assert (report.uncommitted, report.torn_bytes) == (0, 0)
+    assert report.entries == RUNS
+    assert bullet_counts(vault) == dict.fromkeys(run_ids(), 1)
+    for intake_id in run_ids():
+        entry = inspect_run(dirs, intake_id, utc_now())
+        assert [e["state"] for e in entry["entries"]] == ["resolved"] and entry["ledgerCommitted"] is True
+    snapshot = runtime_snapshot(dirs, utc_now())
+    assert snapshot["counts"]["resolved"] == RUNS and snapshot["counts"]["pending"] == 0
+    assert snapshot["unexpectedFiles"] == 0 and snapshot["ledger"]["ok"]
+    assert not [p for p in (vault / ".capture-intake").rglob(".*.tmp")]
+    with MemoryStore.open(vault) as store:
+        for i in range(RUNS):
+            hits = [h for h in store.recall(f"topic{i}", limit=10).hits if f"topic{i}" in h.text]
+            assert len(hits) == 1, f"run {i} indexed {len(hits)} times"
+
+
+NORMAL_BOUNDARIES = [
+    ("catalog.created", 1),
+    ("admit.record_written", 1),
+    ("admit.record_fsynced", 2),
+    ("admit.record_renamed", 3),
+    ("admit.committed", 1),
+    ("project.note_written", 3),
+    ("project.indexed", 2),
+    ("resolve.receipt_written", 1),
+    ("resolve.shard_torn", 2),
+    ("resolve.shard_appended", 1),
+    ("resolve.catalog_committed", 2),
+    ("resolve.active_removed", 1),
+]
+
+
+@pytest.mark.parametrize(("boundary", "nth"), NORMAL_BOUNDARIES)
+def test_killed_at_boundary_then_restarted(new_vault, boundary, nth):
+    killed = drive(new_vault, "--crash", boundary, "--nth", str(nth))
+    assert killed.returncode == -signal.SIGKILL, f"boundary {boundary} never reached: {killed.stderr[-2000:]}"
+    restarted = drive(new_vault)
+    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    statuses = {r["status"] for r in json.loads(restarted.stdout)["results"]}
+    assert statuses <= {"admitted", "duplicate"}
+    assert_consistent(new_vault)
+
+
+def test_killed_while_dead_lettering_then_retried(new_vault):
+    killed = drive(new_vault, "--runs", "1", "--poison", "--fast-clock", "--crash", "dead.rewritten")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    # restart (still poisoned): recovery finishes the interrupted move into dead/
+    restarted = drive(new_vault, "--runs", "1", "--poison", "--fast-clock")
+    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    dirs = IntakeDirs(new_vault)
+    dead_id = intake_id_for("crash-run-0")
+    [entry] = inspect_run(dirs, dead_id, utc_now())["entries"]
+    assert (entry["state"], entry["folder"], entry["attempts"], entry["failure"]) == ("dead", "dead", 16, "invalid_note")
+    # the operator fixes the note and retries; the retry itself is killed once, then finished
+    (new_vault / "daily/2026-11-30.md").write_text("# 2026-11-30\n\n- fixed by hand\n")
+    killed = drive(new_vault, "--op", "retry", "--crash", "retry.rewritten")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert drive(new_vault, "--op", "retry").returncode == 0
+    assert drive(new_vault).returncode == 0  # all four runs: run 0 revived, the others new
+    assert_consistent(new_vault)
+
+
+def test_operator_resolve_killed_then_finished(new_vault):
+    assert drive(new_vault, "--runs", "2", "--poison", "--fast-clock").returncode == 0  # two dead letters
+    killed = drive(new_vault, "--op", "resolve", "--crash", "resolve.shard_appended", "--nth", "2")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    finished = drive(new_vault, "--op", "resolve")
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    dirs = IntakeDirs(new_vault)
+    for intake_id in run_ids()[:2]:
+        [entry] = inspect_run(dirs, intake_id, utc_now())["entries"]
+        assert (entry["state"], entry["outcome"], entry["reason"]) == ("resolved", "operator_resolved", "crash-matrix")
+    assert Ledger(dirs, create=False).report().entries == 2
+    # resolved runs stay duplicates for ever; nothing was projected for them
+    again = drive(new_vault, "--runs", "2", "--fast-clock")
+    assert {r["status"] for r in json.loads(again.stdout)["results"]} == {"duplicate"}
+    assert "^t-" not in (new_vault / "daily/2026-11-30.md").read_bytes().decode("utf-8", "replace")
+
+
+def test_every_boundary_is_in_the_matrix():
+    covered = {b for b, _ in NORMAL_BOUNDARIES} | {"dead.rewritten", "retry.rewritten"}
+    assert covered == set(BOUNDARIES)
