@@ -6,6 +6,7 @@ grammar as-is: it is reduced to words first, so `09:14`, `color:blue` or an unba
 are searched as words and can never raise.
 """
 
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -17,7 +18,9 @@ import tantivy
 from vault.errors import IndexUnavailable
 from vault.records import MemoryRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: neighbour context field `ctx`
+#: weight of a memory's note neighbours relative to its own words
+CONTEXT_BOOST = 0.5
 _WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
 _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
@@ -45,6 +48,7 @@ class Bm25Hit:
     text: str
     content_hash: str
     score: float
+    context_hash: str = ""
 
     @property
     def source(self) -> str:
@@ -53,9 +57,10 @@ class Bm25Hit:
 
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
-    for name in ("key", "id", "path", "kind", "day", "chash"):
+    for name in ("key", "id", "path", "kind", "day", "chash", "ctxh"):
         builder.add_text_field(name, stored=True, tokenizer_name="raw")
     builder.add_text_field("text", stored=True, tokenizer_name="en_stem")
+    builder.add_text_field("ctx", stored=False, tokenizer_name="en_stem")
     builder.add_text_field("cjk", stored=False, tokenizer_name="whitespace")
     builder.add_integer_field("at", stored=True, indexed=False, fast=True)
     builder.add_integer_field("line", stored=True, indexed=False)
@@ -70,6 +75,10 @@ def cjk_bigrams(text: str) -> list[str]:
             grams.append(run)
         grams.extend(run[i : i + 2] for i in range(len(run) - 1))
     return grams
+
+
+def context_hash(context: str) -> str:
+    return hashlib.sha256(context.encode("utf-8")).hexdigest()[:16]
 
 
 def record_key(path: str, memory_id: str) -> str:
@@ -151,7 +160,10 @@ class Bm25Index:
         should = tantivy.Occur.Should
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
         if content:
-            clauses.append((should, self._index.parse_query_lenient(" ".join(content), ["text"])[0]))
+            parsed, _errors = self._index.parse_query_lenient(
+                " ".join(content), ["text", "ctx"], field_boosts={"text": 1.0, "ctx": CONTEXT_BOOST}
+            )
+            clauses.append((should, parsed))
         clauses += [(should, tantivy.Query.term_query(self.schema, "cjk", g)) for g in cjk_bigrams(text)[:_MAX_QUERY_WORDS]]
         if not clauses:
             return None
@@ -174,6 +186,7 @@ class Bm25Index:
             text=doc["text"][0],
             content_hash=doc["chash"][0],
             score=float(score),
+            context_hash=doc["ctxh"][0],
         )
 
 
@@ -204,6 +217,8 @@ class Bm25Writer:
                     day=record.day.isoformat(),
                     chash=record.content_hash,
                     text=record.text,
+                    ctx=record.context,
+                    ctxh=context_hash(record.context),
                     cjk=" ".join(cjk_bigrams(record.text)),
                     at=int(record.at.timestamp()),
                     line=record.line,

@@ -1,6 +1,6 @@
 """From a parsed note to the memory records the indexes hold. Pure: no I/O."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 
 from vault.clock import bullet_instant, zone
@@ -12,6 +12,10 @@ from vault.plaintext import plain_text
 
 #: frontmatter keys that set a note's own zone (for a person who travels)
 ZONE_KEYS = ("timeZone", "timezone", "tz")
+#: bullets on each side of a memory, in the same note, that count as its context: conversation
+#: memories are rarely self-contained ("Yes, the blue one!") and their neighbours say what they
+#: are about. Both retrievers use it (BM25 as a down-weighted field, vectors in the passage).
+CONTEXT_NEIGHBOURS = 2
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class MemoryRecord:
     line: int  # 1-based line of the bullet, for people
     heading: str | None
     explicit_id: bool
+    #: the plain text of up to CONTEXT_NEIGHBOURS bullets on each side, nearest first
+    context: str = ""
 
     @property
     def source(self) -> str:
@@ -65,4 +71,17 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
                 explicit_id=bullet.has_explicit_id,
             )
         )
-    return records
+    return with_context(records)
+
+
+def with_context(records: list[MemoryRecord]) -> list[MemoryRecord]:
+    """The records of one note, each carrying its neighbours' text as context."""
+    contexts = []
+    for index in range(len(records)):
+        parts = []
+        for distance in range(1, CONTEXT_NEIGHBOURS + 1):
+            for other in (index - distance, index + distance):
+                if 0 <= other < len(records):
+                    parts.append(records[other].text)
+        contexts.append(" ".join(parts))
+    return [replace(record, context=context) for record, context in zip(records, contexts)]
