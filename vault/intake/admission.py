@@ -232,6 +232,7 @@ def _admit_locked(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: Cra
         raise _Refused("record_too_large", f"the intake record would be {len(data)} bytes; the limit is {MAX_RECORD_BYTES}")
     dirs.ensure()
     ledger = Ledger(dirs, create=True, hook=hook)
+    ledger.check_sizes()
     ledger.recover_shard(shard_of(record.id), receipt_lookup(dirs))
     existing = _existing(dirs, ledger, record.id)
     if existing is not None:

@@ -115,8 +115,29 @@ class Ledger:
         """The committed payload sha256 of a run, or None. Uncommitted suffix entries do not count."""
         return self.read_shard(shard_of(intake_id)).committed.get(intake_id)
 
-    def report(self) -> LedgerReport:
-        """Read-only verification of every shard (inspect, health)."""
+    def check_sizes(self) -> None:
+        """Cheap whole-ledger check for every admission: no committed shard is missing or short.
+
+        Hashing all 256 shards on every admission would cost O(ledger); the full comparison runs
+        for the admitted run's own shard, at worker start, and in `inspect`.
+        """
+        for shard, slot in enumerate(self.catalog.slots):
+            if not slot.size:
+                continue
+            path = self.shard_path(shard)
+            try:
+                size = os.lstat(path).st_size
+            except FileNotFoundError:
+                raise _broken(path, f"the shard is missing but the catalog committed {slot.size} bytes") from None
+            if size < slot.size:
+                raise _broken(path, f"the shard is truncated: {size} bytes, the catalog committed {slot.size}")
+
+    def report(self, receipts: ReceiptLookup | None = None) -> LedgerReport:
+        """Read-only verification of every shard (inspect, health).
+
+        With `receipts`, an uncommitted entry without an exact receipt is reported as the
+        fail-closed problem recovery would raise.
+        """
         entries = shards = uncommitted = torn = 0
         for shard in range(SHARD_COUNT):
             view = self.read_shard(shard)
@@ -124,6 +145,9 @@ class Ledger:
             entries += len(view.committed)
             uncommitted += len(view.suffix)
             torn += view.torn
+            orphans = [i for i, sha in view.suffix if receipts is not None and receipts(i) != sha]
+            if orphans:
+                raise _broken(self.shard_path(shard), f"{len(orphans)} entries past the committed mark have no exact resolved receipt")
         return LedgerReport(entries, shards, uncommitted, torn)
 
     # --- writing (intake lock held) ---------------------------------------------------------

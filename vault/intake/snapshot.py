@@ -15,7 +15,7 @@ from vault.errors import VaultError
 from vault.intake.files import DEAD, PENDING, RESOLVED, IntakeDirs, is_intake_id
 from vault.intake.ledger import Ledger
 from vault.intake.record import AWAITING_CAPTURE, PENDING_STATE, IntakeRecord, Receipt, format_ts
-from vault.intake.state import MAX_ACTIVE, MAX_RECEIPTS, read_receipt, read_record
+from vault.intake.state import MAX_ACTIVE, MAX_RECEIPTS, read_receipt, read_record, receipt_lookup
 
 COUNT_KEYS = ("pending", "awaitingCapture", "dead", "resolved", "due", "invalid")
 
@@ -96,7 +96,7 @@ def ledger_status(dirs: IntakeDirs) -> dict:
     """The ledger verified read-only: ok, or the fail-closed problem an admission would hit."""
     marker = os.path.lexists(dirs.marker)
     try:
-        report = Ledger(dirs, create=False).report()
+        report = Ledger(dirs, create=False).report(receipt_lookup(dirs))
     except (VaultError, OSError) as exc:
         return {"ok": False, "problem": str(exc), "marker": marker}
     return {

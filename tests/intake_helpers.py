@@ -1,0 +1,49 @@
+"""Shared helpers for the intake tests: vaults of each tier, a settable clock, quick admission."""
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from vault.config import default_config_data, render_config
+from vault.init import init_vault
+from vault.intake.admission import admit_turn
+from vault.intake.files import IntakeDirs
+
+START = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+
+
+class Clock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now: datetime = START):
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+def make_vault(tmp_path: Path, mode: str = "lite", write_mode: str = "append-host-summary", name: str = "v") -> Path:
+    data = default_config_data(mode=mode, time_zone="Europe/Amsterdam")
+    data["memory"]["writeMode"] = write_mode
+    root = tmp_path / name
+    init_vault(root, render_config(data))
+    return root.resolve()
+
+
+def store_for(root: Path, clock=None):
+    from indexer.store import MemoryStore
+    from vault.config import load_config
+    from vault.layout import VaultLayout
+
+    return MemoryStore(VaultLayout(root), load_config(root, {}), clock=clock or Clock())
+
+
+def admit(root: Path, run_id: str, answer: str = "Deployed the fix and closed the incident.", *, now=START, write_mode="append-host-summary", tier="lite", **turn):
+    return admit_turn(IntakeDirs(root), run_id=run_id, answer=answer, write_mode=write_mode, tier=tier, now=now, **turn)
+
+
+def intake_files(root: Path) -> list[str]:
+    base = root / ".capture-intake"
+    return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()) if base.exists() else []
