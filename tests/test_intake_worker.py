@@ -1,0 +1,271 @@
+"""The intake worker and operator commands: projection per tier, backoff and dead letters,
+retry/resolve semantics, the liveness fence and the bounded shutdown drain."""
+
+import subprocess
+import sys
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from indexer.intake_worker import IntakeWorker
+from vault.errors import InvalidRecord, VaultLocked
+from vault.intake.admission import intake_id_for
+from vault.intake.backoff import schedule
+from vault.intake.files import IntakeDirs
+from vault.intake.ledger import Ledger
+from vault.intake.operator import resolve_run_as_operator, retry_runs
+from vault.intake.snapshot import inspect_run, runtime_snapshot
+from vault.intake.state import read_record
+from vault.locks import VaultLock
+from tests.intake_helpers import START, Clock, make_vault, store_for
+
+ANSWER = "Deployed the fix and closed the incident."
+POISON = b"# 2026-11-30\n\n- \xff broken bytes\n"
+
+
+def state_of(root, run_id):
+    entries = inspect_run(IntakeDirs(root), intake_id_for(run_id), START)["entries"]
+    assert len(entries) == 1, entries
+    return entries[0]
+
+
+def drain(store):
+    store.start_intake(poll_seconds=0.05)
+    report = store.stop(timeout=10)
+    assert report.drained
+
+
+def test_lite_projects_to_daily_on_the_local_date_and_is_searchable_at_once(tmp_path):
+    root = make_vault(tmp_path)
+    late = datetime(2026, 11, 30, 23, 30, tzinfo=timezone.utc)  # 00:30 on Dec 1 in Amsterdam
+    with store_for(root) as store:
+        store.start_intake(poll_seconds=0.05)
+        assert store.persist_completed_turn("run-1", ANSWER).status == "admitted"
+        assert store.persist_completed_turn("run-2", "Moved standup to ten.", completed_at=late).status == "admitted"
+        assert store.stop().drained
+        hits = [h for h in store.recall("incident").hits if "incident" in h.text]
+    block = "t-" + intake_id_for("run-1")[:10]
+    assert (root / "daily/2026-11-30.md").read_text() == f"# 2026-11-30\n\n- 14:03 {ANSWER} ^{block}\n"
+    assert "- 00:30 Moved standup to ten. ^t-" in (root / "daily/2026-12-01.md").read_text()
+    assert [h.source for h in hits] == [f"daily/2026-11-30.md#^{block}"]
+    entry = state_of(root, "run-1")
+    assert (entry["state"], entry["outcome"], entry["attempts"]) == ("resolved", "projected", 1)
+    assert entry["projection"] == f"daily/2026-11-30.md#^{block}"
+
+
+def test_bujo_projects_raw_audit_outside_curated_recall(tmp_path):
+    root = make_vault(tmp_path, mode="bujo")
+    with store_for(root) as store:
+        store.persist_completed_turn("run-1", ANSWER)
+        drain(store)
+        assert store.recall("incident").hits == ()
+        assert store._readable_index().bm25.count_kind("audit") == 1
+    assert "^t-" in (root / "audit/2026-11-30.md").read_text()
+    assert not (root / "daily/2026-11-30.md").exists()
+    assert state_of(root, "run-1")["state"] == "resolved"
+
+
+def test_journal_projects_through_its_seam_into_daily(tmp_path):
+    root = make_vault(tmp_path, mode="journal")
+    with store_for(root) as store:
+        store.persist_completed_turn("run-1", ANSWER)
+        drain(store)
+    assert f"{ANSWER} ^t-" in (root / "daily/2026-11-30.md").read_text()
+
+
+def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured(tmp_path):
+    root = make_vault(tmp_path, mode="bujo", write_mode="capture")
+    with store_for(root) as store:
+        store.persist_completed_turn("run-1", ANSWER, capture_text="user: status?\nassistant: " + ANSWER)
+        drain(store)
+        drain(store)  # a restart does not project it again
+        snapshot = store.intake_snapshot()
+    assert (root / "audit/2026-11-30.md").read_text().count("^t-") == 1
+    entry = state_of(root, "run-1")
+    assert (entry["state"], entry["folder"], entry["due"]) == ("awaiting_capture", "pending", False)
+    assert entry["projection"].startswith("audit/2026-11-30.md#^t-")
+    assert snapshot["counts"]["awaitingCapture"] == 1 and snapshot["counts"]["resolved"] == 0
+    assert retry_runs(root, intake_id_for("run-1"), START) == [{"id": intake_id_for("run-1"), "outcome": "awaiting_capture"}]
+
+
+def test_a_replay_finds_its_bullet_and_does_not_write_it_twice(tmp_path):
+    root = make_vault(tmp_path)
+    with store_for(root) as store:
+        store.persist_completed_turn("run-1", ANSWER)
+        block = "t-" + intake_id_for("run-1")[:10]
+        # as if a crash hit after the projection but before the receipt
+        (root / "daily/2026-11-30.md").write_text(f"# 2026-11-30\n\n- 14:03 {ANSWER} ^{block}\n- a person's line\n")
+        drain(store)
+        assert [h.id for h in store.recall("incident").hits].count(block) == 1
+    assert (root / "daily/2026-11-30.md").read_text().count(block) == 1
+    assert state_of(root, "run-1")["state"] == "resolved"
+
+
+def test_failed_attempts_back_off_then_dead_letter_after_16(tmp_path):
+    root = make_vault(tmp_path)
+    (root / "daily/2026-11-30.md").write_bytes(POISON)
+    clock = Clock()
+    store = store_for(root, clock)
+    store.persist_completed_turn("run-1", ANSWER)
+    worker = IntakeWorker(store, clock=clock)
+    dirs, intake_id = IntakeDirs(root), intake_id_for("run-1")
+    for attempt, wait in enumerate([*schedule(), None], start=1):
+        assert worker.process_due() == 1
+        if wait is None:
+            break
+        record = read_record(dirs, "pending", intake_id)
+        assert (record.attempts, record.failure) == (attempt, "invalid_note")
+        assert record.next_attempt_at == clock.now + wait
+        clock.advance(wait - timedelta(seconds=1))
+        assert worker.process_due() == 0  # not due yet
+        clock.advance(timedelta(seconds=1))
+    dead = read_record(dirs, "dead", intake_id)
+    assert (dead.state, dead.attempts, dead.failure) == ("dead", 16, "invalid_note")
+    assert not dirs.record_path("pending", intake_id).exists()
+    counts = runtime_snapshot(dirs, clock.now)["counts"]
+    assert (counts["dead"], counts["pending"], counts["due"]) == (1, 0, 0)
+    assert worker.transitions["dead"] == 1 and worker.transitions["retry_scheduled"] == 15
+    assert clock.now - START > timedelta(hours=24)
+
+
+def test_retry_revives_dead_letters_and_makes_delayed_work_due(tmp_path):
+    root = make_vault(tmp_path)
+    (root / "daily/2026-11-30.md").write_bytes(POISON)
+    clock = Clock()
+    store = store_for(root, clock)
+    worker = IntakeWorker(store, clock=clock)
+    for run in ("dead-run", "delayed-run"):
+        store.persist_completed_turn(run, f"{ANSWER} ({run})")
+    worker.process_due()  # both fail once and are delayed
+    dead_id, delayed_id = intake_id_for("dead-run"), intake_id_for("delayed-run")
+    dirs = IntakeDirs(root)
+    record = read_record(dirs, "pending", dead_id)
+    from vault.intake.state import write_record
+
+    write_record(dirs, "dead", record.evolve(state="dead", attempts=16))
+    dirs.record_path("pending", dead_id).unlink()
+    outcomes = {row["id"]: row["outcome"] for row in retry_runs(root, None, clock.now)}
+    assert outcomes == {dead_id: "revived", delayed_id: "made_due"}
+    revived = read_record(dirs, "pending", dead_id)
+    assert (revived.state, revived.attempts, revived.is_due(clock.now)) == ("pending", 0, True)
+    assert retry_runs(root, delayed_id, clock.now) == [{"id": delayed_id, "outcome": "already_due"}]
+    assert retry_runs(root, None, clock.now) == []
+    (root / "daily/2026-11-30.md").write_text("# 2026-11-30\n")
+    assert worker.process_due() == 2
+    assert retry_runs(root, dead_id, clock.now) == [{"id": dead_id, "outcome": "already_resolved"}]
+    with pytest.raises(InvalidRecord, match="no intake record"):
+        retry_runs(root, "0" * 64, clock.now)
+    with pytest.raises(InvalidRecord, match="not an intake id"):
+        retry_runs(root, "run-1", clock.now)
+
+
+def test_resolve_accepts_the_loss_and_keeps_duplicate_protection(tmp_path):
+    root = make_vault(tmp_path)
+    (root / "daily/2026-11-30.md").write_bytes(POISON)
+    store = store_for(root)
+    store.persist_completed_turn("run-1", ANSWER)
+    intake_id = intake_id_for("run-1")
+    with pytest.raises(InvalidRecord, match="slug"):
+        resolve_run_as_operator(root, intake_id, "Not A Slug", START)
+    result = resolve_run_as_operator(root, intake_id, "disk-was-full", START)
+    assert result == {"id": intake_id, "outcome": "operator_resolved", "previousState": "pending", "reason": "disk-was-full"}
+    entry = state_of(root, "run-1")
+    assert (entry["state"], entry["outcome"], entry["reason"], entry["projection"]) == ("resolved", "operator_resolved", "disk-was-full", None)
+    assert Ledger(IntakeDirs(root), create=False).lookup(intake_id) is not None
+    again = store.persist_completed_turn("run-1", ANSWER)
+    assert (again.status, again.state) == ("duplicate", "resolved")
+    assert resolve_run_as_operator(root, intake_id, "twice", START)["outcome"] == "already_resolved"
+    assert (root / "daily/2026-11-30.md").read_bytes() == POISON  # nothing was projected
+    with pytest.raises(InvalidRecord, match="no intake record"):
+        resolve_run_as_operator(root, "1" * 64, "gone", START)
+
+
+_HOLD_FENCE = """
+import sys, time
+from pathlib import Path
+from vault.locks import LivenessFence
+fence = LivenessFence(Path(sys.argv[1])).hold()
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_retry_resolve_and_a_second_worker_are_refused_while_a_live_process_holds_the_vault(tmp_path):
+    root = make_vault(tmp_path)
+    store = store_for(root)
+    store.persist_completed_turn("run-1", ANSWER)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_FENCE, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(VaultLocked, match="Another live memvault process"):
+            retry_runs(root, None, START)
+        with pytest.raises(VaultLocked, match="stop that process"):
+            resolve_run_as_operator(root, intake_id_for("run-1"), "x", START)
+        with pytest.raises(VaultLocked):
+            store.start_intake()
+        assert state_of(root, "run-1")["state"] == "pending"  # admission still works beside it
+    finally:
+        holder.communicate("\n", timeout=10)
+    drain(store)
+    assert state_of(root, "run-1")["state"] == "resolved"
+
+
+def test_stop_drains_for_the_deadline_then_aborts_and_the_record_stays_pending(tmp_path):
+    root = make_vault(tmp_path)
+    store = store_for(root)
+    blocker = threading.Event()
+    release = threading.Event()
+
+    def hold_vault_lock():
+        with VaultLock(root, timeout=30):
+            blocker.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_vault_lock)
+    holder.start()
+    blocker.wait(10)
+    worker = store.start_intake(poll_seconds=0.05)
+    store.persist_completed_turn("run-1", ANSWER)
+    report = store.stop(timeout=0.3)
+    assert (report.drained, report.aborted) == (False, True)
+    release.set()
+    holder.join(10)
+    assert worker.join(30)
+    assert worker.transitions["aborted"] == 1 and worker.transitions["resolved"] == 0
+    assert state_of(root, "run-1")["state"] == "pending"
+    assert not (root / "daily/2026-11-30.md").exists()
+    drain(store)  # the next start finishes it, once
+    assert (root / "daily/2026-11-30.md").read_text().count("^t-") == 1
+    assert state_of(root, "run-1")["state"] == "resolved"
+
+
+def test_transition_notifications_never_roll_back_the_durable_state(tmp_path):
+    root = make_vault(tmp_path)
+    seen = []
+
+    def listener(name, intake_id):
+        seen.append((name, intake_id))
+        raise RuntimeError("health endpoint down")
+
+    with store_for(root) as store:
+        worker = store.start_intake(poll_seconds=0.05, on_transition=listener)
+        store.persist_completed_turn("run-1", ANSWER)
+        store.stop()
+    assert seen == [("resolved", intake_id_for("run-1"))]
+    assert worker.transitions["notify_failed"] == 1
+    assert state_of(root, "run-1")["state"] == "resolved"
+
+
+def test_unsafe_note_path_is_a_bounded_failure_category(tmp_path):
+    root = make_vault(tmp_path)
+    (tmp_path / "elsewhere.md").write_text("# elsewhere\n")
+    (root / "daily/2026-11-30.md").symlink_to(tmp_path / "elsewhere.md")
+    clock = Clock()
+    store = store_for(root, clock)
+    store.persist_completed_turn("run-1", ANSWER)
+    worker = IntakeWorker(store, clock=clock)
+    worker.process_due()
+    entry = state_of(root, "run-1")
+    assert (entry["state"], entry["failure"], entry["attempts"]) == ("pending", "unsafe_path", 1)
+    assert (tmp_path / "elsewhere.md").read_text() == "# elsewhere\n"
