@@ -10,14 +10,22 @@ section. Reads use the serving index generation and follow commits made by other
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from indexer.derived import DerivedIndex, read_note_records
-from indexer.generations import MANIFEST, Manifest, activate, current_generation
+from indexer.derived import BoundaryHook, DerivedIndex, read_note_records
+from indexer.generations import (
+    MANIFEST,
+    REBUILD_GUARDS,
+    Manifest,
+    activate,
+    current_generation,
+    remove_stray_generations,
+)
 from indexer.recall import recall_bm25
 from indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
+from indexer.sync import IndexDelta, SyncOutcome
 from vault.clock import utc_now
 from vault.config import Config, load_config
 from vault.curated import prepare_fact, write_fact
@@ -108,47 +116,98 @@ class MemoryStore:
         status = "added" if written.written else "completed"
         return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
 
-    def sync(self) -> SyncReport:
-        """Index every note whose bytes changed since the index saw it (hand edits, crashes)."""
+    def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None) -> SyncReport:
+        """Index every note whose bytes changed since the index saw it (hand edits, crashes).
+
+        `paths` (vault-relative) limits the check to those files: the watcher names what changed.
+        Returns a `SyncOutcome`: a SyncReport whose `files` are the files whose rows changed, with
+        row counts beside it.
+        """
         if not os.access(self.layout.root, os.W_OK):
-            return SyncReport((), 0, skipped="vault is read-only")
+            return SyncOutcome.skipped_because("vault is read-only")
+        started = time.monotonic()
         try:
             with VaultLock(self.layout.root, timeout=5.0):
                 index = self._writable_index()
-                stale = index.stale_paths(self.layout)
-                memories = self._apply(index, stale)
+                stale = index.stale_paths(self.layout, None if paths is None else list(paths))
+                delta = self._apply(index, stale, hook)
         except VaultLocked:
-            return SyncReport((), 0, skipped="another memvault process holds the vault lock")
-        return SyncReport(tuple(stale), memories)
+            return SyncOutcome.skipped_because("another memvault process holds the vault lock")
+        return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
 
-    def rebuild(self, progress: ProgressCallback | None = None) -> RebuildReport:
+    def rebuild(self, progress: ProgressCallback | None = None, *, hook: BoundaryHook | None = None) -> RebuildReport:
         """Build a new index generation from the files alone, then swap it in atomically.
 
-        The build runs without the vault lock (writers keep going); the short catch-up and the
-        pointer swap run under it.
+        The build runs without the vault lock (writers and the watcher keep going on the serving
+        generation); the short catch-up and the pointer swap run under it. Refusals
+        (`REBUILD_GUARDS`) run before anything is touched; leftovers of killed rebuilds go first.
         """
         started = time.monotonic()
         with VaultLock(self.layout.root, name="rebuild", timeout=-1):
-            generation = self._build_generation(progress)
+            for guard in REBUILD_GUARDS:
+                guard(self.layout, self.config)
             with self._lock:
-                self._swap_in(generation)
+                remove_stray_generations(self.layout.index_dir)
+            generation = self._build_generation(progress, hook)
+            if hook is not None:
+                hook("rebuild.built")
+            with self._lock:
+                self._swap_in(generation, hook)
         return _rebuild_report(generation, time.monotonic() - started)
 
-    def _build_generation(self, progress: ProgressCallback | None) -> DerivedIndex:
-        generation = DerivedIndex.create(self.layout)
+    def compact(self, *, hook: BoundaryHook | None = None) -> bool:
+        """Rewrite the serving generation from its own rows, without the deleted ones.
+
+        Tantivy keeps deleted rows in its statistics until segments merge, so after many edits
+        scores drift slightly from a fresh build's; a compacted generation answers exactly as a
+        rebuild would, without reading a file or re-embedding anything (other components are
+        hard-linked). Returns False when there was nothing to do or a rebuild holds the vault.
+        """
+        try:
+            rebuild_lock = VaultLock(self.layout.root, name="rebuild", timeout=0)
+            rebuild_lock.acquire()
+        except VaultLocked:
+            return False
+        try:
+            with self._lock:
+                source = self._writable_index()
+                if source.deleted_rows() == 0:
+                    return False
+                indexed, states = source.snapshot()
+                target = DerivedIndex.create(self.layout, embedding=source.manifest.embedding)
+                source.link_components_into(target)
+            for start in range(0, len(indexed), _REBUILD_BATCH_FILES):
+                target.apply(indexed[start : start + _REBUILD_BATCH_FILES], hook)
+            target.manifest.files = states
+            target.manifest.save(target.generation / MANIFEST)
+            with self._lock:
+                self._swap_in(target, hook)
+            return True
+        finally:
+            rebuild_lock.release()
+
+    def _build_generation(self, progress: ProgressCallback | None, hook: BoundaryHook | None = None) -> DerivedIndex:
+        generation = DerivedIndex.create(self.layout, embedding=self._embedding_identity())
         paths = self.layout.note_relpaths()
         for start in range(0, len(paths), _REBUILD_BATCH_FILES):
-            self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES])
+            self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES], hook)
             if progress is not None:
                 progress(min(start + _REBUILD_BATCH_FILES, len(paths)), len(paths))
         return generation
 
-    def _swap_in(self, generation: DerivedIndex) -> None:
+    def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None) -> None:
         """Catch up with writes made while building, then point CURRENT at it. Lock held."""
-        self._apply(generation, generation.stale_paths(self.layout))
-        activate(self.layout.index_dir, generation.generation)
+        self._apply(generation, generation.stale_paths(self.layout), hook)
+        activate(self.layout.index_dir, generation.generation, hook)
         self._index = generation
         self._manifest_stamp = self._stamp(generation)
+
+    def _embedding_identity(self) -> dict | None:
+        """The identity a new generation is built for; sync and the watcher never change it."""
+        embeddings = self.config.memory.embeddings
+        if embeddings is None:
+            return None
+        return {"provider": embeddings.provider, "model": embeddings.model, "dim": embeddings.dim}
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -171,12 +230,12 @@ class MemoryStore:
 
     # --- index plumbing ----------------------------------------------------------------------
 
-    def _apply(self, index: DerivedIndex, relpaths: list[str]) -> int:
+    def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None) -> IndexDelta:
         indexed = [read_note_records(self.layout, path, self.time_zone) for path in relpaths]
-        added = index.apply(indexed)
+        delta = index.apply(indexed, hook)
         if index is self._index:
             self._manifest_stamp = self._stamp(index)
-        return added
+        return delta
 
     def _writable_index(self) -> DerivedIndex:
         """The serving generation, current with other processes' commits; created if missing.
@@ -192,6 +251,17 @@ class MemoryStore:
         return index
 
     def _readable_index(self, create_missing: bool = False) -> DerivedIndex:
+        try:
+            return self._serving_index(create_missing)
+        except IndexUnavailable:
+            # a rebuild may have swapped CURRENT and dropped the generation we were opening
+            # between our reading the pointer and opening the folder: look once more
+            if self._index is not None and current_generation(self.layout.index_dir) == self._index.generation:
+                raise
+            self._index = None
+            return self._serving_index(create_missing)
+
+    def _serving_index(self, create_missing: bool) -> DerivedIndex:
         generation = current_generation(self.layout.index_dir)
         if generation is None:
             if not create_missing:
@@ -201,7 +271,7 @@ class MemoryStore:
             self._swap_in(self._build_generation(None))
             return self._index
         if self._index is None or self._index.generation != generation:
-            self._index = DerivedIndex.open_current(self.layout)
+            self._index = DerivedIndex.open_generation(generation)
             self._manifest_stamp = self._stamp(self._index)
         else:
             self._index.bm25.refresh()
@@ -209,7 +279,10 @@ class MemoryStore:
 
     @staticmethod
     def _stamp(index: DerivedIndex) -> tuple[str, int]:
-        info = os.stat(index.generation / MANIFEST)
+        try:
+            info = os.stat(index.generation / MANIFEST)
+        except OSError as exc:
+            raise IndexUnavailable(f"index generation {index.generation} vanished ({exc.strerror}): retry") from exc
         return (str(info.st_ino), info.st_mtime_ns)
 
 
