@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from indexer.embedding_http import HttpTarget, post_json
 from vault.errors import ProviderUnavailable
 
 MAX_COMPLETION_CHARS = 262_144
@@ -52,7 +51,7 @@ class HttpChatModel:
             self.url = base + "/api/chat"
         else:
             self.url = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
-        self._target = HttpTarget(
+        self._target_fields = dict(
             name=f"{provider} chat (model {model})",
             config_key="memory.llm.endpoint",
             start_hint="start Ollama (`ollama serve`)" if provider == "ollama" else "check the OpenAI-compatible server is running",
@@ -67,10 +66,15 @@ class HttpChatModel:
         return f"HttpChatModel({self.provider} {self.model} at {self.url})"
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, response_format_json: bool) -> str:
+        # the shared transport lives beside the embedding client, which imports numpy: load it
+        # only when a model is actually called, so commands that never call one start fast
+        from indexer.embedding_http import HttpTarget, post_json
+
         payload = self._payload(_checked(messages), response_format_json)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        target = HttpTarget(**self._target_fields)
         answer = post_json(
-            self.url, payload, target=self._target, timeout_s=self.timeout_s, headers=headers, max_bytes=MAX_ANSWER_BYTES
+            self.url, payload, target=target, timeout_s=self.timeout_s, headers=headers, max_bytes=MAX_ANSWER_BYTES
         )
         text = self._content(answer)
         if len(text) > MAX_COMPLETION_CHARS:
@@ -109,7 +113,7 @@ class HttpChatModel:
 
     def _fail(self, problem: str, fix: str | None = None) -> ProviderUnavailable:
         fix = fix or f"check that {self.url} serves {self.provider} chat completions for model {self.model}"
-        return ProviderUnavailable(f"{self._target.name} at {self.url}: {problem}: {fix}")
+        return ProviderUnavailable(f"{self._target_fields['name']} at {self.url}: {problem}: {fix}")
 
 
 def _checked(messages: Sequence[Mapping[str, str]]) -> list[dict]:

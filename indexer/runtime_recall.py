@@ -5,10 +5,10 @@ from the files: the receipt's note must hold a bullet with that id and the same 
 "duplicate" receipt (the content was already there) must also be found by recall, the exact
 evidence the spec asks of a skipped write. Only then is the space marked written (activated).
 
-Recall searches the granted spaces concurrently, maps each space's BM25 scores onto one
-absolute quality scale, drops weak hits, and fuses with reciprocal-rank fusion over each
-space's own ranking plus one global quality ranking, so a strong hit in one space outranks the
-best-but-weak hit of another.
+Recall searches the granted spaces concurrently and normalises each space's scores by its own
+best hit (so engines and score scales never need to agree), drops hits far weaker than their
+space's best, and fuses with reciprocal-rank fusion over each space's own ranking plus one
+global ranking by normalised quality; the same content found in two spaces counts once.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from vault.paths import resolve_inside
 from vault.spaces import SpaceCatalog
 
 RRF_K = 60
-#: BM25 score s maps to s / (s + QUALITY_HALF): 0.5 at QUALITY_HALF, saturating towards 1
-QUALITY_HALF = 2.0
-MIN_QUALITY = 0.15
+#: a hit scoring under this fraction of its space's best hit is dropped as low relevance
+MIN_QUALITY = 0.25
 PER_SPACE_LIMIT = 12
 MAX_WORKERS = 8
 _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
@@ -111,10 +110,6 @@ def _unverified(space_id: str, problem: str) -> VaultError:
 # --- recall across spaces -----------------------------------------------------------------------
 
 
-def quality(raw: float) -> float:
-    return raw / (raw + QUALITY_HALF) if raw > 0 else 0.0
-
-
 def recall_spaces(catalog: SpaceCatalog, query: str, space_ids: Sequence[str], limit: int = PER_SPACE_LIMIT) -> FusedRecall:
     """Search every space in `space_ids` concurrently; fused, deduplicated, weak hits dropped."""
     ids = list(dict.fromkeys(space_ids))
@@ -142,8 +137,9 @@ def fuse(per_space: Mapping[str, Sequence[RecallHit]]) -> tuple[SpaceHit, ...]:
     rankings: list[list[str]] = []
     for space_id, hits in per_space.items():
         ranking = []
+        best = max((hit.score for hit in hits), default=0.0)
         for hit in hits:
-            q = quality(hit.score)
+            q = hit.score / best if best > 0 else 0.0
             if q < MIN_QUALITY:
                 continue
             key = content_hash(hit.text)

@@ -40,6 +40,7 @@ from vault.runtime.entries import (
 )
 from vault.runtime.mutations import ADD, Mutation, apply, find_match, make_add, make_remove, make_replace
 from vault.runtime.projection import (
+    CURRENT,
     EDITED,
     FILES,
     MISSING,
@@ -347,6 +348,8 @@ class RuntimeMemory:
         if raw is _OVERSIZE:
             return EDITED
         stamp = state.projections.get(target)
+        if raw is None and stamp is None:
+            return CURRENT  # nothing was ever committed for this target: no file is the right file
         return classify(raw, target, stamp.sha256 if stamp else None, state.revision)
 
     def _statuses(self, state: RuntimeState) -> dict[str, str]:
