@@ -2,6 +2,7 @@
 
 from cli.app import cli
 from cli import core_commands  # noqa: F401  (registers init, remember, search, rebuild, validate)
+from cli import intake_commands  # noqa: F401  (registers admit, inspect, retry, resolve)
 from cli import runtime_commands  # noqa: F401  (registers runtime, doc, space)
 
 __all__ = ["cli"]

@@ -88,6 +88,8 @@ class MemoryStore:
         return store
 
     def close(self) -> None:
+        if self._intake is not None:  # durable intake: drain (bounded) before closing
+            self.stop()
         self._index = None
 
     def __enter__(self) -> "MemoryStore":
@@ -227,6 +229,79 @@ class MemoryStore:
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         """Alias of `recall`, named after the CLI command."""
         return self.recall(query, limit=limit, mode=mode)
+
+    # --- durable intake (logic in vault/intake/ and indexer/intake_worker.py) ------------------
+
+    _intake = None  # the running IntakeWorker, if `start_intake` was called
+    _intake_hook = None  # test-only crash hook armed by `start_intake(crash_hook=...)`
+
+    def persist_completed_turn(
+        self,
+        run_id: str,
+        answer: str,
+        *,
+        capture_text: str | None = None,
+        trigger: str = "user",
+        completed_at: datetime | None = None,
+    ):
+        """Durably admit one completed turn; returns an AdmissionResult and never raises for
+        expected failures (admitted / duplicate / skipped(reason) / failed(category, message)).
+
+        Projection to markdown happens in the intake worker (`start_intake`), or in the next
+        process that starts it; the admitted record is the restart boundary.
+        """
+        from vault.intake.admission import admit_turn
+        from vault.intake.files import IntakeDirs
+
+        result = admit_turn(
+            IntakeDirs(self.layout.root),
+            run_id=run_id,
+            answer=answer,
+            capture_text=capture_text,
+            trigger=trigger,
+            completed_at=completed_at,
+            write_mode=self.config.memory.write_mode,
+            tier=self.config.memory.mode,
+            now=self._clock(),
+            hook=self._intake_hook,
+        )
+        if result.status == "admitted" and self._intake is not None:
+            self._intake.notify()
+        return result
+
+    def start_intake(self, *, crash_hook=None, poll_seconds: float = 2.0, on_transition=None):
+        """Take the liveness fence, recover the intake, and project admitted turns in the background."""
+        from indexer.intake_worker import IntakeWorker
+
+        if self._intake is not None:
+            return self._intake
+        self._intake_hook = crash_hook
+        worker = IntakeWorker(
+            self, clock=self._clock, crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition
+        )
+        worker.start()
+        self._intake = worker
+        return worker
+
+    def stop(self, timeout: float = 10.0):
+        """Drain accepted intake work for up to `timeout` seconds, then abort and return (a
+        ShutdownReport; None if no worker ran). Unfinished records stay pending for the next start."""
+        worker, self._intake = self._intake, None
+        return None if worker is None else worker.stop(timeout)
+
+    def intake_snapshot(self) -> dict:
+        """Content-free intake counts, ledger health and worker state (for inspect and health)."""
+        from vault.intake.files import IntakeDirs
+        from vault.intake.snapshot import runtime_snapshot
+
+        snapshot = runtime_snapshot(IntakeDirs(self.layout.root), self._clock())
+        snapshot["worker"] = None if self._intake is None else self._intake.snapshot()
+        return snapshot
+
+    def index_notes(self, relpaths: Iterable[str]) -> None:
+        """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""
+        with self._lock:
+            self._apply(self._writable_index(), list(relpaths))
 
     # --- index plumbing ----------------------------------------------------------------------
 

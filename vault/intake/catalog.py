@@ -38,7 +38,6 @@ CATALOG_BYTES = len(HEADER) + SHARD_COUNT * SLOT_BYTES + SEAL_BYTES
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 MARKER_BYTES = b"memvault intake ledger schema v1\n"
 SHARD_SUFFIX = ".ledger"
-_SLOT_RE = re.compile(rb"(?P<shard>[0-9a-f]{2}) (?P<size>[0-9a-f]{16}) (?P<sha>[0-9a-f]{64})\n")
 _SEAL_RE = re.compile(rb"[0-9a-f]{64}\n")
 
 
@@ -88,8 +87,16 @@ def _integrity(path: object, problem: str, fix: str) -> LedgerIntegrityError:
 _RESTORE = "restore .capture-intake/ and .capture-intake-schema from a backup (or git), then `memvault inspect`"
 
 
+_SLOTS_RE = re.compile(rb"(?:[0-9a-f]{2} [0-9a-f]{16} [0-9a-f]{64}\n){%d}" % SHARD_COUNT)
+_last_parsed: tuple[bytes, Catalog] | None = None  # admissions re-read an unchanged catalog
+
+
 def parse_catalog(data: bytes, where: object, entry_bytes: int) -> Catalog:
     """The catalog in `data`; anything but the exact fixed layout with a matching seal fails."""
+    global _last_parsed
+    cached = _last_parsed
+    if cached is not None and cached[0] == data:
+        return cached[1]
     if len(data) != CATALOG_BYTES:
         raise _integrity(where, f"the catalog is {len(data)} bytes, not {CATALOG_BYTES}", _RESTORE)
     if not data.startswith(HEADER):
@@ -97,18 +104,17 @@ def parse_catalog(data: bytes, where: object, entry_bytes: int) -> Catalog:
     body, seal = data[: -SEAL_BYTES], data[-SEAL_BYTES:]
     if not _SEAL_RE.fullmatch(seal) or hashlib.sha256(body).hexdigest().encode("ascii") != seal[:64]:
         raise _integrity(where, "the catalog's seal does not match its slots (damaged or edited)", _RESTORE)
+    if not _SLOTS_RE.fullmatch(body, len(HEADER)):
+        raise _integrity(where, "a slot is malformed", _RESTORE)
     slots = []
-    for index in range(SHARD_COUNT):
-        start = len(HEADER) + index * SLOT_BYTES
-        match = _SLOT_RE.fullmatch(body[start : start + SLOT_BYTES])
-        if match is None or int(match["shard"], 16) != index:
-            raise _integrity(where, f"slot {index:02x} is malformed", _RESTORE)
-        size = int(match["size"], 16)
-        sha = match["sha"].decode("ascii")
-        if size % entry_bytes or (size == 0 and sha != EMPTY_SHA256):
-            raise _integrity(where, f"slot {index:02x} names an impossible shard size {size}", _RESTORE)
+    for index, line in enumerate(body[len(HEADER) :].split(b"\n")[:SHARD_COUNT]):
+        size, sha = int(line[3:19], 16), line[20:84].decode("ascii")
+        if int(line[:2], 16) != index or size % entry_bytes or (size == 0 and sha != EMPTY_SHA256):
+            raise _integrity(where, f"slot {index:02x} is out of order or names an impossible shard size {size}", _RESTORE)
         slots.append(Slot(size, sha))
-    return Catalog(tuple(slots))
+    catalog = Catalog(tuple(slots))
+    _last_parsed = (data, catalog)
+    return catalog
 
 
 def commit_catalog(dirs: IntakeDirs, catalog: Catalog) -> None:
