@@ -121,6 +121,11 @@ class Bm25Index:
     def count(self) -> int:
         return self._current_searcher().num_docs
 
+    def count_kind(self, kind: str) -> int:
+        """Live rows of one kind ("curated" or "audit")."""
+        query = tantivy.Query.term_query(self.schema, "kind", kind)
+        return self._current_searcher().search(query, 1, count=True).count
+
     def search(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[Bm25Hit]:
         parsed = self.build_query(query, kinds)
         if parsed is None or limit <= 0:
@@ -139,6 +144,17 @@ class Bm25Index:
         searcher = self._current_searcher()
         hits = [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, 16).hits]
         return min(hits, key=lambda hit: hit.key) if hits else None
+
+    def get_by_keys(self, keys: list[str]) -> dict[str, Bm25Hit]:
+        """Stored rows for these keys (absent keys are simply missing from the result)."""
+        if not keys:
+            return {}
+        query = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "key", key)) for key in keys]
+        )
+        searcher = self._current_searcher()
+        hits = (self._hit(searcher, 0.0, address) for _, address in searcher.search(query, len(keys)).hits)
+        return {hit.key: hit for hit in hits}
 
     def keys_for_path(self, path: str) -> list[str]:
         query = tantivy.Query.term_query(self.schema, "path", path)

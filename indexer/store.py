@@ -23,7 +23,7 @@ from indexer.generations import (
     current_generation,
     remove_stray_generations,
 )
-from indexer.recall import recall_bm25
+from indexer.recall import recall_tool
 from indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
 from indexer.sync import IndexDelta, SyncOutcome
 from vault.clock import utc_now
@@ -67,6 +67,8 @@ class MemoryStore:
         self._lock = VaultLock(layout.root)
         self._index: DerivedIndex | None = None
         self._manifest_stamp: tuple[str, int] | None = None
+        #: vectors for Journal/BuJo; Lite never embeds
+        self._semantic = _semantic_service(layout, config)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -90,6 +92,8 @@ class MemoryStore:
     def close(self) -> None:
         if self._intake is not None:  # durable intake: drain (bounded) before closing
             self.stop()
+        if self._semantic is not None:  # queued vectors: drain (bounded); the rest catches up later
+            self._semantic.stop(timeout=10.0)
         self._index = None
 
     def __enter__(self) -> "MemoryStore":
@@ -133,6 +137,8 @@ class MemoryStore:
                 index = self._writable_index()
                 stale = index.stale_paths(self.layout, None if paths is None else list(paths))
                 delta = self._apply(index, stale, hook)
+                if self._semantic is not None and paths is None:
+                    self._semantic.catch_up(index, self.time_zone)
         except VaultLocked:
             return SyncOutcome.skipped_because("another memvault process holds the vault lock")
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
@@ -190,6 +196,8 @@ class MemoryStore:
 
     def _build_generation(self, progress: ProgressCallback | None, hook: BoundaryHook | None = None) -> DerivedIndex:
         generation = DerivedIndex.create(self.layout, embedding=self._embedding_identity())
+        if self._semantic is not None:
+            self._semantic.attach_building(generation)
         paths = self.layout.note_relpaths()
         for start in range(0, len(paths), _REBUILD_BATCH_FILES):
             self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES], hook)
@@ -200,6 +208,9 @@ class MemoryStore:
     def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None) -> None:
         """Catch up with writes made while building, then point CURRENT at it. Lock held."""
         self._apply(generation, generation.stale_paths(self.layout), hook)
+        if self._semantic is not None:
+            self._semantic.finish_building(generation)
+            self._semantic.attach_serving(generation)
         activate(self.layout.index_dir, generation.generation, hook)
         self._index = generation
         self._manifest_stamp = self._stamp(generation)
@@ -224,7 +235,7 @@ class MemoryStore:
             index = self._readable_index()
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
-        return recall_bm25(index.bm25, query, limit, mode)
+        return recall_tool(index.bm25, self._semantic, query, limit, mode)
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         """Alias of `recall`, named after the CLI command."""
@@ -348,6 +359,8 @@ class MemoryStore:
         if self._index is None or self._index.generation != generation:
             self._index = DerivedIndex.open_generation(generation)
             self._manifest_stamp = self._stamp(self._index)
+            if self._semantic is not None:
+                self._semantic.attach_serving(self._index)
         else:
             self._index.bm25.refresh()
         return self._index
@@ -359,6 +372,14 @@ class MemoryStore:
         except OSError as exc:
             raise IndexUnavailable(f"index generation {index.generation} vanished ({exc.strerror}): retry") from exc
         return (str(info.st_ino), info.st_mtime_ns)
+
+
+def _semantic_service(layout: VaultLayout, config: Config):
+    if config.memory.mode == "lite" or config.memory.embeddings is None:
+        return None
+    from indexer.semantic_service import SemanticService  # numpy/hnswlib only for tiers that embed
+
+    return SemanticService(layout, config)
 
 
 def _rebuild_report(generation: DerivedIndex, seconds: float) -> RebuildReport:

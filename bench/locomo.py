@@ -1,0 +1,140 @@
+"""Retrieval quality on LoCoMo: evidence recall@5/10/25 for BM25 only, vectors only and hybrid.
+
+    python -m bench.locomo [--data ../shared/eval/locomo-dev.json] [--provider builtin|e5-small]
+
+One vault per conversation (Journal tier), one memory per dialog turn written as a bullet in the
+daily note of its session's date (`Speaker: text`, plus the image caption when there is one),
+its dialog id as the block id. The vault is indexed by `memvault rebuild`'s code path and queried
+through the same retrievers `memvault search` uses, all three in the same run. A question's
+recall@k is the share of its evidence turns in the top k (malformed evidence strings such as
+`D9:1 D4:4` are split). The data set (CC BY-NC 4.0) is read where it lies, never copied.
+"""
+
+import argparse
+import json
+import re
+import tempfile
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+from indexer.store import MemoryStore
+from vault.config import default_config_data, render_config
+from vault.init import init_vault
+from vault.note import format_bullet, new_note_text
+
+KS = (5, 10, 25)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "eval" / "locomo-dev.json"
+_EVIDENCE_RE = re.compile(r"D\d+:\d+")
+
+
+def sessions(conversation: dict):
+    numbers = sorted(int(m.group(1)) for k in conversation if (m := re.fullmatch(r"session_(\d+)", k)))
+    for number in numbers:
+        turns = conversation[f"session_{number}"]
+        if turns:
+            when = datetime.strptime(conversation[f"session_{number}_date_time"], "%I:%M %p on %d %B, %Y")
+            yield number, when, turns
+
+
+def turn_text(turn: dict) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [image: {turn['blip_caption']}]"
+    return " ".join(text.split())
+
+
+def write_vault(root: Path, conversation: dict, provider: str) -> None:
+    data = default_config_data(mode="journal", time_zone="UTC")
+    if provider != "builtin":
+        data["memory"]["embeddings"] = {"provider": provider}
+    init_vault(root, render_config(data))
+    notes: dict[str, list[str]] = defaultdict(list)
+    for number, when, turns in sessions(conversation):
+        day = when.date().isoformat()
+        lines = notes[day] or [new_note_text(day)]
+        lines.append(f"## Session {number}\n\n")
+        for turn in turns:
+            block_id = turn["dia_id"].replace(":", "-")
+            lines.append(format_bullet(turn_text(turn), block_id, when.strftime("%H:%M")))
+        lines.append("\n")
+        notes[day] = lines
+    for day, lines in notes.items():
+        (root / "daily" / f"{day}.md").write_text("".join(lines), encoding="utf-8")
+
+
+def dialog_id(key_or_source: str) -> str:
+    return key_or_source.rsplit("#", 1)[-1].lstrip("^").replace("-", ":")
+
+
+def rankings(store: MemoryStore, question: str, depth: int) -> dict[str, list[str]]:
+    index = store._readable_index()
+    bm25 = [dialog_id(hit.key) for hit in index.bm25.search(question, depth)]
+    vectors, _ = store._semantic.search(question, depth)
+    hybrid = [dialog_id(hit.source) for hit in store.recall(question, limit=depth).hits]
+    return {"bm25": bm25, "vectors": [dialog_id(key) for key, _ in vectors or []], "hybrid": hybrid}
+
+
+def evaluate(data: list[dict], provider: str) -> dict:
+    scores: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for sample in data:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "vault"
+            write_vault(root, sample["conversation"], provider)
+            with MemoryStore.open(root, sync=False) as store:
+                store.rebuild()
+                for qa in sample["qa"]:
+                    evidence = {e for raw in qa.get("evidence", []) for e in _EVIDENCE_RE.findall(raw)}
+                    if not evidence:
+                        continue
+                    category = CATEGORIES.get(qa["category"], str(qa["category"]))
+                    for retriever, ranked in rankings(store, qa["question"], max(KS)).items():
+                        for k in KS:
+                            share = len(evidence & set(ranked[:k])) / len(evidence)
+                            scores[(retriever, category, k)].append(share)
+                            scores[(retriever, "overall", k)].append(share)
+    return scores
+
+
+def report(scores: dict) -> None:
+    groups = ["overall", *CATEGORIES.values()]
+    counts = {g: len(scores[("hybrid", g, KS[0])]) for g in groups}
+    print(f"{'':10}" + "".join(f"{g + ' (' + str(counts[g]) + ')':>22}" for g in groups))
+    for k in KS:
+        for retriever in ("bm25", "vectors", "hybrid"):
+            cells = []
+            for group in groups:
+                values = scores[(retriever, group, k)]
+                cells.append(f"{100 * sum(values) / max(len(values), 1):22.1f}")
+            print(f"{retriever + ' @' + str(k):10}" + "".join(cells))
+        print()
+    worse = [
+        f"{g} @{k}"
+        for k in KS
+        for g in groups
+        if _mean(scores[("hybrid", g, k)]) <= max(_mean(scores[("bm25", g, k)]), _mean(scores[("vectors", g, k)]))
+    ]
+    print("hybrid above both single retrievers everywhere" if not worse else "hybrid NOT above both at: " + ", ".join(worse))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / max(len(values), 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--provider", default="builtin", choices=["builtin", "e5-small"])
+    parser.add_argument("--json", action="store_true", help="also print the raw means as JSON")
+    args = parser.parse_args()
+    data = json.loads(args.data.read_text(encoding="utf-8"))
+    scores = evaluate(data, args.provider)
+    print(f"LoCoMo evidence recall, {len(data)} conversations, embeddings: {args.provider}\n")
+    report(scores)
+    if args.json:
+        print(json.dumps({f"{r}/{g}/@{k}": round(100 * _mean(v), 2) for (r, g, k), v in sorted(scores.items())}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Fusing BM25 and vector candidates: reciprocal rank fusion weighted by evidence strength.
+
+Plain RRF throws the scores away, so a vector list of weak near-misses counts as much as a
+decisive keyword match; on LoCoMo that makes plain RRF worse than BM25 alone. Here each
+retriever's contribution is its RRF term scaled by how strong its own evidence is relative to
+its best candidate (`1 + score / top`), and the weaker retriever (vectors, with the builtin
+model) carries less weight. `bench/locomo.py` measures the choice against both single
+retrievers in the same run.
+
+Every candidate also gets a `strength` in [0, 1]: its fused score divided by the most any
+candidate could score (first in every active retriever, with the top score). Automatic recall's
+score band is applied to it, so the band means the same whatever the provider's score scale.
+"""
+
+from dataclasses import dataclass, field
+
+BM25_WEIGHT = 1.0
+VECTOR_WEIGHT = 0.3
+RRF_K = 20
+#: how deep each retriever looks before fusion
+CANDIDATE_DEPTH = 100
+
+
+@dataclass
+class Fused:
+    key: str
+    score: float = 0.0
+    strength: float = 0.0
+    explain: dict = field(default_factory=dict)
+
+
+def _contribute(fused: dict[str, Fused], name: str, hits: list[tuple[str, float]], weight: float) -> None:
+    if not hits:
+        return
+    top = hits[0][1]
+    for rank, (key, score) in enumerate(hits, 1):
+        relative = score / top if top > 0 else 0.0
+        entry = fused.setdefault(key, Fused(key))
+        entry.score += weight / (RRF_K + rank) * (1.0 + max(0.0, relative))
+        entry.explain[name] = {"rank": rank, "score": round(float(score), 6)}
+
+
+def _ceiling(weight: float) -> float:
+    """The most one retriever can give a candidate: first place with the top score."""
+    return weight / (RRF_K + 1) * 2.0
+
+
+def fuse(bm25: list[tuple[str, float]], vectors: list[tuple[str, float]] | None) -> list[Fused]:
+    """Candidates from both retrievers, best first (ties broken by key, so answers are stable).
+
+    `vectors` is None when the tier has no vector retriever (Lite); an empty list when it has
+    one that found nothing, which still counts toward the strength ceiling.
+    """
+    fused: dict[str, Fused] = {}
+    _contribute(fused, "bm25", bm25, BM25_WEIGHT)
+    ceiling = _ceiling(BM25_WEIGHT)
+    if vectors is not None:
+        _contribute(fused, "vector", vectors, VECTOR_WEIGHT)
+        ceiling += _ceiling(VECTOR_WEIGHT)
+    for entry in fused.values():
+        entry.strength = min(1.0, entry.score / ceiling)
+        entry.explain["fused"] = {"score": round(entry.score, 6), "strength": round(entry.strength, 4)}
+    return sorted(fused.values(), key=lambda entry: (-entry.score, entry.key))
