@@ -127,26 +127,38 @@ _MESSAGE = _alt(
 )
 _THIS_CHAT = "(?:this|our|the current|the present) " + _alt("conversation", "chat", "thread", "session", "discussion", "dialogue")
 _IN_THIS_CHAT = f"(?:earlier |above |before )?(?:in|during|throughout) {_THIS_CHAT}(?: so far)?"
-#: what may follow an unqualified "what did you say": only references to *this* chat
+#: what may follow "what did you say": references to *this* chat only ("before" or
+#: "previously" may just as well mean an earlier session, so they keep a query targeted)
 _CHAT_REF = _alt(
-    "just now", "a moment ago", "a minute ago", "a second ago", "earlier", "before", "previously",
-    "last", "above", "so far", "here", "again", f"in (?:the|your|my) {_RECENT} {_MESSAGE}", _IN_THIS_CHAT,
+    "just now", "a moment ago", "a minute ago", "a second ago", "earlier", "last", "above", "so far",
+    "here", "again", f"in (?:the|your|my) {_RECENT} {_MESSAGE}", _IN_THIS_CHAT,
 )
 _SAID = _alt(
     "send", "sent", "say", "said", "write", "written", "wrote", "reply", "replied", "answer",
     "answered", "ask", "asked", "tell me", "told me", "tell you", "told you", "type", "typed",
     "respond", "responded", "suggest", "suggested", "recommend", "recommended", "mean", "meant",
 )
+#: verbs that are about the chat even without a reference ("what did you say?"); "what did you
+#: recommend?" in a fresh session may well ask about an earlier one
+_SAID_BARE = _alt("say", "said", "mean", "meant", "ask", "asked")
+_TO = "(?: (?:to )?(?:me|you))?"
+_TALK = _alt("talked", "talk", "spoken", "speak", "discussed", "discuss", "covered", "cover")
+_SO_FAR = _alt("so far", "just now", "until now", "up to now", _IN_THIS_CHAT)
 _ACTIVE_CHAT = _compile(
-    rf"what (?:did|have|had|do) (?:you|i) (?:just )?{_SAID}(?: (?:to )?(?:me|you))?(?: {_CHAT_REF})?",
+    rf"what (?:did|have|had|do) (?:you|i) just {_SAID}{_TO}(?: {_CHAT_REF})?",
+    rf"what (?:did|have|had|do) (?:you|i) {_SAID}{_TO} {_CHAT_REF}",
+    rf"what (?:did|do) (?:you|i) {_SAID_BARE}{_TO}",
+    rf"what (?:you|i) just {_SAID}{_TO}(?: {_CHAT_REF})?",
+    rf"what (?:you|i) {_SAID}{_TO} {_CHAT_REF}",
     rf"what(?: was|'s| is| were) (?:your|my|the) {_RECENT} {_MESSAGE}(?: (?:to|from) (?:me|you))?(?: {_IN_THIS_CHAT})?",
     rf"what did (?:your|my|the) {_RECENT} {_MESSAGE} (?:say|contain|mention|ask)",
-    rf"what (?:you|i) (?:just )?{_SAID}(?: (?:to )?(?:me|you))?(?: {_CHAT_REF})?",
-    rf"what (?:was|is|were) the last (?:thing|things|few things) (?:you|i) (?:just )?{_SAID}(?: (?:to )?(?:me|you))?",
+    rf"what (?:was|is|were) the last (?:thing|things|few things) (?:you|i) (?:just )?{_SAID}{_TO}",
     rf"what (?:happened|has happened|went on|was said|have we done|did we do|have we covered|did we cover) {_IN_THIS_CHAT}",
-    rf"what (?:have|did|were|are) we (?:just )?(?:talked|talk|talking|spoken|speak|speaking|discussed|discuss|discussing|covered|cover)(?: about)?(?: {_alt('so far', 'just now', 'until now', 'up to now', _IN_THIS_CHAT)})?",
+    rf"what (?:have|did) we (?:just {_TALK}(?: about)?(?: {_SO_FAR})?|{_TALK}(?: about)? {_SO_FAR})",
+    rf"what (?:are|were) we (?:just )?(?:talking|speaking|discussing)(?: about)?(?: {_SO_FAR})?",
     rf"what(?: is|'s) {_THIS_CHAT} about",
-    rf"(?:summari[sz]e|recap|review) (?:{_THIS_CHAT}|what we (?:have |just )?(?:discussed|talked about|said|covered))(?: so far)?",
+    rf"(?:summari[sz]e|recap|review) (?:{_THIS_CHAT}(?: so far)?|what we (?:have|just) (?:discussed|talked about|said|covered)"
+    rf"(?: so far)?|what we (?:discussed|talked about|said|covered) so far)",
     rf"(?:give me )?(?:a |an )?(?:summary|recap|overview|rundown) of {_THIS_CHAT}(?: so far)?",
     rf"(?:repeat|restate|say|resend|re-send|reread|quote|paste|show)(?: me)? (?:what you (?:just )?(?:said|wrote|sent|told me)"
     rf"|that|it|your {_RECENT} {_MESSAGE}|the {_RECENT} {_MESSAGE})(?: again)?(?: {_IN_THIS_CHAT})?",
