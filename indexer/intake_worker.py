@@ -118,7 +118,12 @@ class IntakeWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def notify(self) -> None:
-        """Wake the worker now (a turn was just admitted)."""
+        """Wake the worker now."""
+        self._wake.set()
+
+    def admitted(self, intake_id: str) -> None:
+        """A turn was just admitted in this process: publish the transition and wake up."""
+        self._transition("admitted", intake_id)
         self._wake.set()
 
     def stop(self, timeout: float = SHUTDOWN_TIMEOUT) -> ShutdownReport:

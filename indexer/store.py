@@ -277,7 +277,7 @@ class MemoryStore:
             hook=self._intake_hook,
         )
         if result.status == "admitted" and self._intake is not None:
-            self._intake.notify()
+            self._intake.admitted(result.id)
         return result
 
     def start_intake(self, *, crash_hook=None, poll_seconds: float = 2.0, on_transition=None):

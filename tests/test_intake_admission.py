@@ -218,6 +218,36 @@ def test_hostile_intake_files_fail_closed(root):
         assert (foreign.status, foreign.reason) == ("failed", "unsafe_path") and "uid 4242" in foreign.message
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a folder's owner needs root")
+def test_intake_folder_owned_by_another_uid_is_refused(root):
+    admit(root, "seed")
+    os.chown(root / ".capture-intake" / "pending", 4242, 4242)
+    result = admit(root, "run-2")
+    assert (result.status, result.reason) == ("failed", "unsafe_path") and "owned by uid 4242" in result.message
+
+
+def test_hostile_records_show_as_invalid_in_the_snapshot(root):
+    from vault.intake.snapshot import runtime_snapshot
+
+    admit(root, "good")
+    bad = IntakeDirs(root).record_path("pending", intake_id_for("bad"))
+    bad.write_bytes(b'{"v":1}\n')
+    bad.chmod(0o600)
+    snapshot = runtime_snapshot(IntakeDirs(root), START)
+    assert (snapshot["counts"]["pending"], snapshot["counts"]["invalid"]) == (1, 1)
+
+
+def test_turn_json_is_strict_and_bounded():
+    from vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
+
+    with pytest.raises(TurnJsonError) as too_big:
+        parse_turn_json(b" " * (MAX_TURN_JSON_BYTES + 1))
+    assert too_big.value.category == "turn_too_large"
+    parsed = parse_turn_json(b'{"runId": "r", "answer": "a", "completedAt": "2026-11-30T14:03:00+01:00"}')
+    assert parsed["completed_at"] == datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+    assert (parsed["trigger"], parsed["capture_text"]) == ("user", None)
+
+
 def test_symlinked_intake_folders_are_refused(root, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)

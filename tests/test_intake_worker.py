@@ -252,8 +252,11 @@ def test_transition_notifications_never_roll_back_the_durable_state(tmp_path):
         worker = store.start_intake(poll_seconds=0.05, on_transition=listener)
         store.persist_completed_turn("run-1", ANSWER)
         store.stop()
-    assert seen == [("resolved", intake_id_for("run-1"))]
-    assert worker.transitions["notify_failed"] == 1
+        snapshot = store.intake_snapshot()
+    assert seen == [("admitted", intake_id_for("run-1")), ("resolved", intake_id_for("run-1"))]
+    assert worker.transitions["notify_failed"] == 2
+    assert worker.snapshot()["transitions"] == {"admitted": 1, "notify_failed": 2, "resolved": 1}
+    assert snapshot["counts"]["resolved"] == 1 and snapshot["worker"] is None  # stopped
     assert state_of(root, "run-1")["state"] == "resolved"
 
 

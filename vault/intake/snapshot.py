@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from vault.errors import VaultError
+from vault.errors import InvalidRecord, VaultError
 
 from vault.intake.files import DEAD, PENDING, RESOLVED, IntakeDirs, is_intake_id
 from vault.intake.ledger import Ledger
@@ -135,7 +135,7 @@ def inspect_intake(dirs: IntakeDirs, now: datetime) -> dict:
 def inspect_run(dirs: IntakeDirs, intake_id: str, now: datetime) -> dict:
     """`memvault inspect ID`: where one run stands, including a receipt pruned to the ledger."""
     if not is_intake_id(intake_id):
-        raise ValueError("an intake id is 64 lowercase hex digits")
+        raise InvalidRecord(f"{intake_id!r} is not an intake id: use the 64-hex id `memvault inspect` shows")
     rows = [
         _read_entry(dirs, folder, intake_id, now)
         for folder in (PENDING, DEAD, RESOLVED)
