@@ -1,8 +1,18 @@
-"""Recall: BM25 and (for Journal/BuJo) vector candidates, fused, mapped to hits with sources."""
+"""Recall: BM25 and (for Journal/BuJo) vector candidates, fused, mapped to hits with sources.
 
+Two modes share the retrieval:
+* `tool` (MemoryRecall, `memvault search`): up to `limit` hits with their fusion evidence.
+* `auto` (what a host injects each turn): the score band and the deterministic direct-fact gate
+  (`indexer.autogate`), at most 5 hits / 8 KB, nothing for unsupported questions.
+Questions about the active chat and requests to resume interrupted work never reach the index:
+they get guidance instead (`indexer.routing`).
+"""
+
+from indexer.autogate import Candidate, gate_auto
 from indexer.bm25 import Bm25Hit, Bm25Index
 from indexer.hybrid import CANDIDATE_DEPTH, Fused, fuse
 from indexer.results import RecallHit, RecallResult
+from indexer.routing import RUN_HISTORY_HANDOFF, Route, guidance_for, route_query
 
 
 def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
@@ -28,11 +38,35 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     return [(entry, rows[entry.key]) for entry in fused if entry.key in rows], degraded
 
 
-def recall_tool(bm25: Bm25Index, semantic, query: str, limit: int, mode: str) -> RecallResult:
+def routed_away(query: str, mode: str) -> RecallResult | None:
+    """Guidance without a backend call for active-chat and resume questions, else None."""
+    route = route_query(query)
+    if route in (Route.ACTIVE_CHAT, Route.RESUME_WORK):
+        return RecallResult(query, mode, (), guidance=guidance_for(route))
+    return None
+
+
+def recall_tool(bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool") -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence."""
     candidates, degraded = retrieve(bm25, semantic, query)
     hits = tuple(_hit(entry, row) for entry, row in candidates[:limit])
-    return RecallResult(query, mode, hits, degraded=degraded)
+    route = route_query(query)
+    guidance = guidance_for(route) if route is Route.BROAD_PERIOD else None
+    if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
+        guidance = RUN_HISTORY_HANDOFF
+    return RecallResult(query, mode, hits, degraded=degraded, guidance=guidance)
+
+
+def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto") -> RecallResult:
+    """What a host injects: only gated direct facts; the gate's reason goes in `gate`."""
+    candidates, degraded = retrieve(bm25, semantic, query)
+    offered = [
+        Candidate(row.id, row.text, entry.score, entry.strength, row.source, row.at) for entry, row in candidates
+    ]
+    decision = gate_auto(query, offered)
+    by_source = {row.source: (entry, row) for entry, row in candidates}
+    hits = tuple(_hit(*by_source[candidate.source]) for candidate in decision.hits)
+    return RecallResult(query, mode, hits, degraded=degraded, gate=decision.to_json())
 
 
 def _hit(entry: Fused, row: Bm25Hit) -> RecallHit:

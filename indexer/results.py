@@ -51,15 +51,20 @@ class RecallResult:
     degraded: str | None = None
     #: guidance instead of hits, for questions memory should not answer (active chat, resumes)
     guidance: str | None = None
+    #: auto mode: the gate's content-free decision (reason, shape, band and window sizes)
+    gate: dict | None = None
 
     def to_json(self, explain: bool = False) -> dict:
-        return {
+        body = {
             "query": self.query,
             "mode": self.mode,
             "degraded": self.degraded,
             "guidance": self.guidance,
             "hits": [hit.to_json(explain) for hit in self.hits],
         }
+        if self.gate is not None:
+            body["gate"] = self.gate
+        return body
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from indexer.generations import (
     current_generation,
     remove_stray_generations,
 )
-from indexer.recall import recall_tool
+from indexer.recall import recall_auto, recall_tool, routed_away
 from indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
 from indexer.sync import IndexDelta, SyncOutcome
 from vault.clock import utc_now
@@ -231,11 +231,16 @@ class MemoryStore:
             raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
         if not isinstance(query, str):
             raise InvalidRecord(f"query must be text, not {type(query).__name__}")
+        routed = routed_away(query, mode)
+        if routed is not None:
+            return routed
         try:
             index = self._readable_index()
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
-        return recall_tool(index.bm25, self._semantic, query, limit, mode)
+        if mode == "auto":
+            return recall_auto(index.bm25, self._semantic, query)
+        return recall_tool(index.bm25, self._semantic, query, limit)
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         """Alias of `recall`, named after the CLI command."""

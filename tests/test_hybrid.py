@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 AMS = ZoneInfo("Europe/Amsterdam")
 FACTS = [
     "Morgan chose blue as the deployment color.",
-    "Priya lives in Rotterdam and commutes by train.",
+    "Priya lives in Rotterdam.",
     "The offsite is booked in Haarlem for 14 January.",
     "Sam adopted a rescue dog named Biscuit.",
     "The billing service times out on large invoice batches.",
@@ -168,3 +168,43 @@ def test_lite_tier_never_embeds(new_vault):
         assert store._semantic is None
         assert not list((new_vault / ".index").rglob("vectors*"))
         assert "vector" not in store.recall("lite fact").hits[0].explain
+
+
+# --- modes and routing through the store -----------------------------------------------------
+
+
+def test_auto_mode_injects_only_gated_direct_facts(journal_vault):
+    with MemoryStore.open(journal_vault) as store:
+        admitted = store.recall("Where does Priya live?", mode="auto")
+        assert [h.text for h in admitted.hits] == ["Priya lives in Rotterdam."]
+        assert admitted.gate["reason"] == "admitted" and admitted.gate["shape"] == "work_live_location"
+        unsupported = store.recall("Tell me something about pets", mode="auto")
+        assert unsupported.hits == () and unsupported.gate["reason"] != "admitted"
+        # the same question in tool mode still shows the evidence
+        assert store.recall("Tell me something about pets", limit=3).hits
+
+
+def test_active_chat_and_resume_questions_never_touch_the_index(journal_vault):
+    shutil.rmtree(journal_vault / ".index")  # any backend access would now say "degraded"
+    with MemoryStore.open(journal_vault, sync=False) as store:
+        for mode in ("tool", "auto"):
+            chat = store.recall("What was your previous reply?", mode=mode)
+            assert chat.hits == () and chat.degraded is None and "conversation history" in chat.guidance
+            resume = store.recall("continue where you left off", mode=mode)
+            assert resume.hits == () and resume.degraded is None and "RunHistory" in resume.guidance
+    assert not (journal_vault / ".index").exists()
+
+
+def test_empty_tool_answer_repeats_the_run_history_handoff(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        store.remember("only fact", at=datetime(2026, 11, 30, 9, 0, tzinfo=AMS))
+        empty = store.recall("zeppelin")
+    assert empty.hits == () and "RunHistory" in empty.guidance
+
+
+def test_broad_period_questions_point_to_the_journal(journal_vault):
+    with MemoryStore.open(journal_vault) as store:
+        tool = store.recall("What did we work on last week?")
+        auto = store.recall("What did we work on last week?", mode="auto")
+    assert "MemoryJournal" in tool.guidance
+    assert auto.hits == () and auto.gate["reason"] == "route:broad_period"
