@@ -1,0 +1,117 @@
+"""`memvault watch` and `memvault health`: keeping the index in step with the files, and proving it.
+
+`MEMVAULT_TEST_CRASH_AT=<boundary>[:<n>]` (read here, at the entry layer, and nowhere else)
+SIGKILLs the process at the n-th time (default 1st) the library passes the named boundary:
+`apply.committed`, `rebuild.built`, `rebuild.swapped`. Crash tests use it; nobody else should.
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+
+import click
+
+from cli.app import cli, open_store
+from cli.errors import emit_json, json_option
+
+CRASH_ENV = "MEMVAULT_TEST_CRASH_AT"
+
+
+def crash_hook_from_env(env=os.environ):
+    """A boundary hook that kills this process with SIGKILL at the named point, or None."""
+    spec = env.get(CRASH_ENV)
+    if not spec:
+        return None
+    name, _, nth = spec.partition(":")
+    target = int(nth) if nth.isdigit() else 1
+    seen = {"count": 0}
+
+    def hook(boundary: str) -> None:
+        if boundary == name:
+            seen["count"] += 1
+            if seen["count"] == target:
+                sys.stderr.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+@cli.command("watch")
+@click.option("--debounce", type=click.FloatRange(0.0, 10.0), default=0.2, show_default=True,
+              help="Seconds of quiet after the last file event before a batch is indexed.")
+@click.option("--compact-after", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+              help="Seconds of quiet after which edited indexes are compacted (BM25 statistics match a rebuild).")
+@json_option
+@click.pass_context
+def watch_command(ctx: click.Context, debounce: float, compact_after: float, json_: bool) -> None:
+    """Follow edits to the vault and keep the index current until interrupted (Ctrl-C / SIGTERM).
+
+    Logs one line per batch that changed the index to stderr (with --json: one JSON object per
+    batch to stdout). Holds the vault's liveness fence, so only one live process owns the vault.
+    """
+    from indexer.watch import Watcher
+
+    store = open_store(ctx, sync=False)
+    if not os.access(store.layout.root, os.W_OK):
+        raise click.ClickException(f"{store.layout.root} is read-only: memvault watch needs to write the index")
+
+    def report(batch) -> None:
+        if json_:
+            click.echo(json.dumps(batch.to_json(), default=str), nl=True)
+            sys.stdout.flush()
+        elif batch.changed or batch.error:
+            click.echo(batch.line(), err=True)
+
+    watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report,
+                      hook=crash_hook_from_env())
+    stop = threading.Event()
+
+    def request_stop(signum, _frame) -> None:
+        stop.set()
+        watcher.queue.wake()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    click.echo(f"watching {store.layout.root} (Ctrl-C to stop)", err=True)
+    try:
+        watcher.run(stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        store.close()
+    click.echo("stopped; the index is consistent", err=True)
+
+
+@cli.command("health")
+@click.option("--strict", is_flag=True, help="Re-read every note and compare every row; warnings fail too.")
+@json_option
+@click.pass_context
+def health_command(ctx: click.Context, strict: bool, json_: bool) -> None:
+    """Compare the index with the notes (and vectors with the config, and the intake); exit 1 when unhealthy."""
+    from indexer.health import check_health
+
+    store = open_store(ctx, sync=False)  # health looks; it must not repair first
+    try:
+        report = check_health(store.layout, store.config, strict=strict)
+    finally:
+        store.close()
+    if json_:
+        emit_json(report.to_json())
+    else:
+        _print_health(report)
+    if not report.healthy:
+        ctx.exit(1)
+
+
+def _print_health(report) -> None:
+    for finding in report.findings:
+        click.echo(f"{finding.severity:<7} {finding.check}: {finding.message}")
+    counts = f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)"
+    mode = "strict " if report.strict else ""
+    if report.healthy:
+        click.echo(f"healthy ({mode}{', '.join(report.checks)}; {counts})")
+        return
+    click.echo(f"unhealthy ({mode}check: {counts}). Fix:")
+    for fix in report.fixes():
+        click.echo(f"  {fix}")

@@ -1,0 +1,334 @@
+"""Incremental sync: per-file and per-bullet hashes, and parity with a full rebuild."""
+
+import os
+import random
+import shutil
+import subprocess
+import threading
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from indexer.derived import MAX_NOTE_BYTES, read_note_records
+from indexer.health import check_health
+from indexer.store import MemoryStore
+from indexer.sync import Row, diff_rows
+from vault.ids import memory_id
+from vault.layout import VaultLayout
+from vault.records import MemoryRecord
+
+AMS = ZoneInfo("Europe/Amsterdam")
+QUERIES = ["deployment color", "Morgan", "peanuts allergy lunch", "staging database", "release", "backup",
+           "team lunch", "export test", "office plants", "pager", "zeppelin quokka", "東京"]
+
+
+def answers(store: MemoryStore) -> list:
+    return [[(h.source, round(h.score, 5)) for h in store.recall(q, limit=50).hits] for q in QUERIES]
+
+
+def hit_sets(store: MemoryStore) -> list:
+    return [sorted(h.source for h in store.recall(q, limit=100).hits) for q in QUERIES]
+
+
+def rows(store: MemoryStore) -> list[Row]:
+    return store._readable_index().all_rows()
+
+
+def record(text: str, line: int, path: str = "daily/2026-11-30.md", id_: str | None = None) -> MemoryRecord:
+    from vault.ids import content_hash
+
+    return MemoryRecord(id_ or memory_id(text), path, "curated", date(2026, 11, 30), datetime(2026, 11, 30, 9),
+                        text, content_hash(text), line, None, True)
+
+
+# --- the per-bullet diff ---------------------------------------------------------------------
+
+
+def test_diff_rewrites_only_changed_rows_and_embeds_only_new_text():
+    old_records = [record("alpha", 1), record("beta", 2), record("gamma", 3)]
+    old = {Row.of_record(r).key: Row.of_record(r) for r in old_records}
+    assert diff_rows("p", old, old_records).is_empty
+
+    edited = [record("alpha", 1), record("beta", 2, id_=memory_id("beta")) , record("gamma", 3)]
+    edited[1] = record("beta two", 2, id_=memory_id("beta"))  # same explicit id, new text
+    delta = diff_rows("p", old, edited)
+    assert (delta.added, delta.updated, len(delta.removed), delta.unchanged) == (0, 1, 0, 2)
+    assert [r.text for r in delta.new_content()] == ["beta two"]
+
+    moved = [record("gamma", 1), record("alpha", 2), record("beta", 3)]  # lines changed, texts did not
+    delta = diff_rows("p", old, moved)
+    assert delta.updated == 3 and delta.new_content() == []
+
+    delta = diff_rows("p", old, [record("alpha", 1)])
+    assert delta.removed == {Row.of_record(r).key for r in old_records[1:]} and delta.upserts == []
+
+
+def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
+    with MemoryStore.open(fixture_vault) as store:
+        before = {(r.id, r.text) for r in rows(store) if r.path == "daily/2026-10-14.md"}
+        os.rename(fixture_vault / "daily/2026-10-14.md", fixture_vault / "daily/2026-12-14.md")
+        index = store._writable_index()
+        indexed = [read_note_records(store.layout, p, store.time_zone) for p in ("daily/2026-10-14.md", "daily/2026-12-14.md")]
+        delta = index.apply(indexed)
+        after = {(r.id, r.text) for r in rows(store) if r.path == "daily/2026-12-14.md"}
+    assert before and after == before
+    assert delta.new_content() == [], "a renamed note re-embeds nothing"
+    assert len(delta.removed) == len(before) and delta.added == len(before)
+
+
+# --- what sync decides to do ---------------------------------------------------------------
+
+
+def test_memvaults_own_write_leaves_the_watcher_nothing_to_do(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        receipt = store.remember("The pager rota changes on Monday.", at=datetime(2026, 11, 30, 9, tzinfo=AMS))
+        path = receipt.source.split("#")[0]
+        generation = store._readable_index().generation
+        bm25_files = sorted(p.name for p in (generation / "bm25").iterdir())
+        manifest = (generation / "manifest.json").read_bytes()
+        outcome = store.sync([path])
+        again = store.sync()
+    assert outcome.files == () and outcome.memories == 0 and outcome.checked == 1  # racy: hashed, not trusted
+    assert again.files == ()
+    assert sorted(p.name for p in (generation / "bm25").iterdir()) == bm25_files, "no BM25 commit"
+    assert (generation / "manifest.json").read_bytes() == manifest, "no manifest write"
+
+
+def test_same_size_edit_within_the_mtime_tick_is_still_seen(new_vault):
+    path = new_vault / "daily/2026-11-30.md"
+    path.write_text("- 09:00 The launch colour is red.\n")
+    with MemoryStore.open(new_vault) as store:
+        stat = path.stat()
+        path.write_text("- 09:00 The launch colour is tan.\n")  # same size
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same mtime
+        assert store.sync().files == ("daily/2026-11-30.md",)
+        assert store.recall("tan").hits and not store.recall("red").hits
+
+
+def test_crash_between_bm25_commit_and_manifest_is_repaired_by_the_next_sync(fixture_vault):
+    class Crash(Exception):
+        pass
+
+    def crash(boundary: str) -> None:
+        if boundary == "apply.committed":
+            raise Crash
+
+    with MemoryStore.open(fixture_vault) as store:
+        path = fixture_vault / "daily/2026-11-10.md"
+        path.write_text(path.read_text() + "- 10:00 The mascot is a zeppelin.\n")
+        with pytest.raises(Crash):
+            store.sync(hook=crash)
+        assert store._readable_index().manifest.files["daily/2026-11-10.md"].sha256 != read_note_records(
+            store.layout, "daily/2026-11-10.md", store.time_zone).state.sha256, "manifest is behind the index"
+        repaired = store.sync()
+        incremental = rows(store)
+        store.rebuild()
+        assert incremental == rows(store)
+    assert repaired.files == () and repaired.checked == 1, "rows were already right: only the manifest catches up"
+
+
+@pytest.mark.parametrize("kind", ["huge", "fifo", "symlink", "folder", "utf8"])
+def test_hostile_note_files_are_reported_not_indexed_and_never_crash(new_vault, tmp_path, kind):
+    path = new_vault / "daily/2026-11-30.md"
+    if kind == "huge":
+        with open(path, "wb") as handle:
+            handle.write(b"- 09:00 big file\n")
+            handle.truncate(MAX_NOTE_BYTES + 1)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        (tmp_path / "outside.md").write_text("- 09:00 secret outside the vault\n")
+        path.symlink_to(tmp_path / "outside.md")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"- 09:00 caf\xc3\xa9 ok\n- 09:01 broken \xff byte\n")
+    with MemoryStore.open(new_vault) as store:
+        assert store.sync().files == ()
+        assert rows(store) == []
+        report = check_health(store.layout, store.config)
+    problems = [f for f in report.findings if f.check == "hand_edits"]
+    if kind in ("folder", "fifo"):
+        assert problems == []  # not a file, so not a note: skipped (and a FIFO never blocks a read)
+    else:
+        assert problems and problems[0].severity == "warning"
+    if kind == "utf8":
+        assert "invalid UTF-8 at byte 32" in problems[0].message
+
+
+# --- parity with a full rebuild -----------------------------------------------------------
+
+
+def _bullet(rng: random.Random, step: int) -> str:
+    words = ["release", "team", "zeppelin", "quokka", "Morgan", "backup", "pager", "plants", "lunch"]
+    return f"{rng.choice(words)} {rng.choice(words)} note {step}"
+
+
+def random_edit(rng: random.Random, root: Path, step: int, snapshots: list[dict]) -> None:
+    """One hand edit of the kinds people make, applied to the files directly."""
+    daily = root / "daily"
+    files = sorted(daily.glob("*.md")) if daily.is_dir() else []
+    op = rng.choice(["edit", "edit", "delete_bullet", "add", "add_id", "move", "time", "paste_dup", "conflict",
+                     "utf8", "rename", "delete_file", "new_file", "zone", "checkout", "folder"])
+    if not files or op == "new_file":
+        daily.mkdir(exist_ok=True)
+        (daily / f"2027-01-{step % 28 + 1:02d}.md").write_text(f"# new\n\n- 09:00 {_bullet(rng, step)}\n")
+        return
+    path = rng.choice(files)
+    lines = path.read_bytes().decode("utf-8", "replace").splitlines(keepends=True)
+    bullets = [i for i, line in enumerate(lines) if line.startswith("- ")]
+    if op == "edit" and bullets:
+        i = rng.choice(bullets)
+        lines[i] = lines[i].replace(" ", f" {_bullet(rng, step)} ", 1)
+    elif op == "delete_bullet" and bullets:
+        del lines[rng.choice(bullets)]
+    elif op == "add":
+        lines.append(f"- {_bullet(rng, step)}\n")
+    elif op == "add_id":
+        text = _bullet(rng, step)
+        lines.insert(rng.randint(0, len(lines)), f"- 11:{step % 60:02d} {text} ^{memory_id(text)}\n")
+    elif op == "move" and bullets:
+        lines.insert(0, lines.pop(rng.choice(bullets)))
+    elif op == "time" and bullets:
+        i = rng.choice(bullets)
+        lines[i] = "- 23:59 " + lines[i][2:]
+    elif op == "paste_dup" and bullets:
+        lines.append(lines[rng.choice(bullets)])
+    elif op == "conflict" and bullets:
+        i = rng.choice(bullets)
+        lines[i:i + 1] = ["<<<<<<< HEAD\n", lines[i], "=======\n", f"- {_bullet(rng, step)}\n", ">>>>>>> theirs\n"]
+    elif op == "utf8":
+        path.write_bytes("".join(lines).encode() + b"- bad \xff\n")
+        return
+    elif op == "rename":
+        os.rename(path, daily / f"2028-02-{step % 28 + 1:02d}.md")
+        return
+    elif op == "delete_file":
+        path.unlink()
+        return
+    elif op == "zone":
+        lines[:0] = ["---\n", f"timeZone: {rng.choice(['Asia/Tokyo', 'Mars/Olympus'])}\n", "---\n"]
+    elif op == "checkout" and snapshots:
+        restore(root, rng.choice(snapshots))  # a `git checkout` of an older vault
+        return
+    elif op == "folder":
+        snapshot = {p.name: p.read_bytes() for p in files}
+        shutil.rmtree(daily)  # the folder goes, then comes back (a sync tool, a branch switch)
+        daily.mkdir()
+        for name, data in list(snapshot.items())[: len(snapshot) // 2]:
+            (daily / name).write_bytes(data)
+        return
+    path.write_bytes("".join(lines).encode("utf-8"))
+
+
+def take_snapshot(root: Path) -> dict:
+    return {p.name: p.read_bytes() for p in (root / "daily").glob("*.md")} if (root / "daily").is_dir() else {}
+
+
+def restore(root: Path, snapshot: dict) -> None:
+    daily = root / "daily"
+    daily.mkdir(exist_ok=True)
+    for path in daily.glob("*.md"):
+        if path.name not in snapshot:
+            path.unlink()
+    for name, data in snapshot.items():
+        (daily / name).write_bytes(data)
+
+
+def assert_parity(store: MemoryStore) -> None:
+    """Incremental rows == rebuild rows; same hits; compacted answers == rebuild answers exactly."""
+    incremental_rows, incremental_hits = rows(store), hit_sets(store)
+    store.compact()
+    compacted = answers(store)
+    assert rows(store) == incremental_rows
+    store.rebuild()
+    assert rows(store) == incremental_rows
+    assert hit_sets(store) == incremental_hits
+    assert answers(store) == compacted
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_random_edit_sequences_converge_on_the_rebuild(fixture_vault, seed):
+    rng = random.Random(seed)
+    snapshots = [take_snapshot(fixture_vault)]
+    with MemoryStore.open(fixture_vault) as store:
+        for step in range(40):
+            random_edit(rng, fixture_vault, step, snapshots)
+            if rng.random() < 0.2:
+                snapshots.append(take_snapshot(fixture_vault))
+            if rng.random() < 0.5:  # sometimes several edits land in one sync
+                store.sync()
+        store.sync()
+        assert_parity(store)
+
+
+def test_fixture_vault_incremental_build_equals_rebuild(fixture_vault):
+    """Indexing the fixture note by note (as edits arrive) ends where one rebuild does."""
+    staged = fixture_vault.parent / "staged"
+    shutil.copytree(fixture_vault, staged)
+    shutil.rmtree(fixture_vault / "daily")
+    (fixture_vault / "daily").mkdir()
+    with MemoryStore.open(fixture_vault) as store:
+        for note in sorted((staged / "daily").glob("*.md")):
+            shutil.copy2(note, fixture_vault / "daily" / note.name)
+            store.sync(["daily/" + note.name])
+        assert_parity(store)
+
+
+def test_git_checkout_of_an_older_vault_converges(fixture_vault):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e", *args], cwd=fixture_vault, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "old")
+    with MemoryStore.open(fixture_vault) as store:
+        rng = random.Random(7)
+        for step in range(15):
+            random_edit(rng, fixture_vault, step, [])
+        git("add", "-A")
+        git("commit", "-qm", "new")
+        store.sync()
+        git("checkout", "-q", "HEAD~1", "--", ".")
+        git("clean", "-qfd", "daily")
+        assert store.sync().files
+        assert_parity(store)
+
+
+def test_sync_beside_a_concurrent_writer_stays_exact(new_vault):
+    """Remember in one thread while another keeps syncing hand edits: nothing is lost or doubled."""
+    errors = []
+
+    def writer():
+        try:
+            with MemoryStore.open(new_vault) as store:
+                for i in range(25):
+                    store.remember(f"writer fact {i}", at=datetime(2026, 11, 30, 9, tzinfo=AMS) + timedelta(minutes=i))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with MemoryStore.open(new_vault) as store:
+        hand = new_vault / "daily/2026-11-29.md"
+        for i in range(25):
+            hand.write_text(hand.read_text() + f"- hand fact {i}\n" if hand.exists() else f"- hand fact {i}\n")
+            store.sync()
+        thread.join()
+        store.sync()
+        assert not errors
+        assert len(rows(store)) == 50
+        assert check_health(store.layout, store.config, strict=True).healthy
+        assert_parity(store)
+
+
+def test_stat_fast_path_reads_nothing_when_nothing_changed(fixture_vault):
+    with MemoryStore.open(fixture_vault) as store:
+        store.sync()
+        for path in VaultLayout(fixture_vault).note_relpaths():  # age every file past the racy window
+            os.utime(fixture_vault / path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+        store.sync()
+        assert store.sync().checked == 0
