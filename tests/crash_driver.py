@@ -1,10 +1,11 @@
 """The subprocess the intake crash matrix kills: it SIGKILLs itself at a named commit boundary.
 
-    python tests/crash_driver.py VAULT --runs 4 [--crash BOUNDARY [--nth K]] [--op admit|retry|resolve]
-                                 [--poison] [--fast-clock]
+    python tests/crash_driver.py VAULT --runs 4 [--offset 0] [--crash BOUNDARY [--nth K]]
+                                 [--op admit|retry|resolve] [--poison] [--fast-clock]
 
 `--op admit` (default) opens the store, starts the intake worker (recovering any earlier crash),
-admits runs `crash-run-0` ... `crash-run-(N-1)` (a host retrying every turn it handed over) and
+admits runs `crash-run-<offset>` ... `crash-run-<offset+N-1>` (a host retrying every turn it
+handed over) and
 stops with the 10 s drain. `--op retry` / `--op resolve` run the operator commands on every
 active run. `--poison` makes projection fail (an invalid-UTF-8 daily note on the turns' date);
 `--fast-clock` moves the store's clock 7 hours per reading, so backoff never waits and a
@@ -69,10 +70,10 @@ def open_store(vault: Path, fast: bool):
     return store
 
 
-def admit(vault: Path, runs: int, hook, fast: bool) -> dict:
+def admit(vault: Path, runs: range, hook, fast: bool) -> dict:
     with open_store(vault, fast) as store:
         store.start_intake(crash_hook=hook, poll_seconds=0.05)
-        results = [store.persist_completed_turn(run_id(i), answer(i), completed_at=COMPLETED_AT) for i in range(runs)]
+        results = [store.persist_completed_turn(run_id(i), answer(i), completed_at=COMPLETED_AT) for i in runs]
         report = store.stop(timeout=10.0)
     return {"results": [r.to_json() for r in results], "drained": report.drained}
 
@@ -93,6 +94,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("vault", type=Path)
     parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--offset", type=int, default=0)
     parser.add_argument("--crash", default=None)
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--op", choices=("admit", "retry", "resolve"), default="admit")
@@ -103,7 +105,7 @@ def main() -> int:
         (args.vault / POISONED_NOTE).write_bytes(b"# 2026-11-30\n\n- \xff\xfe not UTF-8\n")
     hook = crash_hook(args.crash, args.nth)
     if args.op == "admit":
-        summary = admit(args.vault, args.runs, hook, args.fast_clock)
+        summary = admit(args.vault, range(args.offset, args.offset + args.runs), hook, args.fast_clock)
     else:
         summary = operate(args.vault, args.op, hook)
     print(json.dumps(summary))

@@ -36,59 +36,69 @@ def drive(vault: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def run_ids() -> list[str]:
-    return [intake_id_for(f"crash-run-{i}") for i in range(RUNS)]
+def run_ids(total: int = RUNS) -> list[str]:
+    return [intake_id_for(f"crash-run-{i}") for i in range(total)]
 
 
-def bullet_counts(vault: Path) -> dict[str, int]:
+def bullet_counts(vault: Path, total: int) -> dict[str, int]:
     text = "".join(p.read_text() for p in sorted((vault / "daily").glob("*.md")))
-    return {i: text.count(f"^t-{i[:10]}\n") for i in run_ids()}
+    return {i: text.count(f"^t-{i[:10]}\n") for i in run_ids(total)}
 
 
-def assert_consistent(vault: Path) -> None:
+def assert_consistent(vault: Path, total: int = RUNS) -> None:
     dirs = IntakeDirs(vault)
     report = Ledger(dirs, create=False).report()
     assert (report.uncommitted, report.torn_bytes) == (0, 0)
-    assert report.entries == RUNS
-    assert bullet_counts(vault) == dict.fromkeys(run_ids(), 1)
-    for intake_id in run_ids():
+    assert report.entries == total
+    assert bullet_counts(vault, total) == dict.fromkeys(run_ids(total), 1)
+    for intake_id in run_ids(total):
         entry = inspect_run(dirs, intake_id, utc_now())
         assert [e["state"] for e in entry["entries"]] == ["resolved"] and entry["ledgerCommitted"] is True
     snapshot = runtime_snapshot(dirs, utc_now())
-    assert snapshot["counts"]["resolved"] == RUNS and snapshot["counts"]["pending"] == 0
+    assert snapshot["counts"]["resolved"] == total and snapshot["counts"]["pending"] == 0
     assert snapshot["unexpectedFiles"] == 0 and snapshot["ledger"]["ok"]
     assert not [p for p in (vault / ".capture-intake").rglob(".*.tmp")]
     with MemoryStore.open(vault) as store:
-        for i in range(RUNS):
-            hits = [h for h in store.recall(f"topic{i}", limit=10).hits if f"topic{i}" in h.text]
+        for i in range(total):
+            hits = [h for h in store.recall(f"topic{i}", limit=10).hits if f"topic{i} " in h.text]
             assert len(hits) == 1, f"run {i} indexed {len(hits)} times"
 
 
-NORMAL_BOUNDARIES = [
-    ("catalog.created", 1),
-    ("admit.record_written", 1),
-    ("admit.record_fsynced", 2),
-    ("admit.record_renamed", 3),
-    ("admit.committed", 1),
-    ("project.note_written", 3),
-    ("project.indexed", 2),
-    ("resolve.receipt_written", 1),
-    ("resolve.shard_torn", 2),
-    ("resolve.shard_appended", 1),
-    ("resolve.catalog_committed", 2),
-    ("resolve.active_removed", 1),
-]
+#: each chain kills one vault at several boundaries in turn (every restart recovers the earlier
+#: crash while new runs arrive), then restarts it cleanly and checks every run
+CHAINS = {
+    "admission": [
+        ("catalog.created", 1),
+        ("admit.record_written", 1),
+        ("admit.record_fsynced", 2),
+        ("admit.record_renamed", 3),
+        ("admit.committed", 1),
+    ],
+    "projection": [
+        ("project.note_written", 3),
+        ("project.indexed", 2),
+        ("resolve.receipt_written", 1),
+        ("resolve.shard_torn", 2),
+    ],
+    "resolution": [
+        ("resolve.shard_appended", 1),
+        ("resolve.catalog_committed", 2),
+        ("resolve.active_removed", 1),
+    ],
+}
 
 
-@pytest.mark.parametrize(("boundary", "nth"), NORMAL_BOUNDARIES)
-def test_killed_at_boundary_then_restarted(new_vault, boundary, nth):
-    killed = drive(new_vault, "--crash", boundary, "--nth", str(nth))
-    assert killed.returncode == -signal.SIGKILL, f"boundary {boundary} never reached: {killed.stderr[-2000:]}"
-    restarted = drive(new_vault)
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_killed_at_each_boundary_then_restarted(new_vault, chain):
+    for step, (boundary, nth) in enumerate(CHAINS[chain]):
+        killed = drive(new_vault, "--offset", str(step * RUNS), "--crash", boundary, "--nth", str(nth))
+        assert killed.returncode == -signal.SIGKILL, f"boundary {boundary} never reached: {killed.stderr[-2000:]}"
+    total = len(CHAINS[chain]) * RUNS
+    restarted = drive(new_vault, "--runs", str(total))
     assert restarted.returncode == 0, restarted.stderr[-2000:]
     statuses = {r["status"] for r in json.loads(restarted.stdout)["results"]}
     assert statuses <= {"admitted", "duplicate"}
-    assert_consistent(new_vault)
+    assert_consistent(new_vault, total)
 
 
 def test_killed_while_dead_lettering_then_retried(new_vault):
@@ -128,5 +138,5 @@ def test_operator_resolve_killed_then_finished(new_vault):
 
 
 def test_every_boundary_is_in_the_matrix():
-    covered = {b for b, _ in NORMAL_BOUNDARIES} | {"dead.rewritten", "retry.rewritten"}
+    covered = {b for chain in CHAINS.values() for b, _ in chain} | {"dead.rewritten", "retry.rewritten"}
     assert covered == set(BOUNDARIES)
