@@ -133,6 +133,8 @@ class DocumentStore:
             _check_revision(victim, expected_revision)
             planned = self._planned_path(victim)
         moved = self._archive(victim, planned, indexer)
+        if moved is None:
+            raise InvalidRecord(f"{victim.path} was archived or removed meanwhile: see `memvault doc list --archived`")
         return DocumentReceipt("archived", doc_id, planned, victim.revision, self.used_bytes(), self.limit, (moved,))
 
     # --- the budget loop -----------------------------------------------------------------------
@@ -150,7 +152,9 @@ class DocumentStore:
                     raise CapacityExceeded(f"{candidate.path} alone ({candidate.size} bytes) exceeds the documents budget")
                 victim, planned = plan.victim, self._planned_path(plan.victim)
             # index first, move second; the lock is not held while a memory space is written
-            archived.append(self._archive(victim, planned, indexer))
+            moved = self._archive(victim, planned, indexer)
+            if moved is not None:  # None: another writer archived it first; plan again
+                archived.append(moved)
         raise CapacityExceeded("the documents budget could not be met")  # pragma: no cover
 
     def _candidate(self, draft: _Draft, active: list[Document]) -> tuple[Document | None, Document, bytes]:
@@ -199,7 +203,7 @@ class DocumentStore:
 
     # --- archiving -----------------------------------------------------------------------------
 
-    def _archive(self, victim: Document, planned: str, indexer: ColdIndexer | None) -> ArchivedDocument:
+    def _archive(self, victim: Document, planned: str, indexer: ColdIndexer | None) -> ArchivedDocument | None:
         if indexer is not None:
             reference = ColdReference(victim.id, victim.title, victim.summary, planned, victim.sha256, victim.revision)
             indexer(reference)  # raises on failure: the document stays active
@@ -208,7 +212,7 @@ class DocumentStore:
             try:
                 current = hashlib.sha256(read_bytes_nofollow(source)).hexdigest()
             except FileNotFoundError:
-                current = None
+                return None  # a concurrent writer archived it first
             if current != victim.sha256:
                 raise Conflict(
                     f"{victim.path} changed while it was being archived; it stays active"
