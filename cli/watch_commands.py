@@ -64,7 +64,10 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, jso
         elif batch.changed or batch.error:
             click.echo(batch.line(), err=True)
 
-    watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report,
+    def ready() -> None:
+        click.echo(f"watching {store.layout.root} (Ctrl-C to stop)", err=True)
+
+    watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report, on_ready=ready,
                       hook=crash_hook_from_env())
     stop = threading.Event()
 
@@ -73,7 +76,6 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, jso
         watcher.queue.wake()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    click.echo(f"watching {store.layout.root} (Ctrl-C to stop)", err=True)
     try:
         watcher.run(stop)
     finally:

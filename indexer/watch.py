@@ -207,6 +207,8 @@ class BatchReport:
     def line(self) -> str:
         stamp = self.at.astimezone().strftime("%H:%M:%S")
         what = "rescan" if self.rescan else f"{self.named} named"
+        if self.error and self.action:
+            return f"[{stamp}] {self.action}: {self.error}"
         if self.error:
             return f"[{stamp}] {what}: not indexed yet ({self.error}); retrying"
         if self.action:
@@ -236,6 +238,8 @@ class Watcher:
     rescan_interval: float = 300.0
     compact_after: float | None = 60.0
     on_batch: Callable[[BatchReport], None] | None = None
+    #: called once the fence is held and the observer runs (events from then on are seen)
+    on_ready: Callable[[], None] | None = None
     hook: BoundaryHook | None = None
     queue: ChangeQueue = field(init=False)
     _stop: threading.Event = field(init=False, default_factory=threading.Event)
@@ -261,6 +265,8 @@ class Watcher:
             observer.schedule(self.handler, str(self.store.layout.root), recursive=True, event_filter=WATCHED_EVENTS)
             observer.start()
             try:
+                if self.on_ready is not None:
+                    self.on_ready()
                 self.queue.request_rescan()  # catch up with what changed while nobody watched
                 self._loop(stop)
             finally:
@@ -326,7 +332,7 @@ class Watcher:
         try:
             done = compact()
         except (VaultError, OSError) as exc:
-            report = BatchReport(datetime.now(timezone.utc), 0, False, error=f"compaction failed: {exc}")
+            report = BatchReport(datetime.now(timezone.utc), 0, False, error=str(exc), action="could not compact")
         else:
             if not done:
                 return
