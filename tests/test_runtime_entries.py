@@ -183,6 +183,8 @@ def test_projection_from_an_uncommitted_next_revision_is_stale_not_edited():
 def test_parse_edited_accepts_entries_headings_and_comments():
     raw = b"<!-- c -->\n# Profile\n\n- One\n* Two  \n+ Three\n\n"
     assert parse_edited(raw, "USER", 4096) == ["One", "Two", "Three"]
+    windows = "\ufeff- One\r\n- - Two\r\n".encode()  # a BOM and CRLF from another editor
+    assert parse_edited(windows, "USER", 4096) == ["One", "- Two"]
 
 
 @pytest.mark.parametrize(

@@ -98,6 +98,7 @@ VALID = [
 def test_a_valid_compaction_is_packed_and_the_pending_add_retried(new_vault, chat_server):
     server, model, reply, path = chat_server
     service = full_user(new_vault, model)
+    service.create_space("Work")  # a space exists, yet the user profile never goes to one
     reply(plan(VALID, revision=7))
     receipt = service.add("USER", "New durable fact about the user's timezone.", importance=3)
     assert (receipt.status, receipt.maintenance, receipt.revision) == ("added", "compacted", 8)
@@ -110,6 +111,7 @@ def test_a_valid_compaction_is_packed_and_the_pending_add_retried(new_vault, cha
     sent = json.dumps(server.requests_to(path)[0].json)
     assert "User fact number 5" in sent and "never reach the compactor" not in sent  # USER only
     assert service.show().files == {"USER": "current", "MEMORY": "current"}
+    assert space_notes(new_vault) == {}
 
 
 INVALID_PLANS = {

@@ -88,7 +88,7 @@ def parse_edited(raw: bytes, target: str, limit: int) -> list[str]:
     except UnicodeDecodeError as exc:
         raise refusal(target, f"it is not UTF-8 (byte {exc.start})") from None
     contents: list[str] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):  # editors may add a BOM
         stripped = line.strip()
         if not stripped or stripped.startswith("#") or (stripped.startswith("<!--") and stripped.endswith("-->")):
             continue
