@@ -1,0 +1,197 @@
+"""kill -9 of `memvault rebuild` and `memvault watch`: the old generation serves, restarts converge.
+
+Real subprocesses, SIGKILLed at named boundaries (MEMVAULT_TEST_CRASH_AT, read by the CLI only)
+and at random moments; then `health --strict` must be clean and the rows must equal a rebuild's.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.generations import generation_names
+from indexer.store import MemoryStore
+from vault.config import default_config_data, render_config
+from vault.ids import memory_id
+from vault.init import init_vault
+from vault.note import format_bullet
+
+REPO = Path(__file__).resolve().parent.parent
+MEMVAULT = [sys.executable, "-c", "from cli.main import cli; cli()"]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+pytestmark = pytest.mark.slow
+
+
+def make_vault(root: Path, files: int, per_file: int) -> Path:
+    """A vault as memvault writes it (no hand-edit findings), so strict health can be clean."""
+    init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))
+    for day in range(files):
+        lines = [f"# day {day}\n\n"]
+        for n in range(per_file):
+            text = f"Fact {n} of day {day}: the {['otter', 'heron', 'lynx', 'ibis'][n % 4]} report number {day * per_file + n}."
+            lines.append(format_bullet(text, memory_id(text), f"{8 + n % 10:02d}:{n % 60:02d}"))
+        (root / "daily" / f"2025-{day // 28 % 12 + 1:02d}-{day % 28 + 1:02d}.md").write_text("".join(lines))
+    return root
+
+
+def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*MEMVAULT, "--vault", str(root), *args], cwd=REPO, env={**ENV, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def strict_health(root: Path) -> dict:
+    result = run(root, "health", "--strict", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == (0 if report["healthy"] else 1)
+    return report
+
+
+def assert_converged(root: Path) -> None:
+    report = strict_health(root)
+    assert report["healthy"], report["findings"][:5]
+    with MemoryStore.open(root, sync=False) as store:
+        rows = store._readable_index().all_rows()
+        store.rebuild()
+        assert store._readable_index().all_rows() == rows
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    return make_vault(tmp_path_factory.mktemp("template") / "vault", files=70, per_file=20)
+
+
+@pytest.fixture
+def vault(template, tmp_path) -> Path:
+    import shutil
+
+    target = tmp_path / "vault"
+    shutil.copytree(template, target)
+    assert run(target, "rebuild").returncode == 0
+    return target
+
+
+@pytest.mark.parametrize("boundary", ["apply.committed:1", "rebuild.built", "rebuild.swapped"])
+def test_rebuild_killed_at_a_boundary_leaves_a_serving_index_and_a_rerun_converges(vault, boundary):
+    serving = (vault / ".index/CURRENT").read_text().strip()
+    killed = run(vault, "rebuild", env={"MEMVAULT_TEST_CRASH_AT": boundary})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with MemoryStore.open(vault, sync=False) as store:
+        result = store.recall("otter report number 42", limit=5)
+        assert result.degraded is None and result.hits, "an index serves after the kill"
+    pointer = (vault / ".index/CURRENT").read_text().strip()
+    assert pointer == (serving if boundary != "rebuild.swapped" else pointer)
+    if boundary != "rebuild.swapped":
+        assert pointer == serving, "a killed rebuild never swaps a half generation in"
+        assert strict_health(vault)["findings"][0]["code"] == "stray_generation"
+    assert run(vault, "rebuild").returncode == 0
+    assert_converged(vault)
+    assert len(generation_names(vault / ".index")) <= 2, "old and stray generations are cleaned up"
+
+
+def test_rebuild_killed_at_random_moments_then_rerun(vault):
+    rng = random.Random(11)
+    for _ in range(2):
+        proc = subprocess.Popen([*MEMVAULT, "--vault", str(vault), "rebuild"], cwd=REPO, env=ENV,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        with MemoryStore.open(vault, sync=False) as store:
+            assert store.recall("heron report", limit=3).degraded is None
+    assert run(vault, "rebuild").returncode == 0
+    assert_converged(vault)
+
+
+def start_watch(root: Path, env: dict | None = None) -> subprocess.Popen:
+    proc = subprocess.Popen([*MEMVAULT, "--vault", str(root), "watch", "--debounce", "0.05"], cwd=REPO,
+                            env={**ENV, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    assert line.startswith("watching"), line
+    return proc
+
+
+def stop_watch(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return err
+
+
+def edit_some(root: Path, rng: random.Random, count: int, tag: str) -> None:
+    notes = sorted((root / "daily").glob("*.md"))
+    for i in range(count):
+        path = rng.choice(notes)
+        lines = path.read_text().splitlines(keepends=True)
+        choice = rng.random()
+        if choice < 0.4 and len(lines) > 3:
+            del lines[rng.randrange(2, len(lines))]
+        elif choice < 0.8:
+            lines.append(f"- 20:{i % 60:02d} {tag} edit {i} about the capybara.\n")
+        else:
+            lines.insert(2, lines.pop())
+        tmp = path.with_name(f".{path.name}.{i}.tmp")
+        tmp.write_text("".join(lines))
+        os.replace(tmp, path)
+
+
+def test_watch_killed_after_the_index_commit_converges_on_restart(vault):
+    proc = start_watch(vault, env={"MEMVAULT_TEST_CRASH_AT": "apply.committed"})
+    edit_some(vault, random.Random(3), 5, "first")
+    assert proc.wait(30) == -signal.SIGKILL, "killed between the BM25 commit and the manifest write"
+    proc = start_watch(vault)
+    time.sleep(1.5)
+    stop_watch(proc)
+    assert_converged(vault)
+
+
+def test_watch_killed_at_random_moments_during_edit_bursts(vault):
+    rng = random.Random(5)
+    for round_ in range(2):
+        proc = start_watch(vault)
+        edit_some(vault, rng, 60, f"round{round_}")
+        time.sleep(rng.uniform(0.05, 1.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    proc = start_watch(vault)  # restart: the first rescan catches up with everything
+    time.sleep(2.0)
+    stop_watch(proc)
+    assert_converged(vault)
+
+
+READER = textwrap.dedent(
+    """
+    import sys, time
+    from indexer.store import MemoryStore
+    vault, seconds = sys.argv[1], float(sys.argv[2])
+    bad, reads, deadline = 0, 0, time.monotonic() + seconds
+    with MemoryStore.open(vault, sync=False) as store:
+        while time.monotonic() < deadline:
+            result = store.recall("Fact 3 of day 7", limit=100)
+            reads += 1
+            if result.degraded or not any(h.text.startswith("Fact 3 of day 7:") for h in result.hits):
+                bad += 1
+    print(reads, bad)
+    """
+)
+
+
+def test_readers_never_see_a_half_index_during_rebuilds(vault):
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(vault), "5"], cwd=REPO, env=ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 4.5
+    rebuilds = 0
+    while time.monotonic() < deadline:
+        assert run(vault, "rebuild").returncode == 0
+        rebuilds += 1
+    out, err = reader.communicate(timeout=60)
+    reads, bad = map(int, out.split())
+    assert rebuilds >= 2 and reads > 20, (rebuilds, reads, err)
+    assert bad == 0, f"{bad} of {reads} reads saw a missing or half index"
+    assert len(generation_names(vault / ".index")) <= 2
