@@ -8,7 +8,7 @@ are searched as words and can never raise.
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -127,12 +127,18 @@ class Bm25Index:
         return self._current_searcher().search(query, 1, count=True).count
 
     def search(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[Bm25Hit]:
+        keys = self.search_keys(query, limit, kinds)
+        rows = self.get_by_keys([key for key, _ in keys])
+        return [replace(rows[key], score=score) for key, score in keys if key in rows]
+
+    def search_keys(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[tuple[str, float]]:
+        """(row key, BM25 score), best first, ties by key; cheaper than full rows for fusion."""
         parsed = self.build_query(query, kinds)
         if parsed is None or limit <= 0:
             return []
         searcher = self._current_searcher()
-        hits = [self._hit(searcher, score, address) for score, address in searcher.search(parsed, limit).hits]
-        return sorted(hits, key=lambda hit: (-hit.score, hit.key))
+        hits = [(searcher.doc(address)["key"][0], float(score)) for score, address in searcher.search(parsed, limit).hits]
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
     def find_by_content_hash(self, content_hash: str, kind: str = "curated") -> Bm25Hit | None:
         query = tantivy.Query.boolean_query(

@@ -195,8 +195,10 @@ class _WordLlamaModel:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)
         last = self.matrix.shape[0] - 1
-        for row, text in enumerate(texts):
-            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        # one batched call: the Rust tokenizer encodes in parallel, ~10x faster than a loop
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        for row, encoding in enumerate(encodings):
+            ids = encoding.ids
             if not ids:
                 continue
             ids = np.clip(np.asarray(ids, dtype=np.int64), 0, last)
@@ -261,6 +263,13 @@ class BuiltinProvider:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
+
+    def embed_sums(self, texts: Sequence[str]) -> np.ndarray:
+        """Un-normalised sums of token embeddings: they add, so passages can be built from parts."""
+        cleaned = [clean_text(text) for text in texts]
+        if not cleaned:
+            return np.zeros((0, BUILTIN_DIM), dtype=np.float32)
+        return _wordllama().embed(cleaned)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,34 +8,52 @@ Questions about the active chat and requests to resume interrupted work never re
 they get guidance instead (`indexer.routing`).
 """
 
-from indexer.autogate import Candidate, gate_auto
+from indexer.autogate import WINDOW, Candidate, gate_auto
 from indexer.bm25 import Bm25Hit, Bm25Index
 from indexer.hybrid import CANDIDATE_DEPTH, Fused, fuse
 from indexer.results import RecallHit, RecallResult
 from indexer.routing import RUN_HISTORY_HANDOFF, Route, guidance_for, route_query
+
+#: rows loaded beyond the limit, to stand in for vectors whose rows were deleted meanwhile
+_SPARE_ROWS = 5
 
 
 def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
     return RecallHit(hit.id, hit.text, hit.source, score, hit.at, hit.kind, explain)
 
 
-def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH):
+def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
     `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds).
+    Fusion needs only keys and scores; full rows are loaded for the best `rows_for` candidates
+    (all of them when None).
     """
-    lexical = bm25.search(query, depth)
-    rows = {hit.key: hit for hit in lexical}
+    lexical = bm25.search_keys(query, depth)
     vectors, degraded = (None, None)
     if semantic is not None:
         vectors, degraded = semantic.search(query, depth)
-        if vectors:
-            missing = [key for key, _ in vectors if key not in rows]
-            rows.update(bm25.get_by_keys(missing))
-            # a vector whose row is gone (deleted since it was embedded) is never returned
-            vectors = [(key, score) for key, score in vectors if key in rows]
-    fused = fuse([(hit.key, hit.score) for hit in lexical], vectors)
-    return [(entry, rows[entry.key]) for entry in fused if entry.key in rows], degraded
+    fused, retired = exclude_superseded(bm25, fuse(lexical, vectors))
+    wanted = fused if rows_for is None else fused[: rows_for + _SPARE_ROWS]
+    rows = bm25.get_by_keys([entry.key for entry in wanted])
+    # a vector whose row is gone (deleted since it was embedded) is never returned
+    return [(entry, rows[entry.key]) for entry in wanted if entry.key in rows][:rows_for], degraded or retired
+
+
+def exclude_superseded(bm25: Bm25Index, fused: list[Fused]) -> tuple[list[Fused], str | None]:
+    """Curated recall returns current facts only: drop candidates whose memory id a BuJo capture
+    superseded or updated (the generation's replay projection, `indexer/replay_index.py`).
+    Returns the kept candidates and, if the projection cannot be read, why the answer is degraded."""
+    from indexer.replay_index import superseded_ids
+    from vault.errors import VaultError
+
+    try:
+        retired = superseded_ids(bm25.folder.parent)
+    except (VaultError, OSError) as exc:
+        return fused, f"replay projection unreadable, superseded memories may show ({exc}): run `memvault rebuild`"
+    if not retired:
+        return fused, None
+    return [entry for entry in fused if entry.key.rpartition("#")[2] not in retired], None
 
 
 def routed_away(query: str, mode: str) -> RecallResult | None:
@@ -48,8 +66,8 @@ def routed_away(query: str, mode: str) -> RecallResult | None:
 
 def recall_tool(bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool") -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence."""
-    candidates, degraded = retrieve(bm25, semantic, query)
-    hits = tuple(_hit(entry, row) for entry, row in candidates[:limit])
+    candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit)
+    hits = tuple(_hit(entry, row) for entry, row in candidates)
     route = route_query(query)
     guidance = guidance_for(route) if route is Route.BROAD_PERIOD else None
     if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
@@ -59,7 +77,7 @@ def recall_tool(bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "
 
 def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto") -> RecallResult:
     """What a host injects: only gated direct facts; the gate's reason goes in `gate`."""
-    candidates, degraded = retrieve(bm25, semantic, query)
+    candidates, degraded = retrieve(bm25, semantic, query, rows_for=2 * WINDOW)
     offered = [
         Candidate(row.id, row.text, entry.score, entry.strength, row.source, row.at) for entry, row in candidates
     ]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.bm25 import context_hash
-from indexer.context import passage
+from indexer.context import OWN_WEIGHT, passage
 from indexer.embeddings import EmbeddingIdentity, EmbeddingProvider
 from indexer.sync import IndexDelta, Row
 from indexer.vectors import META_FILE, VectorIndex
@@ -101,7 +101,7 @@ class SemanticIndex:
         if todo:
             prepared.keys = [_key(r) for r in todo]
             prepared.hashes = [record_passage_hash(r) for r in todo]
-            prepared.vectors = embed_in_batches(provider, [passage(r) for r in todo])
+            prepared.vectors = embed_passages(provider, todo)
         return prepared
 
     def commit(self, prepared: PreparedVectors) -> None:
@@ -145,6 +145,27 @@ class SemanticIndex:
                 stale.add(row.path)
         extra = set(self.passages) - curated
         return stale, extra
+
+
+def embed_passages(provider: EmbeddingProvider, records: Sequence[MemoryRecord]) -> np.ndarray:
+    """One unit vector per record's passage.
+
+    A provider with `embed_sums` (sum-pooled token embeddings, like the builtin model) embeds
+    each distinct text once and adds own text and neighbours; others embed the joined passage.
+    """
+    sums = getattr(provider, "embed_sums", None)
+    if sums is None:
+        return embed_in_batches(provider, [passage(r) for r in records])
+    texts = sorted({t for r in records for t in (r.text, *r.neighbours)})
+    row_of = {text: row for row, text in enumerate(texts)}
+    parts = np.vstack([sums(texts[i : i + 1024]) for i in range(0, len(texts), 1024)])
+    out = np.zeros((len(records), parts.shape[1]), dtype=np.float32)
+    for row, record in enumerate(records):
+        out[row] = OWN_WEIGHT * parts[row_of[record.text]]
+        for neighbour in record.neighbours:
+            out[row] += parts[row_of[neighbour]]
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
 
 
 def embed_in_batches(provider: EmbeddingProvider, texts: Sequence[str]) -> np.ndarray:

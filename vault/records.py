@@ -31,7 +31,11 @@ class MemoryRecord:
     heading: str | None
     explicit_id: bool
     #: the plain text of up to CONTEXT_NEIGHBOURS bullets on each side, nearest first
-    context: str = ""
+    neighbours: tuple[str, ...] = ()
+
+    @property
+    def context(self) -> str:
+        return " ".join(self.neighbours)
 
     @property
     def source(self) -> str:
@@ -76,12 +80,12 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
 
 def with_context(records: list[MemoryRecord]) -> list[MemoryRecord]:
     """The records of one note, each carrying its neighbours' text as context."""
-    contexts = []
-    for index in range(len(records)):
+    result = []
+    for index, record in enumerate(records):
         parts = []
         for distance in range(1, CONTEXT_NEIGHBOURS + 1):
             for other in (index - distance, index + distance):
                 if 0 <= other < len(records):
                     parts.append(records[other].text)
-        contexts.append(" ".join(parts))
-    return [replace(record, context=context) for record, context in zip(records, contexts)]
+        result.append(replace(record, neighbours=tuple(parts)))
+    return result
