@@ -249,12 +249,12 @@ def assert_parity(store: MemoryStore) -> None:
     assert answers(store) == compacted
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_edit_sequences_converge_on_the_rebuild(fixture_vault, seed):
     rng = random.Random(seed)
     snapshots = [take_snapshot(fixture_vault)]
     with MemoryStore.open(fixture_vault) as store:
-        for step in range(40):
+        for step in range(30):
             random_edit(rng, fixture_vault, step, snapshots)
             if rng.random() < 0.2:
                 snapshots.append(take_snapshot(fixture_vault))
