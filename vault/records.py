@@ -56,36 +56,39 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
         tz = zone(zone_name)
     except InvalidRecord:
         tz = zone(vault_zone)  # a bad frontmatter zone is reported by health, not fatal to indexing
-    records = []
-    for bullet in note.bullets:
-        text = plain_text(bullet.text)
-        if not text:
-            continue
-        records.append(
-            MemoryRecord(
-                id=bullet.id,
-                path=relpath,
-                kind=NOTE_KINDS[folder],
-                day=day,
-                at=bullet_instant(day, bullet.time, tz),
-                text=text,
-                content_hash=content_hash(bullet.text),
-                line=bullet.first_line + 1,
-                heading=bullet.heading,
-                explicit_id=bullet.has_explicit_id,
-            )
+    kind = NOTE_KINDS[folder]
+    bullets = [(bullet, plain_text(bullet.text)) for bullet in note.bullets]
+    bullets = [(bullet, text) for bullet, text in bullets if text]
+    texts = [text for _, text in bullets]
+    return [
+        MemoryRecord(
+            id=bullet.id,
+            path=relpath,
+            kind=kind,
+            day=day,
+            at=bullet_instant(day, bullet.time, tz),
+            text=text,
+            content_hash=content_hash(bullet.text),
+            line=bullet.first_line + 1,
+            heading=bullet.heading,
+            explicit_id=bullet.has_explicit_id,
+            neighbours=neighbour_texts(texts, index),
         )
-    return with_context(records)
+        for index, (bullet, text) in enumerate(bullets)
+    ]
+
+
+def neighbour_texts(texts: list[str], index: int) -> tuple[str, ...]:
+    """Up to CONTEXT_NEIGHBOURS texts on each side of `texts[index]`, nearest first."""
+    parts = []
+    for distance in range(1, CONTEXT_NEIGHBOURS + 1):
+        for other in (index - distance, index + distance):
+            if 0 <= other < len(texts):
+                parts.append(texts[other])
+    return tuple(parts)
 
 
 def with_context(records: list[MemoryRecord]) -> list[MemoryRecord]:
-    """The records of one note, each carrying its neighbours' text as context."""
-    result = []
-    for index, record in enumerate(records):
-        parts = []
-        for distance in range(1, CONTEXT_NEIGHBOURS + 1):
-            for other in (index - distance, index + distance):
-                if 0 <= other < len(records):
-                    parts.append(records[other].text)
-        result.append(replace(record, neighbours=tuple(parts)))
-    return result
+    """One note's records (in note order) with their neighbours recomputed from their texts."""
+    texts = [record.text for record in records]
+    return [replace(record, neighbours=neighbour_texts(texts, index)) for index, record in enumerate(records)]
