@@ -84,7 +84,9 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
     from cli.render import progress_reporter
 
     with open_store(ctx, sync=False) as store, progress_reporter(enabled=not json_ and sys.stderr.isatty()) as progress:
-        report = store.rebuild(progress=progress)
+        from cli.watch_commands import crash_hook_from_env
+
+        report = store.rebuild(progress=progress, hook=crash_hook_from_env())
     if json_:
         emit_json(report.to_json())
         return
