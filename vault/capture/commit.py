@@ -1,0 +1,94 @@
+"""Applying a semantic plan to the canonical files, idempotently, in a fixed order.
+
+    1. facts   → daily/<day>.md      one CAS write appending the bullets whose ids are missing
+    2. graph   → graph.jsonl         entities, one association line per fact, relations (add-only)
+    3. replay  → sidecar             the plan's exact delta (capture, lifecycle, edges)
+
+The caller holds the vault lock, then indexes the note and projects the sidecar into the index
+(indexer/capture_service.py), then resolves the intake run. Every step recognises its own
+earlier output (bullet ids, line identities, entry identities), so a run killed between any two
+steps and replayed from the retained plan ends in exactly the state an uninterrupted run would:
+one bullet per fact, one line per entity/association/relation, one entry per sidecar identity.
+
+UPDATE and SUPERSEDE never rewrite a line, a person's or memvault's own: the replacement is
+appended as a new bullet with its own fact id, and the retired memory's id gets a lifecycle
+entry in the sidecar. Recall excludes lifecycle-retired ids; the markdown keeps the history.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vault.capture.plan import SemanticPlan
+from vault.errors import InvalidRecord
+from vault.fsio import fsync_dir, read_bytes_nofollow
+from vault.graph import Entity, FactLink, read_graph, write_graph
+from vault.intake.files import CrashHook, hit
+from vault.layout import VaultLayout
+from vault.locks import replace_if_unchanged
+from vault.note import append_line, format_bullet, new_note_text, parse
+from vault.paths import resolve_inside
+from vault.replay import capture_delta, read_sidecar, write_sidecar
+
+
+def commit_plan(layout: VaultLayout, plan: SemanticPlan, hook: CrashHook | None = None, *, authority: str = "capture") -> bytes:
+    """Steps 1-3 under the caller's vault lock; returns the sidecar bytes now published."""
+    write_facts(layout, plan)
+    hit(hook, "capture.facts_written")
+    apply_graph(layout.root, plan)
+    hit(hook, "capture.graph_written")
+    published = apply_sidecar(layout.root, plan, authority)
+    hit(hook, "capture.sidecar_written")
+    return published
+
+
+def write_facts(layout: VaultLayout, plan: SemanticPlan) -> bool:
+    """Append every planned fact not yet in its note (one CAS write); False when all were there."""
+    if not plan.facts:
+        return False
+    path = resolve_inside(layout.root, plan.note)
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsync_dir(layout.root)
+    try:
+        old = read_bytes_nofollow(path)
+    except FileNotFoundError:
+        old = None
+    note = parse(_decode(old, plan.note) if old is not None else new_note_text(plan.day))
+    present = {bullet.block_id for bullet in note.bullets}
+    missing = [fact for fact in plan.facts if fact.id not in present]
+    if not missing:
+        return False
+    for fact in sorted(missing, key=lambda fact: fact.index):
+        note = append_line(note, format_bullet(fact.text, fact.id, plan.time))
+    replace_if_unchanged(path, old, "".join(note.lines).encode("utf-8"), mode=0o644)
+    return True
+
+
+def apply_graph(root: Path, plan: SemanticPlan) -> bool:
+    """Add the plan's entities, per-fact associations and relations; True when the file changed."""
+    graph, old = read_graph(root)
+    for entity_id, name, kind in plan.entities:
+        graph.add_entity(Entity(entity_id, name, kind))
+    for fact in plan.facts:
+        graph.add_fact(FactLink(fact.id, fact.entities, fact.salience, plan.note))
+    for source, relation, target in plan.relations:
+        graph.add_relation(source, relation, target)
+    return write_graph(root, old, graph)
+
+
+def apply_sidecar(root: Path, plan: SemanticPlan, authority: str = "capture") -> bytes:
+    """Merge the plan's exact replay delta into the sidecar; returns the published bytes."""
+    state, old = read_sidecar(root)
+    state.merge(capture_delta(plan, authority))
+    return write_sidecar(root, old, state)
+
+
+def _decode(data: bytes, relpath: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(
+            f"{relpath} is not valid UTF-8 (byte {exc.start}); memvault will not rewrite it: fix or re-save it "
+            "as UTF-8; the capture stays pending and is retried"
+        ) from exc

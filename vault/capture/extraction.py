@@ -1,0 +1,151 @@
+"""The extraction answer: up to eight atomic memories with their entities and relations.
+
+Grammar (the prompt in `vault/capture/prompt.py` states the same, word for word in spirit):
+
+    {"memories":  [ {"text": SAFE(500), "salience": 0..1, "entities": [REF, ...0..8]} ...0..8 ],
+     "entities":  [ {"ref": REF, "name": SAFE(80), "type": TYPE} ...0..24 ],
+     "relations": [ {"from": REF, "relation": RELATION, "to": REF} ...0..24 ]}
+
+    REF       e1 … e99                       (^e[1-9][0-9]?$), unique among entities
+    TYPE      person | project | organization | concept | place | tool | event | time
+    RELATION  lowercase snake case            (^[a-z][a-z0-9_]{0,39}$)
+
+Every answer is complete or refused: a ninth memory, an undeclared or unused ref, a duplicate
+ref, two entities with the same name and type, two memories with the same text, a relation
+from an entity to itself or repeated, a salience outside 0..1, any unknown or missing field:
+each makes the whole answer invalid. Nothing is dropped to make the rest fit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vault.capture.strictjson import Fields, load_exact
+
+MAX_MEMORIES = 8
+MAX_ENTITIES = 24
+MAX_RELATIONS = 24
+MAX_ENTITIES_PER_MEMORY = 8
+MAX_MEMORY_CHARS = 500
+MAX_NAME_CHARS = 80
+ENTITY_TYPES = ("person", "project", "organization", "concept", "place", "tool", "event", "time")
+REF_RE = re.compile(r"e[1-9][0-9]?")
+RELATION_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_TOP_KEYS = {"memories", "entities", "relations"}
+
+
+@dataclass(frozen=True)
+class ExtractedEntity:
+    ref: str
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class ExtractedMemory:
+    index: int  # position in the answer: the fact id derives from it
+    text: str
+    salience: float
+    refs: tuple[str, ...]  # the entities extracted for this memory, in the model's order
+
+
+@dataclass(frozen=True)
+class ExtractedRelation:
+    source: str  # a ref
+    relation: str
+    target: str  # a ref
+
+
+@dataclass(frozen=True)
+class Extraction:
+    memories: tuple[ExtractedMemory, ...]
+    entities: tuple[ExtractedEntity, ...]
+    relations: tuple[ExtractedRelation, ...]
+
+    def entity(self, ref: str) -> ExtractedEntity:
+        return next(entity for entity in self.entities if entity.ref == ref)
+
+
+def parse_extraction(text: object) -> Extraction:
+    """The extraction in a completion, or ModelOutputInvalid (see the module docstring)."""
+    check = Fields("extraction answer")
+    top = check.object(load_exact(text, "extraction"), _TOP_KEYS, "the answer")
+    entities = _entities(check, top["entities"])
+    declared = {entity.ref for entity in entities}
+    memories = _memories(check, top["memories"], declared)
+    relations = _relations(check, top["relations"], declared)
+    used = {ref for memory in memories for ref in memory.refs} | {r.source for r in relations} | {r.target for r in relations}
+    unused = sorted(declared - used, key=_ref_order)
+    if unused:
+        raise check.fail(f"entities {unused} are used by no memory and no relation")
+    return Extraction(tuple(memories), tuple(entities), tuple(relations))
+
+
+def _ref_order(ref: str) -> int:
+    return int(ref[1:])
+
+
+def _entities(check: Fields, value: object) -> list[ExtractedEntity]:
+    items = check.array(value, "entities", 0, MAX_ENTITIES)
+    entities, refs, names = [], set(), set()
+    for position, raw in enumerate(items):
+        where = f"entities[{position}]"
+        item = check.object(raw, {"ref", "name", "type"}, where)
+        ref = check.pattern(item["ref"], REF_RE, f"{where}.ref", "e1 … e99")
+        name = check.safe_text(item["name"], f"{where}.name", MAX_NAME_CHARS)
+        kind = item["type"]
+        if kind not in ENTITY_TYPES:
+            raise check.fail(f"{where}.type must be one of {', '.join(ENTITY_TYPES)}")
+        if ref in refs:
+            raise check.fail(f"{where}.ref {ref} is declared twice")
+        identity = (name.casefold(), kind)
+        if identity in names:
+            raise check.fail(f"{where} repeats the {kind} {name!r} under another ref (ambiguous)")
+        refs.add(ref)
+        names.add(identity)
+        entities.append(ExtractedEntity(ref, name, kind))
+    return entities
+
+
+def _memories(check: Fields, value: object, declared: set[str]) -> list[ExtractedMemory]:
+    items = check.array(value, "memories", 0, MAX_MEMORIES)
+    memories, texts = [], set()
+    for index, raw in enumerate(items):
+        where = f"memories[{index}]"
+        item = check.object(raw, {"text", "salience", "entities"}, where)
+        text = check.safe_text(item["text"], f"{where}.text", MAX_MEMORY_CHARS)
+        salience = check.unit_number(item["salience"], f"{where}.salience")
+        refs = check.array(item["entities"], f"{where}.entities", 0, MAX_ENTITIES_PER_MEMORY)
+        for ref in refs:
+            check.pattern(ref, REF_RE, f"{where}.entities[]", "e1 … e99")
+            if ref not in declared:
+                raise check.fail(f"{where}.entities names {ref}, which is not declared in entities")
+        if len(set(refs)) != len(refs):
+            raise check.fail(f"{where}.entities names an entity twice")
+        if text.casefold() in texts:
+            raise check.fail(f"{where}.text repeats an earlier memory (ambiguous)")
+        texts.add(text.casefold())
+        memories.append(ExtractedMemory(index, text, salience, tuple(refs)))
+    return memories
+
+
+def _relations(check: Fields, value: object, declared: set[str]) -> list[ExtractedRelation]:
+    items = check.array(value, "relations", 0, MAX_RELATIONS)
+    relations, seen = [], set()
+    for position, raw in enumerate(items):
+        where = f"relations[{position}]"
+        item = check.object(raw, {"from", "relation", "to"}, where)
+        source = check.pattern(item["from"], REF_RE, f"{where}.from", "e1 … e99")
+        target = check.pattern(item["to"], REF_RE, f"{where}.to", "e1 … e99")
+        relation = check.pattern(item["relation"], RELATION_RE, f"{where}.relation", "lowercase snake_case (^[a-z][a-z0-9_]{0,39}$)")
+        for ref in (source, target):
+            if ref not in declared:
+                raise check.fail(f"{where} names {ref}, which is not declared in entities")
+        if source == target:
+            raise check.fail(f"{where} relates {source} to itself")
+        if (source, relation, target) in seen:
+            raise check.fail(f"{where} repeats an earlier relation")
+        seen.add((source, relation, target))
+        relations.append(ExtractedRelation(source, relation, target))
+    return relations
