@@ -315,6 +315,15 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
                       f"{snapshot['unexpectedFiles']} unexpected file(s) in the intake folders", "memvault inspect --json")
 
 
+def check_replay(ctx: HealthContext) -> Iterable[Finding]:
+    """BuJo's replay sidecar against the serving generation's projection, exactly (capture owns it)."""
+    from indexer.replay_index import replay_findings
+
+    generation = None if ctx.index is None else ctx.index.generation
+    for severity, code, subject, message, fix in replay_findings(ctx.layout, ctx.config, generation, ctx.strict):
+        yield Finding("replay", severity, code, subject, message, fix)
+
+
 register_check("index", check_index_opens)
 register_check("files", check_files)
 register_check("rows", check_rows, strict_only=True)
@@ -322,3 +331,4 @@ register_check("hand_edits", check_hand_edits)
 register_check("vectors", check_embedding_identity)
 register_check("generations", check_generations)
 register_check("intake", check_intake)
+register_check("replay", check_replay)

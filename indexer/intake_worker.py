@@ -6,6 +6,12 @@ interrupted, then processes every due pending record in order: project to markdo
 (under the vault lock), then resolve (under the intake lock). A failed attempt backs off
 (1 min doubling to 6 h, 16 attempts) and then becomes a dead letter with a bounded category.
 
+Capture mode (BuJo): a record whose raw audit is projected waits as `awaiting_capture`; when
+it is due the worker runs the capture step (`indexer/capture_service.py`: model calls, retained
+plan, commit), then resolves it with outcome `captured` and retires the plan. A capture failure
+backs off like any other (it never counts as success); while replay adoption is pending,
+capture is skipped without spending an attempt.
+
 `stop(timeout=10)` drains accepted due work until the deadline, then sets the abort flag that
 the active attempt checks between its steps, and returns. An aborted attempt leaves its record
 pending (a projection already written is found again by its run-derived id on the next start).
@@ -24,10 +30,11 @@ from datetime import datetime
 
 from vault.errors import Conflict, IndexUnavailable, InvalidRecord, ProviderUnavailable, UnsafePath, VaultError, VaultLocked
 from vault.intake.catalog import LedgerIntegrityError
-from vault.intake.files import PENDING, CrashHook, IntakeDirs, hit
+from vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, hit
 from vault.intake.ledger import Ledger
 from vault.intake.projection import project_turn
-from vault.intake.record import PROJECTED, IntakeRecord
+from vault.capture.strictjson import ModelOutputInvalid
+from vault.intake.record import AWAITING_CAPTURE, CAPTURED, PROJECTED, IntakeRecord
 from vault.intake.state import (
     RecoveryReport,
     intake_lock,
@@ -66,6 +73,7 @@ def failure_category(exc: BaseException) -> str:
         (VaultLocked, "vault_locked"),
         (IndexUnavailable, "index_unavailable"),
         (ProviderUnavailable, "provider_unavailable"),
+        (ModelOutputInvalid, "invalid_model_output"),
         (InvalidRecord, "invalid_note"),
         (OSError, "io_error"),
     )
@@ -98,6 +106,7 @@ class IntakeWorker:
         self.transitions: Counter[str] = Counter()
         self.last_error: str | None = None
         self.recovery: RecoveryReport | None = None
+        self._capture = None  # the CaptureService, created on the first capture-mode record
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -107,6 +116,7 @@ class IntakeWorker:
         try:
             with intake_lock(self.dirs):
                 _, self.recovery = recover(self.dirs, self._clock(), self._hook)
+                self._retire_orphan_plans()
         except BaseException:
             self._fence.release()
             raise
@@ -174,8 +184,11 @@ class IntakeWorker:
     def _due_ids(self) -> list[str]:
         now = self._clock()
         due = []
+        capture_blocked = self._capture_blocked()
         for intake_id in self.dirs.list_folder(PENDING).ids:
             record = self._cached(intake_id)
+            if record is not None and record.state == AWAITING_CAPTURE and capture_blocked:
+                continue
             if record is not None and record.is_due(now):
                 due.append((record.due_at(), record.admitted_at, intake_id))
         return [intake_id for *_, intake_id in sorted(due)]
@@ -208,6 +221,9 @@ class IntakeWorker:
     def _process(self, intake_id: str) -> None:
         record = self._cached(intake_id)
         if record is None or not record.is_due(self._clock()):
+            return
+        if record.state == AWAITING_CAPTURE:
+            self._capture_step(record)
             return
         try:
             self._check_abort()
@@ -249,6 +265,60 @@ class IntakeWorker:
         if updated is not None:
             self._transition("dead" if updated.state == "dead" else "retry_scheduled", record.id)
 
+    # --- capture (BuJo, capture mode) -------------------------------------------------------------
+
+    def capture_service(self):
+        if self._capture is None:
+            from indexer.capture_service import CaptureService
+
+            self._capture = CaptureService(self.store)
+        return self._capture
+
+    def _capture_blocked(self) -> str | None:
+        from indexer.replay_index import capture_blocked_reason
+
+        return capture_blocked_reason(self.store.layout)
+
+    def _capture_step(self, record: IntakeRecord) -> None:
+        """Capture one run (model calls or its retained plan, then commit), resolve it, retire the plan."""
+        from indexer.capture_service import CaptureDeferred
+
+        try:
+            self._check_abort()
+            self.capture_service().capture_record(record, now=self._clock(), hook=self._hook, checkpoint=self._check_abort)
+            self._resolve_captured(record)
+        except _Aborted:
+            self.transitions["aborted"] += 1
+        except CaptureDeferred as exc:  # an operator step is pending: no attempt is spent
+            self.transitions["capture_deferred"] += 1
+            self.last_error = f"{record.id[:16]}…: {exc}"
+        except Exception as exc:  # never counts as captured: back off and retry, warn the host
+            if self._abort.is_set():
+                self.transitions["aborted"] += 1
+                return
+            self.capture_service().warn(record.id, failure_category(exc))
+            self._fail(record, exc)
+
+    def _resolve_captured(self, record: IntakeRecord) -> None:
+        from vault.capture.plan import retire_plan
+
+        with intake_lock(self.dirs):
+            ledger = Ledger(self.dirs, create=True, hook=self._hook)
+            resolve_run(self.dirs, ledger, record.id, outcome=CAPTURED, projection=record.projection,
+                        now=self._clock(), hook=self._hook)  # fmt: skip
+            retire_plan(self.dirs.root, record.id)
+        hit(self._hook, "capture.plan_retired")
+        self._transition("captured", record.id)
+
+    def _retire_orphan_plans(self) -> None:
+        """Plans of runs that are no longer active (resolved just before a crash). Intake lock held."""
+        from vault.capture.plan import retained_plan_ids, retire_plan
+
+        active = set(self.dirs.list_folder(PENDING).ids) | set(self.dirs.list_folder(DEAD).ids)
+        for intake_id in retained_plan_ids(self.dirs.root):
+            if intake_id not in active:
+                retire_plan(self.dirs.root, intake_id)
+
     def _transition(self, name: str, intake_id: str) -> None:
         self.transitions[name] += 1
         if self._listener is not None:
@@ -264,4 +334,5 @@ class IntakeWorker:
             "aborted": self._abort.is_set(),
             "transitions": dict(sorted(self.transitions.items())),
             "lastError": self.last_error,
+            "captureWarnings": [] if self._capture is None else list(self._capture.warnings),
         }

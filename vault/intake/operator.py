@@ -10,15 +10,17 @@ transition, and act:
 - resolve: the explicit loss-accepting path. The active record is replaced by a receipt with
   outcome `operator_resolved` and the reason slug; the ledger entry is committed, so the run
   id stays a duplicate for ever. It never claims the turn was projected or captured. An
-  already resolved run is a reported no-op.
+  already resolved run is a reported no-op. A run with a retained BuJo semantic plan is refused
+  (`Conflict`): its capture can still finish without the model.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from pathlib import Path
 
-from vault.errors import InvalidRecord
+from vault.errors import Conflict, InvalidRecord
 from vault.locks import LivenessFence
 
 from vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, is_intake_id
@@ -69,5 +71,18 @@ def resolve_run_as_operator(root: Path, intake_id: str, reason: str, now: dateti
                 return {"id": intake_id, "outcome": "already_resolved", "receiptOutcome": None}
             raise InvalidRecord(f"no intake record {intake_id}: check the id with `memvault inspect`")
         previous = found[1].state
+        _refuse_retained_plan(dirs, intake_id)
         resolve_run(dirs, ledger, intake_id, outcome=OPERATOR_RESOLVED, reason=reason, now=now, hook=hook)
         return {"id": intake_id, "outcome": OPERATOR_RESOLVED, "previousState": previous, "reason": reason}
+
+
+def _refuse_retained_plan(dirs: IntakeDirs, intake_id: str) -> None:
+    """A retained BuJo semantic plan is recoverable without the model: never accept its loss."""
+    from vault.capture.plan import plan_path  # capture owns the plan; the intake only asks
+
+    if os.path.lexists(plan_path(dirs.root, intake_id)):
+        raise Conflict(
+            f"run {intake_id} has a retained semantic plan (.capture-intake/plans/{intake_id}.json): it is "
+            f"recoverable, so it is not resolved as lost. Fix: start the agent with its BuJo configuration so "
+            f"capture commits the plan (no model call is needed); nothing was changed."
+        )

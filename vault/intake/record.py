@@ -35,7 +35,9 @@ PENDING_STATE, AWAITING_CAPTURE, DEAD_STATE = "pending", "awaiting_capture", "de
 RECORD_STATES = (PENDING_STATE, AWAITING_CAPTURE, DEAD_STATE)
 #: receipt outcomes
 PROJECTED, OPERATOR_RESOLVED = "projected", "operator_resolved"
-OUTCOMES = (PROJECTED, OPERATOR_RESOLVED)
+#: capture mode: the semantic plan was committed (facts, graph, replay sidecar, index)
+CAPTURED = "captured"
+OUTCOMES = (PROJECTED, OPERATOR_RESOLVED, CAPTURED)
 
 #: the bounded set of failure categories a record may carry
 FAILURE_CATEGORIES = (
@@ -46,6 +48,7 @@ FAILURE_CATEGORIES = (
     "index_unavailable",
     "provider_unavailable",
     "ledger_integrity",
+    "invalid_model_output",  # capture: the chat model's answer broke the strict grammar
     "io_error",
     "unexpected",
 )
@@ -102,7 +105,8 @@ class IntakeRecord:
         return self.next_attempt_at or self.admitted_at
 
     def is_due(self, now: datetime) -> bool:
-        return self.state == PENDING_STATE and self.due_at() <= now
+        # awaiting capture is due too: the capture step (indexer/capture_service.py) runs then
+        return self.state in (PENDING_STATE, AWAITING_CAPTURE) and self.due_at() <= now
 
     def evolve(self, **changes: Any) -> IntakeRecord:
         """A new revision of this record (the payload never changes)."""
