@@ -43,9 +43,11 @@ def crash_hook_from_env(env=os.environ):
               help="Seconds of quiet after the last file event before a batch is indexed.")
 @click.option("--compact-after", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
               help="Seconds of quiet after which edited indexes are compacted (BM25 statistics match a rebuild).")
+@click.option("--consolidate-every", type=click.FloatRange(min=0.0), default=3600.0, show_default=True,
+              help="Seconds between regenerations of index.md (memvault consolidate); 0 disables.")
 @json_option
 @click.pass_context
-def watch_command(ctx: click.Context, debounce: float, compact_after: float, json_: bool) -> None:
+def watch_command(ctx: click.Context, debounce: float, compact_after: float, consolidate_every: float, json_: bool) -> None:
     """Follow edits to the vault and keep the index current until interrupted (Ctrl-C / SIGTERM).
 
     Logs one line per batch that changed the index to stderr (with --json: one JSON object per
@@ -68,7 +70,7 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, jso
         click.echo(f"watching {store.layout.root} (Ctrl-C to stop)", err=True)
 
     watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report, on_ready=ready,
-                      hook=crash_hook_from_env())
+                      hook=crash_hook_from_env(), consolidate_every=consolidate_every or None)
     stop = threading.Event()
 
     def request_stop(signum, _frame) -> None:

@@ -24,6 +24,7 @@ from indexer.generations import (
     remove_stray_generations,
 )
 from indexer.recall import recall_auto, recall_tool, routed_away
+from indexer.replay_index import finish_rebuild, project_generation
 from indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
 from indexer.sync import IndexDelta, SyncOutcome
 from vault.clock import utc_now
@@ -69,6 +70,10 @@ class MemoryStore:
         self._manifest_stamp: tuple[str, int] | None = None
         #: vectors for Journal/BuJo; Lite never embeds
         self._semantic = _semantic_service(layout, config)
+        if config.memory.mode == "bujo":  # MemoryJournal reads capture's supersession lifecycle
+            from indexer.replay_index import SupersessionSource
+
+            self.supersession_state = SupersessionSource(layout).supersession_state
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -85,6 +90,7 @@ class MemoryStore:
         env = {} if env is None else env
         root = locate_vault(path, env, Path.cwd())
         store = cls(VaultLayout(root), load_config(root, env, overrides))
+        store.env = dict(env)  # the chat model's API key variable is read from here, never os.environ
         if sync:
             store.sync()
         return store
@@ -92,6 +98,8 @@ class MemoryStore:
     def close(self) -> None:
         if self._intake is not None:  # durable intake: drain (bounded) before closing
             self.stop()
+        if self._capture_queue is not None:  # legacy scheduled captures: drain (bounded)
+            self._capture_queue.stop(timeout=10.0)
         if self._semantic is not None:  # queued vectors: drain (bounded); the rest catches up later
             self._semantic.stop(timeout=10.0)
         self._index = None
@@ -161,6 +169,7 @@ class MemoryStore:
                 hook("rebuild.built")
             with self._lock:
                 self._swap_in(generation, hook)
+                finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
         return _rebuild_report(generation, time.monotonic() - started)
 
     def compact(self, *, hook: BoundaryHook | None = None) -> bool:
@@ -211,6 +220,7 @@ class MemoryStore:
         if self._semantic is not None:
             self._semantic.finish_building(generation)
             self._semantic.attach_serving(generation)
+        project_generation(self.layout, self.config, generation.generation)  # BuJo replay sidecar
         activate(self.layout.index_dir, generation.generation, hook)
         self._index = generation
         self._manifest_stamp = self._stamp(generation)
@@ -240,7 +250,12 @@ class MemoryStore:
             return RecallResult(query, mode, (), degraded=str(exc))
         if mode == "auto":
             return recall_auto(index.bm25, self._semantic, query)
-        return recall_tool(index.bm25, self._semantic, query, limit)
+        result = recall_tool(index.bm25, self._semantic, query, limit)
+        if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
+            from indexer.graph_expansion import expand_recall
+
+            result = expand_recall(self.layout.root, index.bm25, result, limit)
+        return result
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         """Alias of `recall`, named after the CLI command."""
@@ -313,6 +328,33 @@ class MemoryStore:
         snapshot = runtime_snapshot(IntakeDirs(self.layout.root), self._clock())
         snapshot["worker"] = None if self._intake is None else self._intake.snapshot()
         return snapshot
+
+    # --- BuJo capture (logic in vault/capture/ and indexer/capture_service.py) -------------------
+
+    env: Mapping[str, str] = {}  # set by `open`; where the chat model's API key variable is read
+    _capture_queue = None  # the legacy best-effort queue, created by the first schedule_capture
+
+    def capture(self, text: str, at: datetime | None = None):
+        """Legacy direct capture: curate `text` now, without durable intake (best effort; see
+        docs/capture.md). Hosts should admit turns with `persist_completed_turn` instead."""
+        from indexer.capture_service import CaptureService
+
+        return CaptureService(self).capture_text(text, at=at if at is not None else self._clock(), now=self._clock())
+
+    def schedule_capture(self, text: str, at: datetime | None = None) -> bool:
+        """Legacy best-effort background capture; False when its bounded queue is full."""
+        from indexer.capture_service import CaptureQueue, CaptureService
+
+        if self._capture_queue is None:
+            self._capture_queue = CaptureQueue(CaptureService(self), self._clock)
+        return self._capture_queue.offer(text, at if at is not None else self._clock())
+
+    def consolidate(self):
+        """Regenerate index.md (recent days, counts, top entities, duplicate groups); no model call,
+        canonical memory untouched. Returns a ConsolidationReport (indexer/consolidate.py)."""
+        from indexer.consolidate import consolidate
+
+        return consolidate(self.layout, self.config, self._readable_index(create_missing=True))
 
     def index_notes(self, relpaths: Iterable[str]) -> None:
         """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""

@@ -241,6 +241,8 @@ class Watcher:
     #: called once the fence is held and the observer runs (events from then on are seen)
     on_ready: Callable[[], None] | None = None
     hook: BoundaryHook | None = None
+    #: seconds between scheduled consolidations (index.md, `indexer/consolidate.py`); None: never
+    consolidate_every: float | None = None
     queue: ChangeQueue = field(init=False)
     _stop: threading.Event = field(init=False, default_factory=threading.Event)
 
@@ -289,6 +291,8 @@ class Watcher:
             elif compact_due and now - last_event >= self.compact_after:
                 compact_due = False
                 self._compact()
+            elif self._consolidation_due(now):
+                self._consolidate(now)
             if self._backoff and not stop.is_set():
                 stop.wait(self._backoff)
 
@@ -339,3 +343,26 @@ class Watcher:
             report = BatchReport(datetime.now(timezone.utc), 0, False, action="compacted")
         if self.on_batch is not None:
             self.on_batch(report)
+
+    # --- scheduled consolidation (the logic is `MemoryStore.consolidate`) ------------------------
+
+    _last_consolidation = None  # monotonic time of the last run (class default: never)
+
+    def _consolidation_due(self, now: float) -> bool:
+        """Idle moments only: first right after start-up, then every `consolidate_every` seconds."""
+        if self.consolidate_every is None:
+            return False
+        return self._last_consolidation is None or now - self._last_consolidation >= self.consolidate_every
+
+    def _consolidate(self, now: float) -> None:
+        self._last_consolidation = now
+        try:
+            report = self.store.consolidate()
+        except (VaultError, OSError) as exc:
+            result = BatchReport(datetime.now(timezone.utc), 0, False, error=f"consolidation failed: {exc}")
+        else:
+            if not report.changed:
+                return
+            result = BatchReport(datetime.now(timezone.utc), 0, False, action="consolidated")
+        if self.on_batch is not None:
+            self.on_batch(result)
