@@ -261,6 +261,43 @@ class MemoryStore:
         """Alias of `recall`, named after the CLI command."""
         return self.recall(query, limit=limit, mode=mode)
 
+    # --- MemoryJournal (logic in indexer/journal.py) ------------------------------------------
+
+    #: BuJo hook: memory id → "valid" | "superseded" | "dropped" at journal snapshot time; None: all valid
+    supersession_state = None
+    _journal = None
+
+    def journal(self, *, from_date=None, through_date=None, time_zone=None, limit=None, cursor=None):
+        """One MemoryJournal page (a JournalPage): a first call with the three range fields, or a
+        continuation with only `cursor` (valid within this store object's lifetime)."""
+        arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
+                     "limit": limit, "cursor": cursor}  # fmt: skip
+        return self.journal_service().query(arguments)
+
+    def journal_service(self, *, persistent: bool = False):
+        """The JournalService: in-memory cursors, or (`persistent`, for the CLI) owner-only
+        snapshots in `.index/journal/` that a later process can continue."""
+        from indexer.journal import JournalService
+        from indexer.journal_cursor import snapshot_store_for
+
+        if persistent:
+            snapshots = snapshot_store_for(self.layout.root, persistent=True)
+            return JournalService(self.journal_scan, snapshots=snapshots, supersession_state=self.supersession_state)
+        if self._journal is None:
+            self._journal = JournalService(self.journal_scan, supersession_state=self.supersession_state)
+        return self._journal
+
+    def journal_scan(self, relpaths: list[str]):
+        """The curated rows of these daily notes (brought up to date first), and which of them could
+        not be read whole (unreadable, not UTF-8, oversized, merge-conflict markers)."""
+        from indexer.journal import JournalScan
+
+        self.sync(relpaths)
+        index = self._readable_index()
+        rows = [row for path in relpaths for row in index.rows_of(path).values()]
+        incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
+        return JournalScan(rows, incomplete)
+
     # --- durable intake (logic in vault/intake/ and indexer/intake_worker.py) ------------------
 
     _intake = None  # the running IntakeWorker, if `start_intake` was called

@@ -1,0 +1,86 @@
+"""`memvault journal`: the MemoryJournal tool from the shell.
+
+Each CLI call is its own process, so the cursor of a page is kept in the vault (owner-only
+snapshots and key under `.index/journal/`) and `--cursor` works from a later call for 15
+minutes. On a read-only vault nothing can be kept: the command says so and `--all` prints every
+page in one call instead.
+"""
+
+import click
+
+from cli.app import cli, open_store
+from cli.errors import emit_json, json_option
+
+
+@cli.command("journal")
+@click.argument("from_date", metavar="FROM", required=False)
+@click.argument("through_date", metavar="THROUGH", required=False)
+@click.option("--tz", "time_zone", default=None, metavar="ZONE",
+              help="IANA zone FROM and THROUGH are local dates in (e.g. Europe/Amsterdam); required, never guessed.")
+@click.option("--limit", type=int, default=None, help="Entries per page: default 10, at most 25.")
+@click.option("--cursor", default=None,
+              help="Continue from a previous page's cursor (give nothing else: range and limit are fixed).")
+@click.option("--all", "all_pages", is_flag=True, help="Print every page of the snapshot (up to 1,000 entries).")
+@json_option
+@click.pass_context
+def journal_command(ctx: click.Context, from_date: str | None, through_date: str | None, time_zone: str | None,
+                    limit: int | None, cursor: str | None, all_pages: bool, json_: bool) -> None:
+    """List curated memories from FROM through THROUGH (inclusive local dates in --tz), oldest first."""
+    arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone, "limit": limit,
+                 "cursor": cursor}  # fmt: skip
+    with open_store(ctx, sync=False) as store:
+        service = store.journal_service(persistent=True)
+        pages = [service.query(arguments)]
+        while all_pages and pages[-1].cursor:
+            pages.append(service.query({"cursor": pages[-1].cursor}))
+    kept = service.snapshots.persistent
+    if json_:
+        emit_json(_merged(pages) if all_pages else _single(pages[0], kept))
+        return
+    _print(pages, kept)
+
+
+def _single(page, kept: bool) -> dict:
+    body = page.to_json()
+    if not kept and body["cursor"]:
+        body["cursor"] = None
+        body["cursorNote"] = "the vault is read-only, so no cursor can be kept between calls: use --all"
+    return body
+
+
+def _merged(pages) -> dict:
+    body = pages[-1].to_json()
+    body["entries"] = [entry for page in pages for entry in page.entries]
+    body["page"] = {"pages": len(pages), "count": len(body["entries"]), "limit": pages[0].page["limit"]}
+    return body
+
+
+def _print(pages, kept: bool) -> None:
+    first = pages[0]
+    span = first.range
+    click.echo(f"{span['fromDate']} .. {span['throughDate']} in {span['timeZone']}"
+               f"  [{span['utcStart']}, {span['utcEnd']})")
+    if first.no_data:
+        click.echo("No memories in this range (noData).")
+        return
+    for page in pages:
+        for entry in page.entries:
+            state = "" if entry["state"] == "valid" else f"  ({entry['state']})"
+            click.echo(f"{entry['local'][:10]} {entry['local'][11:16]}  {entry['text']}  {entry['source']}{state}")
+    last = pages[-1]
+    shown = last.page["offset"] + last.page["count"]
+    click.echo(f"-- {shown} of {last.page['snapshotEntries']} entries", err=True)
+    if last.cursor:
+        hint = f"memvault journal --cursor {last.cursor}" if kept else "--all (the vault is read-only: no cursor kept)"
+        click.echo(f"more: {hint}", err=True)
+    _print_coverage(last.coverage)
+
+
+def _print_coverage(coverage: dict) -> None:
+    if coverage["stoppedBy"]:
+        cap = "1,000-entry" if coverage["stoppedBy"] == "entry_cap" else "2 MiB"
+        click.echo(f"incomplete: the scan stopped at the {cap} snapshot cap; ask again from"
+                   f" {coverage['resumeFromDate']} for the rest", err=True)
+    if coverage["incompleteNotes"]:
+        click.echo(f"incomplete: notes that could not be read whole: {', '.join(coverage['incompleteNotes'])}"
+                   " (run `memvault health`)", err=True)
