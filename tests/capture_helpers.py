@@ -1,0 +1,90 @@
+"""Shared helpers for the capture tests: BuJo capture vaults pointed at a loopback chat model.
+
+`ChatScript` is a loopback handler that answers the two capture prompts the way a model would,
+over the real wire format (Ollama `/api/chat` or OpenAI `/v1/chat/completions`): extraction
+answers come from `extract(turn_text)`, reconciliation answers from `reconcile(memories)` where
+`memories` is the list the prompt offered ({index, text, candidates: [{id, text, date}]}).
+Every request is counted by kind, so tests can assert "no model call after the plan".
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
+from vault.config import default_config_data, render_config
+from vault.init import init_vault
+
+OLLAMA_PATH, OPENAI_PATH = "/api/chat", "/v1/chat/completions"
+
+
+def make_capture_vault(tmp_path: Path, endpoint: str, *, provider: str = "ollama", timeout_ms: int = 5000,
+                       name: str = "v", mode: str = "bujo", write_mode: str = "capture") -> Path:  # fmt: skip
+    data = default_config_data(mode=mode, time_zone="Europe/Amsterdam")
+    data["memory"]["writeMode"] = write_mode
+    if mode == "bujo":
+        data["memory"]["llm"] = {"provider": provider, "model": "capture-model", "endpoint": endpoint, "timeoutMs": timeout_ms}
+        if provider == "openai":
+            data["memory"]["llm"]["apiKeyEnv"] = "MEMVAULT_TEST_KEY"
+    root = tmp_path / name
+    init_vault(root, render_config(data))
+    return root.resolve()
+
+
+def extraction(*memories: dict, entities: list | None = None, relations: list | None = None) -> str:
+    return json.dumps({"memories": list(memories), "entities": entities or [], "relations": relations or []})
+
+
+def memory(text: str, salience: float = 0.7, refs: list[str] | None = None) -> dict:
+    return {"text": text, "salience": salience, "entities": refs or []}
+
+
+def entity(ref: str, name: str, kind: str = "project") -> dict:
+    return {"ref": ref, "name": name, "type": kind}
+
+
+def ollama_reply(content: str) -> tuple[int, dict]:
+    return 200, {"model": "capture-model", "message": {"role": "assistant", "content": content}, "done": True}
+
+
+def openai_reply(content: str) -> tuple[int, dict]:
+    return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+
+
+class ChatScript:
+    """A loopback handler answering extraction/reconciliation prompts from two callables."""
+
+    def __init__(self, extract: Callable[[str], Any], reconcile: Callable[[list], Any] | None = None, *, provider: str = "ollama"):
+        self.extract, self.reconcile = extract, reconcile
+        self.provider = provider
+        self.calls = {"extraction": 0, "reconciliation": 0, "other": 0}
+        self.offered: list[list] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, body: Any):
+        system = body["messages"][0]["content"]
+        user = json.loads(body["messages"][1]["content"])
+        if system == EXTRACTION_SYSTEM:
+            kind, answer = "extraction", self.extract(user["turn"])
+        elif system == RECONCILIATION_SYSTEM and self.reconcile is not None:
+            kind, answer = "reconciliation", self.reconcile(user["memories"])
+            with self._lock:
+                self.offered.append(user["memories"])
+        else:
+            kind, answer = "other", (500, "unexpected prompt")
+        with self._lock:
+            self.calls[kind] += 1
+        if isinstance(answer, tuple) or not isinstance(answer, str):
+            return answer  # a raw (status, body) or Reply: outages, timeouts
+        return ollama_reply(answer) if self.provider == "ollama" else openai_reply(answer)
+
+
+def add_only(memories: list) -> str:
+    return json.dumps({"decisions": [{"index": m["index"], "action": "ADD"} for m in memories]})
+
+
+def daily_text(root: Path) -> str:
+    return "".join(p.read_text() for p in sorted((root / "daily").glob("*.md"))) if (root / "daily").exists() else ""
