@@ -105,7 +105,8 @@ def test_documented_example_loads(vault: Path) -> None:
     assert config.memory.time_zone == "Europe/Amsterdam"
     assert str(config.memory.zone) == "Europe/Amsterdam"
     assert config.memory.embeddings == EmbeddingsConfig("builtin", "wordllama-l2-supercat", 256, None, None)
-    assert config.memory.llm is None  # journal never calls a chat model; the block is kept, validated, unused
+    # journal never captures with it, but runtime-memory compaction may use a configured model
+    assert config.memory.llm is not None and config.memory.llm.model == "qwen3:8b"
     assert config.tools == ToolsConfig(("MemoryRecall", "MemoryJournal", "Remember"), ())
 
 
@@ -518,8 +519,10 @@ def test_endpoint_with_credentials_is_refused_without_echo() -> None:
     )
 
 
-def test_llm_block_is_unused_outside_bujo(vault: Path) -> None:
-    assert load(vault, memory(mode="journal", embeddings=BUILTIN, llm=LLM)).memory.llm is None
+def test_llm_block_is_available_outside_bujo(vault: Path) -> None:
+    """Only bujo requires it; in lite/journal a configured model serves runtime compaction."""
+    assert load(vault, memory(mode="journal", embeddings=BUILTIN, llm=LLM)).memory.llm.model == LLM["model"]
+    assert load(vault, memory(mode="lite")).memory.llm is None
 
 
 # --- time zone, tools toggles, path, runtime limits --------------------------------------------

@@ -172,7 +172,7 @@ class MemoryConfig:
     write_mode: str
     time_zone: str
     embeddings: EmbeddingsConfig | None  # set exactly when mode is journal or bujo
-    llm: LlmConfig | None  # set exactly when mode is bujo
+    llm: LlmConfig | None  # required for bujo; optional in lite/journal (runtime compaction)
     recall_tool_enabled: bool
     remember_tool_enabled: bool
     runtime_user_limit: int = 4096
@@ -761,7 +761,8 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
             get("memory.embeddings.apiKeyEnv"),
         )
         used.update({f"memory.embeddings.{k}": v for k, v in zip(OBJECTS["memory.embeddings"], _values(embeddings))})
-    if mode == "bujo":
+    # bujo requires the chat model; any tier may configure one for runtime-memory compaction
+    if mode == "bujo" or any(key.startswith("memory.llm.") for key in flat):
         name = get("memory.llm.provider", "ollama")
         llm = LlmConfig(
             name,

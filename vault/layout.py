@@ -9,7 +9,9 @@ CONFIG_FILE = "memvault.json"
 DAILY, AUDIT = "daily", "audit"
 NOTE_KINDS = {DAILY: "curated", AUDIT: "audit"}
 FORMAT_VERSION = 1
-GITIGNORE_LINES = (".index/", ".locks/")
+#: derived state, lock files, and the intake (it holds turn summaries and capture text: private
+#: data that `memvault export` backs up, not something to push to a git remote)
+GITIGNORE_LINES = (".index/", ".locks/", ".capture-intake/", ".capture-intake-schema")
 _NOTE_NAME_RE = re.compile(r"(?P<day>\d{4}-\d{2}-\d{2})\.md")
 
 

@@ -7,10 +7,12 @@ Lock files are left in place after release, so a waiter never locks an unlinked 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -75,14 +77,36 @@ class VaultLock:
         return self._lock.is_locked
 
     def acquire(self) -> None:
-        try:
-            self._lock.acquire(timeout=self.timeout)
-        except Timeout:
-            raise VaultLocked(
-                f"Timed out after {self.timeout:g}s waiting for the {self.name!r} lock ({self.path}): "
-                f"another memvault process (or thread) holds it. "
-                f"Fix: wait for it to finish and retry, or stop the other process (watch, MCP server, agent host)."
-            ) from None
+        """Take the lock, waiting in the kernel's queue rather than only polling.
+
+        filelock polls; a process that releases and re-takes the lock in a loop (many
+        `remember` calls) would then starve a poller for as long as it runs. So a waiter also
+        blocks in `flock` on a second descriptor: the kernel wakes it the moment the holder
+        lets go, it hands its place over to the shared lock at once, and the loop cannot win
+        every gap.
+        """
+        if self._lock.is_locked:  # re-entrant: this thread already holds it
+            self._lock.acquire()
+            return
+        deadline = None if self.timeout < 0 else time.monotonic() + self.timeout
+        while True:
+            try:
+                self._lock.acquire(timeout=0.05, poll_interval=0.001)
+                return
+            except Timeout:
+                pass
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            _wait_for_release(self.path, remaining)
+        self._raise_timeout()
+
+    def _raise_timeout(self) -> None:
+        raise VaultLocked(
+            f"Timed out after {self.timeout:g}s waiting for the {self.name!r} lock ({self.path}): "
+            f"another memvault process (or thread) holds it. "
+            f"Fix: wait for it to finish and retry, or stop the other process (watch, MCP server, agent host)."
+        )
 
     def release(self) -> None:
         self._lock.release()
@@ -95,6 +119,28 @@ class VaultLock:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.release()
+
+
+def _wait_for_release(path: Path, timeout: float | None) -> None:
+    """Block (up to `timeout`) until the lock file is free, queued in the kernel's flock wait.
+
+    The wait runs on a helper thread holding its own descriptor; when it gets the lock it lets
+    go at once (the caller then takes the shared lock). A wait that outlives `timeout` is
+    abandoned and cleans up after itself whenever the kernel finally wakes it.
+    """
+    woke = threading.Event()
+
+    def wait() -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+            woke.set()
+
+    threading.Thread(target=wait, name="memvault-lock-wait", daemon=True).start()
+    woke.wait(timeout)
 
 
 def replace_if_unchanged(path: Path, expected: bytes | None, new: bytes, *, mode: int = 0o644) -> None:
