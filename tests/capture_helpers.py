@@ -18,13 +18,19 @@ from vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
 from vault.config import default_config_data, render_config
 from vault.init import init_vault
 
-OLLAMA_PATH, OPENAI_PATH = "/api/chat", "/v1/chat/completions"
+OLLAMA_PATH, OPENAI_PATH, EMBED_PATH = "/api/chat", "/v1/chat/completions", "/api/embed"
+EMBED_DIM = 32
 
 
 def make_capture_vault(tmp_path: Path, endpoint: str, *, provider: str = "ollama", timeout_ms: int = 5000,
-                       name: str = "v", mode: str = "bujo", write_mode: str = "capture") -> Path:  # fmt: skip
+                       name: str = "v", mode: str = "bujo", write_mode: str = "capture",
+                       embed_endpoint: str | None = None) -> Path:  # fmt: skip
+    """A capture vault. With `embed_endpoint`, embeddings come from a loopback `hash_embeddings`
+    server (no model load: the crash matrix's subprocesses start fast); else the builtin model."""
     data = default_config_data(mode=mode, time_zone="Europe/Amsterdam")
     data["memory"]["writeMode"] = write_mode
+    if embed_endpoint is not None and mode != "lite":
+        data["memory"]["embeddings"] = {"provider": "ollama", "model": "hash-embed", "dim": EMBED_DIM, "endpoint": embed_endpoint}
     if mode == "bujo":
         data["memory"]["llm"] = {"provider": provider, "model": "capture-model", "endpoint": endpoint, "timeoutMs": timeout_ms}
         if provider == "openai":
@@ -32,6 +38,21 @@ def make_capture_vault(tmp_path: Path, endpoint: str, *, provider: str = "ollama
     root = tmp_path / name
     init_vault(root, render_config(data))
     return root.resolve()
+
+
+def hash_embeddings(body: Any) -> tuple[int, dict]:
+    """An Ollama /api/embed answer: each text as a normalised bag of hashed lowercase words."""
+    import hashlib
+    import re
+
+    rows = []
+    for text in body["input"]:
+        vector = [0.0] * EMBED_DIM
+        for word in re.findall(r"\w+", text.lower()):
+            vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % EMBED_DIM] += 1.0
+        norm = sum(v * v for v in vector) ** 0.5 or 1.0
+        rows.append([v / norm for v in vector] if any(vector) else [1.0] + [0.0] * (EMBED_DIM - 1))
+    return 200, {"model": "hash-embed", "embeddings": rows}
 
 
 def extraction(*memories: dict, entities: list | None = None, relations: list | None = None) -> str:

@@ -1,0 +1,60 @@
+"""The subprocess the capture crash matrix kills: it SIGKILLs itself at a named commit boundary.
+
+    python tests/capture_crash_driver.py VAULT [--crash BOUNDARY [--nth K]]
+
+It opens the (BuJo, capture-mode) vault, whose config points memory.llm at the test's loopback
+chat server, admits the three runs of the story below (a host retrying every turn it handed
+over: already admitted runs are duplicates), starts the intake worker (recovering whatever an
+earlier crash left) and stops it with the 10 s drain. This file is the only place a crash hook
+becomes a real SIGKILL; library code never reads the environment or kills anything.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+COMPLETED_AT = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+TURNS = (
+    ("cap-run-0", "We set the Atlas deadline to February 1."),
+    ("cap-run-1", "Morgan leads Atlas from now on."),
+    ("cap-run-2", "The Atlas deadline moved to March 15."),
+)
+
+
+def crash_hook(target: str | None, nth: int):
+    seen = {"count": 0}
+
+    def hook(boundary: str) -> None:
+        if boundary != target:
+            return
+        seen["count"] += 1
+        if seen["count"] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def main() -> int:
+    from indexer.store import MemoryStore
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("vault", type=Path)
+    parser.add_argument("--crash", default=None)
+    parser.add_argument("--nth", type=int, default=1)
+    args = parser.parse_args()
+    with MemoryStore.open(args.vault, env={}, sync=True) as store:
+        results = [store.persist_completed_turn(run, text, capture_text=text, completed_at=COMPLETED_AT) for run, text in TURNS]
+        store.start_intake(crash_hook=crash_hook(args.crash, args.nth), poll_seconds=0.05)
+        report = store.stop(timeout=10.0)
+    print(json.dumps({"results": [r.to_json() for r in results], "drained": report.drained}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
