@@ -229,8 +229,12 @@ class IntakeWorker:
             self._check_abort()
             with VaultLock(self.dirs.root):  # the store's write lock: note + index in one section
                 self._check_abort()
-                projection = project_turn(self.store.layout, record, self.store.time_zone, self._hook)
-                self.store.index_notes([projection.relpath])
+                if record.tier == "journal":  # content identity: the store checks the index
+                    projection = self.store.project_journal_turn(record.payload.summary, record.completed_at)
+                    hit(self._hook, "project.note_written")
+                else:
+                    projection = project_turn(self.store.layout, record, self.store.time_zone, self._hook)
+                    self.store.index_notes([projection.relpath])
             hit(self._hook, "project.indexed")
             self._check_abort()
             self._finish(record, projection.source)

@@ -393,6 +393,15 @@ class MemoryStore:
 
         return consolidate(self.layout, self.config, self._readable_index(create_missing=True))
 
+    def project_journal_turn(self, summary: str, completed_at: datetime):
+        """Journal projection of an admitted turn: Remember's content identity, so repeated content
+        converges on one bullet and one index row (BM25 now, vectors through the queue)."""
+        from vault.intake.projection import Projection
+
+        receipt = self.remember(summary, at=completed_at)
+        relpath, _, block_id = receipt.source.partition("#^")
+        return Projection(relpath, block_id, written=receipt.status == "added")
+
     def index_notes(self, relpaths: Iterable[str]) -> None:
         """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""
         with self._lock:

@@ -66,12 +66,20 @@ def test_bujo_projects_raw_audit_outside_curated_recall(tmp_path):
     assert state_of(root, "run-1")["state"] == "resolved"
 
 
-def test_journal_projects_through_its_seam_into_daily(tmp_path):
+def test_journal_projects_by_content_identity_and_repeats_converge(tmp_path):
+    from vault.ids import memory_id
+
     root = make_vault(tmp_path, mode="journal")
     with store_for(root) as store:
         store.persist_completed_turn("run-1", ANSWER)
+        store.persist_completed_turn("run-2", ANSWER)  # another run, the same content
         drain(store)
-    assert f"{ANSWER} ^t-" in (root / "daily/2026-11-30.md").read_text()
+        hits = store.recall(ANSWER, limit=10).hits
+    note = (root / "daily/2026-11-30.md").read_text()
+    assert note.count(f"{ANSWER} ^{memory_id(ANSWER)}") == 1, "one bullet for repeated content"
+    assert [h.source for h in hits if h.text == ANSWER] == [f"daily/2026-11-30.md#^{memory_id(ANSWER)}"]
+    for run in ("run-1", "run-2"):
+        assert state_of(root, run)["projection"] == f"daily/2026-11-30.md#^{memory_id(ANSWER)}"
 
 
 def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured(tmp_path):

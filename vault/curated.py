@@ -49,9 +49,19 @@ def prepare_fact(text: str) -> str:
 
 def write_fact(layout: VaultLayout, fact: str, at: datetime, vault_zone: str) -> CuratedWrite:
     """Append `fact` (already prepared) to the daily note of `at`'s local date, once."""
+    return append_bullet_once(layout, DAILY, fact, memory_id(fact), at, vault_zone)
+
+
+def append_bullet_once(
+    layout: VaultLayout, folder: str, text: str, block_id: str, at: datetime, vault_zone: str
+) -> CuratedWrite:
+    """Append `- HH:MM text ^block_id` to `folder/<local date of at>.md` unless that id is there.
+
+    The one write every projection shares (Remember, turn intake): a replay after a crash finds
+    its block id already in the note and writes nothing. Caller holds the vault lock.
+    """
     day, wall_time = local_day_and_time(at, zone(vault_zone))
-    fact_id = memory_id(fact)
-    relpath = layout.note_relpath(DAILY, day)
+    relpath = layout.note_relpath(folder, day)
     path = resolve_inside(layout.root, relpath)
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,11 +71,11 @@ def write_fact(layout: VaultLayout, fact: str, at: datetime, vault_zone: str) ->
     except FileNotFoundError:
         old = None
     note = parse(_decode_note(old, relpath) if old is not None else new_note_text(day.isoformat()))
-    if any(bullet.block_id == fact_id for bullet in note.bullets):
-        return CuratedWrite(fact_id, relpath, wall_time, written=False)
-    updated = append_line(note, format_bullet(fact, fact_id, wall_time))
+    if any(bullet.block_id == block_id for bullet in note.bullets):
+        return CuratedWrite(block_id, relpath, wall_time, written=False)
+    updated = append_line(note, format_bullet(text, block_id, wall_time))
     replace_if_unchanged(path, old, "".join(updated.lines).encode("utf-8"), mode=0o644)
-    return CuratedWrite(fact_id, relpath, wall_time, written=True)
+    return CuratedWrite(block_id, relpath, wall_time, written=True)
 
 
 def _decode_note(data: bytes, relpath: str) -> str:
@@ -74,5 +84,5 @@ def _decode_note(data: bytes, relpath: str) -> str:
     except UnicodeDecodeError as exc:
         raise InvalidRecord(
             f"{relpath} is not valid UTF-8 (byte {exc.start}); memvault will not rewrite it: "
-            "fix or re-save the file as UTF-8, then try again"
+            "fix or re-save the file as UTF-8, then try again (a pending turn is retried)"
         ) from exc

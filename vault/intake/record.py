@@ -55,7 +55,9 @@ FAILURE_CATEGORIES = (
 
 SLUG_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
-_PROJECTION_RE = re.compile(r"(?:daily|audit)/\d{4}-\d{2}-\d{2}\.md#\^t-[0-9a-f]{10}")
+#: a turn's bullet: `^t-…` (run-derived, Lite/BuJo) or, for Journal, the bullet holding the same
+#: content (`^m-…`, or any block id of a bullet a person wrote with that text)
+_PROJECTION_RE = re.compile(r"(?:daily|audit)/\d{4}-\d{2}-\d{2}\.md#\^[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 
 _PAYLOAD_KEYS = {"captureText", "summary", "trigger", "writeMode"}
 _RECORD_KEYS = {
