@@ -21,7 +21,7 @@ from cli.errors import emit_json, json_option
 @click.pass_context
 def export_command(ctx: click.Context, file: Path, force: bool, json_: bool) -> None:
     """Write the vault's canonical files to FILE (a .tar.gz with a SHA-256 manifest); safe while an agent runs."""
-    from vault.archive import export_vault
+    from vault.archive_export import export_vault
 
     report = export_vault(_vault_root(ctx), file, overwrite=force)
     if json_:

@@ -253,7 +253,9 @@ class VaultSession:
 def _recall(session: VaultSession, arguments: Mapping) -> ToolOutcome:
     _only(arguments, ("query", "limit"), RECALL)
     query = arguments.get("query")
-    if not isinstance(query, str) or not query.strip():
+    if query is not None and not isinstance(query, str):
+        raise ToolArgumentError(f"query must be a string, not {type(query).__name__}: one targeted question")
+    if not query or not query.strip():
         raise ToolArgumentError("query is required: one targeted question as text")
     if len(query) > MAX_QUERY_CHARS:
         raise ToolArgumentError(f"query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}: ask one targeted question")
@@ -281,7 +283,9 @@ def _journal(session: VaultSession, arguments: Mapping) -> ToolOutcome:
 def _remember(session: VaultSession, arguments: Mapping) -> ToolOutcome:
     _only(arguments, ("text",), REMEMBER)
     text = arguments.get("text")
-    if not isinstance(text, str) or not text.strip():
+    if text is not None and not isinstance(text, str):
+        raise ToolArgumentError(f"text must be a string, not {type(text).__name__}: the fact as one sentence")
+    if not text or not text.strip():
         raise ToolArgumentError("text is required: the fact to remember, as one sentence")
     if len(text) > MAX_REMEMBER_CHARS:
         raise ToolArgumentError(f"text is {len(text)} characters; the limit is {MAX_REMEMBER_CHARS}: remember one fact")

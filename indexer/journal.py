@@ -57,7 +57,7 @@ NOTICE = (
 )
 ARGUMENTS = ("fromDate", "throughDate", "timeZone", "limit", "cursor")
 
-_DAILY_PATH_RE = re.compile(r"daily/\d{4}-\d{2}-\d{2}\.md")
+_DAILY_PATH_RE = re.compile(r"daily/[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
 # C0/C1 controls, line/paragraph separators, bidi embeddings/overrides/isolates and marks,
 # interlinear annotation, lone surrogates, noncharacters and the invisible tag block
 _UNSAFE_CHARS_RE = re.compile(

@@ -25,7 +25,7 @@ MAX_RANGE_DAYS = 31
 #: zones are at most UTC-12 … UTC+14 and a note may be written in another zone than the query's:
 #: notes this many days either side of the range can hold instants inside it
 NOTE_DAY_MARGIN = 2
-_DATE_RE = re.compile(r"(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})")
+_DATE_RE = re.compile(r"(?P<y>[0-9]{4})-(?P<m>[0-9]{2})-(?P<d>[0-9]{2})")
 _MAX_ZONE_CHARS = 64
 
 
@@ -117,7 +117,7 @@ def _zone_name(value: object) -> str:
         shown = value[:_MAX_ZONE_CHARS].encode("ascii", "backslashreplace").decode("ascii")
         raise JournalRequestError(
             f"timeZone {shown!r} is not an IANA zone name: use one such as \"Europe/Amsterdam\" or"
-            " \"America/St_Johns\" (exact spelling; abbreviations like CET and host zones are not accepted)"
+            " \"America/St_Johns\", spelled exactly (the host's zone is never assumed)"
         )
     return value
 

@@ -1,0 +1,224 @@
+"""`memvault mcp` as an MCP client sees it: a real subprocess driven by the SDK's own stdio client.
+
+Servers are launched concurrently where a test needs several (each pays the SDK's import once).
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from cli.mcp_tools import RECALL, JOURNAL, REMEMBER, VaultSession
+from vault.config import default_config_data, render_config
+from vault.errors import VaultLocked
+from vault.init import init_vault
+from vault.locks import LivenessFence
+
+MEMVAULT = str(Path(sys.executable).parent / "memvault")
+AMS = "Europe/Amsterdam"
+
+
+def make_vault(parent: Path, name: str, memory: dict | None = None, tools: dict | None = None) -> Path:
+    data = default_config_data(mode="lite", time_zone=AMS)
+    data["memory"].update(memory or {})
+    data["tools"].update(tools or {})
+    root = parent / name
+    init_vault(root, render_config(data))
+    daily = root / "daily" / "2026-09-01.md"
+    daily.write_text("# 2026-09-01\n\n- 09:00 Morgan chose blue as the deployment color. ^m-blue\n"
+                     "- 10:00 The release train leaves on Thursdays. ^m-train\n"
+                     "- 11:00 Standup moved to 10:00. ^m-standup\n")
+    return root
+
+
+def params(vault: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=MEMVAULT, args=["--vault", str(vault), "mcp"], cwd=str(vault.parent),
+                                 env={"PYTHONUNBUFFERED": "1"})
+
+
+async def with_client(vault: Path, body):
+    async with Client(params(vault), read_timeout_seconds=120) as client:
+        return await body(client)
+
+
+def run_all(jobs: dict) -> dict:
+    """Run `{key: (vault, body)}` concurrently, each against its own server process."""
+    results = {}
+
+    async def one(key, vault, body):
+        results[key] = await with_client(vault, body)
+
+    async def main():
+        async with anyio.create_task_group() as group:
+            for key, (vault, body) in jobs.items():
+                group.start_soon(one, key, vault, body)
+
+    anyio.run(main)
+    return results
+
+
+async def tool_names(client) -> list[str]:
+    return [tool.name for tool in (await client.list_tools()).tools]
+
+
+def body_of(result) -> dict:
+    payload = json.loads(result.content[0].text)
+    assert payload == result.structured_content
+    return payload
+
+
+def test_tools_offered_under_each_policy(tmp_path):
+    policies = {
+        "default": ({}, {}, [RECALL, JOURNAL, REMEMBER]),
+        "recall off": ({"recallTool": {"enabled": False}}, {}, [REMEMBER]),
+        "remember off": ({"rememberTool": {"enabled": False}}, {}, [RECALL, JOURNAL]),
+        "empty allow-list": ({}, {"allowedTools": []}, [RECALL]),
+        "allow Remember": ({}, {"allowedTools": ["Remember"]}, [RECALL, REMEMBER]),
+        "allow MemoryJournal": ({}, {"allowedTools": ["MemoryJournal"]}, [RECALL, JOURNAL]),
+        "deny wins": ({}, {"allowedTools": ["MemoryRecall", "MemoryJournal", "Remember"],
+                           "deniedTools": ["MemoryRecall", "Remember"]}, [JOURNAL]),
+    }
+    jobs = {name: (make_vault(tmp_path, f"v{i}", memory, tools), tool_names)
+            for i, (name, (memory, tools, _)) in enumerate(policies.items())}
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "memvault.json").write_text('{"memory": {"mode": "nope"}}')
+    jobs["invalid config"] = (broken, tool_names)
+    listed = run_all(jobs)
+    expected = {name: offered for name, (_, _, offered) in policies.items()} | {"invalid config": [RECALL]}
+    assert listed == expected
+
+
+def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
+    from vault.archive_export import export_vault
+    from vault.archive_import import restore_archive
+
+    vault = make_vault(tmp_path, "v")
+    archive = tmp_path / "backup.tar.gz"
+    export_vault(vault, archive)
+    with open(vault / "daily" / "2026-09-01.md", "a") as note:  # the vault moves on after the backup
+        note.write("- 12:00 Added after the backup. ^m-after\n")
+
+    async def session(client):
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert "RunHistory" in tools[RECALL].description and "conversation" in tools[RECALL].description
+        assert "timeZone" in tools[JOURNAL].description and tools[JOURNAL].annotations.read_only_hint is True
+        assert tools[REMEMBER].input_schema["additionalProperties"] is False
+        out = {"fence held": LivenessFence(vault).is_held_elsewhere()}
+        with pytest.raises(VaultLocked):  # import needs a stopped vault: the server owns this one
+            restore_archive(vault, archive)
+        out["recall"] = await client.call_tool(RECALL, {"query": "which deployment color did we choose?"})
+        out["chat"] = await client.call_tool(RECALL, {"query": "What was your previous reply?"})
+        out["added"] = await client.call_tool(REMEMBER, {"text": "The retro is on Fridays."})
+        out["again"] = await client.call_tool(REMEMBER, {"text": "The retro is on Fridays."})
+        out["recall new"] = await client.call_tool(RECALL, {"query": "when is the retro?", "limit": 3})
+        first = await client.call_tool(JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01",
+                                                 "timeZone": AMS, "limit": 2})
+        out["journal"] = first
+        cursor = body_of(first)["cursor"]
+        out["override"] = await client.call_tool(JOURNAL, {"cursor": cursor, "limit": 5})
+        out["next"] = await client.call_tool(JOURNAL, {"cursor": cursor})
+        out["replay"] = await client.call_tool(JOURNAL, {"cursor": cursor})
+        out["empty"] = await client.call_tool(JOURNAL, {"fromDate": "2026-08-01", "throughDate": "2026-08-02",
+                                                        "timeZone": "Pacific/Chatham"})
+        malformed = [
+            (RECALL, {}), (RECALL, {"query": 5}), (RECALL, {"query": "x", "limit": 0}),
+            (RECALL, {"query": "x", "limit": "5"}), (RECALL, {"query": "x", "mode": "auto"}),
+            (RECALL, {"query": "x" * 5000}),
+            (JOURNAL, {}), (JOURNAL, {"fromDate": "2026-13-01", "throughDate": "2026-13-02", "timeZone": AMS}),
+            (JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01", "timeZone": "Not/AZone"}),
+            (JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01"}),
+            (JOURNAL, {"cursor": "mj1.forged"}), (JOURNAL, {"fromDate": "2026-09-01", "unknown": True}),
+            (REMEMBER, {}), (REMEMBER, {"text": ""}), (REMEMBER, {"text": ["a"]}),
+            (REMEMBER, {"text": "db password postgres://admin:hunter2secret@db.internal/prod"}),
+            ("Nope", {}),
+        ]
+        out["malformed"] = [(name, await client.call_tool(name, args)) for name, args in malformed]
+        return out
+
+    out = run_all({"v": (vault, session)})["v"]
+    assert out["fence held"] is True  # the server owns the vault while it runs, so restore was refused
+    hits = body_of(out["recall"])["hits"]
+    assert hits[0]["source"] == "daily/2026-09-01.md#^m-blue" and "blue" in hits[0]["text"]
+    chat = body_of(out["chat"])
+    assert chat["hits"] == [] and "conversation" in chat["guidance"]
+    assert body_of(out["added"])["status"] == "added" and body_of(out["again"])["status"] == "duplicate"
+    assert "Fridays" in body_of(out["recall new"])["hits"][0]["text"]
+    journal = body_of(out["journal"])
+    assert [e["id"] for e in journal["entries"]] == ["m-blue", "m-train"] and journal["page"]["remaining"] == 2
+    assert journal["range"]["utcStart"] == "2026-08-31T22:00:00Z"
+    assert out["override"].is_error and body_of(out["override"])["error"]["code"] == "invalid_journal_request"
+    assert [e["id"] for e in body_of(out["next"])["entries"]] == ["m-standup", "m-after"]
+    assert body_of(out["next"])["cursor"] is None
+    assert out["replay"].is_error and body_of(out["replay"])["error"]["code"] == "invalid_journal_cursor"
+    assert body_of(out["empty"])["noData"] is True
+    for name, result in out["malformed"]:
+        assert result.is_error, (name, result.content[0].text)
+        assert body_of(result)["error"]["message"]
+    codes = [body_of(result)["error"]["code"] for _, result in out["malformed"]]
+    assert codes[:6] == ["invalid_arguments"] * 6
+    assert codes[6:12] == ["invalid_journal_request"] * 4 + ["invalid_journal_cursor", "invalid_journal_request"]
+    assert codes[12:] == ["invalid_arguments"] * 3 + ["credential_refused", "unknown_tool"]
+    assert "^m-after" in (vault / "daily" / "2026-09-01.md").read_text()  # the refused restore changed nothing
+    assert not any("hunter2" in p.read_text() for p in (vault / "daily").iterdir())
+    assert not LivenessFence(vault).is_held_elsewhere()  # released when the client closed the server
+
+
+def test_a_broken_vault_gets_explicit_degraded_answers_not_a_crash(tmp_path):
+    invalid = tmp_path / "invalid"
+    invalid.mkdir()
+    (invalid / "memvault.json").write_text('{"memory": {"mode": "lite", "timeZone": "Nowhere/City"}}')
+    missing = tmp_path / "no-such-vault"
+    damaged = make_vault(tmp_path, "damaged")
+    (damaged / ".index").mkdir(exist_ok=True)
+    (damaged / ".index" / "CURRENT").write_text("gen-999999\n")
+
+    async def ask_everything(client):
+        names = await tool_names(client)
+        answers = {}
+        for name, args in ((RECALL, {"query": "deployment color"}),
+                           (JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01", "timeZone": AMS}),
+                           (REMEMBER, {"text": "A fact for a damaged vault."}),
+                           (RECALL, {"query": "still answering?"})):  # fmt: skip
+            if name in names:
+                answers.setdefault(name, []).append(await client.call_tool(name, args))
+        return names, answers
+
+    results = run_all({"invalid": (invalid, ask_everything), "missing": (missing, ask_everything),
+                       "damaged": (damaged, ask_everything)})  # fmt: skip
+    for key in ("invalid", "missing"):
+        names, answers = results[key]
+        assert names == [RECALL]
+        for answer in answers[RECALL]:
+            body = body_of(answer)
+            assert not answer.is_error and body["hits"] == [] and body["degraded"].startswith("memory is unavailable")
+    assert "Nowhere/City" in body_of(results["invalid"][1][RECALL][0])["degraded"]
+    names, answers = results["damaged"]
+    assert names == [RECALL, JOURNAL, REMEMBER]
+    recall = body_of(answers[RECALL][0])
+    assert recall["hits"] == [] and "rebuild" in recall["degraded"]
+    assert answers[JOURNAL][0].is_error and body_of(answers[JOURNAL][0])["error"]["code"] == "journal_unavailable"
+    assert answers[REMEMBER][0].is_error and body_of(answers[REMEMBER][0])["error"]["code"] == "index_unavailable"
+    assert "rebuild" in body_of(answers[REMEMBER][1 - 1])["error"]["message"]
+    assert body_of(answers[RECALL][1])["degraded"]  # and it is still serving after all that
+
+
+def test_session_policy_in_process(tmp_path):
+    """The same policy without a subprocess: Remember also needs a writable vault."""
+    vault = make_vault(tmp_path, "v")
+    session = VaultSession(str(vault), {}, tmp_path)
+    session.prepare()
+    try:
+        assert session.offered_tools() == [RECALL, JOURNAL, REMEMBER]
+        session.writable = lambda: False  # what a read-only vault reports (tests run as root)
+        assert session.offered_tools() == [RECALL, JOURNAL]
+        assert session.call(REMEMBER, {"text": "x"}).payload["error"]["code"] == "unknown_tool"
+        assert session.call(RECALL, ["not", "an", "object"]).is_error
+    finally:
+        session.close()
+    assert not os.path.exists(vault / ".locks" / "live.json")
