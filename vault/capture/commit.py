@@ -22,7 +22,7 @@ from pathlib import Path
 from vault.capture.plan import SemanticPlan
 from vault.errors import InvalidRecord
 from vault.fsio import fsync_dir, read_bytes_nofollow
-from vault.graph import Entity, FactLink, read_graph, write_graph
+from vault.graph import Entity, FactLink, Graph, read_graph, write_graph
 from vault.intake.files import CrashHook, hit
 from vault.layout import VaultLayout
 from vault.locks import replace_if_unchanged
@@ -32,12 +32,19 @@ from vault.replay import capture_delta, read_sidecar, write_sidecar
 
 
 def commit_plan(layout: VaultLayout, plan: SemanticPlan, hook: CrashHook | None = None, *, authority: str = "capture") -> bytes:
-    """Steps 1-3 under the caller's vault lock; returns the sidecar bytes now published."""
+    """Steps 1-3 under the caller's vault lock; returns the sidecar bytes now published.
+
+    graph.jsonl and the sidecar are read (and refused if memvault cannot trust them) before
+    the first byte is written, so a broken hand edit stops the commit before it starts.
+    """
+    graph, graph_bytes = read_graph(layout.root)
+    state, sidecar_bytes = read_sidecar(layout.root)
+    state.merge(capture_delta(plan, authority))
     write_facts(layout, plan)
     hit(hook, "capture.facts_written")
-    apply_graph(layout.root, plan)
+    apply_graph(layout.root, plan, (graph, graph_bytes))
     hit(hook, "capture.graph_written")
-    published = apply_sidecar(layout.root, plan, authority)
+    published = write_sidecar(layout.root, sidecar_bytes, state)
     hit(hook, "capture.sidecar_written")
     return published
 
@@ -65,9 +72,9 @@ def write_facts(layout: VaultLayout, plan: SemanticPlan) -> bool:
     return True
 
 
-def apply_graph(root: Path, plan: SemanticPlan) -> bool:
+def apply_graph(root: Path, plan: SemanticPlan, read: tuple[Graph, bytes | None] | None = None) -> bool:
     """Add the plan's entities, per-fact associations and relations; True when the file changed."""
-    graph, old = read_graph(root)
+    graph, old = read_graph(root) if read is None else read
     for entity_id, name, kind in plan.entities:
         graph.add_entity(Entity(entity_id, name, kind))
     for fact in plan.facts:
@@ -75,13 +82,6 @@ def apply_graph(root: Path, plan: SemanticPlan) -> bool:
     for source, relation, target in plan.relations:
         graph.add_relation(source, relation, target)
     return write_graph(root, old, graph)
-
-
-def apply_sidecar(root: Path, plan: SemanticPlan, authority: str = "capture") -> bytes:
-    """Merge the plan's exact replay delta into the sidecar; returns the published bytes."""
-    state, old = read_sidecar(root)
-    state.merge(capture_delta(plan, authority))
-    return write_sidecar(root, old, state)
 
 
 def _decode(data: bytes, relpath: str) -> str:
