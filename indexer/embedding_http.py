@@ -27,6 +27,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 BATCH_SIZE = 32
 _READ_CHUNK = 1024 * 1024
 _EXCERPT_CHARS = 200
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def post_json(
     """
     limit = MAX_RESPONSE_BYTES if max_bytes is None else max_bytes
     where = f"{target.name} at {url}"
-    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    body = json.dumps(payload, ensure_ascii=True).encode("ascii")  # \u-escapes: any str is safe
     request = urllib.request.Request(url, data=body, method="POST")
     request.add_header("Content-Type", "application/json")
     request.add_header("Accept", "application/json")
@@ -285,7 +286,8 @@ class HttpEmbeddingProvider:
             if not {type(value) for value in row} <= {float, int}:
                 raise self._fail("an embedding holds something other than numbers")
         matrix = np.array(rows, dtype=np.float64)
-        if not np.isfinite(matrix).all() or not np.isfinite(matrix.astype(np.float32)).all():
+        # beyond float32's range a value would turn into infinity in the index
+        if not (np.abs(matrix) <= _FLOAT32_MAX).all():  # also false for NaN
             raise self._fail("an embedding holds non-finite numbers (NaN or infinity)")
         return matrix.astype(np.float32)
 

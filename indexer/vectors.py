@@ -10,7 +10,8 @@ hnswlib's `save_index` is not atomic and it loads a file of another dimension wi
 so both files are written to temp names, fsynced, and renamed (index first, then meta), and
 `open` trusts nothing the meta does not vouch for. A crash between the two renames leaves a new
 index beside the old meta; the checksum catches that and the index reports "run `memvault
-rebuild`" instead of answering from mismatched files.
+rebuild`" instead of answering from mismatched files. A reader that meets another writer's
+save between those renames looks again a few times (for ~0.1 s) before it gives that answer.
 
 Builds are deterministic: a fixed random seed and single-threaded inserts, so two rebuilds from
 the same inputs in the same order produce byte-identical files and identical answers. Labels are
@@ -117,12 +118,14 @@ class VectorIndex:
         _check_identity(folder, meta, identity)
         labels, next_label, count = _meta_labels(folder, meta)
         index_path = folder / INDEX_FILE
-        _check_index_file(index_path, meta, identity.dim, count)
+        checked = _check_index_file(index_path, meta, identity.dim, count)
         index = hnswlib.Index(space=SPACE, dim=identity.dim)
         try:
             index.load_index(str(index_path), allow_replace_deleted=True)
         except (RuntimeError, ValueError, MemoryError) as exc:
             raise IndexUnavailable(f"cannot load {index_path} ({exc}): {_REBUILD}") from None
+        if _file_signature(index_path) != checked:
+            raise _Inconsistent(f"{index_path} was replaced while it was loaded: {_REBUILD}")
         index.set_num_threads(1)
         stored = index.get_ids_list()
         if index.get_current_count() != count or len(stored) != count or not set(labels.values()) <= set(stored):
@@ -380,14 +383,6 @@ def _meta_bytes(meta: dict[str, Any]) -> bytes:
     return (json.dumps(meta, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # -- checks on open ------------------------------------------------------------------------------
 
 
@@ -439,17 +434,32 @@ def _meta_labels(folder: Path, meta: dict[str, Any]) -> tuple[dict[str, int], in
     return dict(labels), next_label, count
 
 
-def _check_index_file(index_path: Path, meta: dict[str, Any], dim: int, count: int) -> None:
+def _file_signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _check_index_file(
+    index_path: Path, meta: dict[str, Any], dim: int, count: int
+) -> tuple[int, int, int]:
+    """Check the file against the meta; returns the signature of the file that was hashed."""
     try:
         with open(index_path, "rb") as handle:
+            info = os.fstat(handle.fileno())
             header = handle.read(_HEADER.size)
+            digest = hashlib.sha256(header)
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
     except FileNotFoundError:
         raise IndexUnavailable(f"vector index {index_path} is missing: {_REBUILD}") from None
     except OSError as exc:
         raise IndexUnavailable(f"cannot read {index_path} ({exc}): {_REBUILD}") from None
     if len(header) < _HEADER.size:
         raise IndexUnavailable(f"vector index {index_path} is truncated: {_REBUILD}")
-    if _sha256(index_path) != meta.get("checksum"):
+    if digest.hexdigest() != meta.get("checksum"):
         raise _Inconsistent(
             f"vector index {index_path} does not match the checksum in {META_FILE} "
             f"(a torn save or a damaged file): {_REBUILD}"
@@ -460,3 +470,4 @@ def _check_index_file(index_path: Path, meta: dict[str, Any], dim: int, count: i
             f"vector index {index_path} holds {(label_offset - offset_data) // 4}-dim vectors x "
             f"{stored_count}, but {META_FILE} says {dim}-dim x {count}: {_REBUILD}"
         )
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
