@@ -13,8 +13,8 @@ from cli.errors import emit_json, json_option
 
 
 @cli.command("journal")
-@click.argument("from_date", metavar="FROM", required=False)
-@click.argument("through_date", metavar="THROUGH", required=False)
+@click.argument("from_date", metavar="[FROM]", required=False)
+@click.argument("through_date", metavar="[THROUGH]", required=False)
 @click.option("--tz", "time_zone", default=None, metavar="ZONE",
               help="IANA zone FROM and THROUGH are local dates in (e.g. Europe/Amsterdam); required, never guessed.")
 @click.option("--limit", type=int, default=None, help="Entries per page: default 10, at most 25.")
@@ -25,7 +25,10 @@ from cli.errors import emit_json, json_option
 @click.pass_context
 def journal_command(ctx: click.Context, from_date: str | None, through_date: str | None, time_zone: str | None,
                     limit: int | None, cursor: str | None, all_pages: bool, json_: bool) -> None:
-    """List curated memories from FROM through THROUGH (inclusive local dates in --tz), oldest first."""
+    """List curated memories from FROM through THROUGH (inclusive local dates in --tz), oldest first.
+
+    Continue with --cursor alone (cursors are kept in the vault for 15 minutes, single-use).
+    """
     arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone, "limit": limit,
                  "cursor": cursor}  # fmt: skip
     with open_store(ctx, sync=False) as store:
