@@ -188,6 +188,7 @@ class IntakeWorker:
         for intake_id in self.dirs.list_folder(PENDING).ids:
             record = self._cached(intake_id)
             if record is not None and record.state == AWAITING_CAPTURE and capture_blocked:
+                self.last_error = f"capture paused: {capture_blocked}"  # an operator step; no attempt spent
                 continue
             if record is not None and record.is_due(now):
                 due.append((record.due_at(), record.admitted_at, intake_id))
