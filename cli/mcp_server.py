@@ -41,12 +41,21 @@ def mcp_command(ctx: click.Context) -> None:
 def serve(vault_path, env: dict, cwd: Path) -> None:
     session = VaultSession(vault_path, env, cwd)
     threading.Thread(target=_prepare, args=(session,), name="memvault-mcp-prepare", daemon=True).start()
-    # SIGTERM ends the serve loop like EOF on stdin does, so the store drains and the fence is released
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: _terminate(session))
     try:
-        _run(session)
+        _run(session)  # returns at EOF on stdin: the client closed the connection
     finally:
         session.close()
+
+
+def _terminate(session: VaultSession) -> None:
+    """SIGTERM / Ctrl-C: drain the store and release the fence, then leave at once (the SDK's
+    stdin reader thread may be blocked in a read that never returns, so a normal exit would hang)."""
+    try:
+        session.close()
+    finally:
+        os._exit(0)
 
 
 def _prepare(session: VaultSession) -> None:

@@ -13,8 +13,10 @@ recall is degraded, the journal answers `journal_unavailable` and Remember is a 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +151,10 @@ class VaultSession:
         try:
             with self._calls:
                 self._prepare()
+        except Exception as exc:  # a bug or a broken install must degrade the answers, not kill the server
+            self.config = self.store = None
+            self.problem = f"memory is unavailable: internal error while opening the vault ({type(exc).__name__}: {exc})"
+            self.notes.append(self.problem)
         finally:
             self._ready.set()
 
@@ -238,6 +244,9 @@ class VaultSession:
             return tool_error(exc.code, str(exc))
         except VaultError as exc:
             return tool_error(exc.code, str(exc))
+        except Exception as exc:  # never a crash: the model gets an error it can report
+            traceback.print_exc(file=sys.stderr)
+            return tool_error("internal_error", f"{name} failed unexpectedly ({type(exc).__name__}); see the server's stderr")
 
     def _fresh_store(self):
         """The store, with notes edited by hand since the last look indexed (throttled)."""

@@ -5,6 +5,8 @@ Servers are launched concurrently where a test needs several (each pays the SDK'
 
 import json
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from cli import mcp_tools
 from cli.mcp_tools import RECALL, JOURNAL, REMEMBER, VaultSession
 from vault.config import default_config_data, render_config
 from vault.errors import VaultLocked
@@ -219,6 +222,36 @@ def test_session_policy_in_process(tmp_path):
         assert session.offered_tools() == [RECALL, JOURNAL]
         assert session.call(REMEMBER, {"text": "x"}).payload["error"]["code"] == "unknown_tool"
         assert session.call(RECALL, ["not", "an", "object"]).is_error
+
+        def bug(_session, _arguments):
+            raise RuntimeError("a bug")
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setitem(mcp_tools._HANDLERS, RECALL, bug)
+            crashed = session.call(RECALL, {"query": "x"})
+        assert crashed.is_error and crashed.payload["error"]["code"] == "internal_error"
+        assert session.call(RECALL, {"query": "deployment color"}).payload["hits"]  # still serving
     finally:
         session.close()
     assert not os.path.exists(vault / ".locks" / "live.json")
+
+
+def test_sigterm_releases_the_fence(tmp_path):
+    vault = make_vault(tmp_path, "v")
+    server = subprocess.Popen([MEMVAULT, "--vault", str(vault), "mcp"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+                        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):  # fmt: skip
+            server.stdin.write(json.dumps(message) + "\n")
+            server.stdin.flush()
+        replies = [json.loads(server.stdout.readline()) for _ in range(2)]
+        assert [tool["name"] for tool in replies[1]["result"]["tools"]] == [RECALL, JOURNAL, REMEMBER]
+        assert LivenessFence(vault).is_held_elsewhere()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0  # stdin is still open: the signal alone ends it
+    finally:
+        server.kill()
+    assert not LivenessFence(vault).is_held_elsewhere() and not (vault / ".locks" / "live.json").exists()
