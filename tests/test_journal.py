@@ -409,6 +409,21 @@ def test_cli_journal_pages_with_a_cursor_between_calls(forty):
     assert json.loads(missing_zone.output)["error"]["code"] == "invalid_journal_request"
 
 
+def test_cli_on_a_vault_that_cannot_keep_snapshots_says_so(forty, monkeypatch):
+    import indexer.journal_cursor as journal_cursor
+
+    def read_only(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")  # what a read-only vault gives a non-root user
+
+    monkeypatch.setattr(journal_cursor.FileSnapshots, "__init__", read_only)
+    root = str(forty.layout.root)
+    args = ["--vault", root, "journal", "2026-09-01", "2026-09-01", "--tz", AMS, "--json"]
+    body = json.loads(CliRunner().invoke(cli, args, catch_exceptions=False).output)
+    assert body["cursor"] is None and "--all" in body["cursorNote"] and body["page"]["remaining"] == 30
+    everything = json.loads(CliRunner().invoke(cli, args + ["--all"], catch_exceptions=False).output)
+    assert len(everything["entries"]) == 40
+
+
 def test_service_with_a_plain_source(tmp_path):
     """The service needs only a source callable: a fake backend with rows outside and inside the range."""
     def rows(paths):

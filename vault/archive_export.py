@@ -109,7 +109,7 @@ def _canonical_entries(root: Path) -> Iterator[tuple[str, str]]:
         elif stat.S_ISDIR(info.st_mode):
             yield from _walk(root, name)
         else:
-            yield name, "not a folder"
+            yield name, "not a folder" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
 
 
 def _walk(root: Path, relpath: str) -> Iterator[tuple[str, str]]:
