@@ -1,0 +1,496 @@
+"""What a valid `memvault.json` is: the keys, their types and defaults, and every rule with its message.
+
+`validate_config_data(data)` lists every problem at once; each message names the dotted key,
+what is wrong, and the fix. `vault/config.py` reads files and the environment and builds the
+frozen `Config` from what passes here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import zoneinfo
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlsplit
+
+from vault.credentials import find_credential
+from vault.layout import CONFIG_FILE
+
+MAX_CONFIG_BYTES = 1024 * 1024
+MODES = ("lite", "journal", "bujo")
+WRITE_MODES = ("disabled", "append-host-summary", "capture")
+LLM_PROVIDERS = MappingProxyType({"ollama": "http://localhost:11434", "openai": "https://api.openai.com/v1"})
+DEFAULT_LLM_TIMEOUT_MS, MAX_LLM_TIMEOUT_MS = 60_000, 3_600_000
+MAX_EMBEDDING_DIM = 8192
+RUNTIME_LIMIT_RANGE = (256, 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class EmbeddingProvider:
+    model: str  # the default model
+    dim: int  # the default dim
+    endpoint: str | None  # None: runs in-process
+    fixed: bool  # in-process: exactly one model with a fixed dim
+
+
+EMBEDDING_PROVIDERS = MappingProxyType(
+    {
+        "builtin": EmbeddingProvider("wordllama-l2-supercat", 256, None, True),
+        "e5-small": EmbeddingProvider("multilingual-e5-small-q4", 384, None, True),
+        "ollama": EmbeddingProvider("nomic-embed-text:v1.5", 768, "http://localhost:11434", False),
+        "lmstudio": EmbeddingProvider("text-embedding-nomic-embed-text-v1.5", 768, "http://localhost:1234/v1", False),
+        "openai": EmbeddingProvider("text-embedding-3-small", 768, "https://api.openai.com/v1", False),
+    }
+)
+DEFAULT_EMBEDDING_PROVIDER = "ollama"  # the spec's default once the block is present
+
+#: environment variable → dotted config key; the loader and docs/configuration.md both use it
+ENV_VARS = MappingProxyType(
+    {
+        "MEMVAULT_MEMORY_MODE": "memory.mode",
+        "MEMVAULT_MEMORY_WRITE_MODE": "memory.writeMode",
+        "MEMVAULT_MEMORY_RECALL_TOOL_ENABLED": "memory.recallTool.enabled",
+        "MEMVAULT_MEMORY_LLM_MODEL": "memory.llm.model",
+        "MEMVAULT_MEMORY_LLM_ENDPOINT": "memory.llm.endpoint",
+        "MEMVAULT_MEMORY_LLM_TIMEOUT_MS": "memory.llm.timeoutMs",
+        "MEMVAULT_MEMORY_EMBEDDINGS_PROVIDER": "memory.embeddings.provider",
+        "MEMVAULT_MEMORY_EMBEDDINGS_MODEL": "memory.embeddings.model",
+        "MEMVAULT_MEMORY_EMBEDDINGS_DIM": "memory.embeddings.dim",
+        "MEMVAULT_MEMORY_TIME_ZONE": "memory.timeZone",
+    }
+)
+#: the vault's location; read by vault discovery (`--vault` > this > the nearest enclosing vault), not by load_config
+VAULT_PATH_ENV = "MEMVAULT_MEMORY_PATH"
+
+# Object keys and their children, in the documented order render_config writes them.
+OBJECTS = MappingProxyType(
+    {
+        "": ("memory", "tools"),
+        "memory": (
+            "mode", "writeMode", "path", "timeZone", "embeddings", "llm", "recallTool", "rememberTool", "runtime",
+        ),
+        "memory.embeddings": ("provider", "model", "dim", "endpoint", "apiKeyEnv"),
+        "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv"),
+        "memory.recallTool": ("enabled",),
+        "memory.rememberTool": ("enabled",),
+        "memory.runtime": ("userLimit", "memoryLimit"),
+        "tools": ("allowedTools", "deniedTools"),
+    }
+)
+# Leaf key → (type, an example value for messages). The example is what a fix suggests.
+LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
+    {
+        "memory.mode": (str, "journal"),
+        "memory.writeMode": (str, "append-host-summary"),
+        "memory.path": (str, "."),
+        "memory.timeZone": (str, "Europe/Amsterdam"),
+        "memory.embeddings.provider": (str, "builtin"),
+        "memory.embeddings.model": (str, "nomic-embed-text:v1.5"),
+        "memory.embeddings.dim": (int, 768),
+        "memory.embeddings.endpoint": (str, "http://localhost:11434"),
+        "memory.embeddings.apiKeyEnv": (str, "OPENAI_API_KEY"),
+        "memory.llm.provider": (str, "ollama"),
+        "memory.llm.model": (str, "qwen3:8b"),
+        "memory.llm.endpoint": (str, "http://localhost:11434"),
+        "memory.llm.timeoutMs": (int, DEFAULT_LLM_TIMEOUT_MS),
+        "memory.llm.apiKeyEnv": (str, "OPENAI_API_KEY"),
+        "memory.recallTool.enabled": (bool, True),
+        "memory.rememberTool.enabled": (bool, True),
+        "memory.runtime.userLimit": (int, 4096),
+        "memory.runtime.memoryLimit": (int, 10240),
+        "tools.allowedTools": (list, ["MemoryRecall", "MemoryJournal", "Remember"]),
+        "tools.deniedTools": (list, []),
+    }
+)
+_OBJECT_EXAMPLES = {
+    "": {"memory": {"mode": "lite"}},
+    "memory": {"mode": "lite"},
+    "memory.embeddings": {"provider": "builtin"},
+    "memory.llm": {"provider": "ollama", "model": "qwen3:8b"},
+    "memory.recallTool": {"enabled": True},
+    "memory.rememberTool": {"enabled": True},
+    "memory.runtime": {"userLimit": 4096, "memoryLimit": 10240},
+    "tools": {"deniedTools": []},
+}
+_SECRET_KEY_NAMES = {"apikey", "api_key", "key", "token", "secret", "password", "authorization"}
+_ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+_TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")
+_ENV_INT_RE = re.compile(r"[0-9]{1,10}")
+_MAX_TEXT = 256
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Problem:
+    message: str
+    keys: tuple[str, ...]  # the dotted keys involved, so the loader can name an env var or flag
+
+
+class _HugeNumber:
+    """An integer literal too long to be any setting; kept out of int() (CPython caps digit strings)."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = len(digits.lstrip("-"))
+
+
+def _show(value: Any) -> str:
+    """A short, escaped rendering of a value for a message; secrets and long text are not echoed."""
+    if isinstance(value, str):
+        if find_credential(value):
+            return "(a value that looks like a secret, not shown)"
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        return json.dumps(shown)
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return repr(value) if len(repr(value)) <= 30 else "a number with too many digits"
+    return ""
+
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), ((list, tuple), "array"),
+               (Mapping, "object"))  # fmt: skip
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, _HugeNumber):
+        return f"an integer with {value.digits} digits"
+    if value is None:
+        return "null"
+    kind = next((name for types, name in _JSON_TYPES if isinstance(value, types)), type(value).__name__)
+    return f"{kind} {_show(value)}".rstrip()
+
+
+_EXPECTED = {str: "a string", int: "an integer", bool: "true or false", list: "a list of strings"}
+
+
+def _has_type(value: Any, kind: type) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is list:
+        return isinstance(value, (list, tuple))
+    return isinstance(value, kind)
+
+
+def _show_key(name: Any) -> str:
+    text = str(name)
+    return text if re.fullmatch(r"[A-Za-z0-9_-]{1,40}", text) else json.dumps(text[:40])
+
+
+def _unknown_key(prefix: str, name: Any) -> _Problem:
+    key = f"{prefix}.{_show_key(name)}" if prefix else _show_key(name)
+    allowed = OBJECTS[prefix]
+    if prefix in ("memory.llm", "memory.embeddings") and str(name).lower() in _SECRET_KEY_NAMES:
+        return _Problem(
+            f"{key} is not a known key: never put a key in the config file; put it in an environment variable"
+            f" and set {prefix}.apiKeyEnv to that variable's name",
+            (key,),
+        )
+    near = [a for a in allowed if a.lower() == str(name).lower()] or difflib.get_close_matches(str(name), allowed, 1)
+    hint = f' (did you mean "{near[0]}"?)' if near else ""
+    where = f" in {prefix}" if prefix else " at the top level"
+    return _Problem(f"{key} is not a known key{hint}: the keys allowed{where} are {', '.join(allowed)}", (key,))
+
+
+def _walk(prefix: str, block: Mapping, problems: list[_Problem], flat: dict[str, Any]) -> None:
+    """Check key names and types along the schema; record every value that has the right type."""
+    for name, value in block.items():
+        key = f"{prefix}.{name}" if prefix else str(name)
+        if not isinstance(name, str) or name not in OBJECTS[prefix]:
+            problems.append(_unknown_key(prefix, name))
+        elif key in OBJECTS:
+            if isinstance(value, Mapping):
+                flat[key] = value
+                _walk(key, value, problems, flat)
+            else:
+                example = json.dumps(_OBJECT_EXAMPLES[key])
+                message = f"{key} must be an object (got {_got(value)}): write it like {example}"
+                problems.append(_Problem(message, (key,)))
+        else:
+            kind, example = LEAVES[key]
+            if _has_type(value, kind):
+                flat[key] = value
+            elif isinstance(value, _HugeNumber):
+                problems.append(
+                    _Problem(f"{key} is {_got(value)}, far outside any valid value: write it like {example}", (key,))
+                )
+            else:
+                fix = " without quotes" if isinstance(value, str) and kind in (int, bool) else ""
+                message = f"{key} must be {_EXPECTED[kind]} (got {_got(value)}): write it like {json.dumps(example)}"
+                problems.append(_Problem(message + fix, (key,)))
+
+
+@lru_cache(maxsize=1)
+def _iana_zones() -> frozenset[str]:
+    # "localtime" and "Factory" are files in the zone database, not zones: they would guess the host's zone
+    return frozenset(zoneinfo.available_timezones()) - {"localtime", "Factory", "posixrules"}
+
+
+def is_time_zone(name: str) -> bool:
+    """A valid IANA zone name, spelled exactly (the same on every platform)."""
+    zones = _iana_zones()
+    if zones:
+        return name in zones
+    try:  # no zone list on this machine: fall back to loading it
+        zoneinfo.ZoneInfo(name)
+        return True
+    except (ValueError, KeyError, OSError):
+        return False
+
+
+def _text_problem(key: str, value: str) -> str | None:
+    if not value.strip():
+        return f"{key} is empty: set it like {json.dumps(LEAVES[key][1])}"
+    if value != value.strip() or len(value) > _MAX_TEXT or any(ord(c) < 32 or c == "\x7f" for c in value):
+        return (
+            f"{key} {_show(value)} has surrounding spaces, control characters or more than {_MAX_TEXT}"
+            f" characters: set it like {json.dumps(LEAVES[key][1])}"
+        )
+    return None
+
+
+def _endpoint_problem(key: str, value: str, example: str) -> str | None:
+    block = key.rsplit(".", 1)[0]
+    try:
+        parts = urlsplit(value)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is not None and "@" in parts.netloc:
+        return (
+            f"{key} carries credentials in the URL (not shown): remove them, put the key in an environment"
+            f" variable and set {block}.apiKeyEnv to that variable's name"
+        )
+    if (
+        parts is None
+        or not port_ok
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or len(value) > 2048
+        or any(c.isspace() or ord(c) < 32 for c in value)
+    ):
+        return (
+            f"{key} {_show(value)} is not an http(s) URL without query or fragment: set it like {json.dumps(example)}"
+        )
+    return None
+
+
+def _api_key_env_problem(key: str, value: str) -> str | None:
+    if _ENV_NAME_RE.fullmatch(value) and not find_credential(value):
+        return None
+    return (
+        f'{key} must be the UPPER_CASE name of an environment variable holding the key, like "OPENAI_API_KEY"'
+        " (the value given is not shown): never put the key itself in the config file"
+    )
+
+
+def _check_embeddings(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    block = flat.get("memory.embeddings")
+    if block is None:
+        return
+    if not block:
+        problems.append(
+            _Problem(
+                'memory.embeddings is empty: give at least one field, e.g. {"provider": "builtin"}'
+                " (offline, 256-d), or remove the block",
+                ("memory.embeddings",),
+            )
+        )
+        return
+    name = flat.get("memory.embeddings.provider", DEFAULT_EMBEDDING_PROVIDER)
+    provider = EMBEDDING_PROVIDERS.get(name)
+    if provider is None:
+        if "memory.embeddings.provider" in flat:
+            choices = ", ".join(f'"{p}"' for p in EMBEDDING_PROVIDERS)
+            problems.append(
+                _Problem(
+                    f"memory.embeddings.provider {_show(name)} is not supported: use one of {choices}",
+                    ("memory.embeddings.provider",),
+                )
+            )
+        return
+    both = ("memory.embeddings.provider",)
+    model, dim = flat.get("memory.embeddings.model"), flat.get("memory.embeddings.dim")
+    if isinstance(model, str) and (message := _text_problem("memory.embeddings.model", model)):
+        problems.append(_Problem(message, ("memory.embeddings.model",)))
+    elif isinstance(model, str) and provider.fixed and model != provider.model:
+        message = (
+            f'memory.embeddings.model {_show(model)} is not available for provider "{name}", which ships only'
+            f' "{provider.model}": remove model or set it to "{provider.model}"'
+        )
+        problems.append(_Problem(message, ("memory.embeddings.model", *both)))
+    if isinstance(dim, int) and provider.fixed and dim != provider.dim:
+        problems.append(
+            _Problem(
+                f'memory.embeddings.dim {dim} does not match provider "{name}" (its model "{provider.model}"'
+                f" always produces {provider.dim}): remove dim or set it to {provider.dim}",
+                ("memory.embeddings.dim", *both),
+            )
+        )
+    elif isinstance(dim, int) and not 1 <= dim <= MAX_EMBEDDING_DIM:
+        problems.append(
+            _Problem(
+                f"memory.embeddings.dim must be between 1 and {MAX_EMBEDDING_DIM} (got {dim}):"
+                " set it to the model's output dimension",
+                ("memory.embeddings.dim",),
+            )
+        )
+    for field in ("endpoint", "apiKeyEnv"):
+        key, value = f"memory.embeddings.{field}", flat.get(f"memory.embeddings.{field}")
+        if not isinstance(value, str):
+            continue
+        if provider.fixed:
+            message = f'{key} is not used by provider "{name}" (it runs in-process): remove {field}'
+        elif field == "endpoint":
+            message = _endpoint_problem(key, value, provider.endpoint or "")
+        else:
+            message = _api_key_env_problem(key, value)
+        if message:
+            problems.append(_Problem(message, (key, *both)))
+
+
+def _check_llm(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    if "memory.llm" not in flat:
+        return
+    name = flat.get("memory.llm.provider", "ollama")
+    if name not in LLM_PROVIDERS:
+        problems.append(
+            _Problem(
+                f'memory.llm.provider {_show(name)} is not supported: use "ollama" or "openai"',
+                ("memory.llm.provider",),
+            )
+        )
+    model = flat.get("memory.llm.model")
+    if model is None:
+        if not any(p.keys[0] == "memory.llm.model" for p in problems):  # a wrong type is already reported
+            problems.append(
+                _Problem(
+                    'memory.llm.model is required: set it to the chat model\'s name, e.g. "qwen3:8b"'
+                    " (or set MEMVAULT_MEMORY_LLM_MODEL)",
+                    ("memory.llm.model", "memory.llm"),
+                )
+            )
+    elif message := _text_problem("memory.llm.model", model):
+        problems.append(_Problem(message, ("memory.llm.model",)))
+    endpoint = flat.get("memory.llm.endpoint")
+    if isinstance(endpoint, str):
+        example = LLM_PROVIDERS.get(name, LLM_PROVIDERS["ollama"])
+        if message := _endpoint_problem("memory.llm.endpoint", endpoint, example):
+            problems.append(_Problem(message, ("memory.llm.endpoint",)))
+    timeout = flat.get("memory.llm.timeoutMs")
+    if isinstance(timeout, int) and not 1 <= timeout <= MAX_LLM_TIMEOUT_MS:
+        problems.append(
+            _Problem(
+                f"memory.llm.timeoutMs must be between 1 and {MAX_LLM_TIMEOUT_MS} milliseconds (got {timeout}):"
+                f" the default is {DEFAULT_LLM_TIMEOUT_MS}",
+                ("memory.llm.timeoutMs",),
+            )
+        )
+    key_env = flat.get("memory.llm.apiKeyEnv")
+    if isinstance(key_env, str) and (message := _api_key_env_problem("memory.llm.apiKeyEnv", key_env)):
+        problems.append(_Problem(message, ("memory.llm.apiKeyEnv",)))
+
+
+def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    def add(key: str, message: str, *more: str) -> None:
+        problems.append(_Problem(message, (key, *more)))
+
+    mode, write_mode = flat.get("memory.mode"), flat.get("memory.writeMode")
+    if mode is not None and mode not in MODES:
+        add("memory.mode", f'memory.mode {_show(mode)} is not a tier: set it to "lite", "journal" or "bujo"')
+    if write_mode is not None and write_mode not in WRITE_MODES:
+        add(
+            "memory.writeMode",
+            f'memory.writeMode {_show(write_mode)} is not a write mode: set it to "disabled",'
+            ' "append-host-summary" or "capture"',
+        )
+    path = flat.get("memory.path")
+    if path is not None and path != ".":
+        add(
+            "memory.path",
+            f"memory.path {_show(path)} is not supported: the vault is the folder that holds {CONFIG_FILE},"
+            f" found by --vault, {VAULT_PATH_ENV} or the nearest enclosing vault; remove memory.path"
+            ' or set it to "."',
+        )
+    zone = flat.get("memory.timeZone")
+    if zone is not None and not is_time_zone(zone):
+        add(
+            "memory.timeZone",
+            f'memory.timeZone {_show(zone)} is not an IANA time zone: use a name like "Europe/Amsterdam",'
+            ' "America/New_York" or "UTC"',
+        )
+    lo, hi = RUNTIME_LIMIT_RANGE
+    for field in ("userLimit", "memoryLimit"):
+        key = f"memory.runtime.{field}"
+        value = flat.get(key)
+        if value is not None and not lo <= value <= hi:
+            add(key, f"{key} must be between {lo} and {hi} bytes (got {value}): the default is {LEAVES[key][1]}")
+    for key in ("tools.allowedTools", "tools.deniedTools"):
+        for index, item in enumerate(flat.get(key, ())):
+            if not isinstance(item, str) or not _TOOL_NAME_RE.fullmatch(item):
+                add(
+                    key,
+                    f"{key}[{index}] must be a tool name like \"MemoryJournal\" (got {_got(item)}):"
+                    " use letters, digits and _ . : / - only",
+                )
+
+
+def _check_tiers(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    mode = flat.get("memory.mode", "lite")
+    reported = {problem.keys[0] for problem in problems}  # a block of the wrong type is not also "missing"
+    if mode in ("journal", "bujo") and "memory.embeddings" not in flat and "memory.embeddings" not in reported:
+        problems.append(
+            _Problem(
+                f'memory.embeddings is required for memory.mode "{mode}": add "embeddings": {{"provider": "builtin"}}'
+                " (offline, 256-d) or another provider's block",
+                ("memory.embeddings", "memory.mode"),
+            )
+        )
+    if mode == "bujo" and "memory.llm" not in flat and "memory.llm" not in reported:
+        problems.append(
+            _Problem(
+                'memory.llm is required for memory.mode "bujo" (capture curates with a chat model): add'
+                ' "llm": {"provider": "ollama", "model": "qwen3:8b"}',
+                ("memory.llm", "memory.mode"),
+            )
+        )
+    if flat.get("memory.writeMode") == "capture" and mode in MODES and mode != "bujo":
+        problems.append(
+            _Problem(
+                f'memory.writeMode "capture" requires memory.mode "bujo" (got "{mode}"): set memory.mode to "bujo"'
+                ' or choose writeMode "append-host-summary"',
+                ("memory.writeMode", "memory.mode"),
+            )
+        )
+
+
+def _problems(data: object) -> tuple[list[_Problem], dict[str, Any]]:
+    problems: list[_Problem] = []
+    flat: dict[str, Any] = {}
+    if not isinstance(data, Mapping):
+        problems.append(
+            _Problem(
+                f'the config must be a JSON object (got {_got(data)}): write it like {{"memory": {{"mode": "lite"}}}}',
+                ("",),
+            )
+        )
+        return problems, flat
+    _walk("", data, problems, flat)
+    _check_scalars(flat, problems)
+    _check_embeddings(flat, problems)
+    _check_llm(flat, problems)
+    _check_tiers(flat, problems)
+    return problems, flat
+
+
+def validate_config_data(data: object) -> list[str]:
+    """Every problem in parsed config data (the file's shape), one message each; [] when valid."""
+    return [problem.message for problem in _problems(data)[0]]
