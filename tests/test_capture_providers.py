@@ -186,3 +186,19 @@ def test_a_missing_api_key_is_a_provider_failure_not_a_crash(tmp_path, server):
     run_once(store, clock)
     assert entry(root)["failure"] == "provider_unavailable" and script.calls["extraction"] == 0
     store.close()
+
+
+def test_the_timeout_comes_from_memvault_memory_llm_timeout_ms(tmp_path, server):
+    from indexer.store import MemoryStore
+
+    script = ChatScript(lambda _t: Reply(200, {"message": {"content": GOOD}}, delay=3.0))
+    server.route(OLLAMA_PATH, script)
+    root = make_capture_vault(tmp_path, server.url, timeout_ms=60_000)
+    with MemoryStore.open(root, env={"MEMVAULT_MEMORY_LLM_TIMEOUT_MS": "250"}) as store:
+        assert store.config.memory.llm.timeout_ms == 250
+        clock = Clock()
+        store._clock = clock
+        run_once(store, clock)
+    # with the file's 60 s the 3 s answer would have been captured; the env's 250 ms timed it out
+    assert (entry(root)["state"], entry(root)["failure"]) == ("awaiting_capture", "provider_unavailable")
+    assert daily_text(root) == ""
