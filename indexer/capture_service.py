@@ -24,6 +24,9 @@ or a vector cosine of at least `CLOSE_MIN_COSINE`. Strength alone is relative to
 candidate, so it cannot tell "nothing similar exists" from "this is the same fact"; the overlap
 and cosine anchor it. A memory with no close candidate is clearly novel and skips the second
 call. A memory whose exact normalised text is already a current fact is a NOOP without any call.
+When vector search is degraded (an embedding outage or timeout, vectors built for another
+model) the lookup fails with ProviderUnavailable and the turn is retried: novelty is never
+judged by half the evidence.
 """
 
 from __future__ import annotations
@@ -112,7 +115,10 @@ class IndexCandidateFinder:
             return []
         from indexer.recall import retrieve
 
-        fused, _degraded = retrieve(self._bm25, self._semantic, text, rows_for=4 * MAX_CANDIDATES)
+        fused, degraded = retrieve(self._bm25, self._semantic, text, rows_for=4 * MAX_CANDIDATES)
+        if degraded is not None and self._semantic is not None:
+            # novelty is judged by both retrievers; an embedding outage is a retry, not a guess
+            raise ProviderUnavailable(f"capture candidate lookup is degraded ({degraded}); the turn is retried")
         ids = [row.id for _, row in fused]
         close = []
         for entry, row in fused:

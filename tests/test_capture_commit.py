@@ -227,3 +227,42 @@ def test_direct_capture_refuses_credentials_and_other_tiers(tmp_path, server):
         store.persist_completed_turn("run-1", "Lite turns never build a graph.")
         IntakeWorker(store, clock=Clock()).process_due()
     assert not (lite / "graph.jsonl").exists() and not (lite / ".replay-projection-v1.json").exists()
+
+
+def test_an_embedding_outage_leaves_the_turn_pending(tmp_path, server):
+    root, script = vault(tmp_path, server, lambda _t: extraction(memory("Dana owns the billing migration.")))
+    clock = Clock()
+    with store_for(root, clock) as store:
+        store.remember("Billing runs on the old cluster.")
+        server.route(EMBED_PATH, lambda _body: (500, "embedding model crashed"))
+        capture(store, clock, "run-1", "Dana owns billing.")
+        assert (state(root, "run-1")["state"], state(root, "run-1")["failure"]) == ("awaiting_capture", "provider_unavailable")
+        assert "Dana" not in daily_text(root) and retained_plan_ids(root) == []
+        server.route(EMBED_PATH, hash_embeddings)
+        clock.advance(timedelta(minutes=5))
+        IntakeWorker(store, clock=clock).process_due()
+    assert state(root, "run-1")["outcome"] == "captured" and "Dana owns the billing migration." in daily_text(root)
+
+
+def test_a_retained_plan_survives_a_rebuild_that_changes_the_embedding_provider(tmp_path, server):
+    root, script = vault(tmp_path, server, lambda _t: extraction(memory("Dana owns the billing migration.")))
+    clock = Clock()
+    store = store_for(root, clock)
+
+    def fail_after_plan(boundary):
+        if boundary == "capture.plan_written":
+            raise Boom()
+
+    store.persist_completed_turn("run-1", "Dana owns billing.", capture_text="Dana owns billing.")
+    IntakeWorker(store, clock=clock, crash_hook=fail_after_plan).process_due()
+    store.close()
+    config = json.loads((root / "memvault.json").read_text())
+    config["memory"]["embeddings"] = {"provider": "builtin"}  # another provider and dimension
+    (root / "memvault.json").write_text(json.dumps(config))
+    with store_for(root, clock) as rebuilt:
+        rebuilt.rebuild()  # allowed: the tier stays BuJo; the plan holds no vectors
+        assert retained_plan_ids(root) == [intake_id_for("run-1")]
+        clock.advance(timedelta(minutes=5))
+        IntakeWorker(rebuilt, clock=clock).process_due()
+        assert [h.text for h in rebuilt.recall("Who owns the billing migration?").hits][:1] == ["Dana owns the billing migration."]
+    assert state(root, "run-1")["outcome"] == "captured" and script.calls["extraction"] == 1

@@ -209,3 +209,54 @@ def test_a_plan_with_two_identical_facts_is_refused():
     with pytest.raises(ModelOutputInvalid, match="same fact text"):
         build_plan(intake_id="a" * 64, payload_sha256="b" * 64, created_at=START, day="2026-11-30", time="14:03",
                    extraction=parsed, decisions=decided, duplicates={}, model_calls=2)  # fmt: skip
+
+
+class FakeModel:
+    """The ChatModel protocol without HTTP: answers in order, records what it was asked."""
+
+    def __init__(self, *answers):
+        self.answers, self.asked = list(answers), []
+
+    def complete(self, messages, *, response_format_json):
+        assert response_format_json
+        self.asked.append(messages[0]["content"][:40])
+        return self.answers.pop(0)
+
+
+class FakeFinder:
+    def __init__(self, duplicates=None, close=None):
+        self.duplicates, self.close = duplicates or {}, close or {}
+
+    def exact_duplicate(self, text):
+        return self.duplicates.get(text)
+
+    def candidates(self, text):
+        from vault.capture.prompt import Candidate
+
+        return [Candidate(i, t, "2026-11-29") for i, t in self.close.get(text, [])]
+
+
+def _record(text="Morgan chose blue; the launch moved."):
+    from vault.intake.record import IntakeRecord, Payload
+
+    return IntakeRecord("a" * 64, Payload("capture", "user", text, text), "bujo", START, START)
+
+
+def test_plan_capture_makes_one_call_for_novel_memories_and_two_when_some_are_close():
+    from vault.capture.pipeline import plan_capture
+
+    novel = FakeModel(VALID)
+    plan = plan_capture(_record(), model=novel, finder=FakeFinder(), vault_zone="Europe/Amsterdam", now=START)
+    assert len(novel.asked) == 1 and [f.action for f in plan.facts] == ["add", "add"] and plan.model_calls == 1
+    assert (plan.day, plan.time) == ("2026-11-30", "14:03")
+    finder = FakeFinder(duplicates={"Morgan chose blue as the deployment color.": "m-1111111111"},
+                        close={"The Atlas launch is on March 15.": [("f-2222222222", "The Atlas launch is on March 1.")]})  # fmt: skip
+    close = FakeModel(VALID, decisions({"index": 1, "action": "SUPERSEDE", "target": "f-2222222222", "text": "The Atlas launch is on March 15."}))
+    checkpoints = []
+    plan = plan_capture(_record(), model=close, finder=finder, vault_zone="Europe/Amsterdam", now=START,
+                        checkpoint=lambda: checkpoints.append(1))  # fmt: skip
+    assert len(close.asked) == 2 and checkpoints == [1] and plan.model_calls == 2
+    assert plan.noops == ((0, "m-1111111111"),) and [(f.action, f.target) for f in plan.facts] == [("supersede", "f-2222222222")]
+    with pytest.raises(ModelOutputInvalid):
+        plan_capture(_record(), model=FakeModel(VALID, decisions({"index": 0, "action": "ADD"})), finder=finder,
+                     vault_zone="Europe/Amsterdam", now=START)  # fmt: skip
