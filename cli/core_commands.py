@@ -16,8 +16,9 @@ from cli.errors import emit_json, json_option
 
 @cli.command("init")
 @click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--mode", type=click.Choice(["lite", "journal", "bujo"]), default="lite", show_default=True,
-              help="Memory tier to configure.")
+@click.option("--mode", type=click.Choice(["lite", "journal", "bujo"]), default="journal", show_default=True,
+              help="Memory tier: lite (BM25 only, never embeds), journal (hybrid recall with the builtin "
+                   "offline embeddings), bujo (journal plus LLM capture; edit the llm block it writes).")
 @click.option("--time-zone", "time_zone", default=None,
               help="IANA zone for bullet times (default: this machine's zone, else UTC).")
 @json_option

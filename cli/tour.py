@@ -15,6 +15,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cli.main import cli
+from vault.config import default_config_data, render_config
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "vault"
 STEPS = [
@@ -25,6 +26,9 @@ STEPS = [
     ["search", "Tokyo office move", "--limit", "3"],
     ["search", "東京", "--limit", "2"],
     ["search", "who is allergic to peanuts?", "--limit", "3", "--json"],
+    ["search", "What is Priya's phone number?", "--mode", "auto", "--json"],
+    ["search", "Where does Tomas live?", "--mode", "auto", "--json"],
+    ["health"],
 ]
 
 
@@ -34,7 +38,11 @@ def main(argv: list[str]) -> int:
         return 1
     target = Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="memvault-tour-")) / "vault"
     shutil.copytree(FIXTURE, target)
-    print(f"# a copy of the fixture vault: {target}\n")
+    # the fixture is a Lite vault (BM25 only); the tour shows the default Journal tier: hybrid
+    # recall with the builtin embeddings, offline
+    config = default_config_data(mode="journal", time_zone="Europe/Amsterdam")
+    (target / "memvault.json").write_bytes(render_config(config))
+    print(f"# a copy of the fixture vault, as a Journal vault: {target}\n")
     runner = CliRunner()
     for step in STEPS:
         args = ["--vault", str(target), *step]
