@@ -39,6 +39,7 @@ from vault.intake.files import (
 from vault.intake.ledger import Ledger, ReceiptLookup, shard_of
 from vault.intake.record import (
     AWAITING_CAPTURE,
+    CAPTURED,
     DEAD_STATE,
     PENDING_STATE,
     PROJECTED,
@@ -205,7 +206,7 @@ def resolve_run(
     folder, record = found
     if receipt is None:
         prune_receipts(dirs, ledger, room=1)
-        attempts = min(record.attempts + (outcome == PROJECTED), MAX_ATTEMPTS)  # the attempt that succeeded
+        attempts = min(record.attempts + (outcome in (PROJECTED, CAPTURED)), MAX_ATTEMPTS)  # the attempt that succeeded
         receipt = Receipt(intake_id, record.payload_sha256, outcome, record.admitted_at, now, attempts, projection, reason)
         atomic_write(dirs.record_path(RESOLVED, intake_id), render_receipt(receipt), mode=0o600)
     elif receipt.payload_sha256 != record.payload_sha256:
