@@ -35,7 +35,7 @@ import tantivy
 
 from vault.errors import InvalidRecord
 from vault.fsio import read_bytes_nofollow
-from vault.graph import Graph, graph_path, parse_graph
+from vault.graph import Graph, read_graph
 from vault.layout import DAILY, VaultLayout, parse_note_relpath
 from vault.locks import VaultLock, replace_if_unchanged
 from vault.paths import resolve_inside
@@ -195,10 +195,7 @@ def consolidate(layout: VaultLayout, config, index) -> ConsolidationReport:
 
 
 def _read_graph(root: Path) -> Graph:
-    try:
-        return parse_graph(read_bytes_nofollow(graph_path(root)))
-    except FileNotFoundError:
-        return Graph()
+    return read_graph(root)[0]
 
 
 def _duplicate_fact_groups(index) -> int:

@@ -24,8 +24,7 @@ from indexer.recall import to_recall_hit
 from indexer.replay_index import superseded_ids
 from indexer.results import RecallHit, RecallResult
 from vault.errors import VaultError
-from vault.graph import Graph, graph_path, parse_graph
-from vault.fsio import read_bytes_nofollow
+from vault.graph import Graph, graph_path, read_graph
 
 SEEDS = 5
 MAX_RESERVED = 3
@@ -44,7 +43,7 @@ def load_graph(root: Path) -> Graph:
     cached = _graph_cache.get(path)
     if cached is not None and cached[0] == key:
         return cached[1]
-    graph = parse_graph(read_bytes_nofollow(path), str(path))
+    graph, _ = read_graph(root)
     _graph_cache[path] = (key, graph)
     return graph
 

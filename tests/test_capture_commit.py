@@ -15,7 +15,6 @@ from tests.capture_helpers import (
     ChatScript,
     add_only,
     daily_text,
-    entity,
     extraction,
     hash_embeddings,
     make_capture_vault,

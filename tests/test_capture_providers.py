@@ -15,7 +15,6 @@ from tests.capture_helpers import (
     OLLAMA_PATH,
     OPENAI_PATH,
     ChatScript,
-    add_only,
     daily_text,
     entity,
     extraction,

@@ -202,3 +202,19 @@ def test_a_broken_graph_stops_a_capture_before_any_change(tmp_path):
         assert daily_text(root).count("Atlas ships in March.") == 1 and script.calls["extraction"] == 1
         graph, _ = read_graph(root)
         assert [e.name for e in graph.entities.values()] == ["Atlas"]
+
+
+def test_an_oversized_or_linked_graph_file_is_refused_without_reading_it(tmp_path):
+    from vault.errors import UnsafePath
+    from vault.graph import MAX_GRAPH_BYTES
+
+    path = tmp_path / "graph.jsonl"
+    with open(path, "wb") as handle:
+        handle.truncate(MAX_GRAPH_BYTES + 1)
+    with pytest.raises(GraphInvalid, match="the limit is"):
+        read_graph(tmp_path)
+    path.unlink()
+    (tmp_path / "elsewhere.jsonl").write_bytes(render_graph(sample()))
+    path.symlink_to(tmp_path / "elsewhere.jsonl")
+    with pytest.raises(UnsafePath):
+        read_graph(tmp_path)

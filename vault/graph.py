@@ -24,6 +24,7 @@ different content.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,6 +211,12 @@ def graph_path(root: Path) -> Path:
 def read_graph(root: Path) -> tuple[Graph, bytes | None]:
     """The graph and the exact bytes read (None when there is no file yet), for a CAS write."""
     path = graph_path(root)
+    try:
+        size = os.lstat(path).st_size
+    except FileNotFoundError:
+        return Graph(), None
+    if size > MAX_GRAPH_BYTES:  # refused by its size, never read whole
+        raise GraphInvalid(f"{GRAPH_FILE} is {size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere.")
     try:
         data = read_bytes_nofollow(path)
     except FileNotFoundError:
