@@ -26,6 +26,7 @@ from indexer.generations import (
 from indexer.recall import recall_auto, recall_tool, routed_away
 from indexer.replay_index import finish_rebuild, project_generation
 from indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
+from indexer.telemetry import AccessLog
 from indexer.sync import IndexDelta, SyncOutcome
 from vault.clock import utc_now
 from vault.config import Config, load_config
@@ -70,6 +71,8 @@ class MemoryStore:
         self._manifest_stamp: tuple[str, int] | None = None
         #: vectors for Journal/BuJo; Lite never embeds
         self._semantic = _semantic_service(layout, config)
+        #: when each memory was last recalled, and how often: telemetry, never used for ranking
+        self.access_log = AccessLog(layout.root, layout.index_dir)
         if config.memory.mode == "bujo":  # MemoryJournal reads capture's supersession lifecycle
             from indexer.replay_index import SupersessionSource
 
@@ -102,6 +105,8 @@ class MemoryStore:
             self._capture_queue.stop(timeout=10.0)
         if self._semantic is not None:  # queued vectors: drain (bounded); the rest catches up later
             self._semantic.stop(timeout=10.0)
+        if os.access(self.layout.root, os.W_OK):
+            self.access_log.flush()
         self._index = None
 
     def __enter__(self) -> "MemoryStore":
@@ -249,12 +254,14 @@ class MemoryStore:
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
         if mode == "auto":
-            return recall_auto(index.bm25, self._semantic, query)
-        result = recall_tool(index.bm25, self._semantic, query, limit)
-        if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
-            from indexer.graph_expansion import expand_recall
+            result = recall_auto(index.bm25, self._semantic, query)
+        else:
+            result = recall_tool(index.bm25, self._semantic, query, limit)
+            if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
+                from indexer.graph_expansion import expand_recall
 
-            result = expand_recall(self.layout.root, index.bm25, result, limit)
+                result = expand_recall(self.layout.root, index.bm25, result, limit)
+        self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
         return result
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:

@@ -208,3 +208,17 @@ def test_broad_period_questions_point_to_the_journal(journal_vault):
         auto = store.recall("What did we work on last week?", mode="auto")
     assert "MemoryJournal" in tool.guidance
     assert auto.hits == () and auto.gate["reason"] == "route:broad_period"
+
+
+def test_access_telemetry_is_recorded_and_never_changes_ranking(journal_vault):
+    queries = ["pet", "Rotterdam", "deployment color"]
+    with MemoryStore.open(journal_vault) as store:
+        first = [[h.source for h in store.recall(q).hits] for q in queries]
+        for _ in range(20):  # hammer one memory with accesses
+            store.recall("Biscuit", limit=1)
+    with MemoryStore.open(journal_vault) as store:
+        log = store.access_log.read()
+        biscuit = next(key for key in log if key.endswith(store.recall("Biscuit", limit=1).hits[0].id))
+        assert log[biscuit]["count"] >= 21 and log[biscuit]["last"].startswith("20")
+        assert [[h.source for h in store.recall(q).hits] for q in queries] == first
+    assert oct((journal_vault / ".index" / "access.json").stat().st_mode & 0o777) == "0o600"
