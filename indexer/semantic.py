@@ -156,9 +156,15 @@ def embed_passages(provider: EmbeddingProvider, records: Sequence[MemoryRecord])
     sums = getattr(provider, "embed_sums", None)
     if sums is None:
         return embed_in_batches(provider, [passage(r) for r in records])
+    batches = [_passages_from_sums(sums, records[i : i + EMBED_BATCH]) for i in range(0, len(records), EMBED_BATCH)]
+    return np.vstack(batches) if batches else np.zeros((0, provider.identity.dim), dtype=np.float32)
+
+
+def _passages_from_sums(sums, records: Sequence[MemoryRecord]) -> np.ndarray:
+    """One batch (≤ EMBED_BATCH passages): each distinct text embedded once, parts added."""
     texts = sorted({t for r in records for t in (r.text, *r.neighbours)})
     row_of = {text: row for row, text in enumerate(texts)}
-    parts = np.vstack([sums(texts[i : i + 1024]) for i in range(0, len(texts), 1024)])
+    parts = sums(texts)
     out = np.zeros((len(records), parts.shape[1]), dtype=np.float32)
     for row, record in enumerate(records):
         out[row] = OWN_WEIGHT * parts[row_of[record.text]]
