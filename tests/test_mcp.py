@@ -137,11 +137,21 @@ def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
             (JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01", "timeZone": "Not/AZone"}),
             (JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01"}),
             (JOURNAL, {"cursor": "mj1.forged"}), (JOURNAL, {"fromDate": "2026-09-01", "unknown": True}),
-            (REMEMBER, {}), (REMEMBER, {"text": ""}), (REMEMBER, {"text": ["a"]}),
+            (REMEMBER, {}), (REMEMBER, {"text": ""}), (REMEMBER, {"text": ["a"]}), (REMEMBER, {"text": "y" * 5000}),
             (REMEMBER, {"text": "db password postgres://admin:hunter2secret@db.internal/prod"}),
             ("Nope", {}),
         ]
         out["malformed"] = [(name, await client.call_tool(name, args)) for name, args in malformed]
+        concurrent = []
+
+        async def call(name, args):
+            concurrent.append(await client.call_tool(name, args))
+
+        async with anyio.create_task_group() as group:  # calls overlap on the wire; the server serialises them
+            for n in range(6):
+                group.start_soon(call, REMEMBER, {"text": f"Concurrent fact number {n} about the rollout."})
+                group.start_soon(call, RECALL, {"query": "rollout"})
+        out["concurrent"] = concurrent
         return out
 
     out = run_all({"v": (vault, session)})["v"]
@@ -166,7 +176,12 @@ def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
     codes = [body_of(result)["error"]["code"] for _, result in out["malformed"]]
     assert codes[:6] == ["invalid_arguments"] * 6
     assert codes[6:12] == ["invalid_journal_request"] * 4 + ["invalid_journal_cursor", "invalid_journal_request"]
-    assert codes[12:] == ["invalid_arguments"] * 3 + ["credential_refused", "unknown_tool"]
+    assert codes[12:] == ["invalid_arguments"] * 4 + ["credential_refused", "unknown_tool"]
+    assert not any(result.is_error for result in out["concurrent"])
+    statuses = sorted(body_of(r)["status"] for r in out["concurrent"] if "status" in body_of(r))
+    assert statuses == ["added"] * 6
+    stored = "".join(p.read_text() for p in (vault / "daily").iterdir())
+    assert all(stored.count(f"Concurrent fact number {n} about") == 1 for n in range(6))
     assert "^m-after" in (vault / "daily" / "2026-09-01.md").read_text()  # the refused restore changed nothing
     assert not any("hunter2" in p.read_text() for p in (vault / "daily").iterdir())
     assert not LivenessFence(vault).is_held_elsewhere()  # released when the client closed the server
