@@ -96,6 +96,9 @@ def test_supersede_of_a_memvault_fact_appends_and_records_the_lifecycle(tmp_path
         capture(store, clock, "run-1", "deadline Feb 1")
         capture(store, clock, "run-2", "deadline moved to Mar 15")
         assert [h.text for h in store.recall("Atlas deadline").hits] == ["The Atlas deadline is March 15."]
+        page = store.journal(from_date="2026-11-30", through_date="2026-11-30", time_zone="Europe/Amsterdam")
+        states = {entry["text"]: entry["state"] for entry in page.entries}
+        assert states == {"The Atlas deadline is February 1.": "superseded", "The Atlas deadline is March 15.": "valid"}
     text = daily_text(root)
     assert "February 1. ^f-" in text and "March 15. ^f-" in text  # history stays in the markdown
     sidecar, data = read_sidecar(root)
