@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath
 from vault.errors import InvalidRecord
 from vault.locks import VaultLock
 from vault.paths import is_ignored_name
+from vault.strict_json import loads_strict
 
 FORMAT, VERSION = "memvault-archive", 1
 MANIFEST_NAME = "memvault-archive.json"
@@ -283,18 +284,11 @@ def _read_manifest(tar, member: tarfile.TarInfo, limits: ArchiveLimits, problems
         raise ArchiveRejected([f"the manifest is {member.size} bytes; the limit is {limits.max_manifest_bytes}"])
     raw = tar.extractfile(member).read()
     try:
-        body = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
+        body = loads_strict(raw)
         return _parse_manifest(body, limits)
     except (ValueError, TypeError, KeyError) as exc:
         problems.append(f"{MANIFEST_NAME} is malformed ({str(exc)[:200]})")
         return None
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
-    keys = [key for key, _ in pairs]
-    if len(keys) != len(set(keys)):
-        raise ValueError("duplicate key")
-    return dict(pairs)
 
 
 def _parse_manifest(body: object, limits: ArchiveLimits) -> dict:

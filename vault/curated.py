@@ -57,11 +57,27 @@ def append_bullet_once(
 ) -> CuratedWrite:
     """Append `- HH:MM text ^block_id` to `folder/<local date of at>.md` unless that id is there.
 
-    The one write every projection shares (Remember, turn intake): a replay after a crash finds
-    its block id already in the note and writes nothing. Caller holds the vault lock.
+    The one write every projection shares (Remember, turn intake, capture): a replay after a
+    crash finds its block id already in the note and writes nothing. Caller holds the vault lock.
     """
     day, wall_time = local_day_and_time(at, zone(vault_zone))
     relpath = layout.note_relpath(folder, day)
+    written = append_bullets_once(layout, relpath, day.isoformat(), [NewBullet(text, block_id, wall_time)])
+    return CuratedWrite(block_id, relpath, wall_time, written=bool(written))
+
+
+@dataclass(frozen=True)
+class NewBullet:
+    text: str
+    block_id: str
+    wall_time: str | None
+
+
+def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:
+    """Append, in one compare-and-swap write, every bullet whose block id the note lacks.
+
+    Returns the ids written (empty when all were already there). A new note starts with `# title`.
+    """
     path = resolve_inside(layout.root, relpath)
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,12 +86,15 @@ def append_bullet_once(
         old = read_bytes_nofollow(path)
     except FileNotFoundError:
         old = None
-    note = parse(_decode_note(old, relpath) if old is not None else new_note_text(day.isoformat()))
-    if any(bullet.block_id == block_id for bullet in note.bullets):
-        return CuratedWrite(block_id, relpath, wall_time, written=False)
-    updated = append_line(note, format_bullet(text, block_id, wall_time))
-    replace_if_unchanged(path, old, "".join(updated.lines).encode("utf-8"), mode=0o644)
-    return CuratedWrite(block_id, relpath, wall_time, written=True)
+    note = parse(_decode_note(old, relpath) if old is not None else new_note_text(title))
+    present = {bullet.block_id for bullet in note.bullets}
+    missing = [bullet for bullet in bullets if bullet.block_id not in present]
+    if not missing:
+        return []
+    for bullet in missing:
+        note = append_line(note, format_bullet(bullet.text, bullet.block_id, bullet.wall_time))
+    replace_if_unchanged(path, old, "".join(note.lines).encode("utf-8"), mode=0o644)
+    return [bullet.block_id for bullet in missing]
 
 
 def _decode_note(data: bytes, relpath: str) -> str:
@@ -84,5 +103,5 @@ def _decode_note(data: bytes, relpath: str) -> str:
     except UnicodeDecodeError as exc:
         raise InvalidRecord(
             f"{relpath} is not valid UTF-8 (byte {exc.start}); memvault will not rewrite it: "
-            "fix or re-save the file as UTF-8, then try again (a pending turn is retried)"
+            "fix or re-save the file as UTF-8, then try again (pending turns and captures are retried)"
         ) from exc

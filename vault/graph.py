@@ -34,6 +34,7 @@ from vault.errors import InvalidRecord
 from vault.fsio import read_bytes_nofollow
 from vault.locks import replace_if_unchanged
 from vault.paths import resolve_inside
+from vault.strict_json import loads_strict
 
 GRAPH_FILE = "graph.jsonl"
 MAX_GRAPH_BYTES = 64 * 1024 * 1024
@@ -123,15 +124,6 @@ def render_graph(graph: Graph) -> bytes:
 # --- tolerant, fail-closed parsing ---------------------------------------------------------------
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
 def parse_graph(data: bytes, where: str = GRAPH_FILE) -> Graph:
     """The graph in `data`, or GraphInvalid naming the first line memvault will not guess about."""
     if len(data) > MAX_GRAPH_BYTES:
@@ -152,7 +144,7 @@ def _parse_line(graph: Graph, raw: str, where: str) -> None:
         return GraphInvalid(f"{where}: {problem}. Fix: correct or delete that line (capture retries until it is fixed).")
 
     try:
-        body = json.loads(raw, object_pairs_hook=_no_duplicates)
+        body = loads_strict(raw)
     except (ValueError, RecursionError) as exc:
         raise fail(f"not a JSON object ({str(exc)[:80]})") from None
     if not isinstance(body, dict) or body.get("kind") not in _KEYS:

@@ -44,6 +44,7 @@ from vault.intake.files import is_intake_id, read_private
 from vault.intake.record import format_ts
 from vault.locks import replace_if_unchanged
 from vault.paths import resolve_inside
+from vault.strict_json import loads_strict
 
 SIDECAR_NAME = ".replay-projection-v1.json"
 SIDECAR_FORMAT = 1
@@ -152,15 +153,6 @@ def capture_delta(plan, authority_kind: str = "capture") -> list[dict[str, Any]]
 # --- the strict parser ------------------------------------------------------------------------------
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
 def parse_state(data: bytes, where: str) -> ReplayState:
     """Exactly what `render_state` writes, or SidecarInvalid naming `where`."""
     def fail(problem: str) -> SidecarInvalid:
@@ -170,7 +162,7 @@ def parse_state(data: bytes, where: str) -> ReplayState:
     if len(data) > MAX_SIDECAR_BYTES:
         raise fail(f"{len(data)} bytes is over the {MAX_SIDECAR_BYTES}-byte limit")
     try:
-        body = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        body = loads_strict(data)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise fail(f"not strict JSON ({str(exc)[:100]})") from None
     if not isinstance(body, dict) or set(body) != {"entries", "v"} or body["v"] != SIDECAR_FORMAT or type(body["v"]) is not int:

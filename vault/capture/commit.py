@@ -20,14 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from vault.capture.plan import SemanticPlan
-from vault.errors import InvalidRecord
-from vault.fsio import fsync_dir, read_bytes_nofollow
+from vault.curated import NewBullet, append_bullets_once
 from vault.graph import Entity, FactLink, Graph, read_graph, write_graph
 from vault.intake.files import CrashHook, hit
 from vault.layout import VaultLayout
-from vault.locks import replace_if_unchanged
-from vault.note import append_line, format_bullet, new_note_text, parse
-from vault.paths import resolve_inside
 from vault.replay import capture_delta, read_sidecar, write_sidecar
 
 
@@ -51,25 +47,9 @@ def commit_plan(layout: VaultLayout, plan: SemanticPlan, hook: CrashHook | None 
 
 def write_facts(layout: VaultLayout, plan: SemanticPlan) -> bool:
     """Append every planned fact not yet in its note (one CAS write); False when all were there."""
-    if not plan.facts:
-        return False
-    path = resolve_inside(layout.root, plan.note)
-    if not path.parent.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fsync_dir(layout.root)
-    try:
-        old = read_bytes_nofollow(path)
-    except FileNotFoundError:
-        old = None
-    note = parse(_decode(old, plan.note) if old is not None else new_note_text(plan.day))
-    present = {bullet.block_id for bullet in note.bullets}
-    missing = [fact for fact in plan.facts if fact.id not in present]
-    if not missing:
-        return False
-    for fact in sorted(missing, key=lambda fact: fact.index):
-        note = append_line(note, format_bullet(fact.text, fact.id, plan.time))
-    replace_if_unchanged(path, old, "".join(note.lines).encode("utf-8"), mode=0o644)
-    return True
+    facts = sorted(plan.facts, key=lambda fact: fact.index)
+    bullets = [NewBullet(fact.text, fact.id, plan.time) for fact in facts]
+    return bool(bullets) and bool(append_bullets_once(layout, plan.note, plan.day, bullets))
 
 
 def apply_graph(root: Path, plan: SemanticPlan, read: tuple[Graph, bytes | None] | None = None) -> bool:
@@ -82,13 +62,3 @@ def apply_graph(root: Path, plan: SemanticPlan, read: tuple[Graph, bytes | None]
     for source, relation, target in plan.relations:
         graph.add_relation(source, relation, target)
     return write_graph(root, old, graph)
-
-
-def _decode(data: bytes, relpath: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(
-            f"{relpath} is not valid UTF-8 (byte {exc.start}); memvault will not rewrite it: fix or re-save it "
-            "as UTF-8; the capture stays pending and is retried"
-        ) from exc

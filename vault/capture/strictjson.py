@@ -17,7 +17,6 @@ as exactly the same text.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import unicodedata
@@ -26,6 +25,7 @@ from typing import Any
 from vault.credentials import find_credential
 from vault.errors import InvalidRecord
 from vault.ids import normalize_text
+from vault.strict_json import loads_strict
 
 #: the spec's cap on one capture-model completion, in JavaScript (UTF-16 code unit) characters
 MAX_COMPLETION_UNITS = 262_144
@@ -43,19 +43,6 @@ class ModelOutputInvalid(InvalidRecord):
 def utf16_length(text: str) -> int:
     """Length as JavaScript counts it: characters outside the BMP count twice."""
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _finite_float(text: str) -> float:
@@ -81,7 +68,7 @@ def load_exact(text: object, what: str) -> Any:
     if units > MAX_COMPLETION_UNITS:
         raise ModelOutputInvalid(f"the {what} answer is {units} characters, over the {MAX_COMPLETION_UNITS} limit")
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = loads_strict(text, parse_float=_finite_float)
     except RecursionError:
         raise ModelOutputInvalid(f"the {what} answer nests too deeply") from None
     except ValueError as exc:  # JSONDecodeError included: fences, prose, a second value, bad numbers

@@ -24,6 +24,7 @@ from vault.errors import InvalidRecord
 
 from vault.intake.backoff import MAX_ATTEMPTS
 from vault.intake.files import MAX_RECORD_BYTES, is_intake_id
+from vault.strict_json import loads_strict
 
 FORMAT_VERSION = 1
 TIERS = ("lite", "journal", "bujo")
@@ -235,24 +236,11 @@ class _Strict:
         return value
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _load(data: bytes, where: str) -> dict[str, Any]:
     if len(data) > MAX_RECORD_BYTES:
         raise InvalidRecord(f"{where}: {len(data)} bytes is over the {MAX_RECORD_BYTES}-byte record limit. Fix: move it aside.")
     try:
-        value = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        value = loads_strict(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidRecord(f"{where}: not a valid intake JSON document ({exc}). Fix: move it aside and run `memvault inspect`.") from exc
     if not isinstance(value, dict):

@@ -10,7 +10,7 @@ or unknown keys, `runId` and `answer` required, at most 16 MiB of UTF-8.
 
 from __future__ import annotations
 
-import json
+from vault.strict_json import loads_strict
 from datetime import datetime
 from typing import Any
 
@@ -27,25 +27,12 @@ class TurnJsonError(ValueError):
         self.category = category
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_turn_json(data: bytes) -> dict[str, Any]:
     """Keyword arguments for `persist_completed_turn` from one JSON turn, or TurnJsonError."""
     if len(data) > MAX_TURN_JSON_BYTES:
         raise TurnJsonError("turn_too_large", f"the turn is over {MAX_TURN_JSON_BYTES} bytes of JSON")
     try:
-        turn = json.loads(data.decode("utf-8"), object_pairs_hook=_pairs, parse_constant=_constant)
+        turn = loads_strict(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise TurnJsonError("invalid_turn", f"stdin is not one JSON turn object ({exc})") from None
     if not isinstance(turn, dict):
