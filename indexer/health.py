@@ -258,6 +258,23 @@ def check_embedding_identity(ctx: HealthContext) -> Iterable[Finding]:
                           f"the vector meta says {_describe(found)} but the config says {_describe(wanted)}", REBUILD)
 
 
+def check_vector_rows(ctx: HealthContext) -> Iterable[Finding]:
+    """Strict, Journal/BuJo: one current vector per curated row, none without a row.
+
+    Vectors may lag BM25 for a moment (they are embedded off the write path); what is still
+    missing here after the writers stopped is caught up by the next open, or by a rebuild.
+    """
+    embeddings = ctx.config.memory.embeddings
+    if ctx.index is None or embeddings is None or ctx.config.memory.mode == "lite":
+        return
+    from indexer.embeddings import EmbeddingIdentity
+    from indexer.semantic import coverage_findings
+
+    identity = EmbeddingIdentity(embeddings.provider, embeddings.model, embeddings.dim)
+    for code, subject, message in coverage_findings(ctx.index.generation, identity, ctx.index.all_rows()):
+        yield Finding("vector_rows", ERROR, code, subject, message, REBUILD)
+
+
 def _describe(identity: dict | None) -> str:
     if identity is None:
         return "none"
@@ -329,6 +346,7 @@ register_check("files", check_files)
 register_check("rows", check_rows, strict_only=True)
 register_check("hand_edits", check_hand_edits)
 register_check("vectors", check_embedding_identity)
+register_check("vector_rows", check_vector_rows, strict_only=True)
 register_check("generations", check_generations)
 register_check("intake", check_intake)
 register_check("replay", check_replay)

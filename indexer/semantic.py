@@ -202,3 +202,23 @@ def _stamp(folder: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (info.st_ino, info.st_mtime_ns)
+
+
+def coverage_findings(generation: Path, identity: EmbeddingIdentity, rows: Iterable[Row]) -> list[tuple[str, str, str]]:
+    """(code, subject, message) for every curated row whose vector is missing or stale, and every
+    vector left without a row. Empty when the vectors cover the index exactly."""
+    try:
+        semantic = SemanticIndex.open(generation, identity)
+    except IndexUnavailable as exc:
+        return [("vectors_unreadable", f"{generation.name}/{FOLDER}", str(exc))]
+    rows = [row for row in rows if row.kind == "curated"]
+    found = []
+    for row in rows:
+        held = semantic.passages.get(row.key)
+        if held is None or row.key not in semantic.vectors:
+            found.append(("missing_vector", row.key, f"{row.key} has no vector"))
+        elif held != row_passage_hash(row):
+            found.append(("stale_vector", row.key, f"{row.key}'s vector was embedded from older text or context"))
+    for key in sorted(set(semantic.vectors.ids()) - {row.key for row in rows}):
+        found.append(("extra_vector", key, f"{key} has a vector but no curated row"))
+    return found

@@ -94,10 +94,7 @@ class SemanticService:
         semantic = self._serving
         if semantic is None:
             return
-        merged = IndexDelta()
-        for delta in deltas:
-            merged.extend(delta)
-        prepared = semantic.prepare(merged, self.provider())  # outside the lock: may be slow
+        prepared = semantic.prepare(merge_deltas(deltas), self.provider())  # outside the lock: may be slow
         with VaultLock(self.layout.root):
             current = semantic.reload_if_changed()
             current.commit(prepared)
@@ -150,6 +147,21 @@ class SemanticService:
         if not np.isfinite(vector).all() or not vector.any():
             return [], None
         return self._serving.search(vector, depth), None
+
+
+def merge_deltas(deltas: list[IndexDelta]) -> IndexDelta:
+    """One delta equal to applying `deltas` in order: each key's latest record, or its removal."""
+    latest: dict[str, object] = {}
+    removed: set[str] = set()
+    for delta in deltas:
+        for key in delta.removed:
+            latest.pop(key, None)
+            removed.add(key)
+        for record in delta.upserts:
+            key = f"{record.path}#{record.id}"
+            latest[key] = record
+            removed.discard(key)
+    return IndexDelta(upserts=list(latest.values()), removed=removed)
 
 
 def _curated_rows(index: DerivedIndex) -> int:

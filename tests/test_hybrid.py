@@ -222,3 +222,44 @@ def test_access_telemetry_is_recorded_and_never_changes_ranking(journal_vault):
         assert log[biscuit]["count"] >= 21 and log[biscuit]["last"].startswith("20")
         assert [[h.source for h in store.recall(q).hits] for q in queries] == first
     assert oct((journal_vault / ".index" / "access.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_strict_health_checks_every_vector_against_its_row(journal_vault):
+    from indexer.health import check_health
+    from indexer.semantic import SemanticIndex
+    from vault.config import load_config
+    from vault.layout import VaultLayout
+
+    layout, config = VaultLayout(journal_vault), load_config(journal_vault, {})
+    assert [f for f in check_health(layout, config, strict=True).findings if f.check == "vector_rows"] == []
+    with MemoryStore.open(journal_vault) as store:
+        generation = store._readable_index().generation
+        semantic = SemanticIndex.open(generation, store._semantic.identity)
+        victim = sorted(semantic.passages)[0]
+        semantic.vectors.delete([victim])
+        semantic.passages.pop(victim)
+        semantic.save()
+    findings = [f for f in check_health(layout, config, strict=True).findings if f.check == "vector_rows"]
+    assert [(f.code, f.subject, f.fix) for f in findings] == [("missing_vector", victim, "memvault rebuild")]
+    assert not [f for f in check_health(layout, config, strict=False).findings if f.check == "vector_rows"]
+
+
+def test_queued_deltas_merge_to_each_keys_latest_state():
+    from datetime import date, timezone
+
+    from indexer.semantic_service import merge_deltas
+    from indexer.sync import IndexDelta
+    from vault.records import MemoryRecord
+
+    def record(memory_id: str, text: str) -> MemoryRecord:
+        return MemoryRecord(memory_id, "daily/2026-11-30.md", "curated", date(2026, 11, 30),
+                            datetime(2026, 11, 30, tzinfo=timezone.utc), text, "h", 1, None, True)
+
+    merged = merge_deltas([
+        IndexDelta(upserts=[record("a", "one"), record("b", "two")]),
+        IndexDelta(upserts=[record("a", "one, edited")], removed={"daily/2026-11-30.md#b"}),
+        IndexDelta(upserts=[record("b", "two, back again")]),
+        IndexDelta(removed={"daily/2026-11-30.md#c"}),
+    ])
+    assert sorted((r.id, r.text) for r in merged.upserts) == [("a", "one, edited"), ("b", "two, back again")]
+    assert merged.removed == {"daily/2026-11-30.md#c"}
