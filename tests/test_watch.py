@@ -320,3 +320,24 @@ def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
     with MemoryStore.open(fixture_vault, sync=False) as store:
         assert store.recall("platypus").hits
         assert check_health(store.layout, store.config).healthy
+
+
+def test_watcher_keeps_vectors_in_step_on_a_journal_vault(fixture_vault):
+    """Journal tier: an edit saved while `watch` runs gets its vector (through the queue), and the
+    vectors match the rows exactly once the queue drains (strict health's vector check)."""
+    from vault.config import default_config_data, render_config
+
+    (fixture_vault / "memvault.json").write_bytes(render_config(default_config_data("journal", "Europe/Amsterdam")))
+    running = Running(fixture_vault)
+    try:
+        note = fixture_vault / "daily/2026-11-12.md"
+        with open(note, "a") as handle:
+            handle.write("- 12:30 Sam adopted a rescue dog named Biscuit.\n")
+        wait_for(lambda: searchable(running.store, "Biscuit", "rescue dog"), what="BM25 row")
+        assert running.store._semantic.drain(30)
+        hit = running.store.recall("puppy", limit=5).hits
+        assert any("rescue dog" in h.text and "vector" in h.explain for h in hit)
+    finally:
+        running.stop()
+    report = check_health(running.store.layout, running.store.config, strict=True)
+    assert [f for f in report.findings if f.check == "vector_rows"] == []
