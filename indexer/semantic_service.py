@@ -10,6 +10,8 @@
   "degraded" and answers from BM25 until `memvault rebuild`.
 """
 
+import queue
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -26,14 +28,47 @@ from vault.locks import VaultLock
 
 
 class _Building:
-    """Component of a generation under construction: embed and commit at once."""
+    """Component of a generation under construction: embed and insert on a builder thread.
+
+    A rebuild parses notes and fills BM25 on the calling thread while this thread embeds and
+    inserts vectors, so the two cores both work. Deltas are applied strictly in arrival order
+    by one thread, so two rebuilds of the same files still build identical vector indexes.
+    """
 
     def __init__(self, semantic: SemanticIndex, provider: Callable[[], EmbeddingProvider]):
         self.semantic = semantic
         self._provider = provider
+        self._deltas: "queue.Queue[IndexDelta | None]" = queue.Queue()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="memvault-rebuild-vectors", daemon=True)
+        self._thread.start()
 
     def apply(self, delta: IndexDelta) -> None:
-        self.semantic.commit(self.semantic.prepare(delta, self._provider()))
+        self._raise_failure()
+        self._deltas.put(delta)
+
+    def finish(self) -> None:
+        """Wait until every delta is in the index; re-raise what the builder thread hit."""
+        self._deltas.put(None)
+        self._thread.join()
+        self._raise_failure()
+
+    def abandon(self) -> None:
+        """Stop the builder thread without finishing (the rebuild failed)."""
+        self._failure = self._failure or RuntimeError("rebuild abandoned")
+        self._deltas.put(None)
+
+    def _run(self) -> None:
+        while (delta := self._deltas.get()) is not None:
+            if self._failure is None:
+                try:
+                    self.semantic.commit(self.semantic.prepare(delta, self._provider()))
+                except BaseException as exc:  # handed to the rebuilding thread by `finish`
+                    self._failure = exc
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
 
 class _Serving:
@@ -76,7 +111,13 @@ class SemanticService:
     def finish_building(self, index: DerivedIndex) -> None:
         for component in index.components:
             if isinstance(component, _Building):
+                component.finish()
                 component.semantic.save()
+
+    def abandon_building(self, index: DerivedIndex) -> None:
+        for component in index.components:
+            if isinstance(component, _Building):
+                component.abandon()
 
     def attach_serving(self, index: DerivedIndex) -> None:
         try:

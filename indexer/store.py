@@ -213,10 +213,15 @@ class MemoryStore:
         if self._semantic is not None:
             self._semantic.attach_building(generation)
         paths = self.layout.note_relpaths()
-        for start in range(0, len(paths), _REBUILD_BATCH_FILES):
-            self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES], hook)
-            if progress is not None:
-                progress(min(start + _REBUILD_BATCH_FILES, len(paths)), len(paths))
+        try:
+            for start in range(0, len(paths), _REBUILD_BATCH_FILES):
+                self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES], hook)
+                if progress is not None:
+                    progress(min(start + _REBUILD_BATCH_FILES, len(paths)), len(paths))
+        except BaseException:
+            if self._semantic is not None:  # stop its builder thread; the folder is left for cleanup
+                self._semantic.abandon_building(generation)
+            raise
         return generation
 
     def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None) -> None:
