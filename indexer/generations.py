@@ -101,7 +101,8 @@ class Manifest:
             "embedding": self.embedding,
             "files": {path: state.to_json() for path, state in sorted(self.files.items())},
         }
-        return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode("utf-8")
+        # compact output goes through json's C encoder: ~10x faster than indented on big vaults
+        return (json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
 
     @classmethod
     def load(cls, path: Path) -> "Manifest":
