@@ -162,6 +162,38 @@ class Bm25Index:
         hits = (self._hit(searcher, 0.0, address) for _, address in searcher.search(query, len(keys)).hits)
         return {hit.key: hit for hit in hits}
 
+    def hits_for_path(self, path: str) -> list[Bm25Hit]:
+        """Every live row of one note file."""
+        searcher = self._current_searcher()
+        stored = searcher.doc_freq("path", path)  # counts deleted rows too: an upper bound
+        if stored == 0:
+            return []
+        query = tantivy.Query.term_query(self.schema, "path", path)
+        return [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, stored).hits]
+
+    def all_hits(self) -> list[Bm25Hit]:
+        """Every live row (loads every stored document: for health and tests, not hot paths)."""
+        searcher = self._current_searcher()
+        if searcher.num_docs == 0:
+            return []
+        result = searcher.search(tantivy.Query.all_query(), searcher.num_docs)
+        return [self._hit(searcher, 0.0, address) for _, address in result.hits]
+
+    def term_counts(self, field: str, kind: str | None = None) -> dict[str, int]:
+        """Live rows per value of a raw field (optionally of one kind), from the term dictionary:
+        no document is loaded."""
+        searcher = self._current_searcher()
+        if searcher.num_docs == 0:
+            return {}
+        live = tantivy.Query.all_query() if kind is None else tantivy.Query.term_query(self.schema, "kind", kind)
+        return {value: count for value, count in searcher.terms_with_prefix(field, "", filter_query=live) if count}
+
+    def deleted_rows(self) -> int:
+        """Rows deleted but still counted in BM25 statistics until Tantivy merges them away."""
+        searcher = self._current_searcher()
+        stored = sum(searcher.doc_freq("kind", kind) for kind in KINDS)
+        return max(0, stored - searcher.num_docs)
+
     def keys_for_path(self, path: str) -> list[str]:
         query = tantivy.Query.term_query(self.schema, "path", path)
         searcher = self._current_searcher()
@@ -226,6 +258,9 @@ class Bm25Writer:
 
     def delete_path(self, path: str) -> None:
         self._writer.delete_documents_by_term("path", path)
+
+    def delete_key(self, key: str) -> None:
+        self._writer.delete_documents_by_term("key", key)
 
     def add(self, records: Iterable[MemoryRecord]) -> int:
         count = 0

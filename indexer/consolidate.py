@@ -31,7 +31,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import tantivy
 
 from vault.errors import InvalidRecord
 from vault.fsio import read_bytes_nofollow
@@ -199,11 +198,7 @@ def _read_graph(root: Path) -> Graph:
 
 
 def _duplicate_fact_groups(index) -> int:
-    searcher = index.bm25._current_searcher()
-    if searcher.num_docs == 0:
-        return 0
-    curated = tantivy.Query.term_query(index.bm25.schema, "kind", "curated")
-    return sum(1 for _, count in searcher.terms_with_prefix("chash", "", filter_query=curated) if count > 1)
+    return sum(1 for count in index.bm25.term_counts("chash", kind="curated").values() if count > 1)
 
 
 def _write(layout: VaultLayout, block: str) -> bool:

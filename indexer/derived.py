@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import tantivy
 
 from indexer.bm25 import SCHEMA_VERSION, Bm25Index
 from indexer.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
@@ -24,7 +23,7 @@ from indexer.sync import IndexDelta, Row, diff_rows, is_racy, needs_reading
 from vault.clock import zone
 from vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
 from vault.fsio import read_bytes_nofollow
-from vault.layout import NOTE_KINDS, VaultLayout, parse_note_relpath
+from vault.layout import VaultLayout, parse_note_relpath
 from vault.note import Note, parse
 from vault.paths import resolve_inside
 from vault.records import MemoryRecord, note_zone_name, records_from_note, with_context
@@ -190,7 +189,7 @@ class DerivedIndex:
         with self.bm25.writer() as writer:
             # deleting every upserted key too makes a stale diff harmless: a key is never doubled
             for key in set(delta.deleted) | {Row.of_record(r).key for r in delta.upserts}:
-                writer._writer.delete_documents_by_term("key", key)
+                writer.delete_key(key)
             writer.add(delta.upserts)
             writer.commit()
 
@@ -209,38 +208,22 @@ class DerivedIndex:
 
     def rows_of(self, path: str) -> dict[str, Row]:
         """Every row the index holds for one file, by key (read from BM25, the commit point)."""
-        searcher = self.bm25._current_searcher()
-        stored = searcher.doc_freq("path", path)  # counts deleted rows too: an upper bound
-        if stored == 0:
-            return {}
-        query = tantivy.Query.term_query(self.bm25.schema, "path", path)
-        hits = [self.bm25._hit(searcher, 0.0, address) for _, address in searcher.search(query, stored).hits]
-        return {hit.key: Row.of_hit(hit) for hit in hits}
+        return {hit.key: Row.of_hit(hit) for hit in self.bm25.hits_for_path(path)}
 
     def row_counts(self) -> dict[str, int]:
         """Live rows per file path, from the term dictionary (no document is loaded)."""
-        searcher = self.bm25._current_searcher()
-        if searcher.num_docs == 0:
-            return {}
-        terms = searcher.terms_with_prefix("path", "", filter_query=tantivy.Query.all_query())
-        return {path: count for path, count in terms if count}
+        return self.bm25.term_counts("path")
 
     def all_rows(self) -> list[Row]:
         """Every row, sorted by key (health --strict and the parity tests compare these)."""
-        searcher = self.bm25._current_searcher()
-        if searcher.num_docs == 0:
-            return []
-        result = searcher.search(tantivy.Query.all_query(), searcher.num_docs)
-        return sorted(Row.of_hit(self.bm25._hit(searcher, 0.0, address)) for _, address in result.hits)
+        return sorted(Row.of_hit(hit) for hit in self.bm25.all_hits())
 
     def deleted_rows(self) -> int:
         """Rows deleted but still counted by BM25's statistics until Tantivy merges them away.
 
         Document frequencies include them, so scores drift from a fresh build's; `compact` ends it.
         """
-        searcher = self.bm25._current_searcher()
-        stored = sum(searcher.doc_freq("kind", kind) for kind in NOTE_KINDS.values())
-        return max(0, stored - searcher.num_docs)
+        return self.bm25.deleted_rows()
 
     def snapshot(self) -> tuple[list[FileIndexing], dict[str, FileState]]:
         """Every file's rows (as records, in rebuild order) and the manifest. Caller holds the vault lock."""
