@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import tantivy
 
@@ -193,19 +193,6 @@ class Bm25Index:
         searcher = self._current_searcher()
         stored = sum(searcher.doc_freq("kind", kind) for kind in KINDS)
         return max(0, stored - searcher.num_docs)
-
-    def keys_for_path(self, path: str) -> list[str]:
-        query = tantivy.Query.term_query(self.schema, "path", path)
-        searcher = self._current_searcher()
-        limit = max(1, searcher.num_docs)
-        return sorted(searcher.doc(a)["key"][0] for _, a in searcher.search(query, limit).hits)
-
-    def all_keys(self) -> Iterator[str]:
-        searcher = self._current_searcher()
-        if searcher.num_docs == 0:
-            return iter(())
-        result = searcher.search(tantivy.Query.all_query(), searcher.num_docs)
-        return (searcher.doc(address)["key"][0] for _, address in result.hits)
 
     def build_query(self, text: str, kinds: Iterable[str]) -> tantivy.Query | None:
         words = [w for w in _WORD_RE.findall(text) if not _CJK_RUN_RE.fullmatch(w)]

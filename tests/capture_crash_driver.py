@@ -6,18 +6,18 @@ It opens the (BuJo, capture-mode) vault, whose config points memory.llm at the t
 chat server, admits the three runs of the story below (a host retrying every turn it handed
 over: already admitted runs are duplicates), starts the intake worker (recovering whatever an
 earlier crash left) and stops it with the 10 s drain. This file is the only place a crash hook
-becomes a real SIGKILL; library code never reads the environment or kills anything.
+becomes a real SIGKILL (through `tests/crash_driver.py`'s hook); library code never reads the environment or kills anything.
 """
 
 import argparse
 import json
-import os
-import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.crash_driver import crash_hook  # noqa: E402  (the one place a hook becomes a SIGKILL)
 
 COMPLETED_AT = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
 TURNS = (
@@ -25,19 +25,6 @@ TURNS = (
     ("cap-run-1", "Morgan leads Atlas from now on."),
     ("cap-run-2", "The Atlas deadline moved to March 15."),
 )
-
-
-def crash_hook(target: str | None, nth: int):
-    seen = {"count": 0}
-
-    def hook(boundary: str) -> None:
-        if boundary != target:
-            return
-        seen["count"] += 1
-        if seen["count"] == nth:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return hook
 
 
 def main() -> int:
