@@ -18,6 +18,7 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
+from bench.paired import Difference, paired_difference
 from indexer.store import MemoryStore
 from vault.config import default_config_data, render_config
 from vault.init import init_vault
@@ -97,25 +98,55 @@ def evaluate(data: list[dict], provider: str) -> dict:
     return scores
 
 
+GROUPS = ["overall", *CATEGORIES.values()]
+VERDICTS = {"above": "significantly above", "tie": "within noise", "below": "significantly below"}
+
+
 def report(scores: dict) -> None:
-    groups = ["overall", *CATEGORIES.values()]
-    counts = {g: len(scores[("hybrid", g, KS[0])]) for g in groups}
-    print(f"{'':10}" + "".join(f"{g + ' (' + str(counts[g]) + ')':>22}" for g in groups))
+    print_recall_table(scores)
+    print_differences(scores)
+    worse = [f"{g} @{k}" for k in KS for g in GROUPS if _mean(scores[("hybrid", g, k)]) <= _best_single_mean(scores, g, k)]
+    print("hybrid above both single retrievers everywhere" if not worse else "hybrid NOT above both at: " + ", ".join(worse))
+
+
+def print_recall_table(scores: dict) -> None:
+    counts = {g: len(scores[("hybrid", g, KS[0])]) for g in GROUPS}
+    print(f"{'':10}" + "".join(f"{g + ' (' + str(counts[g]) + ')':>22}" for g in GROUPS))
     for k in KS:
         for retriever in ("bm25", "vectors", "hybrid"):
-            cells = []
-            for group in groups:
-                values = scores[(retriever, group, k)]
-                cells.append(f"{100 * sum(values) / max(len(values), 1):22.1f}")
+            cells = [f"{100 * _mean(scores[(retriever, group, k)]):22.1f}" for group in GROUPS]
             print(f"{retriever + ' @' + str(k):10}" + "".join(cells))
         print()
-    worse = [
-        f"{g} @{k}"
-        for k in KS
-        for g in groups
-        if _mean(scores[("hybrid", g, k)]) <= max(_mean(scores[("bm25", g, k)]), _mean(scores[("vectors", g, k)]))
-    ]
-    print("hybrid above both single retrievers everywhere" if not worse else "hybrid NOT above both at: " + ", ".join(worse))
+
+
+def print_differences(scores: dict) -> None:
+    """Per cell, hybrid minus the better single retriever with its interval, then a verdict count."""
+    print("hybrid minus the better single retriever, in points (95% paired bootstrap interval):")
+    print(f"{'':10}" + "".join(f"{g:>22}" for g in GROUPS))
+    verdicts: dict[str, list[str]] = defaultdict(list)
+    for k in KS:
+        cells = []
+        for group in GROUPS:
+            difference = versus_best_single(scores, group, k)
+            verdicts[difference.verdict].append(f"{group} @{k}")
+            interval = f"{100 * difference.mean:+.1f} [{100 * difference.low:+.1f},{100 * difference.high:+.1f}]"
+            cells.append(f"{interval:>22}")
+        print(f"{'@' + str(k):10}" + "".join(cells))
+    for verdict, label in VERDICTS.items():
+        cells = verdicts.get(verdict, [])
+        detail = f" ({', '.join(cells)})" if cells and verdict != "above" else ""
+        print(f"  {label}: {len(cells)}{detail}")
+    print()
+
+
+def versus_best_single(scores: dict, group: str, k: int) -> Difference:
+    """Hybrid against whichever single retriever has the higher mean in this cell, question by question."""
+    best = max(("bm25", "vectors"), key=lambda retriever: _mean(scores[(retriever, group, k)]))
+    return paired_difference(scores[("hybrid", group, k)], scores[(best, group, k)])
+
+
+def _best_single_mean(scores: dict, group: str, k: int) -> float:
+    return max(_mean(scores[("bm25", group, k)]), _mean(scores[("vectors", group, k)]))
 
 
 def _mean(values: list[float]) -> float:
