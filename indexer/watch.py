@@ -28,6 +28,7 @@ already right, and commits nothing.
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -262,6 +263,7 @@ class Watcher:
 
         stop = stop or self._stop
         self._stop = stop
+        _quiet_watchdog_rewatch_warning()
         with LivenessFence(self.store.layout.root):
             observer = Observer()
             observer.schedule(self.handler, str(self.store.layout.root), recursive=True, event_filter=WATCHED_EVENTS)
@@ -366,3 +368,18 @@ class Watcher:
             result = BatchReport(datetime.now(timezone.utc), 0, False, action="consolidated")
         if self.on_batch is not None:
             self.on_batch(result)
+
+
+def _quiet_watchdog_rewatch_warning() -> None:
+    """Silence watchdog's "Callback with id … already exists for watch …" RuntimeWarning.
+
+    A directory that appears while the recursive watch is being set up (an index generation under
+    `.index/`, say) is registered twice: once by the walk, once by its creation event. inotify
+    hands back the same watch descriptor, and watchdog warns on stderr that it replaces the
+    callback, which is the same callback. Nothing is lost, but the warning would land between
+    `watch`'s log lines.
+    """
+    warnings.filterwarnings(
+        "ignore", message=r"Callback with id .* already exists for watch", category=RuntimeWarning,
+        module=r"watchdog\.observers\.inotify",
+    )

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -341,3 +342,19 @@ def test_watcher_keeps_vectors_in_step_on_a_journal_vault(fixture_vault):
         running.stop()
     report = check_health(running.store.layout, running.store.config, strict=True)
     assert [f for f in report.findings if f.check == "vector_rows"] == []
+
+
+def test_watchdogs_harmless_rewatch_warning_is_silenced_and_no_other():
+    from indexer.watch import _quiet_watchdog_rewatch_warning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _quiet_watchdog_rewatch_warning()
+        rewatch = "Callback with id '1404' already exists for watch <Watch wd=6>. It will be Overwritten."
+        warnings.warn_explicit(rewatch, RuntimeWarning, "inotify.py", 365, module="watchdog.observers.inotify")
+        warnings.warn_explicit(rewatch, RuntimeWarning, "elsewhere.py", 1, module="somebody.else")
+        warnings.warn_explicit("inotify queue overflow", RuntimeWarning, "inotify.py", 1, module="watchdog.observers.inotify")
+    assert [(str(w.message), w.filename) for w in caught] == [
+        (rewatch, "elsewhere.py"),
+        ("inotify queue overflow", "inotify.py"),
+    ]
