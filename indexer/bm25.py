@@ -18,7 +18,7 @@ import tantivy
 from vault.errors import IndexUnavailable
 from vault.records import MemoryRecord
 
-SCHEMA_VERSION = 2  # 2: neighbour context field `ctx`
+SCHEMA_VERSION = 3  # 2: neighbour context field `ctx`; 3: `ctx` stored, for question coverage
 #: weight of a memory's note neighbours relative to its own words
 CONTEXT_BOOST = 0.5
 _WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
@@ -49,6 +49,7 @@ class Bm25Hit:
     content_hash: str
     score: float
     context_hash: str = ""
+    context: str = ""  # the note neighbours' text (`vault.records.MemoryRecord.context`)
 
     @property
     def source(self) -> str:
@@ -60,7 +61,7 @@ def _schema() -> tantivy.Schema:
     for name in ("key", "id", "path", "kind", "day", "chash", "ctxh"):
         builder.add_text_field(name, stored=True, tokenizer_name="raw")
     builder.add_text_field("text", stored=True, tokenizer_name="en_stem")
-    builder.add_text_field("ctx", stored=False, tokenizer_name="en_stem")
+    builder.add_text_field("ctx", stored=True, tokenizer_name="en_stem")
     builder.add_text_field("cjk", stored=False, tokenizer_name="whitespace")
     builder.add_integer_field("at", stored=True, indexed=False, fast=True)
     builder.add_integer_field("line", stored=True, indexed=False)
@@ -133,12 +134,23 @@ class Bm25Index:
 
     def search_keys(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[tuple[str, float]]:
         """(row key, BM25 score), best first, ties by key; cheaper than full rows for fusion."""
+        return self.search_passages(query, limit, kinds)[0]
+
+    def search_passages(
+        self, query: str, limit: int, kinds: Iterable[str] = ("curated",)
+    ) -> tuple[list[tuple[str, float]], dict[str, tuple[str, str]]]:
+        """`search_keys`, plus each hit's (text, context): its document is read for the key anyway."""
         parsed = self.build_query(query, kinds)
         if parsed is None or limit <= 0:
-            return []
+            return [], {}
         searcher = self._current_searcher()
-        hits = [(searcher.doc(address)["key"][0], float(score)) for score, address in searcher.search(parsed, limit).hits]
-        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
+        hits, passages = [], {}
+        for score, address in searcher.search(parsed, limit).hits:
+            doc = searcher.doc(address)
+            key = doc["key"][0]
+            hits.append((key, float(score)))
+            passages[key] = _passage(doc)
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0])), passages
 
     def find_by_content_hash(self, content_hash: str, kind: str = "curated") -> Bm25Hit | None:
         query = tantivy.Query.boolean_query(
@@ -153,14 +165,23 @@ class Bm25Index:
 
     def get_by_keys(self, keys: list[str]) -> dict[str, Bm25Hit]:
         """Stored rows for these keys (absent keys are simply missing from the result)."""
+        searcher = self._current_searcher()
+        hits = (self._hit(searcher, 0.0, address) for address in self._addresses_of(searcher, keys))
+        return {hit.key: hit for hit in hits}
+
+    def passages_by_keys(self, keys: list[str]) -> dict[str, tuple[str, str]]:
+        """(text, context) for these keys, without building whole rows."""
+        searcher = self._current_searcher()
+        docs = (searcher.doc(address) for address in self._addresses_of(searcher, keys))
+        return {doc["key"][0]: _passage(doc) for doc in docs}
+
+    def _addresses_of(self, searcher: tantivy.Searcher, keys: list[str]) -> list:
         if not keys:
-            return {}
+            return []
         query = tantivy.Query.boolean_query(
             [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "key", key)) for key in keys]
         )
-        searcher = self._current_searcher()
-        hits = (self._hit(searcher, 0.0, address) for _, address in searcher.search(query, len(keys)).hits)
-        return {hit.key: hit for hit in hits}
+        return [address for _, address in searcher.search(query, len(keys)).hits]
 
     def hits_for_path(self, path: str) -> list[Bm25Hit]:
         """Every live row of one note file."""
@@ -228,7 +249,13 @@ class Bm25Index:
             content_hash=doc["chash"][0],
             score=float(score),
             context_hash=doc["ctxh"][0],
+            context=_passage(doc)[1],
         )
+
+
+def _passage(doc: tantivy.Document) -> tuple[str, str]:
+    """A stored document's (text, context); an empty context may be stored as no value at all."""
+    return doc["text"][0], (doc.get_all("ctx") or [""])[0]
 
 
 class Bm25Writer:

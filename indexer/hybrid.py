@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 BM25_WEIGHT = 1.0
 VECTOR_WEIGHT = 0.3
+COVERAGE_WEIGHT = 0.5
 RRF_K = 20
 #: how deep each retriever looks before fusion
 CANDIDATE_DEPTH = 100
@@ -45,18 +46,23 @@ def _ceiling(weight: float) -> float:
     return weight / (RRF_K + 1) * 2.0
 
 
-def fuse(bm25: list[tuple[str, float]], vectors: list[tuple[str, float]] | None) -> list[Fused]:
-    """Candidates from both retrievers, best first (ties broken by key, so answers are stable).
+def fuse(
+    bm25: list[tuple[str, float]],
+    vectors: list[tuple[str, float]] | None,
+    coverage: list[tuple[str, float]] | None = None,
+) -> list[Fused]:
+    """Candidates from every retriever, best first (ties broken by key, so answers are stable).
 
-    `vectors` is None when the tier has no vector retriever (Lite); an empty list when it has
-    one that found nothing, which still counts toward the strength ceiling.
+    `vectors` (and `coverage`) is None when the tier has no such signal (Lite); an empty list when
+    it has one that found nothing, which still counts toward the strength ceiling.
     """
     fused: dict[str, Fused] = {}
-    _contribute(fused, "bm25", bm25, BM25_WEIGHT)
-    ceiling = _ceiling(BM25_WEIGHT)
-    if vectors is not None:
-        _contribute(fused, "vector", vectors, VECTOR_WEIGHT)
-        ceiling += _ceiling(VECTOR_WEIGHT)
+    ceiling = 0.0
+    for name, hits, weight in (("bm25", bm25, BM25_WEIGHT), ("vector", vectors, VECTOR_WEIGHT),
+                               ("coverage", coverage, COVERAGE_WEIGHT)):
+        if hits is not None:
+            _contribute(fused, name, hits, weight)
+            ceiling += _ceiling(weight)
     for entry in fused.values():
         entry.strength = min(1.0, entry.score / ceiling)
         entry.explain["fused"] = {"score": round(entry.score, 6), "strength": round(entry.strength, 4)}

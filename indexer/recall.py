@@ -10,12 +10,15 @@ they get guidance instead (`indexer.routing`).
 
 from indexer.autogate import WINDOW, Candidate, gate_auto
 from indexer.bm25 import Bm25Hit, Bm25Index
+from indexer.coverage import coverage
 from indexer.hybrid import CANDIDATE_DEPTH, Fused, fuse
 from indexer.results import RecallHit, RecallResult
 from indexer.routing import RUN_HISTORY_HANDOFF, Route, guidance_for, route_query
 
 #: rows loaded beyond the limit, to stand in for vectors whose rows were deleted meanwhile
 _SPARE_ROWS = 5
+#: candidates of each retriever that question coverage scores
+COVERAGE_POOL = 50
 
 
 def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
@@ -25,15 +28,21 @@ def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
 def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
-    `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds).
-    Fusion needs only keys and scores; full rows are loaded for the best `rows_for` candidates
-    (all of them when None).
+    `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
+    fuses BM25 alone). With vectors, the best COVERAGE_POOL candidates of each retriever are
+    also scored by question coverage, which joins the fusion as a third ranked list.
+    Full rows are loaded for the best `rows_for` candidates (all of them when None).
     """
-    lexical = bm25.search_keys(query, depth)
-    vectors, degraded = (None, None)
-    if semantic is not None:
+    lexical, passages = bm25.search_passages(query, depth)
+    if semantic is None:
+        fused, degraded = fuse(lexical, None), None
+    else:
         vectors, degraded = semantic.search(query, depth)
-    fused, retired = exclude_superseded(bm25, fuse(lexical, vectors))
+        pool = list(dict.fromkeys(key for hits in (lexical, vectors or []) for key, _ in hits[:COVERAGE_POOL]))
+        passages.update(bm25.passages_by_keys([key for key in pool if key not in passages]))
+        covered = coverage(query, [(key, *passages[key]) for key in pool if key in passages])
+        fused = fuse(lexical, vectors, covered)
+    fused, retired = exclude_superseded(bm25, fused)
     wanted = fused if rows_for is None else fused[: rows_for + _SPARE_ROWS]
     rows = bm25.get_by_keys([entry.key for entry in wanted])
     # a vector whose row is gone (deleted since it was embedded) is never returned
