@@ -35,32 +35,31 @@ _WORD_RE = re.compile(r"\w+")
 def coverage(question: str, candidates: Sequence[tuple[str, str, str]]) -> list[tuple[str, float]]:
     """(key, coverage in [-1, 1]) for each (key, text, context) candidate, best first, ties by key.
 
-    A question with no words covers nothing: the result is empty.
+    A question with no words covers nothing: the result is empty. A memory with no words scores -1.
     """
     if not candidates:
         return []
-    asked, owns, arounds, rows = _WORDS.lookup(
+    asked, words, owns, arounds = _WORDS.lookup(
         question, [text for _, text, _ in candidates], [context for _, _, context in candidates]
     )
     if not len(asked):
         return []
-    similarity = rows[asked] @ rows.T  # question words × every word involved
-    best = np.maximum(_best_per_text(similarity, owns), NEIGHBOUR_DISCOUNT * _best_per_text(similarity, arounds))
+    similarity = asked @ words.T  # question words × the candidates' distinct words
+    best = np.maximum(_best_per_text(similarity, owns, 1.0), _best_per_text(similarity, arounds, NEIGHBOUR_DISCOUNT))
     scores = best.mean(axis=0)
     return sorted(((key, float(score)) for (key, _, _), score in zip(candidates, scores, strict=True)),
                   key=lambda pair: (-pair[1], pair[0]))
 
 
-def _best_per_text(similarity: np.ndarray, texts: list[np.ndarray]) -> np.ndarray:
-    """(question words × texts): each question word's best match in each text; -1 for no words."""
-    lengths = np.array([len(words) for words in texts])
+def _best_per_text(similarity: np.ndarray, texts: list[np.ndarray], weight: float) -> np.ndarray:
+    """(question words × texts): each question word's best match in each text, times `weight`;
+    -1 for a text without words."""
+    lengths = np.array([len(columns) for columns in texts])
     best = np.full((similarity.shape[0], len(texts)), -1.0, dtype=np.float32)
-    if not lengths.any():
-        return best
-    columns = similarity[:, np.concatenate(texts)]
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     present = lengths > 0
-    best[:, present] = np.maximum.reduceat(columns, starts[present], axis=1)
+    if present.any():
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        best[:, present] = weight * np.maximum.reduceat(similarity[:, np.concatenate(texts)], starts[present], axis=1)
     return best
 
 
@@ -79,17 +78,28 @@ class _WordMemo:
     def _reset(self) -> None:
         self._rows: dict[str, int] = {}
         self._vectors = np.zeros((0, 0), dtype=np.float32)  # capacity grows by doubling
+        self._digests = np.zeros(0, dtype=np.uint64)  # per row: a digest of the word itself
         self._texts: dict[tuple[bytes, int], np.ndarray] = {}  # keyed by digest: texts can be long
 
     def lookup(self, question: str, texts: list[str], contexts: list[str]):
-        """(question rows, rows per text, rows per context, the unit vectors those rows index)."""
+        """(question word vectors, distinct candidate word vectors, and per text and per context
+        the columns of its words in the latter).
+
+        The distinct words are ordered by their own digest, not by when the memo met them, so the
+        same texts give bit-identical matrices (and scores) whatever was asked before.
+        """
         with self._lock:
             if len(self._rows) > MEMO_LIMIT or len(self._texts) > MEMO_LIMIT:
                 self._reset()
             asked = self._of(" ".join(dict.fromkeys(_WORD_RE.findall(question))), MAX_QUESTION_WORDS)
             owns = [self._of(text, MAX_MEMORY_WORDS) for text in texts]
             arounds = [self._of(context, MAX_CONTEXT_WORDS) for context in contexts]
-            return asked, owns, arounds, self._vectors[: len(self._rows)]
+            involved = np.unique(np.concatenate([*owns, *arounds, np.zeros(0, dtype=np.int32)]))
+            involved = involved[np.argsort(self._digests[involved], kind="stable")]
+            column = np.zeros(len(self._rows), dtype=np.int32)
+            column[involved] = np.arange(len(involved), dtype=np.int32)
+            return (self._vectors[asked], self._vectors[involved],
+                    [column[rows] for rows in owns], [column[rows] for rows in arounds])
 
     def _of(self, text: str, limit: int) -> np.ndarray:
         key = (hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), limit)
@@ -106,12 +116,19 @@ class _WordMemo:
         vectors = builtin_word_vectors(words)
         start, end = len(self._rows), len(self._rows) + len(words)
         if end > len(self._vectors):
-            grown = np.zeros((max(end, 2 * len(self._vectors), 1024), vectors.shape[1]), dtype=np.float32)
+            capacity = max(end, 2 * len(self._vectors), 1024)
+            grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
+            digests = np.zeros(capacity, dtype=np.uint64)
             if start:
-                grown[:start] = self._vectors[:start]
-            self._vectors = grown
+                grown[:start], digests[:start] = self._vectors[:start], self._digests[:start]
+            self._vectors, self._digests = grown, digests
         self._vectors[start:end] = vectors
+        self._digests[start:end] = [_digest(word) for word in words]
         self._rows.update((word, start + n) for n, word in enumerate(words))
+
+
+def _digest(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
 _WORDS = _WordMemo()

@@ -1,0 +1,182 @@
+"""Question coverage: soft word matching with the builtin model's static vectors, and its place in recall."""
+
+import json
+import threading
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+import indexer.coverage as coverage_module
+from indexer.coverage import MAX_MEMORY_WORDS, NEIGHBOUR_DISCOUNT, coverage
+from indexer.generations import MANIFEST, current_generation
+from indexer.store import MemoryStore
+from vault.config import default_config_data, render_config
+from vault.init import init_vault
+
+AMS = ZoneInfo("Europe/Amsterdam")
+
+
+def scores(question: str, candidates: list[tuple[str, str, str]]) -> dict[str, float]:
+    return dict(coverage(question, candidates))
+
+
+# --- the measure (pure) ----------------------------------------------------------------------
+
+
+def test_a_memory_holding_every_question_word_covers_it_fully():
+    got = scores("rescue dog", [("a", "Sam adopted a rescue dog named Biscuit.", "")])
+    assert got["a"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_related_words_cover_more_than_unrelated_ones():
+    got = scores(
+        "Who has a new puppy?",
+        [
+            ("dog", "Sam adopted a rescue dog last week.", ""),
+            ("billing", "The billing service times out on large invoice batches.", ""),
+        ],
+    )
+    assert got["dog"] > got["billing"]
+
+
+def test_a_word_found_only_among_the_neighbours_is_discounted():
+    got = scores(
+        "Biscuit",
+        [
+            ("own", "Biscuit", ""),
+            ("neighbour", "Sam adopted a rescue dog.", "Its name is Biscuit."),
+            ("neither", "The offsite is in Haarlem.", "The standup is at ten."),
+        ],
+    )
+    assert got["own"] == pytest.approx(1.0, abs=1e-5)
+    assert got["neighbour"] == pytest.approx(NEIGHBOUR_DISCOUNT, abs=1e-5)
+    assert got["neither"] < got["neighbour"]
+
+
+def test_best_first_and_ties_by_key():
+    ranked = coverage("blue", [("b", "blue", ""), ("a", "blue", ""), ("c", "green", "")])
+    assert [key for key, _ in ranked] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("question", ["", "   ", "?!…", "\u200b"])
+def test_a_question_without_words_covers_nothing(question):
+    assert coverage(question, [("a", "Sam adopted a rescue dog.", "")]) == []
+
+
+def test_no_candidates_no_scores():
+    assert coverage("rescue dog", []) == []
+
+
+def test_a_memory_without_words_scores_lowest():
+    got = coverage("rescue dog", [("empty", "", ""), ("dog", "a dog", ""), ("dots", "…", "")])
+    assert got[0][0] == "dog"
+    assert dict(got)["empty"] == dict(got)["dots"] == -1.0
+
+
+def test_oversized_text_is_read_only_up_to_its_word_limit():
+    filler = " ".join(f"w{n}" for n in range(MAX_MEMORY_WORDS))
+    late = scores("zebra", [("late", f"{filler} zebra", "")])["late"]
+    early = scores("zebra", [("early", f"zebra {filler}", "")])["early"]
+    assert early == pytest.approx(1.0, abs=1e-5)
+    assert late < 0.9  # "zebra" lies past the limit: only the filler was compared
+
+
+def test_hostile_text_is_safe():
+    hostile = [
+        ("surrogate", "caf\udce9 \ud800 au lait", ""),
+        ("control", "tab\tnul\x00bell\x07", "\x1b[31mred\x1b[0m"),
+        ("cjk", "部署の色は青です", "東京"),
+        ("huge", "spam " * 200_000, "eggs " * 200_000),
+    ]
+    got = scores("café au lait, red, 東京?", hostile)
+    assert set(got) == {"surrogate", "control", "cjk", "huge"}
+    assert all(-1.0 <= value <= 1.0 + 1e-6 for value in got.values())
+
+
+def test_the_same_texts_score_the_same_whatever_the_memo_holds(monkeypatch):
+    candidates = [("a", "Priya lives in Rotterdam.", "Morgan chose blue."), ("b", "The offsite is in Haarlem.", "")]
+    first = coverage("Where does Priya live?", candidates)
+    monkeypatch.setattr(coverage_module, "MEMO_LIMIT", 1)  # every call now starts the memo over
+    coverage("an unrelated question about invoices", [("z", "billing batches time out", "")])
+    assert coverage("Where does Priya live?", candidates) == first
+
+
+def test_concurrent_callers_get_what_they_would_get_alone():
+    jobs = [
+        (f"question {n} about topic{n} and dog", [(f"k{n}", f"memory {n} mentions topic{n} and a puppy", f"context{n}")])
+        for n in range(24)
+    ]
+    alone = [coverage(question, candidates) for question, candidates in jobs]
+    results: list = [None] * len(jobs)
+
+    def run(n: int) -> None:
+        for _ in range(20):
+            results[n] = coverage(*jobs[n])
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == alone
+
+
+# --- in recall -------------------------------------------------------------------------------
+
+
+def make_vault(root: Path, mode: str, facts: list[str]) -> Path:
+    init_vault(root, render_config(default_config_data(mode=mode, time_zone="Europe/Amsterdam")))
+    with MemoryStore.open(root) as store:
+        for minute, fact in enumerate(facts):
+            store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
+    return root
+
+
+FACTS = [
+    "Sam adopted a rescue dog last week.",
+    "Its name is Biscuit and it loves the beach.",
+    "The billing service times out on large invoice batches.",
+    "Priya lives in Rotterdam.",
+]
+
+
+def test_journal_recall_fuses_coverage_and_explains_it(tmp_path):
+    root = make_vault(tmp_path / "journal", "journal", FACTS)
+    with MemoryStore.open(root) as store:
+        hits = store.recall("Which puppy did Sam adopt?", limit=4).hits
+    assert hits[0].text == "Sam adopted a rescue dog last week."
+    assert "coverage" in hits[0].explain and "vector" in hits[0].explain
+    assert all(0.0 <= hit.explain["fused"]["strength"] <= 1.0 for hit in hits)
+
+
+def test_lite_recall_has_no_coverage(tmp_path):
+    root = make_vault(tmp_path / "lite", "lite", FACTS)
+    with MemoryStore.open(root) as store:
+        hits = store.recall("rescue dog", limit=4).hits
+    assert hits and all("coverage" not in hit.explain and "vector" not in hit.explain for hit in hits)
+
+
+def test_the_index_stores_each_memorys_note_context(tmp_path):
+    root = make_vault(tmp_path / "journal", "journal", FACTS)
+    with MemoryStore.open(root) as store:
+        bm25 = store._readable_index().bm25
+        keys, passages = bm25.search_passages("Biscuit beach", 10)
+        rows = bm25.get_by_keys([key for key, _ in keys])
+        by_key = bm25.passages_by_keys([key for key, _ in keys])
+    assert keys and passages == by_key == {key: (row.text, row.context) for key, row in rows.items()}
+    biscuit = next(row for row in rows.values() if row.text.startswith("Its name is Biscuit"))
+    assert "rescue dog" in biscuit.context and "Rotterdam" in biscuit.context
+
+
+def test_an_index_of_an_older_schema_asks_for_a_rebuild(tmp_path):
+    root = make_vault(tmp_path / "journal", "journal", FACTS)
+    manifest = current_generation(root / ".index") / MANIFEST
+    body = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**body, "schema": 2}))
+    with MemoryStore.open(root, sync=False) as store:
+        result = store.recall("rescue dog")
+        assert not result.hits and "index schema 2" in result.degraded and "memvault rebuild" in result.degraded
+        store.rebuild()
+        assert store.recall("rescue dog").hits[0].text == "Sam adopted a rescue dog last week."
