@@ -29,7 +29,7 @@ MAX_MEMORY_WORDS = 200
 MAX_CONTEXT_WORDS = 400
 #: distinct words (~1 KB each) and texts remembered between calls; both start over when one is full
 MEMO_LIMIT = 50_000
-_WORD_RE = re.compile(r"\w+")
+_WORD_RE = re.compile(r"\w{1,40}")  # a longer run of letters is read in pieces
 
 
 def coverage(question: str, candidates: Sequence[tuple[str, str, str]]) -> list[tuple[str, float]]:

@@ -55,8 +55,6 @@ DEFAULT_ENDPOINTS = {
 _LOCAL_BATCH = 64
 # Token ids summed per step by the builtin model: a 200k-token text must not allocate 200 MB.
 _TOKEN_CHUNK = 8192
-# Words whose vectors the builtin model keeps (~1 KB each); the memo starts over when full.
-_WORD_CACHE = 100_000
 
 
 @dataclass(frozen=True)
@@ -193,8 +191,6 @@ class _WordLlamaModel:
     def __init__(self, matrix: np.ndarray, tokenizer: Any) -> None:
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         self.tokenizer = tokenizer
-        self._words: dict[str, np.ndarray] = {}
-        self._words_lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)
@@ -211,21 +207,14 @@ class _WordLlamaModel:
         return out
 
     def word_vectors(self, words: Sequence[str]) -> np.ndarray:
-        """One unit vector per word (its tokens' embeddings summed), memoised per word."""
-        if not words:
-            return np.zeros((0, self.matrix.shape[1]), dtype=np.float32)
-        with self._words_lock:
-            missing = [w for w in dict.fromkeys(words) if w not in self._words]
-            if len(self._words) + len(missing) > _WORD_CACHE:
-                self._words.clear()
-                missing = list(dict.fromkeys(words))
-            if missing:
-                last = self.matrix.shape[0] - 1
-                spaced = [" " + clean_text(w) for w in missing]  # the form a word takes mid-sentence
-                for word, encoding in zip(missing, self.tokenizer.encode_batch(spaced, add_special_tokens=False)):
-                    ids = np.clip(np.asarray(encoding.ids, dtype=np.int64), 0, last)
-                    self._words[word] = normalize_rows(self.matrix[ids].sum(axis=0, keepdims=True))[0]
-            return np.stack([self._words[w] for w in words])
+        """One unit vector per word: its tokens' embeddings (as the word reads mid-sentence) summed."""
+        out = np.zeros((len(words), self.matrix.shape[1]), dtype=np.float32)
+        last = self.matrix.shape[0] - 1
+        spaced = [" " + clean_text(word) for word in words]
+        for row, encoding in enumerate(self.tokenizer.encode_batch(spaced, add_special_tokens=False)):
+            ids = np.clip(np.asarray(encoding.ids[:_TOKEN_CHUNK], dtype=np.int64), 0, last)
+            out[row] = self.matrix[ids].sum(axis=0)
+        return normalize_rows(out)
 
 
 _wordllama_lock = threading.Lock()

@@ -14,6 +14,7 @@ from indexer.coverage import coverage
 from indexer.hybrid import CANDIDATE_DEPTH, Fused, fuse
 from indexer.results import RecallHit, RecallResult
 from indexer.routing import RUN_HISTORY_HANDOFF, Route, guidance_for, route_query
+from vault.errors import ProviderUnavailable
 
 #: rows loaded beyond the limit, to stand in for vectors whose rows were deleted meanwhile
 _SPARE_ROWS = 5
@@ -38,15 +39,23 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
         fused, degraded = fuse(lexical, None), None
     else:
         vectors, degraded = semantic.search(query, depth)
-        pool = list(dict.fromkeys(key for hits in (lexical, vectors or []) for key, _ in hits[:COVERAGE_POOL]))
-        passages.update(bm25.passages_by_keys([key for key in pool if key not in passages]))
-        covered = coverage(query, [(key, *passages[key]) for key in pool if key in passages])
-        fused = fuse(lexical, vectors, covered)
+        covered, unavailable = _coverage(bm25, query, lexical, vectors or [], passages)
+        fused, degraded = fuse(lexical, vectors, covered), degraded or unavailable
     fused, retired = exclude_superseded(bm25, fused)
     wanted = fused if rows_for is None else fused[: rows_for + _SPARE_ROWS]
     rows = bm25.get_by_keys([entry.key for entry in wanted])
     # a vector whose row is gone (deleted since it was embedded) is never returned
     return [(entry, rows[entry.key]) for entry in wanted if entry.key in rows][:rows_for], degraded or retired
+
+
+def _coverage(bm25: Bm25Index, query: str, lexical, vectors, passages: dict) -> tuple[list | None, str | None]:
+    """Question coverage of the best COVERAGE_POOL candidates of each retriever, or None and why."""
+    pool = list(dict.fromkeys(key for hits in (lexical, vectors) for key, _ in hits[:COVERAGE_POOL]))
+    passages.update(bm25.passages_by_keys([key for key in pool if key not in passages]))
+    try:
+        return coverage(query, [(key, *passages[key]) for key in pool if key in passages]), None
+    except ProviderUnavailable as exc:
+        return None, f"question coverage unavailable ({exc})"
 
 
 def exclude_superseded(bm25: Bm25Index, fused: list[Fused]) -> tuple[list[Fused], str | None]:

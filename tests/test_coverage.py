@@ -180,3 +180,26 @@ def test_an_index_of_an_older_schema_asks_for_a_rebuild(tmp_path):
         assert not result.hits and "index schema 2" in result.degraded and "memvault rebuild" in result.degraded
         store.rebuild()
         assert store.recall("rescue dog").hits[0].text == "Sam adopted a rescue dog last week."
+
+
+def test_a_giant_word_is_read_in_pieces():
+    giant = "a" * 1_000_000
+    got = scores("aaaa", [("giant", giant, giant), ("small", "aaaa", "")])
+    assert got["small"] == pytest.approx(1.0, abs=1e-5) and -1.0 <= got["giant"] <= 1.0
+
+
+def test_without_the_builtin_table_recall_still_answers_and_says_why(tmp_path, monkeypatch):
+    from vault.errors import ProviderUnavailable
+
+    root = make_vault(tmp_path / "journal", "journal", FACTS)
+
+    def missing(words):
+        raise ProviderUnavailable("builtin embeddings need the wordllama package: reinstall memvault")
+
+    monkeypatch.setattr(coverage_module, "_WORDS", coverage_module._WordMemo())  # nothing memoised
+    monkeypatch.setattr(coverage_module, "builtin_word_vectors", missing)
+    with MemoryStore.open(root, sync=False) as store:
+        result = store.recall("rescue dog", limit=4)
+    assert result.hits[0].text == "Sam adopted a rescue dog last week."
+    assert all("coverage" not in hit.explain for hit in result.hits)
+    assert "question coverage unavailable" in result.degraded and "reinstall memvault" in result.degraded
