@@ -134,23 +134,24 @@ class Bm25Index:
 
     def search_keys(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[tuple[str, float]]:
         """(row key, BM25 score), best first, ties by key; cheaper than full rows for fusion."""
-        return self.search_passages(query, limit, kinds)[0]
+        return self.search_docs(query, limit, kinds)[0]
 
-    def search_passages(
+    def search_docs(
         self, query: str, limit: int, kinds: Iterable[str] = ("curated",)
-    ) -> tuple[list[tuple[str, float]], dict[str, tuple[str, str]]]:
-        """`search_keys`, plus each hit's (text, context): its document is read for the key anyway."""
+    ) -> tuple[list[tuple[str, float]], dict[str, tantivy.Document]]:
+        """`search_keys`, plus each hit's stored document (read for its key anyway): `row_of` and
+        `passage_of` turn one into a row or a (text, context) pair without another lookup."""
         parsed = self.build_query(query, kinds)
         if parsed is None or limit <= 0:
             return [], {}
         searcher = self._current_searcher()
-        hits, passages = [], {}
+        hits, docs = [], {}
         for score, address in searcher.search(parsed, limit).hits:
             doc = searcher.doc(address)
             key = doc["key"][0]
             hits.append((key, float(score)))
-            passages[key] = _passage(doc)
-        return sorted(hits, key=lambda hit: (-hit[1], hit[0])), passages
+            docs[key] = doc
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0])), docs
 
     def find_by_content_hash(self, content_hash: str, kind: str = "curated") -> Bm25Hit | None:
         query = tantivy.Query.boolean_query(
@@ -165,23 +166,18 @@ class Bm25Index:
 
     def get_by_keys(self, keys: list[str]) -> dict[str, Bm25Hit]:
         """Stored rows for these keys (absent keys are simply missing from the result)."""
-        searcher = self._current_searcher()
-        hits = (self._hit(searcher, 0.0, address) for address in self._addresses_of(searcher, keys))
-        return {hit.key: hit for hit in hits}
+        return {key: row_of(doc) for key, doc in self.docs_by_keys(keys).items()}
 
-    def passages_by_keys(self, keys: list[str]) -> dict[str, tuple[str, str]]:
-        """(text, context) for these keys, without building whole rows."""
-        searcher = self._current_searcher()
-        docs = (searcher.doc(address) for address in self._addresses_of(searcher, keys))
-        return {doc["key"][0]: _passage(doc) for doc in docs}
-
-    def _addresses_of(self, searcher: tantivy.Searcher, keys: list[str]) -> list:
+    def docs_by_keys(self, keys: list[str]) -> dict[str, tantivy.Document]:
+        """Stored documents for these keys (absent keys are simply missing from the result)."""
         if not keys:
-            return []
+            return {}
         query = tantivy.Query.boolean_query(
             [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "key", key)) for key in keys]
         )
-        return [address for _, address in searcher.search(query, len(keys)).hits]
+        searcher = self._current_searcher()
+        docs = (searcher.doc(address) for _, address in searcher.search(query, len(keys)).hits)
+        return {doc["key"][0]: doc for doc in docs}
 
     def hits_for_path(self, path: str) -> list[Bm25Hit]:
         """Every live row of one note file."""
@@ -236,24 +232,29 @@ class Bm25Index:
         return tantivy.Query.boolean_query(clauses)
 
     def _hit(self, searcher: tantivy.Searcher, score: float, address) -> Bm25Hit:
-        doc = searcher.doc(address)
-        return Bm25Hit(
-            key=doc["key"][0],
-            id=doc["id"][0],
-            path=doc["path"][0],
-            kind=doc["kind"][0],
-            day=date.fromisoformat(doc["day"][0]),
-            at=datetime.fromtimestamp(doc["at"][0], timezone.utc),
-            line=doc["line"][0],
-            text=doc["text"][0],
-            content_hash=doc["chash"][0],
-            score=float(score),
-            context_hash=doc["ctxh"][0],
-            context=_passage(doc)[1],
-        )
+        return row_of(searcher.doc(address), score)
 
 
-def _passage(doc: tantivy.Document) -> tuple[str, str]:
+def row_of(doc: tantivy.Document, score: float = 0.0) -> Bm25Hit:
+    """The row a stored document holds."""
+    text, context = passage_of(doc)
+    return Bm25Hit(
+        key=doc["key"][0],
+        id=doc["id"][0],
+        path=doc["path"][0],
+        kind=doc["kind"][0],
+        day=date.fromisoformat(doc["day"][0]),
+        at=datetime.fromtimestamp(doc["at"][0], timezone.utc),
+        line=doc["line"][0],
+        text=text,
+        content_hash=doc["chash"][0],
+        score=float(score),
+        context_hash=doc["ctxh"][0],
+        context=context,
+    )
+
+
+def passage_of(doc: tantivy.Document) -> tuple[str, str]:
     """A stored document's (text, context); an empty context may be stored as no value at all."""
     return doc["text"][0], (doc.get_all("ctx") or [""])[0]
 

@@ -130,8 +130,8 @@ class IndexCandidateFinder:
 def _is_close(text: str, entry, row) -> bool:
     if entry.strength < CLOSE_MIN_STRENGTH:
         return False
-    vector = entry.explain.get("vector")
-    return overlap(text, row.text) >= CLOSE_MIN_OVERLAP or (vector is not None and vector["score"] >= CLOSE_MIN_COSINE)
+    vector = entry.evidence.get("vector")  # (rank, cosine)
+    return overlap(text, row.text) >= CLOSE_MIN_OVERLAP or (vector is not None and vector[1] >= CLOSE_MIN_COSINE)
 
 
 class CaptureService:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from indexer.embeddings import builtin_word_vectors
+from indexer.embeddings import builtin_word_table, builtin_word_vectors
 
 #: what a question word matched only in the note neighbours is worth against one in the memory
 NEIGHBOUR_DISCOUNT = 0.8
@@ -73,12 +73,16 @@ class _WordMemo:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._reset()
+        self._rows: dict[str, int] | None = None  # loaded on first use
 
     def _reset(self) -> None:
-        self._rows: dict[str, int] = {}
-        self._vectors = np.zeros((0, 0), dtype=np.float32)  # capacity grows by doubling
-        self._digests = np.zeros(0, dtype=np.uint64)  # per row: a digest of the word itself
+        """Start from the model's own vocabulary: words that are one token need no learning."""
+        whole_words, unit_vectors = builtin_word_table()
+        self._rows: dict[str, int] = dict(whole_words)
+        self._vocabulary = self._size = len(unit_vectors)  # rows of the model's vocabulary; rows in use
+        self._vectors = unit_vectors.copy()  # learnt words are appended; capacity grows by doubling
+        self._digests = np.zeros(len(unit_vectors), dtype=np.uint64)  # per row: the word's digest
+        self._digests[list(whole_words.values())] = [_digest(word) for word in whole_words]
         self._texts: dict[tuple[bytes, int], np.ndarray] = {}  # keyed by digest: texts can be long
 
     def lookup(self, question: str, texts: list[str], contexts: list[str]):
@@ -89,42 +93,49 @@ class _WordMemo:
         same texts give bit-identical matrices (and scores) whatever was asked before.
         """
         with self._lock:
-            if len(self._rows) > MEMO_LIMIT or len(self._texts) > MEMO_LIMIT:
+            if self._rows is None or self._size - self._vocabulary > MEMO_LIMIT or len(self._texts) > MEMO_LIMIT:
                 self._reset()
-            asked = self._of(" ".join(dict.fromkeys(_WORD_RE.findall(question))), MAX_QUESTION_WORDS)
-            owns = [self._of(text, MAX_MEMORY_WORDS) for text in texts]
-            arounds = [self._of(context, MAX_CONTEXT_WORDS) for context in contexts]
+            asked = " ".join(dict.fromkeys(_words(question)))
+            rows = self._rows_of([(asked, MAX_QUESTION_WORDS), *((text, MAX_MEMORY_WORDS) for text in texts),
+                                  *((context, MAX_CONTEXT_WORDS) for context in contexts)])
+            asked_rows, owns, arounds = rows[0], rows[1 : 1 + len(texts)], rows[1 + len(texts) :]
             involved = np.unique(np.concatenate([*owns, *arounds, np.zeros(0, dtype=np.int32)]))
             involved = involved[np.argsort(self._digests[involved], kind="stable")]
-            column = np.zeros(len(self._rows), dtype=np.int32)
+            column = np.zeros(self._size, dtype=np.int32)
             column[involved] = np.arange(len(involved), dtype=np.int32)
-            return (self._vectors[asked], self._vectors[involved],
-                    [column[rows] for rows in owns], [column[rows] for rows in arounds])
+            return (self._vectors[asked_rows], self._vectors[involved],
+                    [column[r] for r in owns], [column[r] for r in arounds])
 
-    def _of(self, text: str, limit: int) -> np.ndarray:
-        key = (hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), limit)
-        rows = self._texts.get(key)
-        if rows is None:
-            words = _WORD_RE.findall(text)[:limit]
-            self._learn([w for w in dict.fromkeys(words) if w not in self._rows])
-            rows = self._texts[key] = np.fromiter((self._rows[w] for w in words), dtype=np.int32, count=len(words))
-        return rows
+    def _rows_of(self, texts: list[tuple[str, int]]) -> list[np.ndarray]:
+        """Each (text, word limit)'s words as table rows; new words are learnt in one batch."""
+        keys = [(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), limit)
+                for text, limit in texts]
+        fresh = {key: _words(text)[:limit] for key, (text, limit) in zip(keys, texts) if key not in self._texts}
+        self._learn([w for w in dict.fromkeys(w for words in fresh.values() for w in words) if w not in self._rows])
+        for key, words in fresh.items():
+            self._texts[key] = np.fromiter((self._rows[w] for w in words), dtype=np.int32, count=len(words))
+        return [self._texts[key] for key in keys]
 
     def _learn(self, words: list[str]) -> None:
         if not words:
             return
         vectors = builtin_word_vectors(words)
-        start, end = len(self._rows), len(self._rows) + len(words)
+        start, end = self._size, self._size + len(words)
         if end > len(self._vectors):
-            capacity = max(end, 2 * len(self._vectors), 1024)
+            capacity = max(end, 2 * len(self._vectors))
             grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
             digests = np.zeros(capacity, dtype=np.uint64)
-            if start:
-                grown[:start], digests[:start] = self._vectors[:start], self._digests[:start]
+            grown[:start], digests[:start] = self._vectors[:start], self._digests[:start]
             self._vectors, self._digests = grown, digests
         self._vectors[start:end] = vectors
         self._digests[start:end] = [_digest(word) for word in words]
         self._rows.update((word, start + n) for n, word in enumerate(words))
+        self._size = end
+
+
+def _words(text: str) -> list[str]:
+    """The text's words; numbers are left to BM25 (a sum of digit vectors means nothing)."""
+    return [word for word in _WORD_RE.findall(text) if not word.isdigit()]
 
 
 def _digest(word: str) -> int:

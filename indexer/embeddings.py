@@ -55,6 +55,8 @@ DEFAULT_ENDPOINTS = {
 _LOCAL_BATCH = 64
 # Token ids summed per step by the builtin model: a 200k-token text must not allocate 200 MB.
 _TOKEN_CHUNK = 8192
+# SentencePiece's word-boundary mark: vocabulary entries starting with it begin a word.
+_BOUNDARY = "\u2581"
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,9 @@ class _WordLlamaModel:
     def __init__(self, matrix: np.ndarray, tokenizer: Any) -> None:
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         self.tokenizer = tokenizer
+        self._whole_words: dict[str, int] | None = None  # built on first use of `word_vectors`
+        self._boundary: int | None = None
+        self._unit_matrix: np.ndarray | None = None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)
@@ -207,18 +212,48 @@ class _WordLlamaModel:
         return out
 
     def word_vectors(self, words: Sequence[str]) -> np.ndarray:
-        """One unit vector per word: its tokens' embeddings (as the word reads mid-sentence) summed."""
+        """One unit vector per word: the embeddings of the tokens that spell it, summed.
+
+        A word that is one token of the vocabulary (most English words) is looked up; others are
+        tokenized alone, without the lone word-boundary token the tokenizer puts before digits and
+        some scripts (it would pull every such word together).
+        """
+        if self._whole_words is None:
+            vocabulary = self.tokenizer.get_vocab()
+            self._boundary = vocabulary.get(_BOUNDARY)
+            self._whole_words = {
+                token[1:]: token_id for token, token_id in vocabulary.items() if token.startswith(_BOUNDARY) and len(token) > 1
+            }
+        ids = [[self._whole_words[word]] if word in self._whole_words else None for word in words]
+        rest = [n for n, word_ids in enumerate(ids) if word_ids is None]
+        encodings = self.tokenizer.encode_batch([clean_text(words[n]) for n in rest], add_special_tokens=False)
+        for n, encoding in zip(rest, encodings):
+            word_ids = encoding.ids[:_TOKEN_CHUNK]
+            ids[n] = word_ids[1:] if len(word_ids) > 1 and word_ids[0] == self._boundary else word_ids
         out = np.zeros((len(words), self.matrix.shape[1]), dtype=np.float32)
-        last = self.matrix.shape[0] - 1
-        spaced = [" " + clean_text(word) for word in words]
-        for row, encoding in enumerate(self.tokenizer.encode_batch(spaced, add_special_tokens=False)):
-            ids = np.clip(np.asarray(encoding.ids[:_TOKEN_CHUNK], dtype=np.int64), 0, last)
-            out[row] = self.matrix[ids].sum(axis=0)
+        lengths = np.array([len(word_ids) for word_ids in ids], dtype=np.int64)
+        present = lengths > 0
+        if present.any():
+            flat = np.fromiter((i for word_ids in ids for i in word_ids), dtype=np.int64, count=int(lengths.sum()))
+            starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+            out[present] = np.add.reduceat(self.matrix[np.clip(flat, 0, self.matrix.shape[0] - 1)], starts[present], axis=0)
         return normalize_rows(out)
+
+    def word_table(self) -> tuple[dict[str, int], np.ndarray]:
+        """The words that are one token each (word → row) and every token's unit vector (rows)."""
+        if self._unit_matrix is None:
+            self.word_vectors([])  # builds the whole-word map
+            self._unit_matrix = normalize_rows(self.matrix)
+        return self._whole_words, self._unit_matrix
 
 
 _wordllama_lock = threading.Lock()
 _wordllama_model: _WordLlamaModel | None = None
+
+
+def builtin_word_table() -> tuple[dict[str, int], np.ndarray]:
+    """The builtin model's one-token words (word → row of the matrix) and its unit token vectors."""
+    return _wordllama().word_table()
 
 
 def builtin_word_vectors(words: Sequence[str]) -> np.ndarray:

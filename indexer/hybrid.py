@@ -27,18 +27,29 @@ class Fused:
     key: str
     score: float = 0.0
     strength: float = 0.0
-    explain: dict = field(default_factory=dict)
+    #: per signal: (rank, raw score)
+    evidence: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    @property
+    def explain(self) -> dict:
+        """Each signal's rank and raw score, and the fused score and strength (rounded for display)."""
+        shown = {name: {"rank": rank, "score": round(score, 6)} for name, (rank, score) in self.evidence.items()}
+        shown["fused"] = {"score": round(self.score, 6), "strength": round(self.strength, 4)}
+        return shown
 
 
 def _contribute(fused: dict[str, Fused], name: str, hits: list[tuple[str, float]], weight: float) -> None:
     if not hits:
         return
     top = hits[0][1]
+    scale = 1.0 / top if top > 0 else 0.0
     for rank, (key, score) in enumerate(hits, 1):
-        relative = score / top if top > 0 else 0.0
-        entry = fused.setdefault(key, Fused(key))
-        entry.score += weight / (RRF_K + rank) * (1.0 + max(0.0, relative))
-        entry.explain[name] = {"rank": rank, "score": round(float(score), 6)}
+        entry = fused.get(key)
+        if entry is None:
+            entry = fused[key] = Fused(key)
+        relative = score * scale
+        entry.score += weight / (RRF_K + rank) * (1.0 + (relative if relative > 0 else 0.0))
+        entry.evidence[name] = (rank, float(score))
 
 
 def _ceiling(weight: float) -> float:
@@ -65,5 +76,4 @@ def fuse(
             ceiling += _ceiling(weight)
     for entry in fused.values():
         entry.strength = min(1.0, entry.score / ceiling)
-        entry.explain["fused"] = {"score": round(entry.score, 6), "strength": round(entry.strength, 4)}
     return sorted(fused.values(), key=lambda entry: (-entry.score, entry.key))

@@ -9,7 +9,7 @@ they get guidance instead (`indexer.routing`).
 """
 
 from indexer.autogate import WINDOW, Candidate, gate_auto
-from indexer.bm25 import Bm25Hit, Bm25Index
+from indexer.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
 from indexer.coverage import coverage
 from indexer.hybrid import CANDIDATE_DEPTH, Fused, fuse
 from indexer.results import RecallHit, RecallResult
@@ -19,7 +19,7 @@ from vault.errors import ProviderUnavailable
 #: rows loaded beyond the limit, to stand in for vectors whose rows were deleted meanwhile
 _SPARE_ROWS = 5
 #: candidates of each retriever that question coverage scores
-COVERAGE_POOL = 50
+COVERAGE_POOL = 40
 
 
 def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
@@ -34,26 +34,28 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     also scored by question coverage, which joins the fusion as a third ranked list.
     Full rows are loaded for the best `rows_for` candidates (all of them when None).
     """
-    lexical, passages = bm25.search_passages(query, depth)
+    lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
         fused, degraded = fuse(lexical, None), None
     else:
         vectors, degraded = semantic.search(query, depth)
-        covered, unavailable = _coverage(bm25, query, lexical, vectors or [], passages)
+        covered, unavailable = _coverage(bm25, query, lexical, vectors or [], docs)
         fused, degraded = fuse(lexical, vectors, covered), degraded or unavailable
     fused, retired = exclude_superseded(bm25, fused)
     wanted = fused if rows_for is None else fused[: rows_for + _SPARE_ROWS]
-    rows = bm25.get_by_keys([entry.key for entry in wanted])
+    docs.update(bm25.docs_by_keys([entry.key for entry in wanted if entry.key not in docs]))
     # a vector whose row is gone (deleted since it was embedded) is never returned
-    return [(entry, rows[entry.key]) for entry in wanted if entry.key in rows][:rows_for], degraded or retired
+    found = [(entry, row_of(docs[entry.key])) for entry in wanted if entry.key in docs]
+    return found[:rows_for], degraded or retired
 
 
-def _coverage(bm25: Bm25Index, query: str, lexical, vectors, passages: dict) -> tuple[list | None, str | None]:
-    """Question coverage of the best COVERAGE_POOL candidates of each retriever, or None and why."""
+def _coverage(bm25: Bm25Index, query: str, lexical, vectors, docs: dict) -> tuple[list | None, str | None]:
+    """Question coverage of the best COVERAGE_POOL candidates of each retriever, or None and why.
+    Documents it had to read are added to `docs`."""
     pool = list(dict.fromkeys(key for hits in (lexical, vectors) for key, _ in hits[:COVERAGE_POOL]))
-    passages.update(bm25.passages_by_keys([key for key in pool if key not in passages]))
+    docs.update(bm25.docs_by_keys([key for key in pool if key not in docs]))
     try:
-        return coverage(query, [(key, *passages[key]) for key in pool if key in passages]), None
+        return coverage(query, [(key, *passage_of(docs[key])) for key in pool if key in docs]), None
     except ProviderUnavailable as exc:
         return None, f"question coverage unavailable ({exc})"
 

@@ -159,13 +159,17 @@ def test_lite_recall_has_no_coverage(tmp_path):
 
 
 def test_the_index_stores_each_memorys_note_context(tmp_path):
+    from indexer.bm25 import passage_of, row_of
+
     root = make_vault(tmp_path / "journal", "journal", FACTS)
     with MemoryStore.open(root) as store:
         bm25 = store._readable_index().bm25
-        keys, passages = bm25.search_passages("Biscuit beach", 10)
+        keys, docs = bm25.search_docs("Biscuit beach", 10)
         rows = bm25.get_by_keys([key for key, _ in keys])
-        by_key = bm25.passages_by_keys([key for key, _ in keys])
-    assert keys and passages == by_key == {key: (row.text, row.context) for key, row in rows.items()}
+        by_key = bm25.docs_by_keys([key for key, _ in keys])
+    assert keys and set(docs) == set(by_key) == set(rows)
+    assert {key: row_of(doc) for key, doc in docs.items()} == rows
+    assert {key: passage_of(doc) for key, doc in by_key.items()} == {key: (r.text, r.context) for key, r in rows.items()}
     biscuit = next(row for row in rows.values() if row.text.startswith("Its name is Biscuit"))
     assert "rescue dog" in biscuit.context and "Rotterdam" in biscuit.context
 
@@ -203,3 +207,9 @@ def test_without_the_builtin_table_recall_still_answers_and_says_why(tmp_path, m
     assert result.hits[0].text == "Sam adopted a rescue dog last week."
     assert all("coverage" not in hit.explain for hit in result.hits)
     assert "question coverage unavailable" in result.degraded and "reinstall memvault" in result.degraded
+
+
+def test_numbers_are_left_to_bm25():
+    assert coverage("48213", [("a", "note 48213", "")]) == []
+    got = scores("release 48213", [("same", "release 1", ""), ("other", "invoice 48213", "")])
+    assert got["same"] > got["other"]
