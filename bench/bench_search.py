@@ -3,10 +3,10 @@
     python -m bench.bench_search [--sizes 10000,100000] [--queries 300] [--tier lite|journal]
 
 Prints figures; asserts nothing. Targets: Lite (BM25) search median ≤ 5 ms at 100k memories in a
-warm process; Journal (hybrid: BM25 + builtin vectors + question coverage + fusion) median ≤ 15 ms
-at 100k. The
-baseline printed beside it is a bare Tantivy search on the same index, so the ratio shows what
-memvault's query building, vector search, fusion and result mapping cost on top.
+warm process; Journal (hybrid: BM25 + builtin vectors + question coverage + fusion) median
+≤ 15 ms at 100k. The baseline printed beside it is a bare Tantivy search on the same index, so
+the ratio shows what memvault's query building, vector search, coverage, fusion and result
+mapping cost on top.
 """
 
 import argparse
