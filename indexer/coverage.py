@@ -2,9 +2,8 @@
 
 BM25 matches words exactly; pooled vectors compare whole passages, so one strong topic can drown
 the detail a question asks about. Coverage sits between them: each word of the question is
-matched to its closest word in the memory by the builtin model's static token embeddings
-("puppy" finds "dog", "moved" finds "relocated"), and the memory's score is the mean of those
-best matches over the question. A word found only in the note neighbours counts for
+matched to its closest word in the memory by the builtin model's static word vectors ("puppy"
+finds "dog"), and the memory's score is the mean of those best matches over the question. A word found only in the note neighbours counts for
 NEIGHBOUR_DISCOUNT of its match: conversation memories lean on the turns around them.
 
 It re-scores the best candidates of the other two retrievers (`indexer.recall.retrieve`) and
@@ -27,7 +26,8 @@ NEIGHBOUR_DISCOUNT = 0.8
 MAX_QUESTION_WORDS = 32
 MAX_MEMORY_WORDS = 200
 MAX_CONTEXT_WORDS = 400
-#: distinct words (~1 KB each) and texts remembered between calls; both start over when one is full
+#: words learnt beyond the model's vocabulary (~1 KB each) and texts remembered between calls;
+#: both memos start over when either is full
 MEMO_LIMIT = 50_000
 _WORD_RE = re.compile(r"\w{1,40}")  # a longer run of letters is read in pieces
 
