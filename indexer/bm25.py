@@ -8,7 +8,7 @@ are searched as words and can never raise.
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -128,9 +128,8 @@ class Bm25Index:
         return self._current_searcher().search(query, 1, count=True).count
 
     def search(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[Bm25Hit]:
-        keys = self.search_keys(query, limit, kinds)
-        rows = self.get_by_keys([key for key, _ in keys])
-        return [replace(rows[key], score=score) for key, score in keys if key in rows]
+        keys, docs = self.search_docs(query, limit, kinds)
+        return [row_of(docs[key], score) for key, score in keys]
 
     def search_keys(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[tuple[str, float]]:
         """(row key, BM25 score), best first, ties by key; cheaper than full rows for fusion."""

@@ -193,8 +193,12 @@ class _WordLlamaModel:
     def __init__(self, matrix: np.ndarray, tokenizer: Any) -> None:
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         self.tokenizer = tokenizer
-        self._whole_words: dict[str, int] | None = None  # built on first use of `word_vectors`
-        self._boundary: int | None = None
+        vocabulary = tokenizer.get_vocab()
+        #: words that are one token of the vocabulary (SentencePiece marks a word start with ▁)
+        self._whole_words = {
+            token[1:]: token_id for token, token_id in vocabulary.items() if token.startswith(_BOUNDARY) and len(token) > 1
+        }
+        self._boundary = vocabulary.get(_BOUNDARY)
         self._unit_matrix: np.ndarray | None = None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -218,12 +222,6 @@ class _WordLlamaModel:
         tokenized alone, without the lone word-boundary token the tokenizer puts before digits and
         some scripts (it would pull every such word together).
         """
-        if self._whole_words is None:
-            vocabulary = self.tokenizer.get_vocab()
-            self._boundary = vocabulary.get(_BOUNDARY)
-            self._whole_words = {
-                token[1:]: token_id for token, token_id in vocabulary.items() if token.startswith(_BOUNDARY) and len(token) > 1
-            }
         ids = [[self._whole_words[word]] if word in self._whole_words else None for word in words]
         rest = [n for n, word_ids in enumerate(ids) if word_ids is None]
         encodings = self.tokenizer.encode_batch([clean_text(words[n]) for n in rest], add_special_tokens=False)
@@ -242,7 +240,6 @@ class _WordLlamaModel:
     def word_table(self) -> tuple[dict[str, int], np.ndarray]:
         """The words that are one token each (word → row) and every token's unit vector (rows)."""
         if self._unit_matrix is None:
-            self.word_vectors([])  # builds the whole-word map
             self._unit_matrix = normalize_rows(self.matrix)
         return self._whole_words, self._unit_matrix
 
