@@ -18,9 +18,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from indexer.embeddings import EmbeddingIdentity, make_provider  # noqa: E402
-from indexer.vectors import VectorIndex  # noqa: E402
-from vault.errors import ProviderUnavailable  # noqa: E402
+from memvault.indexer.search.embeddings import EmbeddingIdentity, make_provider  # noqa: E402
+from memvault.indexer.search.vectors import VectorIndex  # noqa: E402
+from memvault.vault.errors import ProviderUnavailable  # noqa: E402
 
 SUBJECTS = ["Morgan", "The team", "Priya", "Our CI", "The release", "Dana", "The database", "Ops"]
 VERBS = ["chose", "moved", "rejected", "scheduled", "fixed", "documented", "migrated", "reviewed"]

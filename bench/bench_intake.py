@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vault.clock import utc_now  # noqa: E402
-from vault.config import default_config_data, render_config  # noqa: E402
-from vault.init import init_vault  # noqa: E402
-from vault.intake.admission import admit_turn  # noqa: E402
-from vault.intake.files import IntakeDirs  # noqa: E402
+from memvault.vault.clock import utc_now  # noqa: E402
+from memvault.vault.config import default_config_data, render_config  # noqa: E402
+from memvault.vault.init import init_vault  # noqa: E402
+from memvault.vault.intake.admission import admit_turn  # noqa: E402
+from memvault.vault.intake.files import IntakeDirs  # noqa: E402
 
 ANSWER = "Deployed the fix for the login timeout, closed incident 4711 and told the on-call team."
 

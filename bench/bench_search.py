@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.generate import OBJECTS, SUBJECTS, VERBS, make_vault
-from indexer.store import MemoryStore
+from memvault.indexer.engine.store import MemoryStore
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -15,12 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-from indexer.store import MemoryStore
-from indexer.watch import Watcher
-from vault.config import default_config_data, render_config
-from vault.ids import memory_id
-from vault.init import init_vault
-from vault.note import format_bullet
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.watch import Watcher
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.ids import memory_id
+from memvault.vault.init import init_vault
+from memvault.vault.note import format_bullet
 
 WORDS = ["otter", "heron", "lynx", "ibis", "release", "deploy", "lunch", "budget", "roadmap", "incident"]
 

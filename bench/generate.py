@@ -4,10 +4,10 @@ import random
 from datetime import date, timedelta
 from pathlib import Path
 
-from vault.config import default_config_data, render_config
-from vault.ids import memory_id
-from vault.init import init_vault
-from vault.note import format_bullet, new_note_text
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.ids import memory_id
+from memvault.vault.init import init_vault
+from memvault.vault.note import format_bullet, new_note_text
 
 SUBJECTS = ["Morgan", "Priya", "Sam", "Lena", "Tomas", "the team", "Acme", "the billing service", "Heron", "the CI"]
 VERBS = ["chose", "moved", "fixed", "reviewed", "planned", "postponed", "deployed", "measured", "documented", "dropped"]

@@ -19,10 +19,10 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.paired import Difference, paired_difference
-from indexer.store import MemoryStore
-from vault.config import default_config_data, render_config
-from vault.init import init_vault
-from vault.note import format_bullet, new_note_text
+from memvault.indexer.engine.store import MemoryStore
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.init import init_vault
+from memvault.vault.note import format_bullet, new_note_text
 
 KS = (5, 10, 25)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

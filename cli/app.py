@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cli.errors import ErrorTranslatingGroup
+from memvault.cli.errors import ErrorTranslatingGroup
 
 
 @click.group(cls=ErrorTranslatingGroup)
@@ -27,6 +27,6 @@ def cli(ctx: click.Context, vault_path: Path | None) -> None:
 
 
 def open_store(ctx: click.Context, *, sync: bool = True):
-    from indexer.store import MemoryStore
+    from memvault.indexer.engine.store import MemoryStore
 
     return MemoryStore.open(ctx.obj["vault_path"], env=dict(os.environ), sync=sync)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from cli.app import cli
-from cli.errors import emit_json, json_option
+from memvault.cli.app import cli
+from memvault.cli.errors import emit_json, json_option
 
 
 @cli.command("export")
@@ -21,7 +21,7 @@ from cli.errors import emit_json, json_option
 @click.pass_context
 def export_command(ctx: click.Context, file: Path, force: bool, json_: bool) -> None:
     """Write the vault's canonical files to FILE (a .tar.gz with a SHA-256 manifest); safe while an agent runs."""
-    from vault.archive_export import export_vault
+    from memvault.vault.archive_export import export_vault
 
     report = export_vault(_vault_root(ctx), file, overwrite=force)
     if json_:
@@ -45,7 +45,7 @@ def import_group() -> None:
 @click.pass_context
 def import_apply_command(ctx: click.Context, file: Path, json_: bool) -> None:
     """Add the archive's files that the vault lacks; any conflicting file refuses the whole import."""
-    from vault.archive_import import apply_archive
+    from memvault.vault.archive_import import apply_archive
 
     root = _vault_root(ctx)
     report = apply_archive(root, file)
@@ -58,7 +58,7 @@ def import_apply_command(ctx: click.Context, file: Path, json_: bool) -> None:
 @click.pass_context
 def import_restore_command(ctx: click.Context, file: Path, json_: bool) -> None:
     """Replace the vault's canonical state with the archive's (--vault may name an empty or new folder)."""
-    from vault.archive_import import restore_archive
+    from memvault.vault.archive_import import restore_archive
 
     root = ctx.obj["vault_path"] or _vault_root(ctx)
     report = restore_archive(root, file)
@@ -66,17 +66,17 @@ def import_restore_command(ctx: click.Context, file: Path, json_: bool) -> None:
 
 
 def _vault_root(ctx: click.Context) -> Path:
-    from indexer.store import locate_vault
+    from memvault.indexer.engine.store import locate_vault
 
     return locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
 
 
 def _finish(root: Path, report, json_: bool) -> None:
     """Rebuild the index from the imported files (holding the fence), then report."""
-    from indexer.journal_cursor import discard_persisted_snapshots
-    from indexer.store import MemoryStore
-    from vault.errors import VaultError
-    from vault.locks import LivenessFence
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.indexer.journal.cursor import discard_persisted_snapshots
+    from memvault.vault.errors import VaultError
+    from memvault.vault.locks import LivenessFence
 
     discard_persisted_snapshots(root)
     rebuilt, problem = None, None

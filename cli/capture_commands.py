@@ -2,8 +2,8 @@
 
 import click
 
-from cli.app import cli, open_store
-from cli.errors import emit_json, json_option
+from memvault.cli.app import cli, open_store
+from memvault.cli.errors import emit_json, json_option
 
 
 @cli.command("adopt-replay")
@@ -18,8 +18,8 @@ def adopt_replay_command(ctx: click.Context, json_: bool) -> None:
     unattested entry refuses the whole adoption. Reads and writes metadata only. Never start
     the agent between this command and the rebuild that must follow it.
     """
-    from indexer.replay_adopt import adopt_replay
-    from vault.clock import utc_now
+    from memvault.indexer.maintenance.replay_adopt import adopt_replay
+    from memvault.vault.clock import utc_now
 
     store = open_store(ctx, sync=False)
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from cli.app import cli, open_store
-from cli.errors import emit_json, json_option
+from memvault.cli.app import cli, open_store
+from memvault.cli.errors import emit_json, json_option
 
 
 @cli.command("init")
@@ -25,13 +25,13 @@ from cli.errors import emit_json, json_option
 @click.pass_context
 def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: str | None, json_: bool) -> None:
     """Create a vault in PATH (default: the current folder)."""
-    from vault.config import default_config_data, render_config
-    from vault.init import host_time_zone, init_vault
+    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.init import host_time_zone, init_vault
 
     root = path or ctx.obj["vault_path"] or Path.cwd()
     data = default_config_data(mode=mode, time_zone=time_zone or host_time_zone(dict(os.environ)))
     created = init_vault(root, render_config(data))
-    from indexer.store import MemoryStore
+    from memvault.indexer.engine.store import MemoryStore
 
     with MemoryStore.open(root, sync=True):
         pass
@@ -72,7 +72,7 @@ def search_command(ctx: click.Context, query: str, limit: int, mode: str, explai
     if json_:
         emit_json(result.to_json(explain=explain))
         return
-    from cli.render import print_recall
+    from memvault.cli.render import print_recall
 
     print_recall(result, explain=explain)
 
@@ -82,10 +82,10 @@ def search_command(ctx: click.Context, query: str, limit: int, mode: str, explai
 @click.pass_context
 def rebuild_command(ctx: click.Context, json_: bool) -> None:
     """Recreate every derived index from the files alone."""
-    from cli.render import progress_reporter
+    from memvault.cli.render import progress_reporter
 
     with open_store(ctx, sync=False) as store, progress_reporter(enabled=not json_ and sys.stderr.isatty()) as progress:
-        from cli.watch_commands import crash_hook_from_env
+        from memvault.cli.watch_commands import crash_hook_from_env
 
         report = store.rebuild(progress=progress, hook=crash_hook_from_env())
     if json_:
@@ -101,8 +101,8 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
 @click.pass_context
 def validate_command(ctx: click.Context, json_: bool) -> None:
     """Check the vault's config file and environment; exit 1 with every problem found."""
-    from indexer.store import locate_vault
-    from vault.config import load_config
+    from memvault.indexer.engine.store import locate_vault
+    from memvault.vault.config import load_config
 
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     config = load_config(root, dict(os.environ))

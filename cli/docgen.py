@@ -1,15 +1,15 @@
-"""Generate docs/cli.md from the commands' own `--help` text: `python -m cli.docgen > docs/cli.md`.
+"""Generate docs/cli.md from the commands' own `--help` text: `python -m memvault.cli.docgen > docs/cli.md`.
 
 A test regenerates it and fails when the committed file is stale, so the reference never drifts.
 """
 
 import click
 
-from cli.main import cli
+from memvault.cli.main import cli
 
 HEADER = """# CLI reference
 
-Generated from `memvault --help` by `python -m cli.docgen > docs/cli.md`; a test fails when this
+Generated from `memvault --help` by `python -m memvault.cli.docgen > docs/cli.md`; a test fails when this
 file is stale. Every read command takes `--json`; errors under `--json` are
 `{"error": {"code": ..., "message": ...}}` with exit code 1 (usage errors exit 2).
 """

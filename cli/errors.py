@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from vault.errors import VaultError
+from memvault.vault.errors import VaultError
 
 JSON_META_KEY = "memvault.json_output"
 EXIT_ERROR = 1

@@ -11,20 +11,20 @@ from pathlib import Path
 
 import click
 
-from cli.app import cli, open_store
-from cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
+from memvault.cli.app import cli, open_store
+from memvault.cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
 
 _ID_HELP = "the 64-hex intake id `memvault inspect` shows"
 
 
 def _vault_root(ctx: click.Context) -> Path:
-    from indexer.store import locate_vault
+    from memvault.indexer.engine.store import locate_vault
 
     return locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
 
 
 def _check_id(_ctx, _param, value: str | None) -> str | None:
-    from vault.intake.files import is_intake_id
+    from memvault.vault.intake.files import is_intake_id
 
     if value is not None and not is_intake_id(value):
         raise click.BadParameter(f"{value!r} is not an intake id: use {_ID_HELP}")
@@ -32,7 +32,7 @@ def _check_id(_ctx, _param, value: str | None) -> str | None:
 
 
 def _now():
-    from vault.clock import utc_now
+    from memvault.vault.clock import utc_now
 
     return utc_now()
 
@@ -48,8 +48,8 @@ def admit_command(ctx: click.Context) -> None:
     "state"}; exit 1 only when the turn was NOT saved. When no live process owns the vault the
     turn is projected at once (bounded by a 10 s drain); otherwise the live process does it.
     """
-    from vault.intake.admission import AdmissionResult, intake_id_for
-    from vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
+    from memvault.vault.intake.admission import AdmissionResult, intake_id_for
+    from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
 
     ctx.meta[JSON_META_KEY] = True
     try:
@@ -70,7 +70,7 @@ def admit_command(ctx: click.Context) -> None:
 
 def _drain(store) -> str:
     """Project now when this process may own the vault; otherwise leave it to the live owner."""
-    from vault.errors import VaultError
+    from memvault.vault.errors import VaultError
 
     try:
         store.start_intake()
@@ -81,8 +81,8 @@ def _drain(store) -> str:
 
 
 def _state_of(root: Path, intake_id: str) -> str:
-    from vault.intake.files import IntakeDirs
-    from vault.intake.snapshot import inspect_run
+    from memvault.vault.intake.files import IntakeDirs
+    from memvault.vault.intake.snapshot import inspect_run
 
     return inspect_run(IntakeDirs(root), intake_id, _now())["entries"][0]["state"]
 
@@ -93,8 +93,8 @@ def _state_of(root: Path, intake_id: str) -> str:
 @click.pass_context
 def inspect_command(ctx: click.Context, intake_id: str | None, json_: bool) -> None:
     """Show the durable intake (or one run by ID) without any turn content."""
-    from vault.intake.files import IntakeDirs
-    from vault.intake.snapshot import inspect_intake, inspect_run
+    from memvault.vault.intake.files import IntakeDirs
+    from memvault.vault.intake.snapshot import inspect_intake, inspect_run
 
     dirs = IntakeDirs(_vault_root(ctx))
     report = inspect_run(dirs, intake_id, _now()) if intake_id else inspect_intake(dirs, _now())
@@ -135,7 +135,7 @@ def _print_entry(entry: dict) -> None:
 @click.pass_context
 def retry_command(ctx: click.Context, intake_id: str | None, json_: bool) -> None:
     """Make dead or delayed intake work due at the next start (agent must be stopped)."""
-    from vault.intake.operator import retry_runs
+    from memvault.vault.intake.operator import retry_runs
 
     results = retry_runs(_vault_root(ctx), intake_id, _now())
     if json_:
@@ -158,7 +158,7 @@ def resolve_command(ctx: click.Context, intake_id: str, reason: str, json_: bool
     The turn is not projected or captured afterwards; a retry of the same run id stays a
     duplicate for ever. REASON-SLUG: 1-64 of a-z, 0-9 and '-'. The agent must be stopped.
     """
-    from vault.intake.operator import resolve_run_as_operator
+    from memvault.vault.intake.operator import resolve_run_as_operator
 
     result = resolve_run_as_operator(_vault_root(ctx), intake_id, reason, _now())
     if json_:

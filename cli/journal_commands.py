@@ -8,8 +8,8 @@ page in one call instead.
 
 import click
 
-from cli.app import cli, open_store
-from cli.errors import emit_json, json_option
+from memvault.cli.app import cli, open_store
+from memvault.cli.errors import emit_json, json_option
 
 
 @cli.command("journal")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import click
 
-from cli.app import cli
-from cli.mcp_tools import DESCRIPTIONS, INSTRUCTIONS, READ_ONLY, SCHEMAS, ToolOutcome, VaultSession
+from memvault.cli.app import cli
+from memvault.cli.mcp_tools import DESCRIPTIONS, INSTRUCTIONS, READ_ONLY, SCHEMAS, ToolOutcome, VaultSession
 
 
 @cli.command("mcp")

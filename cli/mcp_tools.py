@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vault.errors import CredentialRefused, VaultError
+from memvault.vault.errors import CredentialRefused, VaultError
 
 RECALL, JOURNAL, REMEMBER = "MemoryRecall", "MemoryJournal", "Remember"
 TOOL_ORDER = (RECALL, JOURNAL, REMEMBER)
@@ -159,9 +159,9 @@ class VaultSession:
             self._ready.set()
 
     def _prepare(self) -> None:
-        from indexer.store import MemoryStore, locate_vault
-        from vault.config import load_config
-        from vault.layout import VaultLayout
+        from memvault.indexer.engine.store import MemoryStore, locate_vault
+        from memvault.vault.config import load_config
+        from memvault.vault.layout import VaultLayout
 
         try:
             self.root = locate_vault(self._vault_path, self._env, self._cwd)
@@ -185,7 +185,7 @@ class VaultSession:
         A second live process (another MCP client's server, `watch`) may own it already: this
         server still serves, since every write takes the vault lock, and says so on stderr.
         """
-        from vault.locks import LivenessFence
+        from memvault.vault.locks import LivenessFence
 
         fence = LivenessFence(self.root)
         try:
@@ -281,7 +281,7 @@ def _recall(session: VaultSession, arguments: Mapping) -> ToolOutcome:
 
 
 def _journal(session: VaultSession, arguments: Mapping) -> ToolOutcome:
-    from indexer.journal import JournalUnavailable
+    from memvault.indexer.journal.query import JournalUnavailable
 
     try:
         return ToolOutcome(session._fresh_store().journal_service().query(arguments).to_json())

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from cli.app import cli
-from cli.errors import emit_json, json_option
+from memvault.cli.app import cli
+from memvault.cli.errors import emit_json, json_option
 
 CRASH_ENV = "MEMVAULT_TEST_CRASH_AT"
 TARGET = click.Choice(["USER", "MEMORY"], case_sensitive=False)
@@ -34,8 +34,8 @@ def _crash_hook():
 
 
 def _service(ctx: click.Context, spaces_root: Path | None = None, strategy: str = "layered"):
-    from indexer.runtime_service import RuntimeService
-    from vault.runtime.activity import Switches
+    from memvault.indexer.runtime.service import RuntimeService
+    from memvault.vault.runtime.activity import Switches
 
     return RuntimeService.open(
         ctx.obj["vault_path"], env=dict(os.environ), spaces_root=spaces_root,

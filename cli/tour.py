@@ -1,6 +1,6 @@
 """The README's first command: a two-minute tour on the fixture vault, offline, no server.
 
-    python -m cli.tour [TARGET]
+    python -m memvault.cli.tour [TARGET]
 
 Copies fixtures/vault to TARGET (default: a new temp folder), then runs real memvault commands
 against it and prints what each one shows.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cli.main import cli
-from vault.config import default_config_data, render_config
+from memvault.cli.main import cli
+from memvault.vault.config import default_config_data, render_config
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "vault"
 STEPS = [

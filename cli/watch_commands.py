@@ -13,8 +13,8 @@ import threading
 
 import click
 
-from cli.app import cli, open_store
-from cli.errors import emit_json, json_option
+from memvault.cli.app import cli, open_store
+from memvault.cli.errors import emit_json, json_option
 
 CRASH_ENV = "MEMVAULT_TEST_CRASH_AT"
 
@@ -53,7 +53,7 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, con
     Logs one line per batch that changed the index to stderr (with --json: one JSON object per
     batch to stdout). Holds the vault's liveness fence, so only one live process owns the vault.
     """
-    from indexer.watch import Watcher
+    from memvault.indexer.maintenance.watch import Watcher
 
     store = open_store(ctx, sync=False)
     if not os.access(store.layout.root, os.W_OK):
@@ -93,7 +93,7 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, con
 @click.pass_context
 def health_command(ctx: click.Context, strict: bool, json_: bool) -> None:
     """Compare the index with the notes (and vectors with the config, and the intake); exit 1 when unhealthy."""
-    from indexer.health import check_health
+    from memvault.indexer.maintenance.health import check_health
 
     store = open_store(ctx, sync=False)  # health looks; it must not repair first
     try:

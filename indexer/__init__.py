@@ -1,15 +1,8 @@
-"""Derived state and read paths over a vault; the engine is `MemoryStore`.
+"""Derived state and read paths over a vault, and the engine that wires them (`MemoryStore`).
 
-`from indexer import MemoryStore` is the public entry point; it is imported lazily so that
-importing a submodule stays cheap.
+Groups, top to bottom; a group imports only from the groups below it (a test enforces it):
+`runtime/` (hot memory, documents, memory spaces) → `engine/` (`MemoryStore`) → `services/`
+(intake worker, capture, chat models) → `journal/` → `maintenance/` (sync, generations, watch,
+health, consolidation, vector upkeep) → `search/` (BM25, vectors, embeddings, fusion, coverage,
+the auto gate). `results.py` is plain data every group may use.
 """
-
-__all__ = ["MemoryStore"]
-
-
-def __getattr__(name: str):
-    if name == "MemoryStore":
-        from indexer.store import MemoryStore
-
-        return MemoryStore
-    raise AttributeError(name)

@@ -28,7 +28,7 @@ TURNS = (
 
 
 def main() -> int:
-    from indexer.store import MemoryStore
+    from memvault.indexer.engine.store import MemoryStore
 
     parser = argparse.ArgumentParser()
     parser.add_argument("vault", type=Path)

@@ -14,9 +14,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
-from vault.config import default_config_data, render_config
-from vault.init import init_vault
+from memvault.vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.init import init_vault
 
 OLLAMA_PATH, OPENAI_PATH, EMBED_PATH = "/api/chat", "/v1/chat/completions", "/api/embed"
 EMBED_DIM = 32

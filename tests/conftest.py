@@ -33,8 +33,8 @@ def fixture_vault(tmp_path) -> Path:
 @pytest.fixture
 def new_vault(tmp_path) -> Path:
     """An empty lite vault in Europe/Amsterdam, made the way `memvault init` makes one."""
-    from vault.config import default_config_data, render_config
-    from vault.init import init_vault
+    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.init import init_vault
 
     root = tmp_path / "fresh"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))

@@ -59,9 +59,9 @@ def fast_clock():
 
 
 def open_store(vault: Path, fast: bool):
-    from indexer.store import MemoryStore
-    from vault.config import load_config
-    from vault.layout import VaultLayout
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.vault.config import load_config
+    from memvault.vault.layout import VaultLayout
 
     if not fast:
         return MemoryStore.open(vault, sync=True)
@@ -79,9 +79,9 @@ def admit(vault: Path, runs: range, hook, fast: bool) -> dict:
 
 
 def operate(vault: Path, op: str, hook) -> dict:
-    from vault.clock import utc_now
-    from vault.intake.files import DEAD, PENDING, IntakeDirs
-    from vault.intake.operator import resolve_run_as_operator, retry_runs
+    from memvault.vault.clock import utc_now
+    from memvault.vault.intake.files import DEAD, PENDING, IntakeDirs
+    from memvault.vault.intake.operator import resolve_run_as_operator, retry_runs
 
     if op == "retry":
         return {"retried": retry_runs(vault, None, utc_now(), hook)}

@@ -3,10 +3,10 @@
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from vault.config import default_config_data, render_config
-from vault.init import init_vault
-from vault.intake.admission import admit_turn
-from vault.intake.files import IntakeDirs
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.init import init_vault
+from memvault.vault.intake.admission import admit_turn
+from memvault.vault.intake.files import IntakeDirs
 
 START = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
 
@@ -33,9 +33,9 @@ def make_vault(tmp_path: Path, mode: str = "lite", write_mode: str = "append-hos
 
 
 def store_for(root: Path, clock=None):
-    from indexer.store import MemoryStore
-    from vault.config import load_config
-    from vault.layout import VaultLayout
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.vault.config import load_config
+    from memvault.vault.layout import VaultLayout
 
     return MemoryStore(VaultLayout(root), load_config(root, {}), clock=clock or Clock())
 

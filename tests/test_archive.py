@@ -16,14 +16,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
-from indexer.store import MemoryStore
-from vault.archive import MANIFEST_NAME, ArchiveLimits, ArchiveRejected, verify_archive
-from vault.archive_export import export_vault
-from vault.archive_import import apply_archive, restore_archive
-from vault.config import default_config_data, render_config
-from vault.errors import Conflict, NotAVault, VaultLocked
-from vault.init import init_vault
+from memvault.cli.main import cli
+from memvault.indexer.engine.store import MemoryStore
+from memvault.vault.archive import MANIFEST_NAME, ArchiveLimits, ArchiveRejected, verify_archive
+from memvault.vault.archive_export import export_vault
+from memvault.vault.archive_import import apply_archive, restore_archive
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.errors import Conflict, NotAVault, VaultLocked
+from memvault.vault.init import init_vault
 
 AMS = ZoneInfo("Europe/Amsterdam")
 REPO = Path(__file__).resolve().parent.parent
@@ -344,7 +344,7 @@ def test_import_refuses_a_vault_another_process_owns(tmp_path):
     archive = tmp_path / "backup.tar.gz"
     export_vault(vault, archive)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys,time; from vault.locks import LivenessFence;"
+        [sys.executable, "-c", "import sys,time; from memvault.vault.locks import LivenessFence;"
          " f = LivenessFence(sys.argv[1]).hold(); print('held', flush=True); time.sleep(60)", str(vault)],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )
@@ -362,7 +362,7 @@ def test_import_refuses_a_vault_another_process_owns(tmp_path):
 
 
 def test_export_beside_concurrent_writers_is_consistent(tmp_path, monkeypatch):
-    import vault.archive_export as archive_module
+    import memvault.vault.archive_export as archive_module
 
     vault = make_vault(tmp_path / "vault")
     copy_member = archive_module._copy_member

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from indexer import directfacts
-from indexer.autogate import (
+from memvault.indexer.search import directfacts
+from memvault.indexer.search.autogate import (
     BAND_FLOOR,
     MAX_BYTES,
     MAX_HITS,
@@ -23,8 +23,8 @@ from indexer.autogate import (
     gate_auto,
     score_band,
 )
-from indexer.directfacts import classify_question, record_value
-from indexer.routing import Route
+from memvault.indexer.search.directfacts import classify_question, record_value
+from memvault.indexer.search.routing import Route
 
 
 def cand(text, strength=0.9, score=None, id=None, source=""):

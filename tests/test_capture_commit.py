@@ -8,7 +8,14 @@ from datetime import timedelta
 
 import pytest
 
-from indexer.intake_worker import IntakeWorker
+from memvault.indexer.services.intake_worker import IntakeWorker
+from memvault.vault.capture.plan import plan_path, read_plan, retained_plan_ids
+from memvault.vault.errors import Conflict, InvalidConfig
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.operator import resolve_run_as_operator
+from memvault.vault.intake.snapshot import inspect_run
+from memvault.vault.replay import read_sidecar
 from tests.capture_helpers import (
     EMBED_PATH,
     OLLAMA_PATH,
@@ -22,13 +29,6 @@ from tests.capture_helpers import (
 )
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
-from vault.capture.plan import plan_path, read_plan, retained_plan_ids
-from vault.errors import Conflict, InvalidConfig
-from vault.intake.admission import intake_id_for
-from vault.intake.files import IntakeDirs
-from vault.intake.operator import resolve_run_as_operator
-from vault.intake.snapshot import inspect_run
-from vault.replay import read_sidecar
 
 
 @pytest.fixture

@@ -17,8 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from indexer.health import check_health
-from indexer.store import MemoryStore
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.health import check_health
+from memvault.vault.capture import CAPTURE_BOUNDARIES
+from memvault.vault.clock import utc_now
+from memvault.vault.graph import parse_graph
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.snapshot import inspect_run
+from memvault.vault.replay import read_sidecar
+from tests.capture_crash_driver import COMPLETED_AT, TURNS
 from tests.capture_helpers import (
     EMBED_PATH,
     OLLAMA_PATH,
@@ -30,15 +38,7 @@ from tests.capture_helpers import (
     make_capture_vault,
     memory,
 )
-from tests.capture_crash_driver import COMPLETED_AT, TURNS
 from tests.loopback import LoopbackServer
-from vault.capture import CAPTURE_BOUNDARIES
-from vault.graph import parse_graph
-from vault.intake.admission import intake_id_for
-from vault.intake.files import IntakeDirs
-from vault.intake.snapshot import inspect_run
-from vault.clock import utc_now
-from vault.replay import read_sidecar
 
 DRIVER = Path(__file__).resolve().parent / "capture_crash_driver.py"
 RUNS = ("cap-run-0", "cap-run-1", "cap-run-2")

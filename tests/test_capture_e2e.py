@@ -12,13 +12,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
-from indexer.health import check_health
-from indexer.store import MemoryStore
+from memvault.cli.main import cli
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.health import check_health
+from memvault.vault.graph import parse_graph
+from memvault.vault.replay import read_sidecar
 from tests.capture_helpers import OLLAMA_PATH, ChatScript, daily_text, entity, extraction, make_capture_vault, memory
 from tests.loopback import LoopbackServer
-from vault.graph import parse_graph
-from vault.replay import read_sidecar
 
 ATLAS, MORGAN, DANA = entity("e1", "Project Atlas"), entity("e2", "Morgan", "person"), entity("e3", "Dana", "person")
 #: (the turn the host admits, what the model extracts from it)

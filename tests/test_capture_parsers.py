@@ -4,11 +4,16 @@ import json
 
 import pytest
 
-from vault.capture.extraction import MAX_MEMORIES, parse_extraction
-from vault.capture.plan import build_plan, entity_id, fact_id, parse_plan, render_plan
-from vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
-from vault.capture.reconcile import parse_reconciliation
-from vault.capture.strictjson import MAX_COMPLETION_UNITS, ModelOutputInvalid, unsafe_text_problem, utf16_length
+from memvault.vault.capture.extraction import MAX_MEMORIES, parse_extraction
+from memvault.vault.capture.plan import build_plan, entity_id, fact_id, parse_plan, render_plan
+from memvault.vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
+from memvault.vault.capture.reconcile import parse_reconciliation
+from memvault.vault.capture.strictjson import (
+    MAX_COMPLETION_UNITS,
+    ModelOutputInvalid,
+    unsafe_text_problem,
+    utf16_length,
+)
 from tests.capture_helpers import entity, extraction, memory
 from tests.intake_helpers import START
 
@@ -231,19 +236,19 @@ class FakeFinder:
         return self.duplicates.get(text)
 
     def candidates(self, text):
-        from vault.capture.prompt import Candidate
+        from memvault.vault.capture.prompt import Candidate
 
         return [Candidate(i, t, "2026-11-29") for i, t in self.close.get(text, [])]
 
 
 def _record(text="Morgan chose blue; the launch moved."):
-    from vault.intake.record import IntakeRecord, Payload
+    from memvault.vault.intake.record import IntakeRecord, Payload
 
     return IntakeRecord("a" * 64, Payload("capture", "user", text, text), "bujo", START, START)
 
 
 def test_plan_capture_makes_one_call_for_novel_memories_and_two_when_some_are_close():
-    from vault.capture.pipeline import plan_capture
+    from memvault.vault.capture.pipeline import plan_capture
 
     novel = FakeModel(VALID)
     plan = plan_capture(_record(), model=novel, finder=FakeFinder(), vault_zone="Europe/Amsterdam", now=START)

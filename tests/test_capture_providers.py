@@ -10,7 +10,10 @@ from datetime import timedelta
 
 import pytest
 
-from indexer.intake_worker import IntakeWorker
+from memvault.indexer.services.intake_worker import IntakeWorker
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.snapshot import inspect_run
 from tests.capture_helpers import (
     OLLAMA_PATH,
     OPENAI_PATH,
@@ -23,9 +26,6 @@ from tests.capture_helpers import (
 )
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer, Reply
-from vault.intake.admission import intake_id_for
-from vault.intake.files import IntakeDirs
-from vault.intake.snapshot import inspect_run
 
 TURN = "user: what did we settle?\nassistant: Morgan leads Project Atlas; the launch is on March 15."
 GOOD = extraction(
@@ -188,7 +188,7 @@ def test_a_missing_api_key_is_a_provider_failure_not_a_crash(tmp_path, server):
 
 
 def test_the_timeout_comes_from_memvault_memory_llm_timeout_ms(tmp_path, server):
-    from indexer.store import MemoryStore
+    from memvault.indexer.engine.store import MemoryStore
 
     script = ChatScript(lambda _t: Reply(200, {"message": {"content": GOOD}}, delay=3.0))
     server.route(OLLAMA_PATH, script)

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from cli.docgen import render
-from cli.main import cli
+from memvault.cli.docgen import render
+from memvault.cli.main import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,12 +89,12 @@ def test_every_command_has_help_text():
 
 def test_cli_reference_doc_is_current():
     committed = (REPO / "docs" / "cli.md").read_text()
-    assert committed == render(), "docs/cli.md is stale: run `python -m cli.docgen > docs/cli.md`"
+    assert committed == render(), "docs/cli.md is stale: run `python -m memvault.cli.docgen > docs/cli.md`"
 
 
 def test_help_imports_nothing_heavy():
     probe = (
-        "import sys; from click.testing import CliRunner; from cli.main import cli; "
+        "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
         "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output; "
         "heavy = [m for m in ('tantivy', 'hnswlib', 'wordllama', 'numpy', 'watchdog', 'mcp') if m in sys.modules]; "
         "print(','.join(heavy))"

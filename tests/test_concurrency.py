@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from indexer.store import MemoryStore
-from vault.note import parse
+from memvault.indexer.engine.store import MemoryStore
+from memvault.vault.note import parse
 
 REPO = Path(__file__).resolve().parent.parent
 WRITER = textwrap.dedent(
@@ -19,7 +19,7 @@ WRITER = textwrap.dedent(
     import sys
     from datetime import datetime, timedelta
     from zoneinfo import ZoneInfo
-    from indexer.store import MemoryStore
+    from memvault.indexer.engine.store import MemoryStore
     vault, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     start = datetime(2026, 11, 1, 8, 0, tzinfo=ZoneInfo("Europe/Amsterdam"))
     with MemoryStore.open(vault) as store:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vault.config import (
+from memvault.vault.config import (
     CONFIG_FILE,
     ENV_VARS,
     LEAVES,
@@ -26,7 +26,7 @@ from vault.config import (
     render_config,
     validate_config_data,
 )
-from vault.errors import InvalidConfig
+from memvault.vault.errors import InvalidConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILTIN = {"provider": "builtin"}

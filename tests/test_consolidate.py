@@ -9,14 +9,22 @@ from datetime import datetime, timezone
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
-from indexer.consolidate import END, MAX_GROUPS, SCAN_CEILING, START, is_calendar_node, lexical_key, scan_groups
-from indexer.store import MemoryStore
-from indexer.watch import Watcher
+from memvault.cli.main import cli
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.consolidate import (
+    END,
+    MAX_GROUPS,
+    SCAN_CEILING,
+    START,
+    is_calendar_node,
+    lexical_key,
+    scan_groups,
+)
+from memvault.indexer.maintenance.watch import Watcher
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.graph import Entity, FactLink, Graph, render_graph
 from tests.capture_helpers import EMBED_PATH, OLLAMA_PATH, ChatScript, hash_embeddings, make_capture_vault
 from tests.loopback import LoopbackServer
-from vault.errors import InvalidRecord
-from vault.graph import Entity, FactLink, Graph, render_graph
 
 AT = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 
@@ -122,7 +130,7 @@ def test_the_preview_is_bounded_by_groups_and_by_the_scan_ceiling():
         small.add_fact(FactLink(f"f-{i:02d}", (f"e-{i:02d}",), 0.5, "daily/2026-11-30.md"))
     groups, scanned, complete = scan_groups(small, frozenset({"f-00"}))
     assert complete and scanned == 120 and groups[lexical_key("Topic 0")].memories == 0  # superseded facts do not count
-    from indexer.consolidate import ConsolidationReport, render_block
+    from memvault.indexer.maintenance.consolidate import ConsolidationReport, render_block
 
     report = ConsolidationReport("index.md", False, (), 60, 1, 0, 60, 0, 0, 0, MAX_GROUPS, scanned, complete)
     block = render_block(report, sorted(groups.values(), key=lambda g: -g.memories)[:MAX_GROUPS], True)

@@ -8,12 +8,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-import indexer.coverage as coverage_module
-from indexer.coverage import MAX_MEMORY_WORDS, NEIGHBOUR_DISCOUNT, coverage
-from indexer.generations import MANIFEST, current_generation
-from indexer.store import MemoryStore
-from vault.config import default_config_data, render_config
-from vault.init import init_vault
+import memvault.indexer.search.coverage as coverage_module
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.generations import MANIFEST, current_generation
+from memvault.indexer.search.coverage import MAX_MEMORY_WORDS, NEIGHBOUR_DISCOUNT, coverage
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.init import init_vault
 
 AMS = ZoneInfo("Europe/Amsterdam")
 
@@ -159,7 +159,7 @@ def test_lite_recall_has_no_coverage(tmp_path):
 
 
 def test_the_index_stores_each_memorys_note_context(tmp_path):
-    from indexer.bm25 import passage_of, row_of
+    from memvault.indexer.search.bm25 import passage_of, row_of
 
     root = make_vault(tmp_path / "journal", "journal", FACTS)
     with MemoryStore.open(root) as store:
@@ -193,7 +193,7 @@ def test_a_giant_word_is_read_in_pieces():
 
 
 def test_without_the_builtin_table_recall_still_answers_and_says_why(tmp_path, monkeypatch):
-    from vault.errors import ProviderUnavailable
+    from memvault.vault.errors import ProviderUnavailable
 
     root = make_vault(tmp_path / "journal", "journal", FACTS)
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vault.credentials import find_credential, refuse_credentials
-from vault.errors import CredentialRefused
+from memvault.vault.credentials import find_credential, refuse_credentials
+from memvault.vault.errors import CredentialRefused
 
 # Fake but well-formed secrets; assembled from parts so no scanner mistakes this file for a leak.
 OPENAI_LEGACY = "sk-" + "T3BlbkFJ" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8s9T0"

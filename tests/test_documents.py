@@ -4,15 +4,22 @@ import hashlib
 import json
 import threading
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
-from indexer.runtime_service import RuntimeService
-from vault.config import load_config
-from vault.documents import ColdReference, Document, DocumentStore, capacity_plan, parse_document, render_document, slug
-from vault.errors import Conflict, CredentialRefused, InvalidRecord, ProviderUnavailable, UnsafePath
-from vault.runtime import CapacityExceeded
+from memvault.indexer.runtime.service import RuntimeService
+from memvault.vault.config import load_config
+from memvault.vault.documents import (
+    ColdReference,
+    Document,
+    DocumentStore,
+    capacity_plan,
+    parse_document,
+    render_document,
+    slug,
+)
+from memvault.vault.errors import Conflict, CredentialRefused, InvalidRecord, ProviderUnavailable, UnsafePath
+from memvault.vault.runtime import CapacityExceeded
 
 
 class Clock:

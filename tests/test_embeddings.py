@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from indexer import embedding_http, embeddings
-from indexer.embeddings import EmbeddingIdentity, EmbeddingProvider, make_provider, normalize_rows
+from memvault.indexer.search import embedding_http, embeddings, http_json
+from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider, make_provider, normalize_rows
+from memvault.vault.errors import InvalidConfig, ProviderUnavailable
 from tests.loopback import LoopbackServer, Reply, closed_port_url
-from vault.errors import InvalidConfig, ProviderUnavailable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def test_builtin_load_is_quiet_and_offline(tmp_path: Path) -> None:
         "import logging, socket\n"
         "def no_net(*a, **k): raise OSError('network used')\n"
         "socket.socket.connect = no_net\n"
-        "from indexer.embeddings import make_provider\n"
+        "from memvault.indexer.search.embeddings import make_provider\n"
         "vectors = make_provider('builtin', '', 256, None).embed(['hello world'])\n"
         "assert vectors.shape == (1, 256)\n"
         "assert logging.getLogger().handlers == [], logging.getLogger().handlers\n"
@@ -352,7 +352,7 @@ def test_http_connection_refused(name: str) -> None:
 
 @pytest.mark.parametrize("declared", [True, False])
 def test_http_oversized_answer(declared: bool, server: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedding_http, "MAX_RESPONSE_BYTES", 4096)
+    monkeypatch.setattr(http_json, "MAX_RESPONSE_BYTES", 4096)
     rows = [[0.123456789] * DIM for _ in range(200)]
     body = json.dumps({"embeddings": rows}).encode()
     if declared:
@@ -365,7 +365,7 @@ def test_http_oversized_answer(declared: bool, server: LoopbackServer, monkeypat
 
 
 def test_default_response_cap_is_64_mib() -> None:
-    assert embedding_http.MAX_RESPONSE_BYTES == 64 * 1024 * 1024
+    assert http_json.MAX_RESPONSE_BYTES == 64 * 1024 * 1024
     assert embedding_http.BATCH_SIZE == 32
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from vault import fsio
-from vault.errors import UnsafePath
-from vault.fsio import (
+from memvault.vault import fsio
+from memvault.vault.errors import UnsafePath
+from memvault.vault.fsio import (
     append_durable,
     atomic_write,
     check_private_file,

@@ -5,12 +5,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from indexer.graph_expansion import reserved_slots
-from indexer.store import MemoryStore
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.search.graph_expansion import reserved_slots
+from memvault.vault.graph import Entity, FactLink, Graph, GraphInvalid, parse_graph, read_graph, render_graph
+from memvault.vault.replay import ReplayState, write_sidecar
 from tests.capture_helpers import EMBED_PATH, hash_embeddings, make_capture_vault
 from tests.loopback import LoopbackServer
-from vault.graph import Entity, FactLink, Graph, GraphInvalid, parse_graph, read_graph, render_graph
-from vault.replay import ReplayState, write_sidecar
 
 AT = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 
@@ -180,7 +180,7 @@ def test_superseded_facts_are_not_expanded_and_a_broken_graph_degrades(graph_vau
 
 
 def test_a_broken_graph_stops_a_capture_before_any_change(tmp_path):
-    from indexer.intake_worker import IntakeWorker
+    from memvault.indexer.services.intake_worker import IntakeWorker
     from tests.capture_helpers import OLLAMA_PATH, ChatScript, daily_text, entity, extraction, memory
     from tests.intake_helpers import Clock, store_for
 
@@ -205,8 +205,8 @@ def test_a_broken_graph_stops_a_capture_before_any_change(tmp_path):
 
 
 def test_an_oversized_or_linked_graph_file_is_refused_without_reading_it(tmp_path):
-    from vault.errors import UnsafePath
-    from vault.graph import MAX_GRAPH_BYTES
+    from memvault.vault.errors import UnsafePath
+    from memvault.vault.graph import MAX_GRAPH_BYTES
 
     path = tmp_path / "graph.jsonl"
     with open(path, "wb") as handle:

@@ -8,11 +8,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
-from indexer import health
-from indexer.generations import MANIFEST, Manifest, new_generation
-from indexer.health import ERROR, Finding, check_health, register_check
-from indexer.store import MemoryStore
+from memvault.cli.main import cli
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance import health
+from memvault.indexer.maintenance.generations import MANIFEST, Manifest, new_generation
+from memvault.indexer.maintenance.health import ERROR, Finding, check_health, register_check
 
 AMS = ZoneInfo("Europe/Amsterdam")
 

@@ -1,7 +1,6 @@
 """Journal tier: vectors beside BM25, fused recall, the semantic queue and its catch-up."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,10 +10,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from indexer.hybrid import BM25_WEIGHT, RRF_K, VECTOR_WEIGHT, fuse
-from indexer.store import MemoryStore
-from vault.config import default_config_data, render_config
-from vault.init import init_vault
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.search.hybrid import BM25_WEIGHT, RRF_K, VECTOR_WEIGHT, fuse
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.init import init_vault
 
 REPO = Path(__file__).resolve().parent.parent
 AMS = ZoneInfo("Europe/Amsterdam")
@@ -102,7 +101,7 @@ def test_hand_edits_reach_the_vectors_on_next_open(journal_vault):
 def test_a_process_killed_before_its_vectors_landed_is_caught_up(journal_vault):
     script = (
         "import os, signal; from datetime import datetime; from zoneinfo import ZoneInfo\n"
-        "from indexer.store import MemoryStore\n"
+        "from memvault.indexer.engine.store import MemoryStore\n"
         f"s = MemoryStore.open({str(journal_vault)!r})\n"
         "s._semantic._queue._run_batch = lambda batch: None  # the worker never lands anything\n"
         "s.remember('Tomas collects vintage typewriters.', at=datetime(2026, 11, 30, 11, 0, tzinfo=ZoneInfo('UTC')))\n"
@@ -137,7 +136,7 @@ def test_provider_outage_degrades_recall_and_keeps_bm25(journal_vault, tmp_path)
         store.rebuild()
     config = json.loads((journal_vault / "memvault.json").read_text())
     with MemoryStore.open(journal_vault) as store:
-        from indexer.embeddings import make_provider
+        from memvault.indexer.search.embeddings import make_provider
 
         store._semantic._provider = make_provider("ollama", "m", 256, f"http://127.0.0.1:{port}", 0.5)
         result = store.recall("deployment color")
@@ -226,10 +225,10 @@ def test_access_telemetry_is_recorded_and_never_changes_ranking(journal_vault):
 
 
 def test_strict_health_checks_every_vector_against_its_row(journal_vault):
-    from indexer.health import check_health
-    from indexer.semantic import SemanticIndex
-    from vault.config import load_config
-    from vault.layout import VaultLayout
+    from memvault.indexer.maintenance.health import check_health
+    from memvault.indexer.maintenance.semantic import SemanticIndex
+    from memvault.vault.config import load_config
+    from memvault.vault.layout import VaultLayout
 
     layout, config = VaultLayout(journal_vault), load_config(journal_vault, {})
     assert [f for f in check_health(layout, config, strict=True).findings if f.check == "vector_rows"] == []
@@ -248,9 +247,9 @@ def test_strict_health_checks_every_vector_against_its_row(journal_vault):
 def test_queued_deltas_merge_to_each_keys_latest_state():
     from datetime import date, timezone
 
-    from indexer.semantic_service import merge_deltas
-    from indexer.sync import IndexDelta
-    from vault.records import MemoryRecord
+    from memvault.indexer.maintenance.semantic_service import merge_deltas
+    from memvault.indexer.maintenance.sync import IndexDelta
+    from memvault.vault.records import MemoryRecord
 
     def record(memory_id: str, text: str) -> MemoryRecord:
         return MemoryRecord(memory_id, "daily/2026-11-30.md", "curated", date(2026, 11, 30),

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from vault.intake.admission import MAX_SUMMARY_BYTES, host_summary, intake_id_for, skip_reason
-from vault.intake.files import MAX_RECORD_BYTES, IntakeDirs
-from vault.intake.record import IntakeRecord, Payload, parse_record, render_record
-from vault.intake.state import MAX_ACTIVE, read_record
+from memvault.vault.intake.admission import MAX_SUMMARY_BYTES, host_summary, intake_id_for, skip_reason
+from memvault.vault.intake.files import MAX_RECORD_BYTES, IntakeDirs
+from memvault.vault.intake.record import IntakeRecord, Payload, parse_record, render_record
+from memvault.vault.intake.state import MAX_ACTIVE, read_record
 from tests.intake_helpers import START, admit, intake_files, make_vault
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -227,7 +227,7 @@ def test_intake_folder_owned_by_another_uid_is_refused(root):
 
 
 def test_hostile_records_show_as_invalid_in_the_snapshot(root):
-    from vault.intake.snapshot import runtime_snapshot
+    from memvault.vault.intake.snapshot import runtime_snapshot
 
     admit(root, "good")
     bad = IntakeDirs(root).record_path("pending", intake_id_for("bad"))
@@ -238,7 +238,7 @@ def test_hostile_records_show_as_invalid_in_the_snapshot(root):
 
 
 def test_turn_json_is_strict_and_bounded():
-    from vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
+    from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
 
     with pytest.raises(TurnJsonError) as too_big:
         parse_turn_json(b" " * (MAX_TURN_JSON_BYTES + 1))

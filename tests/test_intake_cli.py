@@ -7,8 +7,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
-from vault.intake.admission import intake_id_for
+from memvault.cli.main import cli
+from memvault.vault.intake.admission import intake_id_for
 from tests.intake_helpers import make_vault
 
 SECRET_WORD = "zanzibar"  # appears only in the turn's content
@@ -121,7 +121,7 @@ def test_malformed_ids_are_usage_errors(root, command):
 
 def test_retry_is_refused_while_a_live_process_holds_the_vault(root):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from vault.locks import LivenessFence; LivenessFence(sys.argv[1]).hold(); "
+        [sys.executable, "-c", "import sys; from memvault.vault.locks import LivenessFence; LivenessFence(sys.argv[1]).hold(); "
          "print('held', flush=True); sys.stdin.readline()", str(root)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -137,7 +137,7 @@ def test_retry_is_refused_while_a_live_process_holds_the_vault(root):
 
 def test_admit_as_a_real_process(root):
     done = subprocess.run(
-        [sys.executable, "-c", "from cli.main import cli; cli()", "--vault", str(root), "admit"],
+        [sys.executable, "-m", "memvault", "--vault", str(root), "admit"],
         input=turn(trigger="cron"), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from indexer.store import MemoryStore
-from vault.intake import BOUNDARIES
-from vault.intake.admission import intake_id_for
-from vault.intake.files import IntakeDirs
-from vault.intake.ledger import Ledger
-from vault.intake.snapshot import inspect_run, runtime_snapshot
-from vault.clock import utc_now
+from memvault.indexer.engine.store import MemoryStore
+from memvault.vault.clock import utc_now
+from memvault.vault.intake import BOUNDARIES
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.ledger import Ledger
+from memvault.vault.intake.snapshot import inspect_run, runtime_snapshot
 
 DRIVER = Path(__file__).resolve().parent / "crash_driver.py"
 RUNS = 4

@@ -1,19 +1,19 @@
 """The permanent ledger, its integrity catalog and schema marker: format, tampering, crash windows, pruning."""
 
 import itertools
-from datetime import timedelta
 import os
 import stat
+from datetime import timedelta
 
 import pytest
 
-from vault.intake import state
-from vault.intake.admission import intake_id_for
-from vault.intake.catalog import CATALOG_BYTES, LedgerIntegrityError
-from vault.intake.files import IntakeDirs
-from vault.intake.ledger import ENTRY_BYTES, Ledger
-from vault.intake.snapshot import inspect_run, ledger_status
-from vault.intake.state import intake_lock, recover, resolve_run
+from memvault.vault.intake import state
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.intake.catalog import CATALOG_BYTES, LedgerIntegrityError
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.ledger import ENTRY_BYTES, Ledger
+from memvault.vault.intake.snapshot import inspect_run, ledger_status
+from memvault.vault.intake.state import intake_lock, recover, resolve_run
 from tests.intake_helpers import START, admit, make_vault
 
 

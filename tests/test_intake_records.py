@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from vault.errors import InvalidRecord, UnsafePath
-from vault.intake import backoff
-from vault.intake.files import MAX_RECORD_BYTES, read_private
-from vault.intake.record import (
+from memvault.vault.errors import InvalidRecord, UnsafePath
+from memvault.vault.intake import backoff
+from memvault.vault.intake.files import MAX_RECORD_BYTES, read_private
+from memvault.vault.intake.record import (
     IntakeRecord,
     Payload,
     Receipt,

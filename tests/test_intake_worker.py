@@ -8,16 +8,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from indexer.intake_worker import IntakeWorker
-from vault.errors import InvalidRecord, VaultLocked
-from vault.intake.admission import intake_id_for
-from vault.intake.backoff import schedule
-from vault.intake.files import IntakeDirs
-from vault.intake.ledger import Ledger
-from vault.intake.operator import resolve_run_as_operator, retry_runs
-from vault.intake.snapshot import inspect_run, runtime_snapshot
-from vault.intake.state import read_record
-from vault.locks import VaultLock
+from memvault.indexer.services.intake_worker import IntakeWorker
+from memvault.vault.errors import InvalidRecord, VaultLocked
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.intake.backoff import schedule
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.ledger import Ledger
+from memvault.vault.intake.operator import resolve_run_as_operator, retry_runs
+from memvault.vault.intake.snapshot import inspect_run, runtime_snapshot
+from memvault.vault.intake.state import read_record
+from memvault.vault.locks import VaultLock
 from tests.intake_helpers import START, Clock, make_vault, store_for
 
 ANSWER = "Deployed the fix and closed the incident."
@@ -67,7 +67,7 @@ def test_bujo_projects_raw_audit_outside_curated_recall(tmp_path):
 
 
 def test_journal_projects_by_content_identity_and_repeats_converge(tmp_path):
-    from vault.ids import memory_id
+    from memvault.vault.ids import memory_id
 
     root = make_vault(tmp_path, mode="journal")
     with store_for(root) as store:
@@ -149,7 +149,7 @@ def test_retry_revives_dead_letters_and_makes_delayed_work_due(tmp_path):
     dead_id, delayed_id = intake_id_for("dead-run"), intake_id_for("delayed-run")
     dirs = IntakeDirs(root)
     record = read_record(dirs, "pending", dead_id)
-    from vault.intake.state import write_record
+    from memvault.vault.intake.state import write_record
 
     write_record(dirs, "dead", record.evolve(state="dead", attempts=16))
     dirs.record_path("pending", dead_id).unlink()
@@ -192,7 +192,7 @@ def test_resolve_accepts_the_loss_and_keeps_duplicate_protection(tmp_path):
 _HOLD_FENCE = """
 import sys, time
 from pathlib import Path
-from vault.locks import LivenessFence
+from memvault.vault.locks import LivenessFence
 fence = LivenessFence(Path(sys.argv[1])).hold()
 print("held", flush=True)
 sys.stdin.readline()

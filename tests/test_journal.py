@@ -9,8 +9,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
-from indexer.journal import (
+from memvault.cli.main import cli
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.journal.cursor import FileSnapshots, JournalCursorError, MemorySnapshots
+from memvault.indexer.journal.date_range import JournalRequestError, resolve_range
+from memvault.indexer.journal.query import (
     DEFAULT_LIMIT,
     PAGE_MAX_BYTES,
     SNAPSHOT_MAX_BYTES,
@@ -24,12 +27,9 @@ from indexer.journal import (
     entry_bytes,
     journal_entry,
 )
-from indexer.journal_cursor import FileSnapshots, JournalCursorError, MemorySnapshots
-from indexer.journal_range import JournalRequestError, resolve_range
-from indexer.store import MemoryStore
-from indexer.sync import Row
-from vault.config import default_config_data, render_config
-from vault.init import init_vault
+from memvault.indexer.maintenance.sync import Row
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.init import init_vault
 
 AMS = "Europe/Amsterdam"
 
@@ -410,7 +410,7 @@ def test_cli_journal_pages_with_a_cursor_between_calls(forty):
 
 
 def test_cli_on_a_vault_that_cannot_keep_snapshots_says_so(forty, monkeypatch):
-    import indexer.journal_cursor as journal_cursor
+    import memvault.indexer.journal.cursor as journal_cursor
 
     def read_only(*_args, **_kwargs):
         raise PermissionError(13, "Permission denied")  # what a read-only vault gives a non-root user

@@ -1,13 +1,19 @@
-"""Dependencies point one way: cli → indexer → vault. Checked by parsing every import."""
+"""Dependencies point one way: cli → indexer → vault, and inside indexer/ its groups top to
+bottom (runtime → engine → services → journal → maintenance → search). Checked by parsing
+every import, the lazy ones inside functions included: a lazy import may save start-up time,
+it may not hide an upward dependency."""
 
 import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FORBIDDEN = {
-    "vault": {"indexer", "cli", "click", "urllib.request", "http.client", "requests", "httpx"},
-    "indexer": {"cli", "click"},
+    "vault": {"memvault.indexer", "memvault.cli", "click", "urllib.request", "http.client", "requests", "httpx"},
+    "indexer": {"memvault.cli", "click"},
 }
+#: indexer's groups, top first; each may import only the groups after it (and `results`)
+INDEXER_GROUPS = ["runtime", "engine", "services", "journal", "maintenance", "search"]
+SHARED = {"results"}
 
 
 def imported_modules(path: Path):
@@ -20,6 +26,11 @@ def imported_modules(path: Path):
             yield node.module
 
 
+def project_sources():
+    for top in ("memvault", "vault", "indexer", "cli", "tests", "bench"):
+        yield from sorted((REPO / top).rglob("*.py"))
+
+
 def test_packages_only_import_downward():
     offences = []
     for package, banned in FORBIDDEN.items():
@@ -27,6 +38,37 @@ def test_packages_only_import_downward():
             for module in imported_modules(path):
                 if any(module == b or module.startswith(b + ".") for b in banned):
                     offences.append(f"{path.relative_to(REPO)} imports {module}")
+    assert offences == []
+
+
+def test_indexer_groups_only_import_downward():
+    offences = []
+    for group_index, group in enumerate(INDEXER_GROUPS):
+        allowed = set(INDEXER_GROUPS[group_index:]) | SHARED
+        for path in sorted((REPO / "indexer" / group).rglob("*.py")):
+            for module in imported_modules(path):
+                parts = module.split(".")
+                if parts[:2] == ["memvault", "indexer"] and len(parts) > 2 and parts[2] not in allowed:
+                    offences.append(f"{path.relative_to(REPO)} ({group}) imports {module}")
+    assert offences == []
+
+
+def test_every_indexer_module_sits_in_a_group():
+    loose = sorted(p.stem for p in (REPO / "indexer").glob("*.py") if p.stem not in SHARED | {"__init__"})
+    assert loose == []
+    assert sorted(p.name for p in (REPO / "indexer").iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
+        INDEXER_GROUPS
+    )
+
+
+def test_nothing_imports_the_folders_by_their_bare_names():
+    # The folders install as memvault.vault / memvault.indexer / memvault.cli; a bare `import vault`
+    # would pick up a user's own vault.py instead.
+    offences = []
+    for path in project_sources():
+        for module in imported_modules(path):
+            if module.split(".")[0] in ("vault", "indexer", "cli"):
+                offences.append(f"{path.relative_to(REPO)} imports {module}")
     assert offences == []
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from vault.errors import Conflict, UnsafePath, VaultLocked
-from vault.fsio import read_bytes_nofollow
-from vault.locks import LivenessFence, VaultLock, replace_if_unchanged
+from memvault.vault.errors import Conflict, UnsafePath, VaultLocked
+from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.locks import LivenessFence, VaultLock, replace_if_unchanged
 
 REPO = Path(__file__).resolve().parents[1]
 PRELUDE = f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
@@ -23,8 +23,8 @@ HANG_GUARD = 300
 
 COUNTER_WORKER = """
 from pathlib import Path
-from vault.fsio import read_bytes_nofollow
-from vault.locks import VaultLock, replace_if_unchanged
+from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.locks import VaultLock, replace_if_unchanged
 root = Path(sys.argv[1])
 counter = root / "counter"
 print("ready", flush=True)
@@ -41,7 +41,7 @@ for _ in range(200):
 
 LOCK_HOLDER = """
 from pathlib import Path
-from vault.locks import VaultLock
+from memvault.vault.locks import VaultLock
 with VaultLock(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.readline()
@@ -50,7 +50,7 @@ with VaultLock(Path(sys.argv[1])):
 FENCE_HOLDER = """
 import time
 from pathlib import Path
-from vault.locks import LivenessFence
+from memvault.vault.locks import LivenessFence
 LivenessFence(Path(sys.argv[1])).hold()
 print("held", flush=True)
 time.sleep(3600)
@@ -58,7 +58,7 @@ time.sleep(3600)
 
 FENCE_PROBE = """
 from pathlib import Path
-from vault.locks import LivenessFence
+from memvault.vault.locks import LivenessFence
 print(LivenessFence(Path(sys.argv[1])).is_held_elsewhere())
 """
 

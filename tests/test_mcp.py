@@ -15,12 +15,12 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cli import mcp_tools
-from cli.mcp_tools import RECALL, JOURNAL, REMEMBER, VaultSession
-from vault.config import default_config_data, render_config
-from vault.errors import VaultLocked
-from vault.init import init_vault
-from vault.locks import LivenessFence
+from memvault.cli import mcp_tools
+from memvault.cli.mcp_tools import JOURNAL, RECALL, REMEMBER, VaultSession
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.errors import VaultLocked
+from memvault.vault.init import init_vault
+from memvault.vault.locks import LivenessFence
 
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 AMS = "Europe/Amsterdam"
@@ -98,8 +98,8 @@ def test_tools_offered_under_each_policy(tmp_path):
 
 
 def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
-    from vault.archive_export import export_vault
-    from vault.archive_import import restore_archive
+    from memvault.vault.archive_export import export_vault
+    from memvault.vault.archive_import import restore_archive
 
     vault = make_vault(tmp_path, "v")
     archive = tmp_path / "backup.tar.gz"

@@ -3,9 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vault.ids import derived_id, memory_id, normalize_text
-from vault.note import append_line, format_bullet, new_note_text, parse, render
-from vault.plaintext import plain_text
+from memvault.vault.ids import derived_id, memory_id, normalize_text
+from memvault.vault.note import append_line, format_bullet, new_note_text, parse, render
+from memvault.vault.plaintext import plain_text
 
 
 def test_memvault_bullet_parses_time_text_and_id():

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vault.errors import UnsafePath
-from vault.paths import is_ignored_name, resolve_inside, vault_relative
+from memvault.vault.errors import UnsafePath
+from memvault.vault.paths import is_ignored_name, resolve_inside, vault_relative
 
 
 @pytest.fixture

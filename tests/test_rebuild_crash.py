@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from indexer.generations import generation_names
-from indexer.store import MemoryStore
-from vault.config import default_config_data, render_config
-from vault.ids import memory_id
-from vault.init import init_vault
-from vault.note import format_bullet
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.generations import generation_names
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.ids import memory_id
+from memvault.vault.init import init_vault
+from memvault.vault.note import format_bullet
 
 REPO = Path(__file__).resolve().parent.parent
-MEMVAULT = [sys.executable, "-c", "from cli.main import cli; cli()"]
+MEMVAULT = [sys.executable, "-m", "memvault"]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 pytestmark = pytest.mark.slow
 
@@ -168,7 +168,7 @@ def test_watch_killed_at_random_moments_during_edit_bursts(vault):
 READER = textwrap.dedent(
     """
     import sys, time
-    from indexer.store import MemoryStore
+    from memvault.indexer.engine.store import MemoryStore
     vault, seconds = sys.argv[1], float(sys.argv[2])
     bad, reads, deadline = 0, 0, time.monotonic() + seconds
     with MemoryStore.open(vault, sync=False) as store:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from indexer.recall_budget import (
+from memvault.indexer.runtime.budget import (
     DOC_RECORD_CHARS,
     DOC_RECORDS,
     DOC_TOTAL_CHARS,
@@ -198,7 +198,7 @@ def test_odd_queries_are_answered_not_raised(query):
 
 
 def test_a_service_turn_recalls_from_active_spaces_and_documents(new_vault):
-    from indexer.runtime_service import RuntimeService
+    from memvault.indexer.runtime.service import RuntimeService
 
     service = RuntimeService.open(new_vault)
     service.create_space("Work")

@@ -10,10 +10,23 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.main import cli
-from indexer.health import check_health
-from indexer.intake_worker import IntakeWorker
-from indexer.replay_index import projection_path, read_projection
+from memvault.cli.main import cli
+from memvault.indexer.maintenance.health import check_health
+from memvault.indexer.search.supersession import projection_path, read_projection
+from memvault.indexer.services.intake_worker import IntakeWorker
+from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.replay import (
+    MAX_ENTRIES,
+    MAX_SIDECAR_BYTES,
+    ReplayState,
+    SidecarInvalid,
+    parse_state,
+    read_sidecar,
+    render_state,
+    sidecar_path,
+    write_sidecar,
+)
 from tests.capture_helpers import (
     EMBED_PATH,
     OLLAMA_PATH,
@@ -26,22 +39,9 @@ from tests.capture_helpers import (
 )
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
-from vault.errors import Conflict, InvalidRecord, UnsafePath
-from vault.intake.admission import intake_id_for
-from vault.replay import (
-    MAX_ENTRIES,
-    MAX_SIDECAR_BYTES,
-    ReplayState,
-    SidecarInvalid,
-    parse_state,
-    read_sidecar,
-    render_state,
-    sidecar_path,
-    write_sidecar,
-)
 
 REPO = Path(__file__).resolve().parent.parent
-HOLD_FENCE = "import sys; from pathlib import Path; from vault.locks import LivenessFence; " \
+HOLD_FENCE = "import sys; from pathlib import Path; from memvault.vault.locks import LivenessFence; " \
              "LivenessFence(Path(sys.argv[1])).hold(); print('held', flush=True); sys.stdin.read()"  # fmt: skip
 AUTH = {"digest": "a" * 64, "kind": "capture"}
 TS = "2026-11-30T13:03:00.000000Z"

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from indexer import routing
-from indexer.routing import (
+from memvault.indexer.search import routing
+from memvault.indexer.search.routing import (
     ACTIVE_CHAT_GUIDANCE,
     JOURNAL_GUIDANCE,
     RUN_HISTORY_HANDOFF,

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from indexer.chat import MAX_COMPLETION_CHARS, HttpChatModel, chat_model_from_config
+from memvault.indexer.services.chat import MAX_COMPLETION_CHARS, HttpChatModel, chat_model_from_config
+from memvault.vault.config import load_config
+from memvault.vault.errors import ProviderUnavailable
 from tests.loopback import LoopbackServer, Reply, closed_port_url, ndjson
-from vault.config import load_config
-from vault.errors import ProviderUnavailable
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo"}]
 

@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from cli.main import cli
+from memvault.cli.main import cli
 
 
 def run(vault, *args, ok=True, input=None):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vault.runtime import RuntimeMemory
-from vault.runtime.commit import COMMITTED, TEMPS_WRITTEN, renamed
-from vault.runtime.projection import parse_edited
+from memvault.vault.runtime import RuntimeMemory
+from memvault.vault.runtime.commit import COMMITTED, TEMPS_WRITTEN, renamed
+from memvault.vault.runtime.projection import parse_edited
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ def run_cli(vault: Path, *args: str, crash_at: str | None = None) -> subprocess.
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(vault.parent)}
     if crash_at:
         env["MEMVAULT_TEST_CRASH_AT"] = crash_at
-    code = "from cli.main import cli; cli()"
+    code = "from memvault.cli.main import cli; cli()"
     return subprocess.run(
         [sys.executable, "-c", code, "--vault", str(vault), *args],
         env=env, capture_output=True, text=True, timeout=60, cwd=vault.parent,
@@ -85,7 +85,7 @@ def test_sigkill_at_each_commit_boundary_reloads_cleanly(new_vault, start, write
 WRITER = textwrap.dedent(
     """
     import sys
-    from vault.runtime import RuntimeMemory
+    from memvault.vault.runtime import RuntimeMemory
     root, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     runtime = RuntimeMemory(root, memory_limit=100_000, lock_timeout=120)
     for i in range(count):

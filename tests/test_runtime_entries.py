@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from vault.errors import CredentialRefused, InvalidRecord
-from vault.runtime.entries import (
+from memvault.vault.errors import CredentialRefused, InvalidRecord
+from memvault.vault.runtime.entries import (
     MAX_ENTRY_BYTES,
     CapacityExceeded,
     Keyed,
@@ -15,9 +15,26 @@ from vault.runtime.entries import (
     packed_bytes,
     retain_by_importance,
 )
-from vault.runtime.mutations import AmbiguousMatch, NoMatch, apply, find_match, make_add, make_remove, make_replace
-from vault.runtime.projection import CURRENT, EDITED, MISSING, STALE, classify, parse_edited, render_projection, sha256_hex
-from vault.runtime.state import ProjectionStamp, RuntimeState, decode_state, encode_state
+from memvault.vault.runtime.mutations import (
+    AmbiguousMatch,
+    NoMatch,
+    apply,
+    find_match,
+    make_add,
+    make_remove,
+    make_replace,
+)
+from memvault.vault.runtime.projection import (
+    CURRENT,
+    EDITED,
+    MISSING,
+    STALE,
+    classify,
+    parse_edited,
+    render_projection,
+    sha256_hex,
+)
+from memvault.vault.runtime.state import ProjectionStamp, RuntimeState, decode_state, encode_state
 
 T = "2026-01-01T00:00:00Z"
 

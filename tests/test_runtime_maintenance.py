@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from indexer.chat import HttpChatModel
-from indexer.runtime_service import RuntimeService
+from memvault.indexer.runtime.service import RuntimeService
+from memvault.indexer.services.chat import HttpChatModel
+from memvault.vault.config import load_config
+from memvault.vault.errors import Conflict, CredentialRefused, InvalidRecord, ProviderUnavailable
+from memvault.vault.runtime import CapacityExceeded, RuntimeMemory
+from memvault.vault.runtime.activity import Switches
 from tests.loopback import LoopbackServer, Reply
-from vault.config import load_config
-from vault.errors import Conflict, CredentialRefused, InvalidRecord, ProviderUnavailable
-from vault.runtime import CapacityExceeded, RuntimeMemory
-from vault.runtime.activity import Switches
 
 USER_FACTS = [f"User fact number {i} about preferences." for i in range(6)]  # 38 bytes each
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from vault.config import load_config
-from vault.errors import Conflict, CredentialRefused, InvalidRecord, UnsafePath
-from vault.runtime import CapacityExceeded, Overflow, RuntimeMemory
-from vault.runtime.commit import COMMITTED, TEMPS_WRITTEN, renamed
-from vault.runtime.entries import Keyed
-from vault.runtime.mutations import AmbiguousMatch, NoMatch
-from vault.runtime.projection import render_projection
+from memvault.vault.config import load_config
+from memvault.vault.errors import Conflict, CredentialRefused, InvalidRecord, UnsafePath
+from memvault.vault.runtime import CapacityExceeded, Overflow, RuntimeMemory
+from memvault.vault.runtime.commit import COMMITTED, TEMPS_WRITTEN, renamed
+from memvault.vault.runtime.entries import Keyed
+from memvault.vault.runtime.mutations import AmbiguousMatch, NoMatch
+from memvault.vault.runtime.projection import render_projection
 
 
 class Clock:

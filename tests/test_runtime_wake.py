@@ -2,9 +2,9 @@
 
 import pytest
 
-from indexer.runtime_service import RuntimeService
-from vault.errors import VaultError
-from vault.runtime.activity import (
+from memvault.indexer.runtime.service import RuntimeService
+from memvault.vault.errors import VaultError
+from memvault.vault.runtime.activity import (
     ActivityTracker,
     Switches,
     TurnSignals,
@@ -13,8 +13,7 @@ from vault.runtime.activity import (
     diversity_score,
     review_due,
 )
-from vault.runtime.wake import DOCUMENT_COVER_LIMIT, RUNTIME_MEMORY_PROTOCOL, SPACE_COVER_LIMIT
-
+from memvault.vault.runtime.wake import DOCUMENT_COVER_LIMIT, RUNTIME_MEMORY_PROTOCOL, SPACE_COVER_LIMIT
 
 # --- activity score --------------------------------------------------------------------------
 

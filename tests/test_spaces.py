@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from indexer.results import RecallHit
-from indexer.runtime_recall import _verify_in_files, fuse, recall_spaces, write_to_space
-from vault.errors import InvalidRecord, UnsafePath
-from vault.spaces import MODEL_CATALOG_LIMIT, SpaceCatalog
+from memvault.indexer.results import RecallHit
+from memvault.indexer.runtime.recall import _verify_in_files, fuse, recall_spaces, write_to_space
+from memvault.vault.errors import InvalidRecord, UnsafePath
+from memvault.vault.spaces import MODEL_CATALOG_LIMIT, SpaceCatalog
 
 REPO = Path(__file__).resolve().parent.parent
 AT = datetime(2026, 3, 1, tzinfo=timezone.utc)
@@ -37,8 +37,8 @@ def test_the_first_space_is_default_and_later_ids_are_generated(catalog):
 
 
 def test_a_folder_left_by_a_crashed_create_is_adopted(catalog):
-    from vault.config import default_config_data, render_config
-    from vault.init import init_vault
+    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.init import init_vault
 
     init_vault(catalog.root / "default", render_config(default_config_data(mode="lite")))
     assert catalog.create("Work").id == "default"
@@ -127,7 +127,7 @@ def test_a_duplicated_id_in_the_catalog_is_refused(catalog):
 CREATOR = textwrap.dedent(
     """
     import sys
-    from vault.spaces import SpaceCatalog
+    from memvault.vault.spaces import SpaceCatalog
     catalog = SpaceCatalog(sys.argv[1])
     for n in range(3):
         catalog.create(f"worker {sys.argv[2]} space {n}")

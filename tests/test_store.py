@@ -8,9 +8,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from indexer.store import MemoryStore
-from vault.errors import CredentialRefused, InvalidRecord, NotAVault, UnsafePath
-from vault.ids import memory_id
+from memvault.indexer.engine.store import MemoryStore
+from memvault.vault.errors import CredentialRefused, InvalidRecord, NotAVault, UnsafePath
+from memvault.vault.ids import memory_id
 
 AMS = ZoneInfo("Europe/Amsterdam")
 QUERIES = [

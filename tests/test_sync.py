@@ -11,13 +11,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from indexer.derived import MAX_NOTE_BYTES, read_note_records
-from indexer.health import check_health
-from indexer.store import MemoryStore
-from indexer.sync import Row, diff_rows
-from vault.ids import memory_id
-from vault.layout import VaultLayout
-from vault.records import MemoryRecord
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.derived import MAX_NOTE_BYTES, read_note_records
+from memvault.indexer.maintenance.health import check_health
+from memvault.indexer.maintenance.sync import Row, diff_rows
+from memvault.vault.ids import memory_id
+from memvault.vault.layout import VaultLayout
+from memvault.vault.records import MemoryRecord
 
 AMS = ZoneInfo("Europe/Amsterdam")
 QUERIES = ["deployment color", "Morgan", "peanuts allergy lunch", "staging database", "release", "backup",
@@ -37,7 +37,7 @@ def rows(store: MemoryStore) -> list[Row]:
 
 
 def record(text: str, line: int, path: str = "daily/2026-11-30.md", id_: str | None = None) -> MemoryRecord:
-    from vault.ids import content_hash
+    from memvault.vault.ids import content_hash
 
     return MemoryRecord(id_ or memory_id(text), path, "curated", date(2026, 11, 30), datetime(2026, 11, 30, 9),
                         text, content_hash(text), line, None, True)

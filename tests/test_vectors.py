@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer import vectors as vectors_module
-from indexer.embeddings import EmbeddingIdentity, make_provider
-from indexer.vectors import INDEX_FILE, META_FILE, VectorIndex, read_identity
-from vault.errors import IndexUnavailable
+from memvault.indexer.search import vectors as vectors_module
+from memvault.indexer.search.embeddings import EmbeddingIdentity, make_provider
+from memvault.indexer.search.vectors import INDEX_FILE, META_FILE, VectorIndex, read_identity
+from memvault.vault.errors import IndexUnavailable
 
 DIM = 16
 IDENTITY = EmbeddingIdentity("builtin", "test-model", DIM)

@@ -26,14 +26,14 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
-from indexer.health import check_health
-from indexer.store import MemoryStore
-from indexer.watch import ChangeQueue, VaultEventHandler, Watcher
-from vault.locks import LivenessFence
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.health import check_health
+from memvault.indexer.maintenance.watch import ChangeQueue, VaultEventHandler, Watcher
+from memvault.vault.locks import LivenessFence
 
 REPO = Path(__file__).resolve().parent.parent
 AMS = ZoneInfo("Europe/Amsterdam")
-MEMVAULT = [sys.executable, "-c", "from cli.main import cli; cli()"]
+MEMVAULT = [sys.executable, "-m", "memvault"]
 
 
 # --- synthetic events ------------------------------------------------------------------------
@@ -326,7 +326,7 @@ def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
 def test_watcher_keeps_vectors_in_step_on_a_journal_vault(fixture_vault):
     """Journal tier: an edit saved while `watch` runs gets its vector (through the queue), and the
     vectors match the rows exactly once the queue drains (strict health's vector check)."""
-    from vault.config import default_config_data, render_config
+    from memvault.vault.config import default_config_data, render_config
 
     (fixture_vault / "memvault.json").write_bytes(render_config(default_config_data("journal", "Europe/Amsterdam")))
     running = Running(fixture_vault)
@@ -345,7 +345,7 @@ def test_watcher_keeps_vectors_in_step_on_a_journal_vault(fixture_vault):
 
 
 def test_watchdogs_harmless_rewatch_warning_is_silenced_and_no_other():
-    from indexer.watch import _quiet_watchdog_rewatch_warning
+    from memvault.indexer.maintenance.watch import _quiet_watchdog_rewatch_warning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-from vault.errors import InvalidRecord
-from vault.locks import VaultLock
-from vault.paths import is_ignored_name
-from vault.strict_json import loads_strict
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.locks import VaultLock
+from memvault.vault.paths import is_ignored_name
+from memvault.vault.strict_json import loads_strict
 
 FORMAT, VERSION = "memvault-archive", 1
 MANIFEST_NAME = "memvault-archive.json"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from vault.archive import (
+from memvault.vault.archive import (
     CANONICAL_DIRS,
     CANONICAL_FILES,
     DEFAULT_LIMITS,
@@ -34,9 +34,9 @@ from vault.archive import (
     member_mode,
     writer_locks,
 )
-from vault.errors import Conflict, InvalidRecord
-from vault.fsio import fsync_dir
-from vault.paths import is_ignored_name
+from memvault.vault.errors import Conflict, InvalidRecord
+from memvault.vault.fsio import fsync_dir
+from memvault.vault.paths import is_ignored_name
 
 _CHUNK = 1 << 20
 

@@ -34,7 +34,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from vault.archive import (
+from memvault.vault.archive import (
     CANONICAL_DIRS,
     CANONICAL_FILES,
     DEFAULT_LIMITS,
@@ -46,11 +46,11 @@ from vault.archive import (
     verify_archive,
     writer_locks,
 )
-from vault.errors import Conflict, NotAVault, UnsafePath
-from vault.fsio import fsync_dir, read_bytes_nofollow
-from vault.layout import CONFIG_FILE, DAILY
-from vault.locks import LivenessFence
-from vault.paths import resolve_inside
+from memvault.vault.errors import Conflict, NotAVault, UnsafePath
+from memvault.vault.fsio import fsync_dir, read_bytes_nofollow
+from memvault.vault.layout import CONFIG_FILE, DAILY
+from memvault.vault.locks import LivenessFence
+from memvault.vault.paths import resolve_inside
 
 #: apply keeps the vault's own copy of these (configuration and a regenerated view)
 APPLY_KEEPS = ("memvault.json", ".gitignore", "index.md")

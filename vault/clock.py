@@ -12,7 +12,7 @@ import re
 from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from vault.errors import InvalidRecord
+from memvault.vault.errors import InvalidRecord
 
 _TIME_RE = re.compile(r"(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)(?P<off>[+-](?:[01]\d|2[0-3]):[0-5]\d|Z)?")
 TIME_PATTERN = r"(?:[01]\d|2[0-3]):[0-5]\d(?:[+-](?:[01]\d|2[0-3]):[0-5]\d|Z)?"

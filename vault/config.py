@@ -20,34 +20,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vault.errors import InvalidConfig
-from vault.layout import CONFIG_FILE
-
-from vault.config_schema import (  # noqa: F401  public names are re-exported
+from memvault.vault.config_schema import (  # noqa: F401  public names are re-exported
+    _ENV_INT_RE,
     DEFAULT_EMBEDDING_PROVIDER,
     DEFAULT_LLM_TIMEOUT_MS,
-    MAX_LLM_TIMEOUT_MS,
     EMBEDDING_PROVIDERS,
     ENV_VARS,
-    EmbeddingProvider,
     LEAVES,
     LLM_PROVIDERS,
     MAX_CONFIG_BYTES,
     MAX_EMBEDDING_DIM,
+    MAX_LLM_TIMEOUT_MS,
     MODES,
     OBJECTS,
     RUNTIME_LIMIT_RANGE,
     VAULT_PATH_ENV,
     WRITE_MODES,
-    is_time_zone,
-    validate_config_data,
-    _ENV_INT_RE,
+    EmbeddingProvider,
     _HugeNumber,
     _Problem,
     _problems,
     _show,
     _show_key,
+    is_time_zone,
+    validate_config_data,
 )
+from memvault.vault.errors import InvalidConfig
+from memvault.vault.layout import CONFIG_FILE
 
 # --- the config object ------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from vault.credentials import find_credential
-from vault.layout import CONFIG_FILE
+from memvault.vault.credentials import find_credential
+from memvault.vault.layout import CONFIG_FILE
 
 MAX_CONFIG_BYTES = 1024 * 1024
 MODES = ("lite", "journal", "bujo")

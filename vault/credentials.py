@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vault.errors import CredentialRefused
+from memvault.vault.errors import CredentialRefused
 
 _PLACEHOLDER_WORDS = ("xxx", "***", "...", "your", "example", "placeholder", "redacted", "changeme", "dummy")
 _URL_PLACEHOLDERS = frozenset({"pass", "password", "passwd", "pwd", "secret", "pw", "p", "x"})

@@ -9,15 +9,15 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 
-from vault.clock import local_day_and_time, zone
-from vault.credentials import refuse_credentials
-from vault.errors import InvalidRecord
-from vault.fsio import fsync_dir, read_bytes_nofollow
-from vault.ids import memory_id, normalize_text
-from vault.layout import DAILY, VaultLayout
-from vault.locks import replace_if_unchanged
-from vault.note import append_line, format_bullet, new_note_text, parse
-from vault.paths import resolve_inside
+from memvault.vault.clock import local_day_and_time, zone
+from memvault.vault.credentials import refuse_credentials
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.fsio import fsync_dir, read_bytes_nofollow
+from memvault.vault.ids import memory_id, normalize_text
+from memvault.vault.layout import DAILY, VaultLayout
+from memvault.vault.locks import replace_if_unchanged
+from memvault.vault.note import append_line, format_bullet, new_note_text, parse
+from memvault.vault.paths import resolve_inside
 
 #: a remembered fact is one line of prose, not a document
 MAX_FACT_BYTES = 4096

@@ -15,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from vault.errors import UnsafePath
+from memvault.vault.errors import UnsafePath
 
 __all__ = [
     "append_durable",

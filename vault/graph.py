@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vault.errors import InvalidRecord
-from vault.fsio import read_bytes_nofollow
-from vault.locks import replace_if_unchanged
-from vault.paths import resolve_inside
-from vault.strict_json import loads_strict
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.locks import replace_if_unchanged
+from memvault.vault.paths import resolve_inside
+from memvault.vault.strict_json import loads_strict
 
 GRAPH_FILE = "graph.jsonl"
 MAX_GRAPH_BYTES = 64 * 1024 * 1024

@@ -3,11 +3,11 @@
 import os
 from pathlib import Path
 
-from vault.config import is_time_zone
-from vault.errors import NotAVault
-from vault.fsio import atomic_write, fsync_dir, read_bytes_nofollow
-from vault.layout import CONFIG_FILE, DAILY, GITIGNORE_LINES
-from vault.paths import resolve_inside
+from memvault.vault.config import is_time_zone
+from memvault.vault.errors import NotAVault
+from memvault.vault.fsio import atomic_write, fsync_dir, read_bytes_nofollow
+from memvault.vault.layout import CONFIG_FILE, DAILY, GITIGNORE_LINES
+from memvault.vault.paths import resolve_inside
 
 
 def init_vault(root: Path, config_bytes: bytes) -> list[str]:

@@ -19,8 +19,8 @@ from types import TracebackType
 
 from filelock import FileLock, Timeout
 
-from vault.errors import Conflict, UnsafePath, VaultLocked
-from vault.fsio import atomic_write, ensure_private_dir, read_bytes_nofollow
+from memvault.vault.errors import Conflict, UnsafePath, VaultLocked
+from memvault.vault.fsio import atomic_write, ensure_private_dir, read_bytes_nofollow
 
 __all__ = ["LivenessFence", "VaultLock", "replace_if_unchanged"]
 

@@ -16,8 +16,8 @@ each bullet's inline markdown into the plain text that is indexed (see `plain_te
 import re
 from dataclasses import dataclass, field, replace
 
-from vault.clock import TIME_PATTERN
-from vault.ids import BLOCK_ID_PATTERN, derived_id, is_valid_block_id
+from memvault.vault.clock import TIME_PATTERN
+from memvault.vault.ids import BLOCK_ID_PATTERN, derived_id, is_valid_block_id
 
 _BULLET_RE = re.compile(r"(?P<indent>[ \t]*)(?P<marker>[-*+]|\d{1,9}[.)])(?:[ \t]+(?P<rest>.*?))?[ \t]*")
 _TIME_PREFIX_RE = re.compile(rf"(?P<time>{TIME_PATTERN})[ \t]+(?P<body>.*)")

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from vault.errors import UnsafePath
+from memvault.vault.errors import UnsafePath
 
 __all__ = ["is_ignored_name", "resolve_inside", "vault_relative"]
 

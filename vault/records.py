@@ -3,12 +3,12 @@
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 
-from vault.clock import bullet_instant, zone
-from vault.errors import InvalidRecord
-from vault.ids import content_hash
-from vault.layout import NOTE_KINDS
-from vault.note import Note
-from vault.plaintext import plain_text
+from memvault.vault.clock import bullet_instant, zone
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.ids import content_hash
+from memvault.vault.layout import NOTE_KINDS
+from memvault.vault.note import Note
+from memvault.vault.plaintext import plain_text
 
 #: frontmatter keys that set a note's own zone (for a person who travels)
 ZONE_KEYS = ("timeZone", "timezone", "tz")

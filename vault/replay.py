@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vault.errors import Conflict, InvalidRecord, UnsafePath
-from vault.fsio import check_private_file
-from vault.intake.files import is_intake_id, read_private
-from vault.intake.record import format_ts
-from vault.locks import replace_if_unchanged
-from vault.paths import resolve_inside
-from vault.strict_json import loads_strict
+from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath
+from memvault.vault.fsio import check_private_file
+from memvault.vault.intake.files import is_intake_id, read_private
+from memvault.vault.intake.record import format_ts
+from memvault.vault.locks import replace_if_unchanged
+from memvault.vault.paths import resolve_inside
+from memvault.vault.strict_json import loads_strict
 
 SIDECAR_NAME = ".replay-projection-v1.json"
 SIDECAR_FORMAT = 1

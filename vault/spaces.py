@@ -21,15 +21,15 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from vault.clock import utc_now
-from vault.config import default_config_data, render_config
-from vault.errors import Conflict, InvalidRecord, NotAVault
-from vault.fsio import read_bytes_nofollow
-from vault.init import init_vault
-from vault.layout import CONFIG_FILE
-from vault.locks import VaultLock, replace_if_unchanged
-from vault.paths import resolve_inside
-from vault.runtime.entries import iso_utc
+from memvault.vault.clock import utc_now
+from memvault.vault.config import default_config_data, render_config
+from memvault.vault.errors import Conflict, InvalidRecord, NotAVault
+from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.init import init_vault
+from memvault.vault.layout import CONFIG_FILE
+from memvault.vault.locks import VaultLock, replace_if_unchanged
+from memvault.vault.paths import resolve_inside
+from memvault.vault.runtime.entries import iso_utc
 
 CATALOG_FILE = "spaces.json"
 FORMAT = "memvault-spaces-v1"

@@ -5,7 +5,7 @@
 
 `vault/capture` holds the prompts, the strict parsers, the plan and the commit protocol; the
 model and the candidate lookup arrive through the small protocols in `pipeline.py`, so all of
-it runs without HTTP. `indexer/capture_service.py` wires it to the store and the intake worker.
+it runs without HTTP. `indexer/services/capture.py` wires it to the store and the intake worker.
 See docs/capture.md.
 """
 

@@ -5,7 +5,7 @@
     3. replay  → sidecar             the plan's exact delta (capture, lifecycle, edges)
 
 The caller holds the vault lock, then indexes the note and projects the sidecar into the index
-(indexer/capture_service.py), then resolves the intake run. Every step recognises its own
+(indexer/services/capture.py), then resolves the intake run. Every step recognises its own
 earlier output (bullet ids, line identities, entry identities), so a run killed between any two
 steps and replayed from the retained plan ends in exactly the state an uninterrupted run would:
 one bullet per fact, one line per entity/association/relation, one entry per sidecar identity.
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vault.capture.plan import SemanticPlan
-from vault.curated import NewBullet, append_bullets_once
-from vault.graph import Entity, FactLink, Graph, read_graph, write_graph
-from vault.intake.files import CrashHook, hit
-from vault.layout import VaultLayout
-from vault.replay import capture_delta, read_sidecar, write_sidecar
+from memvault.vault.capture.plan import SemanticPlan
+from memvault.vault.curated import NewBullet, append_bullets_once
+from memvault.vault.graph import Entity, FactLink, Graph, read_graph, write_graph
+from memvault.vault.intake.files import CrashHook, hit
+from memvault.vault.layout import VaultLayout
+from memvault.vault.replay import capture_delta, read_sidecar, write_sidecar
 
 
 def commit_plan(layout: VaultLayout, plan: SemanticPlan, hook: CrashHook | None = None, *, authority: str = "capture") -> bytes:

@@ -19,13 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from vault.capture.extraction import parse_extraction
-from vault.capture.plan import SemanticPlan, build_plan
-from vault.capture.prompt import Candidate, extraction_messages, reconciliation_messages
-from vault.capture.reconcile import parse_reconciliation
-from vault.clock import local_day_and_time, zone
-from vault.intake.files import CrashHook, hit
-from vault.intake.record import IntakeRecord, format_ts
+from memvault.vault.capture.extraction import parse_extraction
+from memvault.vault.capture.plan import SemanticPlan, build_plan
+from memvault.vault.capture.prompt import Candidate, extraction_messages, reconciliation_messages
+from memvault.vault.capture.reconcile import parse_reconciliation
+from memvault.vault.clock import local_day_and_time, zone
+from memvault.vault.intake.files import CrashHook, hit
+from memvault.vault.intake.record import IntakeRecord, format_ts
 
 #: called between steps; raises to abandon the attempt (the intake worker's shutdown)
 Checkpoint = Callable[[], None]

@@ -31,14 +31,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from vault.capture.extraction import ENTITY_TYPES, RELATION_RE, Extraction
-from vault.capture.reconcile import NOOP, SUPERSEDE, UPDATE, Decision
-from vault.capture.strictjson import ModelOutputInvalid
-from vault.errors import InvalidRecord
-from vault.fsio import atomic_write, ensure_private_dir, fsync_dir
-from vault.intake.files import INTAKE_DIR, is_intake_id, read_private
-from vault.intake.record import format_ts
-from vault.paths import resolve_inside
+from memvault.vault.capture.extraction import ENTITY_TYPES, RELATION_RE, Extraction
+from memvault.vault.capture.reconcile import NOOP, SUPERSEDE, UPDATE, Decision
+from memvault.vault.capture.strictjson import ModelOutputInvalid
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.fsio import atomic_write, ensure_private_dir, fsync_dir
+from memvault.vault.intake.files import INTAKE_DIR, is_intake_id, read_private
+from memvault.vault.intake.record import format_ts
+from memvault.vault.paths import resolve_inside
 
 PLAN_FORMAT = 1
 PLANS_DIR = "plans"

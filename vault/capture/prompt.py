@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vault.capture.extraction import (
+from memvault.vault.capture.extraction import (
     ENTITY_TYPES,
     MAX_ENTITIES,
     MAX_ENTITIES_PER_MEMORY,

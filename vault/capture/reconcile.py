@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from vault.capture.extraction import MAX_MEMORY_CHARS
-from vault.capture.strictjson import Fields, load_exact
+from memvault.vault.capture.extraction import MAX_MEMORY_CHARS
+from memvault.vault.capture.strictjson import Fields, load_exact
 
 ADD, NOOP, UPDATE, SUPERSEDE = "ADD", "NOOP", "UPDATE", "SUPERSEDE"
 ACTIONS = (ADD, NOOP, UPDATE, SUPERSEDE)

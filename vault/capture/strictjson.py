@@ -22,10 +22,10 @@ import re
 import unicodedata
 from typing import Any
 
-from vault.credentials import find_credential
-from vault.errors import InvalidRecord
-from vault.ids import normalize_text
-from vault.strict_json import loads_strict
+from memvault.vault.credentials import find_credential
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.ids import normalize_text
+from memvault.vault.strict_json import loads_strict
 
 #: the spec's cap on one capture-model completion, in JavaScript (UTF-16 code unit) characters
 MAX_COMPLETION_UNITS = 262_144
@@ -156,7 +156,7 @@ def unsafe_text_problem(text: str, max_chars: int) -> str | None:
 
 
 def _round_trips(text: str) -> bool:
-    from vault.note import format_bullet, parse
+    from memvault.vault.note import format_bullet, parse
 
     note = parse("# t\n\n" + format_bullet(text, "f-0000000000", "00:00"))
     return len(note.bullets) == 1 and note.bullets[0].text == text and note.bullets[0].block_id == "f-0000000000"

@@ -1,6 +1,6 @@
 """Documents: project records in `documents/*.md` under a byte budget, cold ones in `documents/archived/`."""
 
-from vault.documents.format import (
+from memvault.vault.documents.format import (
     ARCHIVED_DIR,
     DEFAULT_DOCUMENTS_LIMIT,
     DOCUMENTS_DIR,
@@ -16,7 +16,7 @@ from vault.documents.format import (
     render_document,
     slug,
 )
-from vault.documents.store import DocumentStore
+from memvault.vault.documents.store import DocumentStore
 
 __all__ = [
     "ARCHIVED_DIR",

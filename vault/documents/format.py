@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vault.errors import InvalidRecord
+from memvault.vault.errors import InvalidRecord
 
 DOCUMENTS_DIR, ARCHIVED_DIR = "documents", "documents/archived"
 DEFAULT_DOCUMENTS_LIMIT = 64 * 1024

@@ -15,15 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from vault.clock import utc_now
-from vault.credentials import refuse_credentials
-from vault.errors import Conflict, InvalidRecord
-from vault.fsio import fsync_dir, read_bytes_nofollow
-from vault.locks import VaultLock, replace_if_unchanged
-from vault.paths import is_ignored_name, resolve_inside
-from vault.runtime.commit import ensure_folder
-from vault.runtime.entries import CapacityExceeded, iso_utc
-from vault.documents.format import (
+from memvault.vault.clock import utc_now
+from memvault.vault.credentials import refuse_credentials
+from memvault.vault.documents.format import (
     ARCHIVED_DIR,
     DEFAULT_DOCUMENTS_LIMIT,
     DOCUMENTS_DIR,
@@ -43,6 +37,12 @@ from vault.documents.format import (
     render_document,
     slug,
 )
+from memvault.vault.errors import Conflict, InvalidRecord
+from memvault.vault.fsio import fsync_dir, read_bytes_nofollow
+from memvault.vault.locks import VaultLock, replace_if_unchanged
+from memvault.vault.paths import is_ignored_name, resolve_inside
+from memvault.vault.runtime.commit import ensure_folder
+from memvault.vault.runtime.entries import CapacityExceeded, iso_utc
 
 #: more documents than this in documents/ is not a working set; refuse rather than scan forever
 MAX_ACTIVE_DOCUMENTS = 4096

@@ -27,16 +27,15 @@ import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from vault.credentials import find_credential
-from vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
-from vault.fsio import fsync_dir
-from vault.ids import normalize_text
-
-from vault.intake.catalog import LedgerIntegrityError
-from vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHook, IntakeDirs, hit
-from vault.intake.ledger import Ledger, shard_of
-from vault.intake.record import ADMITTING_WRITE_MODES, TIERS, TRIGGERS, IntakeRecord, Payload, render_record
-from vault.intake.state import MAX_ACTIVE, find_active, intake_lock, read_receipt, receipt_lookup
+from memvault.vault.credentials import find_credential
+from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
+from memvault.vault.fsio import fsync_dir
+from memvault.vault.ids import normalize_text
+from memvault.vault.intake.catalog import LedgerIntegrityError
+from memvault.vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHook, IntakeDirs, hit
+from memvault.vault.intake.ledger import Ledger, shard_of
+from memvault.vault.intake.record import ADMITTING_WRITE_MODES, TIERS, TRIGGERS, IntakeRecord, Payload, render_record
+from memvault.vault.intake.state import MAX_ACTIVE, find_active, intake_lock, read_receipt, receipt_lookup
 
 MAX_SUMMARY_BYTES = 2048
 MAX_CAPTURE_TEXT_BYTES = 512 * 1024

@@ -25,10 +25,9 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from vault.errors import InvalidRecord
-from vault.fsio import atomic_write
-
-from vault.intake.files import RESOLVED, CrashHook, IntakeDirs, hit, read_private
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.fsio import atomic_write
+from memvault.vault.intake.files import RESOLVED, CrashHook, IntakeDirs, hit, read_private
 
 HEADER = b"memvault-intake-catalog v1\n"
 SHARD_COUNT = 256

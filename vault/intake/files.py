@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vault.errors import InvalidRecord, UnsafePath
-from vault.fsio import check_private_file, ensure_private_dir, fsync_dir
-from vault.paths import resolve_inside
+from memvault.vault.errors import InvalidRecord, UnsafePath
+from memvault.vault.fsio import check_private_file, ensure_private_dir, fsync_dir
+from memvault.vault.paths import resolve_inside
 
 INTAKE_DIR = ".capture-intake"
 MARKER_NAME = ".capture-intake-schema"

@@ -26,10 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vault.errors import Conflict, UnsafePath
-from vault.fsio import append_durable, check_private_file
-
-from vault.intake.catalog import (
+from memvault.vault.errors import Conflict, UnsafePath
+from memvault.vault.fsio import append_durable, check_private_file
+from memvault.vault.intake.catalog import (
     SHARD_COUNT,
     Catalog,
     LedgerIntegrityError,
@@ -38,7 +37,7 @@ from vault.intake.catalog import (
     load_catalog,
     shard_name,
 )
-from vault.intake.files import CrashHook, IntakeDirs, hit
+from memvault.vault.intake.files import CrashHook, IntakeDirs, hit
 
 ENTRY_BYTES = 129
 _ENTRY_RE = re.compile(rb"([0-9a-f]{64})([0-9a-f]{64})\n")

@@ -20,12 +20,11 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from vault.errors import Conflict, InvalidRecord
-from vault.locks import LivenessFence
-
-from vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, is_intake_id
-from vault.intake.record import OPERATOR_RESOLVED, SLUG_RE
-from vault.intake.state import find_active, intake_lock, make_due, read_receipt, recover, resolve_run
+from memvault.vault.errors import Conflict, InvalidRecord
+from memvault.vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, is_intake_id
+from memvault.vault.intake.record import OPERATOR_RESOLVED, SLUG_RE
+from memvault.vault.intake.state import find_active, intake_lock, make_due, read_receipt, recover, resolve_run
+from memvault.vault.locks import LivenessFence
 
 
 def _check_id(intake_id: str) -> None:
@@ -78,7 +77,7 @@ def resolve_run_as_operator(root: Path, intake_id: str, reason: str, now: dateti
 
 def _refuse_retained_plan(dirs: IntakeDirs, intake_id: str) -> None:
     """A retained BuJo semantic plan is recoverable without the model: never accept its loss."""
-    from vault.capture.plan import plan_path  # capture owns the plan; the intake only asks
+    from memvault.vault.capture.plan import plan_path  # capture owns the plan; the intake only asks
 
     if os.path.lexists(plan_path(dirs.root, intake_id)):
         raise Conflict(

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vault.curated import append_bullet_once
-from vault.layout import AUDIT, DAILY, VaultLayout
-
-from vault.intake.files import CrashHook, hit
-from vault.intake.record import IntakeRecord
+from memvault.vault.curated import append_bullet_once
+from memvault.vault.intake.files import CrashHook, hit
+from memvault.vault.intake.record import IntakeRecord
+from memvault.vault.layout import AUDIT, DAILY, VaultLayout
 
 TURN_ID_PREFIX = "t-"
 TURN_ID_HEX = 10

@@ -20,11 +20,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from vault.errors import InvalidRecord
-
-from vault.intake.backoff import MAX_ATTEMPTS
-from vault.intake.files import MAX_RECORD_BYTES, is_intake_id
-from vault.strict_json import loads_strict
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.intake.backoff import MAX_ATTEMPTS
+from memvault.vault.intake.files import MAX_RECORD_BYTES, is_intake_id
+from memvault.vault.strict_json import loads_strict
 
 FORMAT_VERSION = 1
 TIERS = ("lite", "journal", "bujo")
@@ -108,7 +107,7 @@ class IntakeRecord:
         return self.next_attempt_at or self.admitted_at
 
     def is_due(self, now: datetime) -> bool:
-        # awaiting capture is due too: the capture step (indexer/capture_service.py) runs then
+        # awaiting capture is due too: the capture step (indexer/services/capture.py) runs then
         return self.state in (PENDING_STATE, AWAITING_CAPTURE) and self.due_at() <= now
 
     def evolve(self, **changes: Any) -> IntakeRecord:

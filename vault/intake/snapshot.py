@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from vault.errors import InvalidRecord, VaultError
-
-from vault.intake.files import DEAD, PENDING, RESOLVED, IntakeDirs, is_intake_id
-from vault.intake.ledger import Ledger
-from vault.intake.record import AWAITING_CAPTURE, PENDING_STATE, IntakeRecord, Receipt, format_ts
-from vault.intake.state import MAX_ACTIVE, MAX_RECEIPTS, read_receipt, read_record, receipt_lookup
+from memvault.vault.errors import InvalidRecord, VaultError
+from memvault.vault.intake.files import DEAD, PENDING, RESOLVED, IntakeDirs, is_intake_id
+from memvault.vault.intake.ledger import Ledger
+from memvault.vault.intake.record import AWAITING_CAPTURE, PENDING_STATE, IntakeRecord, Receipt, format_ts
+from memvault.vault.intake.state import MAX_ACTIVE, MAX_RECEIPTS, read_receipt, read_record, receipt_lookup
 
 COUNT_KEYS = ("pending", "awaitingCapture", "dead", "resolved", "due", "invalid")
 

@@ -20,12 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from vault.errors import Conflict, InvalidRecord, VaultError
-from vault.fsio import atomic_write, fsync_dir
-from vault.locks import VaultLock
-
-from vault.intake.backoff import MAX_ATTEMPTS, delay_after, is_exhausted
-from vault.intake.files import (
+from memvault.vault.errors import Conflict, InvalidRecord, VaultError
+from memvault.vault.fsio import atomic_write, fsync_dir
+from memvault.vault.intake.backoff import MAX_ATTEMPTS, delay_after, is_exhausted
+from memvault.vault.intake.files import (
     DEAD,
     PENDING,
     RESOLVED,
@@ -36,8 +34,8 @@ from vault.intake.files import (
     read_private,
     remove_durably,
 )
-from vault.intake.ledger import Ledger, ReceiptLookup, shard_of
-from vault.intake.record import (
+from memvault.vault.intake.ledger import Ledger, ReceiptLookup, shard_of
+from memvault.vault.intake.record import (
     AWAITING_CAPTURE,
     CAPTURED,
     DEAD_STATE,
@@ -50,6 +48,7 @@ from vault.intake.record import (
     render_receipt,
     render_record,
 )
+from memvault.vault.locks import VaultLock
 
 INTAKE_LOCK = "intake"
 LOCK_TIMEOUT = 10.0

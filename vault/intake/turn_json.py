@@ -10,9 +10,10 @@ or unknown keys, `runId` and `answer` required, at most 16 MiB of UTF-8.
 
 from __future__ import annotations
 
-from vault.strict_json import loads_strict
 from datetime import datetime
 from typing import Any
+
+from memvault.vault.strict_json import loads_strict
 
 MAX_TURN_JSON_BYTES = 16 * 1024 * 1024
 _KEYS = {"runId", "answer", "captureText", "trigger", "completedAt"}

@@ -1,11 +1,11 @@
 """The runtime layer of a vault: hot memory (runtime/USER.md, runtime/MEMORY.md) and its helpers.
 
 `RuntimeMemory` is the deterministic control layer (no model, no network); capacity maintenance
-that needs a chat model or memory spaces lives in `indexer.runtime_service`.
+that needs a chat model or memory spaces lives in `memvault.indexer.runtime.service`.
 """
 
-from vault.runtime.entries import MEMORY, TARGETS, USER, CapacityExceeded, RuntimeEntry
-from vault.runtime.memory import Overflow, RuntimeMemory, RuntimeReceipt, RuntimeView
+from memvault.vault.runtime.entries import MEMORY, TARGETS, USER, CapacityExceeded, RuntimeEntry
+from memvault.vault.runtime.memory import Overflow, RuntimeMemory, RuntimeReceipt, RuntimeView
 
 __all__ = [
     "MEMORY",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vault.errors import VaultError
+from memvault.vault.errors import VaultError
 
 SCORE_THRESHOLD = 5
 ADMIT_USER_CHARS, ADMIT_ASSISTANT_CHARS = 320, 600

@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from vault.fsio import fsync_dir
-from vault.paths import resolve_inside
+from memvault.vault.fsio import fsync_dir
+from memvault.vault.paths import resolve_inside
 
 Boundary = Callable[[str], None]
 TEMPS_WRITTEN = "runtime:temps-written"

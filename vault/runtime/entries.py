@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-from vault.credentials import refuse_credentials
-from vault.errors import InvalidRecord, VaultError
-from vault.ids import normalize_text
+from memvault.vault.credentials import refuse_credentials
+from memvault.vault.errors import InvalidRecord, VaultError
+from memvault.vault.ids import normalize_text
 
 USER, MEMORY = "USER", "MEMORY"
 TARGETS = (USER, MEMORY)

@@ -7,7 +7,7 @@ Every write follows the normal path of the spec:
     -> rename projections -> rename memories.json -> compact receipt
 
 A write that would grow a target past its limit raises `CapacityExceeded` carrying the
-snapshot it saw; capacity maintenance (indexer/runtime_maintenance.py) works from that snapshot
+snapshot it saw; capacity maintenance (indexer/runtime/maintenance.py) works from that snapshot
 and comes back through `compact_and_mutate`, a compare-and-swap on the state revision.
 """
 
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from vault.clock import utc_now
-from vault.errors import Conflict, InvalidRecord
-from vault.fsio import atomic_write, read_bytes_nofollow
-from vault.locks import VaultLock
-from vault.paths import resolve_inside
-from vault.runtime.commit import Boundary, commit, ensure_folder
-from vault.runtime.entries import (
+from memvault.vault.clock import utc_now
+from memvault.vault.errors import Conflict, InvalidRecord
+from memvault.vault.fsio import atomic_write, read_bytes_nofollow
+from memvault.vault.locks import VaultLock
+from memvault.vault.paths import resolve_inside
+from memvault.vault.runtime.commit import Boundary, commit, ensure_folder
+from memvault.vault.runtime.entries import (
     MEMORY,
     TARGETS,
     USER,
@@ -38,8 +38,8 @@ from vault.runtime.entries import (
     packed_bytes,
     replace_target,
 )
-from vault.runtime.mutations import ADD, Mutation, apply, find_match, make_add, make_remove, make_replace
-from vault.runtime.projection import (
+from memvault.vault.runtime.mutations import ADD, Mutation, apply, find_match, make_add, make_remove, make_replace
+from memvault.vault.runtime.projection import (
     CURRENT,
     EDITED,
     FILES,
@@ -51,7 +51,7 @@ from vault.runtime.projection import (
     render_projection,
     sha256_hex,
 )
-from vault.runtime.state import STATE_FILE, ProjectionStamp, RuntimeState, decode_state, encode_state
+from memvault.vault.runtime.state import STATE_FILE, ProjectionStamp, RuntimeState, decode_state, encode_state
 
 ARCHIVE_DIR = "runtime/archived"
 

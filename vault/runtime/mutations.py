@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vault.errors import InvalidRecord
-from vault.ids import normalize_text
-from vault.runtime.entries import (
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.ids import normalize_text
+from memvault.vault.runtime.entries import (
     DEFAULT_IMPORTANCE,
     RuntimeEntry,
     check_importance,

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from vault.errors import Conflict, InvalidRecord
-from vault.runtime.entries import IMPORTANCE_MAX, IMPORTANCE_MIN, RuntimeEntry, normalize_entry
+from memvault.vault.errors import Conflict, InvalidRecord
+from memvault.vault.runtime.entries import IMPORTANCE_MAX, IMPORTANCE_MIN, RuntimeEntry, normalize_entry
 
 #: a completion longer than this is refused before parsing (the same cap as capture)
 MAX_COMPLETION_CHARS = 262_144

@@ -22,8 +22,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from vault.errors import CredentialRefused, InvalidRecord
-from vault.runtime.entries import MEMORY, USER, RuntimeEntry, normalize_entry, packed_bytes
+from memvault.vault.errors import CredentialRefused, InvalidRecord
+from memvault.vault.runtime.entries import MEMORY, USER, RuntimeEntry, normalize_entry, packed_bytes
 
 FILES = {USER: "runtime/USER.md", MEMORY: "runtime/MEMORY.md"}
 TITLES = {USER: "User profile", MEMORY: "Working memory"}

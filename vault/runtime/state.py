@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from vault.errors import InvalidRecord
-from vault.runtime.entries import (
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.runtime.entries import (
     IMPORTANCE_MAX,
     IMPORTANCE_MIN,
     MAX_ENTRY_BYTES,

@@ -13,8 +13,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
-from vault.runtime.entries import MEMORY, USER, packed_bytes
-from vault.runtime.memory import RuntimeView
+from memvault.vault.runtime.entries import MEMORY, USER, packed_bytes
+from memvault.vault.runtime.memory import RuntimeView
 
 DOCUMENT_COVER_LIMIT, SPACE_COVER_LIMIT = 8, 8
 COVER_LINE_CHARS = 200

@@ -1,0 +1,500 @@
+"""`MemoryStore`: the one engine the CLI, the MCP server and Python callers share.
+
+    with MemoryStore.open("path/to/vault") as store:
+        store.remember("Morgan chose blue as the deployment color.")
+        result = store.recall("which color did we pick?")
+
+Writes happen under the vault lock: canonical file first, then the index, in one critical
+section. Reads use the serving index generation and follow commits made by other processes.
+"""
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+
+from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
+from memvault.indexer.maintenance.generations import (
+    MANIFEST,
+    REBUILD_GUARDS,
+    Manifest,
+    activate,
+    current_generation,
+    remove_stray_generations,
+)
+from memvault.indexer.maintenance.replay_index import finish_rebuild, project_generation
+from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome
+from memvault.indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
+from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
+from memvault.indexer.search.telemetry import AccessLog
+from memvault.vault.clock import utc_now
+from memvault.vault.config import Config, load_config
+from memvault.vault.curated import prepare_fact, write_fact
+from memvault.vault.errors import IndexUnavailable, InvalidRecord, NotAVault, VaultLocked
+from memvault.vault.ids import content_hash
+from memvault.vault.layout import VaultLayout, find_vault, is_vault
+from memvault.vault.locks import VaultLock
+
+RECALL_MODES = ("tool", "auto")
+MAX_RECALL_LIMIT = 100
+_REBUILD_BATCH_FILES = 64
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def locate_vault(path: str | os.PathLike | None, env: Mapping[str, str], cwd: Path) -> Path:
+    """`path`, else MEMVAULT_MEMORY_PATH, else the nearest enclosing vault (as git finds a repo)."""
+    chosen = path if path is not None else env.get("MEMVAULT_MEMORY_PATH") or None
+    if chosen is not None:
+        root = Path(chosen).expanduser()
+        if not root.is_dir():
+            raise NotAVault(f"{root} is not a folder: create it with `memvault init {root}`")
+        if not is_vault(root):
+            raise NotAVault(f"{root} is not a memvault vault (no memvault.json): run `memvault init {root}`")
+        return root.resolve()
+    found = find_vault(cwd)
+    if found is None:
+        raise NotAVault(
+            f"no vault at or above {cwd}: pass --vault PATH, set MEMVAULT_MEMORY_PATH, or run `memvault init`"
+        )
+    return found
+
+
+class MemoryStore:
+    def __init__(self, layout: VaultLayout, config: Config, *, clock: Callable[[], datetime] = utc_now):
+        self.layout = layout
+        self.config = config
+        self._clock = clock
+        self._lock = VaultLock(layout.root)
+        self._index: DerivedIndex | None = None
+        self._manifest_stamp: tuple[str, int] | None = None
+        #: vectors for Journal/BuJo; Lite never embeds
+        self._semantic = _semantic_service(layout, config)
+        #: when each memory was last recalled, and how often: telemetry, never used for ranking
+        self.access_log = AccessLog(layout.root, layout.index_dir)
+        if config.memory.mode == "bujo":  # MemoryJournal reads capture's supersession lifecycle
+            from memvault.indexer.maintenance.replay_index import SupersessionSource
+
+            self.supersession_state = SupersessionSource(layout).supersession_state
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, object] | None = None,
+        sync: bool = True,
+    ) -> "MemoryStore":
+        """Open a vault. With `sync`, files changed since the index last saw them are indexed now."""
+        env = {} if env is None else env
+        root = locate_vault(path, env, Path.cwd())
+        store = cls(VaultLayout(root), load_config(root, env, overrides))
+        store.env = dict(env)  # the chat model's API key variable is read from here, never os.environ
+        if sync:
+            store.sync()
+        return store
+
+    def close(self) -> None:
+        if self._intake is not None:  # durable intake: drain (bounded) before closing
+            self.stop()
+        if self._capture_queue is not None:  # legacy scheduled captures: drain (bounded)
+            self._capture_queue.stop(timeout=10.0)
+        if self._semantic is not None:  # queued vectors: drain (bounded); the rest catches up later
+            self._semantic.stop(timeout=10.0)
+        if os.access(self.layout.root, os.W_OK):
+            self.access_log.flush()
+        self._index = None
+
+    def __enter__(self) -> "MemoryStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def time_zone(self) -> str:
+        return self.config.memory.time_zone
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
+        """Store one explicit fact in `daily/` and index it; idempotent by content."""
+        fact = prepare_fact(text)
+        when = at if at is not None else self._clock()
+        with self._lock:
+            index = self._writable_index()
+            existing = index.bm25.find_by_content_hash(content_hash(fact))
+            if existing is not None:
+                return RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
+            written = write_fact(self.layout, fact, when, self.time_zone)
+            self._apply(index, [written.path])
+        status = "added" if written.written else "completed"
+        return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
+
+    def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None) -> SyncReport:
+        """Index every note whose bytes changed since the index saw it (hand edits, crashes).
+
+        `paths` (vault-relative) limits the check to those files: the watcher names what changed.
+        Returns a `SyncOutcome`: a SyncReport whose `files` are the files whose rows changed, with
+        row counts beside it.
+        """
+        if not os.access(self.layout.root, os.W_OK):
+            return SyncOutcome.skipped_because("vault is read-only")
+        started = time.monotonic()
+        try:
+            with VaultLock(self.layout.root, timeout=5.0):
+                index = self._writable_index()
+                stale = index.stale_paths(self.layout, None if paths is None else list(paths))
+                delta = self._apply(index, stale, hook)
+                if self._semantic is not None and paths is None:
+                    self._semantic.catch_up(index, self.time_zone)
+        except VaultLocked:
+            return SyncOutcome.skipped_because("another memvault process holds the vault lock")
+        return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
+
+    def rebuild(self, progress: ProgressCallback | None = None, *, hook: BoundaryHook | None = None) -> RebuildReport:
+        """Build a new index generation from the files alone, then swap it in atomically.
+
+        The build runs without the vault lock (writers and the watcher keep going on the serving
+        generation); the short catch-up and the pointer swap run under it. Refusals
+        (`REBUILD_GUARDS`) run before anything is touched; leftovers of killed rebuilds go first.
+        """
+        started = time.monotonic()
+        with VaultLock(self.layout.root, name="rebuild", timeout=-1):
+            for guard in REBUILD_GUARDS:
+                guard(self.layout, self.config)
+            with self._lock:
+                remove_stray_generations(self.layout.index_dir)
+            generation = self._build_generation(progress, hook)
+            if hook is not None:
+                hook("rebuild.built")
+            with self._lock:
+                self._swap_in(generation, hook)
+                finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
+        return _rebuild_report(generation, time.monotonic() - started)
+
+    def compact(self, *, hook: BoundaryHook | None = None) -> bool:
+        """Rewrite the serving generation from its own rows, without the deleted ones.
+
+        Tantivy keeps deleted rows in its statistics until segments merge, so after many edits
+        scores drift slightly from a fresh build's; a compacted generation answers exactly as a
+        rebuild would, without reading a file or re-embedding anything (other components are
+        hard-linked). Returns False when there was nothing to do or a rebuild holds the vault.
+        """
+        try:
+            rebuild_lock = VaultLock(self.layout.root, name="rebuild", timeout=0)
+            rebuild_lock.acquire()
+        except VaultLocked:
+            return False
+        try:
+            with self._lock:
+                source = self._writable_index()
+                if source.deleted_rows() == 0:
+                    return False
+                indexed, states = source.snapshot()
+                target = DerivedIndex.create(self.layout, embedding=source.manifest.embedding)
+                source.link_components_into(target)
+            for start in range(0, len(indexed), _REBUILD_BATCH_FILES):
+                target.apply(indexed[start : start + _REBUILD_BATCH_FILES], hook)
+            target.manifest.files = states
+            target.manifest.save(target.generation / MANIFEST)
+            with self._lock:
+                self._swap_in(target, hook)
+            return True
+        finally:
+            rebuild_lock.release()
+
+    def _build_generation(self, progress: ProgressCallback | None, hook: BoundaryHook | None = None) -> DerivedIndex:
+        generation = DerivedIndex.create(self.layout, embedding=self._embedding_identity())
+        if self._semantic is not None:
+            self._semantic.attach_building(generation)
+        paths = self.layout.note_relpaths()
+        try:
+            for start in range(0, len(paths), _REBUILD_BATCH_FILES):
+                self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES], hook)
+                if progress is not None:
+                    progress(min(start + _REBUILD_BATCH_FILES, len(paths)), len(paths))
+        except BaseException:
+            if self._semantic is not None:  # stop its builder thread; the folder is left for cleanup
+                self._semantic.abandon_building(generation)
+            raise
+        return generation
+
+    def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None) -> None:
+        """Catch up with writes made while building, then point CURRENT at it. Lock held."""
+        self._apply(generation, generation.stale_paths(self.layout), hook)
+        if self._semantic is not None:
+            self._semantic.finish_building(generation)
+            self._semantic.attach_serving(generation)
+        project_generation(self.layout, self.config, generation.generation)  # BuJo replay sidecar
+        activate(self.layout.index_dir, generation.generation, hook)
+        self._index = generation
+        self._manifest_stamp = self._stamp(generation)
+
+    def _embedding_identity(self) -> dict | None:
+        """The identity a new generation is built for; sync and the watcher never change it."""
+        embeddings = self.config.memory.embeddings
+        if embeddings is None:
+            return None
+        return {"provider": embeddings.provider, "model": embeddings.model, "dim": embeddings.dim}
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        if mode not in RECALL_MODES:
+            raise InvalidRecord(f"recall mode {mode!r} is not one of {', '.join(RECALL_MODES)}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECALL_LIMIT:
+            raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
+        if not isinstance(query, str):
+            raise InvalidRecord(f"query must be text, not {type(query).__name__}")
+        routed = routed_away(query, mode)
+        if routed is not None:
+            return routed
+        try:
+            index = self._readable_index()
+        except IndexUnavailable as exc:
+            return RecallResult(query, mode, (), degraded=str(exc))
+        if mode == "auto":
+            result = recall_auto(index.bm25, self._semantic, query)
+        else:
+            result = recall_tool(index.bm25, self._semantic, query, limit)
+            if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
+                from memvault.indexer.search.graph_expansion import expand_recall
+
+                result = expand_recall(self.layout.root, index.bm25, result, limit)
+        self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
+        return result
+
+    def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        """Alias of `recall`, named after the CLI command."""
+        return self.recall(query, limit=limit, mode=mode)
+
+    # --- MemoryJournal (logic in indexer/journal/query.py) ------------------------------------------
+
+    #: BuJo hook: memory id → "valid" | "superseded" | "dropped" at journal snapshot time; None: all valid
+    supersession_state = None
+    _journal = None
+
+    def journal(self, *, from_date=None, through_date=None, time_zone=None, limit=None, cursor=None):
+        """One MemoryJournal page (a JournalPage): a first call with the three range fields, or a
+        continuation with only `cursor` (valid within this store object's lifetime)."""
+        arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
+                     "limit": limit, "cursor": cursor}  # fmt: skip
+        return self.journal_service().query(arguments)
+
+    def journal_service(self, *, persistent: bool = False):
+        """The JournalService: in-memory cursors, or (`persistent`, for the CLI) owner-only
+        snapshots in `.index/journal/` that a later process can continue."""
+        from memvault.indexer.journal.cursor import snapshot_store_for
+        from memvault.indexer.journal.query import JournalService
+
+        if persistent:
+            snapshots = snapshot_store_for(self.layout.root, persistent=True)
+            return JournalService(self.journal_scan, snapshots=snapshots, supersession_state=self.supersession_state)
+        if self._journal is None:
+            self._journal = JournalService(self.journal_scan, supersession_state=self.supersession_state)
+        return self._journal
+
+    def journal_scan(self, relpaths: list[str]):
+        """The curated rows of these daily notes (brought up to date first), and which of them could
+        not be read whole (unreadable, not UTF-8, oversized, merge-conflict markers)."""
+        from memvault.indexer.journal.query import JournalScan
+
+        self.sync(relpaths)
+        index = self._readable_index()
+        rows = [row for path in relpaths for row in index.rows_of(path).values()]
+        incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
+        return JournalScan(rows, incomplete)
+
+    # --- durable intake (logic in vault/intake/ and indexer/services/intake_worker.py) ------------------
+
+    _intake = None  # the running IntakeWorker, if `start_intake` was called
+    _intake_hook = None  # test-only crash hook armed by `start_intake(crash_hook=...)`
+
+    def persist_completed_turn(
+        self,
+        run_id: str,
+        answer: str,
+        *,
+        capture_text: str | None = None,
+        trigger: str = "user",
+        completed_at: datetime | None = None,
+    ):
+        """Durably admit one completed turn; returns an AdmissionResult and never raises for
+        expected failures (admitted / duplicate / skipped(reason) / failed(category, message)).
+
+        Projection to markdown happens in the intake worker (`start_intake`), or in the next
+        process that starts it; the admitted record is the restart boundary.
+        """
+        from memvault.vault.intake.admission import admit_turn
+        from memvault.vault.intake.files import IntakeDirs
+
+        result = admit_turn(
+            IntakeDirs(self.layout.root),
+            run_id=run_id,
+            answer=answer,
+            capture_text=capture_text,
+            trigger=trigger,
+            completed_at=completed_at,
+            write_mode=self.config.memory.write_mode,
+            tier=self.config.memory.mode,
+            now=self._clock(),
+            hook=self._intake_hook,
+        )
+        if result.status == "admitted" and self._intake is not None:
+            self._intake.admitted(result.id)
+        return result
+
+    def start_intake(self, *, crash_hook=None, poll_seconds: float = 2.0, on_transition=None):
+        """Take the liveness fence, recover the intake, and project admitted turns in the background."""
+        from memvault.indexer.services.intake_worker import IntakeWorker
+
+        if self._intake is not None:
+            return self._intake
+        self._intake_hook = crash_hook
+        worker = IntakeWorker(
+            self, clock=self._clock, crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition
+        )
+        worker.start()
+        self._intake = worker
+        return worker
+
+    def stop(self, timeout: float = 10.0):
+        """Drain accepted intake work for up to `timeout` seconds, then abort and return (a
+        ShutdownReport; None if no worker ran). Unfinished records stay pending for the next start."""
+        worker, self._intake = self._intake, None
+        return None if worker is None else worker.stop(timeout)
+
+    def intake_snapshot(self) -> dict:
+        """Content-free intake counts, ledger health and worker state (for inspect and health)."""
+        from memvault.vault.intake.files import IntakeDirs
+        from memvault.vault.intake.snapshot import runtime_snapshot
+
+        snapshot = runtime_snapshot(IntakeDirs(self.layout.root), self._clock())
+        snapshot["worker"] = None if self._intake is None else self._intake.snapshot()
+        return snapshot
+
+    # --- BuJo capture (logic in vault/capture/ and indexer/services/capture.py) -------------------
+
+    env: Mapping[str, str] = {}  # set by `open`; where the chat model's API key variable is read
+    _capture_queue = None  # the legacy best-effort queue, created by the first schedule_capture
+
+    def capture(self, text: str, at: datetime | None = None):
+        """Legacy direct capture: curate `text` now, without durable intake (best effort; see
+        docs/capture.md). Hosts should admit turns with `persist_completed_turn` instead."""
+        from memvault.indexer.services.capture import CaptureService
+
+        return CaptureService(self).capture_text(text, at=at if at is not None else self._clock(), now=self._clock())
+
+    def schedule_capture(self, text: str, at: datetime | None = None) -> bool:
+        """Legacy best-effort background capture; False when its bounded queue is full."""
+        from memvault.indexer.services.capture import CaptureQueue, CaptureService
+
+        if self._capture_queue is None:
+            self._capture_queue = CaptureQueue(CaptureService(self), self._clock)
+        return self._capture_queue.offer(text, at if at is not None else self._clock())
+
+    def consolidate(self):
+        """Regenerate index.md (recent days, counts, top entities, duplicate groups); no model call,
+        canonical memory untouched. Returns a ConsolidationReport (indexer/maintenance/consolidate.py)."""
+        from memvault.indexer.maintenance.consolidate import consolidate
+
+        return consolidate(self.layout, self.config, self._readable_index(create_missing=True))
+
+    def project_journal_turn(self, summary: str, completed_at: datetime):
+        """Journal projection of an admitted turn: Remember's content identity, so repeated content
+        converges on one bullet and one index row (BM25 now, vectors through the queue)."""
+        from memvault.vault.intake.projection import Projection
+
+        receipt = self.remember(summary, at=completed_at)
+        relpath, _, block_id = receipt.source.partition("#^")
+        return Projection(relpath, block_id, written=receipt.status == "added")
+
+    def index_notes(self, relpaths: Iterable[str]) -> None:
+        """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""
+        with self._lock:
+            self._apply(self._writable_index(), list(relpaths))
+
+    # --- index plumbing ----------------------------------------------------------------------
+
+    def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None) -> IndexDelta:
+        indexed = [read_note_records(self.layout, path, self.time_zone) for path in relpaths]
+        delta = index.apply(indexed, hook)
+        if index is self._index:
+            self._manifest_stamp = self._stamp(index)
+        return delta
+
+    def _writable_index(self) -> DerivedIndex:
+        """The serving generation, current with other processes' commits; created if missing.
+
+        Caller holds the vault lock.
+        """
+        index = self._readable_index(create_missing=True)
+        stamp = self._stamp(index)
+        if stamp != self._manifest_stamp:  # another process committed: reload its manifest
+            index.manifest = Manifest.load(index.generation / MANIFEST)
+            index.bm25.refresh()
+            self._manifest_stamp = stamp
+        return index
+
+    def _readable_index(self, create_missing: bool = False) -> DerivedIndex:
+        try:
+            return self._serving_index(create_missing)
+        except IndexUnavailable:
+            # a rebuild may have swapped CURRENT and dropped the generation we were opening
+            # between our reading the pointer and opening the folder: look once more
+            if self._index is not None and current_generation(self.layout.index_dir) == self._index.generation:
+                raise
+            self._index = None
+            return self._serving_index(create_missing)
+
+    def _serving_index(self, create_missing: bool) -> DerivedIndex:
+        generation = current_generation(self.layout.index_dir)
+        if generation is None:
+            if not create_missing:
+                raise IndexUnavailable("the vault has no index yet: run `memvault rebuild`")
+            # first write to a vault: build inline under the vault lock (taking the rebuild
+            # lock here, after the vault lock, could deadlock against a running rebuild)
+            self._swap_in(self._build_generation(None))
+            return self._index
+        if self._index is None or self._index.generation != generation:
+            self._index = DerivedIndex.open_generation(generation)
+            self._manifest_stamp = self._stamp(self._index)
+            if self._semantic is not None:
+                self._semantic.attach_serving(self._index)
+        else:
+            self._index.bm25.refresh()
+        return self._index
+
+    @staticmethod
+    def _stamp(index: DerivedIndex) -> tuple[str, int]:
+        try:
+            info = os.stat(index.generation / MANIFEST)
+        except OSError as exc:
+            raise IndexUnavailable(f"index generation {index.generation} vanished ({exc.strerror}): retry") from exc
+        return (str(info.st_ino), info.st_mtime_ns)
+
+
+def _semantic_service(layout: VaultLayout, config: Config):
+    if config.memory.mode == "lite" or config.memory.embeddings is None:
+        return None
+    from memvault.indexer.maintenance.semantic_service import SemanticService  # numpy/hnswlib only for tiers that embed
+
+    return SemanticService(layout, config)
+
+
+def _rebuild_report(generation: DerivedIndex, seconds: float) -> RebuildReport:
+    problems = tuple(
+        f"{path}: {state.problem}" for path, state in sorted(generation.manifest.files.items()) if state.problem
+    )
+    return RebuildReport(
+        generation.generation.name,
+        len(generation.manifest.files),
+        generation.bm25.count(),
+        round(seconds, 3),
+        problems,
+    )

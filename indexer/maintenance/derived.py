@@ -1,0 +1,259 @@
+"""One generation's derived state (BM25 + manifest) and how canonical files flow into it.
+
+`DerivedIndex.apply(list[FileIndexing])` is the single place file changes enter the index:
+Remember, sync on open, the watcher and rebuild all go through it. It diffs each file's new
+records against the rows the index holds for that file (`indexer/maintenance/sync.py`), hands the delta to
+every extra component (vectors), commits BM25 (the commit point), then records the files'
+states in the manifest. Every step is idempotent, so a crash anywhere is repaired by applying
+the same files again.
+"""
+
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from memvault.indexer.maintenance.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
+from memvault.indexer.maintenance.sync import IndexDelta, Row, diff_rows, is_racy, needs_reading
+from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index
+from memvault.vault.clock import zone
+from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
+from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.layout import VaultLayout, parse_note_relpath
+from memvault.vault.note import Note, parse
+from memvault.vault.paths import resolve_inside
+from memvault.vault.records import MemoryRecord, note_zone_name, records_from_note, with_context
+
+#: a daily note is prose; a bigger file is not indexed (and health says so) rather than read whole
+MAX_NOTE_BYTES = 16 * 1024 * 1024
+
+#: called at named points of an apply ("apply.committed"); crash tests pass one in explicitly
+BoundaryHook = Callable[[str], None]
+
+
+@dataclass
+class FileIndexing:
+    """What indexing one file produced (records are empty for a removed or unreadable file)."""
+
+    path: str
+    state: FileState | None
+    records: list[MemoryRecord] = field(default_factory=list)
+
+
+class IndexComponent(Protocol):
+    """A derived structure beside BM25 (the vector index) that follows the same deltas.
+
+    `apply` must be idempotent and durable when it returns: it runs before the BM25 commit.
+    """
+
+    def apply(self, delta: IndexDelta) -> None: ...
+
+
+def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> FileIndexing:
+    """Parse one canonical note into records. Never raises for what a file contains.
+
+    The stat is taken *before* the read: if the file changes in between, the recorded stat is
+    the older one and the next sync reads the file again, never the reverse.
+    """
+    folder, day = parse_note_relpath(relpath)
+    try:
+        path = resolve_inside(layout.root, relpath)
+        info = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return FileIndexing(relpath, None)
+    except UnsafePath:
+        return _unindexed(relpath, _lstat(layout.root / relpath), "", "symlink (not followed)")
+    except OSError as exc:
+        return _unindexed(relpath, None, "", f"unreadable ({exc.strerror})")
+    if stat.S_ISDIR(info.st_mode):
+        return FileIndexing(relpath, None)  # a folder with a note's name holds no memories
+    if not stat.S_ISREG(info.st_mode):
+        return _unindexed(relpath, info, "", "not a regular file")
+    if info.st_size > MAX_NOTE_BYTES:
+        return _unindexed(relpath, info, "", f"file is {info.st_size} bytes; the limit is {MAX_NOTE_BYTES}")
+    try:
+        data = read_bytes_nofollow(path)
+    except FileNotFoundError:
+        return FileIndexing(relpath, None)
+    except (OSError, UnsafePath) as exc:
+        return _unindexed(relpath, info, "", f"unreadable ({getattr(exc, 'strerror', None) or exc})")
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _unindexed(relpath, info, digest, f"invalid UTF-8 at byte {exc.start}")
+    try:
+        note = parse(text)
+        records = records_from_note(relpath, folder, day, note, vault_zone)
+    except (ValueError, InvalidRecord, RecursionError) as exc:
+        return _unindexed(relpath, info, digest, f"cannot be parsed ({type(exc).__name__})")
+    problem = "merge-conflict markers" if note.has_conflicts else None
+    state = FileState(
+        digest, info.st_size, info.st_mtime_ns, problem=problem, racy=is_racy(info),
+        rows=len(records), issues=note_issues(note, vault_zone),
+    )
+    return FileIndexing(relpath, state, records)
+
+
+def _unindexed(relpath: str, info: os.stat_result | None, digest: str, problem: str) -> FileIndexing:
+    if info is None:  # no stat to trust: the file is read again on every sync until it is fixed
+        return FileIndexing(relpath, FileState(digest, 0, 0, problem=problem, racy=True))
+    state = FileState(digest, info.st_size, info.st_mtime_ns, problem=problem, racy=is_racy(info))
+    return FileIndexing(relpath, state)
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def note_issues(note: Note, vault_zone: str) -> tuple[str, ...]:
+    """Hand-edit findings that do not stop indexing: a pasted duplicate id, a bad frontmatter zone."""
+    issues = []
+    for bullet in note.bullets:
+        if bullet.block_id is not None and bullet.id != bullet.block_id:
+            issues.append(f"duplicate id ^{bullet.block_id} on line {bullet.first_line + 1} (indexed as {bullet.id})")
+    zone_name = note_zone_name(note, vault_zone)
+    if zone_name != vault_zone:
+        try:
+            zone(zone_name)
+        except InvalidRecord:
+            issues.append(f"frontmatter time zone {zone_name!r} is not an IANA zone (times read in {vault_zone})")
+    return tuple(issues)
+
+
+class DerivedIndex:
+    """The serving (or being-built) generation: open it, apply file changes, find stale files."""
+
+    def __init__(self, generation: Path, manifest: Manifest, bm25: Bm25Index):
+        self.generation = generation
+        self.manifest = manifest
+        self.bm25 = bm25
+        #: extra components (vectors) that follow every delta; BM25 is always last
+        self.components: list[IndexComponent] = []
+
+    @classmethod
+    def open_current(cls, layout: VaultLayout) -> "DerivedIndex | None":
+        generation = current_generation(layout.index_dir)
+        if generation is None:
+            return None
+        return cls.open_generation(generation)
+
+    @classmethod
+    def open_generation(cls, generation: Path) -> "DerivedIndex":
+        manifest = Manifest.load(generation / MANIFEST)
+        if manifest.schema != SCHEMA_VERSION:
+            raise IndexUnavailable(
+                f"index schema {manifest.schema} is not this memvault's {SCHEMA_VERSION}: run `memvault rebuild`"
+            )
+        return cls(generation, manifest, Bm25Index(generation / "bm25"))
+
+    @classmethod
+    def create(cls, layout: VaultLayout, embedding: dict | None = None) -> "DerivedIndex":
+        generation = new_generation(layout.index_dir)
+        manifest = Manifest(schema=SCHEMA_VERSION, embedding=embedding)
+        created = cls(generation, manifest, Bm25Index(generation / "bm25", create=True))
+        created.manifest.save(generation / MANIFEST)
+        return created
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None) -> IndexDelta:
+        """Make the index hold exactly the given files' records; return what changed.
+
+        Caller holds the vault lock. Nothing is committed when no row changed, so a file
+        memvault itself just wrote and indexed costs the watcher a read and a diff, nothing more.
+        """
+        delta = IndexDelta()
+        if not indexed:
+            return delta
+        for item in indexed:
+            delta.extend(diff_rows(item.path, self.rows_of(item.path), item.records))
+        if not delta.is_empty:
+            for component in self.components:
+                component.apply(delta)
+            self._commit_bm25(delta)
+            if hook is not None:
+                hook("apply.committed")
+        if self._record_states(indexed):
+            self.manifest.save(self.generation / MANIFEST)
+        return delta
+
+    def _commit_bm25(self, delta: IndexDelta) -> None:
+        with self.bm25.writer() as writer:
+            # deleting every upserted key too makes a stale diff harmless: a key is never doubled
+            for key in set(delta.deleted) | {Row.of_record(r).key for r in delta.upserts}:
+                writer.delete_key(key)
+            writer.add(delta.upserts)
+            writer.commit()
+
+    def _record_states(self, indexed: list[FileIndexing]) -> bool:
+        changed = False
+        for item in indexed:
+            before = self.manifest.files.get(item.path)
+            if item.state is None:
+                changed |= self.manifest.files.pop(item.path, None) is not None
+            elif before != item.state:
+                self.manifest.files[item.path] = item.state
+                changed = True
+        return changed
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def rows_of(self, path: str) -> dict[str, Row]:
+        """Every row the index holds for one file, by key (read from BM25, the commit point)."""
+        return {hit.key: Row.of_hit(hit) for hit in self.bm25.hits_for_path(path)}
+
+    def row_counts(self) -> dict[str, int]:
+        """Live rows per file path, from the term dictionary (no document is loaded)."""
+        return self.bm25.term_counts("path")
+
+    def all_rows(self) -> list[Row]:
+        """Every row, sorted by key (health --strict and the parity tests compare these)."""
+        return sorted(Row.of_hit(hit) for hit in self.bm25.all_hits())
+
+    def deleted_rows(self) -> int:
+        """Rows deleted but still counted by BM25's statistics until Tantivy merges them away.
+
+        Document frequencies include them, so scores drift from a fresh build's; `compact` ends it.
+        """
+        return self.bm25.deleted_rows()
+
+    def snapshot(self) -> tuple[list[FileIndexing], dict[str, FileState]]:
+        """Every file's rows (as records, in rebuild order) and the manifest. Caller holds the vault lock."""
+        by_path: dict[str, list[MemoryRecord]] = {}
+        for row in sorted(self.all_rows(), key=lambda row: (row.path, row.line, row.key)):
+            by_path.setdefault(row.path, []).append(row.to_record())
+        files = dict(self.manifest.files)
+        # context is not stored; it is the neighbours' text, so it is recomputed from the rows
+        indexed = [FileIndexing(path, files.get(path), with_context(records)) for path, records in sorted(by_path.items())]
+        return indexed, files
+
+    def link_components_into(self, target: "DerivedIndex") -> None:
+        """Share every component's files (not BM25's) with `target` by hard links.
+
+        Components replace their files by rename, never in place, so a link is a snapshot.
+        """
+        for folder in sorted(p for p in self.generation.iterdir() if p.is_dir() and p.name != "bm25"):
+            (target.generation / folder.name).mkdir(exist_ok=True)
+            for item in sorted(folder.iterdir()):
+                if item.is_file() and not item.name.startswith("."):
+                    os.link(item, target.generation / folder.name / item.name)
+
+    def stale_paths(self, layout: VaultLayout, paths: list[str] | None = None) -> list[str]:
+        """Files whose bytes may differ from what the index saw, plus files that disappeared.
+
+        With `paths`, only those are considered (the watcher names what changed); without, every
+        note on disk, in the manifest, or with rows in the index. A size/mtime match is trusted
+        unless the recorded state is racy.
+        """
+        if paths is None:
+            candidates = set(layout.note_relpaths()) | set(self.manifest.files) | set(self.row_counts())
+        else:
+            candidates = {path for path in paths if parse_note_relpath(path) is not None}
+        return sorted(p for p in candidates if needs_reading(layout.root / p, self.manifest.files.get(p)))

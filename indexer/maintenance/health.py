@@ -1,0 +1,352 @@
+"""`memvault health`: does the derived state agree with the canonical files?
+
+Health is a list of checks (`CHECKS`); each looks at one thing and returns findings that name
+the subject, what is wrong and the exact fix to run. Other parts of memvault add their own with
+`register_check` (the replay sidecar's exact comparison registers as strict-only).
+
+* error: derived state disagrees with the files (missing, extra or stale rows, an unreadable
+  index, vectors built for another embedding model, a broken intake ledger). `health` exits 1.
+* warning: the files need a person (merge-conflict markers, invalid UTF-8, a pasted duplicate
+  id, a bad frontmatter zone) or a leftover needs sweeping. Reported; only `--strict` fails on it.
+
+The default run trusts the stat fast path and per-file row counts (cheap at any size);
+`--strict` re-reads every note and compares every stored field of every row.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from memvault.indexer.maintenance.derived import DerivedIndex, FileIndexing, read_note_records
+from memvault.indexer.maintenance.generations import current_generation, stray_generations
+from memvault.indexer.maintenance.sync import Row, needs_reading
+from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
+from memvault.vault.layout import VaultLayout
+from memvault.vault.locks import VaultLock
+
+ERROR, WARNING = "error", "warning"
+REBUILD = "memvault rebuild"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    severity: str  # ERROR or WARNING
+    code: str  # machine-readable: "missing_row", "conflict_markers", ...
+    subject: str  # the file, row or component concerned
+    message: str
+    fix: str  # the exact command or edit that repairs it
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class HealthContext:
+    """What checks look at. The index is opened once; canonical files are read lazily, once."""
+
+    layout: VaultLayout
+    config: object  # vault.config.Config
+    strict: bool
+    index: DerivedIndex | None = None
+    index_problem: str | None = None
+    details: dict = field(default_factory=dict)  # extra JSON output (counts) checks may add
+    _canonical: dict[str, FileIndexing] | None = None
+
+    def canonical(self) -> dict[str, FileIndexing]:
+        """Every note on disk, read and parsed now (strict checks only: this reads everything)."""
+        if self._canonical is None:
+            zone = self.config.memory.time_zone
+            self._canonical = {p: read_note_records(self.layout, p, zone) for p in self.layout.note_relpaths()}
+        return self._canonical
+
+
+Check = Callable[[HealthContext], Iterable[Finding]]
+#: (name, check, strict_only), run in order
+CHECKS: list[tuple[str, Check, bool]] = []
+
+
+def register_check(name: str, check: Check, *, strict_only: bool = False) -> None:
+    """Add a check (idempotent by name: registering again replaces it)."""
+    CHECKS[:] = [entry for entry in CHECKS if entry[0] != name]
+    CHECKS.append((name, check, strict_only))
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    strict: bool
+    checks: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    details: dict
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.errors and not (self.strict and self.warnings)
+
+    def fixes(self) -> list[str]:
+        """Each distinct fix once, errors' first: what to run or do, in order."""
+        ordered = self.errors + self.warnings
+        return list(dict.fromkeys(f.fix for f in ordered))
+
+    def to_json(self) -> dict:
+        return {
+            "healthy": self.healthy,
+            "strict": self.strict,
+            "checks": list(self.checks),
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "findings": [f.to_json() for f in self.findings],
+            "fixes": self.fixes(),
+            "details": self.details,
+        }
+
+
+def check_health(layout: VaultLayout, config, *, strict: bool = False) -> HealthReport:
+    """Run every check (strict-only ones with `strict`). Reads only: repairs nothing."""
+    context = HealthContext(layout, config, strict)
+    try:
+        context.index = DerivedIndex.open_current(layout)
+        if context.index is None:
+            context.index_problem = "the vault has no index yet"
+    except (IndexUnavailable, OSError, ValueError) as exc:
+        context.index_problem = str(exc)
+    findings: list[Finding] = []
+    ran = []
+    for name, check, strict_only in CHECKS:
+        if strict_only and not strict:
+            continue
+        ran.append(name)
+        findings.extend(check(context))
+    return HealthReport(strict, tuple(ran), tuple(findings), context.details)
+
+
+# --- the index against the files -----------------------------------------------------------
+
+
+def check_index_opens(ctx: HealthContext) -> Iterable[Finding]:
+    if ctx.index_problem is not None:
+        yield Finding("index", ERROR, "index_unavailable", ".index/", ctx.index_problem, REBUILD)
+        return
+    ctx.details["generation"] = ctx.index.generation.name
+    ctx.details["rows"] = ctx.index.bm25.count()
+    ctx.details["deletedRows"] = ctx.index.deleted_rows()
+
+
+def check_files(ctx: HealthContext) -> Iterable[Finding]:
+    """Fast: which notes changed since indexing (stat, hash when racy), and row counts per file."""
+    if ctx.index is None:
+        return
+    manifest = ctx.index.manifest.files
+    on_disk = set(ctx.layout.note_relpaths())
+    counts = ctx.index.row_counts()
+    for path in sorted(on_disk | set(manifest) | set(counts)):
+        known = manifest.get(path)
+        if path not in on_disk:
+            if known is not None or counts.get(path):
+                yield Finding("files", ERROR, "vanished_file", path,
+                              f"{path} is gone but the index still has {counts.get(path, 0)} row(s) from it", REBUILD)
+        elif known is None:
+            yield Finding("files", ERROR, "unindexed_file", path, f"{path} has never been indexed", REBUILD)
+        elif needs_reading(ctx.layout.root / path, known) and not _same_bytes(ctx, path, known.sha256):
+            yield Finding("files", ERROR, "stale_file", path, f"{path} changed since it was indexed", REBUILD)
+        elif counts.get(path, 0) != known.rows:
+            yield Finding("files", ERROR, "row_count", path,
+                          f"{path} produced {known.rows} row(s) but the index holds {counts.get(path, 0)}", REBUILD)
+
+
+def _same_bytes(ctx: HealthContext, path: str, sha256: str) -> bool:
+    fresh = read_note_records(ctx.layout, path, ctx.config.memory.time_zone)
+    return fresh.state is not None and fresh.state.sha256 == sha256
+
+
+def check_rows(ctx: HealthContext) -> Iterable[Finding]:
+    """Strict: every stored field of every row against the files read now."""
+    if ctx.index is None:
+        return
+    rows = ctx.index.all_rows()
+    indexed: dict[str, Row] = {}
+    for row in rows:
+        if row.key in indexed:
+            yield Finding("rows", ERROR, "duplicate_row", row.key, f"the index holds {row.key} more than once", REBUILD)
+        indexed[row.key] = row
+    expected: dict[str, Row] = {}
+    for path, item in ctx.canonical().items():
+        known = ctx.index.manifest.files.get(path)
+        if item.state is not None and known is not None and known.sha256 != item.state.sha256:
+            yield Finding("rows", ERROR, "stale_file", path, f"{path} differs from the bytes the index saw", REBUILD)
+        for record in item.records:
+            row = Row.of_record(record)
+            expected[row.key] = row
+    for key in sorted(set(expected) | set(indexed)):
+        want, have = expected.get(key), indexed.get(key)
+        if have is None:
+            yield Finding("rows", ERROR, "missing_row", key, f"{key} is in the notes but not in the index", REBUILD)
+        elif want is None:
+            yield Finding("rows", ERROR, "extra_row", key, f"{key} is in the index but not in the notes", REBUILD)
+        elif want != have:
+            fields = [name for name in Row.__dataclass_fields__ if getattr(want, name) != getattr(have, name)]
+            yield Finding("rows", ERROR, "stale_row", key, f"{key} differs from its note in {', '.join(fields)}", REBUILD)
+
+
+# --- what people left in the files ---------------------------------------------------------
+
+
+def check_hand_edits(ctx: HealthContext) -> Iterable[Finding]:
+    """Notes that need a person: reported from the manifest, or from a fresh read when strict."""
+    if ctx.strict or ctx.index is None:
+        states = {p: item.state for p, item in ctx.canonical().items() if item.state is not None}
+    else:
+        states = ctx.index.manifest.files
+    for path, state in sorted(states.items()):
+        if state.problem:
+            yield _problem_finding(path, state.problem)
+        for issue in state.issues:
+            yield _issue_finding(path, issue)
+
+
+def _problem_finding(path: str, problem: str) -> Finding:
+    if problem.startswith("merge-conflict"):
+        return Finding("hand_edits", WARNING, "conflict_markers", path,
+                       f"{path} has merge-conflict markers; the bullets inside the conflict are not indexed",
+                       f"resolve the conflict in {path} (keep one side, delete the <<<<<<< ======= >>>>>>> lines)")
+    if problem.startswith("invalid UTF-8"):
+        return Finding("hand_edits", WARNING, "invalid_utf8", path, f"{path}: {problem}; the file is not indexed",
+                       f"re-save {path} as UTF-8 (fix the bytes at the offset given)")
+    return Finding("hand_edits", WARNING, "unindexed_file", path, f"{path}: {problem}; the file is not indexed",
+                   f"replace {path} with a regular UTF-8 markdown file under 16 MiB")
+
+
+def _issue_finding(path: str, issue: str) -> Finding:
+    if issue.startswith("duplicate id"):
+        return Finding("hand_edits", WARNING, "duplicate_id", path, f"{path}: {issue}",
+                       f"in {path}, remove the repeated ^id from the pasted bullet (or give it a new one)")
+    return Finding("hand_edits", WARNING, "frontmatter_zone", path, f"{path}: {issue}",
+                   f"fix the timeZone in {path}'s frontmatter (an IANA name such as Europe/Amsterdam)")
+
+
+# --- components and leftovers ----------------------------------------------------------------
+
+
+def check_embedding_identity(ctx: HealthContext) -> Iterable[Finding]:
+    """Vectors must come from the configured model: a mismatch is fixed only by a rebuild."""
+    embeddings = ctx.config.memory.embeddings
+    if ctx.index is None:
+        return
+    wanted = None if embeddings is None else {"provider": embeddings.provider, "model": embeddings.model,
+                                               "dim": embeddings.dim}
+    built = ctx.index.manifest.embedding
+    if built != wanted and not (built is None and wanted is None):
+        yield Finding("vectors", ERROR, "embedding_mismatch", ctx.index.generation.name,
+                      f"the index was built for embeddings {_describe(built)} but the config says {_describe(wanted)}",
+                      REBUILD)
+    vectors = ctx.index.generation / "vectors"
+    if wanted is not None and vectors.is_dir():
+        from memvault.indexer.search.vectors import read_identity
+
+        identity = read_identity(vectors)
+        found = None if identity is None else {"provider": identity.provider, "model": identity.model, "dim": identity.dim}
+        if found != wanted:
+            yield Finding("vectors", ERROR, "vector_meta_mismatch", str(vectors.relative_to(ctx.layout.root)),
+                          f"the vector meta says {_describe(found)} but the config says {_describe(wanted)}", REBUILD)
+
+
+def check_vector_rows(ctx: HealthContext) -> Iterable[Finding]:
+    """Strict, Journal/BuJo: one current vector per curated row, none without a row.
+
+    Vectors may lag BM25 for a moment (they are embedded off the write path); what is still
+    missing here after the writers stopped is caught up by the next open, or by a rebuild.
+    """
+    embeddings = ctx.config.memory.embeddings
+    if ctx.index is None or embeddings is None or ctx.config.memory.mode == "lite":
+        return
+    from memvault.indexer.maintenance.semantic import coverage_findings
+    from memvault.indexer.search.embeddings import EmbeddingIdentity
+
+    identity = EmbeddingIdentity(embeddings.provider, embeddings.model, embeddings.dim)
+    for code, subject, message in coverage_findings(ctx.index.generation, identity, ctx.index.all_rows()):
+        yield Finding("vector_rows", ERROR, code, subject, message, REBUILD)
+
+
+def _describe(identity: dict | None) -> str:
+    if identity is None:
+        return "none"
+    return f"{identity.get('provider')}/{identity.get('model')}/{identity.get('dim')}"
+
+
+def check_generations(ctx: HealthContext) -> Iterable[Finding]:
+    """Folders left by a killed rebuild (only when no rebuild is running right now)."""
+    strays = stray_generations(ctx.layout.index_dir)
+    if not strays or current_generation_or_none(ctx.layout) is None:
+        return
+    try:
+        with VaultLock(ctx.layout.root, name="rebuild", timeout=0):
+            pass
+    except VaultLocked:
+        return  # a rebuild is building one of them
+    for name in strays:
+        yield Finding("generations", WARNING, "stray_generation", f".index/{name}",
+                      f".index/{name} is left over from an interrupted rebuild", REBUILD)
+
+
+def current_generation_or_none(layout: VaultLayout):
+    try:
+        return current_generation(layout.index_dir)
+    except IndexUnavailable:
+        return None
+
+
+def check_intake(ctx: HealthContext) -> Iterable[Finding]:
+    """The durable intake's content-free counts, and its ledger's integrity."""
+    from memvault.vault.intake.files import IntakeDirs
+    from memvault.vault.intake.snapshot import runtime_snapshot
+
+    dirs = IntakeDirs(ctx.layout.root)
+    if not dirs.exists():
+        return
+    try:
+        snapshot = runtime_snapshot(dirs, datetime.now(timezone.utc))
+    except (VaultError, OSError) as exc:
+        yield Finding("intake", ERROR, "intake_unreadable", ".capture-intake/", str(exc), "memvault inspect --json")
+        return
+    counts = snapshot["counts"]
+    ctx.details["intake"] = counts
+    if not snapshot["ledger"]["ok"]:
+        yield Finding("intake", ERROR, "ledger", ".capture-intake/", snapshot["ledger"]["problem"],
+                      "stop the agent, then follow the fix in the message")
+    if counts.get("invalid"):
+        yield Finding("intake", ERROR, "invalid_intake", ".capture-intake/",
+                      f"{counts['invalid']} intake record(s) are unreadable", "memvault inspect --json")
+    if counts.get("dead"):
+        yield Finding("intake", WARNING, "dead_intake", ".capture-intake/dead/",
+                      f"{counts['dead']} intake record(s) gave up after every retry", "memvault retry")
+    if snapshot.get("unexpectedFiles"):
+        yield Finding("intake", WARNING, "unexpected_files", ".capture-intake/",
+                      f"{snapshot['unexpectedFiles']} unexpected file(s) in the intake folders", "memvault inspect --json")
+
+
+def check_replay(ctx: HealthContext) -> Iterable[Finding]:
+    """BuJo's replay sidecar against the serving generation's projection, exactly (capture owns it)."""
+    from memvault.indexer.maintenance.replay_index import replay_findings
+
+    generation = None if ctx.index is None else ctx.index.generation
+    for severity, code, subject, message, fix in replay_findings(ctx.layout, ctx.config, generation, ctx.strict):
+        yield Finding("replay", severity, code, subject, message, fix)
+
+
+register_check("index", check_index_opens)
+register_check("files", check_files)
+register_check("rows", check_rows, strict_only=True)
+register_check("hand_edits", check_hand_edits)
+register_check("vectors", check_embedding_identity)
+register_check("vector_rows", check_vector_rows, strict_only=True)
+register_check("generations", check_generations)
+register_check("intake", check_intake)
+register_check("replay", check_replay)

@@ -1,0 +1,224 @@
+"""The semantic half of a generation: one vector per curated memory, keyed like its BM25 row.
+
+    .index/gen-NNNNNN/vectors/vectors.hnsw, vectors-meta.json   (indexer/search/vectors.py)
+    .index/gen-NNNNNN/vectors/semantic.json                      passage hash per key
+
+A memory's vector embeds its *passage* (its text, then its note neighbours, see
+`memvault.indexer.search.context`), so the stored passage hash says whether a vector is current. Embedding runs
+outside the vault lock (it may be a slow HTTP call); only `commit` needs the lock. BM25 is the
+commit point of the index: vectors may lag behind it, never lead, and `lagging_paths` finds the
+notes whose vectors are missing or stale so they can be caught up.
+"""
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from memvault.indexer.maintenance.sync import IndexDelta, Row
+from memvault.indexer.search.bm25 import context_hash
+from memvault.indexer.search.context import OWN_WEIGHT, passage
+from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider
+from memvault.indexer.search.vectors import META_FILE, VectorIndex
+from memvault.vault.errors import IndexUnavailable
+from memvault.vault.fsio import atomic_write
+from memvault.vault.records import MemoryRecord
+
+FOLDER = "vectors"
+SEMANTIC_META = "semantic.json"
+SEMANTIC_FORMAT = 1
+#: the spec's batch size for semantic indexing
+EMBED_BATCH = 32
+
+
+def passage_hash(text: str, ctx_hash: str) -> str:
+    """Identity of what a vector embeds, computable from a record or from a stored BM25 row."""
+    return hashlib.sha256(f"{text}\0{ctx_hash}".encode("utf-8")).hexdigest()[:16]
+
+
+def record_passage_hash(record: MemoryRecord) -> str:
+    return passage_hash(record.text, context_hash(record.context))
+
+
+def row_passage_hash(row: Row) -> str:
+    return passage_hash(row.text, row.context_hash)
+
+
+@dataclass
+class PreparedVectors:
+    """Embedded upserts and keys to drop, ready to commit under the lock."""
+
+    keys: list[str] = field(default_factory=list)
+    hashes: list[str] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    removed: set[str] = field(default_factory=set)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.keys and not self.removed
+
+
+class SemanticIndex:
+    """Vectors of one generation. Thread-safe for search; commits need the vault lock."""
+
+    def __init__(self, folder: Path, identity: EmbeddingIdentity, vectors: VectorIndex, passages: dict[str, str]):
+        self.folder = folder
+        self.identity = identity
+        self.vectors = vectors
+        self.passages = passages
+        self._stamp = _stamp(folder)
+
+    @classmethod
+    def create(cls, generation: Path, identity: EmbeddingIdentity) -> "SemanticIndex":
+        folder = generation / FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        created = cls(folder, identity, VectorIndex.create(folder, identity), {})
+        created.save()
+        return created
+
+    @classmethod
+    def open(cls, generation: Path, identity: EmbeddingIdentity) -> "SemanticIndex":
+        """Open a generation's vectors; IndexUnavailable if missing, torn, or of another model."""
+        folder = generation / FOLDER
+        if not (folder / META_FILE).is_file():
+            raise IndexUnavailable(f"no vector index in {generation.name}: run `memvault rebuild`")
+        vectors = VectorIndex.open(folder, identity)
+        return cls(folder, identity, vectors, _read_passages(folder))
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def prepare(self, delta: IndexDelta, provider: EmbeddingProvider) -> PreparedVectors:
+        """Embed every curated upsert whose passage changed (no lock needed; may be slow)."""
+        prepared = PreparedVectors(removed=set(delta.removed))
+        todo = [
+            r for r in delta.upserts if r.kind == "curated" and self.passages.get(_key(r)) != record_passage_hash(r)
+        ]
+        prepared.removed |= {_key(r) for r in delta.upserts if r.kind != "curated"}
+        if todo:
+            prepared.keys = [_key(r) for r in todo]
+            prepared.hashes = [record_passage_hash(r) for r in todo]
+            prepared.vectors = embed_passages(provider, todo)
+        return prepared
+
+    def commit(self, prepared: PreparedVectors) -> None:
+        """Apply embedded upserts and deletions in memory (call `save` to persist). Lock held."""
+        gone = [key for key in prepared.removed if key in self.vectors]
+        if gone:
+            self.vectors.delete(gone)
+        for key in prepared.removed:
+            self.passages.pop(key, None)
+        if prepared.keys:
+            self.vectors.add(prepared.keys, prepared.vectors)
+            self.passages.update(zip(prepared.keys, prepared.hashes))
+
+    def save(self) -> None:
+        """Persist vectors, then passage hashes: a crash between leaves hashes that under-claim."""
+        self.vectors.save()
+        body = {"format": SEMANTIC_FORMAT, "passages": dict(sorted(self.passages.items()))}
+        atomic_write(self.folder / SEMANTIC_META, (json.dumps(body, indent=0) + "\n").encode("utf-8"), mode=0o600)
+        self._stamp = _stamp(self.folder)
+
+    def reload_if_changed(self) -> "SemanticIndex":
+        """This index, or a fresh copy when another process saved since it was loaded."""
+        if _stamp(self.folder) == self._stamp:
+            return self
+        return SemanticIndex.open(self.folder.parent, self.identity)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def search(self, query_vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        return self.vectors.search(query_vector, k)
+
+    def lagging_paths(self, rows: Iterable[Row]) -> tuple[set[str], set[str]]:
+        """(notes with a missing or stale vector, keys with a vector but no curated row)."""
+        stale: set[str] = set()
+        curated: set[str] = set()
+        for row in rows:
+            if row.kind != "curated":
+                continue
+            curated.add(row.key)
+            if self.passages.get(row.key) != row_passage_hash(row):
+                stale.add(row.path)
+        extra = set(self.passages) - curated
+        return stale, extra
+
+
+def embed_passages(provider: EmbeddingProvider, records: Sequence[MemoryRecord]) -> np.ndarray:
+    """One unit vector per record's passage.
+
+    A provider with `embed_sums` (sum-pooled token embeddings, like the builtin model) embeds
+    each distinct text once and adds own text and neighbours; others embed the joined passage.
+    """
+    sums = getattr(provider, "embed_sums", None)
+    if sums is None:
+        return embed_in_batches(provider, [passage(r) for r in records])
+    batches = [_passages_from_sums(sums, records[i : i + EMBED_BATCH]) for i in range(0, len(records), EMBED_BATCH)]
+    return np.vstack(batches) if batches else np.zeros((0, provider.identity.dim), dtype=np.float32)
+
+
+def _passages_from_sums(sums, records: Sequence[MemoryRecord]) -> np.ndarray:
+    """One batch (≤ EMBED_BATCH passages): each distinct text embedded once, parts added."""
+    texts = sorted({t for r in records for t in (r.text, *r.neighbours)})
+    row_of = {text: row for row, text in enumerate(texts)}
+    parts = sums(texts)
+    out = np.zeros((len(records), parts.shape[1]), dtype=np.float32)
+    for row, record in enumerate(records):
+        out[row] = OWN_WEIGHT * parts[row_of[record.text]]
+        for neighbour in record.neighbours:
+            out[row] += parts[row_of[neighbour]]
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
+def embed_in_batches(provider: EmbeddingProvider, texts: Sequence[str]) -> np.ndarray:
+    parts = [provider.embed(texts[i : i + EMBED_BATCH]) for i in range(0, len(texts), EMBED_BATCH)]
+    return np.vstack(parts) if parts else np.zeros((0, provider.identity.dim), dtype=np.float32)
+
+
+def _key(record: MemoryRecord) -> str:
+    return f"{record.path}#{record.id}"
+
+
+def _read_passages(folder: Path) -> dict[str, str]:
+    path = folder / SEMANTIC_META
+    try:
+        body = json.loads(path.read_bytes())
+        if body.get("format") != SEMANTIC_FORMAT or not isinstance(body.get("passages"), dict):
+            raise ValueError("unknown format")
+        return {str(k): str(v) for k, v in body["passages"].items()}
+    except FileNotFoundError:
+        return {}  # vectors saved, hashes not yet: every vector counts as stale and is redone
+    except (OSError, ValueError) as exc:
+        raise IndexUnavailable(f"{path} is unreadable ({exc}): run `memvault rebuild`") from exc
+
+
+def _stamp(folder: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(folder / SEMANTIC_META)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns)
+
+
+def coverage_findings(generation: Path, identity: EmbeddingIdentity, rows: Iterable[Row]) -> list[tuple[str, str, str]]:
+    """(code, subject, message) for every curated row whose vector is missing or stale, and every
+    vector left without a row. Empty when the vectors cover the index exactly."""
+    try:
+        semantic = SemanticIndex.open(generation, identity)
+    except IndexUnavailable as exc:
+        return [("vectors_unreadable", f"{generation.name}/{FOLDER}", str(exc))]
+    rows = [row for row in rows if row.kind == "curated"]
+    found = []
+    for row in rows:
+        held = semantic.passages.get(row.key)
+        if held is None or row.key not in semantic.vectors:
+            found.append(("missing_vector", row.key, f"{row.key} has no vector"))
+        elif held != row_passage_hash(row):
+            found.append(("stale_vector", row.key, f"{row.key}'s vector was embedded from older text or context"))
+    for key in sorted(set(semantic.vectors.ids()) - {row.key for row in rows}):
+        found.append(("extra_vector", key, f"{key} has a vector but no curated row"))
+    return found

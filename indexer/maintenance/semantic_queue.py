@@ -1,0 +1,129 @@
+"""Semantic indexing off the write path: a bounded queue drained by one background thread.
+
+BM25 is updated inside the write's critical section; embeddings are not (an HTTP embedding call
+must never sit between an agent and its answer). Deltas wait here (at most 256 memories / 2 MiB
+of passage text, the spec's bounds) and a worker embeds them in batches of 32 and commits them.
+What does not fit, or fails, is not lost: the process's lag marker stays on disk and the next
+open catches the vectors up from the files (see `MemoryStore._catch_up_vectors`).
+"""
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from memvault.indexer.maintenance.sync import IndexDelta
+from memvault.indexer.search.context import passage
+
+MAX_QUEUE_ITEMS = 256
+MAX_QUEUE_BYTES = 2 * 1024 * 1024
+MARKER_PREFIX = "lag-"
+
+
+def marker_path(index_dir: Path, pid: int | None = None) -> Path:
+    return index_dir / f"{MARKER_PREFIX}{pid or os.getpid()}"
+
+
+def dead_markers(index_dir: Path) -> list[Path]:
+    """Lag markers left by processes that are gone (their queued vectors never landed)."""
+    found = []
+    for entry in index_dir.glob(MARKER_PREFIX + "*"):
+        pid = entry.name[len(MARKER_PREFIX) :]
+        if pid.isdigit() and not _alive(int(pid)):
+            found.append(entry)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def delta_size(delta: IndexDelta) -> tuple[int, int]:
+    items = len(delta.upserts) + len(delta.removed)
+    return items, sum(len(passage(r).encode("utf-8")) for r in delta.upserts)
+
+
+class SemanticQueue:
+    """One worker thread; `run_batch(deltas)` embeds and commits (the store supplies it)."""
+
+    def __init__(self, index_dir: Path, run_batch: Callable[[list[IndexDelta]], None]):
+        self._index_dir = index_dir
+        self._run_batch = run_batch
+        self._items: list[IndexDelta] = []
+        self._counts = (0, 0)
+        self._cond = threading.Condition()
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        #: why vectors are behind (a failed batch or an overflow), or None
+        self.lag_reason: str | None = None
+
+    def offer(self, delta: IndexDelta) -> bool:
+        """Queue a delta; False (and a lag note) when it would exceed the bounds."""
+        items, size = delta_size(delta)
+        if items == 0:
+            return True
+        with self._cond:
+            if self._stopping:
+                return False
+            self._mark_lagging()
+            count, total = self._counts
+            if count + items > MAX_QUEUE_ITEMS or total + size > MAX_QUEUE_BYTES:
+                self.lag_reason = "semantic queue full: vectors catch up on the next open"
+                return False
+            self._items.append(delta)
+            self._counts = (count + items, total + size)
+            self._ensure_thread()
+            self._cond.notify()
+            return True
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything queued so far is committed; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Drain for up to `timeout` seconds, then stop the worker. True when nothing was left."""
+        drained = self.drain(timeout)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        if drained and self.lag_reason is None:
+            marker_path(self._index_dir).unlink(missing_ok=True)
+        return drained
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._work, name="memvault-semantic", daemon=True)
+            self._thread.start()
+
+    def _mark_lagging(self) -> None:
+        path = marker_path(self._index_dir)
+        if not path.exists():
+            self._index_dir.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"")
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._items or self._stopping)
+                if not self._items:
+                    return
+                batch, self._items, self._counts = self._items, [], (0, 0)
+                self._busy = True
+            try:
+                self._run_batch(batch)
+            except Exception as exc:  # the worker must survive provider outages; the marker stays
+                self.lag_reason = f"semantic indexing failed ({type(exc).__name__}: {exc})"
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()

@@ -1,0 +1,317 @@
+"""The Tantivy BM25 index of one generation: schema, analysis, writes and lenient search.
+
+English text is stemmed (`en_stem`); CJK runs, which have no spaces to split on, are indexed
+as overlapping character bigrams in a second field. User text never reaches Tantivy's query
+grammar as-is: it is reduced to words first, so `09:14`, `color:blue` or an unbalanced quote
+are searched as words and can never raise.
+"""
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import tantivy
+
+from memvault.vault.errors import IndexUnavailable
+from memvault.vault.records import MemoryRecord
+
+SCHEMA_VERSION = 3  # 2: neighbour context field `ctx`; 3: `ctx` stored, for question coverage
+#: weight of a memory's note neighbours relative to its own words
+CONTEXT_BOOST = 0.5
+_WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
+_WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+_QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}
+#: words dropped from queries (not from the index) when other words remain: they match nearly
+#: every memory, add nothing to the ranking and make each search scan the whole posting list
+STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from had has have how i in is it its me my of on or "
+    "our so that the their them they this to was we were what when where which who whom why will "
+    "with you your".split()
+)
+KINDS = ("curated", "audit")
+_MAX_QUERY_WORDS = 64
+
+
+@dataclass(frozen=True)
+class Bm25Hit:
+    key: str
+    id: str
+    path: str
+    kind: str
+    day: date
+    at: datetime
+    line: int
+    text: str
+    content_hash: str
+    score: float
+    context_hash: str = ""
+    context: str = ""  # the note neighbours' text (`vault.records.MemoryRecord.context`)
+
+    @property
+    def source(self) -> str:
+        return f"{self.path}#^{self.id}"
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    for name in ("key", "id", "path", "kind", "day", "chash", "ctxh"):
+        builder.add_text_field(name, stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", stored=True, tokenizer_name="en_stem")
+    builder.add_text_field("ctx", stored=True, tokenizer_name="en_stem")
+    builder.add_text_field("cjk", stored=False, tokenizer_name="whitespace")
+    builder.add_integer_field("at", stored=True, indexed=False, fast=True)
+    builder.add_integer_field("line", stored=True, indexed=False)
+    return builder.build()
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """Overlapping bigrams of every CJK run (a lone character stands for itself)."""
+    grams: list[str] = []
+    for run in _CJK_RUN_RE.findall(text):
+        if len(run) == 1:
+            grams.append(run)
+        grams.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return grams
+
+
+def context_hash(context: str) -> str:
+    return hashlib.sha256(context.encode("utf-8")).hexdigest()[:16]
+
+
+def record_key(path: str, memory_id: str) -> str:
+    return f"{path}#{memory_id}"
+
+
+class Bm25Index:
+    """One Tantivy index folder. Writers must hold the vault lock (one writer across processes)."""
+
+    def __init__(self, folder: Path, *, create: bool = False):
+        self.folder = folder
+        self.schema = _schema()
+        try:
+            if create:
+                folder.mkdir(parents=True, exist_ok=True)
+            elif not (folder / "meta.json").is_file():
+                raise IndexUnavailable(f"no BM25 index at {folder}: run `memvault rebuild`")
+            self._index = tantivy.Index(self.schema, path=str(folder), reuse=not create)
+        except ValueError as exc:
+            raise IndexUnavailable(f"BM25 index at {folder} cannot be opened ({exc}): run `memvault rebuild`") from exc
+        self._searcher: tantivy.Searcher | None = None
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def writer(self) -> "Bm25Writer":
+        return Bm25Writer(self)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """See commits made since the last search (by this or another process)."""
+        self._index.reload()
+        self._searcher = None
+
+    def _current_searcher(self) -> tantivy.Searcher:
+        if self._searcher is None:
+            self._searcher = self._index.searcher()
+        return self._searcher
+
+    def count(self) -> int:
+        return self._current_searcher().num_docs
+
+    def count_kind(self, kind: str) -> int:
+        """Live rows of one kind ("curated" or "audit")."""
+        query = tantivy.Query.term_query(self.schema, "kind", kind)
+        return self._current_searcher().search(query, 1, count=True).count
+
+    def search(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[Bm25Hit]:
+        keys, docs = self.search_docs(query, limit, kinds)
+        return [row_of(docs[key], score) for key, score in keys]
+
+    def search_keys(self, query: str, limit: int, kinds: Iterable[str] = ("curated",)) -> list[tuple[str, float]]:
+        """(row key, BM25 score), best first, ties by key; cheaper than full rows for fusion."""
+        return self.search_docs(query, limit, kinds)[0]
+
+    def search_docs(
+        self, query: str, limit: int, kinds: Iterable[str] = ("curated",)
+    ) -> tuple[list[tuple[str, float]], dict[str, tantivy.Document]]:
+        """`search_keys`, plus each hit's stored document (read for its key anyway): `row_of` and
+        `passage_of` turn one into a row or a (text, context) pair without another lookup."""
+        parsed = self.build_query(query, kinds)
+        if parsed is None or limit <= 0:
+            return [], {}
+        searcher = self._current_searcher()
+        hits, docs = [], {}
+        for score, address in searcher.search(parsed, limit).hits:
+            doc = searcher.doc(address)
+            key = doc["key"][0]
+            hits.append((key, float(score)))
+            docs[key] = doc
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0])), docs
+
+    def find_by_content_hash(self, content_hash: str, kind: str = "curated") -> Bm25Hit | None:
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "chash", content_hash)),
+                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "kind", kind)),
+            ]
+        )
+        searcher = self._current_searcher()
+        hits = [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, 16).hits]
+        return min(hits, key=lambda hit: hit.key) if hits else None
+
+    def get_by_keys(self, keys: list[str]) -> dict[str, Bm25Hit]:
+        """Stored rows for these keys (absent keys are simply missing from the result)."""
+        return {key: row_of(doc) for key, doc in self.docs_by_keys(keys).items()}
+
+    def docs_by_keys(self, keys: list[str]) -> dict[str, tantivy.Document]:
+        """Stored documents for these keys (absent keys are simply missing from the result)."""
+        if not keys:
+            return {}
+        query = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "key", key)) for key in keys]
+        )
+        searcher = self._current_searcher()
+        docs = (searcher.doc(address) for _, address in searcher.search(query, len(keys)).hits)
+        return {doc["key"][0]: doc for doc in docs}
+
+    def hits_for_path(self, path: str) -> list[Bm25Hit]:
+        """Every live row of one note file."""
+        searcher = self._current_searcher()
+        stored = searcher.doc_freq("path", path)  # counts deleted rows too: an upper bound
+        if stored == 0:
+            return []
+        query = tantivy.Query.term_query(self.schema, "path", path)
+        return [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, stored).hits]
+
+    def all_hits(self) -> list[Bm25Hit]:
+        """Every live row (loads every stored document: for health and tests, not hot paths)."""
+        searcher = self._current_searcher()
+        if searcher.num_docs == 0:
+            return []
+        result = searcher.search(tantivy.Query.all_query(), searcher.num_docs)
+        return [self._hit(searcher, 0.0, address) for _, address in result.hits]
+
+    def term_counts(self, field: str, kind: str | None = None) -> dict[str, int]:
+        """Live rows per value of a raw field (optionally of one kind), from the term dictionary:
+        no document is loaded."""
+        searcher = self._current_searcher()
+        if searcher.num_docs == 0:
+            return {}
+        live = tantivy.Query.all_query() if kind is None else tantivy.Query.term_query(self.schema, "kind", kind)
+        return {value: count for value, count in searcher.terms_with_prefix(field, "", filter_query=live) if count}
+
+    def deleted_rows(self) -> int:
+        """Rows deleted but still counted in BM25 statistics until Tantivy merges them away."""
+        searcher = self._current_searcher()
+        stored = sum(searcher.doc_freq("kind", kind) for kind in KINDS)
+        return max(0, stored - searcher.num_docs)
+
+    def build_query(self, text: str, kinds: Iterable[str]) -> tantivy.Query | None:
+        words = [w for w in _WORD_RE.findall(text) if not _CJK_RUN_RE.fullmatch(w)]
+        content = [w for w in words if w.lower() not in STOPWORDS] or words
+        content = [w.lower() if w in _QUERY_OPERATORS else w for w in content][:_MAX_QUERY_WORDS]
+        should = tantivy.Occur.Should
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        if content:
+            parsed, _errors = self._index.parse_query_lenient(
+                " ".join(content), ["text", "ctx"], field_boosts={"text": 1.0, "ctx": CONTEXT_BOOST}
+            )
+            clauses.append((should, parsed))
+        clauses += [(should, tantivy.Query.term_query(self.schema, "cjk", g)) for g in cjk_bigrams(text)[:_MAX_QUERY_WORDS]]
+        if not clauses:
+            return None
+        # excluding the other kinds (MustNot) keeps Tantivy's fast top-k path; a Must filter on a
+        # term every document carries would not
+        excluded = [kind for kind in KINDS if kind not in set(kinds)]
+        clauses += [(tantivy.Occur.MustNot, tantivy.Query.term_query(self.schema, "kind", k)) for k in excluded]
+        return tantivy.Query.boolean_query(clauses)
+
+    def _hit(self, searcher: tantivy.Searcher, score: float, address) -> Bm25Hit:
+        return row_of(searcher.doc(address), score)
+
+
+def row_of(doc: tantivy.Document, score: float = 0.0) -> Bm25Hit:
+    """The row a stored document holds."""
+    text, context = passage_of(doc)
+    return Bm25Hit(
+        key=doc["key"][0],
+        id=doc["id"][0],
+        path=doc["path"][0],
+        kind=doc["kind"][0],
+        day=date.fromisoformat(doc["day"][0]),
+        at=datetime.fromtimestamp(doc["at"][0], timezone.utc),
+        line=doc["line"][0],
+        text=text,
+        content_hash=doc["chash"][0],
+        score=float(score),
+        context_hash=doc["ctxh"][0],
+        context=context,
+    )
+
+
+def passage_of(doc: tantivy.Document) -> tuple[str, str]:
+    """A stored document's (text, context); an empty context may be stored as no value at all."""
+    return doc["text"][0], (doc.get_all("ctx") or [""])[0]
+
+
+class Bm25Writer:
+    """Batch of adds/deletes committed together on `commit()` (or discarded on `rollback()`)."""
+
+    def __init__(self, index: Bm25Index):
+        self._index = index
+        try:
+            self._writer = index._index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
+        except ValueError as exc:
+            raise IndexUnavailable(
+                f"cannot open a writer on {index.folder} ({exc}): another process may be writing; retry"
+            ) from exc
+
+    def delete_path(self, path: str) -> None:
+        self._writer.delete_documents_by_term("path", path)
+
+    def delete_key(self, key: str) -> None:
+        self._writer.delete_documents_by_term("key", key)
+
+    def add(self, records: Iterable[MemoryRecord]) -> int:
+        count = 0
+        for record in records:
+            self._writer.add_document(
+                tantivy.Document(
+                    key=record_key(record.path, record.id),
+                    id=record.id,
+                    path=record.path,
+                    kind=record.kind,
+                    day=record.day.isoformat(),
+                    chash=record.content_hash,
+                    text=record.text,
+                    ctx=record.context,
+                    ctxh=context_hash(record.context),
+                    cjk=" ".join(cjk_bigrams(record.text)),
+                    at=int(record.at.timestamp()),
+                    line=record.line,
+                )
+            )
+            count += 1
+        return count
+
+    def commit(self) -> None:
+        self._writer.commit()
+        self._writer.wait_merging_threads()
+        self._writer = None  # releases Tantivy's writer lock now, not at garbage collection
+        self._index.refresh()
+
+    def rollback(self) -> None:
+        if self._writer is not None:
+            self._writer.rollback()
+            self._writer = None
+
+    def __enter__(self) -> "Bm25Writer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.rollback()

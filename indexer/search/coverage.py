@@ -1,0 +1,145 @@
+"""Question coverage: how much of the question a memory, read with its neighbours, speaks to.
+
+BM25 matches words exactly; pooled vectors compare whole passages, so one strong topic can drown
+the detail a question asks about. Coverage sits between them: each word of the question is
+matched to its closest word in the memory by the builtin model's static word vectors ("puppy"
+finds "dog"), and the memory's score is the mean of those best matches over the question. A word found only in the note neighbours counts for
+NEIGHBOUR_DISCOUNT of its match: conversation memories lean on the turns around them.
+
+It re-scores the best candidates of the other two retrievers (`memvault.indexer.search.recall.retrieve`) and
+enters the fusion as a third ranked list. It reads a static table: no model call, no I/O, and
+the same scores for the same texts.
+"""
+
+import hashlib
+import re
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from memvault.indexer.search.embeddings import builtin_word_table, builtin_word_vectors
+
+#: what a question word matched only in the note neighbours is worth against one in the memory
+NEIGHBOUR_DISCOUNT = 0.8
+#: words read from the question, from a memory and from its neighbours (bounds the work)
+MAX_QUESTION_WORDS = 32
+MAX_MEMORY_WORDS = 200
+MAX_CONTEXT_WORDS = 400
+#: words learnt beyond the model's vocabulary (~1 KB each) and texts remembered between calls;
+#: both memos start over when either is full
+MEMO_LIMIT = 50_000
+_WORD_RE = re.compile(r"\w{1,40}")  # a longer run of letters is read in pieces
+
+
+def coverage(question: str, candidates: Sequence[tuple[str, str, str]]) -> list[tuple[str, float]]:
+    """(key, coverage in [-1, 1]) for each (key, text, context) candidate, best first, ties by key.
+
+    A question with no words covers nothing: the result is empty. A memory with no words scores -1.
+    """
+    if not candidates:
+        return []
+    asked, words, owns, arounds = _WORDS.lookup(
+        question, [text for _, text, _ in candidates], [context for _, _, context in candidates]
+    )
+    if not len(asked):
+        return []
+    similarity = asked @ words.T  # question words × the candidates' distinct words
+    best = np.maximum(_best_per_text(similarity, owns, 1.0), _best_per_text(similarity, arounds, NEIGHBOUR_DISCOUNT))
+    scores = best.mean(axis=0)
+    return sorted(((key, float(score)) for (key, _, _), score in zip(candidates, scores, strict=True)),
+                  key=lambda pair: (-pair[1], pair[0]))
+
+
+def _best_per_text(similarity: np.ndarray, texts: list[np.ndarray], weight: float) -> np.ndarray:
+    """(question words × texts): each question word's best match in each text, times `weight`;
+    -1 for a text without words."""
+    lengths = np.array([len(columns) for columns in texts])
+    best = np.full((similarity.shape[0], len(texts)), -1.0, dtype=np.float32)
+    present = lengths > 0
+    if present.any():
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        best[:, present] = weight * np.maximum.reduceat(similarity[:, np.concatenate(texts)], starts[present], axis=1)
+    return best
+
+
+class _WordMemo:
+    """Every word seen so far with its unit vector, and each text's words as rows of that table.
+
+    Texts recur from query to query (the same memories are candidates again), so after the first
+    sight a text costs one dictionary lookup. One lock guards both memos; they are reset together
+    so a memoised text never points into a table that was started over.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, int] | None = None  # loaded on first use
+
+    def _reset(self) -> None:
+        """Start from the model's own vocabulary: words that are one token need no learning."""
+        whole_words, unit_vectors = builtin_word_table()
+        self._rows: dict[str, int] = dict(whole_words)
+        self._vocabulary = self._size = len(unit_vectors)  # rows of the model's vocabulary; rows in use
+        self._vectors = unit_vectors.copy()  # learnt words are appended; capacity grows by doubling
+        self._digests = np.zeros(len(unit_vectors), dtype=np.uint64)  # per row: the word's digest
+        self._digests[list(whole_words.values())] = [_digest(word) for word in whole_words]
+        self._texts: dict[tuple[bytes, int], np.ndarray] = {}  # keyed by digest: texts can be long
+
+    def lookup(self, question: str, texts: list[str], contexts: list[str]):
+        """(question word vectors, distinct candidate word vectors, and per text and per context
+        the columns of its words in the latter).
+
+        The distinct words are ordered by their own digest, not by when the memo met them, so the
+        same texts give bit-identical matrices (and scores) whatever was asked before.
+        """
+        with self._lock:
+            if self._rows is None or self._size - self._vocabulary > MEMO_LIMIT or len(self._texts) > MEMO_LIMIT:
+                self._reset()
+            asked = " ".join(dict.fromkeys(_words(question)))
+            rows = self._rows_of([(asked, MAX_QUESTION_WORDS), *((text, MAX_MEMORY_WORDS) for text in texts),
+                                  *((context, MAX_CONTEXT_WORDS) for context in contexts)])
+            asked_rows, owns, arounds = rows[0], rows[1 : 1 + len(texts)], rows[1 + len(texts) :]
+            involved = np.unique(np.concatenate([*owns, *arounds, np.zeros(0, dtype=np.int32)]))
+            involved = involved[np.argsort(self._digests[involved], kind="stable")]
+            column = np.zeros(self._size, dtype=np.int32)
+            column[involved] = np.arange(len(involved), dtype=np.int32)
+            return (self._vectors[asked_rows], self._vectors[involved],
+                    [column[r] for r in owns], [column[r] for r in arounds])
+
+    def _rows_of(self, texts: list[tuple[str, int]]) -> list[np.ndarray]:
+        """Each (text, word limit)'s words as table rows; new words are learnt in one batch."""
+        keys = [(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), limit)
+                for text, limit in texts]
+        fresh = {key: _words(text)[:limit] for key, (text, limit) in zip(keys, texts) if key not in self._texts}
+        self._learn([w for w in dict.fromkeys(w for words in fresh.values() for w in words) if w not in self._rows])
+        for key, words in fresh.items():
+            self._texts[key] = np.fromiter((self._rows[w] for w in words), dtype=np.int32, count=len(words))
+        return [self._texts[key] for key in keys]
+
+    def _learn(self, words: list[str]) -> None:
+        if not words:
+            return
+        vectors = builtin_word_vectors(words)
+        start, end = self._size, self._size + len(words)
+        if end > len(self._vectors):
+            capacity = max(end, 2 * len(self._vectors))
+            grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
+            digests = np.zeros(capacity, dtype=np.uint64)
+            grown[:start], digests[:start] = self._vectors[:start], self._digests[:start]
+            self._vectors, self._digests = grown, digests
+        self._vectors[start:end] = vectors
+        self._digests[start:end] = [_digest(word) for word in words]
+        self._rows.update((word, start + n) for n, word in enumerate(words))
+        self._size = end
+
+
+def _words(text: str) -> list[str]:
+    """The text's words; numbers are left to BM25 (a sum of digit vectors means nothing)."""
+    return [word for word in _WORD_RE.findall(text) if not word.isdigit()]
+
+
+def _digest(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+
+
+_WORDS = _WordMemo()

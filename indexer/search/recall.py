@@ -1,0 +1,109 @@
+"""Recall: BM25 and (for Journal/BuJo) vector candidates, fused, mapped to hits with sources.
+
+Two modes share the retrieval:
+* `tool` (MemoryRecall, `memvault search`): up to `limit` hits with their fusion evidence.
+* `auto` (what a host injects each turn): the score band and the deterministic direct-fact gate
+  (`memvault.indexer.search.autogate`), at most 5 hits / 8 KB, nothing for unsupported questions.
+Questions about the active chat and requests to resume interrupted work never reach the index:
+they get guidance instead (`memvault.indexer.search.routing`).
+"""
+
+from memvault.indexer.results import RecallHit, RecallResult
+from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
+from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
+from memvault.indexer.search.coverage import coverage
+from memvault.indexer.search.hybrid import CANDIDATE_DEPTH, Fused, fuse
+from memvault.indexer.search.routing import RUN_HISTORY_HANDOFF, Route, guidance_for, route_query
+from memvault.indexer.search.supersession import superseded_ids
+from memvault.vault.errors import ProviderUnavailable, VaultError
+
+#: rows loaded beyond the limit, to stand in for vectors whose rows were deleted meanwhile
+_SPARE_ROWS = 5
+#: candidates of each retriever that question coverage scores
+COVERAGE_POOL = 40
+
+
+def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
+    return RecallHit(hit.id, hit.text, hit.source, score, hit.at, hit.kind, explain)
+
+
+def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None):
+    """Fused candidates with their stored rows, and why the answer is degraded (or None).
+
+    `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
+    fuses BM25 alone). With vectors, the best COVERAGE_POOL candidates of each retriever are
+    also scored by question coverage, which joins the fusion as a third ranked list.
+    Full rows are loaded for the best `rows_for` candidates (all of them when None).
+    """
+    lexical, docs = bm25.search_docs(query, depth)
+    if semantic is None:
+        fused, degraded = fuse(lexical, None), None
+    else:
+        vectors, degraded = semantic.search(query, depth)
+        covered, unavailable = _coverage(bm25, query, lexical, vectors or [], docs)
+        fused, degraded = fuse(lexical, vectors, covered), degraded or unavailable
+    fused, retired = exclude_superseded(bm25, fused)
+    wanted = fused if rows_for is None else fused[: rows_for + _SPARE_ROWS]
+    docs.update(bm25.docs_by_keys([entry.key for entry in wanted if entry.key not in docs]))
+    # a vector whose row is gone (deleted since it was embedded) is never returned
+    found = [(entry, row_of(docs[entry.key])) for entry in wanted if entry.key in docs]
+    return found[:rows_for], degraded or retired
+
+
+def _coverage(bm25: Bm25Index, query: str, lexical, vectors, docs: dict) -> tuple[list | None, str | None]:
+    """Question coverage of the best COVERAGE_POOL candidates of each retriever, or None and why.
+    Documents it had to read are added to `docs`."""
+    pool = list(dict.fromkeys(key for hits in (lexical, vectors) for key, _ in hits[:COVERAGE_POOL]))
+    docs.update(bm25.docs_by_keys([key for key in pool if key not in docs]))
+    try:
+        return coverage(query, [(key, *passage_of(docs[key])) for key in pool if key in docs]), None
+    except ProviderUnavailable as exc:
+        return None, f"question coverage unavailable ({exc})"
+
+
+def exclude_superseded(bm25: Bm25Index, fused: list[Fused]) -> tuple[list[Fused], str | None]:
+    """Curated recall returns current facts only: drop candidates whose memory id a BuJo capture
+    superseded or updated (the generation's replay projection, `indexer/search/supersession.py`).
+    Returns the kept candidates and, if the projection cannot be read, why the answer is degraded."""
+    try:
+        retired = superseded_ids(bm25.folder.parent)
+    except (VaultError, OSError) as exc:
+        return fused, f"replay projection unreadable, superseded memories may show ({exc}): run `memvault rebuild`"
+    if not retired:
+        return fused, None
+    return [entry for entry in fused if entry.key.rpartition("#")[2] not in retired], None
+
+
+def routed_away(query: str, mode: str) -> RecallResult | None:
+    """Guidance without a backend call for active-chat and resume questions, else None."""
+    route = route_query(query)
+    if route in (Route.ACTIVE_CHAT, Route.RESUME_WORK):
+        return RecallResult(query, mode, (), guidance=guidance_for(route))
+    return None
+
+
+def recall_tool(bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool") -> RecallResult:
+    """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence."""
+    candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit)
+    hits = tuple(_hit(entry, row) for entry, row in candidates)
+    route = route_query(query)
+    guidance = guidance_for(route) if route is Route.BROAD_PERIOD else None
+    if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
+        guidance = RUN_HISTORY_HANDOFF
+    return RecallResult(query, mode, hits, degraded=degraded, guidance=guidance)
+
+
+def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto") -> RecallResult:
+    """What a host injects: only gated direct facts; the gate's reason goes in `gate`."""
+    candidates, degraded = retrieve(bm25, semantic, query, rows_for=2 * WINDOW)
+    offered = [
+        Candidate(row.id, row.text, entry.score, entry.strength, row.source, row.at) for entry, row in candidates
+    ]
+    decision = gate_auto(query, offered)
+    by_source = {row.source: (entry, row) for entry, row in candidates}
+    hits = tuple(_hit(*by_source[candidate.source]) for candidate in decision.hits)
+    return RecallResult(query, mode, hits, degraded=degraded, gate=decision.to_json())
+
+
+def _hit(entry: Fused, row: Bm25Hit) -> RecallHit:
+    return to_recall_hit(row, entry.score, entry.explain)

@@ -1,0 +1,238 @@
+"""Query routing: which questions durable memory should answer at all.
+
+    route_query("What was your previous reply?")        -> Route.ACTIVE_CHAT
+    route_query("continue where you left off")          -> Route.RESUME_WORK
+    route_query("What did we work on last week?")       -> Route.BROAD_PERIOD
+    route_query("Which release color did we decide on?") -> Route.TARGETED
+
+Some questions look like memory questions but are owned by something else (spec, "The
+MemoryRecall tool"): the active conversation answers questions about itself (an older, similar
+record must never displace the real latest message), RunHistory owns interrupted-run recovery,
+and MemoryJournal owns broad retrospectives over an explicit period. Routing is deliberately
+conservative: a query is taken away from targeted recall only when the *whole* normalised query
+matches one of the patterns below, so any explicit archived target, date or topic ("... about the
+rollout", "... with Morgan", "last week's meeting") keeps it TARGETED.
+
+Pure and deterministic: no I/O, no model call. Every pattern is anchored, built from literal
+alternations and bounded repeats (no nested unbounded quantifiers), and only runs on queries of
+at most `MAX_ROUTED_CHARS` characters, so hostile input costs linear time.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import unicodedata
+
+
+class Route(enum.StrEnum):
+    ACTIVE_CHAT = "active_chat"
+    RESUME_WORK = "resume_work"
+    BROAD_PERIOD = "broad_period"
+    TARGETED = "targeted"
+
+
+#: MemoryRecall's answer to an unqualified question about the active chat (no backend call).
+ACTIVE_CHAT_GUIDANCE = (
+    "This question is about the active conversation, not durable memory. Answer it from the "
+    "conversation history in your context; durable memory was not searched."
+)
+#: The conditional exact handoff for interrupted-run recovery. MemoryRecall returns it for a
+#: resume request and repeats it on every empty response, so the agent stops rephrasing memory
+#: searches for evidence that run history owns.
+RUN_HISTORY_HANDOFF = (
+    "If you are picking up, continuing or recovering interrupted work and the RunHistory tool is "
+    "available, call RunHistory {} first; durable memory does not hold run state."
+)
+#: Guidance for a broad retrospective over an explicit period.
+JOURNAL_GUIDANCE = (
+    "This is a broad question about an explicit period. If the MemoryJournal tool is available, "
+    "call it with explicit inclusive local dates and an IANA time zone, e.g. "
+    '{"fromDate": "2026-09-01", "throughDate": "2026-09-07", "timeZone": "Europe/Amsterdam"} '
+    "(at most 31 days); MemoryRecall is for targeted questions."
+)
+
+#: Questions about the chat or a resume request are short; anything longer is a targeted search.
+MAX_ROUTED_CHARS = 400
+
+_GUIDANCE = {
+    Route.ACTIVE_CHAT: ACTIVE_CHAT_GUIDANCE,
+    Route.RESUME_WORK: RUN_HISTORY_HANDOFF,
+    Route.BROAD_PERIOD: JOURNAL_GUIDANCE,
+}
+
+
+def guidance_for(route: Route) -> str | None:
+    """The model-facing text for a route; None for TARGETED (search memory as usual)."""
+    return _GUIDANCE.get(route)
+
+
+def route_query(query: str) -> Route:
+    """Classify one recall query; anything not clearly owned elsewhere is TARGETED."""
+    if not isinstance(query, str) or len(query) > 4 * MAX_ROUTED_CHARS:
+        return Route.TARGETED
+    text = normalize_query(query)
+    if not text or len(text) > MAX_ROUTED_CHARS:
+        return Route.TARGETED
+    for route, patterns in _ROUTES:
+        if any(pattern.fullmatch(text) for pattern in patterns):
+            return route
+    return Route.TARGETED
+
+
+# --- normalisation ------------------------------------------------------------------------------
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "'", "\u201c": '"', "\u201d": '"'})
+#: sentence punctuation at a word end ("so, what", "reply?") but not inside "10:00" or "2.4"
+_PUNCT_RE = re.compile(r"[,;:!?.]+(?=\s|$)|[\"()\[\]{}*_]")
+_SPACE_RE = re.compile(r"\s+")
+_PREFIX_RE = re.compile(
+    r"(?:hey|hi|hello|ok|okay|so|um|uh|well|sorry|btw|by the way|quick question|please|"
+    r"can you|could you|would you|will you|can u|pls|plz|tell me|remind me|let me know|"
+    r"do you remember|do you know|i wonder|i want to know|i'd like to know) "
+)
+_SUFFIX_RE = re.compile(r" (?:please|pls|plz|thanks|thank you|for me|real quick|then)$")
+
+
+def normalize_query(query: str) -> str:
+    """Lower-case NFKC text without control characters, sentence punctuation, politeness
+    openers ("hey, can you tell me ...") or trailing "please"; whitespace collapsed."""
+    text = unicodedata.normalize("NFKC", query).translate(_QUOTES)
+    text = _CONTROL_RE.sub(" ", text).casefold()
+    text = _SPACE_RE.sub(" ", _PUNCT_RE.sub(" ", text)).strip()
+    for _ in range(6):  # bounded: "ok so hey can you tell me ..."
+        stripped = _SUFFIX_RE.sub("", _PREFIX_RE.sub("", text, count=1) if _PREFIX_RE.match(text) else text)
+        if stripped == text:
+            break
+        text = stripped.strip()
+    return text
+
+
+# --- patterns -----------------------------------------------------------------------------------
+
+
+def _alt(*words: str) -> str:
+    return "(?:" + "|".join(words) + ")"
+
+
+def _compile(*patterns: str) -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(pattern) for pattern in patterns)
+
+
+_RECENT = _alt("last", "previous", "latest", "most recent", "prior", "preceding", "last few", "previous few")
+_MESSAGE = _alt(
+    "message", "messages", "reply", "replies", "response", "responses", "answer", "answers",
+    "question", "questions", "turn", "comment", "output", "suggestion", "prompt",
+)
+_THIS_CHAT = "(?:this|our|the current|the present) " + _alt("conversation", "chat", "thread", "session", "discussion", "dialogue")
+_IN_THIS_CHAT = f"(?:earlier |above |before )?(?:in|during|throughout) {_THIS_CHAT}(?: so far)?"
+#: what may follow "what did you say": references to *this* chat only ("before" or
+#: "previously" may just as well mean an earlier session, so they keep a query targeted)
+_CHAT_REF = _alt(
+    "just now", "a moment ago", "a minute ago", "a second ago", "earlier", "last", "above", "so far",
+    "here", "again", f"in (?:the|your|my) {_RECENT} {_MESSAGE}", _IN_THIS_CHAT,
+)
+_SAID = _alt(
+    "send", "sent", "say", "said", "write", "written", "wrote", "reply", "replied", "answer",
+    "answered", "ask", "asked", "tell me", "told me", "tell you", "told you", "type", "typed",
+    "respond", "responded", "suggest", "suggested", "recommend", "recommended", "mean", "meant",
+)
+#: verbs that are about the chat even without a reference ("what did you say?"); "what did you
+#: recommend?" in a fresh session may well ask about an earlier one
+_SAID_BARE = _alt("say", "said", "mean", "meant", "ask", "asked")
+_TO = "(?: (?:to )?(?:me|you))?"
+_TALK = _alt("talked", "talk", "spoken", "speak", "discussed", "discuss", "covered", "cover")
+_SO_FAR = _alt("so far", "just now", "until now", "up to now", _IN_THIS_CHAT)
+_ACTIVE_CHAT = _compile(
+    rf"what (?:did|have|had|do) (?:you|i) just {_SAID}{_TO}(?: {_CHAT_REF})?",
+    rf"what (?:did|have|had|do) (?:you|i) {_SAID}{_TO} {_CHAT_REF}",
+    rf"what (?:did|do) (?:you|i) {_SAID_BARE}{_TO}",
+    rf"what (?:you|i) just {_SAID}{_TO}(?: {_CHAT_REF})?",
+    rf"what (?:you|i) {_SAID}{_TO} {_CHAT_REF}",
+    rf"what(?: was|'s| is| were) (?:your|my|the) {_RECENT} {_MESSAGE}(?: (?:to|from) (?:me|you))?(?: {_IN_THIS_CHAT})?",
+    rf"what did (?:your|my|the) {_RECENT} {_MESSAGE} (?:say|contain|mention|ask)",
+    rf"what (?:was|is|were) the last (?:thing|things|few things) (?:you|i) (?:just )?{_SAID}{_TO}",
+    rf"what (?:happened|has happened|went on|was said|have we done|did we do|have we covered|did we cover) {_IN_THIS_CHAT}",
+    rf"what (?:have|did) we (?:just {_TALK}(?: about)?(?: {_SO_FAR})?|{_TALK}(?: about)? {_SO_FAR})",
+    rf"what (?:are|were) we (?:just )?(?:talking|speaking|discussing)(?: about)?(?: {_SO_FAR})?",
+    rf"what(?: is|'s) {_THIS_CHAT} about",
+    rf"(?:summari[sz]e|recap|review) (?:{_THIS_CHAT}(?: so far)?|what we (?:have|just) (?:discussed|talked about|said|covered)"
+    rf"(?: so far)?|what we (?:discussed|talked about|said|covered) so far)",
+    rf"(?:give me )?(?:a |an )?(?:summary|recap|overview|rundown) of {_THIS_CHAT}(?: so far)?",
+    rf"(?:repeat|restate|say|resend|re-send|reread|quote|paste|show)(?: me)? (?:what you (?:just )?(?:said|wrote|sent|told me)"
+    rf"|that|it|your {_RECENT} {_MESSAGE}|the {_RECENT} {_MESSAGE})(?: again)?(?: {_IN_THIS_CHAT})?",
+    r"(?:repeat|say that again|come again)(?: that)?(?: again)?",
+)
+
+_WORK = _alt(
+    "run", "runs", "task", "tasks", "work", "job", "jobs", "session", "turn", "operation", "process",
+    "step", "steps", "build", "migration", "deploy", "deployment", "request", "plan", "work item", "workflow",
+)
+_STOPPED = _alt(
+    "interrupted", "unfinished", "incomplete", "stopped", "crashed", "failed", "aborted", "paused",
+    "halted", "cancelled", "canceled", "killed", "stalled", "dropped", "partial", "previous", "last",
+    "earlier", "pending", "timed out", "timed-out",
+)
+_RESUME_VERB = _alt(
+    "continue", "continue with", "resume", "pick up", "pick back up", "carry on", "carry on with",
+    "recover", "restart", "rerun", "re-run", "retry", "finish", "complete", "get back to", "go back to",
+    "return to", "restore", "redo", "proceed with",
+)
+_LEFT_OFF = _alt("left off", "stopped", "paused", "broke off", "were interrupted", "got interrupted", "were cut off", "got cut off")
+_TAIL = r"(?: (?:with|on|in|for|of|from) [^\n]{1,200})?"
+_RESUME_WORK = _compile(
+    rf"(?:continue|resume|pick up|pick it up|pick things up|carry on|proceed|go on|keep going|start again|get going again)"
+    rf"(?: from)? where (?:you|we|i|it) {_LEFT_OFF}{_TAIL}",
+    rf"{_RESUME_VERB} (?:the |your |my |our |that |this )?(?:{_STOPPED} )?{_WORK}(?: again)?{_TAIL}",
+    rf"(?:continue|resume|keep) working(?: again)?(?: where (?:you|we) {_LEFT_OFF})?",
+    r"where (?:did|were) (?:you|we|i) (?:leave off|left off|stop|stopped|get interrupted|interrupted|get cut off|cut off)",
+    r"what were (?:you|we) (?:doing|working on) (?:before|when) (?:you were |we were |it was |the run was |the task was )?"
+    r"(?:interrupted|the interruption|stopped|it crashed|the crash|cut off)",
+)
+
+_WEEKDAY = _alt("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_MONTH = _alt(
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "sept", "oct", "nov", "dec",
+)
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_DATE = _alt(
+    r"\d{4}-\d{2}-\d{2}", rf"{_DAY} (?:of )?{_MONTH}(?: \d{{4}})?", rf"{_MONTH} {_DAY}(?: \d{{4}})?",
+    rf"(?:last |this )?{_WEEKDAY}", "yesterday", "today",
+)
+_SPAN = _alt("week", "month", "year", "quarter", "weekend", "sprint", "fortnight", "few days", "few weeks",
+             "couple of days", "couple of weeks", r"\d{1,3} (?:days|weeks|months)", "two weeks", "three weeks")
+_PERIOD = _alt(
+    rf"(?:last|this|past|previous|the past|the last|the previous|earlier this) {_SPAN}",
+    rf"(?:(?:in|during|over|for) )?(?:the (?:last|past|previous) ){_SPAN}",
+    rf"(?:on |since )?{_DATE}",
+    rf"(?:in |during )?{_MONTH}(?: \d{{4}})?",
+    r"in \d{4}",
+    rf"the week of {_DATE}",
+    rf"(?:between|from) {_DATE} (?:and|to|through|until|till) {_DATE}",
+)
+_DID = _alt(
+    "do", "done", "doing", "get done", "got done", "accomplish", "accomplished", "achieve", "achieved",
+    "ship", "shipped", "discuss", "discussed", "talk about", "talked about", "decide", "decided",
+    "decide on", "work on", "worked on", "working on", "been working on", "been doing", "finish",
+    "finished", "complete", "completed", "cover", "covered", "change", "changed", "fix", "fixed",
+    "build", "built", "learn", "learned", "learnt", "deliver", "delivered", "get up to", "got up to",
+)
+_WHO_WE = _alt("we", "i", "you", "the team", "our team")
+_RETRO = _alt(
+    rf"what (?:did|have|had|were) {_WHO_WE} {_DID}",
+    "what (?:happened|went on|was going on|has happened|got done|was done|did i miss|was decided|was discussed|changed)",
+    rf"(?:summari[sz]e|recap|review|list|show)(?: (?:me|us))?(?: (?:what|everything) {_WHO_WE} {_DID})?",
+    r"(?:give me |i want |i'd like )?(?:a |an )?(?:summary|recap|review|overview|rundown|retrospective|retro|digest)"
+    r" (?:of|for)(?: (?:what happened|what we did|our work|my work|the work|everything))?",
+)
+_BROAD_PERIOD = _compile(rf"{_RETRO} (?:(?:in|on|during|over|for|from) )?{_PERIOD}(?: so far)?")
+
+#: checked in this order: a chat question that names "today" is still about the chat
+_ROUTES = (
+    (Route.ACTIVE_CHAT, _ACTIVE_CHAT),
+    (Route.RESUME_WORK, _RESUME_WORK),
+    (Route.BROAD_PERIOD, _BROAD_PERIOD),
+)
