@@ -166,8 +166,10 @@ def test_fixture_vault_search_respects_format(fixture_vault):
         assert store.recall("flaky export test").hits[0].source.startswith("daily/2026-11-05.md#^")
         # audit observations never appear in curated recall
         assert not any(h.source.startswith("audit/") for h in store.recall("host observation export", limit=50).hits)
-        # code blocks and callouts are not memories
-        assert store.recall("callout").hits == () and store.recall("not_a_bullet").hits[0].text != "not_a_bullet = True"
+        # code blocks are not memories; callout text is what a person reads, so it is (issue 14)
+        callout = store.recall("callout").hits
+        assert callout and callout[0].text == "Obsidian callout This is not a memory, just a callout."
+        assert all(h.text != "not_a_bullet = True" for h in store.recall("not_a_bullet").hits)
         # hand-written bullets are found under derived ids, and the files are untouched
         hit = store.recall("office plants", limit=1).hits[0]
         assert "#^d-" in hit.source

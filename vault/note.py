@@ -1,16 +1,21 @@
 """Pure parse/render of `daily/` and `audit/` notes.
 
 A note is kept as its exact lines, so `render(parse(text)) == text` for every file, whoever
-wrote it: memvault edits notes by whole lines and never reflows a person's prose or frontmatter.
-Parsing finds the bullets (top-level and nested list items outside code fences and outside
-merge-conflict hunks), their optional wall time, text and block id.
+wrote it: memvault edits notes by appending whole lines and never reflows a person's prose or
+frontmatter. Parsing finds the memories a person sees (docs/format.md, "What is indexed"):
+
+* list items (top-level and nested), with their indented and lazy continuation lines;
+* prose paragraphs, and the text of block quotes and callouts (`> [!note]`);
+
+and skips what a person does not see in reading view or has not settled: code fences,
+Obsidian comments (`%% … %%`), HTML comments and merge-conflict hunks.
 
 A bullet line written by memvault looks like this:
 
     - 14:03 Morgan chose blue as the deployment color. ^m-1f3a9c0d2e
 
 mistune has no source positions, so structure is found line by line here and mistune turns
-each bullet's inline markdown into the plain text that is indexed (see `plain_text`).
+each memory's inline markdown into the plain text that is indexed (see `plain_text`).
 """
 
 import re
@@ -19,18 +24,27 @@ from dataclasses import dataclass, field, replace
 from memvault.vault.clock import TIME_PATTERN
 from memvault.vault.ids import BLOCK_ID_PATTERN, derived_id, is_valid_block_id
 
+#: a daily note is prose; a bigger file is not indexed (health says so) and memvault refuses to
+#: append to it, since a line written there would not be searchable
+MAX_NOTE_BYTES = 16 * 1024 * 1024
+
 _BULLET_RE = re.compile(r"(?P<indent>[ \t]*)(?P<marker>[-*+]|\d{1,9}[.)])(?:[ \t]+(?P<rest>.*?))?[ \t]*")
 _TIME_PREFIX_RE = re.compile(rf"(?P<time>{TIME_PATTERN})[ \t]+(?P<body>.*)")
 _BLOCK_ID_SUFFIX_RE = re.compile(rf"(?P<body>.*?)[ \t]+\^(?P<id>{BLOCK_ID_PATTERN})")
 _FENCE_RE = re.compile(r" {0,3}(?P<fence>`{3,}|~{3,})")
-_HEADING_RE = re.compile(r" {0,3}#{1,6}[ \t]+(?P<title>.*?)[ \t#]*")
-_CONFLICT_START, _CONFLICT_MID, _CONFLICT_END = "<<<<<<<", "=======", ">>>>>>>"
+_HEADING_RE = re.compile(r" {0,3}#{1,6}(?:[ \t]+(?P<title>.*?))?[ \t#]*")
+_RULE_RE = re.compile(r" {0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,})")
+_QUOTE_RE = re.compile(r" {0,3}>[ \t]?(?P<rest>.*)")
+_CALLOUT_RE = re.compile(r"\[![^\]]*\][+-]?[ \t]*(?P<title>.*)")
+_CONFLICT_START, _CONFLICT_END = "<<<<<<<", ">>>>>>>"
+_COMMENT_CLOSE = {"%%": "%%", "<!--": "-->"}
 _FRONTMATTER_SCAN_LIMIT = 500
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
 class Bullet:
-    """One list item: a memory. `first_line`/`end_line` are 0-based line indexes, end exclusive."""
+    """One memory: a list item, a paragraph or a quote/callout. Lines are 0-based, end exclusive."""
 
     first_line: int
     end_line: int
@@ -40,6 +54,7 @@ class Bullet:
     block_id: str | None
     id: str
     heading: str | None = None
+    kind: str = "bullet"  # "bullet" | "paragraph" | "quote"
 
     @property
     def has_explicit_id(self) -> bool:
@@ -54,29 +69,46 @@ class Note:
     bullets: tuple[Bullet, ...] = ()
     conflicts: tuple[tuple[int, int], ...] = ()
     duplicate_ids: tuple[str, ...] = ()
+    #: why a line appended at the end would not be searchable ("an unclosed code fence opened on
+    #: line 7"), or None
+    open_at_end: str | None = None
+    #: 0-based indexes of lines hidden from a reader (fences, comments, conflict hunks)
+    hidden_lines: frozenset[int] = frozenset()
 
     @property
     def has_conflicts(self) -> bool:
         return bool(self.conflicts)
 
+    @property
+    def newline(self) -> str:
+        """The note's line ending (its first line's), so an appended line matches the person's."""
+        for line in self.lines:
+            if line.endswith("\r\n"):
+                return "\r\n"
+            if line.endswith("\n"):
+                return "\n"
+        return "\n"
+
 
 def parse(text: str) -> Note:
-    """Parse a note. Never raises: odd markdown is still a note, just with fewer bullets."""
+    """Parse a note. Never raises: odd markdown is still a note, just with fewer memories."""
     lines = tuple(text.splitlines(keepends=True))
     body_start, frontmatter = _parse_frontmatter(lines)
     conflicts = _conflict_hunks(lines, body_start)
-    bullets, duplicates = _parse_bullets(lines, body_start, conflicts)
-    return Note(lines, body_start, frontmatter, tuple(bullets), conflicts, tuple(duplicates))
+    hidden, open_at_end = _hidden_lines(lines, body_start, conflicts)
+    bullets, duplicates = _parse_blocks(lines, body_start, hidden)
+    return Note(lines, body_start, frontmatter, tuple(bullets), conflicts, tuple(duplicates), open_at_end,
+                frozenset(i for i, masked in enumerate(hidden) if masked))  # fmt: skip
 
 
 def render(note: Note) -> str:
     return "".join(note.lines)
 
 
-def format_bullet(text: str, block_id: str, wall_time: str | None = None) -> str:
+def format_bullet(text: str, block_id: str, wall_time: str | None = None, newline: str = "\n") -> str:
     """The one line memvault writes for a memory (text must already be a single line)."""
     prefix = f"{wall_time} " if wall_time else ""
-    return f"- {prefix}{text} ^{block_id}\n"
+    return f"- {prefix}{text} ^{block_id}{newline}"
 
 
 def new_note_text(title: str) -> str:
@@ -87,13 +119,14 @@ def append_line(note: Note, line: str) -> Note:
     """The note with `line` appended; a missing final newline is added first, nothing else moves."""
     lines = list(note.lines)
     if lines and not lines[-1].endswith(("\n", "\r")):
-        lines[-1] += "\n"
+        lines[-1] += note.newline
     lines.append(line)
     return parse("".join(lines))
 
 
 def _parse_frontmatter(lines: tuple[str, ...]) -> tuple[int, dict[str, str]]:
-    if not lines or lines[0].rstrip("\r\n") != "---":
+    # a UTF-8 BOM (Windows editors write one) sits before the `---`; it is kept in the bytes
+    if not lines or lines[0].removeprefix(BOM).rstrip("\r\n") != "---":
         return 0, {}
     for index in range(1, min(len(lines), _FRONTMATTER_SCAN_LIMIT)):
         if lines[index].rstrip("\r\n") in ("---", "..."):
@@ -126,36 +159,68 @@ def _conflict_hunks(lines: tuple[str, ...], start: int) -> tuple[tuple[int, int]
     return tuple(hunks)
 
 
-def _parse_bullets(lines, start, conflicts) -> tuple[list[Bullet], list[str]]:
-    in_conflict = _line_mask(len(lines), conflicts)
-    bullets: list[Bullet] = []
-    fence: str | None = None
-    heading: str | None = None
-    index = start
-    while index < len(lines):
-        line = lines[index].rstrip("\r\n")
-        fence, is_fence_line = _track_fence(line, fence)
-        if is_fence_line or fence is not None or in_conflict[index]:
-            index += 1
-            continue
-        if (match := _HEADING_RE.fullmatch(line)) is not None:
-            heading = match["title"] or heading
-        bullet_match = _BULLET_RE.fullmatch(line)
-        if bullet_match is None or not bullet_match["rest"]:
-            index += 1
-            continue
-        end = _continuation_end(lines, index, len(bullet_match["indent"]), in_conflict)
-        bullets.append(_make_bullet(lines, index, end, bullet_match, heading))
-        index += 1
-    return _assign_ids(bullets)
-
-
-def _line_mask(count: int, hunks) -> list[bool]:
-    mask = [False] * count
-    for first, end in hunks:
+def _hidden_lines(lines, start: int, conflicts) -> tuple[list[bool], str | None]:
+    """Mark fence, comment and conflict lines; say which region (if any) is still open at the end."""
+    hidden = [index < start for index in range(len(lines))]
+    for first, end in conflicts:
         for index in range(first, end):
-            mask[index] = True
-    return mask
+            hidden[index] = True
+    fence, fence_line = None, 0
+    comment, comment_line = None, 0
+    for index in range(start, len(lines)):
+        if hidden[index]:
+            continue
+        line = lines[index].rstrip("\r\n")
+        if comment is None:
+            fence, is_fence_line = _track_fence(line, fence)
+            if is_fence_line and fence is not None:
+                fence_line = index
+            if is_fence_line or fence is not None:
+                hidden[index] = True
+                continue
+        was_open = comment
+        comment, visible = _scan_comments(line, comment)
+        if comment is not None and was_open is None:
+            comment_line = index
+        hidden[index] = not visible and (was_open is not None or comment is not None or _only_comment(line))
+    return hidden, _open_region(lines, conflicts, fence, fence_line, comment, comment_line)
+
+
+def _open_region(lines, conflicts, fence, fence_line: int, comment, comment_line: int) -> str | None:
+    if conflicts and conflicts[-1][1] == len(lines) and not lines[-1].startswith(_CONFLICT_END):
+        return f"an unterminated merge-conflict hunk (<<<<<<< on line {conflicts[-1][0] + 1})"
+    if fence is not None:
+        return f"an unclosed code fence ({fence} on line {fence_line + 1})"
+    if comment is not None:
+        kind = "Obsidian comment (%%" if comment == "%%" else "HTML comment (<!--"
+        return f"an unclosed {kind} on line {comment_line + 1})"
+    return None
+
+
+def _scan_comments(line: str, state: str | None) -> tuple[str | None, bool]:
+    """Follow `%% … %%` and `<!-- … -->` through one line: (state after it, any visible text?)."""
+    position, visible = 0, False
+    while position <= len(line):
+        if state is None:
+            found = [(at, token) for token in _COMMENT_CLOSE if (at := line.find(token, position)) >= 0]
+            if not found:
+                visible |= bool(line[position:].strip())
+                break
+            at, token = min(found)
+            visible |= bool(line[position:at].strip())
+            state, position = token, at + len(token)
+        else:
+            close = _COMMENT_CLOSE[state]
+            at = line.find(close, position)
+            if at < 0:
+                break
+            state, position = None, at + len(close)
+    return state, visible
+
+
+def _only_comment(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and any(stripped.startswith(token) for token in _COMMENT_CLOSE)
 
 
 def _track_fence(line: str, fence: str | None) -> tuple[str | None, bool]:
@@ -170,18 +235,84 @@ def _track_fence(line: str, fence: str | None) -> tuple[str | None, bool]:
     return fence, False
 
 
-def _continuation_end(lines, index: int, indent: int, in_conflict) -> int:
-    """Lines indented deeper than the bullet that are not list items themselves continue it."""
+def _is_block_start(line: str) -> bool:
+    """A line that starts a new block, so it cannot lazily continue the one above."""
+    return bool(
+        _BULLET_RE.fullmatch(line) or _HEADING_RE.fullmatch(line) or _FENCE_RE.match(line)
+        or _RULE_RE.fullmatch(line) or _QUOTE_RE.fullmatch(line) or line.lstrip().startswith("|")
+    )  # fmt: skip
+
+
+def _parse_blocks(lines, start: int, hidden: list[bool]) -> tuple[list[Bullet], list[str]]:
+    bullets: list[Bullet] = []
+    heading: str | None = None
+    index = start
+    while index < len(lines):
+        line = lines[index].rstrip("\r\n")
+        if hidden[index] or not line.strip():
+            index += 1
+            continue
+        if (match := _HEADING_RE.fullmatch(line)) is not None:
+            heading = match["title"] or heading
+            index += 1
+            continue
+        bullet_match = _BULLET_RE.fullmatch(line)
+        if bullet_match is not None:
+            end = _continuation_end(lines, index, len(bullet_match["indent"]), hidden)
+            if bullet_match["rest"]:
+                bullets.append(_make_bullet(lines, index, end, bullet_match, heading))
+            index = end  # a nested item ends the continuation range, so it is found next
+            continue
+        if _RULE_RE.fullmatch(line) or line.lstrip().startswith("|"):
+            index += 1  # thematic breaks and tables are layout, not memories
+            continue
+        kind = "quote" if _QUOTE_RE.fullmatch(line) else "paragraph"
+        end = _block_end(lines, index, hidden, kind)
+        block = _make_block(lines, index, end, kind, heading)
+        if block is not None:
+            bullets.append(block)
+        index = end
+    return _assign_ids(bullets)
+
+
+def _continuation_end(lines, index: int, indent: int, hidden) -> int:
+    """Deeper-indented lines that are not list items continue a bullet, and so do lazy ones."""
     end = index + 1
-    while end < len(lines) and not in_conflict[end]:
+    while end < len(lines) and not hidden[end]:
         line = lines[end].rstrip("\r\n")
         stripped = line.lstrip(" \t")
-        if not stripped or len(line) - len(stripped) <= indent or _BULLET_RE.fullmatch(line):
+        if not stripped or _BULLET_RE.fullmatch(line) or _FENCE_RE.match(line):
             break
-        if _FENCE_RE.match(line):
+        deeper = len(line) - len(stripped) > indent
+        if not deeper and _is_block_start(line):
             break
         end += 1
     return end
+
+
+def _block_end(lines, index: int, hidden, kind: str) -> int:
+    end = index + 1
+    while end < len(lines) and not hidden[end]:
+        line = lines[end].rstrip("\r\n")
+        if not line.strip():
+            break
+        is_quote = _QUOTE_RE.fullmatch(line) is not None
+        if kind == "quote" and not is_quote:
+            break
+        if kind == "paragraph" and _is_block_start(line):
+            break
+        end += 1
+    return end
+
+
+def _split_block_id(rest: str, continuation: list[str]) -> tuple[str, list[str], str | None]:
+    tail_source = continuation[-1] if continuation else rest
+    with_id = _BLOCK_ID_SUFFIX_RE.fullmatch(tail_source)
+    if with_id is None or not is_valid_block_id(with_id["id"]):
+        return rest, continuation, None
+    if continuation:
+        return rest, [*continuation[:-1], with_id["body"]], with_id["id"]
+    return with_id["body"], continuation, with_id["id"]
 
 
 def _make_bullet(lines, index: int, end: int, match, heading: str | None) -> Bullet:
@@ -190,20 +321,29 @@ def _make_bullet(lines, index: int, end: int, match, heading: str | None) -> Bul
     if (timed := _TIME_PREFIX_RE.fullmatch(rest)) is not None:
         wall_time, rest = timed["time"], timed["body"]
     continuation = [lines[i].strip() for i in range(index + 1, end)]
-    block_id = None
-    tail_source = continuation[-1] if continuation else rest
-    if (with_id := _BLOCK_ID_SUFFIX_RE.fullmatch(tail_source)) is not None and is_valid_block_id(with_id["id"]):
-        block_id = with_id["id"]
-        if continuation:
-            continuation[-1] = with_id["body"]
-        else:
-            rest = with_id["body"]
+    rest, continuation, block_id = _split_block_id(rest, continuation)
     text = "\n".join([rest, *continuation]).strip()
     return Bullet(index, end, match["indent"], wall_time, text, block_id, id="", heading=heading)
 
 
+def _make_block(lines, index: int, end: int, kind: str, heading: str | None) -> Bullet | None:
+    texts = [lines[i].rstrip("\r\n").strip() for i in range(index, end)]
+    if kind == "quote":
+        texts = [_QUOTE_RE.fullmatch(text)["rest"].strip() if _QUOTE_RE.fullmatch(text) else text for text in texts]
+        if texts and (callout := _CALLOUT_RE.fullmatch(texts[0])) is not None:
+            texts[0] = callout["title"]  # the `[!type]` marker is layout; its title is text
+    texts = [text for text in texts if text]
+    if not texts:
+        return None
+    first, rest, block_id = _split_block_id(texts[0], texts[1:])
+    text = "\n".join([first, *rest]).strip()
+    if not text:
+        return None
+    return Bullet(index, end, "", None, text, block_id, id="", heading=heading, kind=kind)
+
+
 def _assign_ids(bullets: list[Bullet]) -> tuple[list[Bullet], list[str]]:
-    """Explicit ids stay; a repeated explicit id and id-less bullets get derived ids."""
+    """Explicit ids stay; a repeated explicit id and id-less memories get derived ids."""
     seen: set[str] = set()
     duplicates: list[str] = []
     occurrences: dict[str, int] = {}
