@@ -1,8 +1,9 @@
 """Writing one curated fact into `daily/`: the vault half of Remember.
 
-The caller holds the vault lock and indexes the note in the same critical section. The write is
-a compare-and-swap of the whole note against the bytes just read, so a person saving the same
-note in an editor at that moment is never overwritten: the write fails with Conflict instead.
+The caller holds the vault lock and indexes the note in the same critical section. Lines are
+appended in place (`vault/note_append.py`), so a person saving the same note in an editor at
+that moment never loses their save, and a save that drops memvault's line is repaired
+(`vault/recent_writes.py`). The wall time is written in the zone the note is read in.
 """
 
 import unicodedata
@@ -12,15 +13,22 @@ from datetime import datetime
 from memvault.vault.clock import local_day_and_time, zone
 from memvault.vault.credentials import refuse_credentials
 from memvault.vault.errors import InvalidRecord
-from memvault.vault.fsio import fsync_dir, read_bytes_nofollow
-from memvault.vault.ids import memory_id, normalize_text
+from memvault.vault.ids import content_hash, memory_id, normalize_text
 from memvault.vault.layout import DAILY, VaultLayout
-from memvault.vault.locks import replace_if_unchanged
-from memvault.vault.note import append_line, format_bullet, new_note_text, parse
-from memvault.vault.paths import resolve_inside
+from memvault.vault.note import Note
+from memvault.vault.note_append import NewBullet, NoteNotWritable, holds, read_note_if_any
+from memvault.vault.note_append import append_bullets_once as _append_in_place
+from memvault.vault.recent_writes import note_written
+from memvault.vault.records import note_zone_name
+
+__all__ = ["CuratedWrite", "NewBullet", "NoteNotWritable", "append_bullet_once", "append_bullets_once",
+           "prepare_fact", "write_fact"]  # fmt: skip
 
 #: a remembered fact is one line of prose, not a document
 MAX_FACT_BYTES = 4096
+#: a person may have edited a remembered line (keeping its id): the same text then takes a
+#: variant id, so it is written again and findable, and an id is never used twice
+_MAX_ID_VARIANTS = 16
 
 
 @dataclass(frozen=True)
@@ -49,59 +57,76 @@ def prepare_fact(text: str) -> str:
 
 def write_fact(layout: VaultLayout, fact: str, at: datetime, vault_zone: str) -> CuratedWrite:
     """Append `fact` (already prepared) to the daily note of `at`'s local date, once."""
-    return append_bullet_once(layout, DAILY, fact, memory_id(fact), at, vault_zone)
+    return append_bullet_once(layout, DAILY, fact, memory_id(fact), at, vault_zone, content_identity=True)
 
 
 def append_bullet_once(
-    layout: VaultLayout, folder: str, text: str, block_id: str, at: datetime, vault_zone: str
-) -> CuratedWrite:
+    layout: VaultLayout, folder: str, text: str, block_id: str, at: datetime, vault_zone: str,
+    *, content_identity: bool = False,
+) -> CuratedWrite:  # fmt: skip
     """Append `- HH:MM text ^block_id` to `folder/<local date of at>.md` unless that id is there.
 
     The one write every projection shares (Remember, turn intake, capture): a replay after a
-    crash finds its block id already in the note and writes nothing. Caller holds the vault lock.
+    crash finds its block id already in the note and writes nothing. With `content_identity`
+    (Remember), an id whose line a person has since edited is not reused: the fact takes a
+    variant id. The date comes from the vault's zone (it names the file); the wall time from
+    the note's own zone (its frontmatter `timeZone`), which is the zone it is read back in.
+    Caller holds the vault lock.
     """
-    day, wall_time = local_day_and_time(at, zone(vault_zone))
+    day, _ = local_day_and_time(at, zone(vault_zone))
     relpath = layout.note_relpath(folder, day)
+    note = read_note_if_any(layout.root, relpath)
+    wall_time = _wall_time_for(note, at, day, vault_zone)
+    if content_identity and note is not None:
+        block_id = _unused_id_for(note, text, block_id)
     written = append_bullets_once(layout, relpath, day.isoformat(), [NewBullet(text, block_id, wall_time)])
     return CuratedWrite(block_id, relpath, wall_time, written=bool(written))
 
 
-@dataclass(frozen=True)
-class NewBullet:
-    text: str
-    block_id: str
-    wall_time: str | None
-
-
 def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:
-    """Append, in one compare-and-swap write, every bullet whose block id the note lacks.
+    """Append, in one in-place write, every bullet whose block id the note lacks; the ids written.
 
-    Returns the ids written (empty when all were already there). A new note starts with `# title`.
+    The lines are noted in the recent-writes ledger *before* the append: a failure there leaves
+    the note untouched, and a line whose append fails half-way is finished by the next sync.
+    A new note starts with `# title`. Caller holds the vault lock.
     """
-    path = resolve_inside(layout.root, relpath)
-    if not path.parent.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fsync_dir(layout.root)
-    try:
-        old = read_bytes_nofollow(path)
-    except FileNotFoundError:
-        old = None
-    note = parse(_decode_note(old, relpath) if old is not None else new_note_text(title))
-    present = {bullet.block_id for bullet in note.bullets}
-    missing = [bullet for bullet in bullets if bullet.block_id not in present]
-    if not missing:
+    note = read_note_if_any(layout.root, relpath)
+    pending = [bullet for bullet in bullets if note is None or not holds(note, bullet)]
+    if not pending:
         return []
-    for bullet in missing:
-        note = append_line(note, format_bullet(bullet.text, bullet.block_id, bullet.wall_time))
-    replace_if_unchanged(path, old, "".join(note.lines).encode("utf-8"), mode=0o644)
-    return [bullet.block_id for bullet in missing]
+    note_written(layout, relpath, title, pending)
+    return _append_in_place(layout, relpath, title, pending)
 
 
-def _decode_note(data: bytes, relpath: str) -> str:
+def _wall_time_for(note: Note | None, at: datetime, day, vault_zone: str) -> str:
+    """The bullet time that reads back as `at` in the zone this note is read in.
+
+    When that zone puts `at` on another date than the note's (named in the vault's zone), the
+    vault zone's wall time is written with its explicit UTC offset, which reads back exactly.
+    """
+    note_zone = vault_zone if note is None else note_zone_name(note, vault_zone)
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(
-            f"{relpath} is not valid UTF-8 (byte {exc.start}); memvault will not rewrite it: "
-            "fix or re-save the file as UTF-8, then try again (pending turns and captures are retried)"
-        ) from exc
+        tz = zone(note_zone)
+    except InvalidRecord:
+        tz = zone(vault_zone)  # health reports the bad frontmatter zone; the vault's is used to read it
+    local_day, wall = local_day_and_time(at, tz)
+    if local_day == day:
+        return wall
+    _, vault_wall = local_day_and_time(at, zone(vault_zone))
+    offset = at.astimezone(zone(vault_zone)).strftime("%z")
+    return vault_wall[:5] + f"{offset[:3]}:{offset[3:]}"
+
+
+def _unused_id_for(note: Note, text: str, block_id: str) -> str:
+    wanted = content_hash(text)
+    by_id = {memory.block_id: memory for memory in note.bullets if memory.block_id}
+    raw = "".join(note.lines)
+    candidate = block_id
+    for variant in range(_MAX_ID_VARIANTS):
+        existing = by_id.get(candidate)
+        if existing is not None and content_hash(existing.text) == wanted:
+            return candidate  # already there, unchanged: a replay writes nothing
+        if existing is None and (f"^{candidate}" not in raw or variant == _MAX_ID_VARIANTS - 1):
+            return candidate  # a copy in a hidden region is refused by the append, not duplicated
+        candidate = memory_id(f"{text}\0{variant + 1}")
+    return candidate

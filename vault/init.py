@@ -27,10 +27,24 @@ def init_vault(root: Path, config_bytes: bytes) -> list[str]:
         daily.mkdir()
         created.append(DAILY + "/")
     created += _ensure_gitignore(root)
+    created += _ensure_living_index(root)
     atomic_write(root / CONFIG_FILE, config_bytes, mode=0o644)
     created.append(CONFIG_FILE)
     fsync_dir(root)
     return created
+
+
+#: the empty consolidation block: a vault made by `init` opts into the living index.md (the
+#: markers are consolidate.START/END; vault/ cannot import indexer/, a test keeps them equal)
+LIVING_INDEX_BLOCK = "# Memory index\n\n<!-- memvault:consolidate:start -->\n<!-- memvault:consolidate:end -->\n"
+
+
+def _ensure_living_index(root: Path) -> list[str]:
+    path = resolve_inside(root, "index.md")
+    if path.exists():
+        return []  # a person's own index.md: consolidation opts in only when asked
+    atomic_write(path, LIVING_INDEX_BLOCK.encode("utf-8"), mode=0o644)
+    return ["index.md"]
 
 
 def _ensure_gitignore(root: Path) -> list[str]:

@@ -35,6 +35,7 @@ from memvault.vault.errors import IndexUnavailable, InvalidRecord, NotAVault, Va
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout, find_vault, is_vault
 from memvault.vault.locks import VaultLock
+from memvault.vault.recent_writes import repair_lost_lines
 
 RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
@@ -128,6 +129,9 @@ class MemoryStore:
         with self._lock:
             index = self._writable_index()
             existing = index.bm25.find_by_content_hash(content_hash(fact))
+            if existing is not None:  # "duplicate" promises it is findable now: check its note first
+                self._apply(index, [existing.path])
+                existing = index.bm25.find_by_content_hash(content_hash(fact))
             if existing is not None:
                 return RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
             written = write_fact(self.layout, fact, when, self.time_zone)
@@ -148,6 +152,7 @@ class MemoryStore:
         try:
             with VaultLock(self.layout.root, timeout=5.0):
                 index = self._writable_index()
+                repair_lost_lines(self.layout, None if paths is None else list(paths))  # a save dropped ours
                 stale = index.stale_paths(self.layout, None if paths is None else list(paths))
                 delta = self._apply(index, stale, hook)
                 if self._semantic is not None and paths is None:
@@ -398,12 +403,14 @@ class MemoryStore:
             self._capture_queue = CaptureQueue(CaptureService(self), self._clock)
         return self._capture_queue.offer(text, at if at is not None else self._clock())
 
-    def consolidate(self):
+    def consolidate(self, *, scheduled: bool = False):
         """Regenerate index.md (recent days, counts, top entities, duplicate groups); no model call,
-        canonical memory untouched. Returns a ConsolidationReport (indexer/maintenance/consolidate.py)."""
+        canonical memory untouched. Returns a ConsolidationReport (indexer/maintenance/consolidate.py).
+        `scheduled` (the watcher): only in a vault whose index.md already holds memvault's block."""
         from memvault.indexer.maintenance.consolidate import consolidate
 
-        return consolidate(self.layout, self.config, self._readable_index(create_missing=True))
+        index = self._readable_index(create_missing=True)
+        return consolidate(self.layout, self.config, index, create=not scheduled)
 
     def project_journal_turn(self, summary: str, completed_at: datetime):
         """Journal projection of an admitted turn: Remember's content identity, so repeated content

@@ -18,7 +18,9 @@ block of `index.md`:
 Duplicate groups: curated bullets sharing one normalised content hash, and lexical entity
 groups holding more than one entity id. They are counted, never merged.
 
-Only the block between the two markers is memvault's; text a person writes outside it stays
+The schedule in `watch` writes only to a vault that opted in (its index.md holds the block:
+`memvault init` writes an empty one, an explicit `memvault consolidate` adds it). Only the
+block between the two markers is memvault's; text a person writes outside it stays
 byte for byte. A file without markers gets the block appended. The bytes are deterministic (no
 clock in them), so an unchanged vault rewrites nothing.
 """
@@ -172,8 +174,14 @@ def merge_into(existing: str | None, block: str) -> str:
     return existing + separator + block
 
 
-def consolidate(layout: VaultLayout, config, index) -> ConsolidationReport:
-    """Regenerate index.md from the files and the derived index (see the module docstring)."""
+def consolidate(layout: VaultLayout, config, index, *, create: bool = True) -> ConsolidationReport:
+    """Regenerate index.md from the files and the derived index (see the module docstring).
+
+    Without `create` (the watcher's schedule) only a vault that opted in is written to: one
+    whose index.md already holds memvault's block (`memvault init` writes an empty one; the
+    first `memvault consolidate` adds it). A vault kept in git that never asked for index.md
+    never sees one appear, and `git status` stays clean.
+    """
     from memvault.indexer.search.supersession import superseded_ids
 
     bujo = config.memory.mode == "bujo"
@@ -188,7 +196,7 @@ def consolidate(layout: VaultLayout, config, index) -> ConsolidationReport:
         index.bm25.count_kind("audit"), len(graph.entities), len(graph.relations), _duplicate_fact_groups(index),
         sum(1 for g in groups.values() if len(g.ids) > 1), len(shown), scanned, complete,
     )  # fmt: skip
-    changed = _write(layout, render_block(report, shown, bujo))
+    changed = _write(layout, render_block(report, shown, bujo), create)
     return ConsolidationReport(**{**asdict(report), "changed": changed})
 
 
@@ -200,7 +208,7 @@ def _duplicate_fact_groups(index) -> int:
     return sum(1 for count in index.bm25.term_counts("chash", kind="curated").values() if count > 1)
 
 
-def _write(layout: VaultLayout, block: str) -> bool:
+def _write(layout: VaultLayout, block: str, create: bool) -> bool:
     path = resolve_inside(layout.root, INDEX_FILE)
     with VaultLock(layout.root):
         try:
@@ -212,6 +220,8 @@ def _write(layout: VaultLayout, block: str) -> bool:
         except UnicodeDecodeError as exc:
             raise InvalidRecord(f"{INDEX_FILE} is not UTF-8 (byte {exc.start}); memvault will not rewrite it: "
                                 "re-save it as UTF-8") from exc
+        if not create and (text is None or START not in text):
+            return False  # not opted in: the schedule never creates index.md or its block
         new = merge_into(text, block).encode("utf-8")
         if new == old:
             return False

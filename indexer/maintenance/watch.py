@@ -359,7 +359,7 @@ class Watcher:
     def _consolidate(self, now: float) -> None:
         self._last_consolidation = now
         try:
-            report = self.store.consolidate()
+            report = self.store.consolidate(scheduled=True)
         except (VaultError, OSError) as exc:
             result = BatchReport(datetime.now(timezone.utc), 0, False, error=f"consolidation failed: {exc}")
         else:

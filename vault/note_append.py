@@ -1,0 +1,265 @@
+"""Appending memvault's lines to a note that a person may be saving at the same moment.
+
+The protocol (docs/durability.md, "Notes a person edits"):
+
+1. Under the vault lock (the caller holds it), open the note with ``O_APPEND`` and read it
+   through that descriptor. memvault never replaces a note's inode, so a person's in-place save
+   (vim's ``:w`` with ``backupcopy=yes``, ``sed -i``'s target, Obsidian) can never be lost to a
+   rename of ours, and a rename-save of theirs can never be undone by one of ours.
+2. Decide from those bytes: which lines are missing, whether a line appended at the end would
+   be searchable (not inside an unclosed fence, comment or conflict hunk; under 16 MiB), and
+   the note's line ending.
+3. Append only the missing lines in one ``write`` and fsync it.
+4. Verify: read the note again *by path* and check each line is there exactly once. A person's
+   save that landed in between (their editor read the note before our write and wrote after it)
+   may have dropped our line; then the lines still missing are appended again, with backoff,
+   up to ``APPEND_ATTEMPTS`` times. Nothing is ever handed to the agent as a Conflict.
+5. What was written is noted in the recent-writes ledger (`vault/recent_writes.py`), so a save
+   that drops a line *after* the verify is repaired by the next sync (the watcher runs one on
+   that very save).
+
+A new note is created without ever replacing one a person created at that moment: the content
+goes to a temp file that is then hard-linked to the note's name (``link`` fails if the name
+exists), so the creation is atomic and never clobbers.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from memvault.vault.errors import InvalidRecord, UnsafePath
+from memvault.vault.fsio import fsync_dir, read_bytes_nofollow, remove_quietly, write_temp
+from memvault.vault.ids import normalize_text
+from memvault.vault.note import MAX_NOTE_BYTES, Note, format_bullet, new_note_text, parse
+from memvault.vault.paths import resolve_inside
+
+#: how often a line a person's save keeps dropping is appended again before memvault gives up
+APPEND_ATTEMPTS = 8
+_BACKOFF_SECONDS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
+_NOTE_MODE = 0o644
+
+
+class NoteNotWritable(InvalidRecord):
+    """A note memvault must append to cannot take a searchable line; the message names the fix."""
+
+    code = "note_not_writable"
+
+
+@dataclass(frozen=True)
+class NewBullet:
+    text: str
+    block_id: str
+    wall_time: str | None
+
+
+def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:
+    """Append every bullet whose block id the note lacks; the ids written (empty: all there).
+
+    Caller holds the vault lock. Raises NoteNotWritable (nothing written) when the note cannot
+    hold a searchable line, or when a person's saves dropped the line on every attempt.
+    """
+    path = note_path_for_writing(layout.root, relpath)
+    written: list[str] = []
+    for attempt, pause in enumerate(_BACKOFF_SECONDS):
+        time.sleep(pause)
+        # an empty note is most often one an editor has just truncated to write it again in place:
+        # wait for its bytes, and only on the last attempt take the emptiness at its word
+        appended, note = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS)
+        written.extend(block_id for block_id in appended if block_id not in written)
+        if all(holds(note, bullet) for bullet in bullets):
+            return [bullet.block_id for bullet in bullets if bullet.block_id in written]
+    raise NoteNotWritable(
+        f"{relpath} was saved over memvault's line {APPEND_ATTEMPTS} times in a row (an editor autosaving "
+        "an older copy?); nothing was lost on your side. Fix: let the editor reload the note, then retry"
+    )
+
+
+def read_note_if_any(root: Path, relpath: str) -> Note | None:
+    """The note as it is now (None if absent), for callers choosing ids before they append."""
+    try:
+        data = read_bytes_nofollow(resolve_inside(root, relpath))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    return parse(decode_note(data, relpath))
+
+
+def note_path_for_writing(root: Path, relpath: str) -> Path:
+    """`root/relpath`, its folders created; a clear error for every shape that cannot hold a note."""
+    path = resolve_inside(root, relpath)
+    current = Path(root)
+    for part in Path(relpath).parts[:-1]:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            _make_folder(current, relpath)
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise NoteNotWritable(
+                f"{current.relative_to(root)} is a file, but memvault keeps notes in a folder of that name, "
+                f"so {relpath} cannot be written. Fix: rename or move that file away, then retry"
+            )
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if stat.S_ISDIR(info.st_mode):
+        raise NoteNotWritable(
+            f"{relpath} is a folder, not a note, so memvault cannot write today's memories there. "
+            "Fix: rename or move that folder away, then retry"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise NoteNotWritable(f"{relpath} is not a regular file. Fix: replace it with a markdown file, then retry")
+    return path
+
+
+def _make_folder(folder: Path, relpath: str) -> None:
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise NoteNotWritable(f"cannot create the folder for {relpath} ({exc.strerror}). Fix: check its parent") from exc
+    fsync_dir(folder.parent)
+
+
+def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
+             wait_if_empty: bool) -> tuple[list[str], Note]:  # fmt: skip
+    """One attempt: append what the note lacks; the ids appended and the note read back by path."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        appended = _create(path, relpath, title, bullets)
+    except OSError as exc:
+        raise _open_error(path, relpath, exc) from exc
+    else:
+        try:
+            appended = _append_through(fd, relpath, bullets, wait_if_empty)
+        finally:
+            os.close(fd)
+    return appended, _read_back(path)
+
+
+def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_empty: bool) -> list[str]:
+    data = _read_fd(fd, relpath)
+    if not data and wait_if_empty:
+        return []
+    note = parse(decode_note(data, relpath))
+    missing = [bullet for bullet in bullets if not holds(note, bullet)]
+    if not missing:
+        return []
+    refuse_unsearchable(note, relpath, missing, len(data))
+    payload = _payload(note, missing)
+    if os.fstat(fd).st_size != len(data):
+        return []  # a save landed while we decided: the caller's next attempt reads it afresh
+    _write_all(fd, payload)
+    os.fsync(fd)
+    return [bullet.block_id for bullet in missing]
+
+
+def _create(path: Path, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:
+    note = parse(new_note_text(title))
+    data = ("".join(note.lines) + _payload(note, bullets).decode("utf-8")).encode("utf-8")
+    temp = write_temp(path.parent, path.name, data, mode=_NOTE_MODE)
+    try:
+        os.link(temp, path)  # fails if a person created the note meanwhile: never clobber it
+    except FileExistsError:
+        return []
+    finally:
+        remove_quietly(temp)
+    fsync_dir(path.parent)
+    return [bullet.block_id for bullet in bullets]
+
+
+def _payload(note: Note, bullets: list[NewBullet]) -> bytes:
+    newline = note.newline
+    lines = [format_bullet(b.text, b.block_id, b.wall_time, newline) for b in bullets]
+    last = note.lines[-1] if note.lines else ""
+    prefix = newline if last and not last.endswith(("\n", "\r")) else ""
+    return (prefix + "".join(lines)).encode("utf-8")
+
+
+def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size: int) -> None:
+    """Raise NoteNotWritable when a line appended to `note` would not be found by search."""
+    ids = ", ".join(f"^{b.block_id}" for b in bullets)
+    if note.open_at_end is not None:
+        raise NoteNotWritable(
+            f"{relpath} ends inside {note.open_at_end}, so a line appended there ({ids}) would not be "
+            "searchable; nothing was written. Fix: close or resolve that region in the note, then retry"
+        )
+    for bullet in bullets:
+        if f"^{bullet.block_id}" in "".join(note.lines):
+            raise NoteNotWritable(
+                f"{relpath} already holds ^{bullet.block_id} where search does not look (a code fence, a comment "
+                "or a merge-conflict hunk); writing a second copy would duplicate the id. "
+                "Fix: resolve that region (keep one copy of the line), then retry"
+            )
+    if size + sum(len(b.text) + 32 for b in bullets) > MAX_NOTE_BYTES:
+        raise NoteNotWritable(
+            f"{relpath} is {size} bytes; memvault indexes notes up to {MAX_NOTE_BYTES} bytes (16 MiB), so a "
+            "line appended there would not be searchable; nothing was written. Fix: split the note into smaller files"
+        )
+
+
+def holds(note: Note, bullet: NewBullet) -> bool:
+    """The note already has this memory where search finds it: by id, or by text (id removed)."""
+    wanted = normalize_text(bullet.text)
+    for memory in note.bullets:
+        if memory.block_id == bullet.block_id or (memory.block_id is None and normalize_text(memory.text) == wanted):
+            return True
+    return False
+
+
+def _read_fd(fd: int, relpath: str) -> bytes:
+    info = os.fstat(fd)
+    if info.st_size > MAX_NOTE_BYTES:
+        raise NoteNotWritable(
+            f"{relpath} is {info.st_size} bytes; memvault indexes notes up to {MAX_NOTE_BYTES} bytes (16 MiB), so a "
+            "line appended there would not be searchable; nothing was written. Fix: split the note into smaller files"
+        )
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_back(path: Path) -> Note:
+    try:
+        data = read_bytes_nofollow(path)
+    except FileNotFoundError:  # a person's rename-save is between its unlink and its rename
+        return parse("")
+    try:
+        return parse(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return parse("")  # the next attempt reads it again and names the byte if it stays bad
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view, written = memoryview(data), 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
+
+
+def _open_error(path: Path, relpath: str, exc: OSError) -> Exception:
+    if exc.errno == errno.ELOOP:
+        return UnsafePath(f"{relpath} is a symlink; memvault never follows links inside a vault. "
+                          "Fix: replace the link with the real file")  # fmt: skip
+    if exc.errno == errno.EISDIR:
+        return NoteNotWritable(f"{relpath} is a folder, not a note. Fix: rename or move that folder away, then retry")
+    return NoteNotWritable(f"cannot open {relpath} for writing ({exc.strerror}). Fix: check the file's permissions")
+
+
+def decode_note(data: bytes, relpath: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(
+            f"{relpath} is not valid UTF-8 (byte {exc.start}); memvault will not rewrite it: "
+            "fix or re-save the file as UTF-8, then try again (pending turns and captures are retried)"
+        ) from exc
