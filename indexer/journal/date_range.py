@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from memvault.vault.config import is_time_zone
 from memvault.vault.errors import InvalidRecord
-from memvault.vault.layout import DAILY
+from memvault.vault.layout import DAILY, nested_note_relpath
 
 #: the spec's widest range, in local civil days (inclusive of both ends)
 MAX_RANGE_DAYS = 31
@@ -55,7 +55,8 @@ class JournalRange:
         first = date.fromordinal(max(1, self.from_date.toordinal() - NOTE_DAY_MARGIN))
         last = date.fromordinal(min(date.max.toordinal(), self.through_date.toordinal() + NOTE_DAY_MARGIN))
         days = (first + timedelta(days=offset) for offset in range((last - first).days + 1))
-        return [f"{DAILY}/{day.isoformat()}.md" for day in days]
+        # flat names and the Daily Notes plugin's YYYY/MM/ layout (vault/layout.py)
+        return [path for day in days for path in (f"{DAILY}/{day.isoformat()}.md", nested_note_relpath(DAILY, day))]
 
     def to_json(self) -> dict:
         return {

@@ -23,12 +23,10 @@ from memvault.vault.clock import zone
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
 from memvault.vault.fsio import read_bytes_nofollow
 from memvault.vault.layout import VaultLayout, parse_note_relpath
-from memvault.vault.note import Note, parse
+from memvault.vault.note import MAX_NOTE_BYTES, Note, parse
 from memvault.vault.paths import resolve_inside
 from memvault.vault.records import MemoryRecord, note_zone_name, records_from_note, with_context
 
-#: a daily note is prose; a bigger file is not indexed (and health says so) rather than read whole
-MAX_NOTE_BYTES = 16 * 1024 * 1024
 
 #: called at named points of an apply ("apply.committed"); crash tests pass one in explicitly
 BoundaryHook = Callable[[str], None]
@@ -93,7 +91,7 @@ def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> Fil
     problem = "merge-conflict markers" if note.has_conflicts else None
     state = FileState(
         digest, info.st_size, info.st_mtime_ns, problem=problem, racy=is_racy(info),
-        rows=len(records), issues=note_issues(note, vault_zone),
+        rows=len(records), issues=note_issues(note, vault_zone), ctime_ns=info.st_ctime_ns, inode=info.st_ino,
     )
     return FileIndexing(relpath, state, records)
 
@@ -101,7 +99,8 @@ def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> Fil
 def _unindexed(relpath: str, info: os.stat_result | None, digest: str, problem: str) -> FileIndexing:
     if info is None:  # no stat to trust: the file is read again on every sync until it is fixed
         return FileIndexing(relpath, FileState(digest, 0, 0, problem=problem, racy=True))
-    state = FileState(digest, info.st_size, info.st_mtime_ns, problem=problem, racy=is_racy(info))
+    state = FileState(digest, info.st_size, info.st_mtime_ns, problem=problem, racy=is_racy(info),
+                      ctime_ns=info.st_ctime_ns, inode=info.st_ino)  # fmt: skip
     return FileIndexing(relpath, state)
 
 

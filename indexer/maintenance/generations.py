@@ -53,6 +53,10 @@ class FileState:
     rows: int = 0
     #: hand-edit findings that do not stop indexing (a pasted duplicate id, a bad zone)
     issues: tuple[str, ...] = ()
+    #: the inode change time and inode number: `cp -p`, `rsync -t` and `touch -d` restore an
+    #: mtime, but no one can set ctime, and a rename-save brings a new inode (0: not recorded)
+    ctime_ns: int = 0
+    inode: int = 0
 
     def to_json(self) -> dict:
         body: dict = {"sha256": self.sha256, "size": self.size, "mtime_ns": self.mtime_ns, "rows": self.rows}
@@ -62,6 +66,8 @@ class FileState:
             body["racy"] = True
         if self.issues:
             body["issues"] = list(self.issues)
+        if self.ctime_ns or self.inode:
+            body["ctime_ns"], body["inode"] = self.ctime_ns, self.inode
         return body
 
     @classmethod
@@ -74,9 +80,11 @@ class FileState:
             racy=body.get("racy", False),
             rows=body.get("rows", 0),
             issues=tuple(body.get("issues", ())),
+            ctime_ns=body.get("ctime_ns", 0),
+            inode=body.get("inode", 0),
         )
         if not isinstance(state.sha256, str) or not all(
-            type(v) is int for v in (state.size, state.mtime_ns, state.rows)
+            type(v) is int for v in (state.size, state.mtime_ns, state.rows, state.ctime_ns, state.inode)
         ):
             raise ValueError(f"malformed file state {body!r}")
         if type(state.racy) is not bool or not all(isinstance(i, str) for i in state.issues):

@@ -341,6 +341,14 @@ def check_replay(ctx: HealthContext) -> Iterable[Finding]:
         yield Finding("replay", severity, code, subject, message, fix)
 
 
+def check_unindexed_files(ctx: HealthContext) -> Iterable[Finding]:
+    """Markdown under daily/ that is not indexed (wrong extension, bad date, a symlink...)."""
+    from memvault.indexer.maintenance.unindexed import unindexed_daily_files
+
+    for item in unindexed_daily_files(ctx.layout):
+        yield Finding("unindexed", WARNING, "unindexed_file", item.path, f"not indexed: {item.why}", item.fix)
+
+
 register_check("index", check_index_opens)
 register_check("files", check_files)
 register_check("rows", check_rows, strict_only=True)
@@ -350,3 +358,4 @@ register_check("vector_rows", check_vector_rows, strict_only=True)
 register_check("generations", check_generations)
 register_check("intake", check_intake)
 register_check("replay", check_replay)
+register_check("unindexed", check_unindexed_files)

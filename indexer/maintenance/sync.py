@@ -2,9 +2,11 @@
 
 Two levels of content hash decide the work:
 
-* per file: the manifest keeps each note's size, mtime and SHA-256. A file whose stat still
-  matches is not read at all (the stat fast path); one whose stat moved is read, hashed and
-  parsed. A file whose mtime was too close to the moment it was read is "racy" and is hashed
+* per file: the manifest keeps each note's size, mtime, ctime, inode and SHA-256. A file whose
+  stat still matches is not read at all (the stat fast path); one whose stat moved is read,
+  hashed and parsed. ctime and inode are there because mtime can be put back (`cp -p`,
+  `rsync -t`, `touch -d`) and a same-size edit would then look untouched; ctime cannot be set
+  by anyone but the kernel. A file whose mtime was too close to the moment it was read is "racy" and is hashed
   on the next sync even if its stat matches, so a same-size edit within one timestamp tick
   is never missed.
 * per bullet: every index row stores its memory's content hash. A re-read file is diffed row by
@@ -170,7 +172,11 @@ def needs_reading(path: Path, known: FileState | None) -> bool:
     info = stat_state(path)
     if known is None or info is None:
         return True
-    return known.racy or info.st_size != known.size or info.st_mtime_ns != known.mtime_ns
+    if known.racy or info.st_size != known.size or info.st_mtime_ns != known.mtime_ns:
+        return True
+    # an mtime put back by `cp -p`, `rsync -t` or `touch -d` still moves ctime, and a file
+    # replaced by rename has another inode; a state recorded before these were kept is re-read once
+    return (info.st_ctime_ns, info.st_ino) != (known.ctime_ns, known.inode)
 
 
 @dataclass(frozen=True)
