@@ -18,7 +18,7 @@ from memvault.vault.layout import DAILY, VaultLayout
 from memvault.vault.note import Note
 from memvault.vault.note_append import NewBullet, NoteNotWritable, holds, read_note_if_any
 from memvault.vault.note_append import append_bullets_once as _append_in_place
-from memvault.vault.recent_writes import note_written
+from memvault.vault.recent_writes import forget_written, note_written
 from memvault.vault.records import note_zone_name
 
 __all__ = ["CuratedWrite", "NewBullet", "NoteNotWritable", "append_bullet_once", "append_bullets_once",
@@ -95,7 +95,11 @@ def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: 
     if not pending:
         return []
     note_written(layout, relpath, title, pending)
-    return _append_in_place(layout, relpath, title, pending)
+    try:
+        return _append_in_place(layout, relpath, title, pending)
+    except NoteNotWritable:
+        forget_written(layout, relpath, [bullet.block_id for bullet in pending])  # refused: never repaired later
+        raise
 
 
 def _wall_time_for(note: Note | None, at: datetime, day, vault_zone: str) -> str:
@@ -120,13 +124,12 @@ def _wall_time_for(note: Note | None, at: datetime, day, vault_zone: str) -> str
 def _unused_id_for(note: Note, text: str, block_id: str) -> str:
     wanted = content_hash(text)
     by_id = {memory.block_id: memory for memory in note.bullets if memory.block_id}
-    raw = "".join(note.lines)
     candidate = block_id
     for variant in range(_MAX_ID_VARIANTS):
         existing = by_id.get(candidate)
         if existing is not None and content_hash(existing.text) == wanted:
             return candidate  # already there, unchanged: a replay writes nothing
-        if existing is None and (f"^{candidate}" not in raw or variant == _MAX_ID_VARIANTS - 1):
-            return candidate  # a copy in a hidden region is refused by the append, not duplicated
+        if existing is None:
+            return candidate  # a copy in a hidden region (a hunk, a fence) is refused by the append
         candidate = memory_id(f"{text}\0{variant + 1}")
     return candidate

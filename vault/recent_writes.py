@@ -57,6 +57,14 @@ def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet],
     _save(layout, entries)
 
 
+def forget_written(layout, relpath: str, block_ids: list[str], now: float | None = None) -> None:
+    """Drop entries for lines that were refused, so no repair writes them later. Lock held."""
+    now = time.time() if now is None else now
+    dropped = set(block_ids)
+    entries = _load(layout, now)
+    _save(layout, [e for e in entries if not (e.get("path") == relpath and e.get("id") in dropped)])
+
+
 def repair_lost_lines(layout, relpaths: Iterable[str] | None = None, now: float | None = None) -> list[str]:
     """Append again the recent lines a save dropped; the notes repaired. Caller holds the vault lock.
 

@@ -57,7 +57,8 @@ NOTICE = (
 )
 ARGUMENTS = ("fromDate", "throughDate", "timeZone", "limit", "cursor")
 
-_DAILY_PATH_RE = re.compile(r"daily/[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
+#: flat daily notes and the Daily Notes plugin's YYYY/MM/ layout (vault/layout.py)
+_DAILY_PATH_RE = re.compile(r"daily/(?:[0-9]{4}/[0-9]{2}/)?[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
 # C0/C1 controls, line/paragraph separators, bidi embeddings/overrides/isolates and marks,
 # interlinear annotation, lone surrogates, noncharacters and the invisible tag block
 _UNSAFE_CHARS_RE = re.compile(
@@ -265,7 +266,7 @@ def freeze(journal_range: JournalRange, scan: JournalScan, state_of: Supersessio
             break
         entries.append(entry)
         total += size
-    incomplete = sorted(path[len("daily/") : -len(".md")] for path in scan.incomplete)
+    incomplete = sorted(path.rpartition("/")[2][: -len(".md")] for path in scan.incomplete)
     coverage = {
         "complete": stopped is None and not incomplete,
         "stoppedBy": stopped,
