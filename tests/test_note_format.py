@@ -167,3 +167,58 @@ def test_hand_written_bullets_keep_stable_ids_when_other_lines_change(lines):
     again = {b.id: b.text for b in parse(text + "\n# appended heading\n").bullets}
     assert all(again.get(key) == value for key, value in before.items() if key in again)
     assert set(before) <= set(again)
+
+
+# --- issue 14: what a person sees, BOM, line endings, regions open at the end -------------------
+
+
+def _memories(text: str) -> list[tuple[str, str]]:
+    return [(memory.kind, memory.text) for memory in parse(text).bullets]
+
+
+def test_comments_hide_what_they_cover_and_only_that():
+    text = ("- seen before\n%% one-line comment %%\n%%\n- hidden in a block comment\n%%\n"
+            "<!--\n- hidden in html\n-->\n- seen %% inline %% after\n")  # fmt: skip
+    assert _memories(text) == [("bullet", "seen before"), ("bullet", "seen %% inline %% after")]
+    assert parse(text).open_at_end is None
+
+
+def test_prose_quotes_callouts_and_lazy_continuations_are_memories():
+    text = ("# Day\n\nFirst paragraph\nstill the first.\n\n> [!warning]- Heads up\n> the build is red\n\n"
+            "- a bullet\nlazily continued\n- next ^m-0123456789\n\n| a | table |\n---\n")  # fmt: skip
+    assert _memories(text) == [
+        ("paragraph", "First paragraph\nstill the first."),
+        ("quote", "Heads up\nthe build is red"),
+        ("bullet", "a bullet\nlazily continued"),
+        ("bullet", "next"),
+    ]
+    assert [memory.heading for memory in parse(text).bullets] == ["Day"] * 4
+    assert render(parse(text)) == text
+
+
+def test_a_paragraph_may_carry_a_persons_block_id():
+    [memory] = parse("A thought worth linking. ^my-thought\n").bullets
+    assert (memory.kind, memory.text, memory.id) == ("paragraph", "A thought worth linking.", "my-thought")
+
+
+def test_bom_before_frontmatter_is_tolerated_and_kept():
+    text = "\ufeff---\ntimeZone: America/New_York\n---\n- 09:00 hello\n"
+    note = parse(text)
+    assert note.frontmatter == {"timeZone": "America/New_York"} and render(note) == text
+    assert _memories(text) == [("bullet", "hello")]
+
+
+def test_a_note_knows_its_line_ending_and_appends_with_it():
+    note = parse("# Day\r\n\r\n- one")
+    assert note.newline == "\r\n"
+    grown = append_line(note, format_bullet("two", "m-0000000001", "10:00", note.newline))
+    assert render(grown) == "# Day\r\n\r\n- one\r\n- 10:00 two ^m-0000000001\r\n"
+    assert parse("- lf\n").newline == "\n" and parse("").newline == "\n"
+
+
+def test_open_region_at_end_is_named_with_its_line():
+    assert parse("- a\n```\ncode\n").open_at_end == "an unclosed code fence (``` on line 2)"
+    assert parse("- a\n<<<<<<< HEAD\n- b\n").open_at_end == "an unterminated merge-conflict hunk (<<<<<<< on line 2)"
+    assert parse("- a\n<!-- started\n").open_at_end == "an unclosed HTML comment (<!-- on line 2)"
+    assert parse("- a\n%%\n").open_at_end == "an unclosed Obsidian comment (%% on line 2)"
+    assert parse("- a\n```\ncode\n```\n<<<<<<< a\n=======\n>>>>>>> b\n").open_at_end is None

@@ -57,10 +57,12 @@ class NewBullet:
     wall_time: str | None
 
 
-def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:
+def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBullet], *,
+                        match_text: bool = False) -> list[str]:  # fmt: skip
     """Append every bullet whose block id the note lacks; the ids written (empty: all there).
 
-    Caller holds the vault lock. Raises NoteNotWritable (nothing written) when the note cannot
+    With `match_text` (repairs), a memory with the same text and no id also counts as there:
+    the person removed the id and kept the line. Caller holds the vault lock. Raises NoteNotWritable (nothing written) when the note cannot
     hold a searchable line, or when a person's saves dropped the line on every attempt.
     """
     path = note_path_for_writing(layout.root, relpath)
@@ -69,9 +71,10 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
         time.sleep(pause)
         # an empty note is most often one an editor has just truncated to write it again in place:
         # wait for its bytes, and only on the last attempt take the emptiness at its word
-        appended, note = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS)
+        appended, note = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS,
+                                  match_text=match_text)  # fmt: skip
         written.extend(block_id for block_id in appended if block_id not in written)
-        if all(holds(note, bullet) for bullet in bullets):
+        if all(holds(note, bullet, match_text) for bullet in bullets):
             return [bullet.block_id for bullet in bullets if bullet.block_id in written]
     raise NoteNotWritable(
         f"{relpath} was saved over memvault's line {APPEND_ATTEMPTS} times in a row (an editor autosaving "
@@ -129,7 +132,7 @@ def _make_folder(folder: Path, relpath: str) -> None:
 
 
 def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
-             wait_if_empty: bool) -> tuple[list[str], Note]:  # fmt: skip
+             wait_if_empty: bool, match_text: bool) -> tuple[list[str], Note]:  # fmt: skip
     """One attempt: append what the note lacks; the ids appended and the note read back by path."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -139,18 +142,19 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
         raise _open_error(path, relpath, exc) from exc
     else:
         try:
-            appended = _append_through(fd, relpath, bullets, wait_if_empty)
+            appended = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
         finally:
             os.close(fd)
     return appended, _read_back(path)
 
 
-def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_empty: bool) -> list[str]:
+def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_empty: bool,
+                    match_text: bool) -> list[str]:  # fmt: skip
     data = _read_fd(fd, relpath)
     if not data and wait_if_empty:
         return []
     note = parse(decode_note(data, relpath))
-    missing = [bullet for bullet in bullets if not holds(note, bullet)]
+    missing = [bullet for bullet in bullets if not holds(note, bullet, match_text)]
     if not missing:
         return []
     refuse_unsearchable(note, relpath, missing, len(data))
@@ -206,11 +210,13 @@ def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size
         )
 
 
-def holds(note: Note, bullet: NewBullet) -> bool:
-    """The note already has this memory where search finds it: by id, or by text (id removed)."""
-    wanted = normalize_text(bullet.text)
+def holds(note: Note, bullet: NewBullet, match_text: bool = False) -> bool:
+    """The note already has this memory where search finds it: by id (or by text, id removed)."""
+    wanted = normalize_text(bullet.text) if match_text else None
     for memory in note.bullets:
-        if memory.block_id == bullet.block_id or (memory.block_id is None and normalize_text(memory.text) == wanted):
+        if memory.block_id == bullet.block_id:
+            return True
+        if wanted is not None and memory.block_id is None and normalize_text(memory.text) == wanted:
             return True
     return False
 

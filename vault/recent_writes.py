@@ -94,12 +94,10 @@ def _restore(layout, relpath: str, entries: list[dict]) -> bool:
     if note is None:
         return False  # the note itself was deleted or renamed: that is a person's decision
     text = "".join(note.lines)
-    visible = {memory.block_id for memory in note.bullets}
-    lost = [NewBullet(e["text"], e["id"], e.get("time")) for e in entries
-            if e["id"] not in visible and f"^{e['id']}" not in text]  # fmt: skip
+    lost = [NewBullet(e["text"], e["id"], e.get("time")) for e in entries if f"^{e['id']}" not in text]
     if not lost:
         return False
     try:
-        return bool(append_bullets_once(layout, relpath, str(entries[0].get("title", "")), lost))
+        return bool(append_bullets_once(layout, relpath, str(entries[0].get("title", "")), lost, match_text=True))
     except (NoteNotWritable, OSError, ValueError):
         return False

@@ -1,0 +1,60 @@
+"""The recent-writes ledger: a person's save that drops memvault's line gets it back, once, and
+only within the repair window (vault/recent_writes.py). Time is passed in, never waited for."""
+
+import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from memvault import MemoryStore
+from memvault.vault.locks import VaultLock
+from memvault.vault.recent_writes import repair_lost_lines
+
+AT = datetime(2026, 11, 30, 9, 0, tzinfo=ZoneInfo("Europe/Amsterdam"))
+NOTE = "daily/2026-11-30.md"
+
+
+def test_a_save_of_an_older_copy_is_kept_and_the_dropped_line_comes_back(new_vault):
+    note = new_vault / NOTE
+    note.parent.mkdir(exist_ok=True)
+    note.write_text("# 2026-11-30\n\n")
+    editor_buffer = note.read_text()  # an editor read the note...
+    with MemoryStore.open(new_vault) as store:
+        receipt = store.remember("The coffee order is oat flat whites.", at=AT)
+        note.write_text(editor_buffer + "- typed by a person\n")  # ...and saved after memvault wrote
+        assert f"^{receipt.id}" not in note.read_text()
+        store.sync([NOTE])  # what the watcher runs for that save
+        text = note.read_text()
+        assert text.startswith(editor_buffer + "- typed by a person\n")  # the person's save stands
+        assert text.count(f"^{receipt.id}") == 1
+        assert store.recall("coffee order").hits[0].id == receipt.id
+        store.sync([NOTE])
+        assert note.read_text() == text  # a second sync changes nothing
+
+
+def test_after_the_window_a_missing_line_is_the_persons_decision(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        store.remember("A line the person will delete.", at=AT)
+    note = new_vault / NOTE
+    note.write_text("# 2026-11-30\n\n")
+    with VaultLock(new_vault):
+        assert repair_lost_lines(store.layout, [NOTE], now=time.time() + 61.0) == []  # 60 s window is over
+    assert note.read_text() == "# 2026-11-30\n\n"
+
+
+def test_an_id_removed_by_the_person_while_keeping_the_line_is_not_doubled(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        receipt = store.remember("Keep the text, drop the id.", at=AT)
+        note = new_vault / NOTE
+        note.write_text(note.read_text().replace(f" ^{receipt.id}", ""))
+        store.sync([NOTE])
+        assert note.read_text().count("Keep the text, drop the id.") == 1
+
+
+def test_a_line_commented_out_by_the_person_is_not_repaired(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        receipt = store.remember("Comment this out.", at=AT)
+        note = new_vault / NOTE
+        line = note.read_text().splitlines()[-1]
+        note.write_text(note.read_text().replace(line, f"%% {line} %%"))
+        store.sync([NOTE])
+        assert note.read_text().count(f"^{receipt.id}") == 1 and store.recall("Comment this out").hits == ()
