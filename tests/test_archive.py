@@ -159,14 +159,15 @@ def test_apply_adds_what_is_missing_and_keeps_the_vaults_config(tmp_path):
         store.remember("Target-only fact about the canteen menu.", at=datetime(2026, 10, 1, 12, tzinfo=AMS))
     config_before = (target / "memvault.json").read_bytes()
     out = json.loads(run_cli("--vault", str(target), "import", "apply", str(archive), "--json").output)
-    assert "daily/2026-09-01.md" in out["added"] and out["kept"] == ["memvault.json"]
+    assert "daily/2026-09-01.md" in out["added"] and out["kept"] == ["index.md", "memvault.json"]
     assert (target / "memvault.json").read_bytes() == config_before
     with MemoryStore.open(target) as store:
         assert store.recall("deployment color").hits[0].source.startswith("daily/2026-09-01.md#^m-")
         assert store.recall("canteen menu").hits
         assert store.intake_snapshot()["ledger"]["ok"] is True
     again = apply_archive(target, archive)  # idempotent: everything is now identical
-    assert again.added == () and len(again.unchanged) == len(verify_archive(archive).members) - 1
+    # memvault.json and the index.md `init` wrote are the target's own, kept
+    assert again.added == () and len(again.unchanged) == len(verify_archive(archive).members) - 2
 
 
 def test_apply_refuses_everything_on_any_conflict(tmp_path):

@@ -263,7 +263,8 @@ def test_deleted_or_corrupt_index_is_rebuilt_by_the_watcher(watching, fixture_va
     (generation / "manifest.json").write_text("{not json")  # corrupt: the watcher rebuilds
     note.write_text(note.read_text() + "- 10:05 And again for the dugong.\n")
     wait_for(lambda: searchable(watching.store, "dugong", "dugong"), what="index after corruption")
-    assert any(r.action == "rebuilt" for r in watching.reports)
+    # the swap makes the note searchable before the batch's report is appended: wait for both
+    wait_for(lambda: any(r.action == "rebuilt" for r in watching.reports), what="the rebuild's report")
     assert watching.thread.is_alive()
 
 

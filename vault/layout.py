@@ -72,7 +72,7 @@ class VaultLayout:
             if not directory.is_dir() or directory.is_symlink():
                 continue
             for relpath, entry in _candidate_files(directory, folder):
-                if parse_note_relpath(relpath) is not None and entry.is_file() and not entry.is_symlink():
+                if parse_note_relpath(relpath) is not None and entry.is_file():  # a symlink is reported when read
                     found.append(relpath)
         return sorted(found)
 

@@ -57,10 +57,10 @@ def unindexed_daily_files(layout: VaultLayout) -> list[UnindexedFile]:
 
 
 def _why_not_indexed(relpath: str, path: str) -> tuple[str, str] | None:
+    if parse_note_relpath(relpath) is not None:
+        return None  # a note, or a link or oversized file with a note's name: `files` reports those
     if os.path.islink(path):
         return "a symlink (not followed)", "replace the link with the real file"
-    if parse_note_relpath(relpath) is not None:
-        return None
     folder, _, name = relpath.rpartition("/")
     stem, _, suffix = name.rpartition(".")
     if suffix != "md":
