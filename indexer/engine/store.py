@@ -465,7 +465,7 @@ class MemoryStore:
                 raise IndexUnavailable("the vault has no index yet: run `memvault rebuild`")
             # first write to a vault: build inline under the vault lock (taking the rebuild
             # lock here, after the vault lock, could deadlock against a running rebuild)
-            self._swap_in(self._build_generation(None))
+            self._swap_in(self._build_generation(PhaseLog()))
             return self._index
         if self._index is None or self._index.generation != generation:
             self._index = DerivedIndex.open_generation(generation)
