@@ -49,7 +49,7 @@ def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: st
 def remember_command(ctx: click.Context, text: str, at_: str | None, json_: bool) -> None:
     """Store one fact in today's daily note and index it at once (idempotent)."""
     when = _parse_instant(at_) if at_ else None
-    with open_store(ctx) as store:
+    with open_store(ctx, engine=True) as store:
         receipt = store.remember(text, at=when)
     if json_:
         emit_json(receipt.to_json())
@@ -67,7 +67,7 @@ def remember_command(ctx: click.Context, text: str, at_: str | None, json_: bool
 @click.pass_context
 def search_command(ctx: click.Context, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:
     """Search curated memories."""
-    with open_store(ctx) as store:
+    with open_store(ctx, engine=True) as store:
         result = store.recall(query, limit=limit, mode=mode)
     if json_:
         emit_json(result.to_json(explain=explain))
@@ -84,7 +84,7 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
     """Recreate every derived index from the files alone."""
     from memvault.cli.render import progress_reporter
 
-    with open_store(ctx, sync=False) as store, progress_reporter(enabled=not json_ and sys.stderr.isatty()) as progress:
+    with open_store(ctx, sync=False, engine=True) as store, progress_reporter(enabled=not json_ and sys.stderr.isatty()) as progress:
         from memvault.cli.watch_commands import crash_hook_from_env
 
         report = store.rebuild(progress=progress, hook=crash_hook_from_env())

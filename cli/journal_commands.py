@@ -31,7 +31,7 @@ def journal_command(ctx: click.Context, from_date: str | None, through_date: str
     """
     arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone, "limit": limit,
                  "cursor": cursor}  # fmt: skip
-    with open_store(ctx, sync=False) as store:
+    with open_store(ctx, sync=False, engine=True) as store:
         service = store.journal_service(persistent=True)
         pages = [service.query(arguments)]
         while all_pages and pages[-1].cursor:
