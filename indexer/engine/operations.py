@@ -35,7 +35,14 @@ def _status(owner, args: dict) -> dict:
     }
 
 
+#: a recall waits this long for vectors still queued (a client's own remember just before)
+RECALL_VECTOR_WAIT_SECONDS = 2.0
+
+
 def _recall(owner, args: dict) -> dict:
+    semantic = getattr(owner.store, "_semantic", None)
+    if semantic is not None:  # read-your-writes for vectors, bounded; beyond it recall says degraded
+        semantic.drain(RECALL_VECTOR_WAIT_SECONDS)
     result = owner.store.recall(args.get("query"), limit=args.get("limit", 10), mode=args.get("mode", "tool"))
     return result.to_json(explain=True)
 

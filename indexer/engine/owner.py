@@ -83,10 +83,10 @@ class Owner:
             )
         self._fence.hold()
         try:
+            self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            self._write_status()  # before the socket answers: whoever reaches the owner can read it
             self._channel = ChannelServer(socket_path(self.root), self.handle)
             self._channel.start()
-            self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            self._write_status()
             if self._run_intake:
                 self.store.start_worker(crash_hook=self._crash_hook, poll_seconds=self._poll_seconds,
                                         on_transition=self._transition)
@@ -135,7 +135,7 @@ class Owner:
 
         return {"pid": os.getpid(), "role": self.role, "startedAt": self.started_at, "vault": str(self.root),
                 "protocol": protocol.PROTOCOL_VERSION, "version": package_version(),
-                "socket": None if self._channel is None else str(self._channel.path)}
+                "socket": str(socket_path(self.root))}
 
     def _write_status(self) -> None:
         body = self.identity() | {"fenceInode": os.stat(self._fence.path).st_ino}
