@@ -266,15 +266,35 @@ def _no_cursor(body):
 
 def test_health_reports_turns_that_wait_for_a_process_that_never_comes(tmp_path):
     root = make_vault(tmp_path)
+    assert memvault(root, "rebuild").returncode == 0  # an index, so the intake is the only finding
     long_ago = datetime.now(timezone.utc) - timedelta(minutes=5)
     assert admit(root, "forgotten", "Nobody projected this turn.", now=long_ago).status == "admitted"
-    report = memvault(root, "health", "--json")  # not --strict
-    assert report.returncode == 1
-    codes = [f["code"] for f in json.loads(report.stdout)["findings"]]
-    assert "stuck_intake" in codes
+    report = memvault(root, "health", "--json")  # not --strict: reported as a warning
+    assert report.returncode == 0
+    assert [(f["code"], f["severity"]) for f in json.loads(report.stdout)["findings"]] == [("waiting_intake", "warning")]
+    assert memvault(root, "health", "--strict").returncode == 1
     fresh = make_vault(tmp_path, name="fresh")
+    assert memvault(fresh, "rebuild").returncode == 0
     assert admit(fresh, "new", "Admitted just now.", now=datetime.now(timezone.utc)).status == "admitted"
-    assert "stuck_intake" not in memvault(fresh, "health", "--json").stdout  # a turn seconds old is not stuck
+    assert "waiting_intake" not in memvault(fresh, "health", "--json").stdout  # a turn seconds old waits for no one
+
+
+def test_health_is_an_error_when_a_live_owner_leaves_old_turns_undrained(tmp_path):
+    from memvault.indexer.engine.owner import Owner
+    from memvault.indexer.engine.store import MemoryStore
+
+    root = make_vault(tmp_path)
+    assert admit(root, "old", "Still waiting.", now=datetime.now(timezone.utc) - timedelta(minutes=5)).status == "admitted"
+    store = MemoryStore.open(root, engine=False)
+    owner = Owner(store, role="python", intake=False).start()  # holds the vault, never drains
+    try:
+        report = memvault(root, "health", "--json")
+        assert report.returncode == 1
+        codes = {f["code"] for f in json.loads(report.stdout)["findings"]}
+        assert {"stuck_intake", "owner_not_draining"} <= codes
+    finally:
+        owner.stop()
+        store.close()
 
 
 def test_health_through_an_owner_whose_worker_is_not_running_says_so(tmp_path):

@@ -311,6 +311,8 @@ def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
         note = fixture_vault / "daily/2026-11-16.md"
         note.write_text(note.read_text() + "- 10:00 The platypus joined the team.\n")
         line = proc.stderr.readline()
+        while "consolidated the index" in line:  # the first idle moment's index.md, whenever it comes
+            line = proc.stderr.readline()
         assert "indexed 1 file(s)" in line and "+1" in line, line
     finally:
         proc.send_signal(sig)

@@ -338,7 +338,8 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
 
 
 def _stuck_turns(dirs) -> Iterable[Finding]:
-    """Due turns admitted more than a minute ago: nobody is draining the intake (error)."""
+    """Due turns admitted more than a minute ago. With a live owner that is an error (it is not
+    draining); with none it is a warning: they wait for the next owner, as a restart resumes them."""
     from memvault.vault.intake.snapshot import list_entries
     from memvault.vault.locks import LivenessFence
 
@@ -348,15 +349,16 @@ def _stuck_turns(dirs) -> Iterable[Finding]:
     if not stuck:
         return
     fence = LivenessFence(dirs.root)
-    if fence.is_held_elsewhere():
+    if fence.intact() or fence.is_held_elsewhere():  # an owner lives (this process, or another)
         holder = fence.holder_info() or {}
-        message = (f"{len(stuck)} admitted turn(s) have waited more than a minute while a live owner "
-                   f"(pid {holder.get('pid', '?')}) holds the vault: it is not draining the intake")
-        fix = "memvault engine stop --force, then start the owner again (memvault serve)"
-    else:
-        message = f"{len(stuck)} admitted turn(s) have waited more than a minute: no process is draining the intake"
-        fix = "start the owner (memvault serve, or memvault watch), or run `memvault admit` once to drain"
-    yield Finding("intake", ERROR, "stuck_intake", ".capture-intake/pending/", message, fix)
+        yield Finding("intake", ERROR, "stuck_intake", ".capture-intake/pending/",
+                      f"{len(stuck)} admitted turn(s) have waited more than a minute while a live owner "
+                      f"(pid {holder.get('pid', '?')}) holds the vault: it is not draining the intake",
+                      "memvault engine stop --force, then start the owner again (memvault serve)")
+        return
+    yield Finding("intake", WARNING, "waiting_intake", ".capture-intake/pending/",
+                  f"{len(stuck)} admitted turn(s) have waited more than a minute: no process is draining the intake",
+                  "start the owner (memvault serve, or memvault watch), or run `memvault admit` once to drain")
 
 
 def _age_seconds(stamp: str | None, now: datetime) -> float:
