@@ -54,6 +54,8 @@ class MemoryStore:
         self._manifest_stamp: tuple[str, int] | None = None
         #: vectors for Journal/BuJo; Lite never embeds
         self._semantic = _semantic_service(layout, config)
+        if self._semantic is not None:  # an overflow in a live process catches up here, not "next open"
+            self._semantic.catch_up_source = self._catch_up_vectors
         #: when each memory was last recalled, and how often: telemetry, never used for ranking
         self.access_log = AccessLog(layout.root, layout.index_dir)
         if config.memory.mode == "bujo":  # MemoryJournal reads capture's supersession lifecycle
@@ -440,6 +442,12 @@ class MemoryStore:
         receipt = self.remember(summary, at=completed_at)
         relpath, _, block_id = receipt.source.partition("#^")
         return Projection(relpath, block_id, written=receipt.status == "added")
+
+    def _catch_up_vectors(self) -> None:
+        """Embed every vector the serving generation misses or holds stale (the semantic queue's
+        thread calls this after an overflow)."""
+        with VaultLock(self.layout.root, timeout=60.0):  # VaultLocked: the queue retries shortly
+            self._semantic.catch_up(self._writable_index(), self.time_zone, thorough=True)
 
     def index_notes(self, relpaths: Iterable[str]) -> None:
         """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""
