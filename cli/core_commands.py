@@ -42,12 +42,27 @@ def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: st
 
 
 @cli.command("remember")
-@click.argument("text")
+@click.argument("text", required=False)
 @click.option("--at", "at_", default=None, help="When it happened (ISO-8601 with offset). Default: now.")
+@click.option("--from", "from_", type=click.File("rb"), default=None, metavar="FILE",
+              help='Bulk import: JSON lines {"text": ..., "at": ISO-8601 (optional)} from FILE (- for stdin); '
+                   "idempotent per line.")
 @json_option
 @click.pass_context
-def remember_command(ctx: click.Context, text: str, at_: str | None, json_: bool) -> None:
-    """Store one fact in today's daily note and index it at once (idempotent)."""
+def remember_command(ctx: click.Context, text: str | None, at_: str | None, from_, json_: bool) -> None:
+    """Store one fact in today's daily note and index it at once (idempotent).
+
+    With --from, store every line of a JSON-lines file in batches (one write per daily note and
+    one index commit per batch); a bad line is reported with its number and nothing is written
+    for it. A progress bar shows on a terminal.
+    """
+    if (text is None) == (from_ is None):
+        raise click.UsageError("give either TEXT or --from FILE")
+    if from_ is not None:
+        if at_:
+            raise click.UsageError("--at applies to TEXT; in --from lines give each its own \"at\"")
+        _remember_lines(ctx, from_, json_)
+        return
     when = _parse_instant(at_) if at_ else None
     with open_store(ctx, engine=True) as store:
         receipt = store.remember(text, at=when)
@@ -55,6 +70,27 @@ def remember_command(ctx: click.Context, text: str, at_: str | None, json_: bool
         emit_json(receipt.to_json())
     else:
         click.echo(f"{receipt.status}: {receipt.source}")
+
+
+def _remember_lines(ctx: click.Context, stream, json_: bool) -> None:
+    from memvault.cli.bulk_lines import parse_lines, summarize
+    from memvault.cli.render import progress_reporter
+
+    items, refused = parse_lines(stream)
+    show = not json_ and sys.stderr.isatty()
+    with open_store(ctx, engine=True) as store, progress_reporter(enabled=show, label="Remembering") as progress:
+        outcomes = store.remember_many([item for _, item in items], progress=progress, total=len(items))
+    body = summarize(items, outcomes, refused)
+    if json_:
+        emit_json(body)
+    else:
+        counts = body["counts"]
+        click.echo(f"{counts['added']} added, {counts['duplicate']} duplicate, {counts['completed']} completed, "
+                   f"{counts['refused']} refused (of {body['lines']} lines)")
+        for row in body["refused"]:
+            click.echo(f"  line {row['line']}: {row['message']}", err=True)
+    if body["refused"]:
+        ctx.exit(1)
 
 
 @cli.command("search")

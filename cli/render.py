@@ -22,7 +22,7 @@ def print_recall(result, explain: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def progress_reporter(enabled: bool):
+def progress_reporter(enabled: bool, label: str = "Indexing notes"):
     """A click progress bar on a terminal; a no-op callback otherwise."""
     if not enabled:
         yield None
@@ -32,7 +32,7 @@ def progress_reporter(enabled: bool):
     def update(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = click.progressbar(length=max(total, 1), label="Indexing notes", file=click.get_text_stream("stderr"))
+            bar = click.progressbar(length=max(total, 1), label=label, file=click.get_text_stream("stderr"))
             bar.__enter__()
         bar.update(done - bar.pos)
 

@@ -48,7 +48,34 @@ def _recall(owner, args: dict) -> dict:
 
 
 def _remember(owner, args: dict) -> dict:
-    return owner.store.remember(args.get("text"), at=_instant(args.get("at"), "at")).to_json()
+    """Through the owner's group commit: remembers arriving together share one index commit."""
+    return owner.group_commit().remember(args.get("text"), _instant(args.get("at"), "at")).to_json()
+
+
+def _remember_many(owner, args: dict) -> dict:
+    items = args.get("items")
+    if not isinstance(items, list):
+        raise InvalidRecord("remember_many: items must be a list of {text, at}")
+    parsed = []
+    for item in items:
+        if isinstance(item, dict) and "at" in item and isinstance(item.get("at"), str):
+            try:
+                item = {**item, "at": _instant(item["at"], "at")}
+            except InvalidRecord as exc:
+                parsed.append(exc)
+                continue
+        parsed.append(item)
+    with owner._calls:
+        good = [p for p in parsed if not isinstance(p, InvalidRecord)]
+        outcomes = iter(owner.store.remember_many(good))
+    results = []
+    for position, item in enumerate(parsed):
+        if isinstance(item, InvalidRecord):
+            error = {"type": type(item).__name__, "code": item.code, "message": str(item)}
+            results.append({"index": position, "status": "refused", "error": error})
+        else:
+            results.append({**next(outcomes).to_json(), "index": position})
+    return {"results": results}
 
 
 def _admit(owner, args: dict) -> dict:
@@ -111,6 +138,7 @@ OPERATIONS = {
     "status": _status,
     "recall": _recall,
     "remember": _remember,
+    "remember_many": _remember_many,
     "admit": _admit,
     "journal": _journal,
     "health": _health,
@@ -118,4 +146,4 @@ OPERATIONS = {
     "rebuild": _rebuild,
     "stop": _stop,
 }
-UNLOCKED = frozenset({"hello", "admit", "stop"})
+UNLOCKED = frozenset({"hello", "admit", "stop", "remember", "remember_many"})

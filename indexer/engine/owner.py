@@ -115,6 +115,8 @@ class Owner:
             self._channel = None
         for thread in self._threads:
             thread.join(timeout)
+        if self._group is not None:
+            self._group.close()
         self.shutdown_report = self.store.stop_worker(timeout)
         if self._fence.intact():
             status_path(self.root).unlink(missing_ok=True)
@@ -216,6 +218,17 @@ class Owner:
                     return None
                 self._settled.wait(remaining)
             return self._last_transition[intake_id]
+
+    _group = None
+
+    def group_commit(self):
+        """The owner's group commit for Remember (created on first use)."""
+        with self._settled:
+            if self._group is None:
+                from memvault.indexer.engine.group_commit import GroupCommit
+
+                self._group = GroupCommit(self.store, self._calls, self.store._clock)
+            return self._group
 
     def worker_snapshot(self) -> dict | None:
         worker = getattr(self.store, "_intake", None)

@@ -84,17 +84,22 @@ def failure(exc: BaseException) -> dict:
 
 
 def raise_error(error: object) -> None:
-    """Raise what the owner raised: the same class when it is one of vault.errors', else a
-    VaultError carrying the owner's code (JournalUnavailable, TurnJsonError…) and message."""
+    """Raise what the owner raised (see `error_from_wire`)."""
+    raise error_from_wire(error)
+
+
+def error_from_wire(error: object) -> VaultError:
+    """The same class when it is one of vault.errors', else a VaultError carrying the owner's
+    code (JournalUnavailable, TurnJsonError…) and message."""
     if not isinstance(error, dict):
-        raise ProtocolError("the engine answered an error without a description")
+        return ProtocolError("the engine answered an error without a description")
     name, code, message = str(error.get("type")), str(error.get("code")), str(error.get("message"))
     known = {cls.__name__: cls for cls in _error_classes()}
     if name in known:
-        raise known[name](message)
+        return known[name](message)
     exc = VaultError(message)
     exc.code = code
-    raise exc
+    return exc
 
 
 def _error_classes() -> list[type[VaultError]]:

@@ -61,6 +61,32 @@ class RemoteStore:
         body = self.client.call("remember", {"text": text, "at": None if at is None else _iso(at)})
         return RememberReceipt(**body)
 
+    def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
+        """Through the owner, 512 items per request (each request one batch there)."""
+        from memvault.indexer.engine.bulk import BATCH_ITEMS, BulkOutcome, as_item, chunks
+        from memvault.indexer.engine.protocol import error_from_wire
+        from memvault.vault.errors import InvalidRecord
+
+        outcomes = []
+        for batch in chunks(items, BATCH_ITEMS):
+            wire = []
+            for value in batch:
+                try:
+                    item = as_item(value)
+                    wire.append({"text": item.text, "at": None if item.at is None else _iso(item.at)})
+                except (InvalidRecord, AttributeError):
+                    wire.append({"text": None})  # refused by the owner with the same message
+            for row in self.client.call("remember_many", {"items": wire})["results"]:
+                position = len(outcomes)
+                if row["status"] == "refused":
+                    outcomes.append(BulkOutcome(position, None, error_from_wire(row["error"])))
+                else:
+                    fields = {k: row[k] for k in ("id", "source", "status", "text")}
+                    outcomes.append(BulkOutcome(position, RememberReceipt(**fields)))
+            if progress is not None:
+                progress(len(outcomes), total if total is not None else len(outcomes))
+        return outcomes
+
     def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         return recall_result_from_json(self.client.call("recall", {"query": query, "limit": limit, "mode": mode}))
 

@@ -132,6 +132,37 @@ class MemoryStore:
         status = "added" if written.written else "completed"
         return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
 
+    def remember_many(self, items: Iterable[object], *, progress: ProgressCallback | None = None,
+                      total: int | None = None) -> list:
+        """Remember many facts (text, or {"text", "at"}, or RememberItem): one write per daily note
+        and one index commit per batch of 512. Idempotent per item, like `remember`; an item that
+        is refused (empty, oversized, a credential, a naive time) is reported and nothing is
+        written for it. Returns one BulkOutcome per item, in order."""
+        from memvault.indexer.engine.bulk import BulkOutcome, as_item, chunks, remember_batch
+        from memvault.vault.errors import VaultError
+
+        outcomes: list[BulkOutcome] = []
+        for batch in chunks(items):
+            parsed, refused = [], {}
+            for offset, value in enumerate(batch):
+                try:
+                    parsed.append(as_item(value))
+                except VaultError as exc:
+                    refused[offset] = exc
+                    parsed.append(None)
+            wanted = [item for item in parsed if item is not None]
+            results = iter(remember_batch(self, wanted, self._clock)) if wanted else iter(())
+            for offset, item in enumerate(parsed):
+                result = refused[offset] if item is None else next(results)
+                position = len(outcomes)
+                if isinstance(result, VaultError):
+                    outcomes.append(BulkOutcome(position, None, result))
+                else:
+                    outcomes.append(BulkOutcome(position, result))
+            if progress is not None:
+                progress(len(outcomes), total if total is not None else len(outcomes))
+        return outcomes
+
     def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None) -> SyncReport:
         """Index every note whose bytes changed since the index saw it (hand edits, crashes).
 
