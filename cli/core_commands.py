@@ -137,7 +137,7 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
 @click.pass_context
 def validate_command(ctx: click.Context, json_: bool) -> None:
     """Check the vault's config file and environment; exit 1 with every problem found."""
-    from memvault.indexer.engine.store import locate_vault
+    from memvault.indexer.engine.locate import locate_vault
     from memvault.vault.config import load_config
 
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())

@@ -18,7 +18,7 @@ _ID_HELP = "the 64-hex intake id `memvault inspect` shows"
 
 
 def _vault_root(ctx: click.Context) -> Path:
-    from memvault.indexer.engine.store import locate_vault
+    from memvault.indexer.engine.locate import locate_vault  # light: inspect stays a fast command
 
     return locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
 

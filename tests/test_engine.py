@@ -349,3 +349,34 @@ def test_engine_status_without_an_owner_says_commands_work_in_process(tmp_path):
     done = memvault(root, "engine", "status")
     assert done.returncode == 1 and "no engine runs" in done.stdout
     assert memvault(root, "engine", "stop").stdout.strip() == "no engine runs for this vault"
+
+
+HEAVY = ("tantivy", "hnswlib", "wordllama", "numpy", "mcp")
+IMPORTS_AFTER = """
+import sys
+from memvault.cli.main import cli
+try:
+    cli(sys.argv[1:], prog_name="memvault")
+except SystemExit:
+    pass
+print("HEAVY:" + ",".join(sorted({m.split(".")[0] for m in sys.modules} & set(%r))))
+"""
+
+
+@pytest.mark.parametrize("command", [["search", "pier"], ["remember", "The pier was painted."], ["health"],
+                                     ["journal", "2026-11-30", "2026-11-30", "--tz", "UTC"], ["admit"], ["inspect"]])
+def test_the_client_path_imports_nothing_heavy(tmp_path, command):
+    import subprocess
+    import sys
+
+    from tests.engine_helpers import ENV, REPO
+
+    root = make_vault(tmp_path, mode="journal")
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        done = subprocess.run([sys.executable, "-c", IMPORTS_AFTER % (HEAVY,), "--vault", str(root), *command],
+                              input=turn_json("light", "A light turn.") if command == ["admit"] else None,
+                              capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
+    finally:
+        owner.stop()
+    assert "HEAVY:\n" in done.stdout, (done.stdout, done.stderr)
