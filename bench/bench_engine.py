@@ -119,8 +119,11 @@ def bench_bulk(tmp: Path, count: int) -> None:
     from memvault.vault.config import default_config_data, render_config
     from memvault.vault.init import init_vault
 
+    from datetime import datetime, timedelta, timezone
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)  # a backfill in time order: 96 memories a day
     lines = [json.dumps({"text": f"Imported memory {n}: the ferry left pier {n % 97} at dawn.",
-                         "at": f"2026-{1 + n % 12:02d}-{1 + n % 28:02d}T08:00:00Z"}) + "\n" for n in range(count)]
+                         "at": (start + timedelta(minutes=15 * n)).isoformat()}) + "\n" for n in range(count)]
     started = time.perf_counter()
     with open(tmp / "plain.jsonl", "w") as handle:
         for row in lines:
@@ -132,8 +135,6 @@ def bench_bulk(tmp: Path, count: int) -> None:
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
     with MemoryStore.open(root, engine=False) as store:
         items = [json.loads(row) for row in lines]
-        from datetime import datetime
-
         items = [{"text": item["text"], "at": datetime.fromisoformat(item["at"])} for item in items]
         started = time.perf_counter()
         store.remember_many(items)
