@@ -5,7 +5,6 @@ Heavy modules (tantivy, hnswlib, wordllama) are imported inside the commands tha
 """
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -74,12 +73,14 @@ def remember_command(ctx: click.Context, text: str | None, at_: str | None, from
 
 def _remember_lines(ctx: click.Context, stream, json_: bool) -> None:
     from memvault.cli.bulk_lines import parse_lines, summarize
-    from memvault.cli.render import progress_reporter
+    from memvault.cli.progress import phase_progress, progress_enabled
 
     items, refused = parse_lines(stream)
-    show = not json_ and sys.stderr.isatty()
-    with open_store(ctx, engine=True) as store, progress_reporter(enabled=show, label="Remembering") as progress:
+    with phase_progress(progress_enabled(json_)) as log, open_store(ctx, engine=True) as store:
+        progress = None if log is None else _import_progress(log, len(items))  # on a terminal only
         outcomes = store.remember_many([item for _, item in items], progress=progress, total=len(items))
+        if log is not None:
+            log.done()
     body = summarize(items, outcomes, refused)
     if json_:
         emit_json(body)
@@ -118,12 +119,13 @@ def search_command(ctx: click.Context, query: str, limit: int, mode: str, explai
 @click.pass_context
 def rebuild_command(ctx: click.Context, json_: bool) -> None:
     """Recreate every derived index from the files alone."""
-    from memvault.cli.render import progress_reporter
+    from memvault.cli.progress import phase_progress, progress_enabled
 
-    with open_store(ctx, sync=False, engine=True) as store, progress_reporter(enabled=not json_ and sys.stderr.isatty()) as progress:
-        from memvault.cli.watch_commands import crash_hook_from_env
+    with phase_progress(progress_enabled(json_), opening="Opening the vault…") as progress:
+        with open_store(ctx, sync=False, engine=True) as store:  # a running owner rebuilds itself
+            from memvault.cli.watch_commands import crash_hook_from_env
 
-        report = store.rebuild(progress=progress, hook=crash_hook_from_env())
+            report = store.rebuild(progress=progress, hook=crash_hook_from_env())
     if json_:
         emit_json(report.to_json())
         return
@@ -147,6 +149,18 @@ def validate_command(ctx: click.Context, json_: bool) -> None:
                    "writeMode": config.memory.write_mode, "source": config.source})
     else:
         click.echo(f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}).")
+
+
+def _import_progress(log, total: int):
+    """A `remember_many` progress callback feeding the terminal's phase log."""
+    log.phase("import", total=total)
+    reported = [0]
+
+    def progress(done: int, _total: int) -> None:
+        log.advance("import", done - reported[0])
+        reported[0] = done
+
+    return progress
 
 
 def _parse_instant(text: str):

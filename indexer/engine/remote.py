@@ -146,7 +146,8 @@ class RemoteStore:
         from memvault.indexer.results import RebuildReport
 
         body = self.client.call("rebuild", {})
-        return RebuildReport(**{**body, "problems": tuple(body.get("problems") or ())})
+        return RebuildReport(**{**body, "problems": tuple(body.get("problems") or ()),
+                                "phases": tuple(body.get("phases") or ())})
 
     def compact(self, *_args, **_kwargs):
         self._owned_elsewhere("compaction")
