@@ -50,28 +50,21 @@ def person(note: Path, seconds: float) -> None:
 
 
 def remember_loop(vault: Path, tag: str, seconds: float, admit: bool) -> None:
+    """Remember (and admit a turn every third round) as a client of the running owner (watch)."""
     from memvault import MemoryStore
-    from memvault.vault.locks import LivenessFence
 
     started = time.monotonic()
     number = 0
     with MemoryStore.open(vault) as store:
-        draining = False
         while time.monotonic() - started < seconds:
             number += 1
             if admit and number % 3 == 0:  # a turn every third round keeps the projection work bounded
-                if not draining and not LivenessFence(vault).is_held_elsewhere():
-                    store.start_intake(poll_seconds=0.2)  # the watcher stopped: this process projects now
-                    draining = True
                 result = store.persist_completed_turn(f"{tag}-run-{number}", f"{tag} finished turn {number}.",
                                                       completed_at=AT)  # fmt: skip
                 emit(admit=result.status, intake_id=result.id)
             receipt = store.remember(f"{tag} remembered fact number {number}.", at=AT)
             emit(remember=receipt.status, id=receipt.id)
             time.sleep(0.05)
-        if draining:
-            report = store.stop(timeout=30.0)
-            emit(drained=report is None or report.drained)
 
 
 def main() -> None:
