@@ -296,3 +296,30 @@ def test_8_an_opted_in_index_md_is_rewritten_only_when_what_it_shows_changes(new
         for start in range(3):  # every watcher start consolidates once
             Watcher(store, consolidate_every=3600.0)._consolidate(float(start))
         assert (index_md.stat().st_ino, index_md.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+
+
+# --- the engine's batch writer (remember_many, and Remember through a running owner) ----------
+
+
+def test_3_and_5_batch_writer_uses_the_notes_zone_and_the_nested_layout(new_vault):
+    write(new_vault, "daily/2026/11/2026-11-29.md", "---\ntimeZone: America/New_York\n---\n- 09:00 older\n")
+    write(new_vault, "daily/2026/11/2026-11-30.md", "---\ntimeZone: America/New_York\n---\n")
+    at = datetime(2026, 11, 30, 17, 0, tzinfo=timezone.utc)
+    with MemoryStore.open(new_vault) as store:
+        [outcome] = store.remember_many([{"text": "Batch lunch with New York.", "at": at}])
+        assert outcome.receipt.source.startswith("daily/2026/11/2026-11-30.md#^m-")
+        assert store.recall("Batch lunch with New York").hits[0].at == at
+        store.remember_many([{"text": "A new nested day.", "at": datetime(2026, 12, 1, 9, 0, tzinfo=AMS)}])
+    assert "- 12:00 Batch lunch with New York." in (new_vault / "daily/2026/11/2026-11-30.md").read_text()
+    assert (new_vault / "daily/2026/12/2026-12-01.md").read_text().startswith("# 2026-12-01\n")
+
+
+def test_2_batch_writer_never_reuses_an_id_a_person_edited(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        [first] = store.remember_many([{"text": "The gate code is 4411.", "at": AT}])
+        note = new_vault / NOTE
+        note.write_text(note.read_text().replace("4411", "5522"))
+        store.sync()
+        [again] = store.remember_many([{"text": "The gate code is 4411.", "at": AT}])
+        assert again.receipt.status == "added" and again.receipt.id != first.receipt.id
+        assert texts(store, "gate code 4411")[0] == "The gate code is 4411."

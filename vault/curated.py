@@ -22,7 +22,7 @@ from memvault.vault.recent_writes import forget_written, note_written
 from memvault.vault.records import note_zone_name
 
 __all__ = ["CuratedWrite", "NewBullet", "NoteNotWritable", "append_bullet_once", "append_bullets_once",
-           "prepare_fact", "write_fact"]  # fmt: skip
+           "plan_bullet", "prepare_fact", "write_fact"]  # fmt: skip
 
 #: a remembered fact is one line of prose, not a document
 MAX_FACT_BYTES = 4096
@@ -73,14 +73,34 @@ def append_bullet_once(
     the note's own zone (its frontmatter `timeZone`), which is the zone it is read back in.
     Caller holds the vault lock.
     """
+    relpath, title, bullet = plan_bullet(layout, folder, text, block_id, at, vault_zone,
+                                         content_identity=content_identity)  # fmt: skip
+    written = append_bullets_once(layout, relpath, title, [bullet])
+    return CuratedWrite(bullet.block_id, relpath, bullet.wall_time, written=bool(written))
+
+
+def plan_bullet(
+    layout: VaultLayout, folder: str, text: str, block_id: str, at: datetime, vault_zone: str,
+    *, content_identity: bool = False, notes: dict | None = None,
+) -> tuple[str, str, NewBullet]:  # fmt: skip
+    """Where and how a memory is written: (note relpath, title for a new note, the bullet).
+
+    Reads the note as it is now (its zone, the ids in it); batch writers (the engine's group
+    commit) plan every item with it, passing one `notes` dict so each note is read once, and
+    then append per note in one go.
+    """
     day, _ = local_day_and_time(at, zone(vault_zone))
     relpath = layout.note_relpath(folder, day)
-    note = read_note_if_any(layout.root, relpath)
+    if notes is None or relpath not in notes:
+        note = read_note_if_any(layout.root, relpath)
+        if notes is not None:
+            notes[relpath] = note
+    else:
+        note = notes[relpath]
     wall_time = _wall_time_for(note, at, day, vault_zone)
     if content_identity and note is not None:
         block_id = _unused_id_for(note, text, block_id)
-    written = append_bullets_once(layout, relpath, day.isoformat(), [NewBullet(text, block_id, wall_time)])
-    return CuratedWrite(block_id, relpath, wall_time, written=bool(written))
+    return relpath, day.isoformat(), NewBullet(text, block_id, wall_time)
 
 
 def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:

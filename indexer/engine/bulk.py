@@ -16,7 +16,7 @@ from datetime import datetime
 
 from memvault.indexer.results import RememberReceipt
 from memvault.vault.clock import local_day_and_time, zone
-from memvault.vault.curated import NewBullet, append_bullets_once, prepare_fact
+from memvault.vault.curated import NewBullet, append_bullets_once, plan_bullet, prepare_fact
 from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id
 from memvault.vault.layout import DAILY
@@ -73,25 +73,34 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
         index = store._writable_index()
         seen: dict[str, RememberReceipt] = {}
         per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)
+        titles: dict[str, str] = {}
+        notes: dict = {}  # each note read once per batch
         for position, fact, when in prepared:
             digest = content_hash(fact)
             earlier = seen.get(digest)
             if earlier is None:
                 existing = index.bm25.find_by_content_hash(digest)
+                if existing is not None:  # "duplicate" promises findable now: look at its note first
+                    store._apply(index, [existing.path])
+                    existing = index.bm25.find_by_content_hash(digest)
                 if existing is not None:
                     earlier = RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
             if earlier is not None:
                 results[position] = RememberReceipt(earlier.id, earlier.source, "duplicate", earlier.text)
                 seen.setdefault(digest, earlier)
                 continue
-            day, wall_time = local_day_and_time(when, zone(store.time_zone))
-            relpath = store.layout.note_relpath(DAILY, day)
-            block_id = memory_id(fact)
-            per_note[relpath].append((position, NewBullet(fact, block_id, wall_time), fact))
-            seen[digest] = RememberReceipt(block_id, f"{relpath}#^{block_id}", "added", fact)
+            try:  # the note's zone decides the wall time; an id a person edited is not reused (vault/curated.py)
+                relpath, title, bullet = plan_bullet(store.layout, DAILY, fact, memory_id(fact), when,
+                                                     store.time_zone, content_identity=True, notes=notes)  # fmt: skip
+            except VaultError as exc:
+                results[position] = exc
+                continue
+            per_note[relpath].append((position, bullet, fact))
+            titles[relpath] = title
+            seen[digest] = RememberReceipt(bullet.block_id, f"{relpath}#^{bullet.block_id}", "added", fact)
         for relpath, entries in sorted(per_note.items()):
             try:
-                written = set(append_bullets_once(store.layout, relpath, relpath[len(DAILY) + 1 : -3],
+                written = set(append_bullets_once(store.layout, relpath, titles[relpath],
                                                   [bullet for _, bullet, _ in entries]))
             except VaultError as exc:  # this note (a conflict, bad bytes): its items fail, others go on
                 for position, _, _ in entries:
