@@ -77,8 +77,9 @@ def test_update_never_rewrites_a_persons_line_and_recall_shows_the_replacement(t
         assert (root / "daily/2026-11-29.md").read_text() == person  # byte for byte
         assert "- 14:03 The standup is at 10:00 on Mondays. It replaces the old note. ^f-" in daily_text(root)
         texts = [h.text for h in store.recall("When is the standup?").hits]
-        # the person's prose paragraph is a memory too now (issue 14); the replaced line is not recalled
-        assert texts[0] == "The standup is at 10:00 on Mondays. It replaces the old note."
+        # the person's prose paragraph is a memory too now (issue 14), and its context (the neighbour
+        # lines) can rank it beside the answer; the replacement is recalled, the replaced line is not
+        assert "The standup is at 10:00 on Mondays. It replaces the old note." in texts
         assert "The standup is at 09:30 on Mondays." not in texts
         [lifecycle] = read_sidecar(root)[0].superseded().values()
         assert lifecycle["state"] == "updated" and lifecycle["id"].startswith("d-")
