@@ -1,0 +1,77 @@
+"""Serving the app with uvicorn on loopback only: 127.0.0.1 and, where the host has it, ::1.
+
+The sockets are bound here, never from a host name, so no option or environment variable can
+put the pages on another interface. Port 0 asks the OS for a free port; ::1 then gets the same
+one (or is skipped, and the caller is told, when it is taken or IPv6 is off).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memvault.vault.errors import VaultError
+
+
+class PortUnavailable(VaultError):
+    code = "port_unavailable"
+
+
+@dataclass(frozen=True)
+class Bound:
+    sockets: tuple[socket.socket, ...]
+    port: int
+    notes: tuple[str, ...]
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+
+def bind_loopback(port: int) -> Bound:
+    v4 = _listen(socket.AF_INET, "127.0.0.1", port)
+    actual = v4.getsockname()[1]
+    notes: list[str] = []
+    try:
+        v6 = _listen(socket.AF_INET6, "::1", actual)
+    except OSError as exc:
+        notes.append(f"not listening on [::1]:{actual} ({exc.strerror or exc}); 127.0.0.1 only")
+        return Bound((v4,), actual, tuple(notes))
+    return Bound((v4, v6), actual, tuple(notes))
+
+
+def _listen(family: int, host: str, port: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        if family == socket.AF_INET:
+            raise PortUnavailable(f"cannot listen on {host}:{port} ({exc.strerror or exc}): pick another --port, "
+                                  "or 0 for any free one") from None  # fmt: skip
+        raise
+    return sock
+
+
+def serve(app, bound: Bound, *, on_started: Callable[[], None] | None = None) -> None:
+    """Run uvicorn on the bound sockets until SIGINT/SIGTERM (uvicorn handles both)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False,
+                            date_header=False, limit_concurrency=64, timeout_keep_alive=5)  # fmt: skip
+    server = uvicorn.Server(config)
+    if on_started is not None:
+        original = server.startup
+
+        async def startup(sockets=None):
+            await original(sockets=sockets)
+            on_started()
+
+        server.startup = startup
+    server.run(sockets=list(bound.sockets))
