@@ -10,10 +10,11 @@ included:
   good `?token=` is answered with the cookie and a redirect to the same URL without the token,
   so the token does not stay in the address bar, history or a Referer. Without it: 401.
   The cookie is named after the port: cookies ignore ports, and two servers must not clash.
-* A POST must also come from one of those origins (Origin header, when the browser sends one).
+* A POST must also come from one of those origins (Origin header; when a browser sends none or
+  `null`, its Sec-Fetch-Site must say same-origin).
 * Every answer carries a Content-Security-Policy that allows nothing but this server's own
   stylesheet and images (no script at all, no inline style, no frames, forms post only here),
-  plus nosniff, no-referrer, DENY framing and no-store.
+  plus nosniff, a same-origin Referer only, DENY framing and no-store.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ CSP = (
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
     (b"cross-origin-opener-policy", b"same-origin"),
@@ -67,8 +68,8 @@ class Guard:
         if headers.get(b"host", b"").lower() not in self.hosts:
             await _plain(send, 400, "This server answers only on 127.0.0.1, localhost or [::1] with its own port.")
             return
-        if scope["method"] not in ("GET", "HEAD") and headers.get(b"origin", b"").lower() not in self.origins | {b""}:
-            await _plain(send, 403, "Cross-origin request refused.")
+        if scope["method"] not in ("GET", "HEAD") and not self._same_origin(headers):
+            await _plain(send, 403, "Cross-origin request refused: post from this server's own pages.")
             return
         query = scope.get("query_string", b"").decode("latin-1")
         pairs = parse_qsl(query, keep_blank_values=True)
@@ -80,6 +81,13 @@ class Guard:
             await _plain(send, 401, "Open the URL that `memvault web` printed: it carries this server's access token.")
             return
         await self.app(scope, receive, _with_headers(send))
+
+    def _same_origin(self, headers: dict) -> bool:
+        origin = headers.get(b"origin", b"").lower()
+        if origin in self.origins:
+            return True
+        # browsers may send "Origin: null" for a form post; their Fetch metadata still says where from
+        return origin in (b"", b"null") and headers.get(b"sec-fetch-site", b"same-origin") == b"same-origin"
 
     def _good(self, candidate: str) -> bool:
         return hmac.compare_digest(candidate.encode(), self.token.encode())

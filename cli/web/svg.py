@@ -26,7 +26,7 @@ def neighbourhood(graph, entity_id: str) -> dict:
         if a == entity_id and b in graph.entities and b != entity_id:
             labels.setdefault(b, []).append(relation)
         elif b == entity_id and a in graph.entities and a != entity_id:
-            labels.setdefault(a, []).append(f"{relation} (from)")
+            labels.setdefault(a, []).append(f"← {relation}")  # the other entity points at this one
     neighbours = sorted(labels, key=lambda e: (graph.entities[e].name.casefold(), e))
     shown = neighbours[:MAX_NEIGHBOURS]
     cx, cy = _WIDTH / 2, _HEIGHT / 2

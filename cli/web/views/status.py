@@ -51,11 +51,12 @@ def _vectors(index: dict, reader) -> dict:
 
 
 def _chart(rows: dict[str, int]) -> dict:
-    """Memories per day for the CHART_DAYS days ending at the newest daily note."""
+    """Memories per day for (at most) the CHART_DAYS days ending at the newest daily note."""
     days = sorted(p[len(DAILY) + 1 : -3] for p in rows if p.startswith(f"{DAILY}/"))
     if not days:
         return {**day_bars([]), "from": None, "through": None, "total": 0}
     last = date.fromisoformat(days[-1])
-    window = [(last - timedelta(days=offset)).isoformat() for offset in range(CHART_DAYS - 1, -1, -1)]
+    span = min(CHART_DAYS, (last - date.fromisoformat(days[0])).days + 1)  # a young vault is not drawn as mostly empty
+    window = [(last - timedelta(days=offset)).isoformat() for offset in range(span - 1, -1, -1)]
     counts = [(day, rows.get(f"{DAILY}/{day}.md", 0)) for day in window]
     return {**day_bars(counts), "from": window[0], "through": window[-1], "total": sum(n for _, n in counts)}
