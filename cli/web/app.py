@@ -23,6 +23,7 @@ from memvault.cli.web.views.content import ArchivedDocumentView, ContentView, Do
 from memvault.cli.web.views.entities import EntitiesView, EntityView
 from memvault.cli.web.views.recall import AgentView, JournalView, RecallView
 from memvault.cli.web.views.status import StatusView
+from memvault.vault.errors import VaultError
 
 HERE = Path(__file__).resolve().parent
 SECTIONS = (("Recall", "/recall"), ("Entities", "/entities"), ("Content", "/content"), ("Status", "/status"))
@@ -51,10 +52,31 @@ def build_app(reader, *, token: str, port: int) -> Guard:
             Route("/", lambda request: RedirectResponse("/recall", status_code=303)),
             *routes(VIEWS, reader, templates),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
-        ]
+        ],
+        exception_handlers={404: _not_routed(templates), 405: _not_routed(templates)},
     )
     app.state.reader = reader
     return Guard(app, token=token, port=port)
+
+
+def _not_routed(templates):
+    """Unknown paths and wrong methods answer like every other error: a page, or JSON for `.json`."""
+
+    async def handler(request, exc):
+        from memvault.cli.web.reader import NotFound
+        from memvault.cli.web.views.base import error_response
+
+        if exc.status_code == 405:
+            error = MethodRefused(f"{request.method} is not accepted here: pages are read with GET, agent search is a POST form")
+        else:
+            error = NotFound(f"there is no page at {request.url.path[:200]}: start from /recall")
+        return error_response(templates, error, as_json=request.url.path.endswith(".json"), request=request)
+
+    return handler
+
+
+class MethodRefused(VaultError):
+    code = "method_not_allowed"
 
 
 def _human_bytes(value) -> str:

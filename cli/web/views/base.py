@@ -26,7 +26,7 @@ from memvault.vault.errors import IndexUnavailable, InvalidConfig, InvalidRecord
 
 log = logging.getLogger("memvault.web")
 MAX_PARAM_CHARS = 2_000
-_STATUS = [("not_found", 404), (UnsafePath, 403), (IndexUnavailable, 503), (ProviderUnavailable, 502),
+_STATUS = [("not_found", 404), ("method_not_allowed", 405), (UnsafePath, 403), (IndexUnavailable, 503), (ProviderUnavailable, 502),
            (InvalidConfig, 500), (InvalidRecord, 400)]  # fmt: skip
 
 
