@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)"),
 ]
 playwright_api = pytest.importorskip("playwright.sync_api")
-SCREENSHOTS_ENV = "MEMVAULT_WEB_SCREENSHOTS"  # a folder: the screenshot test also writes the PNGs there
+SCREENSHOTS_ENV = "WEB_SCREENSHOTS"  # a folder (not MEMVAULT_*: the test fixtures clear those): the screenshot test also writes the PNGs there
 PAGE_TIMEOUT_MS = 60_000
 
 
@@ -229,7 +229,7 @@ def test_an_xss_corpus_renders_inert(browser, site):
 
 def test_screenshots_of_each_page(browser, tmp_path):
     """PNGs of every page over the fixture vault (plus a graph, documents and runtime memory);
-    with MEMVAULT_WEB_SCREENSHOTS=docs they are also written where the README links them."""
+    with WEB_SCREENSHOTS=docs they are also written where the README links them."""
     shots = {
         "recall": "/recall?q=which+color+did+we+pick+for+deployment",
         "entities": "/entities",
