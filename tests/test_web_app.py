@@ -375,3 +375,27 @@ def test_oversized_and_odd_requests_do_not_crash_the_server(served):
                                   headers={"Content-Type": "multipart/form-data; boundary=x"}, body=b"--x\r\nbroken")  # fmt: skip
     assert status < 500  # a torn form is no form, never a crash
     assert served.get("/status.json", token=TOKEN)[0] == 200  # still serving
+
+
+def test_a_taken_port_is_a_clear_error_not_a_traceback(fixture_vault):
+    import subprocess
+    import sys
+
+    from tests.web_helpers import REPO
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "web", "--port", str(port)],
+                              capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "--port" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_token_must_be_long_enough():
+    from memvault.cli.web.security import Guard
+
+    with pytest.raises(ValueError):
+        Guard(lambda *a: None, token="short", port=1)

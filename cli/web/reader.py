@@ -194,16 +194,18 @@ class VaultReader:
     def intake(self) -> dict:
         """Content-free, as `memvault inspect` is: counts, ledger health, the oldest pending age."""
         from memvault.vault.intake.files import IntakeDirs
-        from memvault.vault.intake.snapshot import list_entries, runtime_snapshot
+        from memvault.vault.intake.snapshot import list_entries
 
         dirs = IntakeDirs(self.root)
         now = self.now()
-        snapshot = runtime_snapshot(dirs, now)
-        admitted = [e.get("admittedAt") for e in list_entries(dirs, now) if e["state"] != "resolved"] if dirs.exists() else []
-        oldest = min((a for a in admitted if a), default=None)
+        with self._calls:
+            snapshot = self.store.intake_snapshot()
+        active = [e for e in list_entries(dirs, now) if e["state"] != "resolved"] if dirs.exists() else []
+        oldest = min((e["admittedAt"] for e in active if e.get("admittedAt")), default=None)
         snapshot["oldestPendingAt"] = oldest
         snapshot["oldestPendingSeconds"] = None if oldest is None else max(0, int((now - _parse_ts(oldest)).total_seconds()))
-        worker = getattr(self.store, "_intake", None)
+        worker = snapshot.pop("worker", None)  # its error text and capture warnings are not content-free
+        snapshot["worker"] = None if worker is None else {"running": worker["running"], "transitions": worker["transitions"]}
         snapshot["drainedHere"] = worker is not None
         return snapshot
 
@@ -229,6 +231,7 @@ class VaultReader:
         return facts
 
     def vector_lag_reason(self) -> str | None:
+        # the store has no public accessor for its vector queue's state yet; absent in lite
         semantic = getattr(self.store, "_semantic", None)
         return None if semantic is None else semantic.lag_reason
 
