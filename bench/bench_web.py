@@ -3,7 +3,9 @@
     python -m bench.bench_web --memories 100000 --tier journal --loads 40
 
 Each page is fetched over HTTP on loopback by a client holding one keep-alive connection, and
-timed from request to the last byte of the HTML. Printed beside them, measured in the same run:
+timed from request to the last byte of the HTML. The Status page serves health from a snapshot
+at most a few seconds old (refreshed in the background); `?fresh=1` waits for a new one and is
+timed too. Printed beside them, measured in the same run:
 the library calls the pages are made of (recall, health), timed in this process against the same
 vault, and the server's own floor (the stylesheet). Nothing here is asserted.
 """
@@ -88,6 +90,7 @@ def main() -> None:
         recall = [fetch(connection, port, token, f"/recall?q={quote(QUERIES[i % len(QUERIES)])}") for i in range(args.loads)]
         empty = [fetch(connection, port, token, "/recall") for _ in range(args.loads)]
         status = [fetch(connection, port, token, "/status") for _ in range(args.loads)]
+        fresh = [fetch(connection, port, token, "/status?fresh=1") for _ in range(max(5, args.loads // 4))]
         css = [fetch(connection, port, token, "/static/style.css") for _ in range(args.loads)]
         connection.close()
         with MemoryStore.open(root, sync=False) as store:
@@ -110,6 +113,7 @@ def main() -> None:
     print(line("Recall page with a search (HTML)", recall))
     print(line("Recall page, empty", empty))
     print(line("Status page (HTML)", status))
+    print(line("Status page, check now (?fresh=1)", fresh))
     print(line("baseline: stylesheet (server floor)", css))
     print(line("baseline: store.recall in-process", library_recall))
     print(line("baseline: check_health in-process", library_health))

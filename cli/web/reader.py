@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from memvault.cli.web.snapshots import StaleWhileRevalidate
 from memvault.vault.errors import InvalidRecord, ProviderUnavailable, UnsafePath, VaultError
 from memvault.vault.layout import AUDIT, DAILY, parse_note_relpath
 
@@ -50,6 +51,7 @@ class VaultReader:
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._calls = threading.Lock()
         self._meta_cache: dict[Path, tuple[tuple[int, int], int | None]] = {}
+        self._status: StaleWhileRevalidate | None = None
 
     @property
     def time_zone(self) -> str:
@@ -185,6 +187,14 @@ class VaultReader:
         return DocumentStore(self.root)
 
     # --- status ---------------------------------------------------------------------------------
+
+    def status_snapshot(self, *, fresh: bool = False) -> tuple[dict, float]:
+        """(health + intake + index facts, age in seconds): see cli/web/snapshots.py."""
+        if self._status is None:
+            from memvault.cli.web.views.status import slow_status
+
+            self._status = StaleWhileRevalidate(lambda: slow_status(self))
+        return self._status.get(fresh=fresh)
 
     def health(self):
         from memvault.indexer.maintenance.health import check_health

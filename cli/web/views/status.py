@@ -3,7 +3,8 @@
 `memvault health` (each finding with its fix), the intake's content-free counts (as `inspect`:
 ids and counts only, never what was said), vector lag, the serving index generation and its
 size, the owner process, the embedding identity, and memories per day. Reads only: health
-repairs nothing.
+repairs nothing. Health, intake and index facts come from a snapshot at most a few seconds old
+(`snapshots.py`), shown with its age; `?fresh=1` waits for a new one.
 """
 
 from __future__ import annotations
@@ -24,20 +25,25 @@ class StatusView(View):
     section = "Status"
 
     def data(self, args: Args, reader) -> dict:
-        report = reader.health()
-        index = reader.index_facts()
-        rows = reader.indexed_rows()
+        checked, age = reader.status_snapshot(fresh=args.flag("fresh"))
+        index = checked["index"]
         return {
             "vault": str(reader.root),
             "mode": reader.mode,
             "timeZone": reader.time_zone,
-            "health": report.to_json(),
-            "intake": reader.intake(),
+            "checkedSecondsAgo": round(age, 1),
+            "health": checked["health"],
+            "intake": checked["intake"],
             "index": index,
             "vectors": _vectors(index, reader),
             "owner": {**reader.owner(), "serverPid": os.getpid()},
-            "chart": _chart(rows),
+            "chart": _chart(reader.indexed_rows()),
         }
+
+
+def slow_status(reader) -> dict:
+    """What the page shows from a snapshot (cli/web/snapshots.py): health, intake, index facts."""
+    return {"health": reader.health().to_json(), "intake": reader.intake(), "index": reader.index_facts()}
 
 
 def _vectors(index: dict, reader) -> dict:
