@@ -12,7 +12,7 @@ from __future__ import annotations
 from memvault.cli.web.markdown import note_url
 from memvault.cli.web.reader import NotFound
 from memvault.cli.web.svg import neighbourhood
-from memvault.cli.web.views.base import Args, BadRequest, View
+from memvault.cli.web.views.base import Args, View
 from memvault.vault.errors import VaultError
 
 MAX_LISTED_GROUPS = 500
@@ -106,8 +106,3 @@ def _memories(reader, facts) -> list[dict]:
                     "missing": "the bullet is no longer in its note" if text is None else None})  # fmt: skip
     return out
 
-
-def check_entity_id(value: str) -> str:
-    if not value or len(value) > 64:
-        raise BadRequest("an entity id is 1 to 64 letters, digits and dashes")
-    return value
