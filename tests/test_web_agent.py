@@ -12,7 +12,7 @@ from memvault.indexer.services.evidence_answer import (
     evidence_from_hits,
     parse_answer,
 )
-from memvault.vault.capture.strictjson import ModelOutputInvalid
+from memvault.vault.capture.fields import ModelOutputInvalid
 from tests.loopback import LoopbackServer, closed_port_url
 from tests.web_helpers import InProcessServer
 

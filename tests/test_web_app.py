@@ -1,6 +1,7 @@
 """The web app over real HTTP (uvicorn on loopback, in this process): the guard, the JSON twins,
 bad and hostile input, and what each page reads from a real vault."""
 
+import http.client
 import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -369,8 +370,11 @@ def test_unknown_pages_are_404_not_tracebacks(served):
 
 
 def test_oversized_and_odd_requests_do_not_crash_the_server(served):
-    status, _, _ = served.get("/recall.json?q=" + "x" * 60_000, token=TOKEN)
-    assert status in (400, 414, 431)
+    try:
+        status = served.get("/recall.json?q=" + "x" * 60_000, token=TOKEN)[0]
+    except (ConnectionError, http.client.HTTPException):
+        status = "closed"  # the server may answer and hang up while the client is still sending
+    assert status in (400, 414, 431, "closed")
     status, _, _ = served.request("POST", "/recall/agent.json", token=TOKEN,
                                   headers={"Content-Type": "multipart/form-data; boundary=x"}, body=b"--x\r\nbroken")  # fmt: skip
     assert status < 500  # a torn form is no form, never a crash

@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memvault.vault.capture.strictjson import ModelOutputInvalid, load_exact
+from memvault.vault.capture.fields import ModelOutputInvalid, load_exact
 from memvault.vault.errors import InvalidRecord
 
 MAX_EVIDENCE = 10
