@@ -403,3 +403,36 @@ def test_the_token_must_be_long_enough():
 
     with pytest.raises(ValueError):
         Guard(lambda *a: None, token="short", port=1)
+
+
+def test_a_memory_space_and_its_notes(served):
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.vault.spaces import SpaceCatalog
+
+    catalog = SpaceCatalog(served.root / "spaces", time_zone="Europe/Amsterdam")
+    space = catalog.create("Work", "Projects at Northwind")
+    with MemoryStore.open(catalog.path_of(space.id)) as store:
+        receipt = store.remember("The Northwind offsite is in Haarlem.")
+    _, content = get_json(served, "/content.json")
+    assert content["spaces"]["spaces"][0]["url"] == f"/spaces/{space.id}"
+    assert content["spaces"]["spaces"][0]["notes"] == 1
+    status, page = get_json(served, f"/spaces/{space.id}.json")
+    assert status == 200 and page["space"]["title"] == "Work" and page["total"] == 1
+    note_url = page["notes"][0]["url"]
+    status, note = get_json(served, note_url + ".json")
+    assert status == 200 and note["space"]["id"] == space.id
+    assert [b["id"] for b in note["bullets"]] == [receipt.id]
+    assert note["bullets"][0]["url"] == f"{note_url}#{receipt.id}"
+    assert get_json(served, "/spaces/s-00000000.json")[0] == 404
+    assert get_json(served, "/spaces/..%2F..%2Fetc.json")[0] in (400, 404)
+    assert get_json(served, f"/spaces/{space.id}/notes/daily/..%2Fmemvault.json")[0] in (400, 404)
+
+
+def test_index_md_is_rendered_when_consolidation_wrote_it(served):
+    assert get_json(served, "/index-md.json")[0] == 404
+    served.store.consolidate()
+    status, body = get_json(served, "/index-md.json")
+    assert status == 200 and "Recent days" in body["html"]
+    assert 'href="/notes/daily/2026-11-16"' in body["html"]  # its wikilinks lead to the notes
+    _, content = get_json(served, "/content.json")
+    assert content["indexMd"] is True

@@ -19,7 +19,16 @@ from starlette.templating import Jinja2Templates
 
 from memvault.cli.web.security import Guard
 from memvault.cli.web.views.base import routes
-from memvault.cli.web.views.content import ArchivedDocumentView, ContentView, DocumentView, NoteView, RuntimeView
+from memvault.cli.web.views.content import (
+    ArchivedDocumentView,
+    ContentView,
+    DocumentView,
+    IndexMdView,
+    NoteView,
+    RuntimeView,
+    SpaceNoteView,
+    SpaceView,
+)
 from memvault.cli.web.views.entities import EntitiesView, EntityView
 from memvault.cli.web.views.recall import AgentView, JournalView, RecallView
 from memvault.cli.web.views.status import StatusView
@@ -28,7 +37,7 @@ from memvault.vault.errors import VaultError
 HERE = Path(__file__).resolve().parent
 SECTIONS = (("Recall", "/recall"), ("Entities", "/entities"), ("Content", "/content"), ("Status", "/status"))
 VIEWS = (RecallView(), AgentView(), JournalView(), EntitiesView(), EntityView(), ContentView(), NoteView(),
-         DocumentView(), ArchivedDocumentView(), RuntimeView(), StatusView())  # fmt: skip
+         DocumentView(), ArchivedDocumentView(), RuntimeView(), SpaceView(), SpaceNoteView(), IndexMdView(), StatusView())  # fmt: skip
 
 
 def templates_for(reader) -> Jinja2Templates:

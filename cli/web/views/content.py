@@ -12,11 +12,13 @@ import re
 from datetime import date
 
 from memvault.cli.web.markdown import note_url, render_markdown, render_note
+from memvault.cli.web.reader import NotFound
 from memvault.cli.web.views.base import Args, BadRequest, View
 from memvault.vault.errors import VaultError
 from memvault.vault.layout import AUDIT, DAILY, parse_note_relpath
 
 MAX_AUDIT_LISTED = 62
+MAX_SPACE_NOTES_LISTED = 400
 
 
 class ContentView(View):
@@ -46,6 +48,7 @@ class ContentView(View):
             "documents": _documents(reader),
             "spaces": _spaces(reader),
             "runtime": _runtime_summary(reader),
+            "indexMd": reader.index_md() is not None,
         }
 
 
@@ -102,7 +105,7 @@ def _spaces(reader) -> dict:
             notes = reader.space_note_count(space.id)
         except VaultError:
             notes = None
-        rows.append({**space.to_json(), "notes": notes})
+        rows.append({**space.to_json(), "notes": notes, "url": f"/spaces/{space.id}"})
     return {"problem": None, "spaces": rows}
 
 
@@ -130,27 +133,90 @@ class NoteView(View):
     section = "Content"
 
     def data(self, args: Args, reader) -> dict:
-        relpath = f"{args.text('folder', max_chars=10)}/{args.text('day', max_chars=20)}.md"
-        if parse_note_relpath(relpath) is None:
-            raise BadRequest(f"{relpath!r} is not a note: notes are daily/YYYY-MM-DD or audit/YYYY-MM-DD")
-        note = reader.note(relpath)
-        html, parsed = render_note(note.text)
-        siblings = [p for p in reader.note_paths() if p.split("/", 1)[0] == relpath.split("/", 1)[0]]
-        position = siblings.index(relpath) if relpath in siblings else -1
-        older = siblings[position - 1] if position > 0 else None
-        newer = siblings[position + 1] if 0 <= position < len(siblings) - 1 else None
-        return {
-            "path": relpath, "bytes": note.size, "problem": note.problem, "html": html,
-            "bullets": [{"id": b.id, "time": b.time, "text": b.text, "line": b.first_line + 1,
-                         "explicitId": b.has_explicit_id, "url": note_url(relpath, b.id)} for b in parsed.bullets],
-            "conflicts": len(parsed.conflicts), "duplicateIds": list(parsed.duplicate_ids),
-            "older": older and {"path": older, "url": note_url(older)},
-            "newer": newer and {"path": newer, "url": note_url(newer)},
-            "month": relpath[6:13] if relpath.startswith(f"{DAILY}/") else None,
-        }  # fmt: skip
+        relpath = _note_relpath(args)
+        return _note_page(relpath, reader.note(relpath), reader.note_paths(), "/notes", None)
 
     def title(self, data: dict) -> str:
         return data["path"]
+
+
+class SpaceView(View):
+    """One memory space (itself a vault): its catalog entry and its notes, newest first."""
+
+    path = "/spaces/{space_id}"
+    template = "space.html"
+    section = "Content"
+
+    def data(self, args: Args, reader) -> dict:
+        space = reader.space(args.text("space_id", max_chars=20))
+        notes = sorted(reader.space_notes(space.id), reverse=True)
+        prefix = f"/spaces/{space.id}/notes"
+        return {"space": space.to_json(), "total": len(notes),
+                "notes": [{"path": p, "url": f"{prefix}/{p[:-3]}"} for p in notes[:MAX_SPACE_NOTES_LISTED]]}  # fmt: skip
+
+    def title(self, data: dict) -> str:
+        return data["space"]["title"]
+
+
+class SpaceNoteView(View):
+    path = "/spaces/{space_id}/notes/{folder}/{day}"
+    template = "note.html"
+    section = "Content"
+
+    def data(self, args: Args, reader) -> dict:
+        space_id, relpath = args.text("space_id", max_chars=20), _note_relpath(args)
+        note = reader.space_note(space_id, relpath)
+        space = reader.space(space_id).to_json()
+        return _note_page(relpath, note, reader.space_notes(space_id), f"/spaces/{space_id}/notes", space)
+
+    def title(self, data: dict) -> str:
+        return f"{data['space']['title']}: {data['path']}"
+
+
+def _note_relpath(args: Args) -> str:
+    relpath = f"{args.text('folder', max_chars=10)}/{args.text('day', max_chars=20)}.md"
+    if parse_note_relpath(relpath) is None:
+        raise BadRequest(f"{relpath!r} is not a note: notes are daily/YYYY-MM-DD or audit/YYYY-MM-DD")
+    return relpath
+
+
+def _note_page(relpath: str, note, all_notes: list[str], prefix: str, space: dict | None) -> dict:
+    html, parsed = render_note(note.text)
+    siblings = [p for p in all_notes if p.split("/", 1)[0] == relpath.split("/", 1)[0]]
+    position = siblings.index(relpath) if relpath in siblings else -1
+    older = siblings[position - 1] if position > 0 else None
+    newer = siblings[position + 1] if 0 <= position < len(siblings) - 1 else None
+
+    def url(path: str, block: str | None = None) -> str:
+        return f"{prefix}/{path[:-3]}" + (f"#{block}" if block else "")
+
+    return {
+        "path": relpath, "bytes": note.size, "problem": note.problem, "html": html, "space": space,
+        "bullets": [{"id": b.id, "time": b.time, "text": b.text, "line": b.first_line + 1,
+                     "explicitId": b.has_explicit_id, "url": url(relpath, b.id)} for b in parsed.bullets],
+        "conflicts": len(parsed.conflicts), "duplicateIds": list(parsed.duplicate_ids),
+        "older": older and {"path": older, "url": url(older)},
+        "newer": newer and {"path": newer, "url": url(newer)},
+        "month": relpath[6:13] if relpath.startswith(f"{DAILY}/") and space is None else None,
+    }  # fmt: skip
+
+
+class IndexMdView(View):
+    """index.md, the living index consolidation regenerates, rendered (its wikilinks lead to notes)."""
+
+    path = "/index-md"
+    template = "document.html"
+    section = "Content"
+
+    def data(self, args: Args, reader) -> dict:
+        note = reader.index_md()
+        if note is None:
+            raise NotFound("there is no index.md yet: `memvault consolidate` (or `memvault watch`) writes it")
+        return {"title": "index.md", "path": "index.md", "summary": "", "revision": None, "updated": None,
+                "bytes": note.size, "archived": False, "html": render_markdown(note.text), "problem": note.problem}  # fmt: skip
+
+    def title(self, data: dict) -> str:
+        return "index.md"
 
 
 class DocumentView(View):
