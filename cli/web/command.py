@@ -62,3 +62,4 @@ def web_command(ctx: click.Context, port: int, token_file: Path | None) -> None:
             bound.close()
     finally:
         store.close()
+    click.echo("memvault web: stopped", err=True)

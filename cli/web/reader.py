@@ -52,6 +52,7 @@ class VaultReader:
         self._calls = threading.Lock()
         self._meta_cache: dict[Path, tuple[tuple[int, int], int | None]] = {}
         self._status: StaleWhileRevalidate | None = None
+        self._graph_cache: tuple[tuple[int, int, int], object] | None = None
 
     @property
     def time_zone(self) -> str:
@@ -138,10 +139,23 @@ class VaultReader:
             return NoteFile(relpath, data.decode("utf-8", errors="replace"), size, problem)
 
     def graph(self):
-        """graph.jsonl parsed (an empty Graph when there is none); GraphInvalid names the bad line."""
-        from memvault.vault.graph import read_graph
+        """graph.jsonl parsed (an empty Graph when there is none); GraphInvalid names the bad line.
 
-        return read_graph(self.root)[0]
+        Parsed again only when the file's stat changed: it can be tens of megabytes, and the
+        Entities pages read it on every load."""
+        from memvault.vault.graph import GRAPH_FILE, read_graph
+
+        try:
+            info = os.lstat(self.root / GRAPH_FILE)
+            stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
+        except OSError:
+            stamp = None
+        cached = self._graph_cache
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            return cached[1]
+        graph = read_graph(self.root)[0]
+        self._graph_cache = None if stamp is None else (stamp, graph)
+        return graph
 
     def graph_exists(self) -> bool:
         from memvault.vault.graph import GRAPH_FILE

@@ -8,7 +8,9 @@ one (or is skipped, and the caller is told, when it is taken or IPv6 is off).
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from memvault.vault.errors import VaultError
@@ -70,6 +72,7 @@ def serve(app, bound: Bound, *, on_started: Callable[[], None] | None = None) ->
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False,
                             date_header=False, limit_concurrency=64, timeout_keep_alive=5)  # fmt: skip
     server = uvicorn.Server(config)
+    server.capture_signals = lambda: _stop_on_signals(server)
     if on_started is not None:
         original = server.startup
 
@@ -79,3 +82,18 @@ def serve(app, bound: Bound, *, on_started: Callable[[], None] | None = None) ->
 
         server.startup = startup
     server.run(sockets=list(bound.sockets))
+
+
+@contextlib.contextmanager
+def _stop_on_signals(server) -> Iterator[None]:
+    """SIGINT/SIGTERM end the server gracefully and return to the caller.
+
+    uvicorn's own handling re-raises the signal once it has shut down, which kills the process
+    before the caller's cleanup runs (draining the intake, releasing the fence, closing the store).
+    """
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
