@@ -436,3 +436,16 @@ def test_index_md_is_rendered_when_consolidation_wrote_it(served):
     assert 'href="/notes/daily/2026-11-16"' in body["html"]  # its wikilinks lead to the notes
     _, content = get_json(served, "/content.json")
     assert content["indexMd"] is True
+
+
+def test_memvault_web_owns_the_vault_and_stops_cleanly_on_sigterm(fixture_vault):
+    from memvault.vault.locks import LivenessFence
+    from tests.web_helpers import WebProcess
+
+    with WebProcess(fixture_vault) as web:
+        assert LivenessFence(fixture_vault).is_held_elsewhere()  # it drains the intake, as watch does
+        status, _, body = web.request("GET", "/status.json", token=web.token)
+        assert status == 200 and json.loads(body)["owner"]["pid"] == web.process.pid
+    assert web.process.returncode == 0
+    assert "memvault web: stopped" in web.output()
+    assert not LivenessFence(fixture_vault).is_held_elsewhere()

@@ -142,8 +142,12 @@ class WebProcess:
     def port(self) -> int:
         return int(self.base.rsplit(":", 1)[1])
 
+    def request(self, method: str, path: str, **kwargs):
+        return InProcessServer.request(self, method, path, **kwargs)
+
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.root.parent / f"{self.root.name}-web.log").read_text(errors="replace")
 
     def __exit__(self, *exc) -> None:
