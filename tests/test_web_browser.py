@@ -130,6 +130,28 @@ def test_open_a_document(site, page):
     assert link.get_attribute("href") == "https://status.example.com"
 
 
+def test_browse_daily_notes_by_month(site, page):
+    page.goto(site.base + "/content")
+    page.click("ul.months a:text-is('2026-10')")
+    page.wait_for_load_state()
+    assert page.locator("h3.month").inner_text() == "2026-10"
+    page.click("table.calendar td.has a[title^='2026-10-12']")
+    page.wait_for_load_state()
+    assert page.locator("h1.path").inner_text() == "daily/2026-10-12.md"
+    bullets = page.locator("li.bullet")
+    assert bullets.count() == 6
+    assert "Morgan will present the quarterly roadmap on Friday." in bullets.first.inner_text()
+    page.click("text=daily/2026-10-13.md →")
+    page.wait_for_load_state()
+    assert page.locator("h1.path").inner_text() == "daily/2026-10-13.md"
+
+
+def test_status_draws_memories_per_day(site, page):
+    page.goto(site.base + "/status")
+    assert page.locator("svg.chart rect.bar").count() >= 30
+    assert page.locator("svg.chart rect.bar title").first.text_content().startswith("2026-10-")
+
+
 def test_status_reports_a_note_broken_by_an_editor(site, page):
     page.goto(site.base + "/status")
     note = site.root / "daily" / "2026-10-20.md"
