@@ -25,10 +25,9 @@ def _walk(command: click.Command, path: list[str]):
 def render() -> str:
     parts = [HEADER]
     for path, command in _walk(cli, ["memvault"]):
-        # the group's context settings (-h beside --help) reach every command at run time; click
-        # caches each command's help option the first time it is built, so build it the same way here
-        settings = {"terminal_width": 88, "max_content_width": 88, **(cli.context_settings or {})}
-        with click.Context(command, info_name=" ".join(path), **settings) as ctx:
+        # the group's help names (-h, --help) on every page, however click cached the option before
+        with click.Context(command, info_name=" ".join(path), terminal_width=88, max_content_width=88,
+                           help_option_names=cli.context_settings.get("help_option_names", ["--help"])) as ctx:
             help_text = command.get_help(ctx)
         level = "#" * min(2 + len(path) - 1, 4)
         parts.append(f"\n{level} `{' '.join(path)}`\n\n```text\n{help_text}\n```\n")
