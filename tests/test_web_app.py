@@ -449,3 +449,29 @@ def test_memvault_web_owns_the_vault_and_stops_cleanly_on_sigterm(fixture_vault)
     assert web.process.returncode == 0
     assert "memvault web: stopped" in web.output()
     assert not LivenessFence(fixture_vault).is_held_elsewhere()
+
+
+def test_beside_a_running_owner_the_pages_read_through_it(fixture_vault):
+    import subprocess
+    import sys
+
+    from memvault.indexer.engine.client import find_owner
+    from tests.web_helpers import REPO, WebProcess, poll
+
+    owner = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "serve"], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        poll(lambda: find_owner(fixture_vault) is not None, what="memvault serve to answer")
+        with WebProcess(fixture_vault) as web:
+            status, _, body = web.request("GET", "/recall.json?q=deployment+color", token=web.token)
+            assert status == 200 and json.loads(body)["hits"]
+            status, _, body = web.request("GET", "/status.json", token=web.token)
+            page = json.loads(body)
+            assert status == 200 and page["owner"]["pid"] == owner.pid and not page["owner"]["thisProcess"]
+            assert page["intake"]["drainedHere"] is False
+            status, _, body = web.request("GET", "/journal.json?from=2026-11-01&through=2026-11-16", token=web.token)
+            assert status == 200 and json.loads(body)["entries"]
+        assert "reading through the vault's owner" in web.output()
+    finally:
+        owner.terminate()
+        owner.wait(timeout=60)

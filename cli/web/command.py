@@ -1,8 +1,9 @@
 """`memvault web`: open the vault, serve the web pages on loopback, print the URL with its token.
 
-Thin: the pages are `build_app(VaultReader(store))`; this command only opens the store, takes
-the intake when no other process owns the vault (so admitted turns are projected while the
-pages are open, as under `watch`), binds loopback sockets and runs uvicorn.
+Thin: the pages are `build_app(VaultReader(store))`; this command only opens the store (a client
+of the vault's owner while one runs), takes the intake when no other process owns the vault (so
+admitted turns are projected while the pages are open, as under `watch`), binds loopback
+sockets and runs uvicorn.
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ def web_command(ctx: click.Context, port: int, token_file: Path | None) -> None:
     from memvault.vault.errors import VaultError
     from memvault.vault.fsio import atomic_write
 
-    store = open_store(ctx)
+    store = open_store(ctx, engine=True)  # a client of the live owner, if one runs (docs/engine.md)
     try:
         try:
             store.start_intake()
-        except VaultError as exc:  # another owner drains it; the pages still read
-            click.echo(f"memvault web: not draining the intake: {exc}", err=True)
+        except VaultError as exc:  # another process owns the vault and drains it; the pages still read
+            click.echo(f"memvault web: reading through the vault's owner: {exc}", err=True)
         bound = bind_loopback(port)
         token = new_token()
         url = f"http://127.0.0.1:{bound.port}/?token={token}"

@@ -6,7 +6,9 @@ only writes are the derived index's own catch-up (recall and journal bring the s
 generation up to date with the files, as they do for the CLI).
 
 An owner process (`memvault serve`) builds one from the store it already holds:
-`VaultReader(store)`. `memvault web` opens the store itself.
+`VaultReader(store)`. `memvault web` opens the store itself, or, while another process owns the
+vault, reads through that owner (a `RemoteStore`: recall and journal go to the owner; health,
+intake counts and the files are read here, read-only).
 """
 
 from __future__ import annotations
@@ -247,8 +249,14 @@ class VaultReader:
 
         dirs = IntakeDirs(self.root)
         now = self.now()
-        with self._calls:
-            snapshot = self.store.intake_snapshot()
+        local = getattr(self.store, "intake_snapshot", None)  # a live owner's RemoteStore has none
+        if local is None:
+            from memvault.vault.intake.snapshot import runtime_snapshot
+
+            snapshot = {**runtime_snapshot(dirs, now), "worker": None}
+        else:
+            with self._calls:
+                snapshot = local()
         active = [e for e in list_entries(dirs, now) if e["state"] != "resolved"] if dirs.exists() else []
         oldest = min((e["admittedAt"] for e in active if e.get("admittedAt")), default=None)
         snapshot["oldestPendingAt"] = oldest
