@@ -12,6 +12,7 @@ from memvault.cli import (
     runtime_commands,  # noqa: F401  (registers runtime, doc, space)
     watch_commands,  # noqa: F401  (registers watch, health)
 )
+from memvault.cli.web import command as web_command  # noqa: F401  (registers web)
 from memvault.cli.app import cli
 
 __all__ = ["cli"]

@@ -16,7 +16,7 @@ from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash, memory_id, normalize_text
 from memvault.vault.layout import DAILY, VaultLayout
 from memvault.vault.note import Note
-from memvault.vault.note_append import NewBullet, NoteNotWritable, holds, read_note_if_any
+from memvault.vault.note_append import NewBullet, NoteNotWritable, read_note_if_any
 from memvault.vault.note_append import append_bullets_once as _append_in_place
 from memvault.vault.recent_writes import forget_written, note_written
 from memvault.vault.records import note_zone_name
@@ -111,7 +111,8 @@ def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: 
     A new note starts with `# title`. Caller holds the vault lock.
     """
     note = read_note_if_any(layout.root, relpath)
-    pending = [bullet for bullet in bullets if note is None or not holds(note, bullet)]
+    held = set() if note is None else {memory.block_id for memory in note.bullets}
+    pending = [bullet for bullet in bullets if bullet.block_id not in held]
     if not pending:
         return []
     note_written(layout, relpath, title, pending)

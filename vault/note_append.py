@@ -74,7 +74,7 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
         appended, note = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS,
                                   match_text=match_text)  # fmt: skip
         written.extend(block_id for block_id in appended if block_id not in written)
-        if all(holds(note, bullet, match_text) for bullet in bullets):
+        if not _missing(note, bullets, match_text):
             return [bullet.block_id for bullet in bullets if bullet.block_id in written]
     raise NoteNotWritable(
         f"{relpath} was saved over memvault's line {APPEND_ATTEMPTS} times in a row (an editor autosaving "
@@ -154,7 +154,7 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
     if not data and wait_if_empty:
         return []
     note = parse(decode_note(data, relpath))
-    missing = [bullet for bullet in bullets if not holds(note, bullet, match_text)]
+    missing = _missing(note, bullets, match_text)
     if not missing:
         return []
     refuse_unsearchable(note, relpath, missing, len(data))
@@ -196,8 +196,9 @@ def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size
             f"{relpath} ends inside {note.open_at_end}, so a line appended there ({ids}) would not be "
             "searchable; nothing was written. Fix: close or resolve that region in the note, then retry"
         )
+    text = "".join(note.lines)
     for bullet in bullets:
-        if f"^{bullet.block_id}" in "".join(note.lines):
+        if f"^{bullet.block_id}" in text:
             raise NoteNotWritable(
                 f"{relpath} already holds ^{bullet.block_id} where search does not look (a code fence, a comment "
                 "or a merge-conflict hunk); writing a second copy would duplicate the id. "
@@ -210,15 +211,11 @@ def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size
         )
 
 
-def holds(note: Note, bullet: NewBullet, match_text: bool = False) -> bool:
-    """The note already has this memory where search finds it: by id (or by text, id removed)."""
-    wanted = normalize_text(bullet.text) if match_text else None
-    for memory in note.bullets:
-        if memory.block_id == bullet.block_id:
-            return True
-        if wanted is not None and memory.block_id is None and normalize_text(memory.text) == wanted:
-            return True
-    return False
+def _missing(note: Note, bullets: list[NewBullet], match_text: bool) -> list[NewBullet]:
+    """The bullets the note lacks, with one pass over the note (a batch of thousands stays linear)."""
+    ids = {memory.block_id for memory in note.bullets}
+    texts = {normalize_text(m.text) for m in note.bullets if m.block_id is None} if match_text else set()
+    return [b for b in bullets if b.block_id not in ids and normalize_text(b.text) not in texts]
 
 
 def _read_fd(fd: int, relpath: str) -> bytes:
