@@ -9,8 +9,8 @@ The protocol (docs/durability.md, "Notes a person edits"):
 2. Decide from those bytes: which lines are missing, whether a line appended at the end would
    be searchable (not inside an unclosed fence, comment or conflict hunk; under 16 MiB), and
    the note's line ending.
-3. Append only the missing lines in one ``write`` and fsync it.
-4. Verify: read the note again *by path* and check each line is there exactly once. A person's
+3. Append only the missing lines in one ``write``.
+4. Verify: read the note again *by path* and check each line is there; then fsync it. A person's
    save that landed in between (their editor read the note before our write and wrote after it)
    may have dropped our line; then the lines still missing are appended again, with backoff,
    up to ``APPEND_ATTEMPTS`` times. Nothing is ever handed to the agent as a Conflict.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import stat
 import time
 from dataclasses import dataclass
@@ -38,9 +39,11 @@ from memvault.vault.ids import normalize_text
 from memvault.vault.note import MAX_NOTE_BYTES, Note, format_bullet, new_note_text, parse
 from memvault.vault.paths import resolve_inside
 
-#: how often a line a person's save keeps dropping is appended again before memvault gives up
-APPEND_ATTEMPTS = 8
-_BACKOFF_SECONDS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
+#: how often a line a person's save keeps dropping is appended again before memvault gives up:
+#: about 13 s of backoff in all, since on a loaded machine an editor's read-modify-write (or its
+#: truncate-then-write) can stay open for a good part of every autosave cycle
+APPEND_ATTEMPTS = 20
+_BACKOFF_SECONDS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8) + (1.0,) * 12
 _NOTE_MODE = 0o644
 
 
@@ -68,7 +71,7 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
     path = note_path_for_writing(layout.root, relpath)
     written: list[str] = []
     for attempt, pause in enumerate(_BACKOFF_SECONDS):
-        time.sleep(pause)
+        time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: never fall into step with a periodic autosave
         # an empty note is most often one an editor has just truncated to write it again in place:
         # wait for its bytes, and only on the last attempt take the emptiness at its word
         appended, note = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS,
@@ -143,8 +146,15 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
     else:
         try:
             appended = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
+            note = _read_back(path)
+            if not _missing(note, bullets, match_text):
+                # fsync once the read-back shows the lines landed (also when an earlier attempt wrote
+                # them): a loaded disk's fsync is the slowest step, and a save landing during it
+                # would otherwise cost the whole attempt
+                os.fsync(fd)
         finally:
             os.close(fd)
+        return appended, note
     return appended, _read_back(path)
 
 
@@ -161,8 +171,7 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
     payload = _payload(note, missing)
     if os.fstat(fd).st_size != len(data):
         return []  # a save landed while we decided: the caller's next attempt reads it afresh
-    _write_all(fd, payload)
-    os.fsync(fd)
+    _write_all(fd, payload)  # fsynced by the caller once the read-back shows it landed
     return [bullet.block_id for bullet in missing]
 
 
