@@ -217,8 +217,8 @@ class FakeModel:
     def __init__(self, *answers):
         self.answers, self.asked = list(answers), []
 
-    def complete(self, messages, *, response_format_json):
-        assert response_format_json
+    def complete(self, messages, *, response_format_json, output=None):
+        assert response_format_json and output is not None and output.max_tokens > 0
         self.asked.append(messages[0]["content"][:40])
         return self.answers.pop(0)
 
@@ -257,6 +257,8 @@ def test_plan_capture_makes_one_call_for_novel_memories_and_two_when_some_are_cl
                         checkpoint=lambda: checkpoints.append(1))  # fmt: skip
     assert len(close.asked) == 2 and checkpoints == [1] and plan.model_calls == 2
     assert plan.noops == ((0, "m-1111111111"),) and [(f.action, f.target) for f in plan.facts] == [("supersede", "f-2222222222")]
+    bad = decisions({"index": 0, "action": "ADD"})
+    twice_bad = FakeModel(VALID, bad, bad)
     with pytest.raises(ModelOutputInvalid):
-        plan_capture(_record(), model=FakeModel(VALID, decisions({"index": 0, "action": "ADD"})), finder=finder,
-                     vault_zone="Europe/Amsterdam", now=START)  # fmt: skip
+        plan_capture(_record(), model=twice_bad, finder=finder, vault_zone="Europe/Amsterdam", now=START)
+    assert len(twice_bad.asked) == 3 and not twice_bad.answers  # extraction, reconciliation, one repair: no more

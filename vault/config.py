@@ -67,6 +67,7 @@ class LlmConfig:
     endpoint: str
     timeout_ms: int
     api_key_env: str | None
+    system_role: str = "auto"  # auto | system | fold: see docs/capture.md, "Models without a system role"
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,7 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
             get("memory.llm.endpoint", LLM_PROVIDERS[name]),
             get("memory.llm.timeoutMs", DEFAULT_LLM_TIMEOUT_MS),
             get("memory.llm.apiKeyEnv"),
+            get("memory.llm.systemRole", "auto"),
         )
         used.update({f"memory.llm.{k}": v for k, v in zip(OBJECTS["memory.llm"], _values(llm))})
     for key in ("memory.recallTool.enabled", "memory.rememberTool.enabled", "memory.runtime.userLimit",

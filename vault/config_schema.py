@@ -25,6 +25,9 @@ MAX_CONFIG_BYTES = 1024 * 1024
 MODES = ("lite", "journal", "bujo")
 WRITE_MODES = ("disabled", "append-host-summary", "capture")
 LLM_PROVIDERS = MappingProxyType({"ollama": "http://localhost:11434", "openai": "https://api.openai.com/v1"})
+#: how the system prompt reaches the chat model: as a system message, folded into the first user
+#: message (for chat templates without a system role), or chosen from the model's name
+SYSTEM_ROLES = ("auto", "system", "fold")
 DEFAULT_LLM_TIMEOUT_MS, MAX_LLM_TIMEOUT_MS = 60_000, 3_600_000
 MAX_EMBEDDING_DIM = 8192
 RUNTIME_LIMIT_RANGE = (256, 1024 * 1024)
@@ -75,7 +78,7 @@ OBJECTS = MappingProxyType(
             "mode", "writeMode", "path", "timeZone", "embeddings", "llm", "recallTool", "rememberTool", "runtime",
         ),
         "memory.embeddings": ("provider", "model", "dim", "endpoint", "apiKeyEnv"),
-        "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv"),
+        "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv", "systemRole"),
         "memory.recallTool": ("enabled",),
         "memory.rememberTool": ("enabled",),
         "memory.runtime": ("userLimit", "memoryLimit"),
@@ -99,6 +102,7 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "memory.llm.endpoint": (str, "http://localhost:11434"),
         "memory.llm.timeoutMs": (int, DEFAULT_LLM_TIMEOUT_MS),
         "memory.llm.apiKeyEnv": (str, "OPENAI_API_KEY"),
+        "memory.llm.systemRole": (str, "auto"),
         "memory.recallTool.enabled": (bool, True),
         "memory.rememberTool.enabled": (bool, True),
         "memory.runtime.userLimit": (int, 4096),
@@ -397,6 +401,11 @@ def _check_llm(flat: dict[str, Any], problems: list[_Problem]) -> None:
     key_env = flat.get("memory.llm.apiKeyEnv")
     if isinstance(key_env, str) and (message := _api_key_env_problem("memory.llm.apiKeyEnv", key_env)):
         problems.append(_Problem(message, ("memory.llm.apiKeyEnv",)))
+    role = flat.get("memory.llm.systemRole")
+    if isinstance(role, str) and role not in SYSTEM_ROLES:
+        problems.append(_Problem(
+            f'memory.llm.systemRole {_show(role)} is not supported: use "auto" (the default), "system", or "fold"'
+            " (for chat templates that drop the system message, e.g. Gemma's)", ("memory.llm.systemRole",)))
 
 
 def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:

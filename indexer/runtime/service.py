@@ -184,5 +184,5 @@ class _UnavailableChat:
     def __init__(self, error: ProviderUnavailable) -> None:
         self.error = error
 
-    def complete(self, messages, *, response_format_json: bool) -> str:
+    def complete(self, messages, *, response_format_json: bool, output=None) -> str:
         raise ProviderUnavailable(str(self.error))
