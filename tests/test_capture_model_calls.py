@@ -188,27 +188,58 @@ def test_invalid_output_spends_its_own_budget_of_four_attempts(tmp_path, server)
     store.close()
 
 
-def test_a_server_that_rejects_the_schema_is_asked_again_in_plain_json_mode(tmp_path, server):
+#: what llama-cpp-python's server (0.3) answers to a json_schema request: a 500 naming the field
+LLAMA_CPP_REFUSAL = {"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+                               "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}",
+                               "type": "internal_server_error"}}  # fmt: skip
+
+
+def _format_of(body):
+    fmt = body["response_format"]
+    return fmt["type"] + ("+schema" if "schema" in fmt else "")
+
+
+@pytest.mark.parametrize(
+    ("refuses", "status", "expected"),
+    [
+        ({"json_schema"}, 500, ["json_schema", "json_object+schema"]),  # llama-cpp-python
+        ({"json_schema"}, 400, ["json_schema", "json_object+schema"]),
+        ({"json_schema", "json_object+schema"}, 400, ["json_schema", "json_object+schema", "json_object"]),
+    ],
+)
+def test_a_server_that_rejects_the_schema_form_is_asked_again_one_step_down(tmp_path, server, refuses, status, expected):
     script = ChatScript(lambda _turn: GOOD, provider="openai")
 
     def handler(body):
-        if body.get("response_format", {}).get("type") == "json_schema":
-            return 400, {"error": {"message": "response_format json_schema is not supported by this server"}}
+        if _format_of(body) in refuses:
+            return status, LLAMA_CPP_REFUSAL
         return script(body)
 
     server.route(OPENAI_PATH, handler)
     root, store, clock = vault(tmp_path, server, provider="openai")
     worker = run_once(store, clock)
     assert entry(root)["outcome"] == "captured"
-    formats = [b["response_format"]["type"] for b in chat_bodies(server, OPENAI_PATH)]
-    assert formats == ["json_schema", "json_object"]
+    assert [_format_of(b) for b in chat_bodies(server, OPENAI_PATH)] == expected
+    bodies = chat_bodies(server, OPENAI_PATH)
+    if expected[-1] == "json_object+schema":  # llama-cpp-python's own form still carries the whole schema
+        assert bodies[-1]["response_format"]["schema"] == json.loads(json.dumps(EXTRACTION_OUTPUT.schema))
     model = worker.capture_service().model()
-    assert "refused the JSON Schema" in model.schema_fallback and "HTTP 400" in model.schema_fallback
-    # the next turn goes straight to plain JSON mode: no second refusal
+    assert "refused response format 'json_schema'" in model.schema_fallback and f"HTTP {status}" in model.schema_fallback
+    # the next turn starts on the step that worked: no second refusal
     store.persist_completed_turn("run-2", "Another turn.", capture_text="user: ok\nassistant: The Atlas demo is on Friday.")
     script.extract = lambda _turn: extraction(memory("The Atlas demo is on Friday."))
     worker.process_due()
-    assert {b["response_format"]["type"] for b in chat_bodies(server, OPENAI_PATH)[2:]} == {"json_object"}
+    assert {_format_of(b) for b in chat_bodies(server, OPENAI_PATH)[len(expected):]} == {expected[-1]}
+    store.close()
+
+
+def test_ollama_falls_back_from_a_schema_to_plain_json(tmp_path, server):
+    script = ChatScript(lambda _turn: GOOD)
+    server.route(OLLAMA_PATH, lambda body: (400, {"error": "invalid format"}) if isinstance(body["format"], dict) else script(body))
+    root, store, clock = vault(tmp_path, server)
+    run_once(store, clock)
+    assert entry(root)["outcome"] == "captured"
+    assert [b["format"] == "json" for b in chat_bodies(server, OLLAMA_PATH)] == [False, True]
     store.close()
 
 

@@ -19,9 +19,15 @@ output: it is never parsed as a partial. JSON mode also sends the stop sequence 
 never needs three raw newlines in a row (a newline inside a string is escaped), and runs of
 blank lines are how small models degenerate under a plain JSON grammar.
 
-A server that rejects the schema (HTTP 400 or 422 to a schema request) is asked again at once
-with plain JSON mode, and this client keeps using plain JSON mode from then on; the reason is
-logged and kept in `schema_fallback`.
+A server that rejects the way the schema is sent (HTTP 400 or 422, or a 5xx whose message names
+`response_format` / `json_schema` / `format`: llama-cpp-python's server answers a `json_schema`
+request with a 500 validation error) is asked again at once one step down this ladder, and this
+client stays on the step that worked; each step down is logged and its reason kept in
+`schema_fallback`:
+
+    OpenAI-compatible: json_schema (strict) → json_object + "schema" (llama-cpp-python's own
+                       form, still constrained by the schema) → plain json_object
+    Ollama:            format: <schema> → format: "json"
 
 Models without a system role. Some chat templates (Gemma's) have no system role and drop the
 system message, so the model never sees the rules. `system_role="fold"` puts the system prompt
@@ -86,8 +92,10 @@ class HttpChatModel:
         self.model = model
         self.timeout_s = timeout_ms / 1000.0
         self.fold_system = system_role == "fold" or (system_role == "auto" and bool(FOLD_BY_DEFAULT.search(model)))
-        #: why this client stopped sending schemas (None while the server accepts them)
+        #: why this client stepped down the schema ladder, every step (None while the server accepts the first)
         self.schema_fallback: str | None = None
+        #: how the schema is sent now: an index into _MODES[provider] (moves down on refusals only)
+        self.schema_mode = 0
         self._api_key = api_key
         base = endpoint.rstrip("/")
         if provider == "ollama":
@@ -114,22 +122,26 @@ class HttpChatModel:
         checked = _checked(messages)
         if self.fold_system:
             checked = fold_system_prompt(checked)
-        use_schema = output is not None and self.schema_fallback is None
-        try:
-            return self._call(checked, response_format_json or output is not None, output, use_schema)
-        except ProviderUnavailable as exc:
-            if not use_schema or getattr(exc, "http_status", None) not in _SCHEMA_REJECTED:
-                raise
-            self.schema_fallback = f"the server refused the JSON Schema constraint ({str(exc)[:240]})"
-            log.warning("%s: falling back to plain JSON mode: %s", self._target_fields["name"], self.schema_fallback)
-            return self._call(checked, True, output, False)
+        json_mode = response_format_json or output is not None
+        while True:
+            mode = _MODES[self.provider][self.schema_mode] if output is not None else "json"
+            try:
+                return self._call(checked, json_mode, output, mode)
+            except ProviderUnavailable as exc:
+                if mode == "json" or not _refuses_schema(exc):
+                    raise
+                self.schema_mode += 1
+                step = (f"the server refused response format {mode!r} ({str(exc)[:240]}); "
+                        f"now using {_MODES[self.provider][self.schema_mode]!r}")  # fmt: skip
+                self.schema_fallback = step if self.schema_fallback is None else f"{self.schema_fallback}; {step}"
+                log.warning("%s: %s", self._target_fields["name"], step)
 
-    def _call(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, use_schema: bool) -> str:
+    def _call(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, mode: str) -> str:
         # the shared transport lives beside the embedding client, which imports numpy: load it
         # only when a model is actually called, so commands that never call one start fast
         from memvault.indexer.search.http_json import HttpTarget, post_json
 
-        payload = self._payload(messages, json_mode, output, use_schema)
+        payload = self._payload(messages, json_mode, output, mode)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         target = HttpTarget(**self._target_fields)
         answer = post_json(
@@ -145,21 +157,24 @@ class HttpChatModel:
                                    f"{len(text)} characters; it is incomplete and was not parsed")  # fmt: skip
         return text
 
-    def _payload(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, use_schema: bool) -> dict:
+    def _payload(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, mode: str) -> dict:
         cap = output.max_tokens if output is not None else DEFAULT_MAX_TOKENS
+        schema = dict(output.schema) if output is not None else None
         if self.provider == "ollama":
             options: dict[str, Any] = {"temperature": 0, "num_predict": cap}
             payload: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False, "options": options}
             if json_mode:
-                payload["format"] = dict(output.schema) if use_schema else "json"
+                payload["format"] = schema if mode == "schema" else "json"
                 options["stop"] = list(JSON_STOP)
             return payload
         payload = {"model": self.model, "messages": messages, "temperature": 0, "stream": False, "max_tokens": cap}
         if json_mode:
             payload["stop"] = list(JSON_STOP)
-            if use_schema:
+            if mode == "json_schema":
                 payload["response_format"] = {"type": "json_schema",
-                                              "json_schema": {"name": output.name, "schema": dict(output.schema), "strict": True}}  # fmt: skip
+                                              "json_schema": {"name": output.name, "schema": schema, "strict": True}}  # fmt: skip
+            elif mode == "json_object_schema":
+                payload["response_format"] = {"type": "json_object", "schema": schema}
             else:
                 payload["response_format"] = {"type": "json_object"}
         return payload
@@ -185,6 +200,18 @@ class HttpChatModel:
     def _fail(self, problem: str, fix: str | None = None) -> ProviderUnavailable:
         fix = fix or f"check that {self.url} serves {self.provider} chat completions for model {self.model}"
         return ProviderUnavailable(f"{self._target_fields['name']} at {self.url}: {problem}: {fix}")
+
+
+_MODES = {"openai": ("json_schema", "json_object_schema", "json"), "ollama": ("schema", "json")}
+_REFUSAL_WORDS = re.compile(r"response_format|json_schema|\bformat\b|schema", re.IGNORECASE)
+
+
+def _refuses_schema(exc: ProviderUnavailable) -> bool:
+    """A refusal of the request's shape, not an outage: 400/422, or a 5xx that names the format."""
+    status = getattr(exc, "http_status", None)
+    if status in _SCHEMA_REJECTED:
+        return True
+    return status is not None and status >= 500 and bool(_REFUSAL_WORDS.search(str(exc)))
 
 
 def fold_system_prompt(messages: list[dict]) -> list[dict]:
