@@ -94,7 +94,7 @@ class HttpChatModel:
         self.fold_system = system_role == "fold" or (system_role == "auto" and bool(FOLD_BY_DEFAULT.search(model)))
         #: why this client stepped down the schema ladder, every step (None while the server accepts the first)
         self.schema_fallback: str | None = None
-        #: how the schema is sent now: an index into _MODES[provider] (moves down on refusals only)
+        #: how the schema is sent now: an index into SCHEMA_FORMS[provider] (moves down on refusals only)
         self.schema_mode = 0
         self._api_key = api_key
         base = endpoint.rstrip("/")
@@ -124,7 +124,7 @@ class HttpChatModel:
             checked = fold_system_prompt(checked)
         json_mode = response_format_json or output is not None
         while True:
-            mode = _MODES[self.provider][self.schema_mode] if output is not None else "json"
+            mode = SCHEMA_FORMS[self.provider][self.schema_mode] if output is not None else "json"
             try:
                 return self._call(checked, json_mode, output, mode)
             except ProviderUnavailable as exc:
@@ -132,7 +132,7 @@ class HttpChatModel:
                     raise
                 self.schema_mode += 1
                 step = (f"the server refused response format {mode!r} ({str(exc)[:240]}); "
-                        f"now using {_MODES[self.provider][self.schema_mode]!r}")  # fmt: skip
+                        f"now using {SCHEMA_FORMS[self.provider][self.schema_mode]!r}")  # fmt: skip
                 self.schema_fallback = step if self.schema_fallback is None else f"{self.schema_fallback}; {step}"
                 log.warning("%s: %s", self._target_fields["name"], step)
 
@@ -202,7 +202,8 @@ class HttpChatModel:
         return ProviderUnavailable(f"{self._target_fields['name']} at {self.url}: {problem}: {fix}")
 
 
-_MODES = {"openai": ("json_schema", "json_object_schema", "json"), "ollama": ("schema", "json")}
+#: the ways the schema can be sent, best first (see the module docstring)
+SCHEMA_FORMS = {"openai": ("json_schema", "json_object_schema", "json"), "ollama": ("schema", "json")}
 _REFUSAL_WORDS = re.compile(r"response_format|json_schema|\bformat\b|schema", re.IGNORECASE)
 
 
