@@ -1,7 +1,7 @@
 """Capture against a real model server: acceptance, calls, seconds, facts, supersessions, recall.
 
     python bench/bench_capture_model.py --url http://127.0.0.1:8080/v1 [--provider openai] \\
-        [--model NAME] [--turns 15] [--timeout-ms 300000] [--system-role auto|system|fold]
+        [--model NAME] [--turns 15] [--minutes 0] [--timeout-ms 300000] [--system-role auto|system|fold]
 
 Installs and starts nothing. Point it at a running server (docs/capture.md, "Trying a real
 model", says how to start llama.cpp's server from `llama-cpp-python` with the GGUF model PyPI
@@ -14,7 +14,8 @@ no backoff retries), and prints:
 - model calls per turn, repair calls, seconds per call (median and max) beside a baseline
   measured in the same run: the same server answering a one-token request;
 - facts written (added / updated / superseded / no-op) and empty extractions;
-- recall on 10 questions after: a question is answered when one of the top 5 hits holds the
+- recall on 10 questions after (with `--minutes`, a slow model may drive fewer turns: the report
+  says how many, and questions about undriven turns cannot be answered): a question is answered when one of the top 5 hits holds the
   current answer; "stale" counts questions whose top 5 still hold the superseded answer.
 
 Nothing is asserted: this measures a model, not memvault.
@@ -128,7 +129,13 @@ def run(args) -> dict:
         worker._capture = CaptureService(store, model=timed)  # the bench's timing wrapper around the real client
         baselines = [baseline(model) for _ in range(3)]
         captured = 0
+        stop_at = time.monotonic() + args.minutes * 60 if args.minutes else None
+        driven = 0
         for number, (user, assistant) in enumerate(TURNS[: args.turns]):
+            if stop_at is not None and time.monotonic() > stop_at:
+                print(f"time budget of {args.minutes} min spent: stopping after {driven} turns", flush=True)
+                break
+            driven += 1
             run_id = f"bench-turn-{number}"
             store.persist_completed_turn(run_id, assistant, capture_text=f"user: {user}\nassistant: {assistant}")
             worker.process_due()  # projection, then one capture attempt (and its repair call)
@@ -145,7 +152,7 @@ def run(args) -> dict:
             texts = [hit.text for hit in store.recall(question, limit=5).hits]
             answered += any(current.lower() in t.lower() for t in texts)
             stale += old is not None and any(old.lower() in t.lower() for t in texts)
-    turns = min(args.turns, len(TURNS))
+    turns = driven
     seconds = timed.seconds or [0.0]
     return {
         "model": args.model, "provider": args.provider, "turns": turns, "captured": captured, "failures": failures,
@@ -166,6 +173,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=len(TURNS))
     parser.add_argument("--timeout-ms", type=int, default=300_000)
     parser.add_argument("--system-role", choices=["auto", "system", "fold"], default="auto")
+    parser.add_argument("--minutes", type=float, default=0, help="admit no new turn after this many minutes (0: no limit)")
     args = parser.parse_args()
     report = run(args)
     print(json.dumps(report, indent=2))

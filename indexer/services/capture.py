@@ -185,7 +185,7 @@ class CaptureService:
                 checkpoint()
             self.commit(plan, hook)
             # observability only: written after the commit, so a crash here loses a row, never a fact
-            record_run(layout.root, _run_row(plan, record, model, now))
+            record_run(layout.root, _run_row(plan, record, model, now, replayed))
         return _outcome(plan, replayed)
 
     def dry_run(self, text: str, *, now: datetime) -> CaptureTest:
@@ -253,10 +253,11 @@ class CaptureTest:
     substantive: bool
 
 
-def _run_row(plan: SemanticPlan, record: IntakeRecord, model: CountingModel, now: datetime) -> CaptureRun:
+def _run_row(plan: SemanticPlan, record: IntakeRecord, model: CountingModel, now: datetime, replayed: bool) -> CaptureRun:
     actions = [fact.action for fact in plan.facts]
+    calls = plan.model_calls if replayed else model.calls  # a replay makes no call: count the plan's
     return CaptureRun(record.id, now_ts(now), actions.count(ADD_FACT), actions.count(UPDATE_FACT),
-                      actions.count(SUPERSEDE_FACT), len(plan.noops), model.calls, model.repairs,
+                      actions.count(SUPERSEDE_FACT), len(plan.noops), calls, model.repairs,
                       not plan.facts and not plan.noops, is_substantive(turn_text(record)))  # fmt: skip
 
 

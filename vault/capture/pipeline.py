@@ -27,7 +27,13 @@ from typing import Protocol
 from memvault.vault.capture.extraction import EXTRACTION_OUTPUT, parse_extraction
 from memvault.vault.capture.fields import EmptyExtraction, ModelOutputInvalid
 from memvault.vault.capture.plan import SemanticPlan, build_plan
-from memvault.vault.capture.prompt import Candidate, extraction_messages, reconciliation_messages, repair_messages
+from memvault.vault.capture.prompt import (
+    Candidate,
+    copied_example_problem,
+    extraction_messages,
+    reconciliation_messages,
+    repair_messages,
+)
 from memvault.vault.capture.reconcile import parse_reconciliation, reconciliation_output
 from memvault.vault.capture.schema import OutputSpec
 from memvault.vault.capture.stats import SUBSTANTIVE_MIN_WORDS, is_substantive
@@ -70,7 +76,16 @@ def plan_capture(
 ) -> SemanticPlan:
     """The semantic plan for one admitted capture turn (not yet durable: see plan.write_plan)."""
     messages = extraction_messages(turn_text(record), format_ts(record.completed_at))
-    extraction, calls = ask(model, messages, EXTRACTION_OUTPUT, parse_extraction, checkpoint)
+    source = turn_text(record)
+
+    def parse(answer: str):
+        parsed = parse_extraction(answer)
+        copied = copied_example_problem([m.text for m in parsed.memories], source)
+        if copied is not None:
+            raise ModelOutputInvalid(f"extraction answer: {copied}")
+        return parsed
+
+    extraction, calls = ask(model, messages, EXTRACTION_OUTPUT, parse, checkpoint)
     if not extraction.memories and is_substantive(turn_text(record)):
         raise EmptyExtraction(f"the model extracted no memory from a substantive turn (at least {SUBSTANTIVE_MIN_WORDS} "
                               "words): not counted as captured; try a larger model, then `memvault retry`")  # fmt: skip
@@ -90,8 +105,17 @@ def plan_capture(
         if checkpoint is not None:
             checkpoint()
         ids = {i: [c.id for c in cands] for i, cands in offered.items()}
+        offered_texts = " ".join([extraction.memories[i].text for i in offered] + [c.text for cs in offered.values() for c in cs])
+
+        def parse_decisions(answer: str):
+            decided = parse_reconciliation(answer, ids)
+            copied = copied_example_problem([d.text for d in decided.values() if d.text is not None], offered_texts)
+            if copied is not None:
+                raise ModelOutputInvalid(f"reconciliation answer: {copied}")
+            return decided
+
         decisions, more = ask(model, reconciliation_messages(extraction, offered), reconciliation_output(ids),
-                              lambda answer: parse_reconciliation(answer, ids), checkpoint)  # fmt: skip
+                              parse_decisions, checkpoint)  # fmt: skip
         calls += more
         hit(hook, "capture.reconciled")
     day, wall_time = local_day_and_time(record.completed_at, zone(vault_zone))

@@ -30,33 +30,36 @@ from memvault.vault.capture.extraction import (
 _TYPES = ", ".join(f'"{t}"' for t in ENTITY_TYPES)
 
 # The worked examples: tests parse each with the strict parser, so they can never teach a wrong shape.
+# Their subjects are deliberately unlike an agent's usual work, and a memory that copies one verbatim
+# (when the input does not say it) is refused (`copied_example_problem`): a small model can copy the
+# one literal example it sees into the vault as if it were a fact of the turn.
 EXTRACTION_EXAMPLE = json.dumps({
     "memories": [
-        {"text": "Priya owns the billing migration.", "salience": 0.7, "entities": ["e1", "e2"]},
-        {"text": "The billing migration ships on 2026-12-08.", "salience": 0.8, "entities": ["e2"]},
-        {"text": "Priya prefers Postgres for the billing migration.", "salience": 0.5, "entities": ["e1", "e2", "e3"]},
+        {"text": "Ilse owns the greenhouse sensor rollout.", "salience": 0.7, "entities": ["e1", "e2"]},
+        {"text": "The greenhouse sensor rollout ships on 2031-06-08.", "salience": 0.8, "entities": ["e2"]},
+        {"text": "Ilse prefers Zigbee radios for the greenhouse sensor rollout.", "salience": 0.5, "entities": ["e1", "e2", "e3"]},
     ],
     "entities": [
-        {"ref": "e1", "name": "Priya", "type": "person"},
-        {"ref": "e2", "name": "billing migration", "type": "project"},
-        {"ref": "e3", "name": "Postgres", "type": "tool"},
+        {"ref": "e1", "name": "Ilse", "type": "person"},
+        {"ref": "e2", "name": "greenhouse sensor rollout", "type": "project"},
+        {"ref": "e3", "name": "Zigbee", "type": "tool"},
     ],
     "relations": [{"from": "e1", "relation": "owns", "to": "e2"}, {"from": "e2", "relation": "uses", "to": "e3"}],
 })  # fmt: skip
 RECONCILIATION_EXAMPLE_INPUT = json.dumps({"memories": [
-    {"index": 0, "text": "The standup is at 10:00.",
-     "candidates": [{"id": "m-1a2b3c4d5e", "text": "The standup is at 9:30.", "date": "2026-11-02"}]},
-    {"index": 1, "text": "Morgan chose blue as the deployment color.",
-     "candidates": [{"id": "f-2b3c4d5e6f", "text": "Morgan picked blue for deployments.", "date": "2026-11-20"}]},
-    {"index": 2, "text": "Priya owns the billing migration and its rollout.",
-     "candidates": [{"id": "f-3c4d5e6f7a", "text": "Priya owns the billing migration.", "date": "2026-11-25"}]},
-    {"index": 3, "text": "The office is closed on Friday.",
-     "candidates": [{"id": "m-4d5e6f7a8b", "text": "The office coffee machine is broken.", "date": "2026-11-28"}]},
+    {"index": 0, "text": "The choir rehearsal is at 19:30.",
+     "candidates": [{"id": "m-1a2b3c4d5e", "text": "The choir rehearsal is at 19:00.", "date": "2031-02-02"}]},
+    {"index": 1, "text": "Kofi chose teal as the kite color.",
+     "candidates": [{"id": "f-2b3c4d5e6f", "text": "Kofi picked teal for the kites.", "date": "2031-02-20"}]},
+    {"index": 2, "text": "Ilse owns the greenhouse sensor rollout and its maintenance.",
+     "candidates": [{"id": "f-3c4d5e6f7a", "text": "Ilse owns the greenhouse sensor rollout.", "date": "2031-02-25"}]},
+    {"index": 3, "text": "The bakery is closed on Friday.",
+     "candidates": [{"id": "m-4d5e6f7a8b", "text": "The bakery oven is broken.", "date": "2031-02-28"}]},
 ]})  # fmt: skip
 RECONCILIATION_EXAMPLE = json.dumps({"decisions": [
-    {"index": 0, "action": "SUPERSEDE", "target": "m-1a2b3c4d5e", "text": "The standup is at 10:00."},
+    {"index": 0, "action": "SUPERSEDE", "target": "m-1a2b3c4d5e", "text": "The choir rehearsal is at 19:30."},
     {"index": 1, "action": "NOOP", "target": "f-2b3c4d5e6f"},
-    {"index": 2, "action": "UPDATE", "target": "f-3c4d5e6f7a", "text": "Priya owns the billing migration and its rollout."},
+    {"index": 2, "action": "UPDATE", "target": "f-3c4d5e6f7a", "text": "Ilse owns the greenhouse sensor rollout and its maintenance."},
     {"index": 3, "action": "ADD"},
 ]})  # fmt: skip
 
@@ -101,8 +104,8 @@ explicitly about, each at most once.
 never the same as "from". No relation appears twice.
 
 A worked example. For the turn
-  "user: Can you note the plan? assistant: Sure. Priya owns the billing migration, it ships on 2026-12-08, \
-and she prefers Postgres for it."
+  "user: Can you note the plan? assistant: Sure. Ilse owns the greenhouse sensor rollout, it ships on \
+2031-06-08, and she prefers Zigbee radios for it."
 the answer is
 {EXTRACTION_EXAMPLE}
 Most turns with a decision, an owner, a date or a preference hold at least one memory. Only when the \
@@ -181,3 +184,22 @@ def repair_messages(messages: Sequence[dict[str, str]], answer: str | None, prob
     repaired.append({"role": "user", "content": request + " Answer again with the complete, corrected JSON object "
                      "and nothing else, following every rule."})  # fmt: skip
     return repaired
+
+
+def _example_texts() -> frozenset[str]:
+    extraction = json.loads(EXTRACTION_EXAMPLE)["memories"]
+    decisions = json.loads(RECONCILIATION_EXAMPLE)["decisions"]
+    return frozenset([m["text"].casefold() for m in extraction] + [d["text"].casefold() for d in decisions if "text" in d])
+
+
+EXAMPLE_TEXTS = _example_texts()
+
+
+def copied_example_problem(texts: Sequence[str], source: str) -> str | None:
+    """Why an answer copies a worked example instead of reading its input, or None."""
+    seen = source.casefold()
+    for text in texts:
+        if text.casefold() in EXAMPLE_TEXTS and text.casefold() not in seen:
+            return (f"the memory {text!r} is copied from the prompt's worked example, not taken from the turn: "
+                    "extract only what this turn says")
+    return None
