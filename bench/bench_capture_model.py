@@ -146,6 +146,14 @@ def run(args) -> dict:
             else:
                 failures[entry.get("failure") or entry["state"]] = failures.get(entry.get("failure") or entry["state"], 0) + 1
             print(f"turn {number + 1:2d}: {entry.get('outcome') or entry.get('failure')}", flush=True)
+        # a turn's later retries run inside later turns' steps: count where every turn ended up
+        captured, failures = 0, {}
+        for number in range(driven):
+            [entry] = inspect_run(IntakeDirs(root), intake_id_for(f"bench-turn-{number}"), utc_now())["entries"]
+            if entry.get("outcome") == "captured":
+                captured += 1
+            else:
+                failures[entry.get("failure") or entry["state"]] = failures.get(entry.get("failure") or entry["state"], 0) + 1
         stats = summarize(root)
         answered, stale = 0, 0
         for question, current, old in QUESTIONS:
