@@ -38,6 +38,7 @@ from memvault.vault.runtime.wake import WakeSnapshot, build_wake
 from memvault.vault.spaces import Space, SpaceCatalog
 
 SPACES_DIR = "spaces"
+MAX_RELATED_QUERY_CHARS = 1_200
 
 
 class RuntimeService:
@@ -79,10 +80,8 @@ class RuntimeService:
         root = locate_vault(path, env, Path.cwd())
         config = load_config(root, env)
         if chat is None:
-            try:
-                chat = chat_model_from_config(config, env)
-            except ProviderUnavailable as exc:
-                chat = _UnavailableChat(exc)  # only a write that needs the model fails, with this reason
+            chat = chat_or_reason(config, env)
+        kwargs.setdefault("switches", switches_from_config(config))
         return cls(root, config, chat=chat, **kwargs)
 
     # --- runtime memory ------------------------------------------------------------------------
@@ -161,7 +160,12 @@ class RuntimeService:
             hits = search_documents(self.documents, query, window)
             return [DocumentRecord(hit.id, hit.title, hit.path, hit.excerpt) for hit in hits]
 
-        return TurnRecall(search, pinned, documents)
+        def related(origin: Evidence) -> list[Evidence]:
+            # the record's nearest neighbours in its own space: the same hybrid recall, seeded by its text
+            fused = recall_spaces(self.spaces, origin.text[:MAX_RELATED_QUERY_CHARS], (origin.space_id,))
+            return [Evidence(h.space_id, h.id, h.text, h.source) for h in fused.hits if h.id != origin.id]
+
+        return TurnRecall(search, pinned, documents, related)
 
     # --- wake ----------------------------------------------------------------------------------
 
@@ -176,6 +180,27 @@ class RuntimeService:
                 view = None  # an edit that cannot be adopted: show the committed state, flagged
         view = view or self.runtime.load()
         return build_wake(view, self.documents.list(), self.spaces.model_catalog())
+
+
+def switches_from_config(config: Config) -> Switches:
+    """The spec's switches as the vault's config (memory.runtime.*) sets them."""
+    settings = config.memory.runtime
+    return Switches(
+        strategy=settings.strategy,
+        recall_mode=settings.recall_mode,
+        writeback_mode=settings.writeback_mode,
+        lifecycle_enabled=settings.lifecycle_enabled,
+        routing_guidance=settings.routing_guidance,
+        write_enabled=settings.write_enabled,
+    )
+
+
+def chat_or_reason(config: Config, env: Mapping[str, str]) -> ChatModel | None:
+    """The configured chat model; one that cannot be built fails only the write that needs it."""
+    try:
+        return chat_model_from_config(config, env)
+    except ProviderUnavailable as exc:
+        return _UnavailableChat(exc)
 
 
 class _UnavailableChat:
