@@ -61,11 +61,12 @@ class RecallAnswer:
     closed: bool  # no further provider query this turn
     used_results: int
     used_chars: int
+    degraded: tuple[str, ...] = ()  # one line per space that could not answer fully
 
     def to_json(self) -> dict:
         return {"query": self.query, "attempt": self.attempt, "status": self.status, "closed": self.closed,
                 "usedResults": self.used_results, "usedCharacters": self.used_chars,
-                "evidence": [e.to_json() for e in self.evidence]}  # fmt: skip
+                "evidence": [e.to_json() for e in self.evidence], "degraded": list(self.degraded)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,18 @@ class RelatedAnswer:
 
 class NotAdmitted(ValueError):
     """A Related traversal asked to start from a record no Recall attempt of this turn admitted."""
+
+
+class Found(list):
+    """A search's candidates, best first, with the spaces that could not answer fully."""
+
+    def __init__(self, items=(), degraded: Sequence[str] = ()) -> None:
+        super().__init__(items)
+        self.degraded = tuple(degraded)
+
+
+def _degraded(found: Sequence[Evidence]) -> tuple[str, ...]:
+    return getattr(found, "degraded", ())
 
 
 Search = Callable[[str, tuple[str, ...]], Sequence[Evidence]]
@@ -177,15 +190,18 @@ class TurnRecall:
     def _initial(self, query: str, scope: tuple[str, ...]) -> RecallAnswer:
         found = self._search(query, scope)
         admitted = admit(found, results=INITIAL_RESULTS, chars=INITIAL_CHARS)
-        return RecallAnswer(query, "initial", "searched", tuple(admitted), False, len(admitted), _chars(admitted))
+        return RecallAnswer(query, "initial", "searched", tuple(admitted), False, len(admitted), _chars(admitted),
+                            _degraded(found))  # fmt: skip
 
     def _refine(self, query: str, scope: tuple[str, ...]) -> RecallAnswer:
         first = self._attempts[0][1]
         seen = {(e.space_id, e.id) for e in first.evidence}
-        fresh = [e for e in self._search(query, scope) if (e.space_id, e.id) not in seen]
+        found = self._search(query, scope)
+        fresh = [e for e in found if (e.space_id, e.id) not in seen]
         admitted = admit(fresh, results=TURN_RESULTS - first.used_results, chars=TURN_CHARS - first.used_chars)
         used_results, used_chars = first.used_results + len(admitted), first.used_chars + _chars(admitted)
-        return RecallAnswer(query, "refinement", "searched", tuple(admitted), True, used_results, used_chars)
+        return RecallAnswer(query, "refinement", "searched", tuple(admitted), True, used_results, used_chars,
+                            _degraded(found))  # fmt: skip
 
     def search_documents(self, query: str) -> DocumentAnswer:
         """The turn's single document-search slot; every later call replays its answer."""

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from memvault.indexer.engine.store import locate_vault
-from memvault.indexer.runtime.budget import DocumentRecord, Evidence, TurnRecall
+from memvault.indexer.runtime.budget import DocumentRecord, Evidence, Found, TurnRecall
 from memvault.indexer.runtime.maintenance import Maintenance
 from memvault.indexer.runtime.recall import FusedRecall, SpaceWrite, recall_spaces, search_documents, write_to_space
 from memvault.indexer.services.chat import ChatModel, chat_model_from_config
@@ -152,9 +152,11 @@ class RuntimeService:
         """A fresh budget for one executing agent turn, pinned to the spaces active right now."""
         pinned = tuple(granted) if granted is not None else self.active_space_ids()
 
-        def search(query: str, scope: tuple[str, ...]) -> list[Evidence]:
+        def search(query: str, scope: tuple[str, ...]) -> Found:
+            if not scope:
+                return Found((), ("no active memory space to recall from",))
             fused = recall_spaces(self.spaces, query, scope)
-            return [Evidence(hit.space_id, hit.id, hit.text, hit.source) for hit in fused.hits]
+            return Found((Evidence(hit.space_id, hit.id, hit.text, hit.source) for hit in fused.hits), fused.degraded)
 
         def documents(query: str, window: int) -> list[DocumentRecord]:
             hits = search_documents(self.documents, query, window)
