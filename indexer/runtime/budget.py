@@ -222,8 +222,6 @@ class TurnRecall:
     def related(self, space_id: str, memory_id: str) -> RelatedAnswer:
         """The turn's one Related traversal, from an admitted (memoryBodyId, id); repeats replay it."""
         with self._lock:
-            if self._related_answer is not None:
-                return replace(self._related_answer, status="replayed")
             admitted = {(e.space_id, e.id): e for _, answer in self._attempts for e in answer.evidence}
             origin = admitted.get((space_id, memory_id))
             if origin is None:
@@ -231,6 +229,8 @@ class TurnRecall:
                     f"({space_id!r}, {memory_id!r}) was not admitted by a Recall attempt this turn: Related starts"
                     " only from a memoryBodyId and id that Recall returned"
                 )
+            if self._related_answer is not None:
+                return replace(self._related_answer, status="replayed")
             found = [e for e in (self._related(origin) if self._related else ()) if (e.space_id, e.id) not in admitted]
             kept = admit(found, results=RELATED_RESULTS, chars=RELATED_CHARS)
             self._related_answer = RelatedAnswer(origin, "searched", tuple(kept))
