@@ -30,7 +30,7 @@ def test_the_implicit_turn_ends_on_a_wake_read_or_after_idleness():
     assert turns.turn(None)[1] is first  # still the same turn: 119 s since its last call
     now[0] = 238.9
     assert turns.turn(None)[1] is first  # idleness counts from the last call, not the first
-    now[0] = 358.9
+    now[0] = 359.0
     second = turns.turn(None)[1]
     assert second is not first  # 120 s without a call
     turns.end_implicit_turn()
