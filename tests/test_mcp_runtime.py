@@ -92,6 +92,12 @@ def test_space_recall_envelope_refinement_replay_and_turns(tmp_path):
         out["implicit next"] = body_of(await call("SpaceRecall", {"query": "giraffe necks"}))
         out["bad turn"] = await call("SpaceRecall", {"query": "x"}, meta={"memvault/turnId": 5})
         out["spaces"] = body_of(await call("SpaceList", {}))
+        hostile = [("SpaceRecall", {"query": "x" * 5000}), ("SpaceRecall", {"query": "x", "memoryBodyIds": "default"}),
+                   ("SpaceRecall", {"query": "x", "memoryBodyIds": [1, 2]}), ("SpaceRecall", {"query": "  "}),
+                   ("SpaceRecall", {"query": "x", "mode": "all"}), ("SpaceRelated", {"memoryBodyId": zebra}),
+                   ("SpaceList", {"all": True}), ("DocumentSearch", {"query": ["a"]})]  # fmt: skip
+        out["hostile"] = [await call(name, args, meta=turn("e")) for name, args in hostile]
+        out["after hostile"] = body_of(await call("SpaceRecall", {"query": "zebra"}, meta=turn("e")))
         return out
 
     out = run_all({"v": (vault, session)})["v"]
@@ -127,6 +133,8 @@ def test_space_recall_envelope_refinement_replay_and_turns(tmp_path):
         "searched", "searched", "replayed-latest"]  # fmt: skip
     assert (out["implicit next"]["attempt"], out["implicit next"]["status"]) == ("initial", "searched")
     assert out["bad turn"].is_error and body_of(out["bad turn"])["error"]["code"] == "invalid_turn"
+    assert all(r.is_error and body_of(r)["error"]["code"] == "invalid_arguments" for r in out["hostile"])
+    assert out["after hostile"]["status"] == "searched"  # refused calls spend no budget
     spaces = out["spaces"]["spaces"]
     assert len(spaces) == 16 and [s["id"] for s in spaces[:2]] == [zebra, okapi]  # capped at 16, active first
     assert all(set(s) == {"id", "title", "description", "active"} for s in spaces)
