@@ -301,3 +301,40 @@ def test_routing_guidance_switch_removes_only_the_routing_section(tmp_path, rout
     assert "Runtime memory is always loaded" in text
     assert ("Recall long-term memory only when" in text) is routing
     assert names == ALL_TOOLS
+
+
+def test_a_full_user_target_is_compacted_by_the_configured_model(tmp_path):
+    """Layered capacity maintenance over MCP: the server calls the chat model (a loopback Ollama)."""
+    from tests.loopback import LoopbackServer
+
+    def compactor(body):
+        asked = json.loads(body["messages"][1]["content"])
+        plan = {"revision": asked["revision"], "entries": [{
+            "content": "Profile: likes tea, maps, trains and quiet mornings.",
+            "importance": max(e["importance"] for e in asked["entries"]),
+            "sourceIndexes": [e["index"] for e in asked["entries"]]}]}  # fmt: skip
+        return 200, {"model": "m", "message": {"role": "assistant", "content": json.dumps(plan)}, "done": True}
+
+    with LoopbackServer() as chat:
+        chat.route("/api/chat", compactor)
+        llm = {"provider": "ollama", "model": "m", "endpoint": chat.url, "timeoutMs": 60_000}
+        vault = make_vault(tmp_path, "v", memory={"runtime": {"userLimit": 256}, "llm": llm})
+
+        async def session(client):
+            receipts = []
+            for topic in ("tea", "maps", "trains", "quiet mornings", "long walks"):
+                result = await client.call_tool("RuntimeMemory", {"action": "add", "target": "USER",
+                                                                  "content": f"The user says they really like {topic}, "
+                                                                             "and mentioned it more than once."})
+                receipts.append(body_of(result))
+            return receipts
+
+        receipts = run_all({"v": (vault, session)})["v"]
+        asked = [request.json for request in chat.requests_to("/api/chat")]
+    # three 68-70-byte entries fit in 256 bytes; the fourth does not, so USER is compacted then
+    assert [r["maintenance"] for r in receipts] == [None, None, None, "compacted", None]
+    assert receipts[3]["status"] == "added" and receipts[3]["entries"] == 2  # the profile + the pending add
+    assert all(r["usedBytes"] <= 256 for r in receipts) and receipts[4]["entries"] == 3
+    assert len(asked) == 1 and asked[0]["model"] == "m"  # one compaction, no tools offered to it
+    user_md = (vault / "runtime" / "USER.md").read_text()
+    assert "Profile: likes tea" in user_md and "long walks" in user_md
