@@ -242,3 +242,18 @@ def test_max_per_session_and_the_wake_and_cue(tmp_path):
             assert third.wake_changed and "Prefers metric units." in third.wake.text
             assert third.protocol == first.protocol  # the static protocol is byte-identical across writes
             assert third.recall is not second.recall  # each turn its own budget
+
+
+def test_a_child_turn_has_its_own_budget_over_the_parents_pinned_spaces(tmp_path):
+    with LoopbackServer() as server:
+        server.route("/api/chat", lambda body: chat({"done": True}))
+        with HostSession.open(make_vault(tmp_path, server.url), env={}) as session:
+            first = session.service.create_space("Project A")
+            start = session.begin_turn()
+            session.service.create_space("Project B")  # created after the parent pinned its view
+            child = session.child_turn()
+            assert child is not start.recall
+            assert child.scope(None) == start.recall.scope(None) == (first.id,)
+            pending_before = session.status()["reviewPending"]
+            child.recall("anything")
+            assert session.status()["reviewPending"] == pending_before and session.passes == 0

@@ -106,6 +106,7 @@ class HostSession:
         self._checkpoint = ""
         self._last_attempt_ms: float | None = None
         self._last_wake: str | None = None
+        self._pinned: tuple[str, ...] | None = None  # the spaces the current root turn pinned
         self._cued = False
         self.passes = 0
         self.last_outcome: ReviewOutcome | None = None
@@ -132,7 +133,15 @@ class HostSession:
         wake = self.service.wake_snapshot()
         changed = wake.changed_since(self._last_wake)
         self._last_wake = wake.digest
-        return TurnStart(name, self.service.begin_turn(), wake, changed, self.protocol(), cue)
+        self._pinned = self.service.active_space_ids()
+        return TurnStart(name, self.service.begin_turn(self._pinned), wake, changed, self.protocol(), cue)
+
+    def child_turn(self) -> TurnRecall:
+        """A child agent's own turn: its own budget over the spaces its parent's turn pinned, with
+        no cue and no effect on the idle review (children have no root-only lifecycle)."""
+        with self._lock:
+            pinned = self._pinned
+        return self.service.begin_turn(pinned)
 
     def protocol(self) -> str:
         routing = self.service.switches.routing_section
