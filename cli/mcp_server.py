@@ -119,7 +119,12 @@ def _run(session: VaultSession) -> None:
         return types.ReadResourceResult(contents=[contents])
 
     async def subscribe(_ctx, params) -> types.EmptyResult:
-        wake.subscribed.add(str(params.uri))
+        from mcp.shared.exceptions import MCPError
+
+        uri = str(params.uri)
+        if uri not in (WAKE_URI, PROTOCOL_URI):  # only known URIs: a client cannot grow this set
+            raise MCPError(-32602, f"no resource {uri[:80]!r} to subscribe to: use {WAKE_URI}")
+        wake.subscribed.add(uri)
         return types.EmptyResult()
 
     async def unsubscribe(_ctx, params) -> types.EmptyResult:
