@@ -257,3 +257,18 @@ def test_a_child_turn_has_its_own_budget_over_the_parents_pinned_spaces(tmp_path
             pending_before = session.status()["reviewPending"]
             child.recall("anything")
             assert session.status()["reviewPending"] == pending_before and session.passes == 0
+
+
+@pytest.mark.parametrize("switch, recall, writeback", [
+    ({}, True, True), ({"recallMode": "off"}, False, True), ({"writebackMode": "off"}, True, False),
+    ({"lifecycleEnabled": False}, False, False)])  # fmt: skip
+def test_cues_follow_the_switches_and_come_once_per_session(tmp_path, switch, recall, writeback):
+    vault = make_vault(tmp_path, "http://127.0.0.1:9")
+    config = json.loads((vault / "memvault.json").read_text())
+    config["memory"]["runtime"].update(switch)
+    (vault / "memvault.json").write_text(json.dumps(config))
+    with HostSession.open(vault, env={}) as session:
+        cue = session.begin_turn().cue
+        assert ("SpaceRecall" in (cue or "")) is recall and ("RuntimeMemory" in (cue or "")) is writeback
+        assert session.begin_turn().cue is None
+        assert "Runtime memory is always loaded" in session.protocol()  # no switch removes the protocol

@@ -48,10 +48,8 @@ MEMORY_TOOLS = frozenset({
     "SpaceRecall", "SpaceRelated", "SpaceList", "MemoryStatus",
 })  # fmt: skip
 ACTIVITY_DIR = ".index/host-activity"
-CUE = (
-    "Memory: runtime memory is loaded above. Recall long-term memory only when the answer depends on earlier"
-    " sessions; keep new durable facts with RuntimeMemory or a document when the user states them."
-)
+RECALL_CUE = "Memory: recall long-term memory (SpaceRecall) only when the answer depends on earlier sessions."
+WRITEBACK_CUE = "Memory: keep a new durable fact the user states with RuntimeMemory, a project record as a document."
 
 
 @dataclass(frozen=True)
@@ -127,9 +125,8 @@ class HostSession:
             self._in_turn, self._ended_turn = True, False
             self._turns += 1
             name = turn_id or f"turn-{self._turns}"
-            cue = None
-            if not self._cued and (self.service.switches.recall_cues or self.service.switches.writeback_cues):
-                cue, self._cued = CUE, True
+            cue = None if self._cued else self._cue()
+            self._cued = self._cued or cue is not None
         wake = self.service.wake_snapshot()
         changed = wake.changed_since(self._last_wake)
         self._last_wake = wake.digest
@@ -142,6 +139,12 @@ class HostSession:
         with self._lock:
             pinned = self._pinned
         return self.service.begin_turn(pinned)
+
+    def _cue(self) -> str | None:
+        """recallMode=off drops the recall cue, writebackMode=off the writeback one, lifecycleEnabled=false both."""
+        switches = self.service.switches
+        parts = [RECALL_CUE] * switches.recall_cues + [WRITEBACK_CUE] * switches.writeback_cues
+        return " ".join(parts) or None
 
     def protocol(self) -> str:
         routing = self.service.switches.routing_section
