@@ -88,13 +88,15 @@ def _run(session: VaultSession) -> None:
 
     async def list_tools(_ctx, _params) -> types.ListToolsResult:
         await anyio.to_thread.run_sync(session.wait_ready)
+        if wake.digest is None and session.runtime is not None:  # the state the client starts from
+            wake.seen((await anyio.to_thread.run_sync(session.wake, False)).digest)
         return types.ListToolsResult(tools=[_tool(types, session, name) for name in session.offered_tools()])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         turn_id = (params.meta or {}).get(TURN_META_KEY)
         outcome = await anyio.to_thread.run_sync(session.call, params.name, params.arguments, turn_id)
-        if params.name in WRITES and not outcome.is_error:
-            await _announce_wake(ctx, session, wake, bus, ResourceUpdated(WAKE_URI))
+        # every call re-checks the digest: a write here, another process or a person's edit all count
+        await _announce_wake(ctx, session, wake, bus, ResourceUpdated(WAKE_URI), reconcile=params.name in WRITES)
         return _result(types, outcome)
 
     async def list_resources(_ctx, _params) -> types.ListResourcesResult:
@@ -172,17 +174,19 @@ class _WakeWatch:
         self.digest = digest
 
     def changed(self, digest: str) -> bool:
+        """Whether to announce `digest`: only a change from one the client saw or was told of."""
         if digest == self.digest:
             return False
-        self.digest = digest
-        return True
+        known, self.digest = self.digest, digest
+        return known is not None  # a client that never read the Wake has no snapshot to replace
 
 
-async def _announce_wake(ctx, session: VaultSession, wake: _WakeWatch, bus, event) -> None:
-    """Tell subscribers the Wake changed, only when its digest did (a client appends a snapshot then)."""
+async def _announce_wake(ctx, session: VaultSession, wake: _WakeWatch, bus, event, *, reconcile: bool) -> None:
+    """Tell subscribers the Wake changed, only when its digest did (a client appends a snapshot then).
+    Reads check without adopting hand edits (a read tool must not write); the client's next read does."""
     import anyio
 
-    snapshot = await anyio.to_thread.run_sync(session.wake)
+    snapshot = await anyio.to_thread.run_sync(session.wake, reconcile)
     if snapshot is None or not wake.changed(snapshot.digest):
         return
     await bus.publish(event)  # 2026 protocol: every subscriptions/listen stream that asked for it

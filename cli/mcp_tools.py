@@ -310,13 +310,13 @@ class VaultSession:
             return ToolOutcome(handler(self.runtime, turn, arguments, memory_problem=self.store_problem))
         return ToolOutcome(handler(self.runtime, turn, arguments))
 
-    def wake(self):
-        """The Wake snapshot (hand edits adopted first when writes are enabled)."""
+    def wake(self, reconcile: bool = True):
+        """The Wake snapshot; with `reconcile` (and writes enabled) hand edits are adopted first."""
         self.wait_ready()
         if self.runtime is None:
             return None
         with self._calls:
-            return self.runtime.wake_snapshot()
+            return self.runtime.wake_snapshot(reconcile=reconcile)
 
     def protocol_text(self) -> str:
         """The static system-prompt text: byte-identical across memory writes."""

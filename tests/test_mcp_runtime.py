@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from memvault.indexer.runtime.service import RuntimeService
 from memvault.vault.config import load_config
-from tests.test_mcp import ALL_TOOLS, body_of, make_vault, params, run_all, tool_names
+from tests.test_mcp import ALL_TOOLS, MEMVAULT, body_of, make_vault, params, run_all, tool_names
 
 WAKE, PROTOCOL = "memvault://wake", "memvault://protocol"
 FILLER = "the field team logged this observation carefully with dates places and names for later review "
@@ -275,6 +275,12 @@ def test_wake_and_protocol_resources_and_updated_notifications(tmp_path):
                 await client.call_tool("RuntimeMemory", args)
                 await client.call_tool("MemoryStatus", {})  # a round trip: earlier notifications have arrived
                 counts.append(len(received))
+            # another process changes runtime memory: the next call of any tool notices and says so
+            other = await anyio.run_process([MEMVAULT, "--vault", str(vault), "runtime", "add", "USER", "Uses vim."])
+            assert other.returncode == 0
+            await client.call_tool("MemoryStatus", {})
+            await client.call_tool("SpaceList", {})
+            counts.append(len(received))
             return counts
 
     listed, protocol, before, events, after, protocol_after, prompt, missing = run_all({"m": (vault, modern)})["m"]
@@ -287,7 +293,7 @@ def test_wake_and_protocol_resources_and_updated_notifications(tmp_path):
     assert protocol == protocol_after and "Runtime memory is always loaded" in protocol  # byte-identical
     assert prompt.messages[0].content.text == protocol
     assert missing and "memvault://wake" in missing
-    assert anyio.run(legacy) == [1, 1, 2]  # a duplicate add changes nothing, so no notification
+    assert anyio.run(legacy) == [1, 1, 2, 3]  # a duplicate add changes nothing, so no notification
 
 
 @pytest.mark.parametrize("routing", [True, False])
