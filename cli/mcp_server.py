@@ -12,9 +12,10 @@ vault's liveness fence while it runs (so `memvault import` refuses), and stdout 
 protocol messages: notes for the operator go to stderr.
 
 Resources: `memvault://wake` (the Wake snapshot) and `memvault://protocol` (the static Runtime
-Memory protocol and routing guidance, also the prompt `memvault-protocol`). After a write tool
-changes the Wake digest, subscribers get `notifications/resources/updated` for the Wake: over the
-2026 protocol through `subscriptions/listen`, over the 2025 one through `resources/subscribe`.
+Memory protocol and routing guidance, also the prompt `memvault-protocol`). When a call finds the
+Wake digest changed (a write here, in another process, or a person's edit), subscribers get
+`notifications/resources/updated` for the Wake: over the 2026 protocol through
+`subscriptions/listen`, over the 2025 one through `resources/subscribe`.
 """
 
 from __future__ import annotations
