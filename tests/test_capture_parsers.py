@@ -5,15 +5,10 @@ import json
 import pytest
 
 from memvault.vault.capture.extraction import MAX_MEMORIES, parse_extraction
+from memvault.vault.capture.fields import MAX_COMPLETION_UNITS, ModelOutputInvalid, unsafe_text_problem, utf16_length
 from memvault.vault.capture.plan import build_plan, entity_id, fact_id, parse_plan, render_plan
 from memvault.vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
 from memvault.vault.capture.reconcile import parse_reconciliation
-from memvault.vault.capture.strictjson import (
-    MAX_COMPLETION_UNITS,
-    ModelOutputInvalid,
-    unsafe_text_problem,
-    utf16_length,
-)
 from tests.capture_helpers import entity, extraction, memory
 from tests.intake_helpers import START
 

@@ -35,7 +35,7 @@ from memvault.vault.archive import (
     writer_locks,
 )
 from memvault.vault.errors import Conflict, InvalidRecord
-from memvault.vault.fsio import fsync_dir
+from memvault.vault.fsio import fsync_dir, remove_quietly, write_temp
 from memvault.vault.paths import is_ignored_name
 
 _CHUNK = 1 << 20
@@ -154,28 +154,23 @@ def _copy_member(root: Path, staging: Path, relpath: str, limits: ArchiveLimits)
 
 def _write_archive(destination: Path, staging: Path, manifest: bytes, members: list[ArchiveMember],
                    now: datetime, overwrite: bool) -> None:  # fmt: skip
-    fd, tmp_name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp")
+    def stream(raw) -> None:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as compressed:
+            with tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                _add(tar, MANIFEST_NAME, 0o644, len(manifest), io.BytesIO(manifest), now)
+                for member in members:
+                    with open(staging / member.path, "rb") as data:
+                        _add(tar, member.path, member.mode, member.size, data, now)
+
+    tmp = write_temp(destination.parent, destination.name, stream, mode=0o600)
     try:
-        with os.fdopen(fd, "wb") as raw:
-            os.fchmod(raw.fileno(), 0o600)
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as compressed:
-                with tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                    _add(tar, MANIFEST_NAME, 0o644, len(manifest), io.BytesIO(manifest), now)
-                    for member in members:
-                        with open(staging / member.path, "rb") as data:
-                            _add(tar, member.path, member.mode, member.size, data, now)
-            raw.flush()
-            os.fsync(raw.fileno())
         if overwrite:
-            os.replace(tmp_name, destination)
+            os.replace(tmp, destination)
         else:  # no-clobber: link fails if the name appeared meanwhile
-            os.link(tmp_name, destination)
-            os.unlink(tmp_name)
+            os.link(tmp, destination)
+            os.unlink(tmp)
     except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
+        remove_quietly(tmp)
         raise
     fsync_dir(destination.parent)
 

@@ -14,6 +14,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 from memvault.vault.errors import UnsafePath
 
@@ -23,7 +24,10 @@ __all__ = [
     "check_private_file",
     "ensure_private_dir",
     "fsync_dir",
+    "fsync_file",
     "read_bytes_nofollow",
+    "remove_quietly",
+    "write_temp",
 ]
 
 _PRIVATE_DIR_MODE = 0o700
@@ -75,35 +79,78 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` so that readers and crashes see old or new bytes only.
+#: the stages `atomic_write` reports to a boundary callback, in order (crash tests kill there)
+WRITE_STAGES = ("written", "fsynced", "renamed", "committed")
 
-    A unique ``mkstemp`` name (not a fixed ``.tmp``) keeps two writers from clobbering each
-    other's temp file. ``fchmod`` sets ``mode`` exactly, whatever the umask. If anything up to
-    and including ``os.replace`` fails, the temp file is removed and the old bytes stay. If the
-    final folder fsync fails, the new bytes are already visible but the rename may not yet be
-    durable; the error is raised so the caller does not claim durability.
+Writer = Callable[[BinaryIO], None]
+
+
+def write_temp(folder: Path, name: str, data: bytes | Writer, *, mode: int,
+               boundary: Callable[[str], None] | None = None) -> Path:  # fmt: skip
+    """A fsynced temp file in ``folder`` holding ``data`` with exactly ``mode``; its path.
+
+    The unique ``mkstemp`` name (``.NAME.XXXX.tmp``, never a fixed ``.tmp``) keeps two writers
+    from clobbering each other's temp file, and every reader of the vault skips such names.
+    ``data`` is bytes, or a callable that writes into the open file (for streamed archives).
+    ``fchmod`` sets ``mode`` whatever the umask. On any failure the temp file is removed.
     """
-    path = Path(path)
-    if _is_symlink(path):
-        raise _symlink_refused(path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
         try:
-            _write_all(fd, data)
+            if callable(data):
+                with os.fdopen(fd, "wb", closefd=False) as handle:
+                    data(handle)
+            else:
+                _write_all(fd, data)
+            if boundary is not None:
+                boundary("written")
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:
             os.close(fd)
-        # rename(2) replaces a symlink that appeared since the check, never its target.
-        os.replace(tmp_name, path)
     except BaseException:
-        _remove_quietly(tmp_name)
+        remove_quietly(tmp_name)
         raise
+    return Path(tmp_name)
+
+
+def atomic_write(path: Path, data: bytes | Writer, *, mode: int = 0o644,
+                 boundary: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    """Replace ``path`` with ``data`` so that readers and crashes see old or new bytes only.
+
+    Temp file in the same folder (`write_temp`), ``os.replace``, fsync the folder. If anything
+    up to and including ``os.replace`` fails, the temp file is removed and the old bytes stay.
+    If the final folder fsync fails, the new bytes are already visible but the rename may not
+    yet be durable; the error is raised so the caller does not claim durability. ``boundary``
+    is called with each of `WRITE_STAGES` as it is passed.
+    """
+    path = Path(path)
+    if _is_symlink(path):
+        raise _symlink_refused(path)
+    stage = boundary or (lambda _name: None)
+    tmp = write_temp(path.parent, path.name, data, mode=mode, boundary=stage)
+    stage("fsynced")
+    try:
+        # rename(2) replaces a symlink that appeared since the check, never its target.
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    stage("renamed")
     fsync_dir(path.parent)
+    stage("committed")
 
 
-def _remove_quietly(name: str) -> None:
+def fsync_file(path: Path) -> None:
+    """fsync a file some other library wrote by name (hnswlib's ``save_index``)."""
+    fd = _open_nofollow(Path(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_quietly(name: str | Path) -> None:
     try:
         os.unlink(name)
     except FileNotFoundError:

@@ -1,12 +1,21 @@
-"""Strict JSON for every document memvault reads back: one value, no duplicate keys, no NaN.
+"""Strict JSON for every document memvault reads back: one value, no duplicate keys, no NaN,
+bounded nesting.
 
 Python's `json` keeps the last of two equal keys and accepts `NaN`/`Infinity`; both would let a
-hand-edited or hostile file mean something other than what it shows. Intake records, the turn
-on stdin, `graph.jsonl`, the replay sidecar, archive manifests and model output all load here.
+hand-edited or hostile file mean something other than what it shows. It also recurses once per
+nesting level, so `[[[[…` 100,000 deep raises RecursionError instead of a parse error. Intake
+records, the turn on stdin, `graph.jsonl`, the replay sidecar, archive manifests and model
+output all load here, and each of those refusals is a ValueError naming the problem.
 """
 
 import json
+import math
+import re
 from typing import Any
+
+#: deeper than any document memvault writes or accepts; far below Python's recursion limit
+MAX_NESTING = 64
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -24,8 +33,36 @@ def reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def loads_strict(text: str | bytes, **options: Any) -> Any:
-    """`json.loads` with both refusals; ValueError (or UnicodeDecodeError) on anything else odd."""
+def finite_float(text: str) -> float:
+    """`parse_float` that refuses numbers too large for a float (1e999 would become inf)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def nesting_depth(text: str) -> int:
+    """How deep arrays and objects nest in `text`, brackets inside strings not counted."""
+    depth = deepest = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def utf16_length(text: str) -> int:
+    """Length as JavaScript counts it: characters outside the BMP count twice."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def loads_strict(text: str | bytes, *, max_nesting: int = MAX_NESTING, **options: Any) -> Any:
+    """`json.loads` with the refusals above; ValueError (or UnicodeDecodeError) on anything odd."""
     if isinstance(text, bytes):
         text = text.decode("utf-8")
+    if ("[" in text or "{" in text) and nesting_depth(text) > max_nesting:
+        raise ValueError(f"JSON nested deeper than {max_nesting} levels")
     return json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=reject_constant, **options)

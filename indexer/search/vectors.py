@@ -38,6 +38,7 @@ import numpy as np
 
 from memvault.indexer.search.embeddings import EmbeddingIdentity
 from memvault.vault.errors import IndexUnavailable
+from memvault.vault.fsio import fsync_dir, fsync_file, remove_quietly, write_temp
 
 INDEX_FILE = "vectors.hnsw"
 META_FILE = "vectors-meta.json"
@@ -307,12 +308,13 @@ def read_identity(folder: Path) -> EmbeddingIdentity | None:
 def _save_files(folder: Path, index: hnswlib.Index, meta: dict[str, Any]) -> None:
     index_path, meta_path = folder / INDEX_FILE, folder / META_FILE
     index_tmp = _temp_path(folder, INDEX_FILE)
-    meta_tmp = _temp_path(folder, META_FILE)
+    meta_tmp: Path | None = None
     backup: Path | None = None
     try:
         index.save_index(str(index_tmp))
-        meta["checksum"] = _fsync_and_hash(index_tmp)
-        _write_fsynced(meta_tmp, _meta_bytes(meta))
+        fsync_file(index_tmp)
+        meta["checksum"] = _sha256_of(index_tmp)
+        meta_tmp = write_temp(folder, META_FILE, _meta_bytes(meta), mode=0o644)
         backup = _link_backup(index_path, folder)
         os.replace(index_tmp, index_path)
         try:
@@ -322,11 +324,11 @@ def _save_files(folder: Path, index: hnswlib.Index, meta: dict[str, Any]) -> Non
                 os.replace(backup, index_path)
                 backup = None
             raise
-        _fsync_dir(folder)
+        fsync_dir(folder)
     finally:
         for leftover in (index_tmp, meta_tmp, backup):
             if leftover is not None:
-                _unlink_quietly(leftover)
+                remove_quietly(leftover)
 
 
 def _temp_path(folder: Path, name: str) -> Path:
@@ -348,35 +350,12 @@ def _link_backup(index_path: Path, folder: Path) -> Path | None:
     return backup
 
 
-def _fsync_and_hash(path: Path) -> str:
+def _sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb+") as handle:
+    with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
-        os.fsync(handle.fileno())
     return digest.hexdigest()
-
-
-def _write_fsynced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def _meta_bytes(meta: dict[str, Any]) -> bytes:

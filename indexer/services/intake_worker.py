@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from memvault.vault.capture.strictjson import ModelOutputInvalid
+from memvault.vault.capture.fields import ModelOutputInvalid
 from memvault.vault.errors import (
     Conflict,
     IndexUnavailable,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from memvault.vault.capture.strictjson import Fields, load_exact
+from memvault.vault.capture.fields import Fields, load_exact
 
 MAX_MEMORIES = 8
 MAX_ENTITIES = 24

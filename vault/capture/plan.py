@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from memvault.vault.capture.extraction import ENTITY_TYPES, RELATION_RE, Extraction
+from memvault.vault.capture.fields import ModelOutputInvalid
 from memvault.vault.capture.reconcile import NOOP, SUPERSEDE, UPDATE, Decision
-from memvault.vault.capture.strictjson import ModelOutputInvalid
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.fsio import atomic_write, ensure_private_dir, fsync_dir
 from memvault.vault.intake.files import INTAKE_DIR, is_intake_id, read_private

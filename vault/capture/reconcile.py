@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memvault.vault.capture.extraction import MAX_MEMORY_CHARS
-from memvault.vault.capture.strictjson import Fields, load_exact
+from memvault.vault.capture.fields import Fields, load_exact
 
 ADD, NOOP, UPDATE, SUPERSEDE = "ADD", "NOOP", "UPDATE", "SUPERSEDE"
 ACTIONS = (ADD, NOOP, UPDATE, SUPERSEDE)

@@ -21,15 +21,13 @@ Credential-looking text is refused, not redacted: the result is `failed` with ca
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from memvault.vault.credentials import find_credential
 from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
-from memvault.vault.fsio import fsync_dir
+from memvault.vault.fsio import atomic_write
 from memvault.vault.ids import normalize_text
 from memvault.vault.intake.catalog import LedgerIntegrityError
 from memvault.vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHook, IntakeDirs, hit
@@ -265,27 +263,11 @@ def _existing(dirs: IntakeDirs, ledger: Ledger, intake_id: str) -> tuple[str, st
     return None if receipt is None else ("resolved", receipt.payload_sha256)
 
 
+#: atomic_write's stages, named as the crash tests know them
+_ADMIT_BOUNDARIES = {"written": "admit.record_written", "fsynced": "admit.record_fsynced",
+                     "renamed": "admit.record_renamed", "committed": "admit.committed"}  # fmt: skip
+
+
 def _write_new(path, data: bytes, hook: CrashHook | None) -> None:
-    """atomic_write with named crash boundaries between write, fsync, rename and folder fsync."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
-    try:
-        try:
-            view, written = memoryview(data), 0
-            while written < len(view):
-                written += os.write(fd, view[written:])
-            hit(hook, "admit.record_written")
-            os.fchmod(fd, 0o600)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        hit(hook, "admit.record_fsynced")
-        os.replace(tmp_name, path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    hit(hook, "admit.record_renamed")
-    fsync_dir(path.parent)
-    hit(hook, "admit.committed")
+    """atomic_write (0600) with the intake's named crash boundaries at each stage."""
+    atomic_write(path, data, mode=0o600, boundary=lambda stage: hit(hook, _ADMIT_BOUNDARIES[stage]))

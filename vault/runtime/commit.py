@@ -18,11 +18,10 @@ the process exactly there.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
-from memvault.vault.fsio import fsync_dir
+from memvault.vault.fsio import fsync_dir, remove_quietly, write_temp
 from memvault.vault.paths import resolve_inside
 
 Boundary = Callable[[str], None]
@@ -43,22 +42,6 @@ def ensure_folder(root: Path, relpath: str) -> Path:
     return path
 
 
-def _write_temp(folder: Path, name: str, data: bytes) -> str:
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    try:
-        view, written = memoryview(data), 0
-        while written < len(view):
-            written += os.write(fd, view[written:])
-        os.fchmod(fd, 0o644)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    return tmp
-
-
 def commit(
     root: Path,
     projections: list[tuple[str, str, bytes]],
@@ -72,26 +55,23 @@ def commit(
     paths = [(target, resolve_inside(root, rel), data) for target, rel, data in projections]
     state_path = resolve_inside(root, state_relpath)
     folder = state_path.parent
-    temps: list[str] = []
+    temps: list[Path | None] = []
     try:
         for _target, path, data in paths:
-            temps.append(_write_temp(folder, path.name, data))
-        temps.append(_write_temp(folder, state_path.name, state_bytes))
+            temps.append(write_temp(folder, path.name, data, mode=0o644))
+        temps.append(write_temp(folder, state_path.name, state_bytes, mode=0o644))
         hook(TEMPS_WRITTEN)
         for (target, path, _data), tmp in zip(paths, temps):
             os.replace(tmp, path)
-            temps[temps.index(tmp)] = ""
+            temps[temps.index(tmp)] = None
             hook(renamed(target))
         fsync_dir(folder)
         os.replace(temps[-1], state_path)
-        temps[-1] = ""
+        temps[-1] = None
     except BaseException:
         for tmp in temps:
-            if tmp:
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
+            if tmp is not None:
+                remove_quietly(tmp)
         raise
     fsync_dir(folder)
     hook(COMMITTED)

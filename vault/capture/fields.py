@@ -1,4 +1,4 @@
-"""One exact, bounded JSON value from a chat model, and the field checks capture's parsers share.
+"""A chat model's answer: one exact, bounded JSON value, and the field checks capture's parsers share.
 
 The model's answer is untrusted input. It is accepted only when the *whole* completion is one
 JSON value (surrounding whitespace aside: no markdown fences, no prose before or after, no
@@ -17,7 +17,6 @@ as exactly the same text.
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 from memvault.vault.credentials import find_credential
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import normalize_text
-from memvault.vault.strict_json import loads_strict
+from memvault.vault.strict_json import finite_float, loads_strict, utf16_length
 
 #: the spec's cap on one capture-model completion, in JavaScript (UTF-16 code unit) characters
 MAX_COMPLETION_UNITS = 262_144
@@ -38,18 +37,6 @@ class ModelOutputInvalid(InvalidRecord):
     """A chat model's answer broke the capture grammar; the turn is retried, never half-used."""
 
     code = "invalid_model_output"
-
-
-def utf16_length(text: str) -> int:
-    """Length as JavaScript counts it: characters outside the BMP count twice."""
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:20]} is out of range")
-    return value
 
 
 def _depth(value: Any, level: int = 1) -> int:
@@ -68,7 +55,7 @@ def load_exact(text: object, what: str) -> Any:
     if units > MAX_COMPLETION_UNITS:
         raise ModelOutputInvalid(f"the {what} answer is {units} characters, over the {MAX_COMPLETION_UNITS} limit")
     try:
-        value = loads_strict(text, parse_float=_finite_float)
+        value = loads_strict(text, parse_float=finite_float)
     except RecursionError:
         raise ModelOutputInvalid(f"the {what} answer nests too deeply") from None
     except ValueError as exc:  # JSONDecodeError included: fences, prose, a second value, bad numbers
