@@ -4,6 +4,7 @@ server speaking Ollama's /api/chat. Waits are conditions polled with generous ti
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ def chat(content) -> tuple[int, dict]:
     return 200, {"model": "m", "message": {"role": "assistant", "content": text}, "done": True}
 
 
-def make_vault(tmp_path, endpoint: str, **review) -> "Path":  # noqa: F821
+def make_vault(tmp_path, endpoint: str, **review) -> Path:
     data = default_config_data(mode="lite", time_zone="Europe/Amsterdam")
     data["memory"]["llm"] = {"provider": "ollama", "model": "m", "endpoint": endpoint, "timeoutMs": 60_000}
     data["memory"]["runtime"] = {"idleReviewMs": 1000, "idleReview": {"enabled": True, "minIntervalMs": 0, **review}}
