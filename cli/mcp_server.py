@@ -29,6 +29,7 @@ from pathlib import Path
 import click
 
 from memvault.indexer.runtime.turns import TURN_META_KEY
+from memvault.vault.errors import VaultError
 
 from memvault.cli.app import cli
 from memvault.cli.mcp_tools import INSTRUCTIONS, READ_ONLY, SCHEMAS, WRITES, ToolOutcome, VaultSession
@@ -90,7 +91,10 @@ def _run(session: VaultSession) -> None:
     async def list_tools(_ctx, _params) -> types.ListToolsResult:
         await anyio.to_thread.run_sync(session.wait_ready)
         if wake.digest is None and session.runtime is not None:  # the state the client starts from
-            wake.seen((await anyio.to_thread.run_sync(session.wake, False)).digest)
+            try:
+                wake.seen((await anyio.to_thread.run_sync(session.wake, False)).digest)
+            except VaultError:
+                pass  # unreadable now: the first readable state becomes the baseline
         return types.ListToolsResult(tools=[_tool(types, session, name) for name in session.offered_tools()])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -112,7 +116,10 @@ def _run(session: VaultSession) -> None:
         if uri not in _resource_uris(session):
             raise MCPError(-32602, f"no resource {uri[:80]!r}: the resources are {', '.join(_resource_uris(session))}")
         if uri == WAKE_URI:
-            snapshot = await anyio.to_thread.run_sync(session.wake)
+            try:
+                snapshot = await anyio.to_thread.run_sync(session.wake)
+            except VaultError as exc:
+                raise MCPError(-32603, f"the Wake snapshot cannot be built: {exc}") from None
             wake.seen(snapshot.digest)
             session.turns.end_implicit_turn()  # reading the Wake is how a host starts a turn
             text, meta = snapshot.text, {"memvault/revision": snapshot.revision, "memvault/digest": snapshot.digest}
@@ -187,7 +194,10 @@ async def _announce_wake(ctx, session: VaultSession, wake: _WakeWatch, bus, even
     Reads check without adopting hand edits (a read tool must not write); the client's next read does."""
     import anyio
 
-    snapshot = await anyio.to_thread.run_sync(session.wake, reconcile)
+    try:
+        snapshot = await anyio.to_thread.run_sync(session.wake, reconcile)
+    except VaultError:
+        return  # an unreadable runtime state: the call's own answer and a Wake read say why
     if snapshot is None or not wake.changed(snapshot.digest):
         return
     await bus.publish(event)  # 2026 protocol: every subscriptions/listen stream that asked for it

@@ -344,3 +344,31 @@ def test_a_full_user_target_is_compacted_by_the_configured_model(tmp_path):
     assert len(asked) == 1 and asked[0]["model"] == "m"  # one compaction, no tools offered to it
     user_md = (vault / "runtime" / "USER.md").read_text()
     assert "Profile: likes tea" in user_md and "long walks" in user_md
+
+
+def test_a_damaged_space_catalog_gets_clear_answers_not_a_crash(tmp_path):
+    vault, _ = runtime_vault(tmp_path)
+    (vault / "spaces" / "spaces.json").write_text('{"spaces": [{"id": "default"')  # truncated by hand
+
+    async def session(client):
+        out = {"status": body_of(await client.call_tool("MemoryStatus", {}))}
+        out["list"] = await client.call_tool("SpaceList", {})
+        out["recall"] = await client.call_tool("SpaceRecall", {"query": "zebra"})
+        out["add"] = body_of(await client.call_tool("RuntimeMemory", {"action": "add", "target": "USER",
+                                                                      "content": "Still writes runtime memory."}))
+        try:
+            await client.read_resource(WAKE)
+            out["wake"] = None
+        except MCPError as exc:
+            out["wake"] = str(exc)
+        out["docs"] = body_of(await client.call_tool("DocumentSearch", {"query": "runbook"}))
+        return out
+
+    out = run_all({"v": (vault, session)})["v"]
+    assert any("memory spaces" in line for line in out["status"]["degraded"])
+    assert out["list"].is_error and "spaces.json" in body_of(out["list"])["error"]["message"]
+    recall = body_of(out["recall"])  # an explicit degraded answer, never a silent empty one
+    assert not out["recall"].is_error and recall["evidence"] == [] and "spaces.json" in recall["degraded"][0]
+    assert out["add"]["status"] == "added"
+    assert out["wake"] and "spaces.json" in out["wake"]
+    assert len(out["docs"]["records"]) == 3

@@ -130,8 +130,9 @@ class HostSession:
         wake = self.service.wake_snapshot()
         changed = wake.changed_since(self._last_wake)
         self._last_wake = wake.digest
-        self._pinned = self.service.active_space_ids()
-        return TurnStart(name, self.service.begin_turn(self._pinned), wake, changed, self.protocol(), cue)
+        recall = self.service.begin_turn()  # pins the spaces active now (none, if the catalog is unreadable)
+        self._pinned = recall.scope(None)
+        return TurnStart(name, recall, wake, changed, self.protocol(), cue)
 
     def child_turn(self) -> TurnRecall:
         """A child agent's own turn: its own budget over the spaces its parent's turn pinned, with

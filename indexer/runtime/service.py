@@ -28,7 +28,7 @@ from memvault.indexer.services.chat import ChatModel, chat_model_from_config
 from memvault.vault.clock import utc_now
 from memvault.vault.config import Config, load_config
 from memvault.vault.documents import DEFAULT_DOCUMENTS_LIMIT, DocumentReceipt, DocumentStore
-from memvault.vault.errors import CredentialRefused, InvalidRecord, ProviderUnavailable
+from memvault.vault.errors import CredentialRefused, InvalidRecord, ProviderUnavailable, VaultError
 from memvault.vault.runtime.activity import Switches
 from memvault.vault.runtime.commit import Boundary
 from memvault.vault.runtime.entries import CapacityExceeded
@@ -150,11 +150,15 @@ class RuntimeService:
 
     def begin_turn(self, granted: Sequence[str] | None = None) -> TurnRecall:
         """A fresh budget for one executing agent turn, pinned to the spaces active right now."""
-        pinned = tuple(granted) if granted is not None else self.active_space_ids()
+        problem = None
+        try:
+            pinned = tuple(granted) if granted is not None else self.active_space_ids()
+        except VaultError as exc:  # an unreadable catalog: recall says so; documents still work
+            pinned, problem = (), f"memory spaces unavailable: {exc}"
 
         def search(query: str, scope: tuple[str, ...]) -> Found:
-            if not scope:
-                return Found((), ("no active memory space to recall from",))
+            if problem or not scope:
+                return Found((), (problem or "no active memory space to recall from",))
             fused = recall_spaces(self.spaces, query, scope)
             return Found((Evidence(hit.space_id, hit.id, hit.text, hit.source) for hit in fused.hits), fused.degraded)
 
