@@ -21,8 +21,10 @@ from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id
 from memvault.vault.layout import DAILY
 
-#: items per critical section: bounds the lock hold and the memory of one batch
+#: items per critical section of the group commit: bounds a waiting caller's lock hold
 BATCH_ITEMS = 512
+#: items per batch of `remember_many` (an import): fewer index commits, still a bounded batch
+IMPORT_BATCH_ITEMS = 4096
 
 
 @dataclass(frozen=True)

@@ -62,13 +62,14 @@ class RemoteStore:
         return RememberReceipt(**body)
 
     def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
-        """Through the owner, 512 items per request (each request one batch there)."""
-        from memvault.indexer.engine.bulk import BATCH_ITEMS, BulkOutcome, as_item, chunks
+        """Through the owner, 2,048 items per request (at most 4 KiB each: far below the 16 MiB
+        message limit); each request is one batch there."""
+        from memvault.indexer.engine.bulk import BulkOutcome, as_item, chunks
         from memvault.indexer.engine.protocol import error_from_wire
         from memvault.vault.errors import InvalidRecord
 
         outcomes = []
-        for batch in chunks(items, BATCH_ITEMS):
+        for batch in chunks(items, 2048):
             wire = []
             for value in batch:
                 try:

@@ -135,14 +135,14 @@ class MemoryStore:
     def remember_many(self, items: Iterable[object], *, progress: Callable[[int, int], None] | None = None,
                       total: int | None = None) -> list:
         """Remember many facts (text, or {"text", "at"}, or RememberItem): one write per daily note
-        and one index commit per batch of 512. Idempotent per item, like `remember`; an item that
+        and one index commit per batch of 4,096. Idempotent per item, like `remember`; an item that
         is refused (empty, oversized, a credential, a naive time) is reported and nothing is
         written for it. Returns one BulkOutcome per item, in order."""
-        from memvault.indexer.engine.bulk import BulkOutcome, as_item, chunks, remember_batch
+        from memvault.indexer.engine.bulk import IMPORT_BATCH_ITEMS, BulkOutcome, as_item, chunks, remember_batch
         from memvault.vault.errors import VaultError
 
         outcomes: list[BulkOutcome] = []
-        for batch in chunks(items):
+        for batch in chunks(items, IMPORT_BATCH_ITEMS):
             parsed, refused = [], {}
             for offset, value in enumerate(batch):
                 try:
