@@ -5,6 +5,7 @@ from memvault.cli import (
     capture_commands,  # noqa: F401  (registers adopt-replay, consolidate, capture test)
     completion_commands,  # noqa: F401  (registers completion)
     core_commands,  # noqa: F401  (registers init, remember, search, rebuild, validate)
+    engine_commands,  # noqa: F401  (registers serve, engine status, engine stop)
     intake_commands,  # noqa: F401  (registers admit, inspect, retry, resolve)
     journal_commands,  # noqa: F401  (registers journal)
     mcp_server,  # noqa: F401  (registers mcp)
@@ -12,5 +13,7 @@ from memvault.cli import (
     watch_commands,  # noqa: F401  (registers watch, health)
 )
 from memvault.cli.app import cli
+from memvault.cli.web import command as web_command  # noqa: F401  (registers web)
+from memvault.cli.web import face as web_face  # noqa: F401  (registers serve's web face)
 
 __all__ = ["cli"]

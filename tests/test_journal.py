@@ -152,7 +152,8 @@ def test_only_curated_daily_rows_with_their_source_and_state(tmp_path):
     assert [(e["id"], e["state"]) for e in body["entries"]] == [("c1", "valid"), ("c2", "superseded")]
     assert body["entries"][0] == {"id": "c1", "at": "2026-09-01T07:00:00Z", "local": "2026-09-01T09:00+02:00",
                                   "text": "curated fact", "source": "daily/2026-09-01.md#^c1", "state": "valid"}
-    assert "untrusted" in body["notice"].lower() and "RunHistory" in body["notice"]
+    assert "untrusted" in body["notice"].lower() and "session history" in body["notice"]
+    assert "RunHistory" not in body["notice"]  # memvault offers no such tool
     assert str(root) not in json.dumps(body)  # no memory-root path anywhere
 
 
@@ -407,9 +408,9 @@ def test_cli_journal_pages_with_a_cursor_between_calls(forty):
     assert len(everything["entries"]) == 40 and everything["cursor"] is None
     plain = runner.invoke(cli, ["--vault", root, "journal", "2026-09-01", "2026-09-01", "--tz", AMS])
     assert "entry 8:0" in plain.output and "more: memvault journal --cursor mj1." in plain.output
-    missing_zone = runner.invoke(cli, ["--vault", root, "journal", "2026-09-01", "2026-09-01", "--json"])
-    assert missing_zone.exit_code == 1
-    assert json.loads(missing_zone.output)["error"]["code"] == "invalid_journal_request"
+    vault_zone = runner.invoke(cli, ["--vault", root, "journal", "2026-09-01", "2026-09-01", "--json"])
+    assert vault_zone.exit_code == 0  # without --tz: the vault's configured zone (never a guess)
+    assert json.loads(vault_zone.output)["range"]["timeZone"] == AMS
 
 
 def test_cli_on_a_vault_that_cannot_keep_snapshots_says_so(forty, monkeypatch):

@@ -31,6 +31,19 @@ SYSTEM_ROLES = ("auto", "system", "fold")
 DEFAULT_LLM_TIMEOUT_MS, MAX_LLM_TIMEOUT_MS = 60_000, 3_600_000
 MAX_EMBEDDING_DIM = 8192
 RUNTIME_LIMIT_RANGE = (256, 1024 * 1024)
+#: memory.runtime keys with a fixed set of values (the Layered strategy's switches)
+RUNTIME_CHOICES = MappingProxyType(
+    {"strategy": ("layered", "general"), "recallMode": ("on", "off"), "writebackMode": ("on", "off")}
+)
+#: memory.runtime timing and size keys: (low, high), inclusive
+RUNTIME_RANGES = MappingProxyType(
+    {
+        "memory.runtime.idleReviewMs": (1_000, 86_400_000),
+        "memory.runtime.idleReview.minIntervalMs": (0, 86_400_000),
+        "memory.runtime.idleReview.maxPerSession": (1, 1_000),
+        "memory.runtime.idleReview.maxContextChars": (1_000, 200_000),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +94,13 @@ OBJECTS = MappingProxyType(
         "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv", "systemRole"),
         "memory.recallTool": ("enabled",),
         "memory.rememberTool": ("enabled",),
-        "memory.runtime": ("userLimit", "memoryLimit"),
-        "tools": ("allowedTools", "deniedTools"),
+        "memory.runtime": (
+            "userLimit", "memoryLimit", "strategy", "recallMode", "writebackMode", "lifecycleEnabled",
+            "routingGuidance", "writeEnabled", "idleReviewMs", "idleReview",
+        ),
+        "memory.runtime.idleReview": ("enabled", "minIntervalMs", "maxPerSession", "maxContextChars", "runtimeMemory"),
+        "tools": ("allowedTools", "deniedTools", "hostTools"),
+        "tools.hostTools": ("runHistory", "sessionHistory"),
     }
 )
 # Leaf key → (type, an example value for messages). The example is what a fix suggests.
@@ -107,8 +125,22 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "memory.rememberTool.enabled": (bool, True),
         "memory.runtime.userLimit": (int, 4096),
         "memory.runtime.memoryLimit": (int, 10240),
+        "memory.runtime.strategy": (str, "layered"),
+        "memory.runtime.recallMode": (str, "on"),
+        "memory.runtime.writebackMode": (str, "on"),
+        "memory.runtime.lifecycleEnabled": (bool, True),
+        "memory.runtime.routingGuidance": (bool, True),
+        "memory.runtime.writeEnabled": (bool, True),
+        "memory.runtime.idleReviewMs": (int, 30_000),
+        "memory.runtime.idleReview.enabled": (bool, False),
+        "memory.runtime.idleReview.minIntervalMs": (int, 300_000),
+        "memory.runtime.idleReview.maxPerSession": (int, 4),
+        "memory.runtime.idleReview.maxContextChars": (int, 12_000),
+        "memory.runtime.idleReview.runtimeMemory": (bool, True),
         "tools.allowedTools": (list, ["MemoryRecall", "MemoryJournal", "Remember"]),
         "tools.deniedTools": (list, []),
+        "tools.hostTools.runHistory": (str, "RunHistory"),
+        "tools.hostTools.sessionHistory": (str, "SessionHistory"),
     }
 )
 _OBJECT_EXAMPLES = {
@@ -119,7 +151,9 @@ _OBJECT_EXAMPLES = {
     "memory.recallTool": {"enabled": True},
     "memory.rememberTool": {"enabled": True},
     "memory.runtime": {"userLimit": 4096, "memoryLimit": 10240},
+    "memory.runtime.idleReview": {"enabled": True},
     "tools": {"deniedTools": []},
+    "tools.hostTools": {"runHistory": "RunHistory"},
 }
 _SECRET_KEY_NAMES = {"apikey", "api_key", "key", "token", "secret", "password", "authorization"}
 _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
@@ -442,6 +476,22 @@ def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
         value = flat.get(key)
         if value is not None and not lo <= value <= hi:
             add(key, f"{key} must be between {lo} and {hi} bytes (got {value}): the default is {LEAVES[key][1]}")
+    for name, choices in RUNTIME_CHOICES.items():
+        key = f"memory.runtime.{name}"
+        value = flat.get(key)
+        if value is not None and value not in choices:
+            add(key, f"{key} {_show(value)} is not one of {', '.join(json.dumps(c) for c in choices)}:"
+                     f" the default is {json.dumps(choices[0])}")  # fmt: skip
+    for key, (lo, hi) in RUNTIME_RANGES.items():
+        value = flat.get(key)
+        if value is not None and not lo <= value <= hi:
+            add(key, f"{key} must be between {lo} and {hi} (got {value}): the default is {LEAVES[key][1]}")
+    for name in OBJECTS["tools.hostTools"]:
+        key = f"tools.hostTools.{name}"
+        value = flat.get(key)
+        if value is not None and not _TOOL_NAME_RE.fullmatch(value):
+            add(key, f"{key} must be the name of a tool the host offers, like {json.dumps(LEAVES[key][1])} (got"
+                     f" {_got(value)}): use letters, digits and _ . : / - only, or remove it when the host has none")
     for key in ("tools.allowedTools", "tools.deniedTools"):
         for index, item in enumerate(flat.get(key, ())):
             if not isinstance(item, str) or not _TOOL_NAME_RE.fullmatch(item):

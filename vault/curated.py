@@ -16,7 +16,7 @@ from memvault.vault.fsio import fsync_dir, read_bytes_nofollow
 from memvault.vault.ids import memory_id, normalize_text
 from memvault.vault.layout import DAILY, VaultLayout
 from memvault.vault.locks import replace_if_unchanged
-from memvault.vault.note import append_line, format_bullet, new_note_text, parse
+from memvault.vault.note import append_lines, format_bullet, new_note_text, parse
 from memvault.vault.paths import resolve_inside
 
 #: a remembered fact is one line of prose, not a document
@@ -91,8 +91,7 @@ def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: 
     missing = [bullet for bullet in bullets if bullet.block_id not in present]
     if not missing:
         return []
-    for bullet in missing:
-        note = append_line(note, format_bullet(bullet.text, bullet.block_id, bullet.wall_time))
+    note = append_lines(note, [format_bullet(b.text, b.block_id, b.wall_time) for b in missing])
     replace_if_unchanged(path, old, "".join(note.lines).encode("utf-8"), mode=0o644)
     return [bullet.block_id for bullet in missing]
 

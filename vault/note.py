@@ -85,10 +85,15 @@ def new_note_text(title: str) -> str:
 
 def append_line(note: Note, line: str) -> Note:
     """The note with `line` appended; a missing final newline is added first, nothing else moves."""
+    return append_lines(note, [line])
+
+
+def append_lines(note: Note, new_lines: list[str]) -> Note:
+    """`append_line` for many lines at once, parsed once (a bulk write to one note stays linear)."""
     lines = list(note.lines)
-    if lines and not lines[-1].endswith(("\n", "\r")):
+    if lines and new_lines and not lines[-1].endswith(("\n", "\r")):
         lines[-1] += "\n"
-    lines.append(line)
+    lines.extend(new_lines)
     return parse("".join(lines))
 
 

@@ -1,0 +1,146 @@
+"""Vault markdown → HTML for the web pages: hostile text stays text, every bullet gets its anchor."""
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from memvault.cli.web.markdown import render_markdown, render_note, safe_href, source_url
+from memvault.vault.note import parse
+
+XSS_CORPUS = [
+    "<script>alert(1)</script>",
+    '<img src=x onerror="alert(2)">',
+    "<svg onload=alert(3)>",
+    '<a href="javascript:alert(4)">x</a>',
+    "[click me](javascript:alert(5))",
+    "[click me](JaVaScRiPt:alert(6))",
+    "[data](data:text/html;base64,PHNjcmlwdD5hbGVydCg3KTwvc2NyaXB0Pg==)",
+    "[vb](vbscript:msgbox(8))",
+    "![pixel](javascript:alert(9))",
+    "<javascript:alert(10)>",
+    '[t](https://example.com "x\\" onmouseover=\\"alert(11)")',
+    "<iframe src=//evil.example></iframe>",
+    "[[2026-11-30\"><script>alert(12)</script>]]",
+    "<style>body{display:none}</style>",
+    "[x](//evil.example/path)",
+    "[x]( javascript:alert(13))",
+    "[x](&#106;avascript:alert(14))",
+]
+
+
+class _Tags(HTMLParser):
+    """Every element and attribute a browser would build from the HTML (text stays text)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _is_inert(html: str) -> None:
+    parser = _Tags()
+    parser.feed(html)
+    for tag, attrs in parser.tags:
+        assert tag not in ("script", "iframe", "svg", "img", "style", "object", "embed", "form", "base"), html
+        assert not [name for name in attrs if name.startswith("on")], html
+        for name in ("href", "src", "action"):
+            value = (attrs.get(name) or "").strip()
+            assert not re.match(r"(javascript|vbscript|data):", value, re.I) and not value.startswith("//"), html
+
+
+@pytest.mark.parametrize("text", XSS_CORPUS)
+def test_hostile_markdown_renders_inert(text):
+    _is_inert(render_markdown(text))
+    html, _ = render_note(f"# 2026-11-30\n\n- 09:00 {text} ^m-0123456789\n\n{text}\n")
+    _is_inert(html)
+
+
+def test_script_text_is_shown_as_text():
+    html = render_markdown("<script>alert(1)</script>")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_a_removed_link_target_is_shown_beside_its_label():
+    html = render_markdown("[click me](javascript:alert(5))")
+    assert "click me" in html and "unsafe-link" in html and "<a " not in html
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://example.com/x", "https://example.com/x"),
+        ("http://example.com", "http://example.com"),
+        ("mailto:sam@example.com", "mailto:sam@example.com"),
+        ("#m-0123456789", "#m-0123456789"),
+        ("/notes/daily/2026-11-30", "/notes/daily/2026-11-30"),
+        ("javascript:alert(1)", None),
+        ("JAVASCRIPT:alert(1)", None),
+        (" javascript:alert(1)", None),
+        ("java\tscript:alert(1)", None),
+        ("data:text/html,x", None),
+        ("file:///etc/passwd", None),
+        ("//evil.example/", None),
+        ("https:evil", None),
+        ("\\\\evil\\share", None),
+        ("", None),
+    ],
+)
+def test_safe_href(url, expected):
+    assert safe_href(url) == expected
+
+
+def test_external_links_carry_noopener():
+    html = render_markdown("[status](https://status.example.com)")
+    assert 'href="https://status.example.com"' in html and 'rel="noopener noreferrer nofollow"' in html
+
+
+def test_every_bullet_gets_the_id_its_index_row_has(fixture_vault):
+    text = (fixture_vault / "daily" / "2026-11-02.md").read_text()
+    html, note = render_note(text)
+    ids = [bullet.id for bullet in parse(text).bullets]
+    assert len(ids) == 4  # the fixture's Obsidian note: one memvault bullet and three hand-written ones
+    for block_id in ids:
+        assert html.count(f'<li id="{block_id}"') == 1
+    assert [b.id for b in note.bullets] == ids
+
+
+def test_derived_and_explicit_ids_are_both_anchored():
+    text = "# 2026-11-30\n\n- 14:03 Morgan chose blue. ^m-1f3a9c0d2e\n- written by hand\n"
+    html, note = render_note(text)
+    assert '<li id="m-1f3a9c0d2e"' in html
+    derived = note.bullets[1].id
+    assert derived.startswith("d-") and f'<li id="{derived}"' in html
+    assert "^m-1f3a9c0d2e" not in html  # the block id is the anchor, not part of the text shown
+
+
+def test_conflict_hunks_are_shown_verbatim_and_not_as_bullets(fixture_vault):
+    html, note = render_note((fixture_vault / "daily" / "2026-11-05.md").read_text())
+    assert '<pre class="conflict"' in html
+    assert "&lt;&lt;&lt;&lt;&lt;&lt;&lt; HEAD" in html
+    assert "Tuesday evening" in html and html.count('class="bullet ') == len(note.bullets) == 2
+
+
+def test_fenced_code_is_not_bullets(fixture_vault):
+    html, _ = render_note((fixture_vault / "daily" / "2026-11-02.md").read_text())
+    assert "not_a_bullet = True" in html
+    assert re.search(r'<li id="[^"]*"[^>]*>[^<]*not_a_bullet', html) is None
+
+
+def test_wikilinks_to_notes_become_content_links():
+    html = render_markdown("see [[2026-11-30#^m-1f3a9c0d2e|the decision]] and [[daily/2026-11-29]] and [[Morgan]]")
+    assert 'href="/notes/daily/2026-11-30#m-1f3a9c0d2e">the decision</a>' in html
+    assert 'href="/notes/daily/2026-11-29">daily/2026-11-29</a>' in html
+    assert '<span class="wikilink">Morgan</span>' in html
+
+
+def test_nested_bullets_keep_their_depth():
+    html, _ = render_note("- parent\n  - child\n    - grandchild\n")
+    assert "depth-0" in html and "depth-1" in html and "depth-2" in html
+
+
+def test_source_url_points_at_the_bullet():
+    assert source_url("daily/2026-11-30.md#^m-1f3a9c0d2e") == "/notes/daily/2026-11-30#m-1f3a9c0d2e"
+    assert source_url("audit/2026-11-05.md#^a-observe01") == "/notes/audit/2026-11-05#a-observe01"
