@@ -19,7 +19,7 @@ import click
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
 
-#: name -> face(owner, stop_event); `serve` runs each on its own thread in the owner process
+#: name -> face(owner, stop_event, options); `serve` runs each on its own thread in the owner process
 FACES: dict[str, Callable] = {}
 _STOP_WAIT_SECONDS = 30.0
 
@@ -30,7 +30,8 @@ def register_face(name: str, face: Callable) -> None:
 
 
 def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounce: float = 0.2,
-              compact_after: float = 60.0, consolidate_every: float | None = 3600.0, faces=()) -> None:
+              compact_after: float = 60.0, consolidate_every: float | None = 3600.0, faces=(),
+              face_options: dict | None = None) -> None:
     """Own the vault in the foreground until Ctrl-C, SIGTERM or `memvault engine stop`."""
     from memvault.cli.watch_commands import crash_hook_from_env
     from memvault.indexer.engine.owner import Owner
@@ -48,7 +49,9 @@ def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounc
         store.close()
         raise
     for name in faces:
-        owner.add_face(FACES[name], name=f"memvault-face-{name}")
+        face = FACES[name]
+        owner.add_face(lambda owner_, stop_, face=face: face(owner_, stop_, face_options or {}),
+                       name=f"memvault-face-{name}")
     on_ready = None if ready is None else (lambda: ready(store.layout.root))
     watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report, on_ready=on_ready,
                       hook=hook, consolidate_every=consolidate_every)
@@ -73,8 +76,10 @@ def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounc
 @cli.command("serve")
 @click.option("--face", "faces", multiple=True, type=click.Choice(sorted(FACES)) if FACES else str,
               help="An extra face of the owner to run (registered by its module), e.g. web.")
+@click.option("--web-port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port of the web face on 127.0.0.1 and [::1] (0: any free port).")
 @click.pass_context
-def serve_command(ctx: click.Context, faces: tuple[str, ...]) -> None:
+def serve_command(ctx: click.Context, faces: tuple[str, ...], web_port: int) -> None:
     """Run the vault's owner in the foreground until interrupted (Ctrl-C / SIGTERM).
 
     The owner drains admitted turns, follows edits to the notes, keeps vectors complete, compacts
@@ -90,7 +95,7 @@ def serve_command(ctx: click.Context, faces: tuple[str, ...]) -> None:
     def ready(root) -> None:
         click.echo(f"serving {root} (Ctrl-C to stop)", err=True)
 
-    run_owner(ctx, "serve", ready=ready, faces=faces)
+    run_owner(ctx, "serve", ready=ready, faces=faces, face_options={"web_port": web_port})
     click.echo("stopped; the index is consistent", err=True)
 
 

@@ -99,8 +99,12 @@ def inspect_command(ctx: click.Context, intake_id: str | None, json_: bool) -> N
     from memvault.vault.intake.files import IntakeDirs
     from memvault.vault.intake.snapshot import inspect_intake, inspect_run
 
+    from memvault.vault.capture.stats import summarize
+
     dirs = IntakeDirs(_vault_root(ctx))
     report = inspect_run(dirs, intake_id, _now()) if intake_id else inspect_intake(dirs, _now())
+    if not intake_id:
+        report["capture"] = summarize(dirs.root)  # what recent captures produced, counts only
     if json_:
         emit_json(report)
         return
@@ -118,12 +122,24 @@ def inspect_command(ctx: click.Context, intake_id: str | None, json_: bool) -> N
         click.echo(f"ledger: ok, {ledger['entries']} entries in {ledger['shards']} shards")
     else:
         click.echo(f"ledger: FAILED CLOSED: {ledger['problem']}")
+    click.echo(_capture_line(report["capture"]))
     for entry in report["records"]:
         _print_entry(entry)
 
 
+def _capture_line(capture: dict) -> str:
+    if capture["problem"]:
+        return f"capture: {capture['problem']}"
+    return (f"capture (last {capture['runs']} runs): {capture['added']} added, {capture['updated']} updated, "
+            f"{capture['superseded']} superseded, {capture['noops']} no-op; {capture['emptyExtractions']} empty "
+            f"extractions ({capture['emptySubstantive']} of substantive turns); {capture['calls']} model calls, "
+            f"{capture['repairs']} repairs")
+
+
 def _print_entry(entry: dict) -> None:
     details = [entry["state"]]
+    if entry.get("invalidOutputAttempts"):
+        details.append(f"invalid-output attempts {entry['invalidOutputAttempts']} of {entry['invalidOutputBudget']}")
     for key in ("attempts", "nextAttemptAt", "failure", "outcome", "resolvedAt", "reason", "projection", "problem"):
         if entry.get(key) not in (None, ""):
             details.append(f"{key} {entry[key]}")

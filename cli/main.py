@@ -2,7 +2,7 @@
 
 from memvault.cli import (
     archive_commands,  # noqa: F401  (registers export, import)
-    capture_commands,  # noqa: F401  (registers adopt-replay, consolidate)
+    capture_commands,  # noqa: F401  (registers adopt-replay, consolidate, capture test)
     completion_commands,  # noqa: F401  (registers completion)
     core_commands,  # noqa: F401  (registers init, remember, search, rebuild, validate)
     engine_commands,  # noqa: F401  (registers serve, engine status, engine stop)
@@ -12,7 +12,8 @@ from memvault.cli import (
     runtime_commands,  # noqa: F401  (registers runtime, doc, space)
     watch_commands,  # noqa: F401  (registers watch, health)
 )
-from memvault.cli.web import command as web_command  # noqa: F401  (registers web)
 from memvault.cli.app import cli
+from memvault.cli.web import command as web_command  # noqa: F401  (registers web)
+from memvault.cli.web import face as web_face  # noqa: F401  (registers serve's web face)
 
 __all__ = ["cli"]

@@ -27,6 +27,18 @@ TURNS = (
 )
 
 
+def wait_until_settled(vault: Path, timeout: float = 60.0) -> bool:
+    """Poll (up to `timeout` s) until no record is pending: the work is done, not raced by the 10 s drain."""
+    import time
+
+    from memvault.vault.intake.files import PENDING, IntakeDirs
+
+    dirs, deadline = IntakeDirs(vault), time.monotonic() + timeout
+    while dirs.list_folder(PENDING).ids and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not dirs.list_folder(PENDING).ids
+
+
 def main() -> int:
     from memvault.indexer.engine.store import MemoryStore
 
@@ -38,6 +50,7 @@ def main() -> int:
     with MemoryStore.open(args.vault, env={}, sync=True) as store:
         results = [store.persist_completed_turn(run, text, capture_text=text, completed_at=COMPLETED_AT) for run, text in TURNS]
         store.start_intake(crash_hook=crash_hook(args.crash, args.nth), poll_seconds=0.05)
+        wait_until_settled(args.vault)
         report = store.stop(timeout=10.0)
     print(json.dumps({"results": [r.to_json() for r in results], "drained": report.drained}))
     return 0

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from memvault.vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
+from memvault.vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM, user_document
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
 
@@ -83,11 +83,17 @@ class ChatScript:
         self.provider = provider
         self.calls = {"extraction": 0, "reconciliation": 0, "other": 0}
         self.offered: list[list] = []
+        self.requests: list[Any] = []  # every request body, in arrival order
         self._lock = threading.Lock()
 
     def __call__(self, body: Any):
-        system = body["messages"][0]["content"]
-        user = json.loads(body["messages"][1]["content"])
+        messages = body["messages"]
+        if messages[0]["role"] == "system":
+            system, first_user = messages[0]["content"], messages[1]["content"]
+        else:  # the system prompt folded into the first user message (memory.llm.systemRole fold)
+            system, _, first_user = messages[0]["content"].rpartition("\n\n")
+        self.requests.append(body)
+        user = user_document(first_user)
         if system == EXTRACTION_SYSTEM:
             kind, answer = "extraction", self.extract(user["turn"])
         elif system == RECONCILIATION_SYSTEM and self.reconcile is not None:

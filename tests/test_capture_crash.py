@@ -26,7 +26,7 @@ from memvault.vault.intake.admission import intake_id_for
 from memvault.vault.intake.files import IntakeDirs
 from memvault.vault.intake.snapshot import inspect_run
 from memvault.vault.replay import read_sidecar
-from tests.capture_crash_driver import COMPLETED_AT, TURNS
+from tests.capture_crash_driver import COMPLETED_AT, TURNS, wait_until_settled
 from tests.capture_helpers import (
     EMBED_PATH,
     OLLAMA_PATH,
@@ -90,6 +90,7 @@ def restart(vault: Path) -> list[str]:
         statuses = [store.persist_completed_turn(run, text, capture_text=text, completed_at=COMPLETED_AT).status
                     for run, text in TURNS]  # fmt: skip
         store.start_intake(poll_seconds=0.05)
+        assert wait_until_settled(vault)  # a busy machine may need longer than the 10 s drain
         assert store.stop(timeout=10.0).drained
     return statuses
 
@@ -166,7 +167,7 @@ def test_killed_at_a_capture_boundary_then_restarted(model, reference, tmp_path,
     vault = vault_for(server, tmp_path)
     before = calls(script)
     killed = drive(vault, "--crash", boundary, "--nth", str(nth))
-    assert killed.returncode == -signal.SIGKILL, f"{boundary} never reached: {killed.stderr[-2000:]}"
+    assert killed.returncode == -signal.SIGKILL, f"{boundary} never reached: {killed.stderr[-2000:]} {killed.stdout[-3000:]}"
     assert set(restart(vault)) == {"duplicate"}
     assert_consistent(vault)
     assert state_of(vault) == expected_state

@@ -217,8 +217,8 @@ class FakeModel:
     def __init__(self, *answers):
         self.answers, self.asked = list(answers), []
 
-    def complete(self, messages, *, response_format_json):
-        assert response_format_json
+    def complete(self, messages, *, response_format_json, output=None):
+        assert response_format_json and output is not None and output.max_tokens > 0
         self.asked.append(messages[0]["content"][:40])
         return self.answers.pop(0)
 
@@ -257,6 +257,42 @@ def test_plan_capture_makes_one_call_for_novel_memories_and_two_when_some_are_cl
                         checkpoint=lambda: checkpoints.append(1))  # fmt: skip
     assert len(close.asked) == 2 and checkpoints == [1] and plan.model_calls == 2
     assert plan.noops == ((0, "m-1111111111"),) and [(f.action, f.target) for f in plan.facts] == [("supersede", "f-2222222222")]
+    bad = decisions({"index": 0, "action": "ADD"})
+    twice_bad = FakeModel(VALID, bad, bad)
     with pytest.raises(ModelOutputInvalid):
-        plan_capture(_record(), model=FakeModel(VALID, decisions({"index": 0, "action": "ADD"})), finder=finder,
+        plan_capture(_record(), model=twice_bad, finder=finder, vault_zone="Europe/Amsterdam", now=START)
+    assert len(twice_bad.asked) == 3 and not twice_bad.answers  # extraction, reconciliation, one repair: no more
+
+
+def test_the_prompts_worked_examples_are_valid_non_empty_answers_with_every_action():
+    from memvault.vault.capture.prompt import (
+        EXTRACTION_EXAMPLE,
+        EXTRACTION_SYSTEM,
+        RECONCILIATION_EXAMPLE,
+        RECONCILIATION_EXAMPLE_INPUT,
+        RECONCILIATION_SYSTEM,
+    )
+
+    assert EXTRACTION_EXAMPLE in EXTRACTION_SYSTEM and RECONCILIATION_EXAMPLE in RECONCILIATION_SYSTEM
+    assert len(parse_extraction(EXTRACTION_EXAMPLE).memories) == 3
+    offered = {m["index"]: [c["id"] for c in m["candidates"]] for m in json.loads(RECONCILIATION_EXAMPLE_INPUT)["memories"]}
+    decided = parse_reconciliation(RECONCILIATION_EXAMPLE, offered)
+    assert sorted(d.action for d in decided.values()) == ["ADD", "NOOP", "SUPERSEDE", "UPDATE"]
+
+
+def test_an_extraction_that_copies_the_worked_example_is_refused_and_repaired():
+    from memvault.vault.capture.pipeline import plan_capture
+    from memvault.vault.capture.prompt import EXTRACTION_EXAMPLE
+
+    model = FakeModel(EXTRACTION_EXAMPLE, VALID)
+    plan = plan_capture(_record(), model=model, finder=FakeFinder(), vault_zone="Europe/Amsterdam", now=START)
+    assert len(model.asked) == 2 and plan.model_calls == 2  # the copy was refused, the repair was used
+    assert [f.text for f in plan.facts] == ["Morgan chose blue as the deployment color.", "The Atlas launch is on March 15."]
+    with pytest.raises(ModelOutputInvalid, match="copied from the prompt's worked example"):
+        plan_capture(_record(), model=FakeModel(EXTRACTION_EXAMPLE, EXTRACTION_EXAMPLE), finder=FakeFinder(),
                      vault_zone="Europe/Amsterdam", now=START)  # fmt: skip
+    # a turn that really says it may be captured as said
+    said = _record("Ilse owns the greenhouse sensor rollout. The greenhouse sensor rollout ships on 2031-06-08. "
+                   "Ilse prefers Zigbee radios for the greenhouse sensor rollout.")  # fmt: skip
+    assert len(plan_capture(said, model=FakeModel(EXTRACTION_EXAMPLE), finder=FakeFinder(), vault_zone="Europe/Amsterdam",
+                            now=START).facts) == 3  # fmt: skip

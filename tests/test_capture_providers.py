@@ -25,6 +25,7 @@ from tests.capture_helpers import (
     memory,
 )
 from tests.intake_helpers import Clock, store_for
+from memvault.vault.capture.prompt import user_document
 from tests.loopback import LoopbackServer, Reply
 
 TURN = "user: what did we settle?\nassistant: Morgan leads Project Atlas; the launch is on March 15."
@@ -84,10 +85,18 @@ def test_a_valid_plan_is_committed_over_each_wire_protocol(tmp_path, server, pro
     request = server.requests[0]
     if provider == "openai":
         assert request.path == OPENAI_PATH and request.headers["authorization"] == "Bearer sk-loopback-test"
-        assert request.json["response_format"] == {"type": "json_object"}
+        assert request.json["response_format"]["type"] == "json_schema"
+        assert request.json["response_format"]["json_schema"]["strict"] is True
+        schema = request.json["response_format"]["json_schema"]["schema"]
+        cap = request.json["max_tokens"]
     else:
-        assert request.path == OLLAMA_PATH and request.json["format"] == "json"
-    assert json.loads(request.json["messages"][1]["content"])["turn"] == TURN
+        assert request.path == OLLAMA_PATH
+        schema, cap = request.json["format"], request.json["options"]["num_predict"]
+    # the answer's own JSON Schema, with the parser's bounds (8 memories, 24 entities, 24 relations)
+    assert schema["required"] == ["memories", "entities", "relations"] and schema["additionalProperties"] is False
+    assert [schema["properties"][k]["maxItems"] for k in ("memories", "entities", "relations")] == [8, 24, 24]
+    assert 1000 < cap <= 8192  # sized from the output caps, far below a whole 8,192-token context
+    assert user_document(request.json["messages"][1]["content"])["turn"] == TURN
     assert [h.text for h in store.recall("When is the Atlas launch?").hits][:1] == ["The Atlas launch is on March 15."]
     store.close()
 
@@ -111,11 +120,13 @@ def test_malformed_output_retries_and_never_counts_as_captured(tmp_path, server,
     assert (found["state"], found["failure"], found["due"]) == ("awaiting_capture", "invalid_model_output", False)
     assert_nothing_curated(root, store)
     assert worker.snapshot()["captureWarnings"] and "Project" not in worker.snapshot()["captureWarnings"][0]
+    assert script.calls["extraction"] == 2  # the answer, and one immediate repair call: both invalid
+    assert found["invalidOutputAttempts"] == 1 and found["invalidOutputBudget"] == 4
     # the model recovers; the backoff delay passes (2 min: the projection was attempt 1); captured once
     script.extract = lambda _turn: GOOD
     clock.advance(timedelta(minutes=1))
     worker.process_due()
-    assert entry(root)["state"] == "awaiting_capture" and script.calls["extraction"] == 1  # not due yet
+    assert entry(root)["state"] == "awaiting_capture" and script.calls["extraction"] == 2  # not due yet
     clock.advance(timedelta(minutes=1))
     worker.process_due()
     assert entry(root)["outcome"] == "captured" and daily_text(root).count("^f-") == 2
@@ -140,7 +151,7 @@ def test_ambiguous_targets_in_reconciliation_are_refused(tmp_path, server):
     root, store, clock, script = setup(tmp_path, server, two, reconcile)
     store.remember("The Atlas launch is on March 15.")
     run_once(store, clock)
-    assert script.calls["reconciliation"] == 1 and len(script.offered[0]) == 2  # one batched call for both
+    assert script.calls["reconciliation"] == 2 and len(script.offered[0]) == 2  # one batched call for both, one repair
     assert entry(root)["failure"] == "invalid_model_output"
     assert "March 20" not in daily_text(root) and not (root / ".replay-projection-v1.json").exists()
     store.close()

@@ -648,7 +648,7 @@ def test_unknown_keys_at_every_level() -> None:
         " endpoint, apiKeyEnv",
         "memory.recallTool.on is not a known key: the keys allowed in memory.recallTool are enabled",
         'tools.allowed is not a known key (did you mean "allowedTools"?): the keys allowed in tools are'
-        " allowedTools, deniedTools",
+        " allowedTools, deniedTools, hostTools",
     ]
 
 

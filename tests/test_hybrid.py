@@ -191,7 +191,8 @@ def test_active_chat_and_resume_questions_never_touch_the_index(journal_vault):
             chat = store.recall("What was your previous reply?", mode=mode)
             assert chat.hits == () and chat.degraded is None and "conversation history" in chat.guidance
             resume = store.recall("continue where you left off", mode=mode)
-            assert resume.hits == () and resume.degraded is None and "RunHistory" in resume.guidance
+            assert resume.hits == () and resume.degraded is None and "run history" in resume.guidance
+            assert "RunHistory" not in resume.guidance  # no host tool configured: none is named
     assert not (journal_vault / ".index").exists()
 
 
@@ -199,7 +200,7 @@ def test_empty_tool_answer_repeats_the_run_history_handoff(new_vault):
     with MemoryStore.open(new_vault) as store:
         store.remember("only fact", at=datetime(2026, 11, 30, 9, 0, tzinfo=AMS))
         empty = store.recall("zeppelin")
-    assert empty.hits == () and "RunHistory" in empty.guidance
+    assert empty.hits == () and "run history" in empty.guidance and "RunHistory" not in empty.guidance
 
 
 def test_broad_period_questions_point_to_the_journal(journal_vault):

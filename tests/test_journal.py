@@ -152,7 +152,8 @@ def test_only_curated_daily_rows_with_their_source_and_state(tmp_path):
     assert [(e["id"], e["state"]) for e in body["entries"]] == [("c1", "valid"), ("c2", "superseded")]
     assert body["entries"][0] == {"id": "c1", "at": "2026-09-01T07:00:00Z", "local": "2026-09-01T09:00+02:00",
                                   "text": "curated fact", "source": "daily/2026-09-01.md#^c1", "state": "valid"}
-    assert "untrusted" in body["notice"].lower() and "RunHistory" in body["notice"]
+    assert "untrusted" in body["notice"].lower() and "session history" in body["notice"]
+    assert "RunHistory" not in body["notice"]  # memvault offers no such tool
     assert str(root) not in json.dumps(body)  # no memory-root path anywhere
 
 

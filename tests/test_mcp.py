@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from memvault.cli import mcp_tools
+from memvault.cli.mcp_runtime import READ_TOOLS, WRITE_TOOLS
 from memvault.cli.mcp_tools import JOURNAL, RECALL, REMEMBER, VaultSession
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.errors import VaultLocked
@@ -24,6 +25,8 @@ from memvault.vault.locks import LivenessFence
 
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 AMS = "Europe/Amsterdam"
+RUNTIME_TOOLS = [*READ_TOOLS, *WRITE_TOOLS]
+ALL_TOOLS = [RECALL, JOURNAL, REMEMBER, *RUNTIME_TOOLS]
 
 
 def make_vault(parent: Path, name: str, memory: dict | None = None, tools: dict | None = None) -> Path:
@@ -77,9 +80,12 @@ def body_of(result) -> dict:
 
 def test_tools_offered_under_each_policy(tmp_path):
     policies = {
-        "default": ({}, {}, [RECALL, JOURNAL, REMEMBER]),
-        "recall off": ({"recallTool": {"enabled": False}}, {}, [REMEMBER]),
-        "remember off": ({"rememberTool": {"enabled": False}}, {}, [RECALL, JOURNAL]),
+        "default": ({}, {}, ALL_TOOLS),
+        "recall off": ({"recallTool": {"enabled": False}}, {}, [REMEMBER, *RUNTIME_TOOLS]),
+        "remember off": ({"rememberTool": {"enabled": False}}, {}, [RECALL, JOURNAL, *RUNTIME_TOOLS]),
+        "writeEnabled false": ({"runtime": {"writeEnabled": False}}, {}, [RECALL, JOURNAL, *READ_TOOLS]),
+        "allow SpaceRecall": ({}, {"allowedTools": ["SpaceRecall", "RuntimeMemory"]}, [RECALL, "SpaceRecall",
+                                                                                       "RuntimeMemory"]),
         "empty allow-list": ({}, {"allowedTools": []}, [RECALL]),
         "allow Remember": ({}, {"allowedTools": ["Remember"]}, [RECALL, REMEMBER]),
         "allow MemoryJournal": ({}, {"allowedTools": ["MemoryJournal"]}, [RECALL, JOURNAL]),
@@ -109,7 +115,9 @@ def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
 
     async def session(client):
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-        assert "RunHistory" in tools[RECALL].description and "conversation" in tools[RECALL].description
+        # no host tool is configured: the descriptions name none that this server does not offer
+        assert not any("RunHistory" in t.description or "SessionHistory" in t.description for t in tools.values())
+        assert "run history" in tools[RECALL].description and "conversation" in tools[RECALL].description
         assert "timeZone" in tools[JOURNAL].description and tools[JOURNAL].annotations.read_only_hint is True
         assert tools[REMEMBER].input_schema["additionalProperties"] is False
         out = {"fence held": LivenessFence(vault).is_held_elsewhere()}
@@ -217,7 +225,7 @@ def test_a_broken_vault_gets_explicit_degraded_answers_not_a_crash(tmp_path):
             assert not answer.is_error and body["hits"] == [] and body["degraded"].startswith("memory is unavailable")
     assert "Nowhere/City" in body_of(results["invalid"][1][RECALL][0])["degraded"]
     names, answers = results["damaged"]
-    assert names == [RECALL, JOURNAL, REMEMBER]
+    assert names == ALL_TOOLS
     recall = body_of(answers[RECALL][0])
     assert recall["hits"] == [] and "rebuild" in recall["degraded"]
     assert answers[JOURNAL][0].is_error and body_of(answers[JOURNAL][0])["error"]["code"] == "journal_unavailable"
@@ -232,9 +240,9 @@ def test_session_policy_in_process(tmp_path):
     session = VaultSession(str(vault), {}, tmp_path)
     session.prepare()
     try:
-        assert session.offered_tools() == [RECALL, JOURNAL, REMEMBER]
+        assert session.offered_tools() == ALL_TOOLS
         session.writable = lambda: False  # what a read-only vault reports (tests run as root)
-        assert session.offered_tools() == [RECALL, JOURNAL]
+        assert session.offered_tools() == [RECALL, JOURNAL, *READ_TOOLS]
         assert session.call(REMEMBER, {"text": "x"}).payload["error"]["code"] == "unknown_tool"
         assert session.call(RECALL, ["not", "an", "object"]).is_error
 
@@ -263,7 +271,7 @@ def test_sigterm_releases_the_fence(tmp_path):
             server.stdin.write(json.dumps(message) + "\n")
             server.stdin.flush()
         replies = [json.loads(server.stdout.readline()) for _ in range(2)]
-        assert [tool["name"] for tool in replies[1]["result"]["tools"]] == [RECALL, JOURNAL, REMEMBER]
+        assert [tool["name"] for tool in replies[1]["result"]["tools"]] == ALL_TOOLS
         assert LivenessFence(vault).is_held_elsewhere()
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0  # stdin is still open: the signal alone ends it

@@ -16,6 +16,7 @@ from memvault.indexer.search.routing import (
     RUN_HISTORY_HANDOFF,
     Route,
     guidance_for,
+    run_history_handoff,
     normalize_query,
     route_query,
 )
@@ -176,7 +177,11 @@ def test_chat_wins_over_period_when_both_could_apply():
 
 def test_guidance_texts_are_the_documented_model_facing_texts():
     assert guidance_for(Route.ACTIVE_CHAT) == ACTIVE_CHAT_GUIDANCE
-    assert guidance_for(Route.RESUME_WORK) == RUN_HISTORY_HANDOFF
+    assert guidance_for(Route.RESUME_WORK, "RunHistory") == RUN_HISTORY_HANDOFF
+    # without a host tool the handoff names none: memvault's own server offers no run history
+    assert guidance_for(Route.RESUME_WORK) == run_history_handoff(None)
+    assert "RunHistory" not in run_history_handoff(None) and "run history" in run_history_handoff(None)
+    assert "HostRuns {}" in guidance_for(Route.RESUME_WORK, "HostRuns")
     assert guidance_for(Route.BROAD_PERIOD) == JOURNAL_GUIDANCE
     assert guidance_for(Route.TARGETED) is None
     assert "conversation history" in ACTIVE_CHAT_GUIDANCE and "not searched" in ACTIVE_CHAT_GUIDANCE

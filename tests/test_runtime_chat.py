@@ -26,8 +26,9 @@ def test_ollama_request_shape_and_answer():
         model = HttpChatModel("ollama", server.url, "qwen3:8b", timeout_ms=5000)
         assert model.complete(MESSAGES, response_format_json=True) == '{"ok": true}'
         sent = server.requests_to("/api/chat")[0].json
-    assert sent == {"model": "qwen3:8b", "messages": MESSAGES, "stream": False, "options": {"temperature": 0},
-                    "format": "json"}  # fmt: skip
+    # every call is bounded (8,192 tokens without a capture OutputSpec); JSON mode stops at a run of blank lines
+    assert sent == {"model": "qwen3:8b", "messages": MESSAGES, "stream": False,
+                    "options": {"temperature": 0, "num_predict": 8192, "stop": ["\n\n\n"]}, "format": "json"}  # fmt: skip
 
 
 def test_openai_request_shape_key_header_and_v1_path():

@@ -67,12 +67,40 @@ class LlmConfig:
     endpoint: str
     timeout_ms: int
     api_key_env: str | None
+    system_role: str = "auto"  # auto | system | fold: see docs/capture.md, "Models without a system role"
+
+
+@dataclass(frozen=True)
+class HostTools:
+    """Tools the agent's host offers beside memvault's; guidance names only the ones set here."""
+
+    run_history: str | None = None
+    session_history: str | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """memory.runtime's strategy switches and idle-review settings (spec: Layered strategy)."""
+
+    strategy: str = "layered"
+    recall_mode: str = "on"
+    writeback_mode: str = "on"
+    lifecycle_enabled: bool = True
+    routing_guidance: bool = True
+    write_enabled: bool = True
+    idle_review_ms: int = 30_000
+    idle_review_enabled: bool = False  # a host switches the background review on
+    idle_min_interval_ms: int = 300_000
+    idle_max_per_session: int = 4
+    idle_max_context_chars: int = 12_000
+    idle_runtime_memory: bool = True
 
 
 @dataclass(frozen=True)
 class ToolsConfig:
     allowed_tools: tuple[str, ...] | None  # None: no allow-list
     denied_tools: tuple[str, ...]
+    host_tools: HostTools = HostTools()
 
     def permits(self, name: str) -> bool:
         """The normal app-tool policy: a deny wins; an allow-list, when present, restricts."""
@@ -92,6 +120,7 @@ class MemoryConfig:
     remember_tool_enabled: bool
     runtime_user_limit: int = 4096
     runtime_memory_limit: int = 10240
+    runtime: RuntimeSettings = RuntimeSettings()
 
     @property
     def zone(self) -> zoneinfo.ZoneInfo:
@@ -313,21 +342,45 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
             get("memory.llm.endpoint", LLM_PROVIDERS[name]),
             get("memory.llm.timeoutMs", DEFAULT_LLM_TIMEOUT_MS),
             get("memory.llm.apiKeyEnv"),
+            get("memory.llm.systemRole", "auto"),
         )
         used.update({f"memory.llm.{k}": v for k, v in zip(OBJECTS["memory.llm"], _values(llm))})
     for key in ("memory.recallTool.enabled", "memory.rememberTool.enabled", "memory.runtime.userLimit",
                 "memory.runtime.memoryLimit"):
         used[key] = get(key, LEAVES[key][1])
+    runtime_keys = [k for k in _RUNTIME_FIELDS if k in flat or k == "memory.runtime.writeEnabled"]
+    used.update({key: get(key, LEAVES[key][1]) for key in runtime_keys})
+    runtime = RuntimeSettings(**{field: get(key, LEAVES[key][1]) for key, field in _RUNTIME_FIELDS.items()})
     allowed = get("tools.allowedTools")
     used["tools.allowedTools"] = None if allowed is None else list(allowed)
     used["tools.deniedTools"] = list(get("tools.deniedTools", ()))
+    host_tools = HostTools(get("tools.hostTools.runHistory"), get("tools.hostTools.sessionHistory"))
+    used.update({f"tools.hostTools.{k}": get(f"tools.hostTools.{k}") for k in OBJECTS["tools.hostTools"]
+                 if f"tools.hostTools.{k}" in flat})  # fmt: skip
     memory = MemoryConfig(
         used["memory.mode"], used["memory.writeMode"], used["memory.timeZone"], embeddings, llm,
         used["memory.recallTool.enabled"], used["memory.rememberTool.enabled"],
-        used["memory.runtime.userLimit"], used["memory.runtime.memoryLimit"],
+        used["memory.runtime.userLimit"], used["memory.runtime.memoryLimit"], runtime,
     )  # fmt: skip
-    tools = ToolsConfig(None if allowed is None else tuple(allowed), tuple(used["tools.deniedTools"]))
+    tools = ToolsConfig(None if allowed is None else tuple(allowed), tuple(used["tools.deniedTools"]), host_tools)
     return memory, tools, used
+
+
+#: dotted memory.runtime key -> RuntimeSettings field
+_RUNTIME_FIELDS = {
+    "memory.runtime.strategy": "strategy",
+    "memory.runtime.recallMode": "recall_mode",
+    "memory.runtime.writebackMode": "writeback_mode",
+    "memory.runtime.lifecycleEnabled": "lifecycle_enabled",
+    "memory.runtime.routingGuidance": "routing_guidance",
+    "memory.runtime.writeEnabled": "write_enabled",
+    "memory.runtime.idleReviewMs": "idle_review_ms",
+    "memory.runtime.idleReview.enabled": "idle_review_enabled",
+    "memory.runtime.idleReview.minIntervalMs": "idle_min_interval_ms",
+    "memory.runtime.idleReview.maxPerSession": "idle_max_per_session",
+    "memory.runtime.idleReview.maxContextChars": "idle_max_context_chars",
+    "memory.runtime.idleReview.runtimeMemory": "idle_runtime_memory",
+}
 
 
 def _values(obj: Any) -> tuple:

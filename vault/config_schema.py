@@ -25,9 +25,25 @@ MAX_CONFIG_BYTES = 1024 * 1024
 MODES = ("lite", "journal", "bujo")
 WRITE_MODES = ("disabled", "append-host-summary", "capture")
 LLM_PROVIDERS = MappingProxyType({"ollama": "http://localhost:11434", "openai": "https://api.openai.com/v1"})
+#: how the system prompt reaches the chat model: as a system message, folded into the first user
+#: message (for chat templates without a system role), or chosen from the model's name
+SYSTEM_ROLES = ("auto", "system", "fold")
 DEFAULT_LLM_TIMEOUT_MS, MAX_LLM_TIMEOUT_MS = 60_000, 3_600_000
 MAX_EMBEDDING_DIM = 8192
 RUNTIME_LIMIT_RANGE = (256, 1024 * 1024)
+#: memory.runtime keys with a fixed set of values (the Layered strategy's switches)
+RUNTIME_CHOICES = MappingProxyType(
+    {"strategy": ("layered", "general"), "recallMode": ("on", "off"), "writebackMode": ("on", "off")}
+)
+#: memory.runtime timing and size keys: (low, high), inclusive
+RUNTIME_RANGES = MappingProxyType(
+    {
+        "memory.runtime.idleReviewMs": (1_000, 86_400_000),
+        "memory.runtime.idleReview.minIntervalMs": (0, 86_400_000),
+        "memory.runtime.idleReview.maxPerSession": (1, 1_000),
+        "memory.runtime.idleReview.maxContextChars": (1_000, 200_000),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -75,11 +91,16 @@ OBJECTS = MappingProxyType(
             "mode", "writeMode", "path", "timeZone", "embeddings", "llm", "recallTool", "rememberTool", "runtime",
         ),
         "memory.embeddings": ("provider", "model", "dim", "endpoint", "apiKeyEnv"),
-        "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv"),
+        "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv", "systemRole"),
         "memory.recallTool": ("enabled",),
         "memory.rememberTool": ("enabled",),
-        "memory.runtime": ("userLimit", "memoryLimit"),
-        "tools": ("allowedTools", "deniedTools"),
+        "memory.runtime": (
+            "userLimit", "memoryLimit", "strategy", "recallMode", "writebackMode", "lifecycleEnabled",
+            "routingGuidance", "writeEnabled", "idleReviewMs", "idleReview",
+        ),
+        "memory.runtime.idleReview": ("enabled", "minIntervalMs", "maxPerSession", "maxContextChars", "runtimeMemory"),
+        "tools": ("allowedTools", "deniedTools", "hostTools"),
+        "tools.hostTools": ("runHistory", "sessionHistory"),
     }
 )
 # Leaf key → (type, an example value for messages). The example is what a fix suggests.
@@ -99,12 +120,27 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "memory.llm.endpoint": (str, "http://localhost:11434"),
         "memory.llm.timeoutMs": (int, DEFAULT_LLM_TIMEOUT_MS),
         "memory.llm.apiKeyEnv": (str, "OPENAI_API_KEY"),
+        "memory.llm.systemRole": (str, "auto"),
         "memory.recallTool.enabled": (bool, True),
         "memory.rememberTool.enabled": (bool, True),
         "memory.runtime.userLimit": (int, 4096),
         "memory.runtime.memoryLimit": (int, 10240),
+        "memory.runtime.strategy": (str, "layered"),
+        "memory.runtime.recallMode": (str, "on"),
+        "memory.runtime.writebackMode": (str, "on"),
+        "memory.runtime.lifecycleEnabled": (bool, True),
+        "memory.runtime.routingGuidance": (bool, True),
+        "memory.runtime.writeEnabled": (bool, True),
+        "memory.runtime.idleReviewMs": (int, 30_000),
+        "memory.runtime.idleReview.enabled": (bool, False),
+        "memory.runtime.idleReview.minIntervalMs": (int, 300_000),
+        "memory.runtime.idleReview.maxPerSession": (int, 4),
+        "memory.runtime.idleReview.maxContextChars": (int, 12_000),
+        "memory.runtime.idleReview.runtimeMemory": (bool, True),
         "tools.allowedTools": (list, ["MemoryRecall", "MemoryJournal", "Remember"]),
         "tools.deniedTools": (list, []),
+        "tools.hostTools.runHistory": (str, "RunHistory"),
+        "tools.hostTools.sessionHistory": (str, "SessionHistory"),
     }
 )
 _OBJECT_EXAMPLES = {
@@ -115,7 +151,9 @@ _OBJECT_EXAMPLES = {
     "memory.recallTool": {"enabled": True},
     "memory.rememberTool": {"enabled": True},
     "memory.runtime": {"userLimit": 4096, "memoryLimit": 10240},
+    "memory.runtime.idleReview": {"enabled": True},
     "tools": {"deniedTools": []},
+    "tools.hostTools": {"runHistory": "RunHistory"},
 }
 _SECRET_KEY_NAMES = {"apikey", "api_key", "key", "token", "secret", "password", "authorization"}
 _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
@@ -397,6 +435,11 @@ def _check_llm(flat: dict[str, Any], problems: list[_Problem]) -> None:
     key_env = flat.get("memory.llm.apiKeyEnv")
     if isinstance(key_env, str) and (message := _api_key_env_problem("memory.llm.apiKeyEnv", key_env)):
         problems.append(_Problem(message, ("memory.llm.apiKeyEnv",)))
+    role = flat.get("memory.llm.systemRole")
+    if isinstance(role, str) and role not in SYSTEM_ROLES:
+        problems.append(_Problem(
+            f'memory.llm.systemRole {_show(role)} is not supported: use "auto" (the default), "system", or "fold"'
+            " (for chat templates that drop the system message, e.g. Gemma's)", ("memory.llm.systemRole",)))
 
 
 def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
@@ -433,6 +476,22 @@ def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
         value = flat.get(key)
         if value is not None and not lo <= value <= hi:
             add(key, f"{key} must be between {lo} and {hi} bytes (got {value}): the default is {LEAVES[key][1]}")
+    for name, choices in RUNTIME_CHOICES.items():
+        key = f"memory.runtime.{name}"
+        value = flat.get(key)
+        if value is not None and value not in choices:
+            add(key, f"{key} {_show(value)} is not one of {', '.join(json.dumps(c) for c in choices)}:"
+                     f" the default is {json.dumps(choices[0])}")  # fmt: skip
+    for key, (lo, hi) in RUNTIME_RANGES.items():
+        value = flat.get(key)
+        if value is not None and not lo <= value <= hi:
+            add(key, f"{key} must be between {lo} and {hi} (got {value}): the default is {LEAVES[key][1]}")
+    for name in OBJECTS["tools.hostTools"]:
+        key = f"tools.hostTools.{name}"
+        value = flat.get(key)
+        if value is not None and not _TOOL_NAME_RE.fullmatch(value):
+            add(key, f"{key} must be the name of a tool the host offers, like {json.dumps(LEAVES[key][1])} (got"
+                     f" {_got(value)}): use letters, digits and _ . : / - only, or remove it when the host has none")
     for key in ("tools.allowedTools", "tools.deniedTools"):
         for index, item in enumerate(flat.get(key, ())):
             if not isinstance(item, str) or not _TOOL_NAME_RE.fullmatch(item):

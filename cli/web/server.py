@@ -7,9 +7,10 @@ one (or is skipped, and the caller is told, when it is taken or IPv6 is off).
 
 from __future__ import annotations
 
-import socket
 import contextlib
 import signal
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -65,14 +66,23 @@ def _listen(family: int, host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(app, bound: Bound, *, on_started: Callable[[], None] | None = None) -> None:
-    """Run uvicorn on the bound sockets until SIGINT/SIGTERM (uvicorn handles both)."""
+def serve(app, bound: Bound, *, on_started: Callable[[], None] | None = None,
+          until: threading.Event | None = None) -> None:  # fmt: skip
+    """Run uvicorn on the bound sockets until SIGINT/SIGTERM, or, given `until`, until it is set.
+
+    With `until` (a face inside the vault's owner, on a thread of its own) no signal handler is
+    touched: the owner has its own, and sets the event when it stops."""
     import uvicorn
 
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False,
                             date_header=False, limit_concurrency=64, timeout_keep_alive=5)  # fmt: skip
     server = uvicorn.Server(config)
-    server.capture_signals = lambda: _stop_on_signals(server)
+    if until is None:
+        server.capture_signals = lambda: _stop_on_signals(server)
+    else:
+        server.capture_signals = contextlib.nullcontext
+        threading.Thread(target=lambda: (until.wait(), setattr(server, "should_exit", True)), daemon=True,
+                         name="memvault-web-stop").start()  # fmt: skip
     if on_started is not None:
         original = server.startup
 

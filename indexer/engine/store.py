@@ -290,7 +290,8 @@ class MemoryStore:
             raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
         if not isinstance(query, str):
             raise InvalidRecord(f"query must be text, not {type(query).__name__}")
-        routed = routed_away(query, mode)
+        run_history = self.config.tools.host_tools.run_history  # guidance names only the host's own tools
+        routed = routed_away(query, mode, run_history)
         if routed is not None:
             return routed
         try:
@@ -300,7 +301,7 @@ class MemoryStore:
         if mode == "auto":
             result = recall_auto(index.bm25, self._semantic, query)
         else:
-            result = recall_tool(index.bm25, self._semantic, query, limit)
+            result = recall_tool(index.bm25, self._semantic, query, limit, run_history=run_history)
             if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
                 from memvault.indexer.search.graph_expansion import expand_recall
 

@@ -337,6 +337,23 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
                       f"{snapshot['unexpectedFiles']} unexpected file(s) in the intake folders", "memvault inspect --json")
 
 
+def check_capture(ctx: HealthContext) -> Iterable[Finding]:
+    """What recent captures produced (counts only), and a warning when the model extracts nothing."""
+    from memvault.vault.capture.stats import not_extracting, summarize
+
+    if ctx.config.memory.write_mode != "capture":
+        return
+    summary = summarize(ctx.layout.root)
+    ctx.details["capture"] = {k: v for k, v in summary.items() if k != "recent"}
+    if summary["problem"]:
+        yield Finding("capture", WARNING, "capture_stats", ".capture-intake/capture-stats.json", summary["problem"],
+                      "nothing to do: the next capture replaces the file")
+    warning = not_extracting(summary)
+    if warning:
+        yield Finding("capture", WARNING, "not_extracting", "memory.llm", warning,
+                      "configure a larger memory.llm.model (try `memvault capture test`), then `memvault retry`")
+
+
 def _stuck_turns(dirs) -> Iterable[Finding]:
     """Due turns admitted more than a minute ago. With a live owner that is an error (it is not
     draining); with none it is a warning: they wait for the next owner, as a restart resumes them."""
@@ -405,5 +422,6 @@ register_check("vectors", check_embedding_identity)
 register_check("vector_rows", check_vector_rows, strict_only=True)
 register_check("generations", check_generations)
 register_check("intake", check_intake)
+register_check("capture", check_capture)
 register_check("replay", check_replay)
 register_check("unindexed", check_unindexed_files)

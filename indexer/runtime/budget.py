@@ -11,6 +11,10 @@ turn's state and a repeat of an in-flight query waits for it and replays. Replay
 the memory spaces the call asked for. The single document-search slot admits at most 4 records,
 2,600 query-local characters each and 6,000 in total; later document searches replay it.
 
+One Related traversal may follow, only from a (memoryBodyId, id) either attempt admitted: at
+most 4 results, 1,200 characters each, 3,600 in total (memvault's bound; the spec names none),
+deduplicated against the recall evidence; a repeat replays it.
+
 Each turn gets its own `TurnRecall`: sibling tasks, later turns and resumed activations never
 share evidence or budget.
 """
@@ -25,6 +29,7 @@ from dataclasses import dataclass, replace
 INITIAL_RESULTS, INITIAL_CHARS = 4, 3_600
 TURN_RESULTS, RESULT_CHARS, TURN_CHARS = 6, 1_200, 4_800
 DOC_RECORDS, DOC_RECORD_CHARS, DOC_TOTAL_CHARS = 4, 2_600, 6_000
+RELATED_RESULTS, RELATED_CHARS = 4, 3_600
 #: below this many characters a truncated piece is noise, not evidence
 MIN_FRAGMENT_CHARS = 80
 #: queries whose content words overlap at least this much (Jaccard) are the same question
@@ -56,11 +61,12 @@ class RecallAnswer:
     closed: bool  # no further provider query this turn
     used_results: int
     used_chars: int
+    degraded: tuple[str, ...] = ()  # one line per space that could not answer fully
 
     def to_json(self) -> dict:
         return {"query": self.query, "attempt": self.attempt, "status": self.status, "closed": self.closed,
                 "usedResults": self.used_results, "usedCharacters": self.used_chars,
-                "evidence": [e.to_json() for e in self.evidence]}  # fmt: skip
+                "evidence": [e.to_json() for e in self.evidence], "degraded": list(self.degraded)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,36 @@ class DocumentAnswer:
         return sum(len(record.excerpt) for record in self.records)
 
 
+@dataclass(frozen=True)
+class RelatedAnswer:
+    origin: Evidence
+    status: str  # searched | replayed
+    evidence: tuple[Evidence, ...]
+
+    def to_json(self) -> dict:
+        return {"from": {"memoryBodyId": self.origin.space_id, "id": self.origin.id}, "status": self.status,
+                "usedResults": len(self.evidence), "usedCharacters": _chars(self.evidence),
+                "evidence": [e.to_json() for e in self.evidence]}  # fmt: skip
+
+
+class NotAdmitted(ValueError):
+    """A Related traversal asked to start from a record no Recall attempt of this turn admitted."""
+
+
+class Found(list):
+    """A search's candidates, best first, with the spaces that could not answer fully."""
+
+    def __init__(self, items=(), degraded: Sequence[str] = ()) -> None:
+        super().__init__(items)
+        self.degraded = tuple(degraded)
+
+
+def _degraded(found: Sequence[Evidence]) -> tuple[str, ...]:
+    return getattr(found, "degraded", ())
+
+
 Search = Callable[[str, tuple[str, ...]], Sequence[Evidence]]
+RelatedSearch = Callable[[Evidence], Sequence[Evidence]]
 DocumentSearch = Callable[[str, int], Sequence[DocumentRecord]]
 
 
@@ -118,8 +153,11 @@ class TurnRecall:
         search: Search,
         granted: Sequence[str],
         documents: DocumentSearch | None = None,
+        related: RelatedSearch | None = None,
     ) -> None:
         self._search = search
+        self._related = related
+        self._related_answer: RelatedAnswer | None = None
         self._granted = tuple(dict.fromkeys(granted))
         self._documents = documents
         self._lock = threading.Lock()  # parallel calls share this turn's state, one at a time
@@ -152,15 +190,18 @@ class TurnRecall:
     def _initial(self, query: str, scope: tuple[str, ...]) -> RecallAnswer:
         found = self._search(query, scope)
         admitted = admit(found, results=INITIAL_RESULTS, chars=INITIAL_CHARS)
-        return RecallAnswer(query, "initial", "searched", tuple(admitted), False, len(admitted), _chars(admitted))
+        return RecallAnswer(query, "initial", "searched", tuple(admitted), False, len(admitted), _chars(admitted),
+                            _degraded(found))  # fmt: skip
 
     def _refine(self, query: str, scope: tuple[str, ...]) -> RecallAnswer:
         first = self._attempts[0][1]
         seen = {(e.space_id, e.id) for e in first.evidence}
-        fresh = [e for e in self._search(query, scope) if (e.space_id, e.id) not in seen]
+        found = self._search(query, scope)
+        fresh = [e for e in found if (e.space_id, e.id) not in seen]
         admitted = admit(fresh, results=TURN_RESULTS - first.used_results, chars=TURN_CHARS - first.used_chars)
         used_results, used_chars = first.used_results + len(admitted), first.used_chars + _chars(admitted)
-        return RecallAnswer(query, "refinement", "searched", tuple(admitted), True, used_results, used_chars)
+        return RecallAnswer(query, "refinement", "searched", tuple(admitted), True, used_results, used_chars,
+                            _degraded(found))  # fmt: skip
 
     def search_documents(self, query: str) -> DocumentAnswer:
         """The turn's single document-search slot; every later call replays its answer."""
@@ -177,6 +218,23 @@ class TurnRecall:
                 left -= len(piece)
             self._document_answer = DocumentAnswer(query, "searched", tuple(records))
             return self._document_answer
+
+    def related(self, space_id: str, memory_id: str) -> RelatedAnswer:
+        """The turn's one Related traversal, from an admitted (memoryBodyId, id); repeats replay it."""
+        with self._lock:
+            admitted = {(e.space_id, e.id): e for _, answer in self._attempts for e in answer.evidence}
+            origin = admitted.get((space_id, memory_id))
+            if origin is None:
+                raise NotAdmitted(
+                    f"({space_id!r}, {memory_id!r}) was not admitted by a Recall attempt this turn: Related starts"
+                    " only from a memoryBodyId and id that Recall returned"
+                )
+            if self._related_answer is not None:
+                return replace(self._related_answer, status="replayed")
+            found = [e for e in (self._related(origin) if self._related else ()) if (e.space_id, e.id) not in admitted]
+            kept = admit(found, results=RELATED_RESULTS, chars=RELATED_CHARS)
+            self._related_answer = RelatedAnswer(origin, "searched", tuple(kept))
+            return self._related_answer
 
     def admitted(self) -> set[tuple[str, str]]:
         """(memoryBodyId, id) pairs either attempt admitted: the only valid Related starting points."""

@@ -21,14 +21,14 @@ from datetime import datetime
 from pathlib import Path
 
 from memvault.indexer.engine.store import locate_vault
-from memvault.indexer.runtime.budget import DocumentRecord, Evidence, TurnRecall
+from memvault.indexer.runtime.budget import DocumentRecord, Evidence, Found, TurnRecall
 from memvault.indexer.runtime.maintenance import Maintenance
 from memvault.indexer.runtime.recall import FusedRecall, SpaceWrite, recall_spaces, search_documents, write_to_space
 from memvault.indexer.services.chat import ChatModel, chat_model_from_config
 from memvault.vault.clock import utc_now
 from memvault.vault.config import Config, load_config
 from memvault.vault.documents import DEFAULT_DOCUMENTS_LIMIT, DocumentReceipt, DocumentStore
-from memvault.vault.errors import CredentialRefused, InvalidRecord, ProviderUnavailable
+from memvault.vault.errors import CredentialRefused, InvalidRecord, ProviderUnavailable, VaultError
 from memvault.vault.runtime.activity import Switches
 from memvault.vault.runtime.commit import Boundary
 from memvault.vault.runtime.entries import CapacityExceeded
@@ -38,6 +38,7 @@ from memvault.vault.runtime.wake import WakeSnapshot, build_wake
 from memvault.vault.spaces import Space, SpaceCatalog
 
 SPACES_DIR = "spaces"
+MAX_RELATED_QUERY_CHARS = 1_200
 
 
 class RuntimeService:
@@ -79,10 +80,8 @@ class RuntimeService:
         root = locate_vault(path, env, Path.cwd())
         config = load_config(root, env)
         if chat is None:
-            try:
-                chat = chat_model_from_config(config, env)
-            except ProviderUnavailable as exc:
-                chat = _UnavailableChat(exc)  # only a write that needs the model fails, with this reason
+            chat = chat_or_reason(config, env)
+        kwargs.setdefault("switches", switches_from_config(config))
         return cls(root, config, chat=chat, **kwargs)
 
     # --- runtime memory ------------------------------------------------------------------------
@@ -151,17 +150,28 @@ class RuntimeService:
 
     def begin_turn(self, granted: Sequence[str] | None = None) -> TurnRecall:
         """A fresh budget for one executing agent turn, pinned to the spaces active right now."""
-        pinned = tuple(granted) if granted is not None else self.active_space_ids()
+        problem = None
+        try:
+            pinned = tuple(granted) if granted is not None else self.active_space_ids()
+        except VaultError as exc:  # an unreadable catalog: recall says so; documents still work
+            pinned, problem = (), f"memory spaces unavailable: {exc}"
 
-        def search(query: str, scope: tuple[str, ...]) -> list[Evidence]:
+        def search(query: str, scope: tuple[str, ...]) -> Found:
+            if problem or not scope:
+                return Found((), (problem or "no active memory space to recall from",))
             fused = recall_spaces(self.spaces, query, scope)
-            return [Evidence(hit.space_id, hit.id, hit.text, hit.source) for hit in fused.hits]
+            return Found((Evidence(hit.space_id, hit.id, hit.text, hit.source) for hit in fused.hits), fused.degraded)
 
         def documents(query: str, window: int) -> list[DocumentRecord]:
             hits = search_documents(self.documents, query, window)
             return [DocumentRecord(hit.id, hit.title, hit.path, hit.excerpt) for hit in hits]
 
-        return TurnRecall(search, pinned, documents)
+        def related(origin: Evidence) -> list[Evidence]:
+            # the record's nearest neighbours in its own space: the same hybrid recall, seeded by its text
+            fused = recall_spaces(self.spaces, origin.text[:MAX_RELATED_QUERY_CHARS], (origin.space_id,))
+            return [Evidence(h.space_id, h.id, h.text, h.source) for h in fused.hits if h.id != origin.id]
+
+        return TurnRecall(search, pinned, documents, related)
 
     # --- wake ----------------------------------------------------------------------------------
 
@@ -178,11 +188,32 @@ class RuntimeService:
         return build_wake(view, self.documents.list(), self.spaces.model_catalog())
 
 
+def switches_from_config(config: Config) -> Switches:
+    """The spec's switches as the vault's config (memory.runtime.*) sets them."""
+    settings = config.memory.runtime
+    return Switches(
+        strategy=settings.strategy,
+        recall_mode=settings.recall_mode,
+        writeback_mode=settings.writeback_mode,
+        lifecycle_enabled=settings.lifecycle_enabled,
+        routing_guidance=settings.routing_guidance,
+        write_enabled=settings.write_enabled,
+    )
+
+
+def chat_or_reason(config: Config, env: Mapping[str, str]) -> ChatModel | None:
+    """The configured chat model; one that cannot be built fails only the write that needs it."""
+    try:
+        return chat_model_from_config(config, env)
+    except ProviderUnavailable as exc:
+        return _UnavailableChat(exc)
+
+
 class _UnavailableChat:
     """Stands in for a configured model that cannot be built (e.g. its API key is unset)."""
 
     def __init__(self, error: ProviderUnavailable) -> None:
         self.error = error
 
-    def complete(self, messages, *, response_format_json: bool) -> str:
+    def complete(self, messages, *, response_format_json: bool, output=None) -> str:
         raise ProviderUnavailable(str(self.error))

@@ -165,9 +165,11 @@ def _http_error(exc: urllib.error.HTTPError, where: str, target: HttpTarget) -> 
     finally:
         exc.close()
     detail = f": {excerpt(raw)!r}" if raw else ""
-    return ProviderUnavailable(
+    error = ProviderUnavailable(
         f"{where}: HTTP {exc.code} {exc.reason}{detail}: {_status_fix(exc.code, target)}"
     )
+    error.http_status = exc.code  # a chat client tells "this server rejects the schema" (400) from an outage
+    return error
 
 
 def _connect_error(reason: Any, where: str, target: HttpTarget, timeout_s: float) -> ProviderUnavailable:

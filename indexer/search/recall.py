@@ -13,7 +13,7 @@ from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
 from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
 from memvault.indexer.search.coverage import coverage
 from memvault.indexer.search.hybrid import CANDIDATE_DEPTH, Fused, fuse
-from memvault.indexer.search.routing import RUN_HISTORY_HANDOFF, Route, guidance_for, route_query
+from memvault.indexer.search.routing import Route, guidance_for, route_query, run_history_handoff
 from memvault.indexer.search.supersession import superseded_ids
 from memvault.vault.errors import ProviderUnavailable, VaultError
 
@@ -74,22 +74,25 @@ def exclude_superseded(bm25: Bm25Index, fused: list[Fused]) -> tuple[list[Fused]
     return [entry for entry in fused if entry.key.rpartition("#")[2] not in retired], None
 
 
-def routed_away(query: str, mode: str) -> RecallResult | None:
-    """Guidance without a backend call for active-chat and resume questions, else None."""
+def routed_away(query: str, mode: str, run_history: str | None = None) -> RecallResult | None:
+    """Guidance without a backend call for active-chat and resume questions, else None.
+    `run_history`: the host's run-history tool when it offers one (`tools.hostTools.runHistory`)."""
     route = route_query(query)
     if route in (Route.ACTIVE_CHAT, Route.RESUME_WORK):
-        return RecallResult(query, mode, (), guidance=guidance_for(route))
+        return RecallResult(query, mode, (), guidance=guidance_for(route, run_history))
     return None
 
 
-def recall_tool(bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool") -> RecallResult:
+def recall_tool(
+    bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None
+) -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence."""
     candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit)
     hits = tuple(_hit(entry, row) for entry, row in candidates)
     route = route_query(query)
     guidance = guidance_for(route) if route is Route.BROAD_PERIOD else None
     if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
-        guidance = RUN_HISTORY_HANDOFF
+        guidance = run_history_handoff(run_history)
     return RecallResult(query, mode, hits, degraded=degraded, guidance=guidance)
 
 

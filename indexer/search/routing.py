@@ -39,11 +39,23 @@ ACTIVE_CHAT_GUIDANCE = (
 )
 #: The conditional exact handoff for interrupted-run recovery. MemoryRecall returns it for a
 #: resume request and repeats it on every empty response, so the agent stops rephrasing memory
-#: searches for evidence that run history owns.
-RUN_HISTORY_HANDOFF = (
-    "If you are picking up, continuing or recovering interrupted work and the RunHistory tool is "
-    "available, call RunHistory {} first; durable memory does not hold run state."
-)
+#: searches for evidence that run history owns. It names a tool only when the host said it offers
+#: one (`tools.hostTools.runHistory`): memvault's own server has no run-history tool.
+def run_history_handoff(tool: str | None = None) -> str:
+    if tool:
+        return (
+            f"If you are picking up, continuing or recovering interrupted work and the {tool} tool is "
+            f"available, call {tool} {{}} first; durable memory does not hold run state."
+        )
+    return (
+        "If you are picking up, continuing or recovering interrupted work, start from the host's own "
+        "record of that run (the conversation, or the host's run history if it offers one); durable "
+        "memory does not hold run state."
+    )
+
+
+#: the handoff as a host that names its tool RunHistory sees it
+RUN_HISTORY_HANDOFF = run_history_handoff("RunHistory")
 #: Guidance for a broad retrospective over an explicit period.
 JOURNAL_GUIDANCE = (
     "This is a broad question about an explicit period. If the MemoryJournal tool is available, "
@@ -57,13 +69,15 @@ MAX_ROUTED_CHARS = 400
 
 _GUIDANCE = {
     Route.ACTIVE_CHAT: ACTIVE_CHAT_GUIDANCE,
-    Route.RESUME_WORK: RUN_HISTORY_HANDOFF,
     Route.BROAD_PERIOD: JOURNAL_GUIDANCE,
 }
 
 
-def guidance_for(route: Route) -> str | None:
-    """The model-facing text for a route; None for TARGETED (search memory as usual)."""
+def guidance_for(route: Route, run_history: str | None = None) -> str | None:
+    """The model-facing text for a route; None for TARGETED (search memory as usual).
+    `run_history`: the host's run-history tool, if it offers one (only that name is given out)."""
+    if route is Route.RESUME_WORK:
+        return run_history_handoff(run_history)
     return _GUIDANCE.get(route)
 
 

@@ -41,8 +41,10 @@ from memvault.indexer.maintenance.replay_index import capture_blocked_reason, ve
 from memvault.indexer.search.bm25 import STOPWORDS
 from memvault.indexer.search.supersession import superseded_ids
 from memvault.vault.capture.commit import commit_plan
-from memvault.vault.capture.pipeline import plan_capture
-from memvault.vault.capture.plan import SemanticPlan, read_plan, write_plan
+from memvault.vault.capture.fields import EmptyExtraction, ModelOutputInvalid
+from memvault.vault.capture.pipeline import plan_capture, turn_text
+from memvault.vault.capture.plan import ADD_FACT, SUPERSEDE_FACT, UPDATE_FACT, SemanticPlan, read_plan, write_plan
+from memvault.vault.capture.stats import CaptureRun, is_substantive, now_ts, record_run
 from memvault.vault.capture.prompt import Candidate
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, ProviderUnavailable, VaultError
 from memvault.vault.ids import content_hash
@@ -153,7 +155,7 @@ class CaptureService:
         return self._model
 
     def warn(self, intake_id: str, category: str) -> None:
-        self.warnings.append(f"capture of {intake_id[:16]}… failed ({category}); the turn stays pending and is retried")
+        self.warnings.append(f"capture of {intake_id[:16]}… failed ({category}); see `memvault inspect {intake_id[:16]}…`")
 
     # --- the strong path: an admitted intake record ----------------------------------------------
 
@@ -169,15 +171,33 @@ class CaptureService:
             if plan is not None and plan.payload_sha256 != record.payload_sha256:
                 raise InvalidRecord(f"the retained plan of run {record.id} belongs to another payload: move "
                                     f".capture-intake/plans/{record.id}.json aside and run `memvault inspect`")
+            model = CountingModel(self.model())
             if plan is None:
-                plan = plan_capture(record, model=self.model(), finder=IndexCandidateFinder(self.store),
-                                    vault_zone=self.store.time_zone, now=now, hook=hook, checkpoint=checkpoint)  # fmt: skip
+                try:
+                    plan = plan_capture(record, model=model, finder=IndexCandidateFinder(self.store),
+                                        vault_zone=self.store.time_zone, now=now, hook=hook, checkpoint=checkpoint)  # fmt: skip
+                except EmptyExtraction:
+                    record_run(layout.root, _empty_run(record, model, now))
+                    raise
                 write_plan(layout.root, plan)
                 hit(hook, "capture.plan_written")
             if checkpoint is not None:
                 checkpoint()
             self.commit(plan, hook)
+            # observability only: written after the commit, so a crash here loses a row, never a fact
+            record_run(layout.root, _run_row(plan, record, model, now, replayed))
         return _outcome(plan, replayed)
+
+    def dry_run(self, text: str, *, now: datetime) -> CaptureTest:
+        """`memvault capture test`: one sample turn through the configured model; writes nothing."""
+        record = direct_record(text, now, now)
+        model = CountingModel(self.model())
+        try:
+            plan = plan_capture(record, model=model, finder=IndexCandidateFinder(self.store),
+                                vault_zone=self.store.time_zone, now=now)  # fmt: skip
+        except ModelOutputInvalid as exc:  # EmptyExtraction included: that IS the answer to show
+            return CaptureTest(None, exc.code, str(exc), model.calls, model.repairs, is_substantive(text))
+        return CaptureTest(plan, None, None, model.calls, model.repairs, is_substantive(text))
 
     def commit(self, plan: SemanticPlan, hook: CrashHook | None = None, authority: str = "capture") -> None:
         """Apply a plan and prove the serving index holds its replay delta. Idempotent."""
@@ -204,6 +224,45 @@ class CaptureService:
                                 vault_zone=self.store.time_zone, now=now)  # fmt: skip
             self.commit(plan, authority="direct")
         return _outcome(plan, False)
+
+
+class CountingModel:
+    """The configured model, counting calls and repair calls (content-free capture stats)."""
+
+    def __init__(self, model):
+        self._model, self.calls, self.repairs = model, 0, 0
+        self._last: list | None = None
+
+    def complete(self, messages, *, response_format_json: bool, output=None) -> str:
+        self.calls += 1
+        # a repair call re-sends the previous conversation and adds to it
+        self.repairs += self._last is not None and list(messages[: len(self._last)]) == self._last
+        self._last = list(messages)
+        return self._model.complete(messages, response_format_json=response_format_json, output=output)
+
+
+@dataclass(frozen=True)
+class CaptureTest:
+    """What `capture test` found: the plan that would be committed, or why there is none."""
+
+    plan: SemanticPlan | None
+    failure: str | None  # invalid_model_output | empty_extraction
+    problem: str | None
+    calls: int
+    repairs: int
+    substantive: bool
+
+
+def _run_row(plan: SemanticPlan, record: IntakeRecord, model: CountingModel, now: datetime, replayed: bool) -> CaptureRun:
+    actions = [fact.action for fact in plan.facts]
+    calls = plan.model_calls if replayed else model.calls  # a replay makes no call: count the plan's
+    return CaptureRun(record.id, now_ts(now), actions.count(ADD_FACT), actions.count(UPDATE_FACT),
+                      actions.count(SUPERSEDE_FACT), len(plan.noops), calls, model.repairs,
+                      not plan.facts and not plan.noops, is_substantive(turn_text(record)))  # fmt: skip
+
+
+def _empty_run(record: IntakeRecord, model: CountingModel, now: datetime) -> CaptureRun:
+    return CaptureRun(record.id, now_ts(now), 0, 0, 0, 0, model.calls, model.repairs, True, True)
 
 
 def direct_record(text: str, at: datetime, now: datetime) -> IntakeRecord:

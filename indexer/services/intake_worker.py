@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from memvault.vault.capture.fields import ModelOutputInvalid
+from memvault.vault.capture.fields import EmptyExtraction, ModelOutputInvalid
 from memvault.vault.errors import (
     Conflict,
     IndexUnavailable,
@@ -81,6 +81,7 @@ def failure_category(exc: BaseException) -> str:
         (VaultLocked, "vault_locked"),
         (IndexUnavailable, "index_unavailable"),
         (ProviderUnavailable, "provider_unavailable"),
+        (EmptyExtraction, "empty_extraction"),
         (ModelOutputInvalid, "invalid_model_output"),
         (InvalidRecord, "invalid_note"),
         (OSError, "io_error"),

@@ -1,6 +1,7 @@
 """The extraction answer: up to eight atomic memories with their entities and relations.
 
-Grammar (the prompt in `vault/capture/prompt.py` states the same, word for word in spirit):
+Grammar (declared once as `EXTRACTION_SHAPE`, which also yields the JSON Schema sent to the
+model; the prompt in `vault/capture/prompt.py` states the same in words):
 
     {"memories":  [ {"text": SAFE(500), "salience": 0..1, "entities": [REF, ...0..8]} ...0..8 ],
      "entities":  [ {"ref": REF, "name": SAFE(80), "type": TYPE} ...0..24 ],
@@ -22,6 +23,8 @@ import re
 from dataclasses import dataclass
 
 from memvault.vault.capture.fields import Fields, load_exact
+from memvault.vault.capture.schema import ArrayOf, Choice, Pattern, Record, SafeText, UnitNumber, output_spec
+from memvault.vault.capture.schema import check as check_shape
 
 MAX_MEMORIES = 8
 MAX_ENTITIES = 24
@@ -32,7 +35,6 @@ MAX_NAME_CHARS = 80
 ENTITY_TYPES = ("person", "project", "organization", "concept", "place", "tool", "event", "time")
 REF_RE = re.compile(r"e[1-9][0-9]?")
 RELATION_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
-_TOP_KEYS = {"memories", "entities", "relations"}
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,32 @@ class Extraction:
         return next(entity for entity in self.entities if entity.ref == ref)
 
 
+#: the answer's shape: the structural half of the parser and the JSON Schema sent to the model
+EXTRACTION_SHAPE = Record((
+    ("memories", ArrayOf(Record((
+        ("text", SafeText(MAX_MEMORY_CHARS)),
+        ("salience", UnitNumber()),
+        ("entities", ArrayOf(Pattern(REF_RE, "e1 … e99", 3), 0, MAX_ENTITIES_PER_MEMORY, unique=True)),
+    )), 0, MAX_MEMORIES)),
+    ("entities", ArrayOf(Record((
+        ("ref", Pattern(REF_RE, "e1 … e99", 3)),
+        ("name", SafeText(MAX_NAME_CHARS)),
+        ("type", Choice(ENTITY_TYPES)),
+    )), 0, MAX_ENTITIES)),
+    ("relations", ArrayOf(Record((
+        ("from", Pattern(REF_RE, "e1 … e99", 3)),
+        ("relation", Pattern(RELATION_RE, "lowercase snake_case (^[a-z][a-z0-9_]{0,39}$)", 40)),
+        ("to", Pattern(REF_RE, "e1 … e99", 3)),
+    )), 0, MAX_RELATIONS)),
+))  # fmt: skip
+EXTRACTION_OUTPUT = output_spec("memvault_extraction", EXTRACTION_SHAPE)
+
+
 def parse_extraction(text: object) -> Extraction:
     """The extraction in a completion, or ModelOutputInvalid (see the module docstring)."""
     check = Fields("extraction answer")
-    top = check.object(load_exact(text, "extraction"), _TOP_KEYS, "the answer")
+    top = load_exact(text, "extraction")
+    check_shape(EXTRACTION_SHAPE, top, "the answer", check)
     entities = _entities(check, top["entities"])
     declared = {entity.ref for entity in entities}
     memories = _memories(check, top["memories"], declared)
@@ -86,17 +110,14 @@ def _ref_order(ref: str) -> int:
     return int(ref[1:])
 
 
-def _entities(check: Fields, value: object) -> list[ExtractedEntity]:
-    items = check.array(value, "entities", 0, MAX_ENTITIES)
+# The shape is already checked: what follows are the rules a JSON Schema cannot state.
+
+
+def _entities(check: Fields, items: list) -> list[ExtractedEntity]:
     entities, refs, names = [], set(), set()
-    for position, raw in enumerate(items):
+    for position, item in enumerate(items):
         where = f"entities[{position}]"
-        item = check.object(raw, {"ref", "name", "type"}, where)
-        ref = check.pattern(item["ref"], REF_RE, f"{where}.ref", "e1 … e99")
-        name = check.safe_text(item["name"], f"{where}.name", MAX_NAME_CHARS)
-        kind = item["type"]
-        if kind not in ENTITY_TYPES:
-            raise check.fail(f"{where}.type must be one of {', '.join(ENTITY_TYPES)}")
+        ref, name, kind = item["ref"], item["name"], item["type"]
         if ref in refs:
             raise check.fail(f"{where}.ref {ref} is declared twice")
         identity = (name.casefold(), kind)
@@ -108,37 +129,26 @@ def _entities(check: Fields, value: object) -> list[ExtractedEntity]:
     return entities
 
 
-def _memories(check: Fields, value: object, declared: set[str]) -> list[ExtractedMemory]:
-    items = check.array(value, "memories", 0, MAX_MEMORIES)
+def _memories(check: Fields, items: list, declared: set[str]) -> list[ExtractedMemory]:
     memories, texts = [], set()
-    for index, raw in enumerate(items):
+    for index, item in enumerate(items):
         where = f"memories[{index}]"
-        item = check.object(raw, {"text", "salience", "entities"}, where)
-        text = check.safe_text(item["text"], f"{where}.text", MAX_MEMORY_CHARS)
-        salience = check.unit_number(item["salience"], f"{where}.salience")
-        refs = check.array(item["entities"], f"{where}.entities", 0, MAX_ENTITIES_PER_MEMORY)
+        text, refs = item["text"], item["entities"]
         for ref in refs:
-            check.pattern(ref, REF_RE, f"{where}.entities[]", "e1 … e99")
             if ref not in declared:
                 raise check.fail(f"{where}.entities names {ref}, which is not declared in entities")
-        if len(set(refs)) != len(refs):
-            raise check.fail(f"{where}.entities names an entity twice")
         if text.casefold() in texts:
             raise check.fail(f"{where}.text repeats an earlier memory (ambiguous)")
         texts.add(text.casefold())
-        memories.append(ExtractedMemory(index, text, salience, tuple(refs)))
+        memories.append(ExtractedMemory(index, text, float(item["salience"]), tuple(refs)))
     return memories
 
 
-def _relations(check: Fields, value: object, declared: set[str]) -> list[ExtractedRelation]:
-    items = check.array(value, "relations", 0, MAX_RELATIONS)
+def _relations(check: Fields, items: list, declared: set[str]) -> list[ExtractedRelation]:
     relations, seen = [], set()
-    for position, raw in enumerate(items):
+    for position, item in enumerate(items):
         where = f"relations[{position}]"
-        item = check.object(raw, {"from", "relation", "to"}, where)
-        source = check.pattern(item["from"], REF_RE, f"{where}.from", "e1 … e99")
-        target = check.pattern(item["to"], REF_RE, f"{where}.to", "e1 … e99")
-        relation = check.pattern(item["relation"], RELATION_RE, f"{where}.relation", "lowercase snake_case (^[a-z][a-z0-9_]{0,39}$)")
+        source, relation, target = item["from"], item["relation"], item["to"]
         for ref in (source, target):
             if ref not in declared:
                 raise check.fail(f"{where} names {ref}, which is not declared in entities")

@@ -39,6 +39,12 @@ class ModelOutputInvalid(InvalidRecord):
     code = "invalid_model_output"
 
 
+class EmptyExtraction(ModelOutputInvalid):
+    """A valid but empty extraction of a substantive turn: not a success (see stats.py)."""
+
+    code = "empty_extraction"
+
+
 def _depth(value: Any, level: int = 1) -> int:
     if isinstance(value, dict):
         return max([level] + [_depth(v, level + 1) for v in value.values()])

@@ -169,7 +169,7 @@ def _plan_from_json(body: dict) -> SemanticPlan:
         raise ValueError("version, id or createdAt")
     if not _DAY_RE.fullmatch(body["day"]) or not _TIME_RE.fullmatch(body["time"]):
         raise ValueError("day or time")
-    if type(body["modelCalls"]) is not int or body["modelCalls"] not in (1, 2):
+    if type(body["modelCalls"]) is not int or body["modelCalls"] not in (1, 2, 3, 4):  # each call may need one repair
         raise ValueError("modelCalls")
     facts = tuple(_fact_from_json(item) for item in body["facts"])
     noops = tuple((_int(item["index"]), _id(item["target"])) for item in body["noops"] if set(item) == {"index", "target"})

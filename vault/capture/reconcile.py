@@ -27,16 +27,12 @@ from dataclasses import dataclass
 
 from memvault.vault.capture.extraction import MAX_MEMORY_CHARS
 from memvault.vault.capture.fields import Fields, load_exact
+from memvault.vault.capture.schema import ArrayOf, Choice, Integer, OutputSpec, Record, SafeText, Tagged, offered_choice, output_spec
+from memvault.vault.capture.schema import check as check_shape
 
 ADD, NOOP, UPDATE, SUPERSEDE = "ADD", "NOOP", "UPDATE", "SUPERSEDE"
 ACTIONS = (ADD, NOOP, UPDATE, SUPERSEDE)
 REPLACING = (UPDATE, SUPERSEDE)
-_SHAPES = {
-    ADD: {"index", "action"},
-    NOOP: {"index", "action", "target"},
-    UPDATE: {"index", "action", "target", "text"},
-    SUPERSEDE: {"index", "action", "target", "text"},
-}
 
 
 @dataclass(frozen=True)
@@ -47,43 +43,42 @@ class Decision:
     text: str | None = None
 
 
+def reconciliation_shape(offered: Mapping[int, Sequence[str]]) -> Record:
+    """The answer's shape for one call: its offered indexes and supplied ids are part of it."""
+    index = ("index", Integer(tuple(sorted(offered)), "was not offered for reconciliation"))
+    target = ("target", offered_choice([cid for ids in offered.values() for cid in ids]))
+    text = ("text", SafeText(MAX_MEMORY_CHARS))
+    variants = (
+        (ADD, Record((index, ("action", Choice((ADD,)))))),
+        (NOOP, Record((index, ("action", Choice((NOOP,))), target))),
+        (UPDATE, Record((index, ("action", Choice((UPDATE,))), target, text))),
+        (SUPERSEDE, Record((index, ("action", Choice((SUPERSEDE,))), target, text))),
+    )
+    return Record((("decisions", ArrayOf(Tagged("action", variants), len(offered), len(offered))),))
+
+
+def reconciliation_output(offered: Mapping[int, Sequence[str]]) -> OutputSpec:
+    return output_spec("memvault_reconciliation", reconciliation_shape(offered))
+
+
 def parse_reconciliation(text: object, offered: Mapping[int, Sequence[str]]) -> dict[int, Decision]:
     """Decisions by memory index, or ModelOutputInvalid (see the module docstring)."""
     check = Fields("reconciliation answer")
-    top = check.object(load_exact(text, "reconciliation"), {"decisions"}, "the answer")
-    items = check.array(top["decisions"], "decisions", len(offered), len(offered))
+    top = load_exact(text, "reconciliation")
+    check_shape(reconciliation_shape(offered), top, "the answer", check)
     decisions: dict[int, Decision] = {}
-    for position, raw in enumerate(items):
-        decision = _decision(check, raw, f"decisions[{position}]", offered)
+    # the shape is checked; what follows are the rules a JSON Schema cannot state
+    for position, item in enumerate(top["decisions"]):
+        where = f"decisions[{position}]"
+        decision = Decision(item["index"], item["action"], item.get("target"), item.get("text"))
         if decision.index in decisions:
-            raise check.fail(f"decisions[{position}] decides index {decision.index} a second time")
+            raise check.fail(f"{where} decides index {decision.index} a second time")
+        if decision.target is not None and decision.target not in offered[decision.index]:
+            raise check.fail(f"{where}.target must be one of the candidate ids supplied for index {decision.index}")
         decisions[decision.index] = decision
-    missing = sorted(set(offered) - set(decisions))
-    if missing:
-        raise check.fail(f"no decision for offered indexes {missing} (every offered memory needs one)")
+    # len(offered) decisions, each on an offered index, none twice: every offered index is decided
     _refuse_collisions(check, decisions.values())
     return decisions
-
-
-def _decision(check: Fields, raw: object, where: str, offered: Mapping[int, Sequence[str]]) -> Decision:
-    if not isinstance(raw, dict):
-        raise check.fail(f"{where} must be an object")
-    action = raw.get("action")
-    if action not in ACTIONS:
-        raise check.fail(f"{where}.action must be exactly one of {', '.join(ACTIONS)}")
-    item = check.object(raw, _SHAPES[action], f"{where} ({action})")
-    index = check.integer(item["index"], f"{where}.index")
-    if index not in offered:
-        raise check.fail(f"{where}.index {index} was not offered for reconciliation")
-    if action == ADD:
-        return Decision(index, ADD)
-    target = item["target"]
-    if not isinstance(target, str) or target not in offered[index]:
-        raise check.fail(f"{where}.target must be one of the candidate ids supplied for index {index}")
-    if action == NOOP:
-        return Decision(index, NOOP, target)
-    replacement = check.safe_text(item["text"], f"{where}.text", MAX_MEMORY_CHARS)
-    return Decision(index, action, target, replacement)
 
 
 def _refuse_collisions(check: Fields, decisions) -> None:

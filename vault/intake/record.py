@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from memvault.vault.errors import InvalidRecord
-from memvault.vault.intake.backoff import MAX_ATTEMPTS
+from memvault.vault.intake.backoff import MAX_ATTEMPTS, MAX_INVALID_OUTPUT_ATTEMPTS
 from memvault.vault.intake.files import MAX_RECORD_BYTES, is_intake_id
 from memvault.vault.strict_json import loads_strict
 
@@ -49,6 +49,7 @@ FAILURE_CATEGORIES = (
     "provider_unavailable",
     "ledger_integrity",
     "invalid_model_output",  # capture: the chat model's answer broke the strict grammar
+    "empty_extraction",  # capture: the model extracted nothing from a substantive turn
     "io_error",
     "unexpected",
 )
@@ -98,6 +99,9 @@ class IntakeRecord:
     last_attempt_at: datetime | None = None
     failure: str | None = None
     projection: str | None = None
+    #: failed attempts whose model answer was unusable (their own, smaller budget: backoff.py);
+    #: written as "invalidAttempts" only when non-zero, so older records keep their bytes
+    invalid_attempts: int = 0
 
     @property
     def payload_sha256(self) -> str:
@@ -172,6 +176,8 @@ def render_record(record: IntakeRecord) -> bytes:
         "tier": record.tier,
         "v": FORMAT_VERSION,
     }
+    if record.invalid_attempts:
+        body["invalidAttempts"] = record.invalid_attempts
     return _canonical(body) + b"\n"
 
 
@@ -263,7 +269,8 @@ def _parse_payload(check: _Strict) -> Payload:
 def parse_record(data: bytes, expected_id: str, where: str) -> IntakeRecord:
     """The record in `data`, which must be exactly what `render_record` writes for `expected_id`."""
     check = _Strict(where, _load(data, where))
-    check.keys(_RECORD_KEYS)
+    optional = {"invalidAttempts"} & set(check.data) if isinstance(check.data, dict) else set()
+    check.keys(_RECORD_KEYS | optional)
     if check.data["v"] != FORMAT_VERSION or type(check.data["v"]) is not int:
         raise check.fail(f"format version {check.data['v']!r} is not {FORMAT_VERSION}")
     record = IntakeRecord(
@@ -279,6 +286,7 @@ def parse_record(data: bytes, expected_id: str, where: str) -> IntakeRecord:
         last_attempt_at=check.timestamp("lastAttemptAt", nullable=True),
         failure=check.choice("failure", FAILURE_CATEGORIES, nullable=True),
         projection=check.matching("projection", _PROJECTION_RE, "a projected bullet reference", nullable=True),
+        invalid_attempts=check.integer("invalidAttempts", 1, MAX_INVALID_OUTPUT_ATTEMPTS) if optional else 0,
     )
     _check_identity(check, record.id, expected_id, record.payload_sha256)
     if render_record(record) != data:

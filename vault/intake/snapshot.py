@@ -11,6 +11,7 @@ import os
 from datetime import datetime
 
 from memvault.vault.errors import InvalidRecord, VaultError
+from memvault.vault.intake.backoff import MAX_INVALID_OUTPUT_ATTEMPTS
 from memvault.vault.intake.files import DEAD, PENDING, RESOLVED, IntakeDirs, is_intake_id
 from memvault.vault.intake.ledger import Ledger
 from memvault.vault.intake.record import AWAITING_CAPTURE, PENDING_STATE, IntakeRecord, Receipt, format_ts
@@ -34,6 +35,9 @@ def describe_record(record: IntakeRecord, folder: str, now: datetime) -> dict:
         "completedAt": _ts(record.completed_at),
         "admittedAt": _ts(record.admitted_at),
         "attempts": record.attempts,
+        # unusable model answers spend their own, smaller budget (vault/intake/backoff.py)
+        "invalidOutputAttempts": record.invalid_attempts,
+        "invalidOutputBudget": MAX_INVALID_OUTPUT_ATTEMPTS,
         "revision": record.revision,
         "due": record.is_due(now),
         "nextAttemptAt": _ts(record.due_at()) if record.state == PENDING_STATE else None,

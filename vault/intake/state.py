@@ -22,7 +22,7 @@ from datetime import datetime
 
 from memvault.vault.errors import Conflict, InvalidRecord, VaultError
 from memvault.vault.fsio import atomic_write, fsync_dir
-from memvault.vault.intake.backoff import MAX_ATTEMPTS, delay_after, is_exhausted
+from memvault.vault.intake.backoff import MAX_ATTEMPTS, delay_after, is_exhausted, is_invalid_output
 from memvault.vault.intake.files import (
     DEAD,
     PENDING,
@@ -135,11 +135,14 @@ def record_failure(
         return None
     folder, record = found
     attempts = record.attempts + 1
-    if not is_exhausted(attempts):
-        updated = record.evolve(attempts=attempts, failure=category, last_attempt_at=now, next_attempt_at=now + delay_after(attempts))
+    invalid = record.invalid_attempts + (1 if is_invalid_output(category) else 0)
+    if not is_exhausted(attempts, invalid, category):
+        updated = record.evolve(attempts=attempts, invalid_attempts=invalid, failure=category, last_attempt_at=now,
+                                next_attempt_at=now + delay_after(attempts))  # fmt: skip
         write_record(dirs, folder, updated)
         return updated
-    dead = record.evolve(state=DEAD_STATE, attempts=attempts, failure=category, last_attempt_at=now, next_attempt_at=None)
+    dead = record.evolve(state=DEAD_STATE, attempts=attempts, invalid_attempts=invalid, failure=category,
+                         last_attempt_at=now, next_attempt_at=None)  # fmt: skip
     write_record(dirs, folder, dead)
     hit(hook, "dead.rewritten")
     move_durably(dirs.record_path(folder, intake_id), dirs.record_path(DEAD, intake_id))
@@ -168,7 +171,7 @@ def make_due(dirs: IntakeDirs, intake_id: str, now: datetime, hook: CrashHook | 
     if record.state == AWAITING_CAPTURE:
         return "awaiting_capture"
     if record.state == DEAD_STATE:
-        revived = record.evolve(state=PENDING_STATE, attempts=0, next_attempt_at=now)
+        revived = record.evolve(state=PENDING_STATE, attempts=0, invalid_attempts=0, next_attempt_at=now)
         write_record(dirs, folder, revived)
         hit(hook, "retry.rewritten")
         move_durably(dirs.record_path(folder, intake_id), dirs.record_path(PENDING, intake_id))

@@ -22,7 +22,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from memvault.vault.errors import IndexUnavailable, InvalidConfig, InvalidRecord, ProviderUnavailable, UnsafePath, VaultError
+from memvault.vault.errors import (
+    IndexUnavailable,
+    InvalidConfig,
+    InvalidRecord,
+    ProviderUnavailable,
+    UnsafePath,
+    VaultError,
+)
 
 log = logging.getLogger("memvault.web")
 MAX_PARAM_CHARS = 2_000

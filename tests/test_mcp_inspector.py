@@ -1,0 +1,59 @@
+"""The official MCP Inspector (CLI mode) lists and calls the runtime tools of `memvault mcp`.
+
+Runs `npx -y @modelcontextprotocol/inspector --cli <memvault> --vault V mcp --method …`, the way
+docs/mcp.md tells a person to check a server. Skipped, with the reason, when `npx` is missing
+or the package cannot be fetched; any other failure fails the test.
+"""
+
+import json
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.test_mcp import ALL_TOOLS, MEMVAULT, make_vault
+
+INSPECTOR = "@modelcontextprotocol/inspector"
+NOT_FETCHED = ("ENOTFOUND", "E404", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "network request")
+
+
+def inspector(vault, *args: str) -> dict:
+    command = ["npx", "-y", INSPECTOR, "--cli", MEMVAULT, "--vault", str(vault), "mcp", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=vault.parent)
+    if done.returncode != 0 and any(marker in done.stderr for marker in NOT_FETCHED):
+        pytest.skip(f"the MCP Inspector could not be fetched from npm: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def call(vault, tool: str, **arguments) -> dict:
+    pairs = [f"{key}={value}" for key, value in arguments.items()]
+    reply = inspector(vault, "--method", "tools/call", "--tool-name", tool, *(["--tool-arg", *pairs] if pairs else []))
+    assert not reply["isError"], reply
+    return reply["structuredContent"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npx (node/npm) is not installed")
+def test_the_inspector_lists_and_calls_the_runtime_tools(tmp_path):
+    vault = make_vault(tmp_path, "v")
+    listed = inspector(vault, "--method", "tools/list")
+    assert [tool["name"] for tool in listed["tools"]] == ALL_TOOLS
+    added = call(vault, "RuntimeMemory", action="add", target="USER", content="Prefers metric units.", importance=4)
+    assert added["status"] == "added" and added["revision"] == 1
+    created = call(vault, "DocumentCreate", title="Deploy window", body="Tuesdays 14:00 UTC.")
+    assert created["id"] == "deploy-window"
+    with ThreadPoolExecutor(max_workers=2) as pool:  # read-only calls, each its own server process
+        found, recalled, status, spaces, wake = pool.map(lambda job: job(), [
+            lambda: call(vault, "DocumentSearch", query="deploy window"),
+            lambda: call(vault, "SpaceRecall", query="deployment color"),
+            lambda: call(vault, "MemoryStatus"),
+            lambda: call(vault, "SpaceList"),
+            lambda: inspector(vault, "--method", "resources/read", "--uri", "memvault://wake"),
+        ])  # fmt: skip
+    assert [record["id"] for record in found["records"]] == ["deploy-window"]
+    assert recalled["attempt"] == "initial" and recalled["degraded"] == ["no active memory space to recall from"]
+    assert status["runtime"]["USER"]["entries"] == 1 and status["documents"] == {"active": 1}
+    assert spaces == {"spaces": []}
+    assert "Prefers metric units." in wake["contents"][0]["text"]
