@@ -5,6 +5,7 @@ import json
 import threading
 import time
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -271,3 +272,19 @@ def test_a_retained_plan_survives_a_rebuild_that_changes_the_embedding_provider(
         IntakeWorker(rebuilt, clock=clock).process_due()
         assert [h.text for h in rebuilt.recall("Who owns the billing migration?").hits][:1] == ["Dana owns the billing migration."]
     assert state(root, "run-1")["outcome"] == "captured" and script.calls["extraction"] == 1
+
+
+def test_capture_writes_into_the_daily_notes_layout_the_vault_keeps(tmp_path, server):
+    """A vault kept in the Daily Notes plugin's `daily/YYYY/MM/` layout gets its captured facts there."""
+    root, _script = vault(tmp_path, server, lambda _t: extraction(memory("Priya moved the offsite to Lisbon.")), add_only)
+    clock = Clock()
+    day = clock().astimezone(ZoneInfo("Europe/Amsterdam")).date()
+    (root / "daily" / f"{day.year:04d}").mkdir(parents=True)
+    with store_for(root, clock) as store:
+        capture(store, clock, "run-nested", "the offsite moves to Lisbon")
+        hits = store.recall("offsite Lisbon").hits
+    nested = root / "daily" / f"{day.year:04d}" / f"{day.month:02d}" / f"{day.isoformat()}.md"
+    assert "Priya moved the offsite to Lisbon." in nested.read_text()
+    assert not (root / "daily" / f"{day.isoformat()}.md").exists()
+    assert hits and hits[0].source.startswith(f"daily/{day.year:04d}/{day.month:02d}/")
+    assert f"daily/{day.year:04d}/{day.month:02d}/{day.isoformat()}.md" in (root / "graph.jsonl").read_text()

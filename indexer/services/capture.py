@@ -203,7 +203,7 @@ class CaptureService:
         """Apply a plan and prove the serving index holds its replay delta. Idempotent."""
         with VaultLock(self.store.layout.root):
             published = commit_plan(self.store.layout, plan, hook, authority=authority)
-            self.store.index_notes([plan.note])
+            self.store.index_notes([plan.note_in(self.store.layout)])
             generation = self.store._writable_index().generation
             write_projection(generation, published)
             verify_projection(generation, published)

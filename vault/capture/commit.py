@@ -49,16 +49,17 @@ def write_facts(layout: VaultLayout, plan: SemanticPlan) -> bool:
     """Append every planned fact not yet in its note (one CAS write); False when all were there."""
     facts = sorted(plan.facts, key=lambda fact: fact.index)
     bullets = [NewBullet(fact.text, fact.id, plan.time) for fact in facts]
-    return bool(bullets) and bool(append_bullets_once(layout, plan.note, plan.day, bullets))
+    return bool(bullets) and bool(append_bullets_once(layout, plan.note_in(layout), plan.day, bullets))
 
 
 def apply_graph(root: Path, plan: SemanticPlan, read: tuple[Graph, bytes | None] | None = None) -> bool:
     """Add the plan's entities, per-fact associations and relations; True when the file changed."""
     graph, old = read_graph(root) if read is None else read
+    note = plan.note_in(VaultLayout(root))
     for entity_id, name, kind in plan.entities:
         graph.add_entity(Entity(entity_id, name, kind))
     for fact in plan.facts:
-        graph.add_fact(FactLink(fact.id, fact.entities, fact.salience, plan.note))
+        graph.add_fact(FactLink(fact.id, fact.entities, fact.salience, note))
     for source, relation, target in plan.relations:
         graph.add_relation(source, relation, target)
     return write_graph(root, old, graph)

@@ -27,7 +27,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +88,9 @@ class SemanticPlan:
     entities: tuple[tuple[str, str, str], ...]  # (id, name, type), sorted by id
     relations: tuple[tuple[str, str, str], ...]  # (from id, relation, to id), sorted
 
-    @property
-    def note(self) -> str:
-        return f"daily/{self.day}.md"
+    def note_in(self, layout) -> str:
+        """The daily note the facts go to: where the vault keeps that day (flat or `YYYY/MM/`)."""
+        return layout.note_relpath("daily", date.fromisoformat(self.day))
 
     def to_json(self) -> dict[str, Any]:
         return {
