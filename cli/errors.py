@@ -6,6 +6,7 @@ import sys
 import click
 
 from memvault.vault.errors import VaultError
+from memvault.vault.storage_errors import storage_error
 
 JSON_META_KEY = "memvault.json_output"
 EXIT_ERROR = 1
@@ -39,7 +40,17 @@ class ErrorTranslatingGroup(click.Group):
         try:
             return super().invoke(ctx)
         except VaultError as exc:
-            if ctx.meta.get(JSON_META_KEY):
-                emit_json({"error": {"code": exc.code, "message": str(exc)}})
-                sys.exit(EXIT_ERROR)
-            raise click.ClickException(str(exc)) from exc
+            fail(ctx, exc)
+        except OSError as exc:  # a full disk, a read-only mount, a permission: typed, named, no traceback
+            typed = storage_error(exc)
+            if typed is None:
+                raise
+            fail(ctx, typed)
+
+
+def fail(ctx: click.Context, exc: VaultError):
+    """Exit 1 with the error's message: a JSON error object under --json, else click's `Error: ...`."""
+    if ctx.meta.get(JSON_META_KEY):
+        emit_json({"error": {"code": exc.code, "message": str(exc)}})
+        sys.exit(EXIT_ERROR)
+    raise click.ClickException(str(exc)) from exc

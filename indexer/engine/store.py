@@ -35,6 +35,7 @@ from memvault.vault.errors import IndexUnavailable, InvalidRecord, NotAVault, Va
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout, find_vault, is_vault
 from memvault.vault.locks import VaultLock
+from memvault.vault.storage_errors import translates_storage_errors
 
 RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
@@ -121,6 +122,7 @@ class MemoryStore:
 
     # --- writes ------------------------------------------------------------------------------
 
+    @translates_storage_errors
     def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
         """Store one explicit fact in `daily/` and index it; idempotent by content."""
         fact = prepare_fact(text)
@@ -135,6 +137,7 @@ class MemoryStore:
         status = "added" if written.written else "completed"
         return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
 
+    @translates_storage_errors
     def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None) -> SyncReport:
         """Index every note whose bytes changed since the index saw it (hand edits, crashes).
 
@@ -156,6 +159,7 @@ class MemoryStore:
             return SyncOutcome.skipped_because("another memvault process holds the vault lock")
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
 
+    @translates_storage_errors
     def rebuild(self, progress: ProgressCallback | None = None, *, hook: BoundaryHook | None = None) -> RebuildReport:
         """Build a new index generation from the files alone, then swap it in atomically.
 
@@ -177,6 +181,7 @@ class MemoryStore:
                 finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
         return _rebuild_report(generation, time.monotonic() - started)
 
+    @translates_storage_errors
     def compact(self, *, hook: BoundaryHook | None = None) -> bool:
         """Rewrite the serving generation from its own rows, without the deleted ones.
 
@@ -398,6 +403,7 @@ class MemoryStore:
             self._capture_queue = CaptureQueue(CaptureService(self), self._clock)
         return self._capture_queue.offer(text, at if at is not None else self._clock())
 
+    @translates_storage_errors
     def consolidate(self):
         """Regenerate index.md (recent days, counts, top entities, duplicate groups); no model call,
         canonical memory untouched. Returns a ConsolidationReport (indexer/maintenance/consolidate.py)."""
@@ -414,6 +420,7 @@ class MemoryStore:
         relpath, _, block_id = receipt.source.partition("#^")
         return Projection(relpath, block_id, written=receipt.status == "added")
 
+    @translates_storage_errors
     def index_notes(self, relpaths: Iterable[str]) -> None:
         """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""
         with self._lock:

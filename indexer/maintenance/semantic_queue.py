@@ -44,6 +44,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def clear_marker(path: Path) -> None:
+    """Remove a lag marker if there is one. Nothing is touched when there is none: on a read-only
+    vault even unlinking a missing file fails (EROFS), and a reader never made a marker."""
+    if os.path.lexists(path):
+        path.unlink(missing_ok=True)
+
+
 def delta_size(delta: IndexDelta) -> tuple[int, int]:
     items = len(delta.upserts) + len(delta.removed)
     return items, sum(len(passage(r).encode("utf-8")) for r in delta.upserts)
@@ -97,7 +104,7 @@ class SemanticQueue:
         if self._thread is not None:
             self._thread.join(timeout=1.0)
         if drained and self.lag_reason is None:
-            marker_path(self._index_dir).unlink(missing_ok=True)
+            clear_marker(marker_path(self._index_dir))
         return drained
 
     def _ensure_thread(self) -> None:

@@ -15,6 +15,7 @@ from typing import Iterable
 
 import tantivy
 
+from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.records import MemoryRecord
 
@@ -97,10 +98,18 @@ class Bm25Index:
                 folder.mkdir(parents=True, exist_ok=True)
             elif not (folder / "meta.json").is_file():
                 raise IndexUnavailable(f"no BM25 index at {folder}: run `memvault rebuild`")
-            self._index = tantivy.Index(self.schema, path=str(folder), reuse=not create)
+            self._read_only = not create and needs_snapshot(folder)
+            self._index = self._open_tantivy(folder, create)
         except ValueError as exc:
             raise IndexUnavailable(f"BM25 index at {folder} cannot be opened ({exc}): run `memvault rebuild`") from exc
         self._searcher: tantivy.Searcher | None = None
+
+    def _open_tantivy(self, folder: Path, create: bool) -> tantivy.Index:
+        if not self._read_only:
+            return tantivy.Index(self.schema, path=str(folder), reuse=not create)
+        # a read-only vault: Tantivy cannot take its lock file here, so read a private copy
+        self._snapshot_stamp = meta_stamp(folder)
+        return tantivy.Index(self.schema, path=str(take_snapshot(folder, self)), reuse=True)
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -111,6 +120,8 @@ class Bm25Index:
 
     def refresh(self) -> None:
         """See commits made since the last search (by this or another process)."""
+        if self._read_only and meta_stamp(self.folder) != self._snapshot_stamp:
+            self._index = self._open_tantivy(self.folder, create=False)  # committed elsewhere: copy again
         self._index.reload()
         self._searcher = None
 
