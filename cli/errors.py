@@ -42,7 +42,7 @@ class ErrorTranslatingGroup(click.Group):
         except VaultError as exc:
             fail(ctx, exc)
         except OSError as exc:  # a full disk, a read-only mount, a permission: typed, named, no traceback
-            typed = storage_error(exc)
+            typed = storage_error(exc, (ctx.obj or {}).get("vault_path") if isinstance(ctx.obj, dict) else None)
             if typed is None:
                 raise
             fail(ctx, typed)

@@ -8,6 +8,7 @@ Writes happen under the vault lock: canonical file first, then the index, in one
 section. Reads use the serving index generation and follow commits made by other processes.
 """
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,6 +22,7 @@ from memvault.indexer.maintenance.generations import (
     Manifest,
     activate,
     current_generation,
+    discard_generation_on_failure,
     remove_stray_generations,
 )
 from memvault.indexer.maintenance.replay_index import finish_rebuild, project_generation
@@ -31,7 +33,7 @@ from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now
 from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
-from memvault.vault.errors import IndexUnavailable, InvalidRecord, NotAVault, VaultLocked
+from memvault.vault.errors import IndexUnavailable, InvalidRecord, NotAVault, StorageError, VaultLocked
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout, find_vault, is_vault
 from memvault.vault.locks import VaultLock
@@ -81,6 +83,9 @@ class MemoryStore:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
+    #: why `open` could not sync the index with the files (a full disk), or None; recall says so
+    unsynced: str | None = None
+
     @classmethod
     def open(
         cls,
@@ -96,7 +101,10 @@ class MemoryStore:
         store = cls(VaultLayout(root), load_config(root, env, overrides))
         store.env = dict(env)  # the chat model's API key variable is read from here, never os.environ
         if sync:
-            store.sync()
+            try:
+                store.sync()
+            except StorageError as exc:  # a full disk: reads are served from the index as it was
+                store.unsynced = f"index not brought up to date with the files: {exc}"
         return store
 
     def close(self) -> None:
@@ -173,12 +181,13 @@ class MemoryStore:
                 guard(self.layout, self.config)
             with self._lock:
                 remove_stray_generations(self.layout.index_dir)
-            generation = self._build_generation(progress, hook)
-            if hook is not None:
-                hook("rebuild.built")
-            with self._lock:
-                self._swap_in(generation, hook)
-                finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
+            with discard_generation_on_failure(self.layout.index_dir, self._lock):
+                generation = self._build_generation(progress, hook)
+                if hook is not None:
+                    hook("rebuild.built")
+                with self._lock:
+                    self._swap_in(generation, hook)
+                    finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
         return _rebuild_report(generation, time.monotonic() - started)
 
     @translates_storage_errors
@@ -272,6 +281,8 @@ class MemoryStore:
 
                 result = expand_recall(self.layout.root, index.bm25, result, limit)
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
+        if self.unsynced and not result.degraded:
+            result = dataclasses.replace(result, degraded=self.unsynced)
         return result
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:

@@ -17,7 +17,8 @@ and are diffed against the rows the index really holds (see `indexer/maintenance
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,22 @@ def remove_stray_generations(index_dir: Path) -> list[str]:
     for name in removed:
         shutil.rmtree(index_dir / name, ignore_errors=True)
     return removed
+
+
+@contextmanager
+def discard_generation_on_failure(index_dir: Path, vault_lock) -> Iterator[None]:
+    """Around a rebuild's build and swap (caller holds the rebuild lock): when it fails (a full
+    disk, a provider outage, an interrupt), the half-built generation is removed at once, so the
+    failure leaves the index exactly as it was instead of a stray folder for the next rebuild."""
+    try:
+        yield
+    except BaseException:
+        try:
+            with vault_lock:
+                remove_stray_generations(index_dir)
+        except Exception:  # noqa: BLE001 - cleanup must not hide why the rebuild failed
+            pass
+        raise
 
 
 def _number(name: str) -> int:

@@ -17,6 +17,7 @@ import tantivy
 
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
+from memvault.vault.storage_errors import storage_error
 from memvault.vault.records import MemoryRecord
 
 SCHEMA_VERSION = 3  # 2: neighbour context field `ctx`; 3: `ctx` stored, for question coverage
@@ -101,6 +102,7 @@ class Bm25Index:
             self._read_only = not create and needs_snapshot(folder)
             self._index = self._open_tantivy(folder, create)
         except ValueError as exc:
+            raise_storage_refusal(exc, folder)
             raise IndexUnavailable(f"BM25 index at {folder} cannot be opened ({exc}): run `memvault rebuild`") from exc
         self._searcher: tantivy.Searcher | None = None
 
@@ -269,6 +271,20 @@ def passage_of(doc: tantivy.Document) -> tuple[str, str]:
     return doc["text"][0], (doc.get_all("ctx") or [""])[0]
 
 
+_OS_ERROR_RE = re.compile(r"\(os error (\d{1,4})\)")
+
+
+def raise_storage_refusal(exc: ValueError, folder: Path) -> None:
+    """Tantivy reports a full disk or a read-only folder as a ValueError whose text carries
+    "(os error 28)": raise it as the StorageError it is (naming the folder), else return."""
+    found = _OS_ERROR_RE.search(str(exc))
+    if found is None:
+        return
+    typed = storage_error(OSError(int(found.group(1)), str(exc), str(folder)))
+    if typed is not None:
+        raise typed from exc
+
+
 class Bm25Writer:
     """Batch of adds/deletes committed together on `commit()` (or discarded on `rollback()`)."""
 
@@ -277,6 +293,7 @@ class Bm25Writer:
         try:
             self._writer = index._index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
         except ValueError as exc:
+            raise_storage_refusal(exc, index.folder)
             raise IndexUnavailable(
                 f"cannot open a writer on {index.folder} ({exc}): another process may be writing; retry"
             ) from exc
@@ -310,8 +327,12 @@ class Bm25Writer:
         return count
 
     def commit(self) -> None:
-        self._writer.commit()
-        self._writer.wait_merging_threads()
+        try:
+            self._writer.commit()
+            self._writer.wait_merging_threads()
+        except ValueError as exc:
+            raise_storage_refusal(exc, self._index.folder)
+            raise
         self._writer = None  # releases Tantivy's writer lock now, not at garbage collection
         self._index.refresh()
 
