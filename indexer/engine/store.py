@@ -320,11 +320,17 @@ class MemoryStore:
         not be read whole (unreadable, not UTF-8, oversized, merge-conflict markers)."""
         from memvault.indexer.journal.query import JournalScan
 
-        self.sync(relpaths)
+        try:
+            self.sync(relpaths)
+            unsynced: list[str] = []
+        except StorageError:  # a full disk: answer from the index, and name the notes it lags behind
+            index = self._readable_index()
+            unsynced = [path for path in index.stale_paths(self.layout, relpaths)
+                        if path in index.manifest.files or (self.layout.root / path).exists()]
         index = self._readable_index()
         rows = [row for path in relpaths for row in index.rows_of(path).values()]
         incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
-        return JournalScan(rows, incomplete)
+        return JournalScan(rows, sorted(set(incomplete) | set(unsynced)))
 
     # --- durable intake (logic in vault/intake/ and indexer/services/intake_worker.py) ------------------
 

@@ -18,6 +18,7 @@ from memvault.indexer.search.context import passage
 MAX_QUEUE_ITEMS = 256
 MAX_QUEUE_BYTES = 2 * 1024 * 1024
 MARKER_PREFIX = "lag-"
+MARKER_MODE = 0o600
 
 
 def marker_path(index_dir: Path, pid: int | None = None) -> Path:
@@ -116,7 +117,11 @@ class SemanticQueue:
         path = marker_path(self._index_dir)
         if not path.exists():
             self._index_dir.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(b"")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, MARKER_MODE)
+            try:
+                os.fchmod(fd, MARKER_MODE)  # machine state: owner-only whatever the umask
+            finally:
+                os.close(fd)
 
     def _work(self) -> None:
         while True:

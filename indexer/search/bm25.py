@@ -6,8 +6,12 @@ grammar as-is: it is reduced to words first, so `09:14`, `color:blue` or an unba
 are searched as words and can never raise.
 """
 
+import errno
 import hashlib
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -271,18 +275,44 @@ def passage_of(doc: tantivy.Document) -> tuple[str, str]:
     return doc["text"][0], (doc.get_all("ctx") or [""])[0]
 
 
-_OS_ERROR_RE = re.compile(r"\(os error (\d{1,4})\)")
+#: free space below which a writer that died of an unnamed I/O error is taken to have hit a full disk
+_LOW_SPACE_BYTES = 1024 * 1024
+_OS_ERROR_RE = re.compile(r"\(os error (\d{1,4})\)|\bOs \{ code: (\d{1,4}),")
 
 
 def raise_storage_refusal(exc: ValueError, folder: Path) -> None:
     """Tantivy reports a full disk or a read-only folder as a ValueError whose text carries
-    "(os error 28)": raise it as the StorageError it is (naming the folder), else return."""
+    "(os error 28)" or "Os { code: 28, ...": raise it as the StorageError it is (naming the folder), else return."""
     found = _OS_ERROR_RE.search(str(exc))
-    if found is None:
+    if found is not None:
+        code = int(found.group(1) or found.group(2))
+    elif "io" in str(exc).lower() and _disk_full(folder):  # "An index writer was killed ... io::Error"
+        code = errno.ENOSPC
+    else:
         return
-    typed = storage_error(OSError(int(found.group(1)), str(exc), str(folder)))
+    typed = storage_error(OSError(code, str(exc), str(folder)))
     if typed is not None:
         raise typed from exc
+
+
+@contextmanager
+def tantivy_refusals(folder: Path) -> Iterator[None]:
+    """`raise_storage_refusal` for every Tantivy call inside the block."""
+    try:
+        yield
+    except ValueError as exc:
+        raise_storage_refusal(exc, folder)
+        raise
+
+
+def _disk_full(folder: Path) -> bool:
+    """Tantivy's writer threads die without naming their errno; a device with (almost) no free
+    block left is the cause a person can fix."""
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < _LOW_SPACE_BYTES
 
 
 class Bm25Writer:
@@ -299,12 +329,18 @@ class Bm25Writer:
             ) from exc
 
     def delete_path(self, path: str) -> None:
-        self._writer.delete_documents_by_term("path", path)
+        with tantivy_refusals(self._index.folder):
+            self._writer.delete_documents_by_term("path", path)
 
     def delete_key(self, key: str) -> None:
-        self._writer.delete_documents_by_term("key", key)
+        with tantivy_refusals(self._index.folder):
+            self._writer.delete_documents_by_term("key", key)
 
     def add(self, records: Iterable[MemoryRecord]) -> int:
+        with tantivy_refusals(self._index.folder):
+            return self._add(records)
+
+    def _add(self, records: Iterable[MemoryRecord]) -> int:
         count = 0
         for record in records:
             self._writer.add_document(
@@ -327,12 +363,9 @@ class Bm25Writer:
         return count
 
     def commit(self) -> None:
-        try:
+        with tantivy_refusals(self._index.folder):
             self._writer.commit()
             self._writer.wait_merging_threads()
-        except ValueError as exc:
-            raise_storage_refusal(exc, self._index.folder)
-            raise
         self._writer = None  # releases Tantivy's writer lock now, not at garbage collection
         self._index.refresh()
 
