@@ -12,7 +12,7 @@ from datetime import datetime
 from memvault.vault.clock import local_day_and_time, zone
 from memvault.vault.credentials import refuse_credentials
 from memvault.vault.errors import InvalidRecord
-from memvault.vault.fsio import fsync_dir, read_bytes_nofollow
+from memvault.vault.fsio import PUBLIC_DIR_MODE, fsync_dir, make_dir, read_bytes_nofollow
 from memvault.vault.ids import memory_id, normalize_text, without_bidi_controls
 from memvault.vault.layout import DAILY, VaultLayout
 from memvault.vault.locks import replace_if_unchanged
@@ -80,7 +80,7 @@ def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: 
     """
     path = resolve_inside(layout.root, relpath)
     if not path.parent.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(path.parent, PUBLIC_DIR_MODE, parents=True)  # daily/, audit/: 0755 whatever the umask
         fsync_dir(layout.root)
     try:
         old = read_bytes_nofollow(path)

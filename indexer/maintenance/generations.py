@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import atomic_write, fsync_dir
+from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, fsync_dir, make_dir
 
 #: checks run by `rebuild` before it touches anything; each raises a VaultError to refuse.
 #: Called as guard(layout, config). The intake registers the spec's refusal here (a retained
@@ -149,13 +149,11 @@ def new_generation(index_dir: Path) -> Path:
     Two processes may race for the same number (a rebuild and a first write building inline);
     the loser of `mkdir` takes the next number.
     """
-    index_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(index_dir, MACHINE_DIR_MODE, parents=True)
     for _ in range(_NEW_GENERATION_ATTEMPTS):
         numbers = [_number(name) for name in generation_names(index_dir)]
         folder = index_dir / f"gen-{max(numbers, default=0) + 1:06d}"
-        try:
-            folder.mkdir()
-        except FileExistsError:
+        if not make_dir(folder, MACHINE_DIR_MODE):
             continue
         fsync_dir(index_dir)
         return folder
@@ -168,7 +166,7 @@ def activate(index_dir: Path, generation: Path, hook: Callable[[str], None] | No
     Never drops a generation numbered above the new one: that is a rebuild still building.
     """
     previous = _pointer_name(index_dir)
-    atomic_write(index_dir / POINTER, (generation.name + "\n").encode("ascii"), mode=0o644)
+    atomic_write(index_dir / POINTER, (generation.name + "\n").encode("ascii"), mode=MACHINE_FILE_MODE)
     if hook is not None:
         hook("rebuild.swapped")
     keep = {generation.name, previous}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from memvault.indexer.maintenance.sync import IndexDelta
 from memvault.indexer.search.context import passage
+from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir
 
 MAX_QUEUE_ITEMS = 256
 MAX_QUEUE_BYTES = 2 * 1024 * 1024
@@ -116,7 +117,7 @@ class SemanticQueue:
     def _mark_lagging(self) -> None:
         path = marker_path(self._index_dir)
         if not path.exists():
-            self._index_dir.mkdir(parents=True, exist_ok=True)
+            make_dir(self._index_dir, MACHINE_DIR_MODE, parents=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, MARKER_MODE)
             try:
                 os.fchmod(fd, MARKER_MODE)  # machine state: owner-only whatever the umask

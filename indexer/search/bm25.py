@@ -21,6 +21,7 @@ import tantivy
 
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
+from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, restrict_files
 from memvault.vault.storage_errors import storage_error
 from memvault.vault.records import MemoryRecord
 
@@ -100,7 +101,7 @@ class Bm25Index:
         self.schema = _schema()
         try:
             if create:
-                folder.mkdir(parents=True, exist_ok=True)
+                make_dir(folder, MACHINE_DIR_MODE, parents=True)
             elif not (folder / "meta.json").is_file():
                 raise IndexUnavailable(f"no BM25 index at {folder}: run `memvault rebuild`")
             self._read_only = not create and needs_snapshot(folder)
@@ -112,7 +113,10 @@ class Bm25Index:
 
     def _open_tantivy(self, folder: Path, create: bool) -> tantivy.Index:
         if not self._read_only:
-            return tantivy.Index(self.schema, path=str(folder), reuse=not create)
+            index = tantivy.Index(self.schema, path=str(folder), reuse=not create)
+            if create:
+                restrict_files(folder)
+            return index
         # a read-only vault: Tantivy cannot take its lock file here, so read a private copy
         self._snapshot_stamp = meta_stamp(folder)
         return tantivy.Index(self.schema, path=str(take_snapshot(folder, self)), reuse=True)
@@ -366,6 +370,7 @@ class Bm25Writer:
         with tantivy_refusals(self._index.folder):
             self._writer.commit()
             self._writer.wait_merging_threads()
+        restrict_files(self._index.folder)  # Tantivy creates its files with the umask's mode
         self._writer = None  # releases Tantivy's writer lock now, not at garbage collection
         self._index.refresh()
 
