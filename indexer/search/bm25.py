@@ -184,6 +184,25 @@ class Bm25Index:
         hits = [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, 16).hits]
         return min(hits, key=lambda hit: hit.key) if hits else None
 
+    def sources_by_content_hash(self, hashes: list[str], kind: str = "curated") -> dict[str, list[str]]:
+        """Every row source (`daily/…md#^id`) holding each content hash, sorted; one query for all."""
+        if not hashes:
+            return {}
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "kind", kind)),
+                (tantivy.Occur.Must, tantivy.Query.boolean_query(
+                    [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "chash", h)) for h in set(hashes)])),
+            ]
+        )
+        searcher = self._current_searcher()
+        found: dict[str, list[str]] = {}
+        stored = sum(searcher.doc_freq("chash", h) for h in set(hashes))  # counts deleted rows too: a bound
+        for _, address in searcher.search(query, max(stored, 1)).hits:
+            row = row_of(searcher.doc(address))
+            found.setdefault(row.content_hash, []).append(row.source)
+        return {h: sorted(sources) for h, sources in found.items()}
+
     def get_by_keys(self, keys: list[str]) -> dict[str, Bm25Hit]:
         """Stored rows for these keys (absent keys are simply missing from the result)."""
         return {key: row_of(doc) for key, doc in self.docs_by_keys(keys).items()}
