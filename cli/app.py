@@ -11,7 +11,7 @@ import click
 from memvault.cli.errors import ErrorTranslatingGroup
 
 
-@click.group(cls=ErrorTranslatingGroup)
+@click.group(cls=ErrorTranslatingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--vault",
     "vault_path",

@@ -5,7 +5,6 @@ Heavy modules (tantivy, hnswlib, wordllama) are imported inside the commands tha
 """
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -82,12 +81,13 @@ def search_command(ctx: click.Context, query: str, limit: int, mode: str, explai
 @click.pass_context
 def rebuild_command(ctx: click.Context, json_: bool) -> None:
     """Recreate every derived index from the files alone."""
-    from memvault.cli.render import progress_reporter
+    from memvault.cli.progress import phase_progress, progress_enabled
 
-    with open_store(ctx, sync=False) as store, progress_reporter(enabled=not json_ and sys.stderr.isatty()) as progress:
-        from memvault.cli.watch_commands import crash_hook_from_env
+    with phase_progress(progress_enabled(json_), opening="Opening the vault…") as progress:
+        with open_store(ctx, sync=False) as store:
+            from memvault.cli.watch_commands import crash_hook_from_env
 
-        report = store.rebuild(progress=progress, hook=crash_hook_from_env())
+            report = store.rebuild(progress=progress, hook=crash_hook_from_env())
     if json_:
         emit_json(report.to_json())
         return

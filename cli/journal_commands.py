@@ -16,7 +16,8 @@ from memvault.cli.errors import emit_json, json_option
 @click.argument("from_date", metavar="[FROM]", required=False)
 @click.argument("through_date", metavar="[THROUGH]", required=False)
 @click.option("--tz", "time_zone", default=None, metavar="ZONE",
-              help="IANA zone FROM and THROUGH are local dates in (e.g. Europe/Amsterdam); required, never guessed.")
+              help="IANA zone FROM and THROUGH are local dates in (e.g. Europe/Amsterdam). Default: the vault's "
+                   "own zone (memory.timeZone in its config); never the machine's.")
 @click.option("--limit", type=int, default=None, help="Entries per page: default 10, at most 25.")
 @click.option("--cursor", default=None,
               help="Continue from a previous page's cursor (give nothing else: range and limit are fixed).")
@@ -27,11 +28,15 @@ def journal_command(ctx: click.Context, from_date: str | None, through_date: str
                     limit: int | None, cursor: str | None, all_pages: bool, json_: bool) -> None:
     """List curated memories from FROM through THROUGH (inclusive local dates in --tz), oldest first.
 
+    FROM and THROUGH are YYYY-MM-DD; without --tz they are dates in the vault's configured zone.
+
     Continue with --cursor alone (cursors are kept in the vault for 15 minutes, single-use).
     """
-    arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone, "limit": limit,
-                 "cursor": cursor}  # fmt: skip
     with open_store(ctx, sync=False) as store:
+        if time_zone is None and cursor is None:
+            time_zone = store.time_zone  # the vault's explicit zone, as configured: still never guessed
+        arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone, "limit": limit,
+                     "cursor": cursor}  # fmt: skip
         service = store.journal_service(persistent=True)
         pages = [service.query(arguments)]
         while all_pages and pages[-1].cursor:

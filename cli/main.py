@@ -3,6 +3,7 @@
 from memvault.cli import (
     archive_commands,  # noqa: F401  (registers export, import)
     capture_commands,  # noqa: F401  (registers adopt-replay, consolidate)
+    completion_commands,  # noqa: F401  (registers completion)
     core_commands,  # noqa: F401  (registers init, remember, search, rebuild, validate)
     intake_commands,  # noqa: F401  (registers admit, inspect, retry, resolve)
     journal_commands,  # noqa: F401  (registers journal)

@@ -1,7 +1,5 @@
 """Human-readable output for the CLI (JSON output is each result's own `to_json`)."""
 
-import contextlib
-
 import click
 
 
@@ -21,25 +19,3 @@ def print_recall(result, explain: bool = False) -> None:
         if explain:
             for retriever, detail in sorted(hit.explain.items()):
                 click.echo(f"    {retriever}: {detail}")
-
-
-@contextlib.contextmanager
-def progress_reporter(enabled: bool):
-    """A click progress bar on a terminal; a no-op callback otherwise."""
-    if not enabled:
-        yield None
-        return
-    bar = None
-
-    def update(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = click.progressbar(length=max(total, 1), label="Indexing notes", file=click.get_text_stream("stderr"))
-            bar.__enter__()
-        bar.update(done - bar.pos)
-
-    try:
-        yield update
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)

@@ -77,6 +77,8 @@ class RebuildReport:
     memories: int
     seconds: float
     problems: tuple[str, ...] = ()
+    #: each phase with its count, total and seconds (`maintenance/progress.py`)
+    phases: tuple[dict, ...] = ()
 
     def to_json(self) -> dict:
         return asdict(self)

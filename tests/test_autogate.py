@@ -13,18 +13,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memvault.indexer.search import directfacts
-from memvault.indexer.search.autogate import (
-    BAND_FLOOR,
-    MAX_BYTES,
-    MAX_HITS,
-    WINDOW,
-    Candidate,
-    GateResult,
-    gate_auto,
-    score_band,
-)
+from memvault.indexer.search.autogate import WINDOW as GATE_WINDOW
+from memvault.indexer.search.autogate import Candidate, GateResult, gate_auto, score_band
 from memvault.indexer.search.directfacts import classify_question, record_value
 from memvault.indexer.search.routing import Route
+
+#: the spec's caps on automatic recall: "capped at five hits / 8 KB"
+SPEC_MAX_HITS = 5
+SPEC_MAX_BYTES = 8 * 1024
+#: "the 0.65 absolute / 77% top-relative score band"
+SPEC_BAND_FLOOR = 0.65
 
 
 def cand(text, strength=0.9, score=None, id=None, source=""):
@@ -341,7 +339,7 @@ def test_band_edges(strengths, in_band):
 
 
 def test_below_band_injects_nothing_even_for_a_perfect_shape():
-    result = admitted(QUESTION, FACT, strength=BAND_FLOOR - 0.01)
+    result = admitted(QUESTION, FACT, strength=SPEC_BAND_FLOOR - 0.01)
     assert result.hits == () and result.reason == "below_band"
 
 
@@ -360,12 +358,12 @@ def test_invalid_strength_keeps_a_candidate_out_of_the_band(bad):
 
 
 def test_window_is_the_first_ten_in_band_candidates():
-    noise = [cand(f"Priya prefers tea number {i}.", 0.9, id=f"n{i}") for i in range(WINDOW - 1)]
+    noise = [cand(f"Priya prefers tea number {i}.", 0.9, id=f"n{i}") for i in range(GATE_WINDOW - 1)]
     inside = gate_auto(QUESTION, [*noise, cand(FACT, 0.9)])
-    assert inside.reason == "admitted" and inside.window == WINDOW
+    assert inside.reason == "admitted" and inside.window == GATE_WINDOW
     outside = gate_auto(QUESTION, [*noise, cand("Priya prefers coffee.", 0.9), cand(FACT, 0.9)])
     assert outside.hits == () and outside.reason == "no_direct_fact"
-    assert (outside.in_band, outside.window) == (WINDOW + 1, WINDOW)
+    assert (outside.in_band, outside.window) == (GATE_WINDOW + 1, GATE_WINDOW)
 
 
 def test_no_candidates():
@@ -388,8 +386,8 @@ LIVE_VARIANTS = [
 
 def test_at_most_five_hits():
     result = gate_auto(QUESTION, [cand(v.format("Rotterdam"), id=f"m{i}") for i, v in enumerate(LIVE_VARIANTS)])
-    assert len(LIVE_VARIANTS) > MAX_HITS
-    assert [hit.id for hit in result.hits] == [f"m{i}" for i in range(MAX_HITS)]
+    assert len(LIVE_VARIANTS) > SPEC_MAX_HITS
+    assert [hit.id for hit in result.hits] == [f"m{i}" for i in range(SPEC_MAX_HITS)]
 
 
 @pytest.mark.parametrize(("place", "width"), [("東" * 700, 3), ("😀" * 700, 4), ("é" * 990, 2)])
@@ -399,11 +397,11 @@ def test_at_most_eight_kib_of_utf8(place, width):
     result = gate_auto(QUESTION, [cand(text, id=f"m{i}") for i, text in enumerate(records)])
     sizes = [len(r.encode("utf-8")) for r in records]
     expected = 0
-    while expected < MAX_HITS and sum(sizes[: expected + 1]) <= MAX_BYTES:
+    while expected < SPEC_MAX_HITS and sum(sizes[: expected + 1]) <= SPEC_MAX_BYTES:
         expected += 1
-    assert 0 < expected < MAX_HITS  # the byte cap, not the hit cap, is what binds here
+    assert 0 < expected < SPEC_MAX_HITS  # the byte cap, not the hit cap, is what binds here
     assert len(result.hits) == expected
-    assert result.bytes == sum(sizes[:expected]) <= MAX_BYTES
+    assert result.bytes == sum(sizes[:expected]) <= SPEC_MAX_BYTES
     assert len(place.encode("utf-8")) == width * len(place)  # multibyte, as intended
 
 
@@ -450,7 +448,7 @@ HOSTILE_RECORDS = [
 @pytest.mark.parametrize("record", HOSTILE_RECORDS, ids=range(len(HOSTILE_RECORDS)))
 def test_hostile_records(record):
     result = gate_auto(QUESTION, [cand(record, id="x")])
-    assert len(result.hits) <= 1 and result.bytes <= MAX_BYTES
+    assert len(result.hits) <= 1 and result.bytes <= SPEC_MAX_BYTES
 
 
 def test_malformed_candidates_are_skipped():
@@ -472,8 +470,8 @@ def test_gate_is_total_bounded_and_deterministic(query, texts, strengths):
     candidates = [Candidate(f"m{i}", t, 0.0, strengths[i]) for i, t in enumerate(texts)]
     result = gate_auto(query, candidates)
     assert result == gate_auto(query, candidates)
-    assert len(result.hits) <= MAX_HITS
-    assert sum(len(hit.text.encode("utf-8", "replace")) for hit in result.hits) <= MAX_BYTES
+    assert len(result.hits) <= SPEC_MAX_HITS
+    assert sum(len(hit.text.encode("utf-8", "replace")) for hit in result.hits) <= SPEC_MAX_BYTES
     assert bool(result.hits) == (result.reason == "admitted")
 
 

@@ -14,11 +14,6 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.journal.cursor import FileSnapshots, JournalCursorError, MemorySnapshots
 from memvault.indexer.journal.date_range import JournalRequestError, resolve_range
 from memvault.indexer.journal.query import (
-    DEFAULT_LIMIT,
-    PAGE_MAX_BYTES,
-    SNAPSHOT_MAX_BYTES,
-    SNAPSHOT_MAX_ENTRIES,
-    TEXT_MAX_BYTES,
     UNSAFE_ID_MARKER,
     UNSAFE_TEXT_MARKER,
     JournalScan,
@@ -30,6 +25,14 @@ from memvault.indexer.journal.query import (
 from memvault.indexer.maintenance.sync import Row
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+
+#: the spec's journal caps ("limit defaults to 10"; "A snapshot caps at 1,000 entries and 2 MiB; each
+#: page caps at 25 entries/8 KiB and each text at 2 KiB"), written here as the spec states them
+SPEC_DEFAULT_LIMIT = 10
+SPEC_PAGE_MAX_BYTES = 8 * 1024
+SPEC_SNAPSHOT_MAX_BYTES = 2 * 1024 * 1024
+SPEC_SNAPSHOT_MAX_ENTRIES = 1_000
+SPEC_TEXT_MAX_BYTES = 2 * 1024
 
 AMS = "Europe/Amsterdam"
 
@@ -242,7 +245,7 @@ def test_limit_defaults_to_ten_and_caps_at_twenty_five(tmp_path):
     write_note(root, "2026-09-01", [f"{h:02d}:{m:02d} entry {h}-{m}" for h in range(8, 12) for m in range(0, 60, 6)])
     with MemoryStore.open(root) as store:
         first = page_of(store, from_date="2026-09-01", through_date="2026-09-01", time_zone=AMS)
-        assert first["page"]["count"] == DEFAULT_LIMIT and first["page"]["snapshotEntries"] == 40
+        assert first["page"]["count"] == SPEC_DEFAULT_LIMIT and first["page"]["snapshotEntries"] == 40
         big = page_of(store, from_date="2026-09-01", through_date="2026-09-01", time_zone=AMS, limit=1000)
         assert big["page"]["limit"] == 25 and big["page"]["count"] == 25 and big["page"]["remaining"] == 15
         for bad in (0, -1, True, 2.5, "5"):
@@ -261,14 +264,14 @@ def test_texts_are_cut_at_2_kib_and_pages_at_8_kib(tmp_path):
         while True:
             body = page.to_json()
             assert 1 <= body["page"]["count"] <= 25
-            assert sum(entry_bytes(e) for e in body["entries"]) == body["page"]["bytes"] <= PAGE_MAX_BYTES
+            assert sum(entry_bytes(e) for e in body["entries"]) == body["page"]["bytes"] <= SPEC_PAGE_MAX_BYTES
             seen += body["entries"]
             if not page.cursor:
                 break
             page = service.query({"cursor": page.cursor})
     assert len(seen) == 21 and body["page"]["count"] < 25  # the byte cap, not the limit, cut the pages
     big = seen[-1]["text"]
-    assert big.endswith(" [truncated]") and len(big.encode("utf-8")) <= TEXT_MAX_BYTES
+    assert big.endswith(" [truncated]") and len(big.encode("utf-8")) <= SPEC_TEXT_MAX_BYTES
     assert big.startswith("é" * 100)
 
 
@@ -285,7 +288,7 @@ def test_snapshot_stops_at_the_entry_cap_and_says_so(tmp_path):
     with MemoryStore.open(root) as store:
         body = page_of(store, from_date="2026-09-01", through_date="2026-10-01", time_zone="UTC", limit=25)
     coverage = body["coverage"]
-    assert coverage["entries"] == SNAPSHOT_MAX_ENTRIES and body["page"]["snapshotEntries"] == SNAPSHOT_MAX_ENTRIES
+    assert coverage["entries"] == SPEC_SNAPSHOT_MAX_ENTRIES and body["page"]["snapshotEntries"] == SPEC_SNAPSHOT_MAX_ENTRIES
     assert coverage["complete"] is False and coverage["stoppedBy"] == "entry_cap"
     assert coverage["resumeFromDate"] == "2026-09-28"  # 36 a day: entry 1,001 is day 28's 29th
     assert body["noData"] is False
@@ -298,8 +301,8 @@ def test_snapshot_stops_at_the_byte_cap_and_says_so(tmp_path):
         body = page_of(store, from_date="2026-09-01", through_date="2026-10-01", time_zone="UTC")
     coverage = body["coverage"]
     assert coverage["stoppedBy"] == "byte_cap" and coverage["complete"] is False
-    assert coverage["entries"] < SNAPSHOT_MAX_ENTRIES
-    assert SNAPSHOT_MAX_BYTES - 2300 < coverage["bytes"] <= SNAPSHOT_MAX_BYTES
+    assert coverage["entries"] < SPEC_SNAPSHOT_MAX_ENTRIES
+    assert SPEC_SNAPSHOT_MAX_BYTES - 2300 < coverage["bytes"] <= SPEC_SNAPSHOT_MAX_BYTES
 
 
 # --- cursors ---------------------------------------------------------------------------------------

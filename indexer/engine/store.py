@@ -25,6 +25,7 @@ from memvault.indexer.maintenance.generations import (
     discard_generation_on_failure,
     remove_stray_generations,
 )
+from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.replay_index import finish_rebuild, project_generation
 from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome
 from memvault.indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
@@ -43,7 +44,6 @@ RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
 _REBUILD_BATCH_FILES = 64
 
-ProgressCallback = Callable[[int, int], None]
 
 
 def locate_vault(path: str | os.PathLike | None, env: Mapping[str, str], cwd: Path) -> Path:
@@ -168,13 +168,15 @@ class MemoryStore:
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
 
     @translates_storage_errors
-    def rebuild(self, progress: ProgressCallback | None = None, *, hook: BoundaryHook | None = None) -> RebuildReport:
+    def rebuild(self, progress: PhaseLog | None = None, *, hook: BoundaryHook | None = None) -> RebuildReport:
         """Build a new index generation from the files alone, then swap it in atomically.
 
         The build runs without the vault lock (writers and the watcher keep going on the serving
         generation); the short catch-up and the pointer swap run under it. Refusals
         (`REBUILD_GUARDS`) run before anything is touched; leftovers of killed rebuilds go first.
+        `progress` hears each phase (`REBUILD_PHASES`) with counts as the work is done.
         """
+        progress = progress or PhaseLog()
         started = time.monotonic()
         with VaultLock(self.layout.root, name="rebuild", timeout=-1):
             for guard in REBUILD_GUARDS:
@@ -186,9 +188,10 @@ class MemoryStore:
                 if hook is not None:
                     hook("rebuild.built")
                 with self._lock:
-                    self._swap_in(generation, hook)
+                    self._swap_in(generation, hook, progress)
                     finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
-        return _rebuild_report(generation, time.monotonic() - started)
+        progress.done()
+        return _rebuild_report(generation, time.monotonic() - started, progress)
 
     @translates_storage_errors
     def compact(self, *, hook: BoundaryHook | None = None) -> bool:
@@ -222,28 +225,31 @@ class MemoryStore:
         finally:
             rebuild_lock.release()
 
-    def _build_generation(self, progress: ProgressCallback | None, hook: BoundaryHook | None = None) -> DerivedIndex:
+    def _build_generation(self, progress: PhaseLog, hook: BoundaryHook | None = None) -> DerivedIndex:
         generation = DerivedIndex.create(self.layout, embedding=self._embedding_identity())
-        if self._semantic is not None:
-            self._semantic.attach_building(generation)
         paths = self.layout.note_relpaths()
+        progress.phase("notes", total=len(paths))
+        if self._semantic is not None:
+            self._semantic.attach_building(generation, progress)
         try:
             for start in range(0, len(paths), _REBUILD_BATCH_FILES):
-                self._apply(generation, paths[start : start + _REBUILD_BATCH_FILES], hook)
-                if progress is not None:
-                    progress(min(start + _REBUILD_BATCH_FILES, len(paths)), len(paths))
+                batch = paths[start : start + _REBUILD_BATCH_FILES]
+                self._apply(generation, batch, hook)
+                progress.advance("notes", len(batch))
         except BaseException:
             if self._semantic is not None:  # stop its builder thread; the folder is left for cleanup
                 self._semantic.abandon_building(generation)
             raise
         return generation
 
-    def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None) -> None:
+    def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None, progress: PhaseLog | None = None) -> None:
         """Catch up with writes made while building, then point CURRENT at it. Lock held."""
+        progress = progress or PhaseLog()
         self._apply(generation, generation.stale_paths(self.layout), hook)
         if self._semantic is not None:
-            self._semantic.finish_building(generation)
+            self._semantic.finish_building(generation, progress)
             self._semantic.attach_serving(generation)
+        progress.phase("swap")
         project_generation(self.layout, self.config, generation.generation)  # BuJo replay sidecar
         activate(self.layout.index_dir, generation.generation, hook)
         self._index = generation
@@ -483,7 +489,7 @@ class MemoryStore:
                 raise IndexUnavailable("the vault has no index yet: run `memvault rebuild`")
             # first write to a vault: build inline under the vault lock (taking the rebuild
             # lock here, after the vault lock, could deadlock against a running rebuild)
-            self._swap_in(self._build_generation(None))
+            self._swap_in(self._build_generation(PhaseLog()))
             return self._index
         if self._index is None or self._index.generation != generation:
             self._index = DerivedIndex.open_generation(generation)
@@ -511,7 +517,7 @@ def _semantic_service(layout: VaultLayout, config: Config):
     return SemanticService(layout, config)
 
 
-def _rebuild_report(generation: DerivedIndex, seconds: float) -> RebuildReport:
+def _rebuild_report(generation: DerivedIndex, seconds: float, progress: PhaseLog) -> RebuildReport:
     problems = tuple(
         f"{path}: {state.problem}" for path, state in sorted(generation.manifest.files.items()) if state.problem
     )
@@ -521,4 +527,5 @@ def _rebuild_report(generation: DerivedIndex, seconds: float) -> RebuildReport:
         generation.bm25.count(),
         round(seconds, 3),
         problems,
+        tuple(progress.to_json()),
     )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from memvault.indexer.maintenance.derived import DerivedIndex, read_note_records
+from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.semantic import SemanticIndex, record_passage_hash
 from memvault.indexer.maintenance.semantic_queue import SemanticQueue, dead_markers
 from memvault.indexer.maintenance.sync import IndexDelta
@@ -35,9 +36,12 @@ class _Building:
     by one thread, so two rebuilds of the same files still build identical vector indexes.
     """
 
-    def __init__(self, semantic: SemanticIndex, provider: Callable[[], EmbeddingProvider]):
+    def __init__(self, semantic: SemanticIndex, provider: Callable[[], EmbeddingProvider], progress: PhaseLog):
         self.semantic = semantic
         self._provider = provider
+        self._progress = progress
+        self.queued = 0  # curated memories handed to the builder: the embedding phase's total
+        progress.start_beside("embedding")
         self._deltas: "queue.Queue[IndexDelta | None]" = queue.Queue()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="memvault-rebuild-vectors", daemon=True)
@@ -45,10 +49,12 @@ class _Building:
 
     def apply(self, delta: IndexDelta) -> None:
         self._raise_failure()
+        self.queued += _curated(delta)
         self._deltas.put(delta)
 
     def finish(self) -> None:
         """Wait until every delta is in the index; re-raise what the builder thread hit."""
+        self._progress.phase("embedding", total=self.queued)
         self._deltas.put(None)
         self._thread.join()
         self._raise_failure()
@@ -65,10 +71,15 @@ class _Building:
                     self.semantic.commit(self.semantic.prepare(delta, self._provider()))
                 except BaseException as exc:  # handed to the rebuilding thread by `finish`
                     self._failure = exc
+                self._progress.advance("embedding", _curated(delta))
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
+
+
+def _curated(delta: IndexDelta) -> int:
+    return sum(1 for record in delta.upserts if record.kind == "curated")
 
 
 class _Serving:
@@ -105,13 +116,16 @@ class SemanticService:
 
     # --- generations ---------------------------------------------------------------------------
 
-    def attach_building(self, index: DerivedIndex) -> None:
-        index.components = [_Building(SemanticIndex.create(index.generation, self.identity), self.provider)]
+    def attach_building(self, index: DerivedIndex, progress: PhaseLog | None = None) -> None:
+        building = _Building(SemanticIndex.create(index.generation, self.identity), self.provider,
+                             progress or PhaseLog())  # fmt: skip
+        index.components = [building]
 
-    def finish_building(self, index: DerivedIndex) -> None:
+    def finish_building(self, index: DerivedIndex, progress: PhaseLog | None = None) -> None:
         for component in index.components:
             if isinstance(component, _Building):
                 component.finish()
+                (progress or PhaseLog()).phase("vectors")
                 component.semantic.save()
 
     def abandon_building(self, index: DerivedIndex) -> None:

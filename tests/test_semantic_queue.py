@@ -1,0 +1,84 @@
+"""The semantic queue's bounds, from the spec: "Journal indexing holds at most 256 items / 2 MiB"."""
+
+import threading
+from datetime import date, datetime, timezone
+
+from memvault.indexer.maintenance.semantic_queue import SemanticQueue, marker_path
+from memvault.indexer.maintenance.sync import IndexDelta
+from memvault.vault.records import MemoryRecord
+
+SPEC_ITEMS = 256
+SPEC_BYTES = 2 * 1024 * 1024
+
+
+def record(n: int, text: str) -> MemoryRecord:
+    return MemoryRecord(id=f"m-{n:010d}", path="daily/2026-11-30.md", kind="curated", day=date(2026, 11, 30),
+                        at=datetime(2026, 11, 30, 12, tzinfo=timezone.utc), text=text, content_hash=f"h{n}",
+                        line=n + 1, heading=None, explicit_id=True)  # fmt: skip
+
+
+class HeldWorker:
+    """A run_batch that takes its first batch and then blocks, so everything after it stays queued."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.took_first = threading.Event()
+        self.batches: list[list[IndexDelta]] = []
+
+    def __call__(self, deltas):
+        self.batches.append(deltas)
+        self.took_first.set()
+        assert self.release.wait(60)
+
+
+def held_queue(tmp_path):
+    worker = HeldWorker()
+    queue = SemanticQueue(tmp_path / ".index", worker)
+    assert queue.offer(IndexDelta(upserts=[record(10**6, "first, taken by the worker")]))
+    assert worker.took_first.wait(60)
+    return queue, worker
+
+
+def test_two_hundred_fifty_six_items_fit_and_the_next_one_does_not(tmp_path):
+    queue, worker = held_queue(tmp_path)
+    try:
+        for n in range(SPEC_ITEMS):
+            assert queue.offer(IndexDelta(upserts=[record(n, f"memory {n}")])), n
+        assert queue.lag_reason is None
+        assert not queue.offer(IndexDelta(upserts=[record(SPEC_ITEMS, "one too many")]))
+        assert "semantic queue full" in queue.lag_reason
+        assert marker_path(tmp_path / ".index").exists()  # the lag is on disk for whoever catches up
+    finally:
+        worker.release.set()
+        queue.stop(60)
+    assert sum(len(delta.upserts) for batch in worker.batches[1:] for delta in batch) == SPEC_ITEMS
+
+
+def test_up_to_two_mib_of_passage_text_fits_and_more_does_not(tmp_path):
+    queue, worker = held_queue(tmp_path)
+    # each passage is the text twice plus a space: pick texts so that 4 passages are exactly 2 MiB
+    per_passage = SPEC_BYTES // 4
+    text = "x" * ((per_passage - 1) // 2)
+    assert len(" ".join([text] * 2)) * 4 <= SPEC_BYTES
+    try:
+        for n in range(4):
+            assert queue.offer(IndexDelta(upserts=[record(n, text)])), n
+        room = SPEC_BYTES - 4 * len(" ".join([text] * 2))
+        exact = "y" * ((room - 1) // 2)
+        if room >= 3:
+            assert queue.offer(IndexDelta(upserts=[record(5, exact)]))
+        assert not queue.offer(IndexDelta(upserts=[record(6, "z" * 64)]))
+        assert "semantic queue full" in queue.lag_reason
+    finally:
+        worker.release.set()
+        queue.stop(60)
+
+
+def test_an_empty_delta_is_always_accepted_and_queues_nothing(tmp_path):
+    queue, worker = held_queue(tmp_path)
+    try:
+        assert queue.offer(IndexDelta())
+    finally:
+        worker.release.set()
+        queue.stop(60)
+    assert len(worker.batches) == 1
