@@ -59,8 +59,10 @@ class IndexUnavailable(VaultError):
     code = "index_unavailable"
 
 
-class StorageError(VaultError):
-    """The file system refused a write (read-only, full, no permission); nothing was half-written."""
+class StorageError(VaultError, OSError):
+    """The file system refused a write (read-only, full, no permission); nothing was half-written.
+
+    Also an OSError, so code that handles the file system's errors keeps handling these."""
 
     code = "io_error"
 

@@ -37,12 +37,12 @@ def storage_error(exc: OSError, root: Path | str | None = None) -> StorageError 
         )
     if exc.errno in FULL_ERRNOS:
         return StorageFull(
-            f"no space left on the device holding {path}{where}; nothing was written (a partial temp file "
+            f"No space left on the device holding {path}{where}; nothing was written (a partial temp file "
             "was removed). Free some space (`df -h`), then retry."
         )
     if exc.errno in PERMISSION_ERRNOS:
         return StoragePermission(
-            f"permission denied writing {path}{where}; nothing was written. Run memvault as the vault's owner, "
+            f"Permission denied writing {path}{where}; nothing was written. Run memvault as the vault's owner, "
             "or fix the ownership (`chown -R $USER`) or mode of that path."
         )
     return None

@@ -113,8 +113,7 @@ def routed_away(query: str, mode: str) -> RecallResult | None:
 def recall_tool(bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool") -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence."""
     candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True)
-    sources = bm25.sources_by_content_hash([row.content_hash for _, row in candidates])
-    hits = tuple(_hit(entry, row, sources.get(row.content_hash, ())) for entry, row in candidates)
+    hits = tuple(_one_hit_per_text(bm25, candidates))
     route = route_query(query)
     guidance = guidance_for(route) if route is Route.BROAD_PERIOD else None
     if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
@@ -134,7 +133,26 @@ def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto") -> Re
     return RecallResult(query, mode, hits, degraded=degraded, gate=decision.to_json())
 
 
-def _hit(entry: Fused, row: Bm25Hit, sources=()) -> RecallHit:
-    hit = to_recall_hit(row, entry.score, entry.explain)
-    others = tuple(source for source in sources if source != row.source)
-    return dataclasses.replace(hit, sources=(row.source, *others)) if others else hit
+def _one_hit_per_text(bm25: Bm25Index, candidates: list[tuple[Fused, Bm25Hit]]) -> list[RecallHit]:
+    """One hit per text, ranked where its best copy ranked, listing every note that holds it.
+
+    The copy a hit shows is the first source in order (the earliest note), not the best-scored
+    one: copies of one text score alike, and which scores higher can flip with index statistics
+    (deleted rows linger until segments merge), so a rebuild and an incrementally kept index
+    would otherwise name different copies of the same memory.
+    """
+    sources = bm25.sources_by_content_hash([row.content_hash for _, row in candidates])
+    shown = {row.content_hash: found[0] for _, row in candidates if len(found := sources.get(row.content_hash, ())) > 1}
+    rows = bm25.get_by_keys([source.replace("#^", "#", 1) for source in shown.values()])
+    hits = []
+    for entry, row in candidates:
+        copies = sources.get(row.content_hash, ())
+        if len(copies) > 1:
+            row = rows.get(shown[row.content_hash].replace("#^", "#", 1), row)
+        hit = _hit(entry, row)
+        hits.append(dataclasses.replace(hit, sources=tuple(copies)) if len(copies) > 1 else hit)
+    return hits
+
+
+def _hit(entry: Fused, row: Bm25Hit) -> RecallHit:
+    return to_recall_hit(row, entry.score, entry.explain)
