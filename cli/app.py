@@ -26,7 +26,27 @@ def cli(ctx: click.Context, vault_path: Path | None) -> None:
     ctx.obj = {"vault_path": vault_path}
 
 
-def open_store(ctx: click.Context, *, sync: bool = True):
+def open_store(ctx: click.Context, *, sync: bool = True, engine: bool = False):
+    """The vault's store. With `engine`, a live owner is asked first (docs/engine.md): its client
+    imports nothing heavy, so the everyday commands answer fast while `serve`/`watch` run."""
+    if engine:
+        remote = owner_store(ctx)
+        if remote is not None:
+            return remote
     from memvault.indexer.engine.store import MemoryStore
 
-    return MemoryStore.open(ctx.obj["vault_path"], env=dict(os.environ), sync=sync)
+    return MemoryStore.open(ctx.obj["vault_path"], env=dict(os.environ), sync=sync, engine=False)
+
+
+def owner_store(ctx: click.Context):
+    """A RemoteStore for the vault's live owner, or None when no owner runs (work in-process)."""
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+
+    root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
+    owner = find_owner(root)
+    if owner is None:
+        return None
+    from memvault.indexer.engine.remote import RemoteStore
+
+    return RemoteStore(root, owner, dict(os.environ))

@@ -41,19 +41,57 @@ def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: st
 
 
 @cli.command("remember")
-@click.argument("text")
+@click.argument("text", required=False)
 @click.option("--at", "at_", default=None, help="When it happened (ISO-8601 with offset). Default: now.")
+@click.option("--from", "from_", type=click.File("rb"), default=None, metavar="FILE",
+              help='Bulk import: JSON lines {"text": ..., "at": ISO-8601 (optional)} from FILE (- for stdin); '
+                   "idempotent per line.")
 @json_option
 @click.pass_context
-def remember_command(ctx: click.Context, text: str, at_: str | None, json_: bool) -> None:
-    """Store one fact in today's daily note and index it at once (idempotent)."""
+def remember_command(ctx: click.Context, text: str | None, at_: str | None, from_, json_: bool) -> None:
+    """Store one fact in today's daily note and index it at once (idempotent).
+
+    With --from, store every line of a JSON-lines file in batches (one write per daily note and
+    one index commit per batch); a bad line is reported with its number and nothing is written
+    for it. A progress bar shows on a terminal.
+    """
+    if (text is None) == (from_ is None):
+        raise click.UsageError("give either TEXT or --from FILE")
+    if from_ is not None:
+        if at_:
+            raise click.UsageError("--at applies to TEXT; in --from lines give each its own \"at\"")
+        _remember_lines(ctx, from_, json_)
+        return
     when = _parse_instant(at_) if at_ else None
-    with open_store(ctx) as store:
+    with open_store(ctx, engine=True) as store:
         receipt = store.remember(text, at=when)
     if json_:
         emit_json(receipt.to_json())
     else:
         click.echo(f"{receipt.status}: {receipt.source}")
+
+
+def _remember_lines(ctx: click.Context, stream, json_: bool) -> None:
+    from memvault.cli.bulk_lines import parse_lines, summarize
+    from memvault.cli.progress import phase_progress, progress_enabled
+
+    items, refused = parse_lines(stream)
+    with phase_progress(progress_enabled(json_)) as log, open_store(ctx, engine=True) as store:
+        progress = None if log is None else _import_progress(log, len(items))  # on a terminal only
+        outcomes = store.remember_many([item for _, item in items], progress=progress, total=len(items))
+        if log is not None:
+            log.done()
+    body = summarize(items, outcomes, refused)
+    if json_:
+        emit_json(body)
+    else:
+        counts = body["counts"]
+        click.echo(f"{counts['added']} added, {counts['duplicate']} duplicate, {counts['completed']} completed, "
+                   f"{counts['refused']} refused (of {body['lines']} lines)")
+        for row in body["refused"]:
+            click.echo(f"  line {row['line']}: {row['message']}", err=True)
+    if body["refused"]:
+        ctx.exit(1)
 
 
 @cli.command("search")
@@ -66,7 +104,7 @@ def remember_command(ctx: click.Context, text: str, at_: str | None, json_: bool
 @click.pass_context
 def search_command(ctx: click.Context, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:
     """Search curated memories."""
-    with open_store(ctx) as store:
+    with open_store(ctx, engine=True) as store:
         result = store.recall(query, limit=limit, mode=mode)
     if json_:
         emit_json(result.to_json(explain=explain))
@@ -84,7 +122,7 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
     from memvault.cli.progress import phase_progress, progress_enabled
 
     with phase_progress(progress_enabled(json_), opening="Opening the vault…") as progress:
-        with open_store(ctx, sync=False) as store:
+        with open_store(ctx, sync=False, engine=True) as store:  # a running owner rebuilds itself
             from memvault.cli.watch_commands import crash_hook_from_env
 
             report = store.rebuild(progress=progress, hook=crash_hook_from_env())
@@ -101,7 +139,7 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
 @click.pass_context
 def validate_command(ctx: click.Context, json_: bool) -> None:
     """Check the vault's config file and environment; exit 1 with every problem found."""
-    from memvault.indexer.engine.store import locate_vault
+    from memvault.indexer.engine.locate import locate_vault
     from memvault.vault.config import load_config
 
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
@@ -111,6 +149,18 @@ def validate_command(ctx: click.Context, json_: bool) -> None:
                    "writeMode": config.memory.write_mode, "source": config.source})
     else:
         click.echo(f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}).")
+
+
+def _import_progress(log, total: int):
+    """A `remember_many` progress callback feeding the terminal's phase log."""
+    log.phase("import", total=total)
+    reported = [0]
+
+    def progress(done: int, _total: int) -> None:
+        log.advance("import", done - reported[0])
+        reported[0] = done
+
+    return progress
 
 
 def _parse_instant(text: str):

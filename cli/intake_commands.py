@@ -18,7 +18,7 @@ _ID_HELP = "the 64-hex intake id `memvault inspect` shows"
 
 
 def _vault_root(ctx: click.Context) -> Path:
-    from memvault.indexer.engine.store import locate_vault
+    from memvault.indexer.engine.locate import locate_vault  # light: inspect stays a fast command
 
     return locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
 
@@ -45,8 +45,8 @@ def admit_command(ctx: click.Context) -> None:
     Input: {"runId": "...", "answer": "...", "captureText": "..." (optional),
     "trigger": "user" | "cron" | "webhook", "completedAt": ISO-8601 (optional)}.
     Prints {"status": admitted | duplicate | skipped | failed, "id", "reason", "message",
-    "state"}; exit 1 only when the turn was NOT saved. When no live process owns the vault the
-    turn is projected at once (bounded by a 10 s drain); otherwise the live process does it.
+    "state"}; exit 1 only when the turn was NOT saved. While an owner runs (serve, watch, mcp) it
+    admits and projects the turn; otherwise this process does, bounded by a 10 s drain.
     """
     from memvault.vault.intake.admission import AdmissionResult, intake_id_for
     from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
@@ -57,11 +57,14 @@ def admit_command(ctx: click.Context) -> None:
     except TurnJsonError as exc:
         emit_json({**AdmissionResult("failed", reason=exc.category, message=str(exc)).to_json(), "worker": None})
         sys.exit(EXIT_ERROR)
-    with open_store(ctx, sync=False) as store:
-        result = store.persist_completed_turn(**turn)
-        body = {**result.to_json(), "worker": None}
+    with open_store(ctx, sync=False, engine=True) as store:
+        if hasattr(store, "admit_turn"):  # a live owner admits and drains it (docs/engine.md)
+            result, worker = store.admit_turn(**turn)
+        else:
+            result = store.persist_completed_turn(**turn)
+            worker = _drain(store) if result.ok else None
+        body = {**result.to_json(), "worker": worker}
         if result.ok:
-            body["worker"] = _drain(store)
             body["state"] = _state_of(store.layout.root, intake_id_for(turn["run_id"]))
     emit_json(body)
     if not result.ok and result.status != "skipped":
@@ -73,7 +76,7 @@ def _drain(store) -> str:
     from memvault.vault.errors import VaultError
 
     try:
-        store.start_intake()
+        store.start_intake(serve=False)  # one short drain: this process is not a resident owner
     except VaultError as exc:
         return f"deferred: {exc}"
     report = store.stop(timeout=10.0)

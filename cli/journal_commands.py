@@ -32,7 +32,7 @@ def journal_command(ctx: click.Context, from_date: str | None, through_date: str
 
     Continue with --cursor alone (cursors are kept in the vault for 15 minutes, single-use).
     """
-    with open_store(ctx, sync=False) as store:
+    with open_store(ctx, sync=False, engine=True) as store:
         if time_zone is None and cursor is None:
             time_zone = store.time_zone  # the vault's explicit zone, as configured: still never guessed
         arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone, "limit": limit,

@@ -5,6 +5,7 @@ from memvault.cli import (
     capture_commands,  # noqa: F401  (registers adopt-replay, consolidate)
     completion_commands,  # noqa: F401  (registers completion)
     core_commands,  # noqa: F401  (registers init, remember, search, rebuild, validate)
+    engine_commands,  # noqa: F401  (registers serve, engine status, engine stop)
     intake_commands,  # noqa: F401  (registers admit, inspect, retry, resolve)
     journal_commands,  # noqa: F401  (registers journal)
     mcp_server,  # noqa: F401  (registers mcp)

@@ -7,9 +7,10 @@ call is always a tool error with a message the model can act on).
 
 Start-up does as little as possible before answering the handshake: the vault is located, its
 config read and the store opened in a background thread (`VaultSession.prepare`), and
-`tools/list` waits for that. Tool calls run in worker threads, one at a time. The server holds the
-vault's liveness fence while it runs (so `memvault import` refuses), and stdout carries only
-protocol messages: notes for the operator go to stderr.
+`tools/list` waits for that. Tool calls run in worker threads, one at a time. When no other
+process owns the vault the server becomes its owner (docs/engine.md: it holds the liveness fence,
+drains the intake and answers other memvault processes); otherwise it is a client of the owner.
+stdout carries only protocol messages: notes for the operator go to stderr.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def _prepare(session: VaultSession) -> None:
     session.prepare()
     for note in session.notes:
         print(f"memvault mcp: {note}", file=sys.stderr, flush=True)
+    owner = None if session.attached is None else session.attached.owner
+    if owner is not None:  # `memvault engine stop` asks the owner to go: this server then exits
+        owner.stop_requested.wait()
+        _terminate(session)
 
 
 def _run(session: VaultSession) -> None:

@@ -138,7 +138,7 @@ class VaultSession:
         self.problem: str | None = None  # why there is no usable vault (no config, invalid config)
         self.store = None
         self.store_problem: str | None = None  # why the index could not be brought up to date on open
-        self.fence = None  # the LivenessFence, while this server owns the vault
+        self.attached = None  # the engine attachment: this server as the vault's owner, or its client
         self.notes: list[str] = []  # operator-facing notes for stderr (fence not taken, index damaged)
         self._ready = threading.Event()
         self._calls = threading.Lock()
@@ -159,9 +159,9 @@ class VaultSession:
             self._ready.set()
 
     def _prepare(self) -> None:
-        from memvault.indexer.engine.store import MemoryStore, locate_vault
+        from memvault.indexer.engine.attach import owner_or_client
+        from memvault.indexer.engine.locate import locate_vault
         from memvault.vault.config import load_config
-        from memvault.vault.layout import VaultLayout
 
         try:
             self.root = locate_vault(self._vault_path, self._env, self._cwd)
@@ -170,40 +170,32 @@ class VaultSession:
             self.problem = f"memory is unavailable: {exc}"
             self.notes.append(self.problem)
             return
-        self._hold_fence()
-        try:
-            self.store = MemoryStore.open(self.root, env=self._env, sync=True)
+        try:  # the vault's owner when none runs (it drains the intake), else a client of the owner
+            self.attached = owner_or_client(self.root, self._env, role="mcp", log=self.notes.append,
+                                            calls_lock=self._calls)
+            self.store = self.attached.store
+            if self.attached.note:
+                self.notes.append(self.attached.note)
         except VaultError as exc:  # keep serving: reads report the damage, writes are refused
+            from memvault.indexer.engine.store import MemoryStore
+            from memvault.vault.layout import VaultLayout
+
             self.store_problem = str(exc)
             self.notes.append(f"the index could not be brought up to date: {exc}")
             self.store = MemoryStore(VaultLayout(self.root), self.config)
         self._last_sync = time.monotonic()
-
-    def _hold_fence(self) -> None:
-        """Own the vault while serving, so `import` refuses to run under a live server.
-
-        A second live process (another MCP client's server, `watch`) may own it already: this
-        server still serves, since every write takes the vault lock, and says so on stderr.
-        """
-        from memvault.vault.locks import LivenessFence
-
-        fence = LivenessFence(self.root)
-        try:
-            self.fence = fence.hold()
-        except (VaultError, OSError) as exc:
-            self.notes.append(f"serving without the liveness fence: {exc}")
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
     def close(self) -> None:
         with self._calls:
-            if self.store is not None:
+            attached, self.attached = self.attached, None
+            if attached is not None:
+                attached.close()
+            elif self.store is not None:
                 self.store.close()
-                self.store = None
-            if self.fence is not None:
-                self.fence.release()
-                self.fence = None
+            self.store = None
 
     # --- policy --------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-import threading
 
 import click
 
@@ -51,13 +50,10 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, con
     """Follow edits to the vault and keep the index current until interrupted (Ctrl-C / SIGTERM).
 
     Logs one line per batch that changed the index to stderr (with --json: one JSON object per
-    batch to stdout). Holds the vault's liveness fence, so only one live process owns the vault.
+    batch to stdout). Runs the vault's owner (as `memvault serve` does): admitted turns are
+    projected, vectors kept complete, and other memvault commands are answered by this process.
     """
-    from memvault.indexer.maintenance.watch import Watcher
-
-    store = open_store(ctx, sync=False)
-    if not os.access(store.layout.root, os.W_OK):
-        raise click.ClickException(f"{store.layout.root} is read-only: memvault watch needs to write the index")
+    from memvault.cli.engine_commands import run_owner
 
     def report(batch) -> None:
         if json_:
@@ -66,24 +62,11 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, con
         elif batch.changed or batch.error:
             click.echo(batch.line(), err=True)
 
-    def ready() -> None:
-        click.echo(f"watching {store.layout.root} (Ctrl-C to stop)", err=True)
+    def ready(root) -> None:
+        click.echo(f"watching {root} (Ctrl-C to stop)", err=True)
 
-    watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report, on_ready=ready,
-                      hook=crash_hook_from_env(), consolidate_every=consolidate_every or None)
-    stop = threading.Event()
-
-    def request_stop(signum, _frame) -> None:
-        stop.set()
-        watcher.queue.wake()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        watcher.run(stop)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        store.close()
+    run_owner(ctx, "watch", report=report, ready=ready, debounce=debounce, compact_after=compact_after,
+              consolidate_every=consolidate_every or None)
     click.echo("stopped; the index is consistent", err=True)
 
 
@@ -93,29 +76,24 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, con
 @click.pass_context
 def health_command(ctx: click.Context, strict: bool, json_: bool) -> None:
     """Compare the index with the notes (and vectors with the config, and the intake); exit 1 when unhealthy."""
-    from memvault.indexer.maintenance.health import check_health
-
-    store = open_store(ctx, sync=False)  # health looks; it must not repair first
-    try:
-        report = check_health(store.layout, store.config, strict=strict)
-    finally:
-        store.close()
+    with open_store(ctx, sync=False, engine=True) as store:  # health looks; it must not repair first
+        report = store.health_report(strict=strict)
     if json_:
-        emit_json(report.to_json())
+        emit_json(report)
     else:
         _print_health(report)
-    if not report.healthy:
+    if not report["healthy"]:
         ctx.exit(1)
 
 
-def _print_health(report) -> None:
-    for finding in report.findings:
-        click.echo(f"{finding.severity:<7} {finding.check}: {finding.message}")
-    counts = f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)"
-    mode = "strict " if report.strict else ""
-    if report.healthy:
-        click.echo(f"healthy ({mode}{', '.join(report.checks)}; {counts})")
+def _print_health(report: dict) -> None:
+    for finding in report["findings"]:
+        click.echo(f"{finding['severity']:<7} {finding['check']}: {finding['message']}")
+    counts = f"{report['errors']} error(s), {report['warnings']} warning(s)"
+    mode = "strict " if report["strict"] else ""
+    if report["healthy"]:
+        click.echo(f"healthy ({mode}{', '.join(report['checks'])}; {counts})")
         return
     click.echo(f"unhealthy ({mode}check: {counts}). Fix:")
-    for fix in report.fixes():
+    for fix in report["fixes"]:
         click.echo(f"  {fix}")

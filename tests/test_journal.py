@@ -433,9 +433,9 @@ def test_cli_journal_pages_with_a_cursor_between_calls(forty):
     assert len(everything["entries"]) == 40 and everything["cursor"] is None
     plain = runner.invoke(cli, ["--vault", root, "journal", "2026-09-01", "2026-09-01", "--tz", AMS])
     assert "entry 8:0" in plain.output and "more: memvault journal --cursor mj1." in plain.output
-    missing_zone = runner.invoke(cli, ["--vault", root, "journal", "2026-09-01", "2026-09-01", "--json"])
-    assert missing_zone.exit_code == 1
-    assert json.loads(missing_zone.output)["error"]["code"] == "invalid_journal_request"
+    vault_zone = runner.invoke(cli, ["--vault", root, "journal", "2026-09-01", "2026-09-01", "--json"])
+    assert vault_zone.exit_code == 0  # without --tz: the vault's configured zone (never a guess)
+    assert json.loads(vault_zone.output)["range"]["timeZone"] == AMS
 
 
 def test_cli_on_a_vault_that_cannot_keep_snapshots_says_so(forty, monkeypatch):

@@ -30,6 +30,10 @@ _LOCK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _LOCK_FILE_MODE = 0o600
 
 _registry: dict[Path, FileLock] = {}
+#: fence path -> inode of the fence file this process locked (see LivenessFence.intact)
+_held_inodes: dict[Path, int] = {}
+#: fence path -> descriptors locking fence files re-created after a deletion
+_reasserted: dict[Path, list[int]] = {}
 _registry_guard = threading.Lock()
 
 
@@ -174,6 +178,7 @@ class LivenessFence:
         self.info_path = self.path.with_name(_LIVE_NAME + ".json")
         # Process-wide (not per thread): the fence marks a process, whichever thread holds it.
         self._lock = _shared_lock(self.path, thread_local=False)
+        self._vault_root = Path(vault_root)
 
     def hold(self) -> LivenessFence:
         """Take the fence without waiting; ``VaultLocked`` if another process has it."""
@@ -185,16 +190,59 @@ class LivenessFence:
                 f"Fix: stop that process (watch, MCP server, agent host) before running this command."
             ) from None
         if self._lock.lock_counter == 1:
-            started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            info = {"pid": os.getpid(), "started_at": started}
-            atomic_write(self.info_path, json.dumps(info, sort_keys=True).encode() + b"\n", mode=0o600)
+            _held_inodes[self.path] = os.stat(self.path).st_ino  # the file we just locked
+            self._write_note()
         return self
+
+    def _write_note(self) -> None:
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        info = {"pid": os.getpid(), "started_at": started}
+        atomic_write(self.info_path, json.dumps(info, sort_keys=True).encode() + b"\n", mode=0o600)
 
     def release(self) -> None:
         """Give the fence up. The note goes first, so it never names the next holder's lock as ours."""
         if self._lock.lock_counter == 1:
-            self.info_path.unlink(missing_ok=True)
+            if self.intact():
+                self.info_path.unlink(missing_ok=True)
+            _held_inodes.pop(self.path, None)
+            for fd in _reasserted.pop(self.path, []):
+                os.close(fd)
         self._lock.release()
+
+    def intact(self) -> bool:
+        """While held: True if the fence file on disk is still the one this process locked.
+
+        `git clean -fdx` or `rm -rf .locks` removes it from under a live holder; the lock then
+        guards an unlinked inode that no other process can see, and a second owner could start.
+        """
+        held = _held_inodes.get(self.path)
+        if held is None:
+            return False
+        try:
+            return os.stat(self.path).st_ino == held
+        except OSError:
+            return False
+
+    def reassert(self) -> None:
+        """Re-create a deleted fence file and lock it again (held: `intact()` was False).
+
+        Raises ``VaultLocked`` when another process took the re-created fence first: then two
+        processes believe they own the vault, and the caller must say so and step down.
+        """
+        path = _lock_path(self._vault_root, _LIVE_NAME)  # re-creates .locks/ (0700) too
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, _LOCK_FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise VaultLocked(
+                f"The liveness fence {path} was deleted and another process locked a new one before "
+                f"this owner (pid {os.getpid()}) could: two processes now claim the vault. "
+                f"Fix: stop one of them (memvault engine status)."
+            ) from None
+        _reasserted.setdefault(self.path, []).append(fd)
+        _held_inodes[self.path] = os.fstat(fd).st_ino
+        self._write_note()
 
     def is_held_elsewhere(self) -> bool:
         """True if another process holds the fence (probe: a non-blocking acquire, then release)."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
+from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import (
     MANIFEST,
@@ -34,9 +35,9 @@ from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now
 from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
-from memvault.vault.errors import IndexUnavailable, InvalidRecord, NotAVault, StorageError, VaultLocked
+from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultLocked
 from memvault.vault.ids import content_hash
-from memvault.vault.layout import VaultLayout, find_vault, is_vault
+from memvault.vault.layout import VaultLayout
 from memvault.vault.locks import VaultLock
 from memvault.vault.storage_errors import translates_storage_errors
 
@@ -44,24 +45,6 @@ RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
 _REBUILD_BATCH_FILES = 64
 
-
-
-def locate_vault(path: str | os.PathLike | None, env: Mapping[str, str], cwd: Path) -> Path:
-    """`path`, else MEMVAULT_MEMORY_PATH, else the nearest enclosing vault (as git finds a repo)."""
-    chosen = path if path is not None else env.get("MEMVAULT_MEMORY_PATH") or None
-    if chosen is not None:
-        root = Path(chosen).expanduser()
-        if not root.is_dir():
-            raise NotAVault(f"{root} is not a folder: create it with `memvault init {root}`")
-        if not is_vault(root):
-            raise NotAVault(f"{root} is not a memvault vault (no memvault.json): run `memvault init {root}`")
-        return root.resolve()
-    found = find_vault(cwd)
-    if found is None:
-        raise NotAVault(
-            f"no vault at or above {cwd}: pass --vault PATH, set MEMVAULT_MEMORY_PATH, or run `memvault init`"
-        )
-    return found
 
 
 class MemoryStore:
@@ -74,6 +57,8 @@ class MemoryStore:
         self._manifest_stamp: tuple[str, int] | None = None
         #: vectors for Journal/BuJo; Lite never embeds
         self._semantic = _semantic_service(layout, config)
+        if self._semantic is not None:  # an overflow in a live process catches up here, not "next open"
+            self._semantic.catch_up_source = self._catch_up_vectors
         #: when each memory was last recalled, and how often: telemetry, never used for ranking
         self.access_log = AccessLog(layout.root, layout.index_dir)
         if config.memory.mode == "bujo":  # MemoryJournal reads capture's supersession lifecycle
@@ -94,10 +79,22 @@ class MemoryStore:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, object] | None = None,
         sync: bool = True,
+        engine: bool = True,
     ) -> "MemoryStore":
-        """Open a vault. With `sync`, files changed since the index last saw them are indexed now."""
+        """Open a vault. With `sync`, files changed since the index last saw them are indexed now.
+
+        While another process owns the vault (docs/engine.md) this returns a `RemoteStore` with the
+        same API that hands every call to that owner; `engine=False` always opens in-process
+        (read-only inspection, tests of the engine itself)."""
         env = {} if env is None else env
         root = locate_vault(path, env, Path.cwd())
+        if engine:
+            from memvault.indexer.engine.client import find_owner
+            from memvault.indexer.engine.remote import RemoteStore
+
+            owner = find_owner(root)
+            if owner is not None and not owner.is_this_process:
+                return RemoteStore(root, owner, env)
         store = cls(VaultLayout(root), load_config(root, env, overrides))
         store.env = dict(env)  # the chat model's API key variable is read from here, never os.environ
         if sync:
@@ -108,7 +105,7 @@ class MemoryStore:
         return store
 
     def close(self) -> None:
-        if self._intake is not None:  # durable intake: drain (bounded) before closing
+        if self._intake is not None or self._owner is not None:  # durable intake: drain (bounded) before closing
             self.stop()
         if self._capture_queue is not None:  # legacy scheduled captures: drain (bounded)
             self._capture_queue.stop(timeout=10.0)
@@ -144,6 +141,38 @@ class MemoryStore:
             self._apply(index, [written.path])
         status = "added" if written.written else "completed"
         return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
+
+    @translates_storage_errors
+    def remember_many(self, items: Iterable[object], *, progress: Callable[[int, int], None] | None = None,
+                      total: int | None = None) -> list:
+        """Remember many facts (text, or {"text", "at"}, or RememberItem): one write per daily note
+        and one index commit per batch of 512. Idempotent per item, like `remember`; an item that
+        is refused (empty, oversized, a credential, a naive time) is reported and nothing is
+        written for it. Returns one BulkOutcome per item, in order."""
+        from memvault.indexer.engine.bulk import BulkOutcome, as_item, chunks, remember_batch
+        from memvault.vault.errors import VaultError
+
+        outcomes: list[BulkOutcome] = []
+        for batch in chunks(items):
+            parsed, refused = [], {}
+            for offset, value in enumerate(batch):
+                try:
+                    parsed.append(as_item(value))
+                except VaultError as exc:
+                    refused[offset] = exc
+                    parsed.append(None)
+            wanted = [item for item in parsed if item is not None]
+            results = iter(remember_batch(self, wanted, self._clock)) if wanted else iter(())
+            for offset, item in enumerate(parsed):
+                result = refused[offset] if item is None else next(results)
+                position = len(outcomes)
+                if isinstance(result, VaultError):
+                    outcomes.append(BulkOutcome(position, None, result))
+                else:
+                    outcomes.append(BulkOutcome(position, result))
+            if progress is not None:
+                progress(len(outcomes), total if total is not None else len(outcomes))
+        return outcomes
 
     @translates_storage_errors
     def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None) -> SyncReport:
@@ -341,6 +370,7 @@ class MemoryStore:
     # --- durable intake (logic in vault/intake/ and indexer/services/intake_worker.py) ------------------
 
     _intake = None  # the running IntakeWorker, if `start_intake` was called
+    _owner = None  # the Owner serving this vault, if `start_intake` made this process its owner
     _intake_hook = None  # test-only crash hook armed by `start_intake(crash_hook=...)`
 
     def persist_completed_turn(
@@ -377,8 +407,23 @@ class MemoryStore:
             self._intake.admitted(result.id)
         return result
 
-    def start_intake(self, *, crash_hook=None, poll_seconds: float = 2.0, on_transition=None):
-        """Take the liveness fence, recover the intake, and project admitted turns in the background."""
+    def start_intake(self, *, crash_hook=None, poll_seconds: float = 2.0, on_transition=None, serve: bool = True):
+        """Become the vault's owner: take the liveness fence, recover the intake, project admitted
+        turns in the background and (`serve`) answer other memvault processes on the owner channel
+        (docs/engine.md). Raises VaultLocked / EngineRunning when another process owns the vault."""
+        if self._intake is not None:
+            return self._intake
+        if not serve:
+            return self.start_worker(crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition)
+        from memvault.indexer.engine.owner import Owner
+
+        owner = Owner(self, role="python", crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition)
+        owner.start()
+        self._owner = owner
+        return self._intake
+
+    def start_worker(self, *, crash_hook=None, poll_seconds: float = 2.0, on_transition=None):
+        """The intake worker alone (the owner calls this): fence, recovery, background projection."""
         from memvault.indexer.services.intake_worker import IntakeWorker
 
         if self._intake is not None:
@@ -393,7 +438,15 @@ class MemoryStore:
 
     def stop(self, timeout: float = 10.0):
         """Drain accepted intake work for up to `timeout` seconds, then abort and return (a
-        ShutdownReport; None if no worker ran). Unfinished records stay pending for the next start."""
+        ShutdownReport; None if no worker ran). Unfinished records stay pending for the next start.
+        An owner started by `start_intake` stops serving and releases the vault."""
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner.stop(timeout)
+            return owner.shutdown_report
+        return self.stop_worker(timeout)
+
+    def stop_worker(self, timeout: float = 10.0):
         worker, self._intake = self._intake, None
         return None if worker is None else worker.stop(timeout)
 
@@ -405,6 +458,14 @@ class MemoryStore:
         snapshot = runtime_snapshot(IntakeDirs(self.layout.root), self._clock())
         snapshot["worker"] = None if self._intake is None else self._intake.snapshot()
         return snapshot
+
+    def health_report(self, *, strict: bool = False, owner=None) -> dict:
+        """`memvault health` as JSON: every check (indexer/maintenance/health.py), plus, asked
+        through an owner (`owner`), whether its intake worker is running."""
+        from memvault.indexer.maintenance.health import check_health, owner_findings
+
+        extra = () if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
+        return check_health(self.layout, self.config, strict=strict, extra=extra).to_json()
 
     # --- BuJo capture (logic in vault/capture/ and indexer/services/capture.py) -------------------
 
@@ -442,6 +503,12 @@ class MemoryStore:
         receipt = self.remember(summary, at=completed_at)
         relpath, _, block_id = receipt.source.partition("#^")
         return Projection(relpath, block_id, written=receipt.status == "added")
+
+    def _catch_up_vectors(self) -> None:
+        """Embed every vector the serving generation misses or holds stale (the semantic queue's
+        thread calls this after an overflow)."""
+        with VaultLock(self.layout.root, timeout=60.0):  # VaultLocked: the queue retries shortly
+            self._semantic.catch_up(self._writable_index(), self.time_zone, thorough=True)
 
     @translates_storage_errors
     def index_notes(self, relpaths: Iterable[str]) -> None:

@@ -25,6 +25,8 @@ from memvault.vault.layout import VaultLayout
 from memvault.vault.locks import VaultLock
 
 ERROR, WARNING = "error", "warning"
+#: a due admitted turn older than this means nobody drains the intake
+STUCK_TURN_SECONDS = 60.0
 REBUILD = "memvault rebuild"
 
 
@@ -109,8 +111,9 @@ class HealthReport:
         }
 
 
-def check_health(layout: VaultLayout, config, *, strict: bool = False) -> HealthReport:
-    """Run every check (strict-only ones with `strict`). Reads only: repairs nothing."""
+def check_health(layout: VaultLayout, config, *, strict: bool = False, extra: Iterable[Finding] = ()) -> HealthReport:
+    """Run every check (strict-only ones with `strict`), plus `extra` findings the caller made
+    (the owner's own state). Reads only: repairs nothing."""
     context = HealthContext(layout, config, strict)
     try:
         context.index = DerivedIndex.open_current(layout)
@@ -125,6 +128,7 @@ def check_health(layout: VaultLayout, config, *, strict: bool = False) -> Health
             continue
         ran.append(name)
         findings.extend(check(context))
+    findings.extend(extra)
     return HealthReport(strict, tuple(ran), tuple(findings), context.details)
 
 
@@ -344,6 +348,7 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
         return
     counts = snapshot["counts"]
     ctx.details["intake"] = counts
+    yield from _stuck_turns(dirs)
     if not snapshot["ledger"]["ok"]:
         yield Finding("intake", ERROR, "ledger", ".capture-intake/", snapshot["ledger"]["problem"],
                       "stop the agent, then follow the fix in the message")
@@ -356,6 +361,49 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
     if snapshot.get("unexpectedFiles"):
         yield Finding("intake", WARNING, "unexpected_files", ".capture-intake/",
                       f"{snapshot['unexpectedFiles']} unexpected file(s) in the intake folders", "memvault inspect --json")
+
+
+def _stuck_turns(dirs) -> Iterable[Finding]:
+    """Due turns admitted more than a minute ago. With a live owner that is an error (it is not
+    draining); with none it is a warning: they wait for the next owner, as a restart resumes them."""
+    from memvault.vault.intake.snapshot import list_entries
+    from memvault.vault.locks import LivenessFence
+
+    now = datetime.now(timezone.utc)
+    stuck = [e for e in list_entries(dirs, now) if e.get("folder") == "pending" and e.get("due")
+             and _age_seconds(e.get("admittedAt"), now) > STUCK_TURN_SECONDS]
+    if not stuck:
+        return
+    fence = LivenessFence(dirs.root)
+    if fence.intact() or fence.is_held_elsewhere():  # an owner lives (this process, or another)
+        holder = fence.holder_info() or {}
+        yield Finding("intake", ERROR, "stuck_intake", ".capture-intake/pending/",
+                      f"{len(stuck)} admitted turn(s) have waited more than a minute while a live owner "
+                      f"(pid {holder.get('pid', '?')}) holds the vault: it is not draining the intake",
+                      "memvault engine stop --force, then start the owner again (memvault serve)")
+        return
+    yield Finding("intake", WARNING, "waiting_intake", ".capture-intake/pending/",
+                  f"{len(stuck)} admitted turn(s) have waited more than a minute: no process is draining the intake",
+                  "start the owner (memvault serve, or memvault watch), or run `memvault admit` once to drain")
+
+
+def _age_seconds(stamp: str | None, now: datetime) -> float:
+    if not stamp:
+        return 0.0
+    try:
+        return (now - datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return 0.0
+
+
+def owner_findings(pid: int, worker: dict | None) -> list[Finding]:
+    """Asked through the owner: its intake worker must be running."""
+    if worker is not None and worker.get("running"):
+        return []
+    state = "never started" if worker is None else ("stopped" if not worker.get("aborted") else "aborted")
+    return [Finding("engine", ERROR, "owner_not_draining", f"pid {pid}",
+                    f"the owner (pid {pid}) holds the vault but its intake worker is {state}",
+                    "memvault engine stop, then start the owner again (memvault serve)")]
 
 
 def check_replay(ctx: HealthContext) -> Iterable[Finding]:

@@ -4,7 +4,10 @@ BM25 is updated inside the write's critical section; embeddings are not (an HTTP
 must never sit between an agent and its answer). Deltas wait here (at most 256 memories / 2 MiB
 of passage text, the spec's bounds) and a worker embeds them in batches of 32 and commits them.
 What does not fit, or fails, is not lost: the process's lag marker stays on disk and the next
-open catches the vectors up from the files (see `MemoryStore._catch_up_vectors`).
+open catches the vectors up from the files. A process that stays up (the vault's owner) does not
+wait for that: an overflow schedules a catch-up from the files on this queue's own thread, run as
+soon as the queued batches are in (`catch_up`, supplied by the store); until it has run, recall
+says `degraded` with the number of memories waiting.
 """
 
 import os
@@ -61,9 +64,13 @@ def delta_size(delta: IndexDelta) -> tuple[int, int]:
 class SemanticQueue:
     """One worker thread; `run_batch(deltas)` embeds and commits (the store supplies it)."""
 
-    def __init__(self, index_dir: Path, run_batch: Callable[[list[IndexDelta]], None]):
+    def __init__(self, index_dir: Path, run_batch: Callable[[list[IndexDelta]], None],
+                 catch_up: Callable[[], None] | None = None):
         self._index_dir = index_dir
         self._run_batch = run_batch
+        self._catch_up = catch_up
+        #: memories whose vectors did not fit in the queue and wait for the catch-up (0: none)
+        self.overflowed = 0
         self._items: list[IndexDelta] = []
         self._counts = (0, 0)
         self._cond = threading.Condition()
@@ -84,7 +91,13 @@ class SemanticQueue:
             self._mark_lagging()
             count, total = self._counts
             if count + items > MAX_QUEUE_ITEMS or total + size > MAX_QUEUE_BYTES:
-                self.lag_reason = "semantic queue full: vectors catch up on the next open"
+                self.overflowed += items
+                if self._catch_up is None:
+                    self.lag_reason = "semantic queue full: vectors catch up on the next open"
+                else:  # this process catches up from the files once the queue is empty
+                    self.lag_reason = f"semantic queue full: {self.overflowed} memories wait for vectors"
+                    self._ensure_thread()
+                    self._cond.notify()
                 return False
             self._items.append(delta)
             self._counts = (count + items, total + size)
@@ -95,7 +108,10 @@ class SemanticQueue:
     def drain(self, timeout: float) -> bool:
         """Wait until everything queued so far is committed; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
+            return self._cond.wait_for(lambda: not self._items and not self._busy and not self._catch_up_due(), timeout)
+
+    def _catch_up_due(self) -> bool:
+        return self.overflowed > 0 and self._catch_up is not None
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Drain for up to `timeout` seconds, then stop the worker. True when nothing was left."""
@@ -127,16 +143,37 @@ class SemanticQueue:
     def _work(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._items or self._stopping)
-                if not self._items:
+                self._cond.wait_for(lambda: self._items or self._stopping or self._catch_up_due())
+                if not self._items and self._catch_up_due() and not self._stopping:
+                    self._busy = True
+                    waiting, batch = self.overflowed, None
+                elif not self._items:
                     return
-                batch, self._items, self._counts = self._items, [], (0, 0)
-                self._busy = True
+                else:
+                    batch, self._items, self._counts = self._items, [], (0, 0)
+                    self._busy = True
             try:
-                self._run_batch(batch)
+                if batch is None:
+                    self._run_catch_up(waiting)
+                else:
+                    self._run_batch(batch)
             except Exception as exc:  # the worker must survive provider outages; the marker stays
                 self.lag_reason = f"semantic indexing failed ({type(exc).__name__}: {exc})"
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _run_catch_up(self, waiting: int) -> None:
+        """Embed what the overflow left out, from the files. Memories that overflowed while it ran
+        stay counted, so another catch-up follows."""
+        try:
+            self._catch_up()
+        except Exception:
+            with self._cond:  # counted again only if nothing newer overflowed meanwhile
+                self._cond.wait(1.0)  # bounded pause before the retry (provider outage, held lock)
+            raise
+        with self._cond:
+            self.overflowed = max(0, self.overflowed - waiting)
+            if self.overflowed == 0:
+                self.lag_reason = None

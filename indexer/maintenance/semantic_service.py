@@ -99,7 +99,10 @@ class SemanticService:
         self.identity = EmbeddingIdentity(embeddings.provider, embeddings.model, embeddings.dim)
         self._config = config
         self._provider = provider
-        self._queue = SemanticQueue(layout.index_dir, self._run_batch)
+        self._queue = SemanticQueue(layout.index_dir, self._run_batch, self._catch_up_live)
+        #: set by the store: embeds what the serving vectors miss, under the vault lock (a live
+        #: process's catch-up after a queue overflow)
+        self.catch_up_source: Callable[[], None] | None = None
         self._serving: SemanticIndex | None = None
         #: why vector search is unavailable for the serving generation, or None
         self.unavailable: str | None = None
@@ -156,11 +159,20 @@ class SemanticService:
             current.save()
             self._serving = current
 
-    def catch_up(self, index: DerivedIndex, vault_zone: str) -> int:
-        """Embed what the serving vectors miss; returns how many notes were redone. Lock held."""
+    def _catch_up_live(self) -> None:
+        if self.catch_up_source is not None:
+            self.catch_up_source()
+
+    def catch_up(self, index: DerivedIndex, vault_zone: str, *, thorough: bool = False) -> int:
+        """Embed what the serving vectors miss; returns how many notes were redone. Lock held.
+
+        Without `thorough`, a vector count equal to the curated row count (and no dead process's
+        lag marker) is trusted; after an overflow it is not (the lost deltas may be edits)."""
         semantic = self._serving
         markers = dead_markers(self.layout.index_dir)
-        if semantic is None or (not markers and len(semantic.vectors) == _curated_rows(index)):
+        if semantic is None:
+            return 0
+        if not thorough and not markers and len(semantic.vectors) == _curated_rows(index):
             return 0
         semantic = semantic.reload_if_changed()
         stale_paths, extra = semantic.lagging_paths(index.all_rows())
@@ -186,6 +198,11 @@ class SemanticService:
     def lag_reason(self) -> str | None:
         return self._queue.lag_reason
 
+    @property
+    def waiting(self) -> int:
+        """Memories whose vectors overflowed the queue and wait for this process's catch-up."""
+        return self._queue.overflowed
+
     # --- reading -------------------------------------------------------------------------------
 
     def search(self, query: str, depth: int) -> tuple[list[tuple[str, float]] | None, str | None]:
@@ -199,9 +216,16 @@ class SemanticService:
             return None, f"vector search unavailable ({exc})"
         except VaultError as exc:
             return None, f"vector search unavailable ({exc})"
+        lag = self._lag_note()
         if not np.isfinite(vector).all() or not vector.any():
-            return [], None
-        return self._serving.search(vector, depth), None
+            return [], lag
+        return self._serving.search(vector, depth), lag
+
+    def _lag_note(self) -> str | None:
+        waiting = self._queue.overflowed
+        if not waiting:
+            return None
+        return f"vectors are catching up: {waiting} memories have no current vector yet (BM25 finds them meanwhile)"
 
 
 def merge_deltas(deltas: list[IndexDelta]) -> IndexDelta:

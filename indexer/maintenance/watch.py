@@ -62,7 +62,6 @@ WATCHED_EVENTS = [
 ]
 _FILE_EVENT_TYPES = {"created", "modified", "closed", "moved", "deleted"}
 _DIR_EVENT_TYPES = {"created", "deleted", "moved"}
-_POLL_SECONDS = 0.1
 _MAX_BACKOFF_SECONDS = 10.0
 
 
@@ -128,17 +127,20 @@ class ChangeQueue:
             return batch
 
     def wait(self, stop: threading.Event, timeout: float) -> Batch | None:
-        """Block until a batch is due (and return it), `stop` is set, or `timeout` passes."""
+        """Block until a batch is due (and return it), `stop` is set, or `timeout` passes.
+
+        The check and the wait happen under one lock (the Condition's RLock), and add() / wake()
+        notify it, so an idle watcher sleeps without polling and never misses an event."""
         deadline = self._clock() + timeout
-        while not stop.is_set():
-            due = self.ready_in()
-            if due == 0.0:
-                return self.take()
-            remaining = deadline - self._clock()
-            if due is None and remaining <= 0:
-                return None
-            with self._cond:
-                self._cond.wait(min(_POLL_SECONDS, due if due is not None else remaining))
+        with self._cond:
+            while not stop.is_set():
+                due = self.ready_in()
+                if due == 0.0:
+                    return self.take()
+                remaining = deadline - self._clock()
+                if due is None and remaining <= 0:
+                    return None
+                self._cond.wait(due if due is not None else remaining)
         return None
 
     def wake(self) -> None:
@@ -281,7 +283,7 @@ class Watcher:
         last_event = last_rescan = time.monotonic()
         compact_due = self.compact_after is not None
         while not stop.is_set():
-            batch = self.queue.wait(stop, timeout=1.0)
+            batch = self.queue.wait(stop, timeout=self._idle_wait(last_event, last_rescan, compact_due))
             now = time.monotonic()
             if batch is not None:
                 self.process(batch)
@@ -297,6 +299,20 @@ class Watcher:
                 self._consolidate(now)
             if self._backoff and not stop.is_set():
                 stop.wait(self._backoff)
+
+    def _idle_wait(self, last_event: float, last_rescan: float, compact_due: bool) -> float:
+        """Seconds until the next timed duty (rescan, compaction, consolidation): an idle watcher
+        sleeps until then instead of waking every second. At least 0.05 s, at most 60 s."""
+        now = time.monotonic()
+        due = [last_rescan + self.rescan_interval]
+        if compact_due and self.compact_after is not None:
+            due.append(last_event + self.compact_after)
+        if self.consolidate_every is not None:
+            last = self._last_consolidation
+            due.append(now if last is None else last + self.consolidate_every)
+        if self._backoff:
+            due.append(now + self._backoff)
+        return min(60.0, max(0.05, min(due) - now))
 
     def process(self, batch: Batch) -> BatchReport:
         """Apply one batch; on failure requeue it and back off. Never raises for vault state."""

@@ -1,0 +1,210 @@
+"""`memvault serve` and `memvault engine status|stop`: the vault's resident owner (docs/engine.md).
+
+`serve` and `watch` both run an owner in the foreground (`run_owner`): it drains the intake,
+keeps the index and vectors in step with the files, compacts and consolidates, and answers the
+other memvault commands over its socket. Extra faces of the owner (the web pages) register with
+`register_face` and run on their own threads inside `serve`.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from memvault.cli.app import cli, open_store
+from memvault.cli.errors import emit_json, json_option
+
+#: name -> face(owner, stop_event); `serve` runs each on its own thread in the owner process
+FACES: dict[str, Callable] = {}
+_STOP_WAIT_SECONDS = 30.0
+
+
+def register_face(name: str, face: Callable) -> None:
+    """Add a face that `memvault serve` runs inside the owner (e.g. the web pages)."""
+    FACES[name] = face
+
+
+def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounce: float = 0.2,
+              compact_after: float = 60.0, consolidate_every: float | None = 3600.0, faces=()) -> None:
+    """Own the vault in the foreground until Ctrl-C, SIGTERM or `memvault engine stop`."""
+    from memvault.cli.watch_commands import crash_hook_from_env
+    from memvault.indexer.engine.owner import Owner
+    from memvault.indexer.maintenance.watch import Watcher
+
+    store = open_store(ctx, sync=False)
+    if not os.access(store.layout.root, os.W_OK):
+        raise click.ClickException(f"{store.layout.root} is read-only: memvault {role} needs to write the index")
+    hook = crash_hook_from_env()
+    owner = Owner(store, role=role, log=lambda message: click.echo(f"memvault {role}: {message}", err=True),
+                  crash_hook=hook)
+    try:
+        owner.start()
+    except BaseException:
+        store.close()
+        raise
+    for name in faces:
+        owner.add_face(FACES[name], name=f"memvault-face-{name}")
+    on_ready = None if ready is None else (lambda: ready(store.layout.root))
+    watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report, on_ready=on_ready,
+                      hook=hook, consolidate_every=consolidate_every)
+    stop = threading.Event()
+
+    def request_stop(*_args) -> None:
+        stop.set()
+        watcher.queue.wake()
+
+    threading.Thread(target=lambda: (owner.stop_requested.wait(), request_stop()), daemon=True,
+                     name="memvault-stop-request").start()
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        watcher.run(stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        owner.stop()
+        store.close()
+
+
+@cli.command("serve")
+@click.option("--face", "faces", multiple=True, type=click.Choice(sorted(FACES)) if FACES else str,
+              help="An extra face of the owner to run (registered by its module), e.g. web.")
+@click.pass_context
+def serve_command(ctx: click.Context, faces: tuple[str, ...]) -> None:
+    """Run the vault's owner in the foreground until interrupted (Ctrl-C / SIGTERM).
+
+    The owner drains admitted turns, follows edits to the notes, keeps vectors complete, compacts
+    and consolidates, and answers every other memvault command (search, remember, admit, journal,
+    health) over a private socket, so they skip the start-up cost. `watch` does the same and logs
+    each batch.
+    """
+    unknown = [name for name in faces if name not in FACES]
+    if unknown:
+        raise click.BadParameter(f"no face named {unknown[0]!r}; known: {', '.join(sorted(FACES)) or 'none'}",
+                                 param_hint="--face")
+
+    def ready(root) -> None:
+        click.echo(f"serving {root} (Ctrl-C to stop)", err=True)
+
+    run_owner(ctx, "serve", ready=ready, faces=faces)
+    click.echo("stopped; the index is consistent", err=True)
+
+
+@cli.group("engine")
+def engine_group() -> None:
+    """The vault's resident owner: see whether one runs, and stop it."""
+
+
+@engine_group.command("status")
+@json_option
+@click.pass_context
+def engine_status(ctx: click.Context, json_: bool) -> None:
+    """Show the owner of the vault (pid, role, socket, intake); exit 1 when none runs."""
+    from memvault.indexer.engine.address import pid_alive, read_status, socket_path
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+
+    root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
+    owner = find_owner(root)
+    if owner is None:
+        stale = read_status(root)
+        body = {"running": False, "vault": str(root), "socket": str(socket_path(root)),
+                "staleStatus": stale if stale and not pid_alive(stale.get("pid")) else None}
+        if json_:
+            emit_json(body)
+        else:
+            click.echo(f"no engine runs for {root}; commands work in-process (start one: memvault serve)")
+            if body["staleStatus"]:
+                click.echo(f"  a crashed owner (pid {stale.get('pid')}) left its status; the next owner cleans it")
+        ctx.exit(1)
+    status = owner.call("status")
+    if json_:
+        emit_json({"running": True, **status})
+        return
+    counts = status["intake"]["counts"]
+    click.echo(f"engine pid {status['pid']} ({status['role']}) owns {status['vault']} since {status['startedAt']}")
+    click.echo(f"  socket {status['socket']}, protocol {status['protocol']}, memvault {status['version']}")
+    worker = status["intake"].get("worker") or {}
+    click.echo(f"  intake: {counts['pending']} pending ({counts['due']} due), worker "
+               f"{'running' if worker.get('running') else 'NOT running'}")
+    if status.get("vectors"):
+        click.echo(f"  vectors: {status['vectors']}")
+    for repair in status.get("repairs", []):
+        click.echo(f"  repaired: {repair}")
+
+
+@engine_group.command("stop")
+@click.option("--force", is_flag=True, help="If the owner does not answer or does not stop, kill it (SIGTERM, then SIGKILL).")
+@json_option
+@click.pass_context
+def engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
+    """Ask the vault's owner to stop (it drains the intake first); wait until it has."""
+    from memvault.indexer.engine.address import read_status
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+    from memvault.indexer.engine.protocol import EngineStuck
+
+    root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
+    try:
+        owner = find_owner(root)
+    except EngineStuck:
+        if not force:
+            raise
+        owner = None
+        pid = (read_status(root) or {}).get("pid")
+    else:
+        if owner is None:
+            _say(json_, {"stopped": False, "running": False}, "no engine runs for this vault")
+            return
+        pid = owner.pid
+        owner.call("stop")
+        if _wait_gone(root, _STOP_WAIT_SECONDS):
+            _say(json_, {"stopped": True, "pid": pid}, f"engine pid {pid} stopped")
+            return
+        if not force:
+            raise click.ClickException(f"engine pid {pid} did not stop within {_STOP_WAIT_SECONDS:g} s: "
+                                       "run `memvault engine stop --force`")
+    _kill(pid)
+    _say(json_, {"stopped": True, "pid": pid, "forced": True}, f"engine pid {pid} killed; "
+         "admitted turns stay pending for the next owner")
+
+
+def _wait_gone(root: Path, timeout: float) -> bool:
+    from memvault.indexer.engine.client import find_owner
+    from memvault.vault.errors import VaultError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if find_owner(root, timeout=2.0) is None:
+                return True
+        except VaultError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def _kill(pid) -> None:
+    from memvault.indexer.engine.address import pid_alive
+
+    if not isinstance(pid, int) or not pid_alive(pid):
+        raise click.ClickException("the owner's pid is unknown (no .locks/engine.json): stop the process by hand")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10.0
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _say(json_: bool, body: dict, line: str) -> None:
+    if json_:
+        emit_json(body)
+    else:
+        click.echo(line)
+    sys.stdout.flush()
+

@@ -1,0 +1,117 @@
+"""Many Remembers in one critical section: one compare-and-swap write (one fsync) per daily note and
+one index commit for the whole batch. `MemoryStore.remember_many` (importers, backfills) and the
+owner's group commit (remembers that arrive together) both come here.
+
+Each item keeps the single call's meaning: the same checks (`prepare_fact`: empty, oversized,
+control characters, credentials), the same idempotency by content (a memory already indexed, or
+earlier in the same batch, is a duplicate naming the stored one), the same receipts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from memvault.indexer.results import RememberReceipt
+from memvault.vault.clock import local_day_and_time, zone
+from memvault.vault.curated import NewBullet, append_bullets_once, prepare_fact
+from memvault.vault.errors import InvalidRecord, VaultError
+from memvault.vault.ids import content_hash, memory_id
+from memvault.vault.layout import DAILY
+
+#: items per critical section: bounds the lock hold and the memory of one batch
+BATCH_ITEMS = 512
+
+
+@dataclass(frozen=True)
+class RememberItem:
+    text: str
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """One input item's fate: a receipt, or the error that refused it (nothing was written for it)."""
+
+    index: int  # position in the input (0-based)
+    receipt: RememberReceipt | None
+    error: VaultError | None = None
+
+    def to_json(self) -> dict:
+        if self.receipt is not None:
+            return {"index": self.index, **self.receipt.to_json()}
+        error = {"type": type(self.error).__name__, "code": self.error.code, "message": str(self.error)}
+        return {"index": self.index, "status": "refused", "error": error}
+
+
+def as_item(value: object) -> RememberItem:
+    if isinstance(value, RememberItem):
+        return value
+    if isinstance(value, str):
+        return RememberItem(value)
+    if isinstance(value, dict) and set(value) <= {"text", "at"}:
+        return RememberItem(value.get("text"), value.get("at"))
+    raise InvalidRecord("each item must be text, a RememberItem, or {'text': …, 'at': datetime}")
+
+
+def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]) -> list[RememberReceipt | VaultError]:
+    """Write and index one batch under the vault lock; one result per item, in order."""
+    results: list[RememberReceipt | VaultError | None] = [None] * len(items)
+    prepared: list[tuple[int, str, datetime]] = []
+    for position, item in enumerate(items):
+        try:
+            fact = prepare_fact(item.text)
+            when = item.at if item.at is not None else now()
+            local_day_and_time(when, zone(store.time_zone))  # a naive time is refused here, per item
+        except VaultError as exc:
+            results[position] = exc
+            continue
+        prepared.append((position, fact, when))
+    with store._lock:
+        index = store._writable_index()
+        seen: dict[str, RememberReceipt] = {}
+        per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)
+        for position, fact, when in prepared:
+            digest = content_hash(fact)
+            earlier = seen.get(digest)
+            if earlier is None:
+                existing = index.bm25.find_by_content_hash(digest)
+                if existing is not None:
+                    earlier = RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
+            if earlier is not None:
+                results[position] = RememberReceipt(earlier.id, earlier.source, "duplicate", earlier.text)
+                seen.setdefault(digest, earlier)
+                continue
+            day, wall_time = local_day_and_time(when, zone(store.time_zone))
+            relpath = store.layout.note_relpath(DAILY, day)
+            block_id = memory_id(fact)
+            per_note[relpath].append((position, NewBullet(fact, block_id, wall_time), fact))
+            seen[digest] = RememberReceipt(block_id, f"{relpath}#^{block_id}", "added", fact)
+        for relpath, entries in sorted(per_note.items()):
+            try:
+                written = set(append_bullets_once(store.layout, relpath, relpath[len(DAILY) + 1 : -3],
+                                                  [bullet for _, bullet, _ in entries]))
+            except VaultError as exc:  # this note (a conflict, bad bytes): its items fail, others go on
+                for position, _, _ in entries:
+                    results[position] = exc
+                continue
+            for position, bullet, fact in entries:
+                status = "added" if bullet.block_id in written else "completed"
+                results[position] = RememberReceipt(bullet.block_id, f"{relpath}#^{bullet.block_id}", status, fact)
+        touched = [relpath for relpath, entries in per_note.items() if not isinstance(results[entries[0][0]], VaultError)]
+        if touched:
+            store._apply(index, sorted(touched))  # one index commit for the whole batch
+    return results
+
+
+def chunks(items: Iterable[object], size: int = BATCH_ITEMS):
+    batch: list[object] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

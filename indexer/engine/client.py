@@ -1,0 +1,107 @@
+"""The thin client of a vault's owner. Standard library only (plus vault.errors), so a CLI call
+that finds an owner never imports tantivy, hnswlib, wordllama, numpy or the MCP SDK.
+
+`find_owner(root)` tells three cases apart, as dmypy and watchman do:
+
+* no socket file, or nobody listening on it (a crashed owner's leftover): None. The caller
+  works in-process; the next owner removes the stale socket.
+* an owner answers `hello`: an `EngineClient` for it.
+* something is connected but does not answer: `EngineStuck`, never a silent second writer.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from memvault.indexer.engine import protocol
+from memvault.indexer.engine.address import socket_path
+from memvault.indexer.engine.protocol import EngineStuck, ProtocolError
+
+#: a live owner answers hello from a thread of its own, whatever else it is doing
+PROBE_TIMEOUT_SECONDS = 10.0
+#: the longest one request may take (a strict health of a large vault, a rebuild's wait for the lock)
+REQUEST_TIMEOUT_SECONDS = 300.0
+_STOP_HINT = "`memvault engine stop --force`"
+
+
+class EngineClient:
+    """Requests to one owner: each call is one connection, one request line, one response line."""
+
+    def __init__(self, path: Path, hello: dict):
+        self.path = path
+        self.hello = hello  # the owner's pid, start time, vault, protocol, version
+
+    @property
+    def pid(self) -> int | None:
+        return self.hello.get("pid")
+
+    @property
+    def is_this_process(self) -> bool:
+        return self.pid == os.getpid()
+
+    def call(self, op: str, args: dict | None = None, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> object:
+        """Send one request; return its result or raise the owner's error as the same class."""
+        try:
+            response = _exchange(self.path, protocol.request(op, args), timeout)
+        except (ConnectionRefusedError, FileNotFoundError, BrokenPipeError, ConnectionResetError) as exc:
+            raise EngineStuck(
+                f"the engine (pid {self.pid}) went away during {op!r} ({exc.__class__.__name__}): "
+                "retry; if it keeps failing run `memvault engine status`"
+            ) from None
+        except TimeoutError:
+            raise EngineStuck(
+                f"the engine (pid {self.pid}) did not answer {op!r} within {timeout:g} s: it is stuck. "
+                f"Fix: {_STOP_HINT}"
+            ) from None
+        if response.get("ok") is True:
+            return response.get("result")
+        protocol.raise_error(response.get("error"))
+        raise AssertionError("unreachable")
+
+
+def find_owner(vault_root: Path, *, timeout: float = PROBE_TIMEOUT_SECONDS) -> EngineClient | None:
+    """The vault's live owner, or None when none listens. Raises EngineStuck for a silent one."""
+    path = socket_path(vault_root)
+    try:
+        hello = _exchange(path, protocol.request("hello"), timeout)
+    except (FileNotFoundError, ConnectionRefusedError):
+        return None  # no owner, or a crashed owner's socket that nobody listens on
+    except (TimeoutError, BrokenPipeError, ConnectionResetError):
+        raise EngineStuck(
+            f"an engine listens on {path} but does not answer: it is stuck. Fix: {_STOP_HINT}"
+        ) from None
+    if not hello.get("ok"):
+        protocol.raise_error(hello.get("error"))
+    result = hello.get("result")
+    if not isinstance(result, dict):
+        raise ProtocolError(f"the engine on {path} answered hello without its identity")
+    return EngineClient(path, result)
+
+
+def _exchange(path: Path, message: dict, timeout: float) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(os.fspath(path))
+        sock.sendall(protocol.encode(message))
+        sock.shutdown(socket.SHUT_WR)
+        return protocol.decode(_read_line(sock))
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    chunks, size = [], 0
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > protocol.MAX_MESSAGE_BYTES + 1:
+            raise ProtocolError(f"the engine's answer exceeds the {protocol.MAX_MESSAGE_BYTES}-byte limit")
+        if chunk.endswith(b"\n"):
+            break
+    data = b"".join(chunks)
+    if not data:
+        raise ConnectionResetError("the engine closed the connection without answering")
+    return data.rstrip(b"\n")

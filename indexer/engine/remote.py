@@ -1,0 +1,199 @@
+"""`RemoteStore`: what `MemoryStore.open` returns while another process owns the vault.
+
+It has the engine's everyday API (remember, recall/search, persist_completed_turn, journal,
+health, sync) and hands each call to the owner over the channel; results come back as the same
+objects (rebuilt from the same JSON the owner's objects produce) and errors as the same
+`VaultError` classes. Light: standard library, vault/ and `indexer/results.py` only.
+
+It never writes itself: owner-only work (start_intake, compact) is refused with the
+owner named, so there is never a second writer beside a live owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+
+from memvault.indexer.engine.client import EngineClient
+from memvault.indexer.engine.protocol import EngineRunning
+from memvault.indexer.results import RecallHit, RecallResult, RememberReceipt
+from memvault.vault.layout import VaultLayout
+
+
+class RemoteStore:
+    def __init__(self, root: Path, client: EngineClient, env: Mapping[str, str] | None = None):
+        self.layout = VaultLayout(Path(root))
+        self.client = client
+        self.env = dict(env or {})
+        self._config = None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        pass  # nothing held: every call is its own connection
+
+    def __enter__(self) -> RemoteStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def config(self):
+        if self._config is None:
+            from memvault.vault.config import load_config
+
+            self._config = load_config(self.layout.root, self.env)
+        return self._config
+
+    @property
+    def time_zone(self) -> str:
+        return self.config.memory.time_zone
+
+    @property
+    def owner_pid(self) -> int | None:
+        return self.client.pid
+
+    # --- calls -----------------------------------------------------------------------------------
+
+    def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
+        body = self.client.call("remember", {"text": text, "at": None if at is None else _iso(at)})
+        return RememberReceipt(**body)
+
+    def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
+        """Through the owner, 512 items per request (each request one batch there)."""
+        from memvault.indexer.engine.bulk import BATCH_ITEMS, BulkOutcome, as_item, chunks
+        from memvault.indexer.engine.protocol import error_from_wire
+        from memvault.vault.errors import InvalidRecord
+
+        outcomes = []
+        for batch in chunks(items, BATCH_ITEMS):
+            wire = []
+            for value in batch:
+                try:
+                    item = as_item(value)
+                    wire.append({"text": item.text, "at": None if item.at is None else _iso(item.at)})
+                except (InvalidRecord, AttributeError):
+                    wire.append({"text": None})  # refused by the owner with the same message
+            for row in self.client.call("remember_many", {"items": wire})["results"]:
+                position = len(outcomes)
+                if row["status"] == "refused":
+                    outcomes.append(BulkOutcome(position, None, error_from_wire(row["error"])))
+                else:
+                    fields = {k: row[k] for k in ("id", "source", "status", "text")}
+                    outcomes.append(BulkOutcome(position, RememberReceipt(**fields)))
+            if progress is not None:
+                progress(len(outcomes), total if total is not None else len(outcomes))
+        return outcomes
+
+    def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        return recall_result_from_json(self.client.call("recall", {"query": query, "limit": limit, "mode": mode}))
+
+    def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        return self.recall(query, limit=limit, mode=mode)
+
+    def persist_completed_turn(self, run_id: str, answer: str, *, capture_text: str | None = None,
+                               trigger: str = "user", completed_at: datetime | None = None):
+        return self.admit_turn(run_id, answer, capture_text=capture_text, trigger=trigger,
+                               completed_at=completed_at)[0]
+
+    def admit_turn(self, run_id: str, answer: str, *, capture_text: str | None = None, trigger: str = "user",
+                   completed_at: datetime | None = None):
+        """(AdmissionResult, what the owner's worker did with it) — the CLI shows both."""
+        from memvault.vault.intake.admission import AdmissionResult
+
+        args = {"run_id": run_id, "answer": answer, "capture_text": capture_text, "trigger": trigger}
+        if completed_at is not None:
+            args["completed_at"] = _iso(completed_at)
+        body = self.client.call("admit", args)
+        return AdmissionResult(**body["result"]), body["worker"]
+
+    def journal(self, *, from_date=None, through_date=None, time_zone=None, limit=None, cursor=None):
+        arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
+                     "limit": limit, "cursor": cursor}  # fmt: skip
+        return self.journal_service().query(arguments)
+
+    def journal_service(self, *, persistent: bool = False) -> RemoteJournal:
+        return RemoteJournal(self.client, persistent)
+
+    def health_report(self, *, strict: bool = False) -> dict:
+        return self.client.call("health", {"strict": strict})
+
+    def sync(self, paths=None, **_ignored):
+        """The owner keeps its index current; asking it to look now costs one request."""
+        return self.client.call("sync", {})
+
+    def engine_status(self) -> dict:
+        return self.client.call("status", {})
+
+    # --- owner-only work ---------------------------------------------------------------------------
+
+    def _owned_elsewhere(self, what: str):
+        raise EngineRunning(
+            f"{what} is the owner's work, and the engine (pid {self.client.pid}) owns this vault. "
+            "Fix: let it do it, or stop it first with `memvault engine stop`."
+        )
+
+    def start_intake(self, **_ignored):
+        self._owned_elsewhere("draining the intake")
+
+    def stop(self, timeout: float = 10.0):
+        return None
+
+    def rebuild(self, progress=None, *, hook=None):
+        """The owner rebuilds (it holds the serving generation); progress is not streamed."""
+        from memvault.indexer.results import RebuildReport
+
+        body = self.client.call("rebuild", {})
+        return RebuildReport(**{**body, "problems": tuple(body.get("problems") or ()),
+                                "phases": tuple(body.get("phases") or ())})
+
+    def compact(self, *_args, **_kwargs):
+        self._owned_elsewhere("compaction")
+
+
+class RemoteJournal:
+    """The journal service's `query` through the owner (its snapshots and cursors live there)."""
+
+    def __init__(self, client: EngineClient, persistent: bool):
+        self._client = client
+        self._persistent = persistent
+        self.snapshots = _Kept(persistent)
+
+    def query(self, arguments: Mapping[str, object]) -> JournalPageView:
+        body = self._client.call("journal", {"arguments": dict(arguments), "persistent": self._persistent})
+        self.snapshots = _Kept(bool(body.get("kept")))
+        return JournalPageView(body["page"])
+
+
+class _Kept:
+    def __init__(self, persistent: bool):
+        self.persistent = persistent
+
+
+class JournalPageView:
+    """A journal page as the owner sent it, with the attributes the CLI reads from a JournalPage."""
+
+    def __init__(self, body: dict):
+        self._body = body
+        self.range, self.page, self.cursor = body["range"], body["page"], body["cursor"]
+        self.coverage, self.entries = body["coverage"], tuple(body["entries"])
+        self.no_data = bool(body["noData"])
+
+    def to_json(self) -> dict:
+        return dict(self._body)
+
+
+def recall_result_from_json(body: dict) -> RecallResult:
+    hits = tuple(
+        RecallHit(hit["id"], hit["text"], hit["source"], hit["score"], datetime.fromisoformat(hit["at"]),
+                  explain=hit.get("explain") or {})
+        for hit in body["hits"]
+    )
+    return RecallResult(body["query"], body["mode"], hits, degraded=body.get("degraded"),
+                        guidance=body.get("guidance"), gate=body.get("gate"))
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat()

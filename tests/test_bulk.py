@@ -1,0 +1,140 @@
+"""Bulk and grouped Remember: `remember_many`, `memvault remember --from`, and the owner's group
+commit (remembers arriving together share one index commit; each caller hears only after its write)."""
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import pytest
+
+from memvault.indexer.engine.bulk import RememberItem
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.derived import DerivedIndex
+from memvault.indexer.maintenance.health import check_health
+from memvault.vault.errors import CredentialRefused, InvalidRecord
+from tests.engine_helpers import ENV, REPO, OwnerProcess, memvault
+from tests.intake_helpers import make_vault
+
+
+@pytest.fixture
+def commits(monkeypatch):
+    """How many index commits (DerivedIndex.apply calls) this process makes; the real apply runs."""
+    counter = {"n": 0}
+    real = DerivedIndex.apply
+
+    def counting(self, *args, **kwargs):
+        counter["n"] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DerivedIndex, "apply", counting)
+    return counter
+
+
+def daily_text(root) -> str:
+    return "".join(p.read_text() for p in sorted((root / "daily").glob("*.md")))
+
+
+def test_remember_many_writes_each_note_once_and_commits_the_batch_once(tmp_path, commits):
+    root = make_vault(tmp_path)
+    with MemoryStore.open(root) as store:
+        before = commits["n"]
+        days = [datetime(2026, 11, d, 9, 0, tzinfo=timezone.utc) for d in (2, 3, 4)]
+        items = [RememberItem(f"Fact {n} about the orchard.", days[n % 3]) for n in range(30)]
+        items += ["Fact 0 about the orchard.", {"text": "", "at": None}, "the key is AKIAIOSFODNN7EXAMPLE",
+                  RememberItem("Naive time.", datetime(2026, 11, 2, 9, 0)), 42]
+        outcomes = store.remember_many(items)
+        assert commits["n"] - before == 1  # 30 memories over three notes: one index commit
+        statuses = [o.receipt.status if o.receipt else type(o.error).__name__ for o in outcomes]
+        assert statuses == ["added"] * 30 + ["duplicate", "InvalidRecord", "CredentialRefused", "InvalidRecord",
+                                             "InvalidRecord"]
+        assert outcomes[30].receipt.id == outcomes[0].receipt.id
+        again = store.remember_many(items[:30])
+        assert {o.receipt.status for o in again} == {"duplicate"}
+        single = [store.recall(f"Fact {n} about the orchard", limit=30) for n in (0, 29)]
+        assert all(result.hits for result in single)
+        assert check_health(store.layout, store.config, strict=True).healthy
+    text = daily_text(root)
+    assert all(text.count(f"Fact {n} about the orchard.") == 1 for n in range(30))
+    assert "AKIAIOSFODNN7EXAMPLE" not in text and "Naive time." not in text
+
+
+def test_remember_many_receipts_match_single_remembers(tmp_path):
+    one, many = make_vault(tmp_path, name="one"), make_vault(tmp_path, name="many")
+    at = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+    facts = ["Morgan chose blue.", "Standup moved to 10:00.", "Morgan chose blue."]
+    with MemoryStore.open(one) as a, MemoryStore.open(many) as b:
+        singles = [a.remember(text, at=at).to_json() for text in facts]
+        bulk = [o.receipt.to_json() for o in b.remember_many([RememberItem(t, at) for t in facts])]
+    assert singles == bulk
+    assert (one / "daily/2026-11-30.md").read_bytes() == (many / "daily/2026-11-30.md").read_bytes()
+
+
+def test_cli_bulk_import_is_idempotent_and_reports_bad_lines(tmp_path):
+    root = make_vault(tmp_path, mode="journal")
+    lines = [json.dumps({"text": f"Imported memory {n} about tide pools.", "at": "2026-11-0%dT09:30:00+01:00" % (1 + n % 9)})
+             for n in range(40)]
+    lines[5] = "not json"
+    lines[9] = json.dumps({"text": "x", "prompt": "unexpected"})
+    lines[12] = json.dumps({"text": "Dated without offset.", "at": "2026-11-02T09:30:00"})
+    data = "\n".join(lines) + "\n"
+    first = memvault(root, "remember", "--from", "-", "--json", input=data)
+    body = json.loads(first.stdout)
+    assert first.returncode == 1  # some lines were refused
+    assert body["counts"] == {"added": 37, "duplicate": 0, "completed": 0, "refused": 3}
+    assert [row["line"] for row in body["refused"]] == [6, 10, 13]
+    again = json.loads(memvault(root, "remember", "--from", "-", "--json", input=data).stdout)
+    assert again["counts"] == {"added": 0, "duplicate": 37, "completed": 0, "refused": 3}
+    assert memvault(root, "health", "--strict").returncode == 0
+    assert memvault(root, "remember", "text", "--from", "-").returncode == 2  # either TEXT or --from
+
+
+@pytest.mark.slow
+def test_bulk_import_through_a_running_owner_equals_in_process(tmp_path):
+    local, served = make_vault(tmp_path, mode="journal", name="local"), make_vault(tmp_path, mode="journal", name="served")
+    data = "".join(json.dumps({"text": f"Backfilled {n}: the ferry left pier {n}.", "at": "2026-10-0%dT08:00:00Z" % (1 + n % 9)})
+                   + "\n" for n in range(600)) + '{"text": "secret sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8t"}\n'
+    owner = OwnerProcess(served, "serve").wait_serving()
+    try:
+        there = memvault(served, "remember", "--from", "-", "--json", input=data)
+        assert json.loads(memvault(served, "engine", "status", "--json").stdout)["pid"] == owner.proc.pid
+    finally:
+        owner.stop()
+    here = memvault(local, "remember", "--from", "-", "--json", input=data)
+    assert (here.returncode, json.loads(here.stdout)) == (there.returncode, json.loads(there.stdout))
+    assert json.loads(here.stdout)["counts"]["added"] == 600
+    for day in sorted(p.name for p in (local / "daily").glob("*.md")):
+        assert (local / "daily" / day).read_bytes() == (served / "daily" / day).read_bytes()
+    assert memvault(served, "health", "--strict").returncode == 0
+
+
+@pytest.mark.slow
+def test_concurrent_remembers_through_the_owner_are_each_durable_once(tmp_path, commits):
+    """Clients in eight processes at once; the owner (this process) groups what arrives together."""
+    from memvault.indexer.engine.owner import Owner
+
+    root = make_vault(tmp_path)
+    store = MemoryStore.open(root, engine=False)
+    owner = Owner(store, role="python").start()
+    try:
+        before = commits["n"]
+        script = ("import sys\nfrom memvault import MemoryStore\nwith MemoryStore.open(sys.argv[1]) as s:\n"
+                  "    assert type(s).__name__ == 'RemoteStore'\n"
+                  "    for n in range(5): print(s.remember(f'Client {sys.argv[2]} fact {n}.').status)")
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(root), str(c)], env=ENV, cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in range(8)]
+        outputs = [p.communicate(timeout=180) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outputs]
+        assert all(out.split() == ["added"] * 5 for out, _ in outputs)
+        assert 1 <= commits["n"] - before <= 40  # grouped whenever calls overlap, never more than one each
+        text = daily_text(root)
+        assert all(text.count(f"Client {c} fact {n}.") == 1 for c in range(8) for n in range(5))
+        with pytest.raises(CredentialRefused):  # a grouped call still raises its own error
+            store_client = MemoryStore.open(root)
+            assert type(store_client).__name__ == "MemoryStore"  # same process: in-process
+            owner.group_commit().remember("the key is AKIAIOSFODNN7EXAMPLE", None)
+        with pytest.raises(InvalidRecord):
+            owner.group_commit().remember("", None)
+    finally:
+        owner.stop()
+        store.close()
