@@ -11,7 +11,9 @@ HEADER = """# CLI reference
 
 Generated from `memvault --help` by `python -m memvault.cli.docgen > docs/cli.md`; a test fails when this
 file is stale. Every read command takes `--json`; errors under `--json` are
-`{"error": {"code": ..., "message": ...}}` with exit code 1 (usage errors exit 2).
+`{"error": {"code": ..., "message": ...}}` with exit code 1 (usage errors exit 2, as a
+`usage_error` JSON object when the command line has `--json`). A usage error never repeats an
+argument that looks like a secret, and an argument that is not UTF-8 is refused by position.
 """
 
 

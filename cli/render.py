@@ -14,6 +14,8 @@ def print_recall(result, explain: bool = False) -> None:
     for rank, hit in enumerate(result.hits, 1):
         click.echo(f"{rank:>2}. {hit.text}")
         click.echo(f"    {hit.source}  score {hit.score:.4f}  {hit.at.isoformat()}")
+        if len(hit.sources) > 1:
+            click.echo(f"    also in: {', '.join(hit.sources[1:])}")
         if explain:
             for retriever, detail in sorted(hit.explain.items()):
                 click.echo(f"    {retriever}: {detail}")

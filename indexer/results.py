@@ -27,12 +27,15 @@ class RecallHit:
     kind: str = "curated"
     #: per-retriever evidence (ranks and raw scores), shown by `--explain`
     explain: dict = field(default_factory=dict)
+    #: every note that holds this exact text, `source` first (one hit per text, not per note)
+    sources: tuple[str, ...] = ()
 
     def to_json(self, explain: bool = False) -> dict:
         body = {
             "id": self.id,
             "text": self.text,
             "source": self.source,
+            "sources": list(self.sources or (self.source,)),
             "score": round(self.score, 6),
             "at": self.at.isoformat(),
             "date": self.source.split("/", 1)[-1][:10],

@@ -207,3 +207,101 @@ def test_detection_never_raises(text: str) -> None:
 def test_detection_never_raises_on_near_misses(text: str) -> None:
     result = find_credential(text)
     assert result is None or isinstance(result, str)
+
+
+# --- the common families beyond the big providers: one positive each and near misses ------------
+# (fake values, assembled from parts so no scanner mistakes this file for a leak)
+HEX32 = "0123456789abcdef" + "fedcba9876543210"
+WEBHOOK = "a webhook URL with its secret"
+FAMILIES = [
+    ("https://hooks.slack.com/services/" + "T0AB12CDE/B0FG34HIJ/" + "aB3dE5gH7jK9mN1pQ3sT5vX7", WEBHOOK),
+    ("post to hooks.slack.com/workflows/" + "T0AB12CDE/A0FG34HIJ/" + "123456789012345678/" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2", WEBHOOK),
+    ("https://discord.com/api/webhooks/" + "112233445566778899/" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2wY4_-aB3dE5gH7jK9mN1pQ3sT5v", WEBHOOK),
+    ("https://contoso.webhook.office.com/webhookb2/" + "0c3a9f9e-1b2c-4d5e-8f90-123456789abc@72f988bf-86f1-41af-91ab-2d7cd011db47"
+     + "/IncomingWebhook/" + HEX32 + "/0c3a9f9e-1b2c-4d5e-8f90-123456789abc", WEBHOOK),
+    ("https://example.azurewebsites.net/api/hook?code=" + "Ab3De5Gh7Jk9Mn1Pq3St5Vx7==", WEBHOOK),
+    ("https://api.example.com/notify?channel=ops&token=" + "q1W2e3R4t5Y6u7I8o9P0", WEBHOOK),
+    ("twilio key " + "SK" + HEX32, "a Twilio API key"),
+    ("twilio account " + "AC" + HEX32, "a Twilio account SID"),
+    ("slack app token " + "xapp-1-" + "A0123456789-1234567890123-" + HEX32, "a Slack token"),
+    ("slack bot " + "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "a Slack token"),
+    ("slack user " + "xoxp-" + "123456789012-123456789012-1234567890123-" + HEX32, "a Slack token"),
+    ("slack refresh " + "xoxe.xoxp-1-" + "Mi0yLTEyMzQ1Njc4OTAxMi0xMjM0NTY3ODkwMTIzLTEyMzQ1Njc4OTAxMjM0", "a Slack token"),
+    ("rk_live_" + "51H8abcdEFGH1234ijklMNOP", "a Stripe secret key"),
+    ("rk_test_" + "51H8abcdEFGH1234ijklMNOP", "a Stripe secret key"),
+    ("whsec_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2c", "a Stripe webhook secret"),
+    ("SG." + "aB3dE5gH7jK9mN1pQ3sT5v" + "." + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed9Cb8Az7Yx6W", "a SendGrid API key"),
+    ("mailgun " + "key-" + HEX32, "a Mailgun API key"),
+    ("npm config set //registry.npmjs.org/:_authToken " + "npm_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8", "an npm token"),
+    ("pypi-AgEIcHlwaS5vcmc" + "CJDk5ZTQ0NjEtN2Q2Ny00ZWQ0LWFhNjEtYTgxMjg5MWE2ZTc3AAIqWzMsIjE", "a PyPI token"),
+    ("discord bot " + "MTA5ODc2NTQzMjEwOTg3NjU0Mw" + ".GaB3dE" + ".aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6k", "a Discord bot token"),
+    ("telegram " + "123456789:AA" + "Fq3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6", "a Telegram bot token"),
+    ("DefaultEndpointsProtocol=https;AccountName=acme;AccountKey="
+     + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2wY4aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0s==;", "an Azure storage key"),
+    ("Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey="
+     + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2w=", "an Azure storage key"),
+    ("azure client secret " + "aB3" + "8Q~" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6k", "an Azure client secret"),
+    ('"private_key_id": "' + HEX32 + "01234567" + '"', "a Google Cloud credential"),
+    ("oauth client " + "GOCSPX-" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2c", "a Google Cloud credential"),
+    ("access " + "ya29." + "a0AfH6SMBx3dE5gH7jK9mN1pQ3sT5v", "a Google Cloud credential"),
+    ("glpat-" + "aB3dE5gH7jK9mN1pQ3sT", "a GitLab token"),
+    ("hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH", "a Hugging Face token"),
+    ("postgresql://app:Zq81xx0pLm@db.internal:5432/prod", "a password in a URL"),
+    ("mongodb+srv://svc:Pw4mongo9981@cluster0.example.net/app", "a password in a URL"),
+    ("mysql://root:r00tPassw0rd@127.0.0.1:3306/shop", "a password in a URL"),
+    ("jdbc:postgresql://db:5432/app?user=app&password=" + "Zq81xx0pLm99Kk", "a secret assigned to a name like password, token or api_key"),
+]
+
+NEAR_MISSES = [
+    "https://hooks.slack.com/services/",  # the docs page, no secret
+    "configure hooks.slack.com/services/T0AB12CDE in the app",
+    "https://discord.com/api/webhooks/ is where webhooks live",
+    "https://example.com/search?q=deployment+color&page=2",
+    "https://example.com/?token=rotation",
+    "SKU" + "0123456789abcdef",  # a product code
+    "SK" + "0123456789abcdef",  # too short for a Twilio key
+    "ACME" + HEX32[:20],
+    "the account SID starts with AC",
+    "whsec_ is the prefix Stripe uses",
+    "SG.1 is the first sprint goal",
+    "key-value stores such as redis",
+    "key-" + "0123",
+    "npm_config_cache is an environment variable",
+    "pip install pypi-simple",
+    "version 1.2.3 released at 12:30",
+    "meeting 123456789:30",
+    "AccountKey=<your key>",
+    "AccountKey=${AZURE_KEY}",
+    "GOCSPX- prefixes Google client secrets",
+    "ya29. tokens expire in an hour",
+    "glpat- tokens are personal",
+    "hf_hub_download fetches model files",
+    "postgresql://app:password@db/prod",
+    "postgresql://app@db.internal:5432/prod",
+    "mysql://localhost:3306/shop",
+    "Q~ is not a secret by itself",
+    "M.Sc. in C.S. from 2019.",
+    "File Nov2026Report_Final.v2.docx is attached",
+]
+
+
+@pytest.mark.parametrize(("text", "kind"), FAMILIES)
+def test_each_common_family_is_refused(text: str, kind: str) -> None:
+    assert find_credential(text) == kind
+    with pytest.raises(CredentialRefused):
+        refuse_credentials(text, "the fact")
+
+
+@pytest.mark.parametrize("text", NEAR_MISSES)
+def test_near_misses_of_each_family_are_prose(text: str) -> None:
+    assert find_credential(text) is None
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["?token=" * 200_000, "hooks.slack.com/services/" * 50_000, "SK" * 600_000, "M" * 30 + ".abcdef." * 150_000,
+     "1234567890:AA" * 100_000, "AccountKey=" * 100_000, "aaa1Q~" * 200_000, "/api/webhooks/1" * 100_000],
+)
+def test_new_families_stay_linear_on_hostile_runs(hostile: str) -> None:
+    result = find_credential(hostile)
+    assert result is None or isinstance(result, str)

@@ -196,6 +196,32 @@ def test_a_note_that_cannot_be_read_makes_coverage_incomplete(tmp_path):
     assert body["coverage"]["complete"] is False and body["coverage"]["incompleteNotes"] == ["2026-09-02"]
 
 
+CONFLICTED = "# {day}\n\n<<<<<<< HEAD\n- 09:00 ours ^c1\n=======\n- 09:00 theirs ^c2\n>>>>>>> branch\n"
+
+
+@pytest.mark.parametrize("zone", [AMS, "UTC", "America/New_York", "Asia/Tokyo"])
+def test_a_conflicted_note_two_days_outside_the_range_leaves_it_complete(tmp_path, zone):
+    # the scan reads notes two days either side (zones differ by up to 26 h), but a note two days
+    # out cannot hold an instant of the range in any zone, so its conflict says nothing about it
+    root = make_vault(tmp_path)
+    write_note(root, "2026-09-10", ["09:00 inside ^in"])
+    for day in ("2026-09-08", "2026-09-12"):
+        (root / "daily" / f"{day}.md").write_text(CONFLICTED.format(day=day), encoding="utf-8")
+    with MemoryStore.open(root) as store:
+        body = page_of(store, from_date="2026-09-10", through_date="2026-09-10", time_zone=zone)
+    assert [e["id"] for e in body["entries"]] == ["in"]
+    assert body["coverage"]["complete"] is True and body["coverage"]["incompleteNotes"] == []
+
+
+def test_a_conflicted_note_one_day_outside_still_makes_the_range_incomplete(tmp_path):
+    root = make_vault(tmp_path)
+    write_note(root, "2026-09-10", ["09:00 inside ^in"])
+    (root / "daily" / "2026-09-11.md").write_text(CONFLICTED.format(day="2026-09-11"), encoding="utf-8")
+    with MemoryStore.open(root) as store:
+        body = page_of(store, from_date="2026-09-10", through_date="2026-09-10", time_zone=AMS)
+    assert body["coverage"]["complete"] is False and body["coverage"]["incompleteNotes"] == ["2026-09-11"]
+
+
 def test_backend_failure_is_the_generic_journal_unavailable(tmp_path):
     def broken(_paths):
         raise OSError(5, "Input/output error", "/home/someone/private/vault/.index/gen-000001")

@@ -126,6 +126,114 @@ _DETECTORS: tuple[_Detector, ...] = (
         re.compile(rf"(?<![{_TOKEN}])(?:xox[abposr]|xapp)-[A-Za-z0-9-]{{10,255}}"),
     ),
     _Detector(
+        "a Slack token",
+        ("xoxe",),
+        re.compile(r"(?<![A-Za-z0-9_-])xoxe(?:\.xox[a-z])?-\d-[A-Za-z0-9]{40,255}"),  # rotating refresh tokens
+    ),
+    _Detector(
+        "a webhook URL with its secret",
+        ("hooks.slack.com/",),
+        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9]{6,20}/[A-Za-z0-9]{6,20}/([A-Za-z0-9]{16,64})"),
+    ),
+    _Detector(
+        "a webhook URL with its secret",
+        ("/api/webhooks/",),
+        re.compile(r"(?i:discord(?:app)?\.com|canary\.discord\.com|ptb\.discord\.com)/api/webhooks/\d{15,22}/([A-Za-z0-9_-]{40,100})"),
+    ),
+    _Detector(
+        "a webhook URL with its secret",
+        ("webhook.office.com", "outlook.office.com/webhook"),
+        re.compile(r"(?i:webhook\.office\.com/webhookb2|outlook\.office\.com/webhook)/[A-Za-z0-9@-]{36,120}/IncomingWebhook/([0-9a-fA-F]{32})"),
+    ),
+    _Detector(
+        "a webhook URL with its secret",
+        ("?", "&"),
+        # a secret in a URL's query: ?token=..., &sig=..., ?code=... (Azure Functions), ?key=...
+        re.compile(
+            r"[?&](?i:token|access_token|api_key|apikey|key|secret|sig|signature|code|auth|password|pwd)"
+            rf"=([%.~+/{_TOKEN}]{{16,512}})"
+        ),
+        _mixed_token,
+    ),
+    _Detector(
+        "a Twilio API key",
+        ("SK",),
+        re.compile(r"(?<![A-Za-z0-9])SK[0-9a-fA-F]{32}(?![A-Za-z0-9])"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "a Twilio account SID",
+        ("AC",),
+        re.compile(r"(?<![A-Za-z0-9])AC[0-9a-fA-F]{32}(?![A-Za-z0-9])"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "a Stripe webhook secret",
+        ("whsec_",),
+        re.compile(r"(?<![A-Za-z0-9_])whsec_[A-Za-z0-9]{24,128}"),
+    ),
+    _Detector(
+        "a SendGrid API key",
+        ("SG.",),
+        re.compile(rf"(?<![{_TOKEN}])SG\.[{_TOKEN}]{{16,32}}\.[{_TOKEN}]{{30,64}}"),
+    ),
+    _Detector(
+        "a Mailgun API key",
+        ("key-",),
+        re.compile(r"(?<![A-Za-z0-9_-])key-[0-9a-f]{32}(?![A-Za-z0-9])"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "an npm token",
+        ("npm_",),
+        re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "a PyPI token",
+        ("pypi-",),
+        re.compile(rf"(?<![{_TOKEN}])pypi-AgE[{_TOKEN}]{{50,512}}"),
+    ),
+    _Detector(
+        "a Discord bot token",
+        (".",),
+        # base64 of the bot's numeric id (starts M, N or O), a timestamp, then the HMAC
+        re.compile(r"(?<![A-Za-z0-9_.-])[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}(?![A-Za-z0-9_-])"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "a Telegram bot token",
+        (":AA",),
+        re.compile(r"(?<![A-Za-z0-9:])\d{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])"),
+    ),
+    _Detector(
+        "an Azure storage key",
+        ("accountkey=", "sharedaccesskey="),
+        re.compile(r"(?i:AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{40,100}={0,2})"),
+        _letters_and_digits,
+    ),
+    _Detector(
+        "an Azure client secret",
+        ("Q~",),
+        re.compile(r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"),
+    ),
+    _Detector(
+        "a Google Cloud credential",
+        ("GOCSPX-", "ya29.", "private_key_id"),
+        re.compile(r"GOCSPX-[A-Za-z0-9_-]{28}|(?<![A-Za-z0-9_.-])ya29\.[A-Za-z0-9_-]{20,2048}"
+                   r"|\"private_key_id\"\s{0,8}:\s{0,8}\"[0-9a-f]{40}\""),
+    ),
+    _Detector(
+        "a GitLab token",
+        ("glpat-", "gldt-", "glrt-"),
+        re.compile(r"(?<![A-Za-z0-9_-])gl(?:pat|dt|rt)-[A-Za-z0-9_-]{20,64}"),
+    ),
+    _Detector(
+        "a Hugging Face token",
+        ("hf_",),
+        re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z]{34,40}(?![A-Za-z0-9])"),
+    ),
+    _Detector(
         "a Google API key",
         ("AIza",),
         re.compile(rf"(?<![{_TOKEN}])AIza[{_TOKEN}]{{35}}(?![{_TOKEN}])"),

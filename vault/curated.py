@@ -13,7 +13,7 @@ from datetime import datetime
 from memvault.vault.clock import local_day_and_time, zone
 from memvault.vault.credentials import refuse_credentials
 from memvault.vault.errors import InvalidRecord
-from memvault.vault.ids import content_hash, memory_id, normalize_text
+from memvault.vault.ids import content_hash, memory_id, normalize_text, without_bidi_controls
 from memvault.vault.layout import DAILY, VaultLayout
 from memvault.vault.note import Note
 from memvault.vault.note_append import NewBullet, NoteNotWritable, read_note_if_any
@@ -43,7 +43,7 @@ def prepare_fact(text: str) -> str:
     """The single-line text Remember stores, or InvalidRecord / CredentialRefused saying why not."""
     if not isinstance(text, str):
         raise InvalidRecord(f"a fact must be text, not {type(text).__name__}")
-    fact = normalize_text(text)
+    fact = normalize_text(without_bidi_controls(text))
     if not fact:
         raise InvalidRecord("the fact is empty: pass the sentence to remember")
     size = len(fact.encode("utf-8"))

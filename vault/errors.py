@@ -57,3 +57,29 @@ class IndexUnavailable(VaultError):
     """The derived index is missing, corrupt, or built for another schema; a rebuild fixes it."""
 
     code = "index_unavailable"
+
+
+class StorageError(VaultError, OSError):
+    """The file system refused a write (read-only, full, no permission); nothing was half-written.
+
+    Also an OSError, so code that handles the file system's errors keeps handling these."""
+
+    code = "io_error"
+
+
+class ReadOnlyVault(StorageError):
+    """The vault is on a read-only file system: reads work, writes are refused."""
+
+    code = "read_only"
+
+
+class StorageFull(StorageError):
+    """No space (or quota) left on the device that holds the vault."""
+
+    code = "disk_full"
+
+
+class StoragePermission(StorageError):
+    """This user may not write a file or folder of the vault."""
+
+    code = "permission_denied"

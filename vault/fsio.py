@@ -234,6 +234,34 @@ def read_bytes_nofollow(path: Path) -> bytes:
     return b"".join(chunks)
 
 
+#: folders people read and edit (the vault root, daily/, documents/, runtime/), and machine state
+PUBLIC_DIR_MODE, MACHINE_DIR_MODE, MACHINE_FILE_MODE = 0o755, 0o700, 0o600
+
+
+def make_dir(path: Path, mode: int, *, parents: bool = False) -> bool:
+    """Create folder ``path`` with exactly ``mode`` whatever the umask (missing parents too, with
+    the same mode, when ``parents``); an existing folder is left as it is. True if created."""
+    path = Path(path)
+    if parents and not path.parent.is_dir():
+        make_dir(path.parent, mode, parents=True)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return False
+    _chmod_dir_nofollow(path, mode)  # mkdir's mode is filtered by the umask
+    return True
+
+
+def restrict_files(folder: Path, mode: int = MACHINE_FILE_MODE) -> None:
+    """Give every regular file directly in ``folder`` exactly ``mode``: for files a library wrote
+    with the umask's modes (Tantivy creates its segments 0666 under umask 000)."""
+    for entry in os.scandir(folder):
+        if entry.is_file(follow_symlinks=False) and stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) != mode:
+            os.chmod(entry.path, mode)
+
+
 def ensure_private_dir(path: Path) -> Path:
     """Create (or vet) a 0700 folder we own; return ``path``.
 

@@ -21,6 +21,16 @@ _BLOCK_ID_RE = re.compile(BLOCK_ID_PATTERN)
 _WHITESPACE_RE = re.compile(r"\s+")
 
 
+#: bidi embeddings, overrides, isolates and marks (U+202E can make "txt.exe" read "exe.txt"),
+#: which change how a reader sees text without being part of it
+BIDI_CONTROLS_RE = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def without_bidi_controls(text: str) -> str:
+    """`text` with every bidi control turned into a space, as admission does for host summaries."""
+    return BIDI_CONTROLS_RE.sub(" ", text)
+
+
 def normalize_text(text: str) -> str:
     """Case-preserving NFKC with runs of whitespace collapsed to one space and the ends trimmed."""
     return _WHITESPACE_RE.sub(" ", unicodedata.normalize("NFKC", text)).strip()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from memvault.vault.config import is_time_zone
 from memvault.vault.errors import NotAVault
-from memvault.vault.fsio import atomic_write, fsync_dir, read_bytes_nofollow
+from memvault.vault.fsio import PUBLIC_DIR_MODE, atomic_write, fsync_dir, make_dir, read_bytes_nofollow
 from memvault.vault.layout import CONFIG_FILE, DAILY, GITIGNORE_LINES
 from memvault.vault.paths import resolve_inside
 
@@ -19,12 +19,12 @@ def init_vault(root: Path, config_bytes: bytes) -> list[str]:
         raise NotAVault(f"{root} is already a vault ({CONFIG_FILE} exists): edit that file instead")
     created = []
     if not root.exists():
-        root.mkdir(parents=True)
+        make_dir(root, PUBLIC_DIR_MODE, parents=True)
         fsync_dir(root.parent)
         created.append(".")
     daily = resolve_inside(root, DAILY)
     if not daily.exists():
-        daily.mkdir()
+        make_dir(daily, PUBLIC_DIR_MODE)
         created.append(DAILY + "/")
     created += _ensure_gitignore(root)
     created += _ensure_living_index(root)

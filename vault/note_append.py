@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memvault.vault.errors import InvalidRecord, UnsafePath
-from memvault.vault.fsio import fsync_dir, read_bytes_nofollow, remove_quietly, write_temp
+from memvault.vault.fsio import PUBLIC_DIR_MODE, fsync_dir, make_dir, read_bytes_nofollow, remove_quietly, write_temp
 from memvault.vault.ids import normalize_text
 from memvault.vault.note import MAX_NOTE_BYTES, Note, format_bullet, new_note_text, parse
 from memvault.vault.paths import resolve_inside
@@ -126,7 +126,8 @@ def note_path_for_writing(root: Path, relpath: str) -> Path:
 
 def _make_folder(folder: Path, relpath: str) -> None:
     try:
-        folder.mkdir()
+        if not make_dir(folder, PUBLIC_DIR_MODE):  # 0755 whatever the umask, as every vault folder
+            return
     except FileExistsError:
         return
     except OSError as exc:

@@ -24,7 +24,7 @@ from pathlib import Path
 from memvault.vault.clock import utc_now
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.errors import Conflict, InvalidRecord, NotAVault
-from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.fsio import PUBLIC_DIR_MODE, make_dir, read_bytes_nofollow
 from memvault.vault.init import init_vault
 from memvault.vault.layout import CONFIG_FILE
 from memvault.vault.locks import VaultLock, replace_if_unchanged
@@ -138,7 +138,7 @@ class SpaceCatalog:
     # --- internals -----------------------------------------------------------------------------
 
     def _lock(self) -> VaultLock:
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dir(self.root, PUBLIC_DIR_MODE, parents=True)
         return VaultLock(self.root, "spaces")
 
     def _update(self, space_id: str, change: Callable[[Space], Space]) -> Space:

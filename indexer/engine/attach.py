@@ -14,6 +14,7 @@ from memvault.indexer.engine.client import find_owner
 from memvault.indexer.engine.owner import Log, Owner
 from memvault.indexer.engine.remote import RemoteStore
 from memvault.vault.errors import VaultLocked
+from memvault.vault.storage_errors import is_read_only
 
 #: how long a host that lost the race for the fence waits for the winner's socket to answer
 _RACE_WAIT_SECONDS = 10.0
@@ -43,6 +44,8 @@ def owner_or_client(root: Path, env: Mapping[str, str], *, role: str, log: Log |
     from memvault.indexer.engine.store import MemoryStore
 
     store = MemoryStore.open(root, env=env, sync=True, engine=False)
+    if is_read_only(root):  # nothing to own: no fence, socket or intake can be written here
+        return Attached(store, None, note="the vault is read-only: serving reads without owning it")
     owner = Owner(store, role=role, log=log, calls_lock=calls_lock)
     try:
         owner.start()

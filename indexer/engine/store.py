@@ -8,6 +8,7 @@ Writes happen under the vault lock: canonical file first, then the index, in one
 section. Reads use the serving index generation and follow commits made by other processes.
 """
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -22,6 +23,7 @@ from memvault.indexer.maintenance.generations import (
     Manifest,
     activate,
     current_generation,
+    discard_generation_on_failure,
     remove_stray_generations,
 )
 from memvault.indexer.maintenance.progress import PhaseLog
@@ -33,11 +35,12 @@ from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now
 from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
-from memvault.vault.errors import IndexUnavailable, InvalidRecord, VaultLocked
+from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultLocked
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout
 from memvault.vault.locks import VaultLock
 from memvault.vault.recent_writes import repair_lost_lines
+from memvault.vault.storage_errors import translates_storage_errors
 
 RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
@@ -66,6 +69,9 @@ class MemoryStore:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
+    #: why `open` could not sync the index with the files (a full disk), or None; recall says so
+    unsynced: str | None = None
+
     @classmethod
     def open(
         cls,
@@ -93,7 +99,10 @@ class MemoryStore:
         store = cls(VaultLayout(root), load_config(root, env, overrides))
         store.env = dict(env)  # the chat model's API key variable is read from here, never os.environ
         if sync:
-            store.sync()
+            try:
+                store.sync()
+            except StorageError as exc:  # a full disk: reads are served from the index as it was
+                store.unsynced = f"index not brought up to date with the files: {exc}"
         return store
 
     def close(self) -> None:
@@ -119,6 +128,7 @@ class MemoryStore:
 
     # --- writes ------------------------------------------------------------------------------
 
+    @translates_storage_errors
     def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
         """Store one explicit fact in `daily/` and index it; idempotent by content."""
         fact = prepare_fact(text)
@@ -136,6 +146,7 @@ class MemoryStore:
         status = "added" if written.written else "completed"
         return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
 
+    @translates_storage_errors
     def remember_many(self, items: Iterable[object], *, progress: Callable[[int, int], None] | None = None,
                       total: int | None = None) -> list:
         """Remember many facts (text, or {"text", "at"}, or RememberItem): one write per daily note
@@ -167,6 +178,7 @@ class MemoryStore:
                 progress(len(outcomes), total if total is not None else len(outcomes))
         return outcomes
 
+    @translates_storage_errors
     def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None) -> SyncReport:
         """Index every note whose bytes changed since the index saw it (hand edits, crashes).
 
@@ -189,6 +201,7 @@ class MemoryStore:
             return SyncOutcome.skipped_because("another memvault process holds the vault lock")
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
 
+    @translates_storage_errors
     def rebuild(self, progress: PhaseLog | None = None, *, hook: BoundaryHook | None = None) -> RebuildReport:
         """Build a new index generation from the files alone, then swap it in atomically.
 
@@ -204,15 +217,17 @@ class MemoryStore:
                 guard(self.layout, self.config)
             with self._lock:
                 remove_stray_generations(self.layout.index_dir)
-            generation = self._build_generation(progress, hook)
-            if hook is not None:
-                hook("rebuild.built")
-            with self._lock:
-                self._swap_in(generation, hook, progress)
-                finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
+            with discard_generation_on_failure(self.layout.index_dir, self._lock):
+                generation = self._build_generation(progress, hook)
+                if hook is not None:
+                    hook("rebuild.built")
+                with self._lock:
+                    self._swap_in(generation, hook, progress)
+                    finish_rebuild(self.layout, self.config)  # a replay adoption is complete now
         progress.done()
         return _rebuild_report(generation, time.monotonic() - started, progress)
 
+    @translates_storage_errors
     def compact(self, *, hook: BoundaryHook | None = None) -> bool:
         """Rewrite the serving generation from its own rows, without the deleted ones.
 
@@ -307,6 +322,8 @@ class MemoryStore:
 
                 result = expand_recall(self.layout.root, index.bm25, result, limit)
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
+        if self.unsynced and not result.degraded:
+            result = dataclasses.replace(result, degraded=self.unsynced)
         return result
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
@@ -344,11 +361,17 @@ class MemoryStore:
         not be read whole (unreadable, not UTF-8, oversized, merge-conflict markers)."""
         from memvault.indexer.journal.query import JournalScan
 
-        self.sync(relpaths)
+        try:
+            self.sync(relpaths)
+            unsynced: list[str] = []
+        except StorageError:  # a full disk: answer from the index, and name the notes it lags behind
+            index = self._readable_index()
+            unsynced = [path for path in index.stale_paths(self.layout, relpaths)
+                        if path in index.manifest.files or (self.layout.root / path).exists()]
         index = self._readable_index()
         rows = [row for path in relpaths for row in index.rows_of(path).values()]
         incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
-        return JournalScan(rows, incomplete)
+        return JournalScan(rows, sorted(set(incomplete) | set(unsynced)))
 
     # --- durable intake (logic in vault/intake/ and indexer/services/intake_worker.py) ------------------
 
@@ -470,6 +493,7 @@ class MemoryStore:
             self._capture_queue = CaptureQueue(CaptureService(self), self._clock)
         return self._capture_queue.offer(text, at if at is not None else self._clock())
 
+    @translates_storage_errors
     def consolidate(self, *, scheduled: bool = False):
         """Regenerate index.md (recent days, counts, top entities, duplicate groups); no model call,
         canonical memory untouched. Returns a ConsolidationReport (indexer/maintenance/consolidate.py).
@@ -494,6 +518,7 @@ class MemoryStore:
         with VaultLock(self.layout.root, timeout=60.0):  # VaultLocked: the queue retries shortly
             self._semantic.catch_up(self._writable_index(), self.time_zone, thorough=True)
 
+    @translates_storage_errors
     def index_notes(self, relpaths: Iterable[str]) -> None:
         """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""
         with self._lock:

@@ -25,6 +25,9 @@ MAX_RANGE_DAYS = 31
 #: zones are at most UTC-12 … UTC+14 and a note may be written in another zone than the query's:
 #: notes this many days either side of the range can hold instants inside it
 NOTE_DAY_MARGIN = 2
+#: a local day starts this many hours before UTC midnight at the earliest (UTC+14) and ends this
+#: many hours after the next UTC midnight at the latest (UTC-12)
+_EARLIEST_ZONE_HOURS, _LATEST_ZONE_HOURS = 14, 12
 _DATE_RE = re.compile(r"(?P<y>[0-9]{4})-(?P<m>[0-9]{2})-(?P<d>[0-9]{2})")
 _MAX_ZONE_CHARS = 64
 
@@ -57,6 +60,20 @@ class JournalRange:
         days = (first + timedelta(days=offset) for offset in range((last - first).days + 1))
         # flat names and the Daily Notes plugin's YYYY/MM/ layout (vault/layout.py)
         return [path for day in days for path in (f"{DAILY}/{day.isoformat()}.md", nested_note_relpath(DAILY, day))]
+
+    def note_may_overlap(self, relpath: str) -> bool:
+        """Whether the daily note `relpath` can hold an instant of this range at all, in any
+        zone (UTC-12 … UTC+14). A note that cannot, scanned only because of the day margin, has
+        no bearing on whether the range is complete, even when it could not be read whole."""
+        name = relpath.rpartition("/")[2].removesuffix(".md")  # flat or daily/YYYY/MM/
+        try:
+            day = date.fromisoformat(name)
+        except ValueError:
+            return True  # not a daily note name: never assume it is irrelevant
+        midnight = datetime.combine(day, time(), tzinfo=timezone.utc)
+        earliest = midnight - timedelta(hours=_EARLIEST_ZONE_HOURS)
+        latest = midnight + timedelta(days=1, hours=_LATEST_ZONE_HOURS)
+        return earliest < self.end and self.start < latest
 
     def to_json(self) -> dict:
         return {

@@ -266,7 +266,9 @@ def freeze(journal_range: JournalRange, scan: JournalScan, state_of: Supersessio
             break
         entries.append(entry)
         total += size
-    incomplete = sorted(path.rpartition("/")[2][: -len(".md")] for path in scan.incomplete)
+    incomplete = sorted(
+        path.rpartition("/")[2][: -len(".md")] for path in scan.incomplete if journal_range.note_may_overlap(path)
+    )
     coverage = {
         "complete": stopped is None and not incomplete,
         "stoppedBy": stopped,

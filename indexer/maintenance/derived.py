@@ -21,7 +21,7 @@ from memvault.indexer.maintenance.sync import IndexDelta, Row, diff_rows, is_rac
 from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index
 from memvault.vault.clock import zone
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
-from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, read_bytes_nofollow
 from memvault.vault.layout import VaultLayout, parse_note_relpath
 from memvault.vault.note import MAX_NOTE_BYTES, Note, parse
 from memvault.vault.paths import resolve_inside
@@ -239,7 +239,7 @@ class DerivedIndex:
         Components replace their files by rename, never in place, so a link is a snapshot.
         """
         for folder in sorted(p for p in self.generation.iterdir() if p.is_dir() and p.name != "bm25"):
-            (target.generation / folder.name).mkdir(exist_ok=True)
+            make_dir(target.generation / folder.name, MACHINE_DIR_MODE)
             for item in sorted(folder.iterdir()):
                 if item.is_file() and not item.name.startswith("."):
                     os.link(item, target.generation / folder.name / item.name)

@@ -17,13 +17,14 @@ and are diffed against the rows the index really holds (see `indexer/maintenance
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import atomic_write, fsync_dir
+from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, fsync_dir, make_dir
 
 #: checks run by `rebuild` before it touches anything; each raises a VaultError to refuse.
 #: Called as guard(layout, config). The intake registers the spec's refusal here (a retained
@@ -156,13 +157,11 @@ def new_generation(index_dir: Path) -> Path:
     Two processes may race for the same number (a rebuild and a first write building inline);
     the loser of `mkdir` takes the next number.
     """
-    index_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(index_dir, MACHINE_DIR_MODE, parents=True)
     for _ in range(_NEW_GENERATION_ATTEMPTS):
         numbers = [_number(name) for name in generation_names(index_dir)]
         folder = index_dir / f"gen-{max(numbers, default=0) + 1:06d}"
-        try:
-            folder.mkdir()
-        except FileExistsError:
+        if not make_dir(folder, MACHINE_DIR_MODE):
             continue
         fsync_dir(index_dir)
         return folder
@@ -175,7 +174,7 @@ def activate(index_dir: Path, generation: Path, hook: Callable[[str], None] | No
     Never drops a generation numbered above the new one: that is a rebuild still building.
     """
     previous = _pointer_name(index_dir)
-    atomic_write(index_dir / POINTER, (generation.name + "\n").encode("ascii"), mode=0o644)
+    atomic_write(index_dir / POINTER, (generation.name + "\n").encode("ascii"), mode=MACHINE_FILE_MODE)
     if hook is not None:
         hook("rebuild.swapped")
     keep = {generation.name, previous}
@@ -206,6 +205,22 @@ def remove_stray_generations(index_dir: Path) -> list[str]:
     for name in removed:
         shutil.rmtree(index_dir / name, ignore_errors=True)
     return removed
+
+
+@contextmanager
+def discard_generation_on_failure(index_dir: Path, vault_lock) -> Iterator[None]:
+    """Around a rebuild's build and swap (caller holds the rebuild lock): when it fails (a full
+    disk, a provider outage, an interrupt), the half-built generation is removed at once, so the
+    failure leaves the index exactly as it was instead of a stray folder for the next rebuild."""
+    try:
+        yield
+    except BaseException:
+        try:
+            with vault_lock:
+                remove_stray_generations(index_dir)
+        except Exception:  # noqa: BLE001 - cleanup must not hide why the rebuild failed
+            pass
+        raise
 
 
 def _number(name: str) -> int:

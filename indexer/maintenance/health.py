@@ -279,6 +279,32 @@ def check_vector_rows(ctx: HealthContext) -> Iterable[Finding]:
         yield Finding("vector_rows", ERROR, code, subject, message, REBUILD)
 
 
+def check_vector_index(ctx: HealthContext) -> Iterable[Finding]:
+    """Journal/BuJo: the serving vectors load whole (meta, checksum, count). A truncated, corrupt
+    or missing `vectors.hnsw` leaves search degraded to BM25, so plain `health` must say so."""
+    embeddings = ctx.config.memory.embeddings
+    if ctx.index is None or embeddings is None or ctx.config.memory.mode == "lite":
+        return
+    from memvault.indexer.search.embeddings import EmbeddingIdentity
+    from memvault.indexer.search.vectors import INDEX_FILE, VectorIndex, read_identity
+
+    folder = ctx.index.generation / "vectors"
+    subject = str((folder / INDEX_FILE).relative_to(ctx.layout.root))
+    if not folder.is_dir():
+        if ctx.index.bm25.count_kind("curated"):
+            yield Finding("vector_index", ERROR, "vectors_missing", subject,
+                          f"{subject} is missing: search runs on BM25 alone", REBUILD)
+        return
+    identity = EmbeddingIdentity(embeddings.provider, embeddings.model, embeddings.dim)
+    if read_identity(folder) not in (None, identity):
+        return  # another model's vectors: check_embedding_identity reports that
+    try:
+        VectorIndex.open(folder, identity)
+    except (VaultError, OSError) as exc:
+        yield Finding("vector_index", ERROR, "vectors_unreadable", subject,
+                      f"the vector index cannot be loaded, so search runs on BM25 alone ({exc})", REBUILD)
+
+
 def _describe(identity: dict | None) -> str:
     if identity is None:
         return "none"
@@ -419,6 +445,7 @@ register_check("files", check_files)
 register_check("rows", check_rows, strict_only=True)
 register_check("hand_edits", check_hand_edits)
 register_check("vectors", check_embedding_identity)
+register_check("vector_index", check_vector_index)
 register_check("vector_rows", check_vector_rows, strict_only=True)
 register_check("generations", check_generations)
 register_check("intake", check_intake)

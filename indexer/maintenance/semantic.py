@@ -25,7 +25,7 @@ from memvault.indexer.search.context import OWN_WEIGHT, passage
 from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider
 from memvault.indexer.search.vectors import META_FILE, VectorIndex
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import atomic_write
+from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir
 from memvault.vault.records import MemoryRecord
 
 FOLDER = "vectors"
@@ -75,7 +75,7 @@ class SemanticIndex:
     @classmethod
     def create(cls, generation: Path, identity: EmbeddingIdentity) -> "SemanticIndex":
         folder = generation / FOLDER
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dir(folder, MACHINE_DIR_MODE, parents=True)
         created = cls(folder, identity, VectorIndex.create(folder, identity), {})
         created.save()
         return created

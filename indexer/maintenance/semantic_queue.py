@@ -17,10 +17,12 @@ from pathlib import Path
 
 from memvault.indexer.maintenance.sync import IndexDelta
 from memvault.indexer.search.context import passage
+from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir
 
 MAX_QUEUE_ITEMS = 256
 MAX_QUEUE_BYTES = 2 * 1024 * 1024
 MARKER_PREFIX = "lag-"
+MARKER_MODE = 0o600
 
 
 def marker_path(index_dir: Path, pid: int | None = None) -> Path:
@@ -45,6 +47,13 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def clear_marker(path: Path) -> None:
+    """Remove a lag marker if there is one. Nothing is touched when there is none: on a read-only
+    vault even unlinking a missing file fails (EROFS), and a reader never made a marker."""
+    if os.path.lexists(path):
+        path.unlink(missing_ok=True)
 
 
 def delta_size(delta: IndexDelta) -> tuple[int, int]:
@@ -113,7 +122,7 @@ class SemanticQueue:
         if self._thread is not None:
             self._thread.join(timeout=1.0)
         if drained and self.lag_reason is None:
-            marker_path(self._index_dir).unlink(missing_ok=True)
+            clear_marker(marker_path(self._index_dir))
         return drained
 
     def _ensure_thread(self) -> None:
@@ -124,8 +133,12 @@ class SemanticQueue:
     def _mark_lagging(self) -> None:
         path = marker_path(self._index_dir)
         if not path.exists():
-            self._index_dir.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(b"")
+            make_dir(self._index_dir, MACHINE_DIR_MODE, parents=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, MARKER_MODE)
+            try:
+                os.fchmod(fd, MARKER_MODE)  # machine state: owner-only whatever the umask
+            finally:
+                os.close(fd)
 
     def _work(self) -> None:
         while True:

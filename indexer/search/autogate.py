@@ -107,7 +107,7 @@ def gate_auto(query: str, candidates: Sequence[Candidate]) -> GateResult:
     route = route_query(query) if isinstance(query, str) else Route.TARGETED
     if route is not Route.TARGETED:
         return GateResult((), f"route:{route.value}", route)
-    question, reason = classify_question(query)
+    question, reason = _classify(query)
     if question is None:
         return GateResult((), reason, route)
     if not candidates:
@@ -116,14 +116,26 @@ def gate_auto(query: str, candidates: Sequence[Candidate]) -> GateResult:
     if not band:
         return GateResult((), "below_band", route, question.shape)
     window = band[:WINDOW]
-    matches = _matches(question, window)
     base = dict(route=route, shape=question.shape, in_band=len(band), window=len(window))
+    try:
+        matches = _matches(question, window)
+    except Exception:  # noqa: BLE001 - a record the parser cannot read is not a direct fact
+        return GateResult((), "abstain:unparsed_record", **base)
     if not matches:
         return GateResult((), "no_direct_fact", **base)
     if len({value for value, _ in matches}) > 1:
         return GateResult((), "conflicting_facts", **base)
     hits, used = _within_caps([candidate for _, candidate in matches])
     return GateResult(hits, "admitted" if hits else "over_budget", bytes=used, **base)
+
+
+def _classify(query: str) -> tuple[Question | None, str]:
+    """`classify_question`, abstaining instead of raising: this runs on every host turn, and a
+    question the parser cannot read must cost the host nothing but an empty injection."""
+    try:
+        return classify_question(query)
+    except Exception:  # noqa: BLE001 - the parser's own bugs must never reach a host's turn
+        return None, "abstain:unparsed_question"
 
 
 def score_band(candidates: Sequence[Candidate]) -> list[Candidate]:

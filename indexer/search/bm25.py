@@ -6,8 +6,12 @@ grammar as-is: it is reduced to words first, so `09:14`, `color:blue` or an unba
 are searched as words and can never raise.
 """
 
+import errno
 import hashlib
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -15,7 +19,10 @@ from typing import Iterable
 
 import tantivy
 
+from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
+from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, restrict_files
+from memvault.vault.storage_errors import storage_error
 from memvault.vault.records import MemoryRecord
 
 SCHEMA_VERSION = 3  # 2: neighbour context field `ctx`; 3: `ctx` stored, for question coverage
@@ -94,13 +101,25 @@ class Bm25Index:
         self.schema = _schema()
         try:
             if create:
-                folder.mkdir(parents=True, exist_ok=True)
+                make_dir(folder, MACHINE_DIR_MODE, parents=True)
             elif not (folder / "meta.json").is_file():
                 raise IndexUnavailable(f"no BM25 index at {folder}: run `memvault rebuild`")
-            self._index = tantivy.Index(self.schema, path=str(folder), reuse=not create)
+            self._read_only = not create and needs_snapshot(folder)
+            self._index = self._open_tantivy(folder, create)
         except ValueError as exc:
+            raise_storage_refusal(exc, folder)
             raise IndexUnavailable(f"BM25 index at {folder} cannot be opened ({exc}): run `memvault rebuild`") from exc
         self._searcher: tantivy.Searcher | None = None
+
+    def _open_tantivy(self, folder: Path, create: bool) -> tantivy.Index:
+        if not self._read_only:
+            index = tantivy.Index(self.schema, path=str(folder), reuse=not create)
+            if create:
+                restrict_files(folder)
+            return index
+        # a read-only vault: Tantivy cannot take its lock file here, so read a private copy
+        self._snapshot_stamp = meta_stamp(folder)
+        return tantivy.Index(self.schema, path=str(take_snapshot(folder, self)), reuse=True)
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -111,6 +130,8 @@ class Bm25Index:
 
     def refresh(self) -> None:
         """See commits made since the last search (by this or another process)."""
+        if self._read_only and meta_stamp(self.folder) != self._snapshot_stamp:
+            self._index = self._open_tantivy(self.folder, create=False)  # committed elsewhere: copy again
         self._index.reload()
         self._searcher = None
 
@@ -162,6 +183,25 @@ class Bm25Index:
         searcher = self._current_searcher()
         hits = [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, 16).hits]
         return min(hits, key=lambda hit: hit.key) if hits else None
+
+    def sources_by_content_hash(self, hashes: list[str], kind: str = "curated") -> dict[str, list[str]]:
+        """Every row source (`daily/…md#^id`) holding each content hash, sorted; one query for all."""
+        if not hashes:
+            return {}
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "kind", kind)),
+                (tantivy.Occur.Must, tantivy.Query.boolean_query(
+                    [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "chash", h)) for h in set(hashes)])),
+            ]
+        )
+        searcher = self._current_searcher()
+        found: dict[str, list[str]] = {}
+        stored = sum(searcher.doc_freq("chash", h) for h in set(hashes))  # counts deleted rows too: a bound
+        for _, address in searcher.search(query, max(stored, 1)).hits:
+            row = row_of(searcher.doc(address))
+            found.setdefault(row.content_hash, []).append(row.source)
+        return {h: sorted(sources) for h, sources in found.items()}
 
     def get_by_keys(self, keys: list[str]) -> dict[str, Bm25Hit]:
         """Stored rows for these keys (absent keys are simply missing from the result)."""
@@ -258,6 +298,46 @@ def passage_of(doc: tantivy.Document) -> tuple[str, str]:
     return doc["text"][0], (doc.get_all("ctx") or [""])[0]
 
 
+#: free space below which a writer that died of an unnamed I/O error is taken to have hit a full disk
+_LOW_SPACE_BYTES = 1024 * 1024
+_OS_ERROR_RE = re.compile(r"\(os error (\d{1,4})\)|\bOs \{ code: (\d{1,4}),")
+
+
+def raise_storage_refusal(exc: ValueError, folder: Path) -> None:
+    """Tantivy reports a full disk or a read-only folder as a ValueError whose text carries
+    "(os error 28)" or "Os { code: 28, ...": raise it as the StorageError it is (naming the folder), else return."""
+    found = _OS_ERROR_RE.search(str(exc))
+    if found is not None:
+        code = int(found.group(1) or found.group(2))
+    elif "io" in str(exc).lower() and _disk_full(folder):  # "An index writer was killed ... io::Error"
+        code = errno.ENOSPC
+    else:
+        return
+    typed = storage_error(OSError(code, str(exc), str(folder)))
+    if typed is not None:
+        raise typed from exc
+
+
+@contextmanager
+def tantivy_refusals(folder: Path) -> Iterator[None]:
+    """`raise_storage_refusal` for every Tantivy call inside the block."""
+    try:
+        yield
+    except ValueError as exc:
+        raise_storage_refusal(exc, folder)
+        raise
+
+
+def _disk_full(folder: Path) -> bool:
+    """Tantivy's writer threads die without naming their errno; a device with (almost) no free
+    block left is the cause a person can fix."""
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < _LOW_SPACE_BYTES
+
+
 class Bm25Writer:
     """Batch of adds/deletes committed together on `commit()` (or discarded on `rollback()`)."""
 
@@ -266,17 +346,24 @@ class Bm25Writer:
         try:
             self._writer = index._index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
         except ValueError as exc:
+            raise_storage_refusal(exc, index.folder)
             raise IndexUnavailable(
                 f"cannot open a writer on {index.folder} ({exc}): another process may be writing; retry"
             ) from exc
 
     def delete_path(self, path: str) -> None:
-        self._writer.delete_documents_by_term("path", path)
+        with tantivy_refusals(self._index.folder):
+            self._writer.delete_documents_by_term("path", path)
 
     def delete_key(self, key: str) -> None:
-        self._writer.delete_documents_by_term("key", key)
+        with tantivy_refusals(self._index.folder):
+            self._writer.delete_documents_by_term("key", key)
 
     def add(self, records: Iterable[MemoryRecord]) -> int:
+        with tantivy_refusals(self._index.folder):
+            return self._add(records)
+
+    def _add(self, records: Iterable[MemoryRecord]) -> int:
         count = 0
         for record in records:
             self._writer.add_document(
@@ -299,8 +386,10 @@ class Bm25Writer:
         return count
 
     def commit(self) -> None:
-        self._writer.commit()
-        self._writer.wait_merging_threads()
+        with tantivy_refusals(self._index.folder):
+            self._writer.commit()
+            self._writer.wait_merging_threads()
+        restrict_files(self._index.folder)  # Tantivy creates its files with the umask's mode
         self._writer = None  # releases Tantivy's writer lock now, not at garbage collection
         self._index.refresh()
 

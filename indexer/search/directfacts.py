@@ -81,10 +81,53 @@ PRONOUNS = _words(
 DETERMINERS = _words("the a an our my your his her their its")
 COPULA = _words("is are was were")
 AUX = _words("did does do has have had")
-CHOICE_VERBS = _words("choose chooses chose chosen choosing select selects selected selecting pick picks picked picking")
-LIVE_VERBS = {"live": _words("live lives lived living"), "work": _words("work works worked working")}
+
+# --- morphology: every form of every verb the gate reads ---------------------------------------
+# Questions are parsed against this table, never by cutting letters off a word: a form that is
+# not in it is not understood, and the gate abstains ("Where is Priya living?" once crashed on a
+# sliced "liv").
+BASE, THIRD_PERSON, PAST, PARTICIPLE, PROGRESSIVE = "base", "third_person", "past", "participle", "progressive"
+TENSES = (BASE, THIRD_PERSON, PAST, PARTICIPLE, PROGRESSIVE)
+VERB_FORMS: dict[str, tuple[str, str, str, str, str]] = {
+    # lemma: (base, third person singular, past, past participle, progressive)
+    "live": ("live", "lives", "lived", "lived", "living"),
+    "work": ("work", "works", "worked", "worked", "working"),
+    "choose": ("choose", "chooses", "chose", "chosen", "choosing"),
+    "select": ("select", "selects", "selected", "selected", "selecting"),
+    "pick": ("pick", "picks", "picked", "picked", "picking"),
+    "start": ("start", "starts", "started", "started", "starting"),
+    "begin": ("begin", "begins", "began", "begun", "beginning"),
+    "happen": ("happen", "happens", "happened", "happened", "happening"),
+}
+#: form -> (lemma, the tenses it can be: "lived" is both past and participle)
+VERB_FORM_INDEX: dict[str, tuple[str, frozenset[str]]] = {}
+for _lemma_name, _forms in VERB_FORMS.items():
+    for _tense, _form in zip(TENSES, _forms):
+        _known = VERB_FORM_INDEX.get(_form, (_lemma_name, frozenset()))[1]
+        VERB_FORM_INDEX[_form] = (_lemma_name, _known | {_tense})
+#: which verb form each auxiliary takes: "does X live", "is X living", "has X lived", "will X live"
+AUX_TAKES = {
+    "do": BASE, "does": BASE, "did": BASE, "will": BASE,
+    "is": PROGRESSIVE, "are": PROGRESSIVE, "was": PROGRESSIVE, "were": PROGRESSIVE,
+    "has": PARTICIPLE, "have": PARTICIPLE, "had": PARTICIPLE,
+}
+
+
+def verb_forms(*lemmas: str) -> frozenset[str]:
+    return frozenset(form for lemma in lemmas for form in VERB_FORMS[lemma])
+
+
+def verb_after_aux(aux: str, word: str, lemmas: frozenset[str] | tuple[str, ...]) -> str | None:
+    """The lemma of `word` when it is one of `lemmas` in the form `aux` takes, else None."""
+    lemma, tenses = VERB_FORM_INDEX.get(word, ("", frozenset()))
+    return lemma if lemma in lemmas and AUX_TAKES.get(aux) in tenses else None
+
+
+CHOICE_LEMMAS, LOCATION_LEMMAS, EVENT_LEMMAS = ("choose", "select", "pick"), ("live", "work"), ("start", "begin", "happen")
+CHOICE_VERBS = verb_forms(*CHOICE_LEMMAS)
+LIVE_VERBS = {lemma: verb_forms(lemma) for lemma in LOCATION_LEMMAS}
 PREPOSITIONS = {"live": _words("in at on near"), "work": _words("at for in on")}
-EVENT_VERBS = _words("start starts started begin begins began happen happens happened")
+EVENT_VERBS = verb_forms(*EVENT_LEMMAS)
 SCHEDULED = _words("scheduled planned set booked due fixed")
 _ALIASES = {"colour": "color", "favourite": "favorite", "centre": "center", "organisation": "organization",
             "telephone": "phone", "e-mail": "email", "bday": "birthday"}
@@ -163,6 +206,8 @@ def _choice_question(w: list[str]) -> Question | str | None:
     verb = next((i for i, word in enumerate(w) if word in CHOICE_VERBS), None)
     if aux is None or verb is None or not 1 <= verb - aux - 1 <= MAX_SUBJECT_WORDS:
         return None
+    if verb_after_aux(w[aux], w[verb], CHOICE_LEMMAS) is None:  # "did Morgan chosen": not understood
+        return None
     if any(_owner(word) for word in w[aux + 1 : verb]):
         return "abstain:multi_hop"
     subject = _subject(w[aux + 1 : verb])
@@ -180,7 +225,9 @@ def _event_question(w: list[str]) -> Question | str | None:
         detail, event = "when", w[2:]
     elif w[:2] == ["when", "will"] and w[-1:] == ["be"]:
         detail, event = "when", w[2:-1]
-    elif w[0] == "when" and len(w) > 3 and w[1] in ("does", "did", "do") and w[-1] in EVENT_VERBS:
+    elif w[0] == "when" and len(w) > 3 and w[1] in ("does", "did", "do", "will", "has", "have", "had") and w[-1] in EVENT_VERBS:
+        if verb_after_aux(w[1], w[-1], EVENT_LEMMAS) is None:  # "when does it started"
+            return None
         detail, event = "when", w[2:-1]
     elif w[0] == "what" and len(w) > 3 and w[1] in ("time", "date", "day") and w[2] in COPULA:
         detail, event = w[1], w[3:]
@@ -190,6 +237,8 @@ def _event_question(w: list[str]) -> Question | str | None:
         return "abstain:multi_hop"
     if event[-1:] and event[-1] in SCHEDULED:  # "when is the report due?"
         event = event[:-1]
+    elif event[-1:] and verb_after_aux(w[1], event[-1], EVENT_LEMMAS):  # "when is the offsite starting?"
+        event = event[:-1]
     key = _event_key(event)
     return Question(EVENT_TIME, key, detail=detail) if key else None
 
@@ -197,11 +246,10 @@ def _event_question(w: list[str]) -> Question | str | None:
 def _location_question(w: list[str]) -> Question | str | None:
     if w[0] != "where" or len(w) < 4:
         return None
-    if w[1] in ("does", "did", "do") and w[-1] in ("live", "work"):
-        verb = w[-1]
-    elif w[1] in COPULA and w[-1] in ("living", "working"):
-        verb = w[-1][:-3]
-    else:
+    # where does/did/will X live, where is/was X living, where has/had X lived: the auxiliary
+    # decides which form the verb must take, and any other pairing is not understood
+    verb = verb_after_aux(w[1], w[-1], LOCATION_LEMMAS)
+    if verb is None or w[1] == "will":  # a future home is not where someone lives
         return None
     if any(_owner(word) for word in w[2:-1]):
         return "abstain:multi_hop"

@@ -8,6 +8,8 @@ Questions about the active chat and requests to resume interrupted work never re
 they get guidance instead (`memvault.indexer.search.routing`).
 """
 
+import dataclasses
+
 from memvault.indexer.results import RecallHit, RecallResult
 from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
 from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
@@ -27,13 +29,17 @@ def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
     return RecallHit(hit.id, hit.text, hit.source, score, hit.at, hit.kind, explain)
 
 
-def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None):
+def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None,
+             *, one_per_text: bool = False):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
     `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
     fuses BM25 alone). With vectors, the best COVERAGE_POOL candidates of each retriever are
     also scored by question coverage, which joins the fusion as a third ranked list.
-    Full rows are loaded for the best `rows_for` candidates (all of them when None).
+    Full rows are loaded for the best `rows_for` candidates (all of them when None). Retrieval
+    depth is fixed (`depth`), never derived from `rows_for`: a limit only cuts the ranked list, so
+    limit 25 and limit 10 agree on the first 10. With `one_per_text`, a row whose text another,
+    better-ranked row already has is skipped (the caller lists every source of a text).
     """
     lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
@@ -43,11 +49,33 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
         covered, unavailable = _coverage(bm25, query, lexical, vectors or [], docs)
         fused, degraded = fuse(lexical, vectors, covered), degraded or unavailable
     fused, retired = exclude_superseded(bm25, fused)
-    wanted = fused if rows_for is None else fused[: rows_for + _SPARE_ROWS]
-    docs.update(bm25.docs_by_keys([entry.key for entry in wanted if entry.key not in docs]))
-    # a vector whose row is gone (deleted since it was embedded) is never returned
-    found = [(entry, row_of(docs[entry.key])) for entry in wanted if entry.key in docs]
-    return found[:rows_for], degraded or retired
+    return load_rows(bm25, fused, docs, rows_for, one_per_text), degraded or retired
+
+
+def load_rows(bm25: Bm25Index, fused: list[Fused], docs: dict, want: int | None, one_per_text: bool = False):
+    """(candidate, row) for the best `want` candidates that still have a row, in fused order.
+
+    A vector whose row is gone (deleted since it was embedded) is skipped, and rows are read in
+    chunks until `want` are found, so how many are wanted never changes which ones come first.
+    """
+    want = len(fused) if want is None else want
+    found: list[tuple[Fused, Bm25Hit]] = []
+    texts: set[str] = set()
+    start = 0
+    while len(found) < want and start < len(fused):
+        chunk = fused[start : start + want - len(found) + _SPARE_ROWS]
+        start += len(chunk)
+        docs.update(bm25.docs_by_keys([entry.key for entry in chunk if entry.key not in docs]))
+        for entry in chunk:
+            if entry.key not in docs or len(found) == want:
+                continue
+            row = row_of(docs[entry.key])
+            if one_per_text:
+                if row.content_hash in texts:
+                    continue
+                texts.add(row.content_hash)
+            found.append((entry, row))
+    return found
 
 
 def _coverage(bm25: Bm25Index, query: str, lexical, vectors, docs: dict) -> tuple[list | None, str | None]:
@@ -87,8 +115,8 @@ def recall_tool(
     bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None
 ) -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence."""
-    candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit)
-    hits = tuple(_hit(entry, row) for entry, row in candidates)
+    candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True)
+    hits = tuple(_one_hit_per_text(bm25, candidates))
     route = route_query(query)
     guidance = guidance_for(route) if route is Route.BROAD_PERIOD else None
     if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
@@ -106,6 +134,27 @@ def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto") -> Re
     by_source = {row.source: (entry, row) for entry, row in candidates}
     hits = tuple(_hit(*by_source[candidate.source]) for candidate in decision.hits)
     return RecallResult(query, mode, hits, degraded=degraded, gate=decision.to_json())
+
+
+def _one_hit_per_text(bm25: Bm25Index, candidates: list[tuple[Fused, Bm25Hit]]) -> list[RecallHit]:
+    """One hit per text, ranked where its best copy ranked, listing every note that holds it.
+
+    The copy a hit shows is the first source in order (the earliest note), not the best-scored
+    one: copies of one text score alike, and which scores higher can flip with index statistics
+    (deleted rows linger until segments merge), so a rebuild and an incrementally kept index
+    would otherwise name different copies of the same memory.
+    """
+    sources = bm25.sources_by_content_hash([row.content_hash for _, row in candidates])
+    shown = {row.content_hash: found[0] for _, row in candidates if len(found := sources.get(row.content_hash, ())) > 1}
+    rows = bm25.get_by_keys([source.replace("#^", "#", 1) for source in shown.values()])
+    hits = []
+    for entry, row in candidates:
+        copies = sources.get(row.content_hash, ())
+        if len(copies) > 1:
+            row = rows.get(shown[row.content_hash].replace("#^", "#", 1), row)
+        hit = _hit(entry, row)
+        hits.append(dataclasses.replace(hit, sources=tuple(copies)) if len(copies) > 1 else hit)
+    return hits
 
 
 def _hit(entry: Fused, row: Bm25Hit) -> RecallHit:

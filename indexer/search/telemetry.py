@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from memvault.vault.errors import VaultError
-from memvault.vault.fsio import atomic_write
+from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir
 from memvault.vault.locks import VaultLock
 
 FILE = "access.json"
@@ -51,7 +51,7 @@ class AccessLog:
                 if len(merged) > MAX_ENTRIES:
                     newest = sorted(merged.items(), key=lambda item: item[1]["last"], reverse=True)
                     merged = dict(newest[:MAX_ENTRIES])
-                self._path.parent.mkdir(parents=True, exist_ok=True)
+                make_dir(self._path.parent, MACHINE_DIR_MODE, parents=True)
                 body = json.dumps(merged, sort_keys=True, separators=(",", ":")) + "\n"
                 atomic_write(self._path, body.encode("utf-8"), mode=0o600)
         except (OSError, VaultError):  # a lost count is acceptable; a failed recall or close is not

@@ -38,7 +38,7 @@ import numpy as np
 
 from memvault.indexer.search.embeddings import EmbeddingIdentity
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import fsync_dir, fsync_file, remove_quietly, write_temp
+from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, fsync_dir, fsync_file, make_dir, remove_quietly, write_temp
 
 INDEX_FILE = "vectors.hnsw"
 META_FILE = "vectors-meta.json"
@@ -274,7 +274,7 @@ class VectorIndex:
     def save(self) -> None:
         """Write both files atomically (see the module docstring for the crash story)."""
         with self._lock:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_dir(self.folder, MACHINE_DIR_MODE, parents=True)
             _save_files(self.folder, self._index, self._meta_without_checksum())
 
     def _meta_without_checksum(self) -> dict[str, Any]:
@@ -314,7 +314,7 @@ def _save_files(folder: Path, index: hnswlib.Index, meta: dict[str, Any]) -> Non
         index.save_index(str(index_tmp))
         fsync_file(index_tmp)
         meta["checksum"] = _sha256_of(index_tmp)
-        meta_tmp = write_temp(folder, META_FILE, _meta_bytes(meta), mode=0o644)
+        meta_tmp = write_temp(folder, META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
         backup = _link_backup(index_path, folder)
         os.replace(index_tmp, index_path)
         try:

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from memvault.vault.fsio import fsync_dir, remove_quietly, write_temp
+from memvault.vault.fsio import PUBLIC_DIR_MODE, fsync_dir, make_dir, remove_quietly, write_temp
 from memvault.vault.paths import resolve_inside
 
 Boundary = Callable[[str], None]
@@ -37,7 +37,7 @@ def ensure_folder(root: Path, relpath: str) -> Path:
     """`root/relpath` as a real folder (created, and its entry fsynced, if missing)."""
     path = resolve_inside(root, relpath)
     if not path.is_dir():
-        path.mkdir(parents=True, exist_ok=True)
+        make_dir(path, PUBLIC_DIR_MODE, parents=True)  # canonical: readable, never group/world-writable
         fsync_dir(path.parent)
     return path
 
