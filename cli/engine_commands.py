@@ -109,7 +109,8 @@ def engine_group() -> None:
 @click.pass_context
 def engine_status(ctx: click.Context, json_: bool) -> None:
     """Show the owner of the vault (pid, role, socket, intake); exit 1 when none runs."""
-    from memvault.indexer.engine.address import pid_alive, read_status, socket_path
+    from memvault.indexer.engine.address import read_status, socket_path
+    from memvault.vault.locks import pid_alive
     from memvault.indexer.engine.client import find_owner
     from memvault.indexer.engine.locate import locate_vault
 
@@ -194,7 +195,7 @@ def _wait_gone(root: Path, timeout: float) -> bool:
 
 
 def _kill(pid) -> None:
-    from memvault.indexer.engine.address import pid_alive
+    from memvault.vault.locks import pid_alive
 
     if not isinstance(pid, int) or not pid_alive(pid):
         raise click.ClickException("the owner's pid is unknown (no .locks/engine.json): stop the process by hand")

@@ -276,3 +276,15 @@ class LivenessFence:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.release()
+
+
+def pid_alive(pid: object) -> bool:
+    """Whether process `pid` exists (one we may not signal counts as alive)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -76,13 +76,4 @@ def read_status(vault_root: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def pid_alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True

@@ -18,6 +18,7 @@ from pathlib import Path
 from memvault.indexer.maintenance.sync import IndexDelta
 from memvault.indexer.search.context import passage
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir
+from memvault.vault.locks import pid_alive
 
 MAX_QUEUE_ITEMS = 256
 MAX_QUEUE_BYTES = 2 * 1024 * 1024
@@ -34,18 +35,11 @@ def dead_markers(index_dir: Path) -> list[Path]:
     found = []
     for entry in index_dir.glob(MARKER_PREFIX + "*"):
         pid = entry.name[len(MARKER_PREFIX) :]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             found.append(entry)
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
