@@ -14,9 +14,14 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from memvault.indexer.services.intake_worker import IntakeWorker
 from memvault.vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM, user_document
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from memvault.vault.intake.admission import intake_id_for
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.snapshot import inspect_run
+from tests.intake_helpers import Clock
 
 OLLAMA_PATH, OPENAI_PATH, EMBED_PATH = "/api/chat", "/v1/chat/completions", "/api/embed"
 EMBED_DIM = 32
@@ -115,3 +120,21 @@ def add_only(memories: list) -> str:
 
 def daily_text(root: Path) -> str:
     return "".join(p.read_text() for p in sorted((root / "daily").glob("*.md"))) if (root / "daily").exists() else ""
+
+
+#: a substantive turn the capture tests hand to the model
+TURN = "user: what did we settle?\nassistant: Morgan leads Project Atlas; the launch is on March 15."
+
+
+def run_once(store, clock, run_id="run-1", text=TURN, answer="Morgan leads Project Atlas; the launch is on March 15."):
+    """Admit one turn and let a worker (no thread) project it and attempt its capture."""
+    store.persist_completed_turn(run_id, answer, capture_text=text)
+    worker = IntakeWorker(store, clock=clock)
+    worker.process_due()
+    return worker
+
+
+def entry(root, run_id="run-1"):
+    """The intake's content-free view of one run."""
+    [found] = inspect_run(IntakeDirs(root), intake_id_for(run_id), Clock()())["entries"]
+    return found

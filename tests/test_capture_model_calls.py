@@ -22,13 +22,23 @@ from memvault.vault.capture.stats import summarize
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.intake.admission import intake_id_for
 from memvault.vault.intake.files import IntakeDirs
-from memvault.vault.intake.snapshot import inspect_run
 from memvault.vault.intake.state import make_due
-from tests.capture_helpers import OLLAMA_PATH, OPENAI_PATH, ChatScript, daily_text, entity, extraction, make_capture_vault, memory
+from tests.capture_helpers import (
+    OLLAMA_PATH,
+    OPENAI_PATH,
+    TURN,
+    ChatScript,
+    daily_text,
+    entity,
+    entry,
+    extraction,
+    make_capture_vault,
+    memory,
+)
+from tests.capture_helpers import run_once as admit_and_capture
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
 
-TURN = "user: what did we settle?\nassistant: Morgan leads Project Atlas; the launch is on March 15."
 GOOD = extraction(
     memory("Morgan leads Project Atlas.", 0.7, ["e1", "e2"]),
     memory("The Atlas launch is on March 15.", 0.9, ["e2"]),
@@ -40,6 +50,10 @@ EMPTY = extraction()
 LONG_TURN = ("user: can you write down what we agreed in the planning meeting today? assistant: Of course. We agreed "
              "that Morgan leads Project Atlas from now on, that the launch moves to March 15, and that the team "
              "reviews the budget again next Tuesday.")  # fmt: skip
+
+
+def run_once(store, clock, run_id="run-1", text=TURN):
+    return admit_and_capture(store, clock, run_id, text, answer="A planning turn.")
 
 
 @pytest.fixture
@@ -60,18 +74,6 @@ def vault(tmp_path, server, provider="ollama", model="capture-model", system_rol
     store = store_for(root, clock)
     store.env = {"MEMVAULT_TEST_KEY": "sk-loopback-test"}
     return root, store, clock
-
-
-def run_once(store, clock, run_id="run-1", text=TURN):
-    store.persist_completed_turn(run_id, "A planning turn.", capture_text=text)
-    worker = IntakeWorker(store, clock=clock)
-    worker.process_due()
-    return worker
-
-
-def entry(root, run_id="run-1"):
-    [found] = inspect_run(IntakeDirs(root), intake_id_for(run_id), Clock()())["entries"]
-    return found
 
 
 def chat_bodies(server, path):

@@ -10,25 +10,23 @@ from datetime import timedelta
 
 import pytest
 
-from memvault.indexer.services.intake_worker import IntakeWorker
-from memvault.vault.intake.admission import intake_id_for
-from memvault.vault.intake.files import IntakeDirs
-from memvault.vault.intake.snapshot import inspect_run
+from memvault.vault.capture.prompt import user_document
 from tests.capture_helpers import (
     OLLAMA_PATH,
     OPENAI_PATH,
+    TURN,
     ChatScript,
     daily_text,
     entity,
+    entry,
     extraction,
     make_capture_vault,
     memory,
+    run_once,
 )
 from tests.intake_helpers import Clock, store_for
-from memvault.vault.capture.prompt import user_document
 from tests.loopback import LoopbackServer, Reply
 
-TURN = "user: what did we settle?\nassistant: Morgan leads Project Atlas; the launch is on March 15."
 GOOD = extraction(
     memory("Morgan leads Project Atlas.", 0.7, ["e1", "e2"]),
     memory("The Atlas launch is on March 15.", 0.9, ["e2"]),
@@ -51,19 +49,6 @@ def setup(tmp_path, server, extract, reconcile=None, provider="ollama", timeout_
     store = store_for(root, clock)
     store.env = {"MEMVAULT_TEST_KEY": "sk-loopback-test"}
     return root, store, clock, script
-
-
-def run_once(store, clock, run_id="run-1", text=TURN):
-    """Admit one turn and let a worker (no thread) project it and attempt its capture."""
-    store.persist_completed_turn(run_id, "Morgan leads Project Atlas; the launch is on March 15.", capture_text=text)
-    worker = IntakeWorker(store, clock=clock)
-    worker.process_due()
-    return worker
-
-
-def entry(root, run_id="run-1"):
-    [found] = inspect_run(IntakeDirs(root), intake_id_for(run_id), Clock()())["entries"]
-    return found
 
 
 def assert_nothing_curated(root, store):

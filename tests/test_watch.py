@@ -30,6 +30,7 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.health import check_health
 from memvault.indexer.maintenance.watch import ChangeQueue, VaultEventHandler, Watcher
 from memvault.vault.locks import LivenessFence
+from tests.engine_helpers import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 AMS = ZoneInfo("Europe/Amsterdam")
@@ -141,16 +142,6 @@ class Running:
         self.thread.join(timeout=10)
         assert not self.thread.is_alive()
         self.store.close()
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def searchable(store: MemoryStore, query: str, text: str) -> bool:
