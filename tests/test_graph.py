@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 import pytest
 
 from memvault.indexer.engine.store import MemoryStore
-from memvault.indexer.search.graph_expansion import reserved_slots
+from memvault.indexer.search.graph_expansion import EXPANSION_RANKS, expansion_slots
 from memvault.vault.graph import Entity, FactLink, Graph, GraphInvalid, parse_graph, read_graph, render_graph
 from memvault.vault.replay import ReplayState, write_sidecar
 from tests.capture_helpers import EMBED_PATH, hash_embeddings, make_capture_vault
@@ -121,7 +121,7 @@ def test_explicit_recall_expands_one_hop_deterministically(graph_vault):
     first = recall(root, "Who leads Atlas?")
     assert first.hits[0].text == "Morgan leads Project Atlas."
     expanded = [h for h in first.hits if "graph" in h.explain]
-    assert 1 <= len(expanded) <= reserved_slots(6) == 2
+    assert 1 <= len(expanded) <= expansion_slots(6) == 1
     assert all(not h.explain.get("bm25") for h in expanded)
     assert expanded[0].text == "Morgan prefers tea in the morning." or expanded[0].explain["graph"]["hop"] in (0, 1)
     texts = [h.text for h in first.hits]
@@ -130,20 +130,34 @@ def test_explicit_recall_expands_one_hop_deterministically(graph_vault):
     assert all(h.source.startswith("daily/") for h in first.hits)
 
 
-def test_graph_neighbours_fill_only_the_reserved_tail(graph_vault):
+def test_graph_neighbours_take_their_fixed_ranks(graph_vault):
     root, ids, _ = graph_vault
-    result = recall(root, "Who leads Atlas?", limit=9)
+    result = recall(root, "Who leads Atlas?", limit=10)
+    ranks = [rank for rank, h in enumerate(result.hits, 1) if "graph" in h.explain]
+    assert ranks and set(ranks) <= {4, 7, 10} and ranks == [4, 7, 10][: len(ranks)]
     routes = [h.explain["graph"] for h in result.hits if "graph" in h.explain]
-    assert 1 <= len(routes) <= reserved_slots(9) == 3
     assert [r["hop"] for r in routes] == sorted(r["hop"] for r in routes)  # hop 0 before hop 1
     hop1 = [r for r in routes if r["hop"] == 1]
     assert hop1 and all(r["related"] == "e-orion" and r["entity"] == "e-atlas" for r in hop1)
     expanded = {h.text for h in result.hits if "graph" in h.explain}
     assert expanded <= {"Orion is the billing service.", "Orion runs on the cluster in Frankfurt.",
                         "Morgan prefers tea in the morning.", "Project Atlas ships the portal rewrite."}  # fmt: skip
-    assert all("graph" not in h.explain for h in result.hits[:6])  # direct hits first
+    assert all("graph" not in h.explain for h in result.hits[:3])  # the three best direct hits lead
+    assert len({h.id for h in result.hits}) == len(result.hits)  # an expansion is listed once
     assert len(recall(root, "Who leads Atlas?", limit=2).hits) == 2
-    assert all("graph" not in h.explain for h in recall(root, "Who leads Atlas?", limit=2).hits)  # no room reserved
+    assert all("graph" not in h.explain for h in recall(root, "Who leads Atlas?", limit=3).hits)  # no rank for one
+
+
+@pytest.mark.parametrize("query", ["Who leads Atlas?", "Where does Orion run?", "Atlas filler note", "tea"])
+def test_a_limit_only_cuts_the_ranked_list(graph_vault, query):
+    """recall(limit=k) is the first k of recall(limit=25), expansions included, for every k."""
+    root, _, _ = graph_vault
+    with MemoryStore.open(root) as store:
+        full = [(h.id, h.source) for h in store.recall(query, limit=25).hits]
+        assert full, query
+        for k in range(1, 26):
+            assert [(h.id, h.source) for h in store.recall(query, limit=k).hits] == full[:k], k
+    assert expansion_slots(25) == len(EXPANSION_RANKS)
 
 
 def test_auto_recall_and_other_tiers_never_expand(graph_vault):

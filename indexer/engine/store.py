@@ -316,11 +316,14 @@ class MemoryStore:
         if mode == "auto":
             result = recall_auto(index.bm25, self._semantic, query)
         else:
-            result = recall_tool(index.bm25, self._semantic, query, limit, run_history=run_history)
             if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
-                from memvault.indexer.search.graph_expansion import expand_recall
+                from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
 
+                depth = direct_depth(limit)
+                result = recall_tool(index.bm25, self._semantic, query, depth, run_history=run_history)
                 result = expand_recall(self.layout.root, index.bm25, result, limit)
+            else:
+                result = recall_tool(index.bm25, self._semantic, query, limit, run_history=run_history)
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
         if self.unsynced and not result.degraded:
             result = dataclasses.replace(result, degraded=self.unsynced)

@@ -5,7 +5,11 @@
            ├─ hop 0: other facts associated with a seed entity
            └─ hop 1: for each seed entity, ONE directly related entity (the first by id of its
                      relation neighbours) may pull in the facts associated with it
-    expansions take at most RESERVED = min(3, limit // 3) slots, always after the direct hits
+    expansions take fixed ranks (EXPANSION_RANKS: 4, 7 and 10), direct hits every other rank
+
+The layout does not depend on the limit: seeds, exclusions and ranks are computed on at
+least the first ten direct hits (`direct_depth`), and a limit only cuts the merged list, so
+`limit=25` and `limit=10` agree on their first 10 hits. The three best direct hits always lead.
 
 Deterministic: seeds in rank order, entities in the seed's association order, facts by
 salience (high first) then id; a tie never depends on dict order or time. Nothing is
@@ -27,7 +31,8 @@ from memvault.vault.errors import VaultError
 from memvault.vault.graph import Graph, graph_path, read_graph
 
 SEEDS = 5
-MAX_RESERVED = 3
+#: the 1-based ranks expansions take, whatever the limit (fewer expansions: direct hits fill)
+EXPANSION_RANKS = (4, 7, 10)
 HOP_WEIGHT = {0: 0.5, 1: 0.25}  # an expansion's score: its seed's score times this
 _graph_cache: dict[Path, tuple[tuple[int, int, int], Graph]] = {}
 
@@ -48,8 +53,15 @@ def load_graph(root: Path) -> Graph:
     return graph
 
 
-def reserved_slots(limit: int) -> int:
-    return min(MAX_RESERVED, limit // 3)
+def direct_depth(limit: int) -> int:
+    """How many direct hits the layout needs for a list of `limit`: never fewer than the seeds
+    and the ranks it places expansions among, so a small limit sees the same layout."""
+    return max(limit, SEEDS, EXPANSION_RANKS[-1])
+
+
+def expansion_slots(limit: int) -> int:
+    """How many expansions a list of `limit` hits can hold."""
+    return sum(rank <= limit for rank in EXPANSION_RANKS)
 
 
 def routes(graph: Graph, seeds: tuple[RecallHit, ...]) -> list[tuple[str, RecallHit, str, str | None, int]]:
@@ -74,23 +86,36 @@ def _ranked(graph: Graph, entity: str):
 
 
 def expand_recall(root: Path, bm25, result: RecallResult, limit: int) -> RecallResult:
-    """`result` with up to `reserved_slots(limit)` graph neighbours in its last slots."""
-    reserve = reserved_slots(limit)
-    if not result.hits or reserve == 0:
-        return result
+    """The first `limit` hits of `result` (direct hits to `direct_depth(limit)`) with graph
+    neighbours at EXPANSION_RANKS."""
+    direct = result.hits
+    if not direct or expansion_slots(limit) == 0:
+        return replace(result, hits=direct[:limit])
     try:
         graph = load_graph(root)
         retired = superseded_ids(bm25.folder.parent)
     except (VaultError, OSError) as exc:
-        return replace(result, degraded=result.degraded or f"graph expansion skipped ({exc})")
+        return replace(result, hits=direct[:limit], degraded=result.degraded or f"graph expansion skipped ({exc})")
     if not graph.facts:
-        return result
-    head = result.hits[: limit - reserve]
-    taken = {hit.id for hit in head}
-    expansions = _expansions(graph, bm25, result.hits[:SEEDS], taken, retired, reserve)
-    chosen = {hit.id for hit in expansions}
-    tail = [hit for hit in result.hits[len(head):] if hit.id not in chosen][: limit - len(head) - len(expansions)]
-    return replace(result, hits=tuple(head) + tuple(tail) + tuple(expansions))
+        return replace(result, hits=direct[:limit])
+    shown = {hit.id for hit in direct[: EXPANSION_RANKS[-1]]}  # already near the top: never repeated
+    expansions = _expansions(graph, bm25, direct[:SEEDS], shown, retired, len(EXPANSION_RANKS))
+    return replace(result, hits=tuple(merge(direct, expansions, limit)))
+
+
+def merge(direct, expansions, limit: int) -> list[RecallHit]:
+    """Direct hits in order, each expansion at its rank; an expansion also found lower among the
+    direct hits moves up (listed once)."""
+    moved = {hit.id for hit in expansions}
+    rest = [hit for hit in direct if hit.id not in moved]
+    pending = list(expansions)
+    merged: list[RecallHit] = []
+    while len(merged) < limit and (rest or pending):
+        if pending and (len(merged) + 1 in EXPANSION_RANKS or not rest):
+            merged.append(pending.pop(0))
+        else:
+            merged.append(rest.pop(0))
+    return merged
 
 
 def _expansions(graph: Graph, bm25, seeds, taken: set[str], retired, reserve: int) -> list[RecallHit]:
