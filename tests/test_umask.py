@@ -19,9 +19,11 @@ CANONICAL_PREFIXES = ("daily/", "audit/", "documents/", "spaces/")
 CANONICAL_DIRS = {".", "daily", "audit", "documents", "documents/archived", "runtime", "spaces"}
 
 
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
+
+
 def run(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
-    done = subprocess.run([MEMVAULT, *args], input=stdin, capture_output=True, text=True, cwd=str(cwd), env=env,
+    done = subprocess.run([MEMVAULT, *args], input=stdin, capture_output=True, text=True, cwd=str(cwd), env=ENV,
                           timeout=300, preexec_fn=lambda: os.umask(0))
     assert "Traceback" not in done.stderr, (args, done.stderr)
     return done
@@ -42,6 +44,20 @@ def is_canonical(relpath: str, kind: str) -> bool:
     if kind == "dir":
         return relpath in CANONICAL_DIRS or (relpath.startswith("spaces/") and "/." not in f"/{relpath}")
     return relpath in CANONICAL_FILES or (relpath.startswith(CANONICAL_PREFIXES) and "/." not in f"/{relpath}")
+
+
+def wrong_modes(entries: list[tuple[str, str, int]]) -> list[tuple[str, str]]:
+    print("\n".join(f"{mode:04o} {kind:4} {path}" for path, kind, mode in entries))
+    wrong = []
+    for path, kind, mode in entries:
+        if kind == "link":
+            wrong.append((path, "a symlink"))
+        elif is_canonical(path, kind):
+            if mode & 0o022:  # readable by the people who share the vault, writable only by its owner
+                wrong.append((path, f"{mode:04o} is group/world-writable"))
+        elif mode & 0o077:  # machine state: the index, locks, intake, cursors, telemetry
+            wrong.append((path, f"{mode:04o} is not owner-only"))
+    return wrong
 
 
 def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
@@ -67,17 +83,7 @@ def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
     assert json.loads(admitted.stdout)["status"] == "admitted"
 
     entries = listing(vault)
-    print("\n".join(f"{mode:04o} {kind:4} {path}" for path, kind, mode in entries))
-    wrong = []
-    for path, kind, mode in entries:
-        if kind == "link":
-            wrong.append((path, "a symlink"))
-        elif is_canonical(path, kind):
-            if mode & 0o022:  # readable by the people who share the vault, writable only by its owner
-                wrong.append((path, f"{mode:04o} is group/world-writable"))
-        elif mode & 0o077:  # machine state: the index, locks, intake, cursors, telemetry
-            wrong.append((path, f"{mode:04o} is not owner-only"))
-    assert not wrong, wrong
+    assert not wrong_modes(entries)
     kinds = {path for path, _, _ in entries}
     # the listing covers every kind of thing memvault makes
     for expected in (".", "daily", "documents", "runtime", ".index", ".index/CURRENT", ".locks", ".capture-intake",
@@ -86,3 +92,47 @@ def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
     assert any(path.startswith(".index/gen-") and "/bm25/" in path and path.endswith(".idx") for path in kinds)
     assert any(path.endswith("vectors/vectors.hnsw") for path in kinds)
     assert stat.S_IMODE(os.stat(tmp_path / "backup.tar.gz").st_mode) == 0o600  # a copy of every memory
+
+
+def test_a_bujo_owner_under_umask_000_creates_capture_and_engine_files_with_explicit_modes(tmp_path):
+    """A BuJo vault served by `memvault serve` (umask 000) captures an admitted turn through a
+    loopback model: the audit note, graph.jsonl, the replay sidecar, the engine's socket and
+    status file all get explicit modes."""
+    from memvault.indexer.engine.address import socket_path, status_path
+    from tests.capture_helpers import EMBED_PATH, OLLAMA_PATH, ChatScript, entity, extraction, hash_embeddings, make_capture_vault, memory
+    from tests.engine_helpers import wait_for
+    from tests.loopback import LoopbackServer
+
+    with LoopbackServer() as server:
+        server.route(EMBED_PATH, hash_embeddings)
+        server.route(OLLAMA_PATH, ChatScript(lambda _turn: extraction(memory("Morgan leads Project Atlas.", 0.8, ["e1"]),
+                                                                      entities=[entity("e1", "Project Atlas")])))
+        vault = make_capture_vault(tmp_path, server.url, embed_endpoint=server.url)
+        owner = subprocess.Popen([MEMVAULT, "--vault", str(vault), "serve"], env=ENV, cwd=str(tmp_path), text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: os.umask(0))
+        try:
+            sock = socket_path(vault)
+            wait_for(lambda: sock.exists() and status_path(vault).exists(), what="the owner's socket")
+            turn = {"runId": "r-1", "answer": "Morgan leads Project Atlas.", "captureText": "user: who leads Atlas?\nassistant: Morgan."}
+            admitted = run(tmp_path, "--vault", str(vault), "admit", stdin=json.dumps(turn))
+            assert json.loads(admitted.stdout)["status"] == "admitted", admitted.stdout
+            wait_for(lambda: (vault / "graph.jsonl").exists() and "Morgan leads Project Atlas." in "".join(
+                p.read_text() for p in (vault / "daily").rglob("*.md")), what="the capture")
+            engine_files = [(str(sock), "socket", stat.S_IMODE(os.lstat(sock).st_mode)),
+                            (str(sock.parent), "dir", stat.S_IMODE(os.lstat(sock.parent).st_mode))]
+            print("\n".join(f"{mode:04o} {kind:6} {path}" for path, kind, mode in engine_files))
+            assert engine_files[0][2] == 0o600 and engine_files[1][2] == 0o700, engine_files
+            # while the owner runs: its status file and fence (the rest is listed once it stopped,
+            # when no Tantivy segment is half-written: those sit in the 0700 .index meanwhile)
+            running = [entry for entry in listing(vault) if entry[0].startswith(".locks")]
+        finally:
+            owner.terminate()
+            _, err = owner.communicate(timeout=120)
+        assert "Traceback" not in err, err
+    entries = listing(vault)
+    assert not wrong_modes(running) and not wrong_modes(entries)
+    assert stat.S_IMODE(os.lstat(vault / ".index").st_mode) == 0o700
+    kinds = {path for path, _, _ in running + entries}
+    for expected in ("audit", "graph.jsonl", ".replay-projection-v1.json", ".locks/engine.json", ".locks/live.lock"):
+        assert expected in kinds, expected
+    assert any(path.startswith("audit/") and path.endswith(".md") for path in kinds)

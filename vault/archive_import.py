@@ -47,7 +47,7 @@ from memvault.vault.archive import (
     writer_locks,
 )
 from memvault.vault.errors import Conflict, NotAVault, UnsafePath
-from memvault.vault.fsio import fsync_dir, read_bytes_nofollow
+from memvault.vault.fsio import MACHINE_DIR_MODE, PUBLIC_DIR_MODE, fsync_dir, make_dir, read_bytes_nofollow
 from memvault.vault.layout import CONFIG_FILE, DAILY
 from memvault.vault.locks import LivenessFence
 from memvault.vault.paths import resolve_inside
@@ -178,7 +178,7 @@ def restore_archive(root: Path, source: Path, *, limits: ArchiveLimits = DEFAULT
     existed = root.exists()
     if not existed:
         verified = _verify_for_restore(source, limits)  # verified before the folder is created
-        root.mkdir(parents=True)
+        make_dir(root, PUBLIC_DIR_MODE, parents=True)
         fsync_dir(root.parent)
     with _stopped_vault(root, lock_timeout):
         if existed:
@@ -273,7 +273,7 @@ def _extract(source: Path, limits: ArchiveLimits, staging: Path, wanted: set[str
         if wanted is not None and relpath not in wanted:
             return None
         target = staging / relpath
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(target.parent, MACHINE_DIR_MODE, parents=True)  # staging: private until it moves
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         return _SyncedFile(fd)
 

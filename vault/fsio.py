@@ -267,7 +267,7 @@ def ensure_private_dir(path: Path) -> Path:
 
     Private state (intake records, locks, sidecars) must not be readable by other users, and a
     folder owned by someone else could be swapped under us, so we refuse rather than adopt it.
-    Missing parents are created with default modes; only ``path`` itself is made private.
+    Missing parents are created 0700 too (whatever the umask).
     """
     path = Path(path)
     try:
@@ -275,7 +275,7 @@ def ensure_private_dir(path: Path) -> Path:
         return path
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent, _PRIVATE_DIR_MODE, parents=True)
     try:
         os.mkdir(path, _PRIVATE_DIR_MODE)
     except FileExistsError:

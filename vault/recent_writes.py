@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Iterable
 
-from memvault.vault.fsio import atomic_write, read_bytes_nofollow
+from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir, read_bytes_nofollow
 from memvault.vault.note_append import NewBullet, NoteNotWritable, append_bullets_once, read_note_if_any
 from memvault.vault.strict_json import loads_strict
 
@@ -42,7 +42,7 @@ def _load(layout, now: float) -> list[dict]:
 
 
 def _save(layout, entries: list[dict]) -> None:
-    layout.index_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(layout.index_dir, MACHINE_DIR_MODE, parents=True)
     data = json.dumps(entries[-MAX_ENTRIES:], sort_keys=True, separators=(",", ":")).encode("utf-8")
     atomic_write(_ledger_path(layout), data, mode=0o600)
 

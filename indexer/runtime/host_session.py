@@ -37,7 +37,7 @@ from memvault.indexer.runtime.budget import TurnRecall
 from memvault.indexer.runtime.review import ReviewOutcome, run_review
 from memvault.indexer.runtime.service import RuntimeService
 from memvault.vault.config import RuntimeSettings
-from memvault.vault.fsio import atomic_write, read_bytes_nofollow
+from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir, read_bytes_nofollow
 from memvault.vault.runtime.activity import ActivityTracker, TurnSignals, no_memory_intent
 from memvault.vault.runtime.wake import ROUTING_GUIDANCE, RUNTIME_MEMORY_PROTOCOL, WakeSnapshot
 from memvault.vault.strict_json import loads_strict
@@ -294,7 +294,7 @@ def _save_activity(path: Path, tracker: ActivityTracker) -> None:
     data = {"version": 1, "userChars": tracker.user_chars, "turns": tracker.turns,
             "toolResults": tracker.tool_results, "tools": sorted(tracker.tools)[:256]}  # fmt: skip
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dir(path.parent, MACHINE_DIR_MODE, parents=True)
         atomic_write(path, (json.dumps(data, sort_keys=True) + "\n").encode(), mode=0o600)
     except OSError:
         pass  # a read-only vault: signals stay in memory only, as the spec's baseline has it
