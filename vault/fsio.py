@@ -13,6 +13,8 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -252,6 +254,24 @@ def make_dir(path: Path, mode: int, *, parents: bool = False) -> bool:
         return False
     _chmod_dir_nofollow(path, mode)  # mkdir's mode is filtered by the umask
     return True
+
+
+@contextmanager
+def undone_if_failed(folders: Sequence[Path]) -> Iterator[None]:
+    """Run a block that may create `folders` (parents first). If it raises, the ones it created
+    that are still empty are removed, deepest first: a first write that fails (a full disk costs
+    a folder no data block, so mkdir succeeds where the file after it cannot) leaves the vault as
+    it found it. Callers hold the lock that guards these folders."""
+    new = [Path(folder) for folder in folders if not os.path.lexists(folder)]
+    try:
+        yield
+    except BaseException:
+        for folder in reversed(new):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass  # not empty (someone wrote into it), or already gone
+        raise
 
 
 def restrict_files(folder: Path, mode: int = MACHINE_FILE_MODE) -> None:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from memvault.vault.errors import InvalidRecord, UnsafePath
-from memvault.vault.fsio import atomic_write, check_private_file, ensure_private_dir, read_bytes_nofollow
+from memvault.vault.fsio import atomic_write, check_private_file, ensure_private_dir, read_bytes_nofollow, undone_if_failed
 from memvault.vault.locks import VaultLock
 
 MAX_SNAPSHOTS = 4
@@ -164,10 +164,11 @@ class FileSnapshots:
     def __init__(self, vault_root: Path, *, limit: int = MAX_SNAPSHOTS, ttl: float = SNAPSHOT_TTL_SECONDS,
                  clock: Callable[[], float] = time.time):
         self._root = Path(vault_root)
-        self.folder = ensure_private_dir(self._root / ".index" / "journal")
+        self.folder = self._root / ".index" / "journal"
         self._limit, self._ttl, self._clock = limit, ttl, clock
         self._lock = VaultLock(self._root, _LOCK_NAME, timeout=10.0)
-        with self._lock:
+        with self._lock, undone_if_failed([self.folder]):  # a key that cannot be saved leaves no folder
+            ensure_private_dir(self.folder)
             self.codec = CursorCodec(self._load_or_create_key())
 
     @contextmanager

@@ -45,9 +45,13 @@ class IndexComponent(Protocol):
     """A derived structure beside BM25 (the vector index) that follows the same deltas.
 
     `apply` must be idempotent and durable when it returns: it runs before the BM25 commit.
+    `committed` runs after that commit succeeded (a commit that fails, on a full disk, never
+    reaches it: its rows are not in the index, so nothing lags behind them).
     """
 
     def apply(self, delta: IndexDelta) -> None: ...
+
+    def committed(self, delta: IndexDelta) -> None: ...
 
 
 def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> FileIndexing:
@@ -177,6 +181,8 @@ class DerivedIndex:
             for component in self.components:
                 component.apply(delta)
             self._commit_bm25(delta)
+            for component in self.components:
+                component.committed(delta)
             if hook is not None:
                 hook("apply.committed")
         if self._record_states(indexed):

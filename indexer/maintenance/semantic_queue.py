@@ -99,6 +99,13 @@ class SemanticQueue:
             self._cond.notify()
             return True
 
+    def mark_lagging(self, delta: IndexDelta) -> None:
+        """Put this process's lag marker on disk before a delta is committed to BM25 (`offer`
+        follows the commit); a process left with nothing queued clears it when it stops."""
+        if delta.upserts or delta.removed:
+            with self._cond:
+                self._mark_lagging()
+
     def drain(self, timeout: float) -> bool:
         """Wait until everything queued so far is committed; False on timeout."""
         with self._cond:

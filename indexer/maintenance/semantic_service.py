@@ -52,6 +52,9 @@ class _Building:
         self.queued += _curated(delta)
         self._deltas.put(delta)
 
+    def committed(self, delta: IndexDelta) -> None:
+        pass  # handed to the builder in `apply`: a failed commit fails the whole rebuild
+
     def finish(self) -> None:
         """Wait until every delta is in the index; re-raise what the builder thread hit."""
         self._progress.phase("embedding", total=self.queued)
@@ -89,7 +92,10 @@ class _Serving:
         self._queue = queue
 
     def apply(self, delta: IndexDelta) -> None:
-        self._queue.offer(delta)
+        self._queue.mark_lagging(delta)  # on disk before BM25 changes: a crash after it is caught up
+
+    def committed(self, delta: IndexDelta) -> None:
+        self._queue.offer(delta)  # only rows BM25 holds are embedded
 
 
 class SemanticService:

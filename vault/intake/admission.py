@@ -27,7 +27,7 @@ from datetime import datetime
 
 from memvault.vault.credentials import find_credential
 from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
-from memvault.vault.fsio import atomic_write
+from memvault.vault.fsio import atomic_write, undone_if_failed
 from memvault.vault.ids import normalize_text
 from memvault.vault.intake.catalog import LedgerIntegrityError
 from memvault.vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHook, IntakeDirs, hit
@@ -227,6 +227,11 @@ def _refuse_secrets(answer: str, capture: str | None) -> None:
 def _admit_locked(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None) -> AdmissionResult:
     if len(data) > MAX_RECORD_BYTES:
         raise _Refused("record_too_large", f"the intake record would be {len(data)} bytes; the limit is {MAX_RECORD_BYTES}")
+    with undone_if_failed(dirs.all_folders()):  # a refused or failed first admission leaves no folder
+        return _admit_into(dirs, record, data, hook)
+
+
+def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None) -> AdmissionResult:
     dirs.ensure()
     ledger = Ledger(dirs, create=True, hook=hook)
     ledger.check_sizes()

@@ -84,11 +84,14 @@ class IntakeDirs:
     def exists(self) -> bool:
         return os.path.lexists(self.intake)
 
+    def all_folders(self) -> list[Path]:
+        """The intake folder and its subfolders, parents first."""
+        return [self.intake, *(self.folder(name) for name in (PENDING, DEAD, RESOLVED, LEDGER))]
+
     def ensure(self) -> None:
         """Create (or vet) the 0700 intake folders; refuses symlinks and foreign owners."""
-        ensure_private_dir(self.intake)
-        for name in (PENDING, DEAD, RESOLVED, LEDGER):
-            ensure_private_dir(self.folder(name))
+        for folder in self.all_folders():
+            ensure_private_dir(folder)
 
     def list_folder(self, folder: str) -> "FolderListing":
         """Record ids in one folder, plus our own stray temp files and anything unexpected."""
