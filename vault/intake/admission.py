@@ -24,6 +24,7 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 
 from memvault.vault.credentials import find_credential
 from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
@@ -34,6 +35,7 @@ from memvault.vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHo
 from memvault.vault.intake.ledger import Ledger, shard_of
 from memvault.vault.intake.record import ADMITTING_WRITE_MODES, TIERS, TRIGGERS, IntakeRecord, Payload, render_record
 from memvault.vault.intake.state import MAX_ACTIVE, find_active, intake_lock, read_receipt, receipt_lookup
+from memvault.vault.storage_errors import storage_error
 
 MAX_SUMMARY_BYTES = 2048
 MAX_CAPTURE_TEXT_BYTES = 512 * 1024
@@ -135,7 +137,7 @@ def admit_turn(
     except _Refused as refused:
         return AdmissionResult(FAILED, _safe_id(run_id), refused.category, str(refused))
     except (VaultError, OSError) as exc:
-        return AdmissionResult(FAILED, _safe_id(run_id), _category(exc), _describe(exc))
+        return AdmissionResult(FAILED, _safe_id(run_id), _category(exc), _describe(exc, dirs.root))
 
 
 def _safe_id(run_id: object) -> str | None:
@@ -154,8 +156,11 @@ def _category(exc: BaseException) -> str:
     return "io_error" if isinstance(exc, OSError) else getattr(exc, "code", "vault_error")
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, root: Path) -> str:
     if isinstance(exc, OSError) and not isinstance(exc, VaultError):
+        typed = storage_error(exc, root)  # read-only, full or not ours: the path and the fix
+        if typed is not None:
+            return f"the turn was NOT saved: {typed}"
         return f"the intake could not be written ({exc.strerror or exc}); the turn was NOT saved. Fix the disk problem and retry."
     return str(exc)
 
