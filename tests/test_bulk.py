@@ -13,6 +13,7 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.derived import DerivedIndex
 from memvault.indexer.maintenance.health import check_health
 from memvault.vault.errors import CredentialRefused, InvalidRecord
+from memvault.vault.layout import VaultLayout
 from tests.engine_helpers import ENV, REPO, OwnerProcess, memvault
 from tests.intake_helpers import make_vault
 
@@ -138,3 +139,81 @@ def test_concurrent_remembers_through_the_owner_are_each_durable_once(tmp_path, 
     finally:
         owner.stop()
         store.close()
+
+
+# --- the owner's deferred index commit (indexer/engine/deferred.py) ----------------------------------
+
+
+def committed_texts(root) -> set[str]:
+    """What the serving generation's BM25 holds as committed, read by a fresh reader."""
+    index = DerivedIndex.open_current(VaultLayout(root))
+    return {hit.text for hit in index.bm25.search("Deferred", 50)}
+
+
+@pytest.fixture
+def never_idle(monkeypatch):
+    """The group commit never commits on its own: only a read, a close or a full set does."""
+    from memvault.indexer.engine import deferred, group_commit
+
+    monkeypatch.setattr(group_commit, "IDLE_SECONDS", 3600.0)
+    monkeypatch.setattr(deferred, "MAX_DELAY_SECONDS", 3600.0)
+
+
+def test_a_remember_through_the_owner_is_acknowledged_durable_and_every_read_sees_it(tmp_path, never_idle):
+    from memvault.indexer.engine.owner import Owner
+
+    root = make_vault(tmp_path)
+    store = MemoryStore.open(root, engine=False)
+    owner = Owner(store, role="python").start()
+    try:
+        first = owner.group_commit().remember("Deferred fact one about the harbour.", None)
+        second = owner.group_commit().remember("Deferred fact two about the ferry.", None)
+        assert (first.status, second.status) == ("added", "added")
+        assert "Deferred fact one about the harbour." in daily_text(root)  # durable in its note already
+        assert committed_texts(root) == set()  # the index commit is put off
+        again = owner.group_commit().remember("Deferred fact one about the harbour.", None)
+        assert (again.status, again.id) == ("duplicate", first.id)  # as the index would answer
+        hits = owner.handle({"op": "recall", "args": {"query": "Deferred harbour"}})
+        assert hits["ok"] and hits["result"]["hits"][0]["id"] == first.id  # a read commits first
+        assert committed_texts(root) == {"Deferred fact one about the harbour.", "Deferred fact two about the ferry."}
+        third = owner.group_commit().remember("Deferred fact three about the pier.", None)
+        health = owner.handle({"op": "health", "args": {"strict": True}})["result"]
+        assert health["healthy"] and not health["warnings"], health["findings"]
+        assert "Deferred fact three about the pier." in committed_texts(root)
+        fourth = owner.group_commit().remember("Deferred fact four about the lighthouse.", None)
+    finally:
+        owner.stop()
+        store.close()  # closing commits what is still put off
+    assert {third.status, fourth.status} == {"added"}
+    assert "Deferred fact four about the lighthouse." in committed_texts(root)
+
+
+def test_sigkill_before_the_deferred_commit_loses_no_acknowledged_remember(tmp_path):
+    """A Python host owns the vault and never commits on its own; a client's remembers are
+    acknowledged; SIGKILL; the next process indexes the notes: every acknowledged memory is
+    searchable and written exactly once."""
+    root = make_vault(tmp_path)
+    host = ("import sys, time\nfrom memvault.indexer.engine import deferred, group_commit\n"
+            "group_commit.IDLE_SECONDS = deferred.MAX_DELAY_SECONDS = 3600.0\n"
+            "from memvault import MemoryStore\nfrom memvault.indexer.engine.owner import Owner\n"
+            "store = MemoryStore.open(sys.argv[1], engine=False)\nOwner(store, role='python').start()\n"
+            "print('serving', flush=True)\ntime.sleep(3600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", host, str(root)], env=ENV, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == "serving", proc.stderr.read()
+        client = MemoryStore.open(root)
+        assert type(client).__name__ == "RemoteStore"
+        receipts = [client.remember(f"Deferred memory {n} about the night ferry.") for n in range(5)]
+        assert [r.status for r in receipts] == ["added"] * 5
+        assert committed_texts(root) == set()  # acknowledged, not committed
+    finally:
+        proc.kill()
+        proc.wait(60)
+    with MemoryStore.open(root) as store:  # the next process: its open-time sync indexes the notes
+        assert type(store).__name__ == "MemoryStore"
+        found = {hit.id for hit in store.recall("Deferred memory night ferry", limit=10).hits}
+    assert found == {r.id for r in receipts}
+    text = daily_text(root)
+    assert all(text.count(f"Deferred memory {n} about the night ferry.") == 1 for n in range(5))
+    assert memvault(root, "health", "--strict").returncode == 0

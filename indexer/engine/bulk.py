@@ -58,8 +58,12 @@ def as_item(value: object) -> RememberItem:
     raise InvalidRecord("each item must be text, a RememberItem, or {'text': …, 'at': datetime}")
 
 
-def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]) -> list[RememberReceipt | VaultError]:
-    """Write and index one batch under the vault lock; one result per item, in order."""
+def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime], *,
+                   defer_index: bool = False) -> list[RememberReceipt | VaultError]:
+    """Write and index one batch under the vault lock; one result per item, in order.
+
+    With `defer_index` (the owner's group commit) the notes are written and fsynced as always,
+    but their index commit is left to `store.flush_deferred` (indexer/engine/deferred.py)."""
     results: list[RememberReceipt | VaultError | None] = [None] * len(items)
     prepared: list[tuple[int, str, datetime]] = []
     for position, item in enumerate(items):
@@ -71,7 +75,7 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
             results[position] = exc
             continue
         prepared.append((position, fact, when))
-    with store._lock:
+    with store._deferred.lock, store._lock:
         index = store._writable_index()
         seen: dict[str, RememberReceipt] = {}
         per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)
@@ -79,7 +83,7 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
         notes: dict = {}  # each note read once per batch
         for position, fact, when in prepared:
             digest = content_hash(fact)
-            earlier = seen.get(digest)
+            earlier = seen.get(digest) or store._deferred.receipt(digest)
             if earlier is None:
                 existing = index.bm25.find_by_content_hash(digest)
                 if existing is not None:  # "duplicate" promises findable now: look at its note first
@@ -112,7 +116,11 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
                 status = "added" if bullet.block_id in written else "completed"
                 results[position] = RememberReceipt(bullet.block_id, f"{relpath}#^{bullet.block_id}", status, fact)
         touched = [relpath for relpath, entries in per_note.items() if not isinstance(results[entries[0][0]], VaultError)]
-        if touched:
+        if touched and defer_index:
+            added = {content_hash(fact): results[position] for entries in per_note.values()
+                     for position, _, fact in entries if not isinstance(results[position], VaultError)}  # fmt: skip
+            store._deferred.add(sorted(touched), added)
+        elif touched:
             store._apply(index, sorted(touched))  # one index commit for the whole batch
     return results
 

@@ -1,6 +1,8 @@
-"""Group commit in the owner: Remembers that arrive together share one critical section, one
-fsync per daily note and one index commit (`bulk.remember_batch`); each caller is answered only
-once its own write is durable and indexed.
+"""Group commit in the owner: Remembers that arrive together share one critical section and one
+fsync per daily note (`bulk.remember_batch`); each caller is answered once its own note is
+durable. Index commits are shared more widely still: the batch's notes join the store's deferred
+set (indexer/engine/deferred.py), committed when no Remember came for `IDLE_SECONDS`, at least
+every `MAX_DELAY_SECONDS`, and before any read, so a reader never misses an acknowledged write.
 
 One committer thread takes everything waiting, writes it as one batch, and wakes the callers.
 While a batch is being written the next one gathers, so under load batches grow by themselves
@@ -10,10 +12,15 @@ and an idle owner adds no delay (a lone call is written at once).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 
 from memvault.indexer.engine.bulk import BATCH_ITEMS, RememberItem, remember_batch
+from memvault.indexer.engine.deferred import IDLE_SECONDS
+
+#: the pause after a failed deferred index commit (a full disk) before the next try
+RETRY_SECONDS = 1.0
 from memvault.indexer.results import RememberReceipt
 from memvault.vault.errors import VaultError
 
@@ -28,8 +35,10 @@ class _Waiting:
 
 
 class GroupCommit:
-    def __init__(self, store, lock, now: Callable[[], datetime]):
+    def __init__(self, store, lock, now: Callable[[], datetime], log: Callable[[str], None] | None = None):
         self._store = store
+        self._log = log or (lambda _message: None)
+        self._retry_at = 0.0  # monotonic time before which a failed index commit is not retried
         self._lock = lock  # the owner's request lock: the store is used by one thread at a time
         self._now = now
         self._cond = threading.Condition()
@@ -58,17 +67,36 @@ class GroupCommit:
         self._thread.join(30)
 
     def _run(self) -> None:
+        deferred = self._store._deferred
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._waiting or self._closed)
-                if not self._waiting:
-                    return
+                wait = None if not deferred.pending else min(IDLE_SECONDS, deferred.seconds_until_due())
+                if wait is not None:  # after a failed commit, not before the pause is over
+                    wait = max(wait, self._retry_at - time.monotonic())
+                self._cond.wait_for(lambda: self._waiting or self._closed, timeout=wait)
                 batch, self._waiting = self._waiting[:BATCH_ITEMS], self._waiting[BATCH_ITEMS:]
+                closing = self._closed and not batch
+            if (not batch or deferred.due()) and time.monotonic() >= self._retry_at or closing:
+                self._flush()  # idle for a moment, a write waited long enough, or closing
+            if closing:
+                return
+            if not batch:
+                continue
             try:
                 with self._lock:
-                    results = remember_batch(self._store, [w.item for w in batch], self._now)
+                    results = remember_batch(self._store, [w.item for w in batch], self._now, defer_index=True)
             except BaseException as exc:  # the whole batch failed (index unavailable, lock timeout)
                 results = [exc] * len(batch)
             for waiting, result in zip(batch, results):
                 waiting.result = result
                 waiting.done.set()
+
+    def _flush(self) -> None:
+        if not self._store._deferred.pending:
+            return
+        try:
+            with self._lock:
+                self._store.flush_deferred()
+        except Exception as exc:  # kept pending: the next read or a later pause retries; the notes are durable
+            self._retry_at = time.monotonic() + RETRY_SECONDS
+            self._log(f"index commit of acknowledged remembers failed, retrying in {RETRY_SECONDS:g} s: {exc}")

@@ -227,7 +227,7 @@ class Owner:
             if self._group is None:
                 from memvault.indexer.engine.group_commit import GroupCommit
 
-                self._group = GroupCommit(self.store, self._calls, self.store._clock)
+                self._group = GroupCommit(self.store, self._calls, self.store._clock, log=self._note)
             return self._group
 
     def worker_snapshot(self) -> dict | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
+from memvault.indexer.engine.deferred import DeferredIndexing
 from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import (
@@ -35,7 +36,7 @@ from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now
 from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
-from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultLocked
+from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultError, VaultLocked
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout
 from memvault.vault.locks import VaultLock
@@ -55,6 +56,8 @@ class MemoryStore:
         self._clock = clock
         self._lock = VaultLock(layout.root)
         self._index: DerivedIndex | None = None
+        #: notes the owner's group commit acknowledged before committing them to the index
+        self._deferred = DeferredIndexing()
         self._manifest_stamp: tuple[str, int] | None = None
         #: vectors for Journal/BuJo; Lite never embeds
         self._semantic = _semantic_service(layout, config)
@@ -106,6 +109,10 @@ class MemoryStore:
         return store
 
     def close(self) -> None:
+        try:
+            self.flush_deferred()
+        except (VaultError, OSError):
+            pass  # the notes are durable: the next open's sync indexes them
         if self._intake is not None or self._owner is not None:  # durable intake: drain (bounded) before closing
             self.stop()
         if self._capture_queue is not None:  # legacy scheduled captures: drain (bounded)
@@ -154,7 +161,6 @@ class MemoryStore:
         is refused (empty, oversized, a credential, a naive time) is reported and nothing is
         written for it. Returns one BulkOutcome per item, in order."""
         from memvault.indexer.engine.bulk import IMPORT_BATCH_ITEMS, BulkOutcome, as_item, chunks, remember_batch
-        from memvault.vault.errors import VaultError
 
         outcomes: list[BulkOutcome] = []
         for batch in chunks(items, IMPORT_BATCH_ITEMS):
@@ -325,8 +331,9 @@ class MemoryStore:
             else:
                 result = recall_tool(index.bm25, self._semantic, query, limit, run_history=run_history)
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
-        if self.unsynced and not result.degraded:
-            result = dataclasses.replace(result, degraded=self.unsynced)
+        behind = self.unsynced or self._deferred.problem
+        if behind and not result.degraded:
+            result = dataclasses.replace(result, degraded=behind)
         return result
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
@@ -474,6 +481,7 @@ class MemoryStore:
         from memvault.indexer.maintenance.health import check_health, owner_findings
 
         extra = () if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
+        self._commit_acknowledged()  # health compares the files with the index: commit what is put off
         return check_health(self.layout, self.config, strict=strict, extra=extra).to_json()
 
     # --- BuJo capture (logic in vault/capture/ and indexer/services/capture.py) -------------------
@@ -527,6 +535,26 @@ class MemoryStore:
         with self._lock:
             self._apply(self._writable_index(), list(relpaths))
 
+    def flush_deferred(self) -> None:
+        """Commit to the index the notes the owner's group commit acknowledged meanwhile
+        (indexer/engine/deferred.py). A failure leaves them pending; raises it."""
+        with self._deferred.lock:
+            if not self._deferred.pending:
+                return
+            with self._lock:
+                self._apply(self._writable_index(), self._deferred.paths())
+            self._deferred.clear()
+
+    def _commit_acknowledged(self) -> None:
+        """Before a read: commit what the owner acknowledged and put off. Never raises: the read
+        is served, and says in recall's `degraded` what it may miss (until a commit succeeds)."""
+        if not self._deferred.pending:
+            return
+        try:
+            self.flush_deferred()
+        except (VaultError, OSError) as exc:
+            self._deferred.problem = f"acknowledged writes not yet indexed: {exc}"
+
     # --- index plumbing ----------------------------------------------------------------------
 
     def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None) -> IndexDelta:
@@ -541,7 +569,7 @@ class MemoryStore:
 
         Caller holds the vault lock.
         """
-        index = self._readable_index(create_missing=True)
+        index = self._readable_index(create_missing=True, flush=False)
         stamp = self._stamp(index)
         if stamp != self._manifest_stamp:  # another process committed: reload its manifest
             index.manifest = Manifest.load(index.generation / MANIFEST)
@@ -549,7 +577,11 @@ class MemoryStore:
             self._manifest_stamp = stamp
         return index
 
-    def _readable_index(self, create_missing: bool = False) -> DerivedIndex:
+    def _readable_index(self, create_missing: bool = False, *, flush: bool = True) -> DerivedIndex:
+        """The serving generation for a read. With `flush` (every read), writes the owner
+        acknowledged but has not committed yet are committed first: reads see every write."""
+        if flush:
+            self._commit_acknowledged()
         try:
             return self._serving_index(create_missing)
         except IndexUnavailable:

@@ -1,0 +1,70 @@
+"""Index commits the owner's group commit has put off: notes written, fsynced and acknowledged,
+whose rows are not in the index yet.
+
+A Remember through the owner is acknowledged once its daily note is durable (the note is the
+truth; the index is derived from it). Its index commit, the costly part of a lone write, is then
+shared with whatever arrives next: the group commit commits when no Remember came for
+`IDLE_SECONDS`, at least every `MAX_DELAY_SECONDS` under a steady stream, and before anything
+reads the index (`MemoryStore._readable_index` flushes first), so every read through the owner
+sees every acknowledged write. If the owner dies in between, the next open's sync indexes the
+notes (their stat no longer matches the manifest): nothing acknowledged is lost.
+
+The receipts of the memories added meanwhile answer a repeated Remember as `duplicate`, as the
+index would once committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from memvault.indexer.results import RememberReceipt
+
+#: commit once no Remember has arrived for this long
+IDLE_SECONDS = 0.05
+#: and at least this often while they keep arriving
+MAX_DELAY_SECONDS = 0.5
+#: at most this many memories wait for a commit (a bound on what one flush re-reads)
+MAX_PENDING_MEMORIES = 4096
+
+
+class DeferredIndexing:
+    def __init__(self) -> None:
+        #: held while the pending set is read or changed, and across a flush's commit
+        self.lock = threading.RLock()
+        self._paths: set[str] = set()
+        self._receipts: dict[str, RememberReceipt] = {}  # content hash → the memory's receipt
+        self._since: float | None = None  # monotonic time of the oldest pending write
+        #: why the last commit failed (reads say so), None once one succeeded
+        self.problem: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._paths)
+
+    def add(self, relpaths: list[str], receipts: dict[str, RememberReceipt]) -> None:
+        if relpaths and self._since is None:
+            self._since = time.monotonic()
+        self._paths.update(relpaths)
+        self._receipts.update(receipts)
+
+    def receipt(self, digest: str) -> RememberReceipt | None:
+        return self._receipts.get(digest)
+
+    def due(self) -> bool:
+        """True when the oldest pending write has waited `MAX_DELAY_SECONDS`, or too many wait."""
+        if self._since is None:
+            return False
+        return time.monotonic() - self._since >= MAX_DELAY_SECONDS or len(self._receipts) >= MAX_PENDING_MEMORIES
+
+    def seconds_until_due(self) -> float | None:
+        if self._since is None:
+            return None
+        return max(0.0, MAX_DELAY_SECONDS - (time.monotonic() - self._since))
+
+    def paths(self) -> list[str]:
+        return sorted(self._paths)
+
+    def clear(self) -> None:
+        """After a successful commit of `paths()` (a failed one leaves everything pending)."""
+        self._paths, self._receipts, self._since, self.problem = set(), {}, None, None
