@@ -75,7 +75,7 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
             results[position] = exc
             continue
         prepared.append((position, fact, when))
-    with store._deferred.lock, store._lock:
+    with store._lock, store._deferred.lock:  # the vault lock first, as in `flush_deferred`
         index = store._writable_index()
         seen: dict[str, RememberReceipt] = {}
         per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)

@@ -30,7 +30,7 @@ MAX_PENDING_MEMORIES = 4096
 
 class DeferredIndexing:
     def __init__(self) -> None:
-        #: held while the pending set is read or changed, and across a flush's commit
+        #: held while the pending set is changed or committed; taken after the vault lock, never before
         self.lock = threading.RLock()
         self._paths: set[str] = set()
         self._receipts: dict[str, RememberReceipt] = {}  # content hash → the memory's receipt

@@ -538,12 +538,12 @@ class MemoryStore:
     def flush_deferred(self) -> None:
         """Commit to the index the notes the owner's group commit acknowledged meanwhile
         (indexer/engine/deferred.py). A failure leaves them pending; raises it."""
-        with self._deferred.lock:
-            if not self._deferred.pending:
-                return
-            with self._lock:
+        if not self._deferred.pending:
+            return
+        with self._lock, self._deferred.lock:  # always in this order (the vault lock first)
+            if self._deferred.pending:
                 self._apply(self._writable_index(), self._deferred.paths())
-            self._deferred.clear()
+                self._deferred.clear()
 
     def _commit_acknowledged(self) -> None:
         """Before a read: commit what the owner acknowledged and put off. Never raises: the read
