@@ -11,6 +11,7 @@ admit` takes), lets one intake worker make one capture attempt per turn (with it
 no backoff retries), and prints:
 
 - acceptance: turns captured / turns, and why the others were not (failure categories);
+- why answers were refused (the parser's errors, the model's own words taken out);
 - model calls per turn, repair calls, seconds per call (median and max) beside a baseline
   measured in the same run: the same server answering a one-token request;
 - facts written (added / updated / superseded / no-op) and empty extractions;
@@ -79,17 +80,30 @@ QUESTIONS = [
 
 
 class TimedModel:
-    """The configured model, timing every call."""
+    """The configured model, timing every call and counting repair calls (those that hand the
+    model its own answer back with the parser's error: more than the system and user messages)."""
 
     def __init__(self, model):
-        self.model, self.seconds = model, []
+        self.model, self.seconds, self.repairs = model, [], 0
 
     def complete(self, messages, *, response_format_json: bool, output=None) -> str:
+        self.repairs += len(messages) > 2
         started = time.perf_counter()
         try:
             return self.model.complete(messages, response_format_json=response_format_json, output=output)
         finally:
             self.seconds.append(time.perf_counter() - started)
+
+
+def refusal_kind(error: str) -> str:
+    """The parser's complaint with the model's own words taken out: "memories[0].text contains
+    the unsafe character U+000A" → "memories[].text contains the unsafe character"."""
+    import re
+
+    reason = error.split("invalid_model_output: ", 1)[-1]
+    reason = re.sub(r"\[\d+\]", "[]", reason)
+    reason = re.sub(r"'[^']*'|\"[^\"]*\"|U\+[0-9A-F]{4,6}|\d+", "…", reason)
+    return reason[:120]
 
 
 def make_vault(folder: Path, args) -> Path:
@@ -129,6 +143,7 @@ def run(args) -> dict:
         worker._capture = CaptureService(store, model=timed)  # the bench's timing wrapper around the real client
         baselines = [baseline(model) for _ in range(3)]
         captured = 0
+        refusals: dict[str, int] = {}  # why answers were refused: the parser's error, without its details
         stop_at = time.monotonic() + args.minutes * 60 if args.minutes else None
         driven = 0
         for number, (user, assistant) in enumerate(TURNS[: args.turns]):
@@ -138,8 +153,12 @@ def run(args) -> dict:
             driven += 1
             run_id = f"bench-turn-{number}"
             store.persist_completed_turn(run_id, assistant, capture_text=f"user: {user}\nassistant: {assistant}")
-            worker.process_due()  # projection, then one capture attempt (and its repair call)
-            worker.process_due()
+            for _ in range(2):  # projection, then one capture attempt (and its repair call)
+                worker.last_error = None
+                worker.process_due()
+                if worker.last_error and "invalid_model_output" in worker.last_error:
+                    reason = refusal_kind(worker.last_error)
+                    refusals[reason] = refusals.get(reason, 0) + 1
             [entry] = inspect_run(IntakeDirs(root), intake_id_for(run_id), utc_now())["entries"]
             if entry.get("outcome") == "captured":
                 captured += 1
@@ -164,7 +183,8 @@ def run(args) -> dict:
     seconds = timed.seconds or [0.0]
     return {
         "model": args.model, "provider": args.provider, "turns": turns, "captured": captured, "failures": failures,
-        "calls": len(timed.seconds), "callsPerTurn": round(len(timed.seconds) / turns, 2), "repairs": stats["repairs"],
+        "calls": len(timed.seconds), "callsPerTurn": round(len(timed.seconds) / turns, 2), "repairs": timed.repairs,
+        "refusals": dict(sorted(refusals.items(), key=lambda kv: -kv[1])),
         "secondsPerCallMedian": round(statistics.median(seconds), 2), "secondsPerCallMax": round(max(seconds), 2),
         "baselineOneTokenSeconds": round(statistics.median(baselines), 2),
         "added": stats["added"], "updated": stats["updated"], "superseded": stats["superseded"], "noops": stats["noops"],

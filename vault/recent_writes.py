@@ -2,29 +2,37 @@
 
 An editor that read a note just before memvault appended to it and saves just after writes its
 older copy back, without memvault's line: neither side did anything wrong, and the person's
-save must stay. memvault notes every line it appends here (`.index/recent-writes.json`, under
-the vault lock) and every sync looks again: a line written less than REPAIR_WINDOW_SECONDS ago
+save must stay. memvault notes every line it appends here (`.index/recent-writes.jsonl`, one JSON
+object a line, appended under the vault lock, so a write costs what it adds, not what the ledger
+holds; rewritten with only the live entries once its oldest entry has expired, or it passes
+MAX_BYTES) and every sync looks again: a line written less than REPAIR_WINDOW_SECONDS ago
 that is gone from its note (neither its `^id` nor its text is there) is appended again, once
 per sync, through the same protocol (`vault/note_append.py`).
 
 After the window, a missing line is taken as the person's decision (they deleted it) and is
-left alone. The ledger is derived state: deleting it only gives up repairs for the last minute.
+left alone. The ledger is derived state: deleting it (or a crash tearing its last line, which
+is skipped) only gives up repairs for the last minute, so it is not fsynced.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable
 
-from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir, read_bytes_nofollow
+from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, make_dir, read_bytes_nofollow
 from memvault.vault.note_append import NewBullet, NoteNotWritable, append_bullets_once, read_note_if_any
 from memvault.vault.strict_json import loads_strict
 
 #: how long after memvault wrote a line it puts the line back if a save dropped it
 REPAIR_WINDOW_SECONDS = 60.0
 MAX_ENTRIES = 10_000
-LEDGER_NAME = "recent-writes.json"
+#: the ledger is rewritten with only its live entries when its oldest has expired and it holds
+#: more than MIN_COMPACT_BYTES, or whenever it passes MAX_BYTES (a long burst of writes)
+MIN_COMPACT_BYTES = 64 * 1024
+MAX_BYTES = 16 * 1024 * 1024
+LEDGER_NAME = "recent-writes.jsonl"
 
 
 def _ledger_path(layout):
@@ -32,29 +40,68 @@ def _ledger_path(layout):
 
 
 def _load(layout, now: float) -> list[dict]:
+    """The live entries (written less than REPAIR_WINDOW_SECONDS ago), oldest first."""
     try:
-        entries = loads_strict(read_bytes_nofollow(_ledger_path(layout)))
-    except (OSError, ValueError):
-        return []  # absent or damaged: only the last minute's repairs are given up
-    if not isinstance(entries, list):
-        return []
-    return [e for e in entries if isinstance(e, dict) and now - float(e.get("at", 0)) < REPAIR_WINDOW_SECONDS]
+        data = read_bytes_nofollow(_ledger_path(layout))
+    except OSError:
+        return []  # absent: only the last minute's repairs are given up
+    entries = []
+    for line in data.splitlines():
+        try:
+            entry = loads_strict(line)
+            if isinstance(entry, dict) and now - float(entry.get("at", 0)) < REPAIR_WINDOW_SECONDS:
+                entries.append(entry)
+        except (ValueError, TypeError):
+            continue  # a torn or hand-damaged line: that one repair is given up
+    return entries[-MAX_ENTRIES:]
 
 
-def _save(layout, entries: list[dict]) -> None:
+def _lines(entries: list[dict]) -> bytes:
+    return b"".join(json.dumps(e, sort_keys=True, separators=(",", ":")).encode("utf-8") + b"\n" for e in entries)
+
+
+def _rewrite(layout, entries: list[dict]) -> None:
     make_dir(layout.index_dir, MACHINE_DIR_MODE, parents=True)
-    data = json.dumps(entries[-MAX_ENTRIES:], sort_keys=True, separators=(",", ":")).encode("utf-8")
-    atomic_write(_ledger_path(layout), data, mode=0o600)
+    atomic_write(_ledger_path(layout), _lines(entries[-MAX_ENTRIES:]), mode=MACHINE_FILE_MODE)
 
 
 def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet], now: float | None = None) -> None:
     """Remember that these lines were just appended to `relpath`. Caller holds the vault lock."""
     now = time.time() if now is None else now
-    entries = _load(layout, now)
-    for bullet in bullets:
-        entries.append({"at": now, "path": relpath, "title": title, "id": bullet.block_id,
-                        "text": bullet.text, "time": bullet.wall_time})  # fmt: skip
-    _save(layout, entries)
+    added = [{"at": now, "path": relpath, "title": title, "id": bullet.block_id, "text": bullet.text,
+              "time": bullet.wall_time} for bullet in bullets]  # fmt: skip
+    make_dir(layout.index_dir, MACHINE_DIR_MODE, parents=True)
+    path = _ledger_path(layout)
+    existed = os.path.lexists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, MACHINE_FILE_MODE)
+    try:
+        os.fchmod(fd, MACHINE_FILE_MODE)  # machine state: owner-only whatever the umask
+        size = os.fstat(fd).st_size
+        data = _lines(added)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError:
+            os.ftruncate(fd, size)  # a full disk: no torn line (and no new empty file) is left behind
+            if not existed:
+                os.unlink(path)
+            raise
+        size += len(data)
+    finally:
+        os.close(fd)
+    if size > MAX_BYTES or (size > MIN_COMPACT_BYTES and _oldest_expired(path, now)):
+        _rewrite(layout, _load(layout, now))
+
+
+def _oldest_expired(path, now: float) -> bool:
+    """Whether the ledger's first entry is past the window (read from its first line alone)."""
+    try:
+        with open(path, "rb") as handle:
+            first = loads_strict(handle.readline(64 * 1024))
+        return now - float(first.get("at", 0)) >= REPAIR_WINDOW_SECONDS
+    except (OSError, ValueError, TypeError, AttributeError):
+        return True  # unreadable: rewriting it keeps only what parses
 
 
 def forget_written(layout, relpath: str, block_ids: list[str], now: float | None = None) -> None:
@@ -62,7 +109,7 @@ def forget_written(layout, relpath: str, block_ids: list[str], now: float | None
     now = time.time() if now is None else now
     dropped = set(block_ids)
     entries = _load(layout, now)
-    _save(layout, [e for e in entries if not (e.get("path") == relpath and e.get("id") in dropped)])
+    _rewrite(layout, [e for e in entries if not (e.get("path") == relpath and e.get("id") in dropped)])
 
 
 def repair_lost_lines(layout, relpaths: Iterable[str] | None = None, now: float | None = None) -> list[str]:
