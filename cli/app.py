@@ -1,8 +1,11 @@
 """The `memvault` click group and what every command shares (vault option, opening the store).
 
-Command modules register themselves on `cli`; `cli.main` imports them all.
+Command modules register themselves on `cli`. A call imports only the module of the command it
+runs (`COMMAND_MODULES`): `memvault search` never loads the MCP server or the web pages, a
+measurable part of every CLI call's start-up. `--help` and completion list them all.
 """
 
+import importlib
 import os
 from pathlib import Path
 
@@ -10,8 +13,36 @@ import click
 
 from memvault.cli.errors import ErrorTranslatingGroup
 
+#: command name → the modules that register it (and what it runs inside, like serve's web face)
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("init", "remember", "search", "rebuild", "validate"), ("memvault.cli.core_commands",)),
+    **dict.fromkeys(("admit", "inspect", "retry", "resolve"), ("memvault.cli.intake_commands",)),
+    **dict.fromkeys(("export", "import"), ("memvault.cli.archive_commands",)),
+    **dict.fromkeys(("adopt-replay", "consolidate", "capture"), ("memvault.cli.capture_commands",)),
+    **dict.fromkeys(("runtime", "doc", "space"), ("memvault.cli.runtime_commands",)),
+    **dict.fromkeys(("watch", "health"), ("memvault.cli.watch_commands",)),
+    "serve": ("memvault.cli.engine_commands", "memvault.cli.web.face"),
+    "engine": ("memvault.cli.engine_commands",),
+    "journal": ("memvault.cli.journal_commands",),
+    "mcp": ("memvault.cli.mcp_server",),
+    "web": ("memvault.cli.web.command",),
+    "completion": ("memvault.cli.completion_commands",),
+}
 
-@click.group(cls=ErrorTranslatingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+class CommandGroup(ErrorTranslatingGroup):
+    """Imports a command's module when the command is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, name: str):
+        for module in COMMAND_MODULES.get(name, ()):
+            importlib.import_module(module)
+        return self.commands.get(name)
+
+
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--vault",
     "vault_path",

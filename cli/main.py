@@ -1,19 +1,5 @@
-"""Entry point of the `memvault` command: the group plus every command module that registers on it."""
+"""Entry point of the `memvault` command: the group, whose commands load on first use (cli/app.py)."""
 
-from memvault.cli import (
-    archive_commands,  # noqa: F401  (registers export, import)
-    capture_commands,  # noqa: F401  (registers adopt-replay, consolidate, capture test)
-    completion_commands,  # noqa: F401  (registers completion)
-    core_commands,  # noqa: F401  (registers init, remember, search, rebuild, validate)
-    engine_commands,  # noqa: F401  (registers serve, engine status, engine stop)
-    intake_commands,  # noqa: F401  (registers admit, inspect, retry, resolve)
-    journal_commands,  # noqa: F401  (registers journal)
-    mcp_server,  # noqa: F401  (registers mcp)
-    runtime_commands,  # noqa: F401  (registers runtime, doc, space)
-    watch_commands,  # noqa: F401  (registers watch, health)
-)
-from memvault.cli.app import cli
-from memvault.cli.web import command as web_command  # noqa: F401  (registers web)
-from memvault.cli.web import face as web_face  # noqa: F401  (registers serve's web face)
+from memvault.cli.app import COMMAND_MODULES, cli
 
-__all__ = ["cli"]
+__all__ = ["COMMAND_MODULES", "cli"]

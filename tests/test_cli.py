@@ -101,3 +101,32 @@ def test_help_imports_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_every_command_is_registered_by_the_module_the_group_imports_for_it():
+    import importlib
+
+    from memvault.cli.app import COMMAND_MODULES, cli
+
+    for modules in COMMAND_MODULES.values():
+        for module in modules:
+            importlib.import_module(module)
+    assert set(cli.commands) == set(COMMAND_MODULES)
+    for name, command in cli.commands.items():
+        assert command.callback.__module__ == COMMAND_MODULES[name][0], name
+
+
+def test_a_command_imports_only_its_own_module(tmp_path):
+    """`memvault search` loads neither the MCP server nor the web pages nor the archive code."""
+    vault = tmp_path / "v"
+    assert subprocess.run([sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite"], cwd=REPO,
+                          capture_output=True).returncode == 0  # fmt: skip
+    probe = (
+        "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
+        f"r = CliRunner().invoke(cli, ['--vault', {str(vault)!r}, 'search', 'anything']); "
+        "assert r.exit_code == 0, r.output; "
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('memvault.cli.') and m.endswith("
+        "('mcp_server', 'mcp_tools', 'archive_commands', '.web.app', '.web.command')))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -98,6 +98,28 @@ def test_builtin_load_is_quiet_and_offline(tmp_path: Path) -> None:
     assert done.stdout == "" and done.stderr == ""
 
 
+def test_builtin_model_read_from_the_wheel_files_equals_wordllamas_own_load() -> None:
+    """memvault reads wordllama's weights and tokenizer itself (the package's import costs
+    hundreds of milliseconds); what it reads is what `WordLlama.load` returns, and the package
+    is not imported on the way."""
+    script = (
+        "import sys\n"
+        "from memvault.indexer.search import embeddings\n"
+        "model = embeddings._load_wordllama()\n"
+        "assert 'wordllama' not in sys.modules and 'pydantic' not in sys.modules and 'requests' not in sys.modules\n"
+        "import numpy as np, wordllama\n"
+        "from pathlib import Path\n"
+        "theirs = wordllama.WordLlama.load(config='l2_supercat', cache_dir=Path(wordllama.__file__).parent,\n"
+        "                                  disable_download=True, dim=256)\n"
+        "assert np.array_equal(model.matrix, np.asarray(theirs.embedding, dtype=np.float32))\n"
+        "text = 'Priya moved the staging cluster to Frankfurt after the retro.'\n"
+        "assert model.tokenizer.encode(text).ids == theirs.tokenizer.encode(text).ids\n"
+        "print('same')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "same", done.stderr
+
+
 # -- config errors --------------------------------------------------------------------------------
 
 

@@ -12,7 +12,6 @@ zero row, which is left as zeros rather than divided by zero.
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import platform
 import threading
@@ -199,35 +198,39 @@ def _wordllama() -> _WordLlamaModel:
         return _wordllama_model
 
 
+#: where the wordllama wheel keeps the builtin model's files (inside the package folder)
+WORDLLAMA_WEIGHTS = "weights/l2_supercat_256.safetensors"
+WORDLLAMA_TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
+_WORDLLAMA_TENSOR = "embedding.weight"
+
+
 def _load_wordllama() -> _WordLlamaModel:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    """The token matrix and tokenizer, read straight from the files the wordllama wheel ships.
+
+    Only those two are used, so the package itself is never imported: its `__init__` pulls in
+    pydantic and requests (for downloads memvault never makes) and sets up logging, a few hundred
+    milliseconds of every CLI call's start-up. The result is what `WordLlama.load("l2_supercat",
+    dim=256)` returns (tests/test_embeddings_builtin.py compares them)."""
+    spec = importlib.util.find_spec("wordllama")  # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise ProviderUnavailable("builtin embeddings need the wordllama package: reinstall memvault")
+    package_dir = Path(list(spec.submodule_search_locations)[0])
+    weights, tokenizer_file = package_dir / WORDLLAMA_WEIGHTS, package_dir / WORDLLAMA_TOKENIZER
     try:
-        import wordllama
-    except ImportError as exc:
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+
+        with safe_open(str(weights), framework="np", device="cpu") as handle:
+            matrix = handle.get_tensor(_WORDLLAMA_TENSOR)
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as exc:  # safetensors and tokenizers raise their own error types
         raise ProviderUnavailable(
-            f"builtin embeddings need the wordllama package ({exc}): reinstall memvault"
-        ) from exc
-    finally:
-        # wordllama calls logging.basicConfig(INFO) on import; undo it so the library stays quiet
-        for handler in list(root.handlers):
-            if handler not in handlers:
-                root.removeHandler(handler)
-        root.setLevel(level)
-    package_dir = Path(wordllama.__file__).parent
-    try:
-        loaded = wordllama.WordLlama.load(
-            config="l2_supercat", cache_dir=package_dir, disable_download=True, dim=BUILTIN_DIM
-        )
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise ProviderUnavailable(
-            f"builtin embeddings: cannot load the wordllama weights from {package_dir}/weights "
+            f"builtin embeddings: cannot load the wordllama model from {weights} and {tokenizer_file} "
             f"({exc}): reinstall wordllama (`pip install --force-reinstall wordllama`)"
         ) from exc
-    tokenizer = loaded.tokenizer
     tokenizer.no_padding()
     tokenizer.no_truncation()
-    return _WordLlamaModel(loaded.embedding, tokenizer)
+    return _WordLlamaModel(matrix, tokenizer)
 
 
 class BuiltinProvider:
