@@ -2,7 +2,6 @@
 several notes, and rows deleted behind the vectors' back. The ranking's first N never depend on
 the limit, and one text is one hit that lists every note holding it."""
 
-from datetime import datetime, timezone
 
 import pytest
 

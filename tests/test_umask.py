@@ -99,7 +99,16 @@ def test_a_bujo_owner_under_umask_000_creates_capture_and_engine_files_with_expl
     loopback model: the audit note, graph.jsonl, the replay sidecar, the engine's socket and
     status file all get explicit modes."""
     from memvault.indexer.engine.address import socket_path, status_path
-    from tests.capture_helpers import EMBED_PATH, OLLAMA_PATH, ChatScript, entity, extraction, hash_embeddings, make_capture_vault, memory
+    from tests.capture_helpers import (
+        EMBED_PATH,
+        OLLAMA_PATH,
+        ChatScript,
+        entity,
+        extraction,
+        hash_embeddings,
+        make_capture_vault,
+        memory,
+    )
     from tests.engine_helpers import wait_for
     from tests.loopback import LoopbackServer
 

@@ -81,8 +81,10 @@ class _WordMemo:
         self._rows: dict[str, int] = dict(whole_words)
         self._vocabulary = self._size = len(unit_vectors)  # rows of the model's vocabulary; rows in use
         self._vectors = unit_vectors.copy()  # learnt words are appended; capacity grows by doubling
-        self._digests = np.zeros(len(unit_vectors), dtype=np.uint64)  # per row: the word's digest
-        self._digests[list(whole_words.values())] = [_digest(word) for word in whole_words]
+        # per row: the word's digest, computed when the row is first involved (most never are)
+        self._digests = np.zeros(len(unit_vectors), dtype=np.uint64)
+        self._digested = np.zeros(len(unit_vectors), dtype=bool)
+        self._word_of_row = {row: word for word, row in whole_words.items()}
         self._texts: dict[tuple[bytes, int], np.ndarray] = {}  # keyed by digest: texts can be long
 
     def lookup(self, question: str, texts: list[str], contexts: list[str]):
@@ -100,6 +102,10 @@ class _WordMemo:
                                   *((context, MAX_CONTEXT_WORDS) for context in contexts)])
             asked_rows, owns, arounds = rows[0], rows[1 : 1 + len(texts)], rows[1 + len(texts) :]
             involved = np.unique(np.concatenate([*owns, *arounds, np.zeros(0, dtype=np.int32)]))
+            undigested = involved[~self._digested[involved]]
+            if len(undigested):
+                self._digests[undigested] = [_digest(self._word_of_row[row]) for row in undigested.tolist()]
+                self._digested[undigested] = True
             involved = involved[np.argsort(self._digests[involved], kind="stable")]
             column = np.zeros(self._size, dtype=np.int32)
             column[involved] = np.arange(len(involved), dtype=np.int32)
@@ -124,11 +130,12 @@ class _WordMemo:
         if end > len(self._vectors):
             capacity = max(end, 2 * len(self._vectors))
             grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
-            digests = np.zeros(capacity, dtype=np.uint64)
-            grown[:start], digests[:start] = self._vectors[:start], self._digests[:start]
-            self._vectors, self._digests = grown, digests
+            digests, digested = np.zeros(capacity, dtype=np.uint64), np.zeros(capacity, dtype=bool)
+            grown[:start], digests[:start], digested[:start] = self._vectors[:start], self._digests[:start], self._digested[:start]
+            self._vectors, self._digests, self._digested = grown, digests, digested
         self._vectors[start:end] = vectors
         self._digests[start:end] = [_digest(word) for word in words]
+        self._digested[start:end] = True
         self._rows.update((word, start + n) for n, word in enumerate(words))
         self._size = end
 

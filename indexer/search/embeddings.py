@@ -12,6 +12,7 @@ zero row, which is left as zeros rather than divided by zero.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import platform
 import threading
@@ -204,6 +205,27 @@ WORDLLAMA_TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
 _WORDLLAMA_TENSOR = "embedding.weight"
 
 
+_SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32}
+
+
+def read_safetensor(path: Path, name: str) -> np.ndarray:
+    """One tensor of a .safetensors file, read directly: an 8-byte little-endian header length,
+    a JSON header naming each tensor's dtype, shape and byte range, then the raw data. (The
+    safetensors package's numpy path copies the 16 MB matrix twice on the way.)"""
+    data = path.read_bytes()
+    if len(data) < 8:
+        raise ValueError(f"{path} is too short to be a safetensors file")
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    info = header[name]
+    dtype = _SAFETENSORS_DTYPES[info["dtype"]]
+    start, end = (8 + size + offset for offset in info["data_offsets"])
+    shape = tuple(info["shape"])
+    if end > len(data) or (end - start) != int(np.prod(shape)) * np.dtype(dtype).itemsize:
+        raise ValueError(f"{path}: tensor {name} does not fit its byte range")
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"), count=int(np.prod(shape)), offset=start).reshape(shape)
+
+
 def _load_wordllama() -> _WordLlamaModel:
     """The token matrix and tokenizer, read straight from the files the wordllama wheel ships.
 
@@ -217,13 +239,11 @@ def _load_wordllama() -> _WordLlamaModel:
     package_dir = Path(list(spec.submodule_search_locations)[0])
     weights, tokenizer_file = package_dir / WORDLLAMA_WEIGHTS, package_dir / WORDLLAMA_TOKENIZER
     try:
-        from safetensors import safe_open
         from tokenizers import Tokenizer
 
-        with safe_open(str(weights), framework="np", device="cpu") as handle:
-            matrix = handle.get_tensor(_WORDLLAMA_TENSOR)
+        matrix = read_safetensor(weights, _WORDLLAMA_TENSOR)
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    except Exception as exc:  # safetensors and tokenizers raise their own error types
+    except Exception as exc:  # tokenizers raises its own error types
         raise ProviderUnavailable(
             f"builtin embeddings: cannot load the wordllama model from {weights} and {tokenizer_file} "
             f"({exc}): reinstall wordllama (`pip install --force-reinstall wordllama`)"

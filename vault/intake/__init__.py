@@ -5,8 +5,20 @@ and indexes admitted turns lives in `indexer/services/intake_worker.py`. See doc
 "Durable intake", for the guarantees and crash windows.
 """
 
-from memvault.vault.intake.admission import AdmissionResult, admit_turn, host_summary, intake_id_for, skip_reason
-from memvault.vault.intake.files import IntakeDirs
+import importlib
+
+#: what this package offers, and the module each name lives in: imported on first use, so a
+#: reader that only needs `intake.files` (recall's supersession check) does not load admission
+_EXPORTS = {name: "memvault.vault.intake.admission"
+            for name in ("AdmissionResult", "admit_turn", "host_summary", "intake_id_for", "skip_reason")}  # fmt: skip
+_EXPORTS["IntakeDirs"] = "memvault.vault.intake.files"
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: every named commit boundary a crash hook is called at, in the order a turn meets them
 BOUNDARIES = (
