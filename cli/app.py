@@ -81,3 +81,23 @@ def owner_store(ctx: click.Context):
     from memvault.indexer.engine.remote import RemoteStore
 
     return RemoteStore(root, owner, dict(os.environ))
+
+
+def require_no_owner(ctx: click.Context, what: str, root: Path | None = None) -> Path:
+    """The vault's root, once no owner answers on its socket; else VaultLocked naming it.
+
+    Operator steps that need the agent stopped (retry, resolve, import, adopt-replay) also take
+    the liveness fence, but right after `rm -rf .locks` the fence file is briefly gone (the
+    owner's guard re-creates it within 5 s) while the owner still runs: the socket still answers."""
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+    from memvault.vault.errors import VaultLocked
+
+    root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd()) if root is None else Path(root)
+    owner = find_owner(root)
+    if owner is not None and not owner.is_this_process:
+        raise VaultLocked(
+            f"{what} needs the vault's owner stopped: the engine (pid {owner.pid}, {owner.hello.get('role')}) "
+            f"answers on {owner.path}. Fix: stop it (`memvault engine stop`, or end its watch/serve/mcp), then retry."
+        )
+    return root

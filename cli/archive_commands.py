@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from memvault.cli.app import cli
+from memvault.cli.app import cli, require_no_owner
 from memvault.cli.errors import emit_json, json_option
 
 
@@ -47,7 +47,7 @@ def import_apply_command(ctx: click.Context, file: Path, json_: bool) -> None:
     """Add the archive's files that the vault lacks; any conflicting file refuses the whole import."""
     from memvault.vault.archive_import import apply_archive
 
-    root = _vault_root(ctx)
+    root = require_no_owner(ctx, "memvault import apply")
     report = apply_archive(root, file)
     _finish(root, report, json_)
 
@@ -61,6 +61,7 @@ def import_restore_command(ctx: click.Context, file: Path, json_: bool) -> None:
     from memvault.vault.archive_import import restore_archive
 
     root = ctx.obj["vault_path"] or _vault_root(ctx)
+    require_no_owner(ctx, "memvault import restore", Path(root))
     report = restore_archive(root, file)
     _finish(Path(root), report, json_)
 

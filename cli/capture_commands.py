@@ -2,7 +2,7 @@
 
 import click
 
-from memvault.cli.app import cli, open_store
+from memvault.cli.app import cli, open_store, require_no_owner
 from memvault.cli.errors import emit_json, json_option
 
 
@@ -21,6 +21,7 @@ def adopt_replay_command(ctx: click.Context, json_: bool) -> None:
     from memvault.indexer.maintenance.replay_adopt import adopt_replay
     from memvault.vault.clock import utc_now
 
+    require_no_owner(ctx, "memvault adopt-replay")
     store = open_store(ctx, sync=False)
     try:
         report = adopt_replay(store.layout, store.config, utc_now())

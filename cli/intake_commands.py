@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from memvault.cli.app import cli, open_store
+from memvault.cli.app import cli, open_store, require_no_owner
 from memvault.cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
 
 _ID_HELP = "the 64-hex intake id `memvault inspect` shows"
@@ -156,7 +156,7 @@ def retry_command(ctx: click.Context, intake_id: str | None, json_: bool) -> Non
     """Make dead or delayed intake work due at the next start (agent must be stopped)."""
     from memvault.vault.intake.operator import retry_runs
 
-    results = retry_runs(_vault_root(ctx), intake_id, _now())
+    results = retry_runs(require_no_owner(ctx, "memvault retry"), intake_id, _now())
     if json_:
         emit_json({"retried": results})
         return
@@ -179,7 +179,7 @@ def resolve_command(ctx: click.Context, intake_id: str, reason: str, json_: bool
     """
     from memvault.vault.intake.operator import resolve_run_as_operator
 
-    result = resolve_run_as_operator(_vault_root(ctx), intake_id, reason, _now())
+    result = resolve_run_as_operator(require_no_owner(ctx, "memvault resolve"), intake_id, reason, _now())
     if json_:
         emit_json(result)
     else:

@@ -98,6 +98,8 @@ def test_sigkill_of_the_owner_mid_drain_loses_and_duplicates_nothing(tmp_path, b
 
 def test_two_owners_never_run_even_after_the_locks_folder_is_deleted(tmp_path):
     root = make_vault(tmp_path)
+    archive = tmp_path / "backup.tar.gz"
+    assert memvault(root, "export", str(archive)).returncode == 0
     first = OwnerProcess(root, "serve").wait_serving()
     try:
         second = memvault(root, "watch")
@@ -105,6 +107,12 @@ def test_two_owners_never_run_even_after_the_locks_folder_is_deleted(tmp_path):
         shutil.rmtree(root / ".locks")  # git clean -fdx, rm -rf .locks
         right_after = memvault(root, "serve")  # before the owner noticed: the socket probe refuses
         assert right_after.returncode == 1 and f"pid {first.proc.pid}" in right_after.stderr, right_after.stderr
+        retried = memvault(root, "retry")  # an operator step asks the socket too, not only the fence
+        assert retried.returncode == 1 and f"pid {first.proc.pid}" in retried.stderr, retried.stderr
+        for step in (("resolve", "a" * 64, "lost-turn"), ("adopt-replay",), ("import", "apply", str(archive))):
+            refused = memvault(root, *step)
+            assert refused.returncode == 1 and "Traceback" not in refused.stderr, (step, refused.stderr)
+            assert f"pid {first.proc.pid}" in refused.stderr or "Another live memvault process" in refused.stderr, step
         wait_for(lambda: (root / ".locks" / "engine.json").exists() and LivenessFence(root).is_held_elsewhere(),
                  what="the owner to re-create its fence and status")
         assert json.loads((root / ".locks" / "engine.json").read_text())["pid"] == first.proc.pid
