@@ -116,7 +116,7 @@ def test_each_request_carries_the_schema_the_token_cap_and_the_stop_sequence(tmp
     [body] = chat_bodies(server, OLLAMA_PATH if provider == "ollama" else OPENAI_PATH)
     if provider == "ollama":
         schema, cap, stop = body["format"], body["options"]["num_predict"], body["options"]["stop"]
-        assert body["options"]["temperature"] == 0 and body["stream"] is False
+        assert body["options"]["temperature"] == 0 and body["stream"] is True
     else:
         fmt = body["response_format"]
         assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True and fmt["json_schema"]["name"]

@@ -27,7 +27,7 @@ def test_ollama_request_shape_and_answer():
         assert model.complete(MESSAGES, response_format_json=True) == '{"ok": true}'
         sent = server.requests_to("/api/chat")[0].json
     # every call is bounded (8,192 tokens without a capture OutputSpec); JSON mode stops at a run of blank lines
-    assert sent == {"model": "qwen3:8b", "messages": MESSAGES, "stream": False,
+    assert sent == {"model": "qwen3:8b", "messages": MESSAGES, "stream": True,
                     "options": {"temperature": 0, "num_predict": 8192, "stop": ["\n\n\n"]}, "format": "json"}  # fmt: skip
 
 
@@ -70,7 +70,7 @@ def test_a_completion_over_the_character_cap_is_refused_before_parsing():
         (Reply(200, {"message": {"content": 42}}), "message.content"),
         (Reply(200, {"error": "out of memory"}), "out of memory"),
         (Reply(200, [1, 2]), "message.content"),
-        (Reply(200, chunks=ndjson([{"message": {"content": "a"}}, {"done": True}])), "malformed JSON"),
+        (Reply(200, chunks=ndjson([{"message": {"content": "a"}}, {"message": {"content": "b"}}])), "ended before"),
         (Reply(302, b"", {"Location": "http://example.com/"}), "redirects are not followed"),
     ],
 )
@@ -119,3 +119,81 @@ def test_model_from_config_uses_timeout_and_the_named_key_variable(new_vault):
         chat_model_from_config(config, {})
     (new_vault / "memvault.json").write_text(json.dumps({"memory": {"mode": "lite"}}))
     assert chat_model_from_config(load_config(new_vault, {}), {}) is None  # no llm block: no model
+
+
+# --- streamed answers (indexer/services/chat_stream.py) --------------------------------------------
+
+
+def sse(events) -> list[bytes]:
+    """An OpenAI-compatible server's stream: one `data:` event per chunk, then [DONE]."""
+    return [f"data: {json.dumps(event)}\n\n".encode() for event in events] + [b"data: [DONE]\n\n"]
+
+
+def delta(text, finish=None):
+    return {"id": "c-1", "object": "chat.completion.chunk", "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text} if text is not None else {}, "finish_reason": finish}]}  # fmt: skip
+
+
+def test_streamed_answers_are_assembled_for_both_wire_formats():
+    with LoopbackServer() as server:
+        server.route("/v1/chat/completions", lambda body: Reply(
+            200, chunks=[b": keep-alive\n\n", *sse([delta(None), delta('{"me'), delta('mories": []}'), delta(None, "stop")])],
+            headers={"Content-Type": "text/event-stream"}))  # fmt: skip
+        server.route("/api/chat", lambda body: Reply(200, chunks=ndjson([
+            {"message": {"role": "assistant", "content": '{"a"'}, "done": False},
+            {"message": {"role": "assistant", "content": ": 1}"}, "done": False},
+            {"message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop"}])))  # fmt: skip
+        assert HttpChatModel("openai", server.url, "m").complete(MESSAGES, response_format_json=True) == '{"memories": []}'
+        assert HttpChatModel("ollama", server.url, "m").complete(MESSAGES, response_format_json=True) == '{"a": 1}'
+        assert all(r.json["stream"] is True for r in server.requests)
+
+
+def test_a_stream_cut_at_the_token_cap_is_an_invalid_output_never_a_partial():
+    from memvault.indexer.services.chat import CompletionCutOff
+
+    with LoopbackServer() as server:
+        server.route("/v1/chat/completions", lambda body: Reply(200, chunks=sse([delta('{"memories": [{"te'), delta(None, "length")])))
+        server.route("/api/chat", lambda body: Reply(200, chunks=ndjson([
+            {"message": {"content": '{"memo'}, "done": False}, {"message": {"content": ""}, "done": True, "done_reason": "length"}])))  # fmt: skip
+        for provider in ("openai", "ollama"):
+            with pytest.raises(CompletionCutOff, match="length"):
+                HttpChatModel(provider, server.url, "m").complete(MESSAGES, response_format_json=True)
+
+
+def test_a_stream_that_ends_early_or_carries_an_error_is_provider_unavailable():
+    with LoopbackServer() as server:
+        server.route("/v1/chat/completions", lambda body: Reply(200, chunks=[f"data: {json.dumps(delta('{'))}\n\n".encode()]))
+        with pytest.raises(ProviderUnavailable, match="ended before its last event"):
+            HttpChatModel("openai", server.url, "m").complete(MESSAGES, response_format_json=False)
+        server.route("/v1/chat/completions", lambda body: Reply(200, chunks=sse([{"error": {"message": "context full"}}])))
+        with pytest.raises(ProviderUnavailable, match="context full"):
+            HttpChatModel("openai", server.url, "m").complete(MESSAGES, response_format_json=False)
+
+
+class CountingChunks:
+    """A slow stream of many chunks that counts how many the server got to send."""
+
+    def __init__(self, total: int):
+        self.total, self.sent, self.stopped = total, 0, False
+
+    def __iter__(self):
+        try:
+            for n in range(self.total):
+                self.sent = n + 1
+                yield f"data: {json.dumps(delta('x'))}\n\n".encode()
+        finally:  # the handler stopped iterating: its write failed, or every chunk was sent
+            self.stopped = True
+
+
+def test_at_the_deadline_the_client_hangs_up_and_the_server_stops_streaming():
+    """The timeout ends the work, not just the wait: the server's next writes fail, so a streaming
+    model server stops generating instead of running on to its token cap."""
+    chunks = CountingChunks(2000)
+    with LoopbackServer() as server:
+        server.route("/v1/chat/completions", lambda body: Reply(200, chunks=chunks, chunk_delay=0.02))
+        with pytest.raises(ProviderUnavailable, match="within 0.5 s"):
+            HttpChatModel("openai", server.url, "m", timeout_ms=500).complete(MESSAGES, response_format_json=False)
+        from tests.engine_helpers import wait_for
+
+        wait_for(lambda: chunks.stopped, what="the server to stop streaming")  # the server still runs
+        assert chunks.sent < chunks.total  # 2,000 chunks take 40 s to send: the hang-up ended it long before

@@ -1,8 +1,9 @@
 """JSON over HTTP to a model server, with the standard library only.
 
-`post_json` is the one transport embedding and chat providers share: one bounded POST that
-never follows redirects, goes direct for loopback hosts, enforces an overall deadline and a
-response size cap, and turns every failure into `ProviderUnavailable` naming the server and the fix.
+`post_raw` is the one transport embedding and chat providers share (`post_json` parses its
+answer): one bounded POST that never follows redirects, goes direct for loopback hosts, enforces
+an overall deadline and a response size cap, and turns every failure into `ProviderUnavailable`
+naming the server and the fix.
 """
 
 from __future__ import annotations
@@ -94,6 +95,34 @@ def post_json(
     The whole exchange must finish within about `timeout_s` (each socket wait is bounded by
     the time left, so a server that trickles bytes cannot hold a caller much longer).
     """
+    raw = post_raw(url, payload, target=target, timeout_s=timeout_s, headers=headers, max_bytes=max_bytes)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise malformed(raw, exc, f"{target.name} at {url}", target) from None
+
+
+def malformed(raw: bytes, exc: BaseException, where: str, target: HttpTarget) -> ProviderUnavailable:
+    return ProviderUnavailable(
+        f"{where}: answered malformed JSON ({exc}; starts {excerpt(raw)!r}): "
+        f"check that {target.config_key} points at the right kind of server"
+    )
+
+
+def post_raw(
+    url: str,
+    payload: Any,
+    *,
+    target: HttpTarget,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+    max_bytes: int | None = None,
+) -> bytes:
+    """POST `payload` as JSON and return the answer's bytes, read to its end within the deadline.
+
+    A streamed answer (server-sent events, JSON lines) is read as it arrives; when the deadline
+    passes the connection is closed, which is what makes a streaming model server stop generating.
+    """
     limit = MAX_RESPONSE_BYTES if max_bytes is None else max_bytes
     where = f"{target.name} at {url}"
     body = json.dumps(payload, ensure_ascii=True).encode("ascii")  # \u-escapes: any str is safe
@@ -114,13 +143,7 @@ def post_json(
         raise _connect_error(exc.reason, where, target, timeout_s) from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise _connect_error(exc, where, target, timeout_s) from None
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ProviderUnavailable(
-            f"{where}: answered malformed JSON ({exc}; starts {excerpt(raw)!r}): "
-            f"check that {target.config_key} points at the right kind of server"
-        ) from None
+    return raw
 
 
 def _read_bounded(

@@ -4,8 +4,11 @@
     text = model.complete(messages, response_format_json=True, output=EXTRACTION_OUTPUT)
 
 One small contract (`ChatModel`) that maintenance workers and capture share. Calls are
-non-streaming, deterministic (temperature 0), bounded by `memory.llm.timeoutMs` per call, and
-use the shared transport (`post_json`: no redirects, no proxy for loopback, size-capped). A
+deterministic (temperature 0), bounded by `memory.llm.timeoutMs` per call, and use the shared
+transport (`post_raw`: no redirects, no proxy for loopback, size-capped). They ask for a
+streamed answer, read to its end and assembled (`chat_stream.py`): at the deadline the client
+hangs up, and a streaming server stops generating then (a non-streaming one would go on to its
+token cap, and each retry would start another). A
 completion over 262,144 characters is refused before anyone parses it. Every transport failure
 is `ProviderUnavailable` naming the server and the fix.
 
@@ -50,6 +53,9 @@ MAX_COMPLETION_CHARS = 262_144
 #: the answer's JSON around a completion: a maximal completion is at most 4 bytes a character
 #: plus escaping; anything larger cannot hold an acceptable completion
 MAX_ANSWER_BYTES = MAX_COMPLETION_CHARS * 6 + 64 * 1024
+#: what one streamed event may add around its token (ids, model name, timestamps): a stream of
+#: `cap` tokens is allowed `cap` times this on top of MAX_ANSWER_BYTES
+MAX_STREAM_EVENT_BYTES = 1024
 #: the token cap of a call that names no OutputSpec (runtime compaction): generous, but a cap
 DEFAULT_MAX_TOKENS = 8192
 JSON_STOP = ["\n\n\n"]
@@ -139,19 +145,19 @@ class HttpChatModel:
     def _call(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, mode: str) -> str:
         # the shared transport lives beside the embedding client, which imports numpy: load it
         # only when a model is actually called, so commands that never call one start fast
-        from memvault.indexer.search.http_json import HttpTarget, post_json
+        from memvault.indexer.search.http_json import HttpTarget, post_raw
+        from memvault.indexer.services.chat_stream import assemble
 
         payload = self._payload(messages, json_mode, output, mode)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         target = HttpTarget(**self._target_fields)
-        answer = post_json(
-            self.url, payload, target=target, timeout_s=self.timeout_s, headers=headers, max_bytes=MAX_ANSWER_BYTES
-        )
-        text, stop_reason = self._content(answer)
+        cap = output.max_tokens if output is not None else DEFAULT_MAX_TOKENS
+        raw = post_raw(self.url, payload, target=target, timeout_s=self.timeout_s, headers=headers,
+                       max_bytes=MAX_ANSWER_BYTES + cap * MAX_STREAM_EVENT_BYTES)  # fmt: skip
+        text, stop_reason = self._content(assemble(raw, self.provider, f"{target.name} at {self.url}"))
         if len(text) > MAX_COMPLETION_CHARS:
             raise self._fail(f"the completion is {len(text)} characters, over the {MAX_COMPLETION_CHARS} limit")
         if stop_reason == "length":
-            cap = output.max_tokens if output is not None else DEFAULT_MAX_TOKENS
             field = "done_reason" if self.provider == "ollama" else "finish_reason"
             raise CompletionCutOff(f"the answer was cut off at the {cap}-token cap ({field} length) after "
                                    f"{len(text)} characters; it is incomplete and was not parsed")  # fmt: skip
@@ -162,12 +168,12 @@ class HttpChatModel:
         schema = dict(output.schema) if output is not None else None
         if self.provider == "ollama":
             options: dict[str, Any] = {"temperature": 0, "num_predict": cap}
-            payload: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False, "options": options}
+            payload: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True, "options": options}
             if json_mode:
                 payload["format"] = schema if mode == "schema" else "json"
                 options["stop"] = list(JSON_STOP)
             return payload
-        payload = {"model": self.model, "messages": messages, "temperature": 0, "stream": False, "max_tokens": cap}
+        payload = {"model": self.model, "messages": messages, "temperature": 0, "stream": True, "max_tokens": cap}
         if json_mode:
             payload["stop"] = list(JSON_STOP)
             if mode == "json_schema":
