@@ -146,13 +146,17 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
         raise _open_error(path, relpath, exc) from exc
     else:
         try:
-            appended = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
+            before, payload = os.fstat(fd).st_size, b""
+            appended, payload = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
             note = _read_back(path)
             if not _missing(note, bullets, match_text):
                 # fsync once the read-back shows the lines landed (also when an earlier attempt wrote
                 # them): a loaded disk's fsync is the slowest step, and a save landing during it
                 # would otherwise cost the whole attempt
                 os.fsync(fd)
+        except OSError:
+            _take_back(fd, before, payload)  # a full disk, a failing fsync: the call fails, the note is as it was
+            raise
         finally:
             os.close(fd)
         return appended, note
@@ -160,20 +164,36 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
 
 
 def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_empty: bool,
-                    match_text: bool) -> list[str]:  # fmt: skip
+                    match_text: bool) -> tuple[list[str], bytes]:  # fmt: skip
+    """The ids appended and the bytes written (nothing when the note needs nothing or changed)."""
     data = _read_fd(fd, relpath)
     if not data and wait_if_empty:
-        return []
+        return [], b""
     note = parse(decode_note(data, relpath))
     missing = _missing(note, bullets, match_text)
     if not missing:
-        return []
+        return [], b""
     refuse_unsearchable(note, relpath, missing, len(data))
     payload = _payload(note, missing)
     if os.fstat(fd).st_size != len(data):
-        return []  # a save landed while we decided: the caller's next attempt reads it afresh
-    _write_all(fd, payload)  # fsynced by the caller once the read-back shows it landed
-    return [bullet.block_id for bullet in missing]
+        return [], b""  # a save landed while we decided: the caller's next attempt reads it afresh
+    try:
+        _write_all(fd, payload)  # fsynced by the caller once the read-back shows it landed
+    except OSError:
+        _take_back(fd, len(data), payload)  # a partial write on a full disk: no torn line is left
+        raise
+    return [bullet.block_id for bullet in missing], payload
+
+
+def _take_back(fd: int, before: int, payload: bytes) -> None:
+    """Truncate the note back to `before` bytes if what follows is (a prefix of) our own payload:
+    never a person's bytes, which a save may have put there meanwhile."""
+    try:
+        size = os.fstat(fd).st_size
+        if before < size <= before + len(payload) and os.pread(fd, size - before, before) == payload[: size - before]:
+            os.ftruncate(fd, before)
+    except OSError:
+        pass  # the note keeps the line; the next sync indexes what is there
 
 
 def _create(path: Path, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:

@@ -116,12 +116,13 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
                 status = "added" if bullet.block_id in written else "completed"
                 results[position] = RememberReceipt(bullet.block_id, f"{relpath}#^{bullet.block_id}", status, fact)
         touched = [relpath for relpath, entries in per_note.items() if not isinstance(results[entries[0][0]], VaultError)]
-        if touched and defer_index:
+        if touched:
             added = {content_hash(fact): results[position] for entries in per_note.values()
                      for position, _, fact in entries if not isinstance(results[position], VaultError)}  # fmt: skip
-            store._deferred.add(sorted(touched), added)
-        elif touched:
-            store._apply(index, sorted(touched))  # one index commit for the whole batch
+            if defer_index:
+                store._deferred.add(sorted(touched), added)
+            else:
+                store._index_written(index, sorted(touched), added)  # one index commit for the whole batch
     return results
 
 

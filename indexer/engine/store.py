@@ -46,6 +46,9 @@ from memvault.vault.storage_errors import translates_storage_errors
 RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
 _REBUILD_BATCH_FILES = 64
+#: why an index commit failed, said in recall's `degraded` (by StorageError code)
+_LAG_REASONS = {"disk_full": "no space left on the device", "read_only": "the vault is read-only",
+                "permission_denied": "permission denied"}  # fmt: skip
 
 
 
@@ -149,9 +152,10 @@ class MemoryStore:
             if existing is not None:
                 return RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
             written = write_fact(self.layout, fact, when, self.time_zone)
-            self._apply(index, [written.path])
-        status = "added" if written.written else "completed"
-        return RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
+            status = "added" if written.written else "completed"
+            receipt = RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
+            self._index_written(index, [written.path], {content_hash(fact): receipt})
+        return receipt
 
     @translates_storage_errors
     def remember_many(self, items: Iterable[object], *, progress: Callable[[int, int], None] | None = None,
@@ -544,6 +548,19 @@ class MemoryStore:
             if self._deferred.pending:
                 self._apply(self._writable_index(), self._deferred.paths())
                 self._deferred.clear()
+
+    def _index_written(self, index: DerivedIndex, relpaths: list[str], receipts: dict) -> None:
+        """Index notes that now durably hold new lines. The note is the commit point: if the index
+        cannot take them (a full disk), the write still stands; the notes wait in the deferred
+        set, every read retries the commit first and says in `degraded` why it lags."""
+        try:
+            self._apply(index, relpaths)
+        except (OSError, StorageError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _LAG_REASONS.get(exc.code, str(exc))
+            with self._deferred.lock:
+                self._deferred.add(relpaths, receipts)
+                self._deferred.problem = (f"written to {', '.join(relpaths)} but not indexed yet ({reason}): "
+                                          "free space or fix the index folder's mode; every read retries")  # fmt: skip
 
     def _commit_acknowledged(self) -> None:
         """Before a read: commit what the owner acknowledged and put off. Never raises: the read
