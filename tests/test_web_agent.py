@@ -89,7 +89,7 @@ def test_openai_answer_keeps_supplied_citations_and_counts_the_rest(fixture_vaul
         assert answer["answer"].startswith("Blue.")
         (request,) = chat.requests_to("/v1/chat/completions")
         payload = request.json
-        assert "tools" not in payload and payload["temperature"] == 0 and payload["stream"] is False
+        assert "tools" not in payload and payload["temperature"] == 0 and payload["stream"] is True
         assert payload["response_format"] == {"type": "json_object"}
         supplied = json.loads(payload["messages"][1]["content"])
         assert supplied["question"] == "which color did we pick for deployment"
