@@ -77,13 +77,15 @@ class _WordMemo:
 
     def _reset(self) -> None:
         """Start from the model's own vocabulary: words that are one token need no learning."""
-        whole_words, unit_vectors = builtin_word_table()
+        whole_words, model = builtin_word_table()
+        self._model = model  # vocabulary rows' unit vectors are normalised when gathered
         self._rows: dict[str, int] = dict(whole_words)
-        self._vocabulary = self._size = len(unit_vectors)  # rows of the model's vocabulary; rows in use
-        self._vectors = unit_vectors.copy()  # learnt words are appended; capacity grows by doubling
+        vocabulary, width = model.matrix.shape
+        self._vocabulary = self._size = vocabulary  # rows of the model's vocabulary; rows in use
+        self._learnt = np.zeros((0, width), dtype=np.float32)  # rows from `vocabulary` on; grows by doubling
         # per row: the word's digest, computed when the row is first involved (most never are)
-        self._digests = np.zeros(len(unit_vectors), dtype=np.uint64)
-        self._digested = np.zeros(len(unit_vectors), dtype=bool)
+        self._digests = np.zeros(vocabulary, dtype=np.uint64)
+        self._digested = np.zeros(vocabulary, dtype=bool)
         self._word_of_row = {row: word for word, row in whole_words.items()}
         self._texts: dict[tuple[bytes, int], np.ndarray] = {}  # keyed by digest: texts can be long
 
@@ -109,7 +111,7 @@ class _WordMemo:
             involved = involved[np.argsort(self._digests[involved], kind="stable")]
             column = np.zeros(self._size, dtype=np.int32)
             column[involved] = np.arange(len(involved), dtype=np.int32)
-            return (self._vectors[asked_rows], self._vectors[involved],
+            return (self._gather(asked_rows), self._gather(involved),
                     [column[r] for r in owns], [column[r] for r in arounds])
 
     def _rows_of(self, texts: list[tuple[str, int]]) -> list[np.ndarray]:
@@ -122,18 +124,27 @@ class _WordMemo:
             self._texts[key] = np.fromiter((self._rows[w] for w in words), dtype=np.int32, count=len(words))
         return [self._texts[key] for key in keys]
 
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        """The unit vectors of these table rows, in order."""
+        out = np.empty((len(rows), self._learnt.shape[1]), dtype=np.float32)
+        known = rows < self._vocabulary
+        out[known] = self._model.unit_rows(rows[known])
+        out[~known] = self._learnt[rows[~known] - self._vocabulary]
+        return out
+
     def _learn(self, words: list[str]) -> None:
         if not words:
             return
         vectors = builtin_word_vectors(words)
         start, end = self._size, self._size + len(words)
-        if end > len(self._vectors):
-            capacity = max(end, 2 * len(self._vectors))
-            grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
+        if end > len(self._digests):
+            capacity = max(end, 2 * len(self._digests))
+            learnt = np.zeros((capacity - self._vocabulary, vectors.shape[1]), dtype=np.float32)
             digests, digested = np.zeros(capacity, dtype=np.uint64), np.zeros(capacity, dtype=bool)
-            grown[:start], digests[:start], digested[:start] = self._vectors[:start], self._digests[:start], self._digested[:start]
-            self._vectors, self._digests, self._digested = grown, digests, digested
-        self._vectors[start:end] = vectors
+            learnt[: start - self._vocabulary] = self._learnt[: start - self._vocabulary]
+            digests[:start], digested[:start] = self._digests[:start], self._digested[:start]
+            self._learnt, self._digests, self._digested = learnt, digests, digested
+        self._learnt[start - self._vocabulary : end - self._vocabulary] = vectors
         self._digests[start:end] = [_digest(word) for word in words]
         self._digested[start:end] = True
         self._rows.update((word, start + n) for n, word in enumerate(words))

@@ -124,7 +124,9 @@ class _WordLlamaModel:
     """
 
     def __init__(self, matrix: np.ndarray, tokenizer: Any) -> None:
-        self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        # kept as shipped (float16): rows are widened to float32 when gathered, exactly as a
+        # float32 copy would hold them, without paying for the whole copy at every start
+        self.matrix = matrix
         self.tokenizer = tokenizer
         vocabulary = tokenizer.get_vocab()
         #: words that are one token of the vocabulary (SentencePiece marks a word start with ▁)
@@ -132,7 +134,6 @@ class _WordLlamaModel:
             token[1:]: token_id for token, token_id in vocabulary.items() if token.startswith(_BOUNDARY) and len(token) > 1
         }
         self._boundary = vocabulary.get(_BOUNDARY)
-        self._unit_matrix: np.ndarray | None = None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)
@@ -145,7 +146,7 @@ class _WordLlamaModel:
                 continue
             ids = np.clip(np.asarray(ids, dtype=np.int64), 0, last)
             for start in range(0, len(ids), _TOKEN_CHUNK):
-                out[row] += self.matrix[ids[start : start + _TOKEN_CHUNK]].sum(axis=0, dtype=np.float32)
+                out[row] += self.rows(ids[start : start + _TOKEN_CHUNK]).sum(axis=0, dtype=np.float32)
         return out
 
     def word_vectors(self, words: Sequence[str]) -> np.ndarray:
@@ -167,22 +168,29 @@ class _WordLlamaModel:
         if present.any():
             flat = np.fromiter((i for word_ids in ids for i in word_ids), dtype=np.int64, count=int(lengths.sum()))
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-            out[present] = np.add.reduceat(self.matrix[np.clip(flat, 0, self.matrix.shape[0] - 1)], starts[present], axis=0)
+            out[present] = np.add.reduceat(self.rows(np.clip(flat, 0, self.matrix.shape[0] - 1)), starts[present], axis=0)
         return normalize_rows(out)
 
-    def word_table(self) -> tuple[dict[str, int], np.ndarray]:
-        """The words that are one token each (word → row) and every token's unit vector (rows)."""
-        if self._unit_matrix is None:
-            self._unit_matrix = normalize_rows(self.matrix)
-        return self._whole_words, self._unit_matrix
+    def rows(self, ids) -> np.ndarray:
+        """These rows of the token matrix, as float32."""
+        return self.matrix[ids].astype(np.float32)
+
+    def word_table(self) -> tuple[dict[str, int], "_WordLlamaModel"]:
+        """The words that are one token each (word → row), and the model, whose `unit_rows`
+        gives any rows' unit vectors (normalised when asked: most rows never are)."""
+        return self._whole_words, self
+
+    def unit_rows(self, ids) -> np.ndarray:
+        return normalize_rows(self.rows(ids))
 
 
 _wordllama_lock = threading.Lock()
 _wordllama_model: _WordLlamaModel | None = None
 
 
-def builtin_word_table() -> tuple[dict[str, int], np.ndarray]:
-    """The builtin model's one-token words (word → row of the matrix) and its unit token vectors."""
+def builtin_word_table() -> tuple[dict[str, int], _WordLlamaModel]:
+    """The builtin model's one-token words (word → row of the matrix), and the model (its
+    `unit_rows(ids)` gives those rows' unit vectors, its `matrix.shape` their count and width)."""
     return _wordllama().word_table()
 
 
