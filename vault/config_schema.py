@@ -18,7 +18,6 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from memvault.vault.credentials import find_credential
 from memvault.vault.layout import CONFIG_FILE
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -181,6 +180,8 @@ class _HugeNumber:
 def _show(value: Any) -> str:
     """A short, escaped rendering of a value for a message; secrets and long text are not echoed."""
     if isinstance(value, str):
+        from memvault.vault.credentials import find_credential  # only when a message shows a value
+
         if find_credential(value):
             return "(a value that looks like a secret, not shown)"
         shown = value if len(value) <= 60 else value[:60] + "..."
@@ -322,6 +323,8 @@ def _endpoint_problem(key: str, value: str, example: str) -> str | None:
 
 
 def _api_key_env_problem(key: str, value: str) -> str | None:
+    from memvault.vault.credentials import find_credential
+
     if _ENV_NAME_RE.fullmatch(value) and not find_credential(value):
         return None
     return (

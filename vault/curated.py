@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memvault.vault.clock import local_day_and_time, zone
-from memvault.vault.credentials import refuse_credentials
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash, memory_id, normalize_text, without_bidi_controls
 from memvault.vault.layout import DAILY, VaultLayout
@@ -51,6 +50,8 @@ def prepare_fact(text: str) -> str:
         raise InvalidRecord(f"the fact is {size} bytes; the limit is {MAX_FACT_BYTES}: store long text as a document")
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in fact):
         raise InvalidRecord("the fact contains control characters: remove them and try again")
+    from memvault.vault.credentials import refuse_credentials  # its patterns load with the first write
+
     refuse_credentials(fact, "the fact")
     return fact
 

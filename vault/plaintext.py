@@ -7,7 +7,6 @@ wikilinks `[[target|alias]]` become their visible text and task boxes are droppe
 import re
 from functools import lru_cache
 
-import mistune
 
 _WIKILINK_RE = re.compile(r"!?\[\[([^\[\]|#^]*)(?:[#^][^\[\]|]*)?(?:\|([^\[\]]*))?\]\]")
 _TASK_RE = re.compile(r"^\[[ xX]\]\s+")
@@ -17,6 +16,8 @@ _WHITESPACE_RE = re.compile(r"\s+")
 
 @lru_cache(maxsize=1)
 def _parser():
+    import mistune  # when a note is parsed: a search that reads no note never loads it
+
     return mistune.create_markdown(renderer=None, plugins=["strikethrough"])
 
 

@@ -8,18 +8,20 @@ naming the server and the fix.
 
 from __future__ import annotations
 
-import http.client
+import functools
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from ipaddress import ip_address
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from memvault.vault.errors import ProviderUnavailable
+
+if TYPE_CHECKING:
+    import urllib.error
+    import urllib.request
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _READ_CHUNK = 1024 * 1024
@@ -37,10 +39,18 @@ class HttpTarget:
     not_found_hint: str  # what an HTTP 404 most likely means for this server
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # a redirect would resend the body (and the API key) somewhere the operator did not name
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+@functools.cache
+def _no_redirect() -> type:
+    """A redirect handler that follows nothing: a redirect would resend the body (and the API
+    key) somewhere the operator did not name. (urllib is imported when a request is made: it
+    pulls in email, ssl and http, tens of milliseconds of every CLI call that never calls out.)"""
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return NoRedirect
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -54,11 +64,13 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-def _opener(url: str) -> urllib.request.OpenerDirector:
+def _opener(url: str) -> "urllib.request.OpenerDirector":
+    import urllib.request
+
     if _is_loopback(urlsplit(url).hostname):
         # a local model server is never behind the operator's HTTP proxy
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
-    return urllib.request.build_opener(_NoRedirect)
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}), _no_redirect())
+    return urllib.request.build_opener(_no_redirect())
 
 
 def excerpt(raw: bytes) -> str:
@@ -123,6 +135,10 @@ def post_raw(
     A streamed answer (server-sent events, JSON lines) is read as it arrives; when the deadline
     passes the connection is closed, which is what makes a streaming model server stop generating.
     """
+    import http.client
+    import urllib.error
+    import urllib.request
+
     limit = MAX_RESPONSE_BYTES if max_bytes is None else max_bytes
     where = f"{target.name} at {url}"
     body = json.dumps(payload, ensure_ascii=True).encode("ascii")  # \u-escapes: any str is safe
@@ -180,7 +196,9 @@ def _limit_socket_wait(response: Any, seconds: float) -> None:
         sock.settimeout(max(seconds, 0.001))
 
 
-def _http_error(exc: urllib.error.HTTPError, where: str, target: HttpTarget) -> ProviderUnavailable:
+def _http_error(exc: "urllib.error.HTTPError", where: str, target: HttpTarget) -> ProviderUnavailable:
+    import http.client
+
     try:
         raw = exc.read(_EXCERPT_CHARS * 4) if exc.fp is not None else b""
     except (OSError, http.client.HTTPException):
