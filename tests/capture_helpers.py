@@ -122,6 +122,14 @@ def daily_text(root: Path) -> str:
     return "".join(p.read_text() for p in sorted((root / "daily").glob("*.md"))) if (root / "daily").exists() else ""
 
 
+#: a well-formed extraction of TURN: two memories, two entities, one relation
+GOOD = extraction(
+    memory("Morgan leads Project Atlas.", 0.7, ["e1", "e2"]),
+    memory("The Atlas launch is on March 15.", 0.9, ["e2"]),
+    entities=[entity("e1", "Morgan", "person"), entity("e2", "Project Atlas")],
+    relations=[{"from": "e1", "relation": "leads", "to": "e2"}],
+)
+
 #: a substantive turn the capture tests hand to the model
 TURN = "user: what did we settle?\nassistant: Morgan leads Project Atlas; the launch is on March 15."
 

@@ -24,6 +24,7 @@ from memvault.vault.intake.admission import intake_id_for
 from memvault.vault.intake.files import IntakeDirs
 from memvault.vault.intake.state import make_due
 from tests.capture_helpers import (
+    GOOD,
     OLLAMA_PATH,
     OPENAI_PATH,
     TURN,
@@ -39,12 +40,6 @@ from tests.capture_helpers import run_once as admit_and_capture
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
 
-GOOD = extraction(
-    memory("Morgan leads Project Atlas.", 0.7, ["e1", "e2"]),
-    memory("The Atlas launch is on March 15.", 0.9, ["e2"]),
-    entities=[entity("e1", "Morgan", "person"), entity("e2", "Project Atlas")],
-    relations=[{"from": "e1", "relation": "leads", "to": "e2"}],
-)
 EMPTY = extraction()
 #: 40 words with two decisions in them: substantive by the 25-word line
 LONG_TURN = ("user: can you write down what we agreed in the planning meeting today? assistant: Of course. We agreed "

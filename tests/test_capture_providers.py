@@ -12,6 +12,7 @@ import pytest
 
 from memvault.vault.capture.prompt import user_document
 from tests.capture_helpers import (
+    GOOD,
     OLLAMA_PATH,
     OPENAI_PATH,
     TURN,
@@ -27,12 +28,6 @@ from tests.capture_helpers import (
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer, Reply
 
-GOOD = extraction(
-    memory("Morgan leads Project Atlas.", 0.7, ["e1", "e2"]),
-    memory("The Atlas launch is on March 15.", 0.9, ["e2"]),
-    entities=[entity("e1", "Morgan", "person"), entity("e2", "Project Atlas")],
-    relations=[{"from": "e1", "relation": "leads", "to": "e2"}],
-)
 
 
 @pytest.fixture
