@@ -1,5 +1,6 @@
-"""Index commits the owner's group commit has put off: notes written, fsynced and acknowledged,
-whose rows are not in the index yet.
+"""Index commits put off: notes written, fsynced and acknowledged, whose rows are not in the
+index yet (the owner's group commit puts them off on purpose; an in-process remember whose index
+save failed, on a full disk, leaves them here too, `MemoryStore._index_written`).
 
 A Remember through the owner is acknowledged once its daily note is durable (the note is the
 truth; the index is derived from it). Its index commit, the costly part of a lone write, is then

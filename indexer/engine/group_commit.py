@@ -18,11 +18,11 @@ from datetime import datetime
 
 from memvault.indexer.engine.bulk import BATCH_ITEMS, RememberItem, remember_batch
 from memvault.indexer.engine.deferred import IDLE_SECONDS
+from memvault.indexer.results import RememberReceipt
+from memvault.vault.errors import VaultError
 
 #: the pause after a failed deferred index commit (a full disk) before the next try
 RETRY_SECONDS = 1.0
-from memvault.indexer.results import RememberReceipt
-from memvault.vault.errors import VaultError
 
 
 class _Waiting:
@@ -76,8 +76,9 @@ class GroupCommit:
                 self._cond.wait_for(lambda: self._waiting or self._closed, timeout=wait)
                 batch, self._waiting = self._waiting[:BATCH_ITEMS], self._waiting[BATCH_ITEMS:]
                 closing = self._closed and not batch
-            if (not batch or deferred.due()) and time.monotonic() >= self._retry_at or closing:
-                self._flush()  # idle for a moment, a write waited long enough, or closing
+            commit_now = (not batch or deferred.due()) and time.monotonic() >= self._retry_at
+            if commit_now or closing:  # idle for a moment, a write waited long enough, or closing
+                self._flush()
             if closing:
                 return
             if not batch:

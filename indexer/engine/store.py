@@ -556,7 +556,7 @@ class MemoryStore:
         try:
             self._apply(index, relpaths)
         except (OSError, StorageError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _LAG_REASONS.get(exc.code, str(exc))
+            reason = getattr(exc, "strerror", None) or _LAG_REASONS.get(getattr(exc, "code", None), str(exc))
             with self._deferred.lock:
                 self._deferred.add(relpaths, receipts)
                 self._deferred.problem = (f"written to {', '.join(relpaths)} but not indexed yet ({reason}): "
