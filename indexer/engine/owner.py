@@ -68,6 +68,7 @@ class Owner:
         self._faces: list[Face] = []
         self.started_at: str | None = None
         self.stop_requested = threading.Event()  # set by a client's `engine stop`; the host exits on it
+        self._ready = threading.Event()  # set once the index is in step with the files
         self.repairs: list[str] = []
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -87,6 +88,8 @@ class Owner:
             self._write_status()  # before the socket answers: whoever reaches the owner can read it
             self._channel = ChannelServer(socket_path(self.root), self.handle)
             self._channel.start()
+            self._bring_index_up_to_date()  # requests that arrive meanwhile wait for it (`handle`)
+            self._ready.set()
             if self._run_intake:
                 self.store.start_worker(crash_hook=self._crash_hook, poll_seconds=self._poll_seconds,
                                         on_transition=self._transition)
@@ -95,6 +98,17 @@ class Owner:
             self._teardown()
             raise
         return self
+
+    def _bring_index_up_to_date(self) -> None:
+        """Index what changed while no owner ran (and build the index of a vault that has none),
+        before any request is answered: a host that opened the store without syncing (`serve`,
+        `watch`) would otherwise answer "no index yet" while its watcher builds it."""
+        from memvault.vault.errors import StorageError
+
+        try:
+            self.store.sync()
+        except StorageError as exc:  # a full disk: reads are served from the index as it was
+            self.store.unsynced = f"index not brought up to date with the files: {exc}"
 
     def add_face(self, face: Face, name: str = "memvault-face") -> None:
         """Run `face(owner, stop_event)` on its own thread until the owner stops (e.g. web pages)."""
@@ -110,6 +124,7 @@ class Owner:
 
     def _teardown(self, timeout: float = 10.0) -> None:
         self._stopping.set()
+        self._ready.set()  # a request still waiting for the start-up sync goes on (and fails cleanly)
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -187,6 +202,7 @@ class Owner:
         try:
             if op in UNLOCKED:
                 return protocol.success(OPERATIONS[op](self, args))
+            self._ready.wait()  # the first requests wait for the start-up sync, not for a missing index
             with self._calls:
                 return protocol.success(OPERATIONS[op](self, args))
         except Exception as exc:  # every failure travels back; the owner keeps serving
