@@ -93,21 +93,9 @@ def _status_fix(status: int, target: HttpTarget) -> str:
     return f"check {target.config_key} and the model name"
 
 
-def post_json(
-    url: str,
-    payload: Any,
-    *,
-    target: HttpTarget,
-    timeout_s: float,
-    headers: dict[str, str] | None = None,
-    max_bytes: int | None = None,
-) -> Any:
-    """POST `payload` as JSON and return the parsed JSON answer.
-
-    The whole exchange must finish within about `timeout_s` (each socket wait is bounded by
-    the time left, so a server that trickles bytes cannot hold a caller much longer).
-    """
-    raw = post_raw(url, payload, target=target, timeout_s=timeout_s, headers=headers, max_bytes=max_bytes)
+def post_json(url: str, payload: Any, *, target: HttpTarget, **options: Any) -> Any:
+    """`post_raw` (the same options: `timeout_s`, `headers`, `max_bytes`), its answer parsed as JSON."""
+    raw = post_raw(url, payload, target=target, **options)
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -132,7 +120,8 @@ def post_raw(
 ) -> bytes:
     """POST `payload` as JSON and return the answer's bytes, read to its end within the deadline.
 
-    A streamed answer (server-sent events, JSON lines) is read as it arrives; when the deadline
+    The whole exchange must finish within about `timeout_s` (each socket wait is bounded by
+    the time left, so a server that trickles bytes cannot hold a caller much longer). A streamed answer (server-sent events, JSON lines) is read as it arrives; when the deadline
     passes the connection is closed, which is what makes a streaming model server stop generating.
     """
     import http.client
