@@ -1,10 +1,11 @@
 """Format v1: parse/render round trips, bullets, ids, frontmatter, fences and conflict hunks."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memvault.vault.ids import derived_id, memory_id, normalize_text
-from memvault.vault.note import append_line, format_bullet, new_note_text, parse, render
+from memvault.vault.note import append_line, format_bullet, new_note_text, parse, region_left_open, render
 from memvault.vault.plaintext import plain_text
 
 
@@ -143,7 +144,9 @@ def test_any_text_round_trips_byte_identically(lines, newline, trailing):
     assert len(ids) == len(set(ids)), "ids are unique within a note"
 
 
-_fact = _line_text.map(normalize_text).filter(lambda t: t != "")
+#: what Remember accepts: no empty text, and none that would leave a comment open behind it
+#: (`prepare_fact` refuses "<!--" and friends: test_a_fact_that_would_open_a_comment_is_refused)
+_fact = _line_text.map(normalize_text).filter(lambda t: t != "" and region_left_open(t) is None)
 
 
 @settings(max_examples=200, deadline=None)
@@ -222,3 +225,30 @@ def test_open_region_at_end_is_named_with_its_line():
     assert parse("- a\n<!-- started\n").open_at_end == "an unclosed HTML comment (<!-- on line 2)"
     assert parse("- a\n%%\n").open_at_end == "an unclosed Obsidian comment (%% on line 2)"
     assert parse("- a\n```\ncode\n```\n<<<<<<< a\n=======\n>>>>>>> b\n").open_at_end is None
+
+
+@pytest.mark.parametrize("fact", ["<!--", "before <!-- after", "%% aside", "a <!-- b --> c <!--"])
+def test_a_fact_that_would_open_a_comment_is_refused_and_nothing_is_written(tmp_path, fact):
+    """"<!--" parses as its own bullet but opens a comment that hides every later line of the
+    note: Remember, capture's parser and the note writer each refuse it, naming the fix."""
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.vault.capture.fields import unsafe_text_problem
+    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.errors import InvalidRecord
+    from memvault.vault.init import init_vault
+    from memvault.vault.note_append import NewBullet, NoteNotWritable, append_bullets_once
+
+    root = tmp_path / "v"
+    init_vault(root, render_config(default_config_data(mode="lite", time_zone="UTC")))
+    with MemoryStore.open(root) as store:
+        with pytest.raises(InvalidRecord, match="would start an unclosed .* comment .*nothing was written"):
+            store.remember(fact)
+        kept = store.remember("a <!-- balanced --> comment stays a fact")
+        assert store.recall("balanced comment").hits[0].id == kept.id
+    assert "would start an unclosed" in unsafe_text_problem(fact, 500)
+    layout = store.layout
+    before = {p.name: p.read_bytes() for p in (root / "daily").glob("*.md")}
+    with pytest.raises(NoteNotWritable, match="would leave an unclosed"):
+        append_bullets_once(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet(fact, "m-0000000001", "09:00")])
+    assert {p.name: p.read_bytes() for p in (root / "daily").glob("*.md")} == before
+    assert region_left_open("a <!-- b --> c") is None and region_left_open("%% x %%") is None

@@ -14,7 +14,7 @@ from memvault.vault.clock import local_day_and_time, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash, memory_id, normalize_text, without_bidi_controls
 from memvault.vault.layout import DAILY, VaultLayout
-from memvault.vault.note import Note
+from memvault.vault.note import Note, region_left_open
 from memvault.vault.note_append import NewBullet, NoteNotWritable, read_note_if_any
 from memvault.vault.note_append import append_bullets_once as _append_in_place
 from memvault.vault.recent_writes import forget_written, note_written
@@ -50,6 +50,10 @@ def prepare_fact(text: str) -> str:
         raise InvalidRecord(f"the fact is {size} bytes; the limit is {MAX_FACT_BYTES}: store long text as a document")
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in fact):
         raise InvalidRecord("the fact contains control characters: remove them and try again")
+    left_open = region_left_open(fact)
+    if left_open is not None:
+        raise InvalidRecord(f"the fact would start {left_open}, hiding every line written after it in its "
+                            "note; nothing was written. Close it in the same text, or leave the marker out")  # fmt: skip
     from memvault.vault.credentials import refuse_credentials  # its patterns load with the first write
 
     refuse_credentials(fact, "the fact")

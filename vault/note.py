@@ -368,3 +368,11 @@ def _assign_ids(bullets: list[Bullet]) -> tuple[list[Bullet], list[str]]:
         seen.add(chosen)
         result.append(replace(bullet, id=chosen))
     return result, duplicates
+
+
+def region_left_open(text: str) -> str | None:
+    """What a memvault bullet holding `text` would leave open at its end, or None. A fact such as
+    "<!--" parses as its own bullet, but opens an HTML comment that hides every line after it, so
+    memvault never writes one (Remember refuses it; capture's parser refuses it)."""
+    left_open = parse(new_note_text("t") + format_bullet(text, "m-0000000000", "00:00")).open_at_end
+    return None if left_open is None else re.sub(r" on line \d+", "", left_open)

@@ -175,6 +175,7 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
         return [], b""
     refuse_unsearchable(note, relpath, missing, len(data))
     payload = _payload(note, missing)
+    refuse_opening_a_region(note, relpath, missing, payload)
     if os.fstat(fd).st_size != len(data):
         return [], b""  # a save landed while we decided: the caller's next attempt reads it afresh
     try:
@@ -198,7 +199,9 @@ def _take_back(fd: int, before: int, payload: bytes) -> None:
 
 def _create(path: Path, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:
     note = parse(new_note_text(title))
-    data = ("".join(note.lines) + _payload(note, bullets).decode("utf-8")).encode("utf-8")
+    payload = _payload(note, bullets)
+    refuse_opening_a_region(note, relpath, bullets, payload)
+    data = ("".join(note.lines) + payload.decode("utf-8")).encode("utf-8")
     temp = write_temp(path.parent, path.name, data, mode=_NOTE_MODE)
     try:
         os.link(temp, path)  # fails if a person created the note meanwhile: never clobber it
@@ -238,6 +241,18 @@ def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size
         raise NoteNotWritable(
             f"{relpath} is {size} bytes; memvault indexes notes up to {MAX_NOTE_BYTES} bytes (16 MiB), so a "
             "line appended there would not be searchable; nothing was written. Fix: split the note into smaller files"
+        )
+
+
+def refuse_opening_a_region(note: Note, relpath: str, bullets: list[NewBullet], payload: bytes) -> None:
+    """Raise NoteNotWritable when the lines would leave the note inside a comment (a line such as
+    "<!--"), which would hide every line written after them; nothing is written."""
+    after = parse("".join(note.lines) + payload.decode("utf-8"))
+    if after.open_at_end is not None:
+        ids = ", ".join(f"^{b.block_id}" for b in bullets)
+        raise NoteNotWritable(
+            f"the lines for {relpath} ({ids}) would leave {after.open_at_end} open, hiding every line after "
+            "them; nothing was written. Fix: close the comment in the same text, or leave the marker out"
         )
 
 

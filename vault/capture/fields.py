@@ -145,6 +145,11 @@ def unsafe_text_problem(text: str, max_chars: int) -> str | None:
         return f"looks like it contains {kind}"
     if not _round_trips(text):
         return "does not survive being written as a note bullet"
+    from memvault.vault.note import region_left_open
+
+    left_open = region_left_open(text)
+    if left_open is not None:
+        return f"would start {left_open}, hiding every line after it"
     return None
 
 
