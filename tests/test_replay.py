@@ -152,6 +152,7 @@ def captured(tmp_path):
         for run in ("run-1", "run-2"):
             store.persist_completed_turn(run, run, capture_text=run)
             IntakeWorker(store, clock=clock).process_due()
+        assert store._semantic.drain(90)  # vectors are embedded off the write path: let them land first
         yield root, store, clock, script
         store.close()
 
