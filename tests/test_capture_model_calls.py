@@ -30,7 +30,6 @@ from tests.capture_helpers import (
     TURN,
     ChatScript,
     daily_text,
-    entity,
     entry,
     extraction,
     make_capture_vault,

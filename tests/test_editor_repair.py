@@ -58,3 +58,26 @@ def test_a_line_commented_out_by_the_person_is_not_repaired(new_vault):
         note.write_text(note.read_text().replace(line, f"%% {line} %%"))
         store.sync([NOTE])
         assert note.read_text().count(f"^{receipt.id}") == 1 and store.recall("Comment this out").hits == ()
+
+
+def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_expired(new_vault):
+    """Each write appends only its own lines; once the oldest entry is past the repair window
+    (and the ledger is past MIN_COMPACT_BYTES) the next write keeps only the live entries."""
+    from memvault.vault.layout import VaultLayout
+    from memvault.vault.note_append import NewBullet
+    from memvault.vault.recent_writes import LEDGER_NAME, MIN_COMPACT_BYTES, REPAIR_WINDOW_SECONDS, note_written
+
+    layout = VaultLayout(new_vault)
+    ledger = layout.index_dir / LEDGER_NAME
+    start = 1_000_000.0
+    text = "x" * 400
+    count = 0
+    while not ledger.exists() or ledger.stat().st_size <= MIN_COMPACT_BYTES:
+        size_before = ledger.stat().st_size if ledger.exists() else 0
+        note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet(text, f"m-{count:010d}", "09:00")], now=start)
+        assert ledger.stat().st_size > size_before  # appended, never rewritten while all are live
+        count += 1
+    later = start + REPAIR_WINDOW_SECONDS + 1
+    note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet("the live one", "m-live000001", "09:01")], now=later)
+    lines = ledger.read_text().splitlines()
+    assert len(lines) == 1 and "m-live000001" in lines[0]  # the expired entries are gone

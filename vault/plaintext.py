@@ -7,7 +7,6 @@ wikilinks `[[target|alias]]` become their visible text and task boxes are droppe
 import re
 from functools import lru_cache
 
-
 _WIKILINK_RE = re.compile(r"!?\[\[([^\[\]|#^]*)(?:[#^][^\[\]|]*)?(?:\|([^\[\]]*))?\]\]")
 _TASK_RE = re.compile(r"^\[[ xX]\]\s+")
 _MARKUP_CHARS = set("*_[]`<>!\\&~|")

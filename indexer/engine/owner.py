@@ -29,7 +29,7 @@ from memvault.indexer.engine.address import socket_path, status_path
 from memvault.indexer.engine.channel import ChannelServer
 from memvault.indexer.engine.client import find_owner
 from memvault.indexer.engine.protocol import EngineRunning
-from memvault.vault.errors import VaultError
+from memvault.vault.errors import StorageError, VaultError
 from memvault.vault.fsio import atomic_write
 from memvault.vault.locks import LivenessFence
 
@@ -103,8 +103,6 @@ class Owner:
         """Index what changed while no owner ran (and build the index of a vault that has none),
         before any request is answered: a host that opened the store without syncing (`serve`,
         `watch`) would otherwise answer "no index yet" while its watcher builds it."""
-        from memvault.vault.errors import StorageError
-
         try:
             self.store.sync()
         except StorageError as exc:  # a full disk: reads are served from the index as it was
