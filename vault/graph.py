@@ -32,6 +32,7 @@ from typing import Any
 
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.layout import DAILY, note_day
 from memvault.vault.locks import replace_if_unchanged
 from memvault.vault.paths import resolve_inside
 from memvault.vault.strict_json import loads_strict
@@ -41,7 +42,6 @@ MAX_GRAPH_BYTES = 64 * 1024 * 1024
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 _TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 RELATION_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
-_SOURCE_RE = re.compile(r"daily/\d{4}-\d{2}-\d{2}\.md")
 _KEYS = {
     "entity": {"id", "kind", "name", "type"},
     "fact": {"entities", "id", "kind", "salience", "source"},
@@ -139,6 +139,27 @@ def parse_graph(data: bytes, where: str = GRAPH_FILE) -> Graph:
     return graph
 
 
+def parse_graph_skipping(data: bytes, where: str = GRAPH_FILE) -> tuple[Graph, list[str]]:
+    """For pages that show the graph: every good line, and the GraphInvalid message of each bad
+    one (its line number and fix). Writers keep `parse_graph`: capture never rewrites a file it
+    could not read whole, but one bad line must not hide every entity from a person."""
+    if len(data) > MAX_GRAPH_BYTES:
+        raise GraphInvalid(f"{where} is {len(data)} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere.")
+    graph, problems = Graph(), []
+    for number, raw_bytes in enumerate(data.splitlines(), 1):
+        try:
+            raw = raw_bytes.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(f"{where} line {number}: invalid UTF-8 at byte {exc.start}. Fix: re-save the file as UTF-8.")
+            continue
+        if raw.strip():
+            try:
+                _parse_line(graph, raw, f"{where} line {number}")
+            except GraphInvalid as exc:
+                problems.append(str(exc))
+    return graph, problems
+
+
 def _parse_line(graph: Graph, raw: str, where: str) -> None:
     def fail(problem: str) -> GraphInvalid:
         return GraphInvalid(f"{where}: {problem}. Fix: correct or delete that line (capture retries until it is fixed).")
@@ -189,7 +210,9 @@ def _fact(body: dict[str, Any], fail) -> FactLink:
     ids = tuple(_check(e, _ID_RE, "entity id", fail) for e in entities)
     if len(set(ids)) != len(ids):
         raise fail("entities names an entity twice")
-    source = _check(body["source"], _SOURCE_RE, "source (daily/YYYY-MM-DD.md)", fail)
+    source = body["source"]
+    if not isinstance(source, str) or note_day(source, DAILY) is None:  # flat or YYYY/MM/ (vault/layout.py)
+        raise fail(f"source {str(source)[:60]!r} is not a daily note (daily/YYYY-MM-DD.md or daily/YYYY/MM/YYYY-MM-DD.md)")
     return FactLink(_check(body["id"], _ID_RE, "id", fail), ids, float(salience), source)
 
 

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from memvault.vault.ids import BLOCK_ID_PATTERN
+
 CONFIG_FILE = "memvault.json"
 DAILY, AUDIT = "daily", "audit"
 NOTE_KINDS = {DAILY: "curated", AUDIT: "audit"}
@@ -14,6 +16,7 @@ FORMAT_VERSION = 1
 GITIGNORE_LINES = (".index/", ".locks/", ".capture-intake/", ".capture-intake-schema")
 _NOTE_NAME_RE = re.compile(r"(?P<day>\d{4}-\d{2}-\d{2})\.md")
 _YEAR_RE, _MONTH_RE = re.compile(r"\d{4}"), re.compile(r"\d{2}")
+_BLOCK_REF_RE = re.compile(BLOCK_ID_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class VaultLayout:
         is used where it is. A new one goes nested when the vault already keeps that year (or
         the year before) in a `daily/YYYY/` folder, else flat: memvault follows the person.
         """
-        flat, nested = f"{folder}/{day.isoformat()}.md", nested_note_relpath(folder, day)
+        flat, nested = note_relpath_candidates(folder, day)
         if (self.root / flat).exists():
             return flat
         if (self.root / nested).exists():
@@ -77,9 +80,19 @@ class VaultLayout:
         return sorted(found)
 
 
+def flat_note_relpath(folder: str, day: date) -> str:
+    """The flat `daily/YYYY-MM-DD.md` name for `day`."""
+    return f"{folder}/{day.isoformat()}.md"
+
+
 def nested_note_relpath(folder: str, day: date) -> str:
     """The Daily Notes plugin's `YYYY/MM/YYYY-MM-DD.md` name for `day`."""
     return f"{folder}/{day.year:04d}/{day.month:02d}/{day.isoformat()}.md"
+
+
+def note_relpath_candidates(folder: str, day: date) -> tuple[str, str]:
+    """Every name the note of `day` may have, flat first (the order `note_relpath` prefers)."""
+    return flat_note_relpath(folder, day), nested_note_relpath(folder, day)
 
 
 def _candidate_files(directory: Path, folder: str):
@@ -95,7 +108,12 @@ def _candidate_files(directory: Path, folder: str):
 
 
 def parse_note_relpath(relpath: str) -> tuple[str, date] | None:
-    """`daily/2026-11-30.md` or `daily/2026/11/2026-11-30.md` → ("daily", date); None otherwise."""
+    """`daily/2026-11-30.md` or `daily/2026/11/2026-11-30.md` → ("daily", date); None otherwise.
+
+    The one place that knows how a note's path maps to its date: every surface (index, intake
+    records, graph, journal, web pages) asks here instead of slicing the path itself, so a
+    layout added here is understood everywhere.
+    """
     parts = relpath.split("/")
     if parts[0] not in NOTE_KINDS or len(parts) not in (2, 4):
         return None
@@ -109,6 +127,28 @@ def parse_note_relpath(relpath: str) -> tuple[str, date] | None:
     if len(parts) == 4 and (parts[1], parts[2]) != (f"{day.year:04d}", f"{day.month:02d}"):
         return None  # a note filed under another month would be found under two dates
     return parts[0], day
+
+
+def note_day(relpath: str, folder: str | None = None) -> date | None:
+    """The date of the note at `relpath` (in `folder`, when given), or None if it is not a note."""
+    parsed = parse_note_relpath(relpath)
+    if parsed is None or (folder is not None and parsed[0] != folder):
+        return None
+    return parsed[1]
+
+
+def note_sort_key(relpath: str) -> tuple:
+    """Notes in date order within their folder (flat and nested names interleave by date)."""
+    parsed = parse_note_relpath(relpath)
+    return (0, parsed[0], parsed[1], relpath) if parsed is not None else (1, "", date.min, relpath)
+
+
+def parse_note_ref(ref: str) -> tuple[str, str] | None:
+    """`daily/…/2026-11-30.md#^m-1f3a9c0d2e` → (relpath, block id); None unless both are valid."""
+    relpath, hash_, block = ref.partition("#^")
+    if not hash_ or parse_note_relpath(relpath) is None or _BLOCK_REF_RE.fullmatch(block) is None:
+        return None
+    return relpath, block
 
 
 def is_vault(path: Path) -> bool:

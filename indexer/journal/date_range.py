@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from memvault.vault.config import is_time_zone
 from memvault.vault.errors import InvalidRecord
-from memvault.vault.layout import DAILY, nested_note_relpath
+from memvault.vault.layout import DAILY, note_day, note_relpath_candidates
 
 #: the spec's widest range, in local civil days (inclusive of both ends)
 MAX_RANGE_DAYS = 31
@@ -59,16 +59,14 @@ class JournalRange:
         last = date.fromordinal(min(date.max.toordinal(), self.through_date.toordinal() + NOTE_DAY_MARGIN))
         days = (first + timedelta(days=offset) for offset in range((last - first).days + 1))
         # flat names and the Daily Notes plugin's YYYY/MM/ layout (vault/layout.py)
-        return [path for day in days for path in (f"{DAILY}/{day.isoformat()}.md", nested_note_relpath(DAILY, day))]
+        return [path for day in days for path in note_relpath_candidates(DAILY, day)]
 
     def note_may_overlap(self, relpath: str) -> bool:
         """Whether the daily note `relpath` can hold an instant of this range at all, in any
         zone (UTC-12 … UTC+14). A note that cannot, scanned only because of the day margin, has
         no bearing on whether the range is complete, even when it could not be read whole."""
-        name = relpath.rpartition("/")[2].removesuffix(".md")  # flat or daily/YYYY/MM/
-        try:
-            day = date.fromisoformat(name)
-        except ValueError:
+        day = note_day(relpath)  # flat or daily/YYYY/MM/
+        if day is None:
             return True  # not a daily note name: never assume it is irrelevant
         midnight = datetime.combine(day, time(), tzinfo=timezone.utc)
         earliest = midnight - timedelta(hours=_EARLIEST_ZONE_HOURS)

@@ -37,6 +37,7 @@ from memvault.indexer.journal.date_range import JournalRange, JournalRequestErro
 from memvault.indexer.maintenance.sync import Row
 from memvault.vault.errors import VaultError
 from memvault.vault.ids import is_valid_block_id
+from memvault.vault.layout import DAILY, note_day
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 25
 SNAPSHOT_MAX_ENTRIES = 1000
@@ -57,8 +58,6 @@ NOTICE = (
 )
 ARGUMENTS = ("fromDate", "throughDate", "timeZone", "limit", "cursor")
 
-#: flat daily notes and the Daily Notes plugin's YYYY/MM/ layout (vault/layout.py)
-_DAILY_PATH_RE = re.compile(r"daily/(?:[0-9]{4}/[0-9]{2}/)?[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
 # C0/C1 controls, line/paragraph separators, bidi embeddings/overrides/isolates and marks,
 # interlinear annotation, lone surrogates, noncharacters and the invisible tag block
 _UNSAFE_CHARS_RE = re.compile(
@@ -267,7 +266,7 @@ def freeze(journal_range: JournalRange, scan: JournalScan, state_of: Supersessio
         entries.append(entry)
         total += size
     incomplete = sorted(
-        path.rpartition("/")[2][: -len(".md")] for path in scan.incomplete if journal_range.note_may_overlap(path)
+        _note_name(path) for path in scan.incomplete if journal_range.note_may_overlap(path)
     )
     coverage = {
         "complete": stopped is None and not incomplete,
@@ -281,7 +280,14 @@ def freeze(journal_range: JournalRange, scan: JournalScan, state_of: Supersessio
 
 
 def _is_curated_daily(row: Row) -> bool:
-    return row.kind == "curated" and _DAILY_PATH_RE.fullmatch(row.path) is not None
+    # flat daily notes and the Daily Notes plugin's YYYY/MM/ layout (vault/layout.py)
+    return row.kind == "curated" and note_day(row.path, DAILY) is not None
+
+
+def _note_name(relpath: str) -> str:
+    """A note as `incompleteNotes` names it: its date, in either layout."""
+    day = note_day(relpath)
+    return day.isoformat() if day is not None else relpath
 
 
 def journal_entry(row: Row, tz: ZoneInfo, state: str) -> dict:

@@ -23,6 +23,7 @@ from typing import Any
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.intake.backoff import MAX_ATTEMPTS, MAX_INVALID_OUTPUT_ATTEMPTS
 from memvault.vault.intake.files import MAX_RECORD_BYTES, is_intake_id
+from memvault.vault.layout import parse_note_ref
 from memvault.vault.strict_json import loads_strict
 
 FORMAT_VERSION = 1
@@ -56,9 +57,6 @@ FAILURE_CATEGORIES = (
 
 SLUG_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
-#: a turn's bullet: `^t-…` (run-derived, Lite/BuJo) or, for Journal, the bullet holding the same
-#: content (`^m-…`, or any block id of a bullet a person wrote with that text)
-_PROJECTION_RE = re.compile(r"(?:daily|audit)/\d{4}-\d{2}-\d{2}\.md#\^[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 
 _PAYLOAD_KEYS = {"captureText", "summary", "trigger", "writeMode"}
 _RECORD_KEYS = {
@@ -234,6 +232,15 @@ class _Strict:
         except ValueError as exc:
             raise self.fail(f"{key} is not a real instant") from exc
 
+    def projection(self, key: str) -> str | None:
+        """A turn's bullet (`note#^id`), in any layout the vault keeps notes in (vault/layout.py):
+        `^t-…` (run-derived, Lite/BuJo) or, for Journal, the bullet holding the same content
+        (`^m-…`, or any block id of a bullet a person wrote with that text)."""
+        value = self.text(key, nullable=True)
+        if value is not None and parse_note_ref(value) is None:
+            raise self.fail(f"{key} is not a projected bullet reference (a daily/ or audit/ note, #^ and a block id)")
+        return value
+
     def matching(self, key: str, pattern: re.Pattern[str], what: str, *, nullable: bool = False) -> str | None:
         value = self.text(key, nullable=nullable)
         if value is not None and not pattern.fullmatch(value):
@@ -285,7 +292,7 @@ def parse_record(data: bytes, expected_id: str, where: str) -> IntakeRecord:
         next_attempt_at=check.timestamp("nextAttemptAt", nullable=True),
         last_attempt_at=check.timestamp("lastAttemptAt", nullable=True),
         failure=check.choice("failure", FAILURE_CATEGORIES, nullable=True),
-        projection=check.matching("projection", _PROJECTION_RE, "a projected bullet reference", nullable=True),
+        projection=check.projection("projection"),
         invalid_attempts=check.integer("invalidAttempts", 1, MAX_INVALID_OUTPUT_ATTEMPTS) if optional else 0,
     )
     _check_identity(check, record.id, expected_id, record.payload_sha256)
@@ -307,7 +314,7 @@ def parse_receipt(data: bytes, expected_id: str, where: str) -> Receipt:
         admitted_at=check.timestamp("admittedAt"),
         resolved_at=check.timestamp("resolvedAt"),
         attempts=check.integer("attempts", 0, MAX_ATTEMPTS),
-        projection=check.matching("projection", _PROJECTION_RE, "a projected bullet reference", nullable=True),
+        projection=check.projection("projection"),
         reason=check.matching("reason", SLUG_RE, "a reason slug", nullable=True),
     )
     _check_identity(check, receipt.id, expected_id, receipt.payload_sha256)
