@@ -21,8 +21,11 @@ import os
 import time
 from collections.abc import Iterable
 
+from memvault.vault.errors import VaultError
 from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, make_dir, read_bytes_nofollow
-from memvault.vault.note_append import NewBullet, NoteNotWritable, append_bullets_once, read_note_if_any
+from memvault.vault.git_state import judge
+from memvault.vault.note_append import NewBullet, append_bullets_once
+from memvault.vault.paths import resolve_inside
 from memvault.vault.strict_json import loads_strict
 
 #: how long after memvault wrote a line it puts the line back if a save dropped it
@@ -135,16 +138,27 @@ def repair_lost_lines(layout, relpaths: Iterable[str] | None = None, now: float 
 
 def _restore(layout, relpath: str, entries: list[dict]) -> bool:
     try:
-        note = read_note_if_any(layout.root, relpath)
-    except (OSError, ValueError):
-        return False
-    if note is None:
+        data = read_bytes_nofollow(resolve_inside(layout.root, relpath))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return False  # the note itself was deleted or renamed: that is a person's decision
-    text = "".join(note.lines)
+    except (OSError, ValueError, VaultError):
+        return False  # unreadable or a symlink now: health names it; nothing is written there
+    text = data.decode("utf-8", errors="replace")
     lost = [NewBullet(e["text"], e["id"], e.get("time")) for e in entries if f"^{e['id']}" not in text]
     if not lost:
         return False
+    verdict = judge(layout.root, relpath, data, [bullet.block_id for bullet in lost])
+    if verdict.busy:
+        return False  # a git command is writing or waits on a conflict: the next sync looks again
+    if verdict.kept_by_git:
+        # git put this version here and keeps the line (the stash, the commit before): putting it
+        # back would leave the note dirty under git (`git stash pop` would abort); the ledger
+        # forgets it, so a later edit of the note does not bring it back either
+        forget_written(layout, relpath, sorted(verdict.kept_by_git))
+        lost = [bullet for bullet in lost if bullet.block_id not in verdict.kept_by_git]
+        if not lost:
+            return False
     try:
         return bool(append_bullets_once(layout, relpath, str(entries[0].get("title", "")), lost, match_text=True))
-    except (NoteNotWritable, OSError, ValueError):
-        return False
+    except (VaultError, OSError, ValueError):
+        return False  # cannot take the line right now (an open fence, bad bytes): the next sync
