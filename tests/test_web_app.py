@@ -301,13 +301,19 @@ def test_an_unknown_entity_is_a_404(served):
     assert status == 404 and "e-nope" in body["error"]["message"]
 
 
-def test_a_broken_graph_is_reported_with_its_line_and_fix(served):
+def test_a_broken_graph_line_is_named_and_the_rest_still_shown(served):
+    lines = (served.root / "graph.jsonl").read_text().count("\n")
     with open(served.root / "graph.jsonl", "a") as graph:
         graph.write('{"kind": "entity", "id": "e-x"\n')
     status, body = get_json(served, "/entities.json")
-    assert status == 400
-    assert "graph.jsonl line" in body["error"]["message"] and "Fix:" in body["error"]["message"]
-    assert served.get("/entities", token=TOKEN)[0] == 400
+    assert status == 200
+    assert any(g["key"] == "heron" for g in body["groups"])  # the good lines are all there
+    assert body["problemCount"] == 1
+    assert body["problems"][0].startswith(f"graph.jsonl line {lines + 1}:") and "Fix:" in body["problems"][0]
+    status, entity = get_json(served, f"/entities/{entity_id('Morgan')}.json")
+    assert status == 200 and entity["problemCount"] == 1
+    status, _, html = served.get("/entities", token=TOKEN)
+    assert status == 200 and f"graph.jsonl line {lines + 1}" in html.decode()
 
 
 def test_hostile_entity_names_are_escaped(served):

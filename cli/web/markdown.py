@@ -20,24 +20,44 @@ from urllib.parse import quote, urlsplit
 import mistune
 from mistune.renderers.html import HTMLRenderer
 
-from memvault.vault.note import Note, parse
+from memvault.vault.ids import BLOCK_ID_PATTERN
+from memvault.vault.layout import DAILY, NOTE_KINDS, parse_note_relpath
+from memvault.vault.note import _COMMENT_CLOSE, Note, _track_fence, parse
 
 _SAFE_SCHEMES = ("http", "https", "mailto")
 _WIKILINK_RE = r"\[\[(?P<wl_target>[^\[\]|\n]{1,200})(?:\|(?P<wl_label>[^\[\]\n]{1,200}))?\]\]"
-_NOTE_TARGET_RE = re.compile(r"(?:(?P<folder>daily|audit)/)?(?P<day>\d{4}-\d{2}-\d{2})(?:\.md)?(?:#\^?(?P<block>[A-Za-z0-9][A-Za-z0-9-]{0,63}))?")
+_BLOCK_ID_RE = re.compile(BLOCK_ID_PATTERN)
+_QUOTE_PREFIX_RE = re.compile(r" {0,3}>[ \t]?")
+_CALLOUT_RE = re.compile(r"\[!(?P<type>[^\]]*)\](?P<fold>[+-]?)[ \t]*(?P<title>.*)", re.DOTALL)
+_TASK_RE = re.compile(r"\[(?P<mark>[ xX])\](?:[ \t]+(?P<text>.*))?", re.DOTALL)
+_TRAILING_BLOCK_ID_RE = re.compile(rf"[ \t]+\^{BLOCK_ID_PATTERN}[ \t]*$")
 _MAX_DEPTH = 4
 
 
-def note_url(relpath: str, block_id: str | None = None) -> str:
-    """`daily/2026-11-30.md` (+ id) → `/notes/daily/2026-11-30#m-…` (the Content page's note view)."""
-    stem = relpath[:-3] if relpath.endswith(".md") else relpath
-    return f"/notes/{quote(stem)}" + (f"#{quote(block_id)}" if block_id else "")
+def note_url(relpath: str, block_id: str | None = None, *, prefix: str = "/notes") -> str:
+    """`daily/2026-11-30.md` (+ id) → `/notes/daily/2026-11-30#m-…` (the Content page's note view).
+
+    The URL is the note's own name without `.md`, in whichever layout it is filed
+    (`/notes/daily/2026/11/2026-11-30`); the note view also finds a note from its flat name."""
+    return f"{prefix}/{quote(relpath.removesuffix('.md'))}" + (f"#{quote(block_id)}" if block_id else "")
 
 
 def source_url(source: str) -> str:
     """A hit's source (`daily/2026-11-30.md#^m-…`) → the link to its bullet."""
     path, _, block = source.partition("#")
     return note_url(path, block.lstrip("^") or None)
+
+
+def wikilink_note(target: str) -> tuple[str, str | None] | None:
+    """An Obsidian link target naming a note (`2026-11-30#^m-…`, `daily/2026-11-29`,
+    `2026/11/2026-11-30`, `audit/2026-11-05.md`) → (its relpath, block id or None); None otherwise."""
+    path, _, anchor = target.strip().partition("#")
+    path = path.strip().removesuffix(".md")
+    relpath = f"{path}.md" if path.split("/", 1)[0] in NOTE_KINDS else f"{DAILY}/{path}.md"
+    if parse_note_relpath(relpath) is None:  # the layout (vault/layout.py) says what a note is called
+        return None
+    block = anchor.strip().lstrip("^")
+    return relpath, block if _BLOCK_ID_RE.fullmatch(block) else None
 
 
 def safe_href(url: str) -> str | None:
@@ -76,11 +96,10 @@ class _SafeRenderer(HTMLRenderer):
 
     def wikilink(self, target: str, label: str | None) -> str:
         shown = escape(label or target)
-        match = _NOTE_TARGET_RE.fullmatch(target.strip())
-        if match is None:
+        found = wikilink_note(target)
+        if found is None:
             return f'<span class="wikilink">{shown}</span>'
-        relpath = f"{match['folder'] or 'daily'}/{match['day']}.md"
-        return f'<a class="wikilink" href="{escape(note_url(relpath, match["block"]))}">{shown}</a>'
+        return f'<a class="wikilink" href="{escape(note_url(*found))}">{shown}</a>'
 
     def block_html(self, html: str) -> str:  # never reached with escape=True; kept inert if it is
         return f"<p>{escape(html)}</p>\n"
@@ -123,8 +142,11 @@ def render_inline(text: str) -> str:
 
 
 def render_note(text: str) -> tuple[str, Note]:
-    """A note as safe HTML with one `<li id=…>` per bullet, and the parsed note."""
+    """A note as Obsidian's reading view shows it, as safe HTML with an anchor (`id=`) on every
+    memory, and the parsed note. Comments (`%% … %%`, `<!-- … -->`) are not shown; tasks are
+    disabled checkboxes; callouts are boxes; merge-conflict hunks are shown verbatim."""
     note = parse(text)
+    shown, comment_before = _visible_lines(note)
     out: list[str] = []
     if note.frontmatter:
         rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in note.frontmatter.items())
@@ -136,9 +158,9 @@ def render_note(text: str) -> tuple[str, Note]:
     index = note.body_start
 
     def flush_chunk() -> None:
-        if chunk:
+        if "".join(chunk).strip():
             out.append(_MD("".join(chunk)))
-            chunk.clear()
+        chunk.clear()
 
     def flush_bullets() -> None:
         if bullets:
@@ -154,23 +176,130 @@ def render_note(text: str) -> tuple[str, Note]:
                        + escape("".join(note.lines[index:end])) + "</pre>")  # fmt: skip
             index = end
         elif index in bullet_at:
+            bullet = bullet_at[index]
             flush_chunk()
-            bullets.append(_bullet_html(bullet_at[index]))
-            index = bullet_at[index].end_line
+            if bullet.kind == "bullet":
+                bullets.append(_bullet_html(bullet, comment_before[index]))
+            else:  # a paragraph or a quote/callout is a memory too, drawn as what it is
+                flush_bullets()
+                out.append(_block_html(bullet, shown, comment_before[index]))
+            index = bullet.end_line
         else:
             if note.lines[index].strip():
                 flush_bullets()
-            chunk.append(note.lines[index])
+            if shown[index] is not None:
+                chunk.append(shown[index])
             index += 1
     flush_chunk()
     flush_bullets()
     return "\n".join(out), note
 
 
-def _bullet_html(bullet) -> str:
+def _uncomment(text: str, state: str | None) -> tuple[str, str | None]:
+    """`text` without its `%% … %%` / `<!-- … -->` spans, and the comment still open after it."""
+    out, position = [], 0
+    while position <= len(text):
+        if state is None:
+            found = [(at, token) for token in _COMMENT_CLOSE if (at := text.find(token, position)) >= 0]
+            if not found:
+                out.append(text[position:])
+                break
+            at, state = min(found)
+            out.append(text[position:at])
+            position = at + len(state)
+        else:
+            at = text.find(_COMMENT_CLOSE[state], position)
+            if at < 0:
+                break
+            position, state = at + len(_COMMENT_CLOSE[state]), None
+    return "".join(out), state
+
+
+def _visible_lines(note: Note) -> tuple[list[str | None], list[str | None]]:
+    """Each line as a reader sees it (comments removed; None: nothing of it is shown), and the
+    comment open where it starts. Fenced code is shown as written, as in Obsidian; the fence
+    and comment rules are the note parser's own, so the page hides what the index skips."""
+    shown: list[str | None] = list(note.lines)
+    before: list[str | None] = [None] * len(note.lines)
+    in_conflict = {i for first, end in note.conflicts for i in range(first, end)}
+    fence, comment = None, None
+    for index in range(note.body_start, len(note.lines)):
+        if index in in_conflict:
+            continue
+        raw = note.lines[index]
+        body = raw.rstrip("\r\n")
+        before[index] = comment
+        if comment is None:
+            fence, is_fence_line = _track_fence(body, fence)
+            if is_fence_line or fence is not None:
+                continue
+        visible, comment = _uncomment(body, comment)
+        if visible.strip() or not body.strip():
+            shown[index] = visible + raw[len(body):]
+        else:
+            shown[index] = None  # only a comment: the line is not there for a reader
+    return shown, before
+
+
+def _anchor(block_id: str) -> str:
+    return f'<a class="anchor" href="#{escape(block_id)}" aria-label="link to this memory">#</a>'
+
+
+def memory_html(text: str) -> dict[str, str]:
+    """Each memory of a note (by id) as safe inline HTML, as the note page shows its text: the
+    person's markdown, comments hidden, a task's box. The index keeps plain text (`*x*` is
+    indexed as "x"), so a page showing a hit from this shows what was written."""
+    note = parse(text)
+    _shown, comment_before = _visible_lines(note)
+    out = {}
+    for bullet in note.bullets:
+        shown = _uncomment(bullet.text, comment_before[bullet.first_line])[0]
+        task, shown, _done = _task(shown) if bullet.kind == "bullet" else ("", shown, None)
+        out[bullet.id] = f"{task}{render_inline(shown)}"
+    return out
+
+
+def _task(text: str) -> tuple[str, str, bool | None]:
+    """`[ ] …` / `[x] …` (Obsidian's tasks) → (a disabled checkbox, the rest, done?); else ("", text, None)."""
+    match = _TASK_RE.fullmatch(text)
+    if match is None:
+        return "", text, None
+    done = match["mark"] != " "
+    box = f'<input type="checkbox" class="task-box" disabled{" checked" if done else ""} aria-label="{"done" if done else "open"} task"> '
+    return box, match["text"] or "", done
+
+
+def _bullet_html(bullet, comment: str | None) -> str:
     depth = min(len(bullet.indent.expandtabs(4)) // 2, _MAX_DEPTH)
     time_html = f'<time>{escape(bullet.time)}</time> ' if bullet.time else ""
     own = "" if bullet.has_explicit_id else ' title="written by hand: indexed under a derived id"'
-    anchor = f'<a class="anchor" href="#{escape(bullet.id)}" aria-label="link to this memory">#</a>'
-    return (f'<li id="{escape(bullet.id)}" class="bullet depth-{depth}"{own}>{time_html}'
-            f'<span class="text">{render_inline(bullet.text)}</span> {anchor}</li>')  # fmt: skip
+    task, text, done = _task(_uncomment(bullet.text, comment)[0])
+    classes = f"bullet depth-{depth}" + ("" if done is None else f" task{' done' if done else ''}")
+    return (f'<li id="{escape(bullet.id)}" class="{classes}"{own}>{task}{time_html}'
+            f'<span class="text">{render_inline(text)}</span> {_anchor(bullet.id)}</li>')  # fmt: skip
+
+
+def _block_html(bullet, shown: list[str | None], comment: str | None) -> str:
+    """A paragraph as a paragraph; a quote as a quote; `> [!type] Title` as Obsidian's callout box."""
+    if bullet.kind != "quote":
+        return (f'<p id="{escape(bullet.id)}" class="memory paragraph">{render_inline(_uncomment(bullet.text, comment)[0])}'
+                f" {_anchor(bullet.id)}</p>")  # fmt: skip
+    lines = [_QUOTE_PREFIX_RE.sub("", line.rstrip("\r\n"), count=1)
+             for line in shown[bullet.first_line : bullet.end_line] if line is not None]  # fmt: skip
+    if bullet.has_explicit_id:  # the `^id` at its end is the anchor, not text
+        last = max((i for i, line in enumerate(lines) if line.strip()), default=None)
+        if last is not None:
+            lines[last] = _TRAILING_BLOCK_ID_RE.sub("", lines[last])
+    callout = _CALLOUT_RE.fullmatch(lines[0]) if lines else None
+    if callout is None:
+        return f'<blockquote id="{escape(bullet.id)}" class="memory">{_MD(chr(10).join(lines))}{_anchor(bullet.id)}</blockquote>'
+    kind = re.sub(r"[^a-z0-9-]", "", callout["type"].strip().lower()) or "note"
+    title = render_inline(callout["title"].strip() or kind.capitalize())
+    body = _MD("\n".join(lines[1:])) if "".join(lines[1:]).strip() else ""
+    classes = f"callout callout-{kind} memory"
+    if callout["fold"]:  # `[!note]-` starts folded, `[!note]+` unfolded: a <details>, no script needed
+        opened = " open" if callout["fold"] == "+" else ""
+        return (f'<details id="{escape(bullet.id)}" class="{classes}"{opened}><summary class="callout-title">{title} '
+                f'{_anchor(bullet.id)}</summary><div class="callout-content">{body}</div></details>')  # fmt: skip
+    return (f'<div id="{escape(bullet.id)}" class="{classes}"><p class="callout-title">{title} {_anchor(bullet.id)}</p>'
+            f'<div class="callout-content">{body}</div></div>')  # fmt: skip

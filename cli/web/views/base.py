@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from datetime import date
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
@@ -33,12 +34,20 @@ from memvault.vault.errors import (
 
 log = logging.getLogger("memvault.web")
 MAX_PARAM_CHARS = 2_000
-_STATUS = [("not_found", 404), ("method_not_allowed", 405), (UnsafePath, 403), (IndexUnavailable, 503), (ProviderUnavailable, 502),
+#: a POST form (agent search) is one short question; the body past this is refused with 413
+MAX_FORM_BYTES = 64 * 1024
+#: how much of a refused body is read and dropped so the 413 reaches the browser; past it, hang up
+DRAIN_BYTES = 16 * 1024 * 1024
+_STATUS = [("not_found", 404), ("method_not_allowed", 405), ("payload_too_large", 413), (UnsafePath, 403), (IndexUnavailable, 503), (ProviderUnavailable, 502),
            (InvalidConfig, 500), (InvalidRecord, 400)]  # fmt: skip
 
 
 class BadRequest(InvalidRecord):
     """A query parameter is malformed; the message names it and what it takes."""
+
+
+class FormTooLarge(VaultError):
+    code = "payload_too_large"
 
 
 class Args:
@@ -113,8 +122,7 @@ def _endpoint(view: View, reader, templates, *, as_json: bool):
         try:
             values = dict(request.query_params)
             if request.method == "POST":
-                form = await request.form(max_files=0, max_fields=32, max_part_size=64 * 1024)
-                values.update({k: v for k, v in form.items() if isinstance(v, str)})
+                values.update(await bounded_form(request))
             values.update(request.path_params)
             args = Args(values)
             data = await run_in_threadpool(view.data, args, reader)
@@ -132,6 +140,36 @@ def _endpoint(view: View, reader, templates, *, as_json: bool):
 
     endpoint.__name__ = f"{type(view).__name__}{'_json' if as_json else ''}"
     return endpoint
+
+
+async def bounded_form(request: Request) -> dict[str, str]:
+    """The POST form's text fields, read with a bound. A body over MAX_FORM_BYTES is refused
+    (413) after it is read to its end (up to DRAIN_BYTES, kept nowhere): a server that answers
+    and hangs up while the browser is still sending makes the browser show a connection reset
+    instead of the answer."""
+    declared = request.headers.get("content-length", "")
+    received, kept = 0, []
+    if not (declared.isdigit() and int(declared) > DRAIN_BYTES):
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received <= MAX_FORM_BYTES:
+                kept.append(chunk)
+            elif received > DRAIN_BYTES:
+                break
+    size = max(received, int(declared) if declared.isdigit() else 0)
+    if size > MAX_FORM_BYTES:
+        raise FormTooLarge(f"the form is {size:,} bytes; this page takes at most {MAX_FORM_BYTES // 1024} KiB "
+                           "(a question of at most 1,000 characters): shorten it")  # fmt: skip
+    body = b"".join(kept)
+
+    async def replay():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, replay).form(max_files=0, max_fields=32, max_part_size=MAX_FORM_BYTES)
+    except HTTPException as exc:  # a torn or oversized multipart body
+        raise BadRequest(f"the form could not be read ({exc.detail}): post it from this server's pages") from None
+    return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
 def json_response(data: object, status: int = 200) -> Response:

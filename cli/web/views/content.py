@@ -15,7 +15,7 @@ from memvault.cli.web.markdown import note_url, render_markdown, render_note
 from memvault.cli.web.reader import NotFound
 from memvault.cli.web.views.base import Args, BadRequest, View
 from memvault.vault.errors import VaultError
-from memvault.vault.layout import AUDIT, DAILY, parse_note_relpath
+from memvault.vault.layout import AUDIT, DAILY, note_day, note_sort_key, parse_note_relpath
 
 MAX_AUDIT_LISTED = 62
 MAX_SPACE_NOTES_LISTED = 400
@@ -28,21 +28,24 @@ class ContentView(View):
 
     def data(self, args: Args, reader) -> dict:
         rows = reader.indexed_rows()
-        paths = reader.note_paths()
-        daily = [p for p in paths if p.startswith(f"{DAILY}/")]
+        paths = sorted(reader.note_paths(), key=note_sort_key)
+        daily: dict[date, list[str]] = {}  # a day may have a flat and a nested note: both count
+        for path in paths:
+            if (day := note_day(path, DAILY)) is not None:
+                daily.setdefault(day, []).append(path)
         months: dict[str, dict] = {}
-        for path in daily:
-            month = path[len(DAILY) + 1 : len(DAILY) + 8]
+        for day, notes in daily.items():
+            month = day.strftime("%Y-%m")
             entry = months.setdefault(month, {"month": month, "notes": 0, "memories": 0})
-            entry["notes"] += 1
-            entry["memories"] += rows.get(path, 0)
+            entry["notes"] += len(notes)
+            entry["memories"] += sum(rows.get(path, 0) for path in notes)
         chosen = _month(args, sorted(months)[-1] if months else None)
-        audit = sorted((p for p in paths if p.startswith(f"{AUDIT}/")), reverse=True)
+        audit = [p for p in reversed(paths) if note_day(p, AUDIT) is not None]
         return {
             "months": [months[m] for m in sorted(months, reverse=True)],
             "month": chosen,
-            "calendar": _calendar(chosen, set(daily), rows) if chosen else [],
-            "audit": [{"path": p, "day": p[len(AUDIT) + 1 : -3], "memories": rows.get(p, 0), "url": note_url(p)}
+            "calendar": _calendar(chosen, daily, rows) if chosen else [],
+            "audit": [{"path": p, "day": note_day(p).isoformat(), "memories": rows.get(p, 0), "url": note_url(p)}
                       for p in audit[:MAX_AUDIT_LISTED]],  # fmt: skip
             "auditTotal": len(audit),
             "documents": _documents(reader),
@@ -61,7 +64,8 @@ def _month(args: Args, default: str | None) -> str | None:
     return raw
 
 
-def _calendar(month: str, daily: set[str], rows: dict[str, int]) -> list[list[dict | None]]:
+def _calendar(month: str, daily: dict[date, list[str]], rows: dict[str, int]) -> list[list[dict | None]]:
+    """The month's weeks; a day links to its note wherever the vault keeps it (flat or YYYY/MM/)."""
     year, number = int(month[:4]), int(month[5:])
     weeks = []
     for week in calendar.Calendar(firstweekday=0).monthdayscalendar(year, number):
@@ -70,10 +74,10 @@ def _calendar(month: str, daily: set[str], rows: dict[str, int]) -> list[list[di
             if day == 0:
                 cells.append(None)
                 continue
-            relpath = f"{DAILY}/{date(year, number, day).isoformat()}.md"
-            exists = relpath in daily
-            cells.append({"day": day, "date": relpath[6:-3], "exists": exists, "memories": rows.get(relpath, 0),
-                          "url": note_url(relpath) if exists else None})  # fmt: skip
+            notes = daily.get(date(year, number, day), [])
+            cells.append({"day": day, "date": date(year, number, day).isoformat(), "exists": bool(notes),
+                          "memories": sum(rows.get(path, 0) for path in notes),
+                          "url": note_url(notes[0]) if notes else None})  # fmt: skip
         weeks.append(cells)
     return weeks
 
@@ -128,13 +132,13 @@ def _targets(view) -> list[dict]:
 
 
 class NoteView(View):
-    path = "/notes/{folder}/{day}"
+    path = "/notes/{folder}/{day:path}"  # daily/2026-11-30 or daily/2026/11/2026-11-30, as the file is named
     template = "note.html"
     section = "Content"
 
     def data(self, args: Args, reader) -> dict:
-        relpath = _note_relpath(args)
-        return _note_page(relpath, reader.note(relpath), reader.note_paths(), "/notes", None)
+        note = reader.note(_note_relpath(args))
+        return _note_page(note.relpath, note, reader.note_paths(), "/notes", None)
 
     def title(self, data: dict) -> str:
         return data["path"]
@@ -149,17 +153,17 @@ class SpaceView(View):
 
     def data(self, args: Args, reader) -> dict:
         space = reader.space(args.text("space_id", max_chars=20))
-        notes = sorted(reader.space_notes(space.id), reverse=True)
+        notes = sorted(reader.space_notes(space.id), key=note_sort_key, reverse=True)
         prefix = f"/spaces/{space.id}/notes"
         return {"space": space.to_json(), "total": len(notes),
-                "notes": [{"path": p, "url": f"{prefix}/{p[:-3]}"} for p in notes[:MAX_SPACE_NOTES_LISTED]]}  # fmt: skip
+                "notes": [{"path": p, "url": note_url(p, prefix=prefix)} for p in notes[:MAX_SPACE_NOTES_LISTED]]}  # fmt: skip
 
     def title(self, data: dict) -> str:
         return data["space"]["title"]
 
 
 class SpaceNoteView(View):
-    path = "/spaces/{space_id}/notes/{folder}/{day}"
+    path = "/spaces/{space_id}/notes/{folder}/{day:path}"
     template = "note.html"
     section = "Content"
 
@@ -167,28 +171,30 @@ class SpaceNoteView(View):
         space_id, relpath = args.text("space_id", max_chars=20), _note_relpath(args)
         note = reader.space_note(space_id, relpath)
         space = reader.space(space_id).to_json()
-        return _note_page(relpath, note, reader.space_notes(space_id), f"/spaces/{space_id}/notes", space)
+        return _note_page(note.relpath, note, reader.space_notes(space_id), f"/spaces/{space_id}/notes", space)
 
     def title(self, data: dict) -> str:
         return f"{data['space']['title']}: {data['path']}"
 
 
 def _note_relpath(args: Args) -> str:
-    relpath = f"{args.text('folder', max_chars=10)}/{args.text('day', max_chars=20)}.md"
+    relpath = f"{args.text('folder', max_chars=10)}/{args.text('day', max_chars=30)}.md"
     if parse_note_relpath(relpath) is None:
-        raise BadRequest(f"{relpath!r} is not a note: notes are daily/YYYY-MM-DD or audit/YYYY-MM-DD")
+        raise BadRequest(f"{relpath!r} is not a note: notes are daily/YYYY-MM-DD, daily/YYYY/MM/YYYY-MM-DD "
+                         "or the same under audit/")  # fmt: skip
     return relpath
 
 
 def _note_page(relpath: str, note, all_notes: list[str], prefix: str, space: dict | None) -> dict:
     html, parsed = render_note(note.text)
-    siblings = [p for p in all_notes if p.split("/", 1)[0] == relpath.split("/", 1)[0]]
+    folder, day = parse_note_relpath(relpath)
+    siblings = sorted((p for p in all_notes if note_day(p, folder) is not None), key=note_sort_key)  # by date, either layout
     position = siblings.index(relpath) if relpath in siblings else -1
     older = siblings[position - 1] if position > 0 else None
     newer = siblings[position + 1] if 0 <= position < len(siblings) - 1 else None
 
     def url(path: str, block: str | None = None) -> str:
-        return f"{prefix}/{path[:-3]}" + (f"#{block}" if block else "")
+        return note_url(path, block, prefix=prefix)
 
     return {
         "path": relpath, "bytes": note.size, "problem": note.problem, "html": html, "space": space,
@@ -197,7 +203,7 @@ def _note_page(relpath: str, note, all_notes: list[str], prefix: str, space: dic
         "conflicts": len(parsed.conflicts), "duplicateIds": list(parsed.duplicate_ids),
         "older": older and {"path": older, "url": url(older)},
         "newer": newer and {"path": newer, "url": url(newer)},
-        "month": relpath[6:13] if relpath.startswith(f"{DAILY}/") and space is None else None,
+        "month": day.strftime("%Y-%m") if folder == DAILY and space is None else None,
     }  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from memvault.vault.errors import VaultError
 
 MAX_LISTED_GROUPS = 500
 MAX_MEMORIES_SHOWN = 50
+MAX_PROBLEMS_SHOWN = 20
 NO_GRAPH = ("No entity graph yet: graph.jsonl is written by BuJo capture (memory.mode \"bujo\"), "
             "which extracts people, projects and their relations from each admitted turn.")  # fmt: skip
 
@@ -32,7 +33,7 @@ class EntitiesView(View):
         query = args.text("q", max_chars=200)
         if not reader.graph_exists():
             return {"query": query, "groups": [], "total": 0, "entities": 0, "relations": 0, "notice": NO_GRAPH,
-                    "scanComplete": True}  # fmt: skip
+                    "scanComplete": True, **_problems(reader)}  # fmt: skip
         graph = reader.graph()
         groups, _scanned, complete = scan_groups(graph, frozenset())
         wanted = lexical_key(query) if query else ""
@@ -46,7 +47,7 @@ class EntitiesView(View):
                          "spellings": sorted(group.names), "memories": group.memories,
                          "url": f"/entities/{sorted(group.ids)[0]}"})  # fmt: skip
         return {"query": query, "groups": rows[:MAX_LISTED_GROUPS], "total": len(rows), "entities": len(graph.entities),
-                "relations": len(graph.relations), "notice": None, "scanComplete": complete}  # fmt: skip
+                "relations": len(graph.relations), "notice": None, "scanComplete": complete, **_problems(reader)}  # fmt: skip
 
 
 class EntityView(View):
@@ -81,10 +82,17 @@ class EntityView(View):
             "memories": _memories(reader, facts[:MAX_MEMORIES_SHOWN]),
             "memoryCount": len(facts),
             "svg": neighbourhood(graph, entity.id),
+            **_problems(reader),
         }
 
     def title(self, data: dict) -> str:
         return data["entity"]["name"]
+
+
+def _problems(reader) -> dict:
+    """graph.jsonl's lines left out of the page (each names its line and the fix), at most a few."""
+    problems = reader.graph_problems()
+    return {"problems": problems[:MAX_PROBLEMS_SHOWN], "problemCount": len(problems)}
 
 
 def _memories(reader, facts) -> list[dict]:

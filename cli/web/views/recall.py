@@ -11,11 +11,12 @@ vault's zone, paged by its cursors.
 from __future__ import annotations
 
 from datetime import date, timedelta
+from html import escape
 from zoneinfo import ZoneInfo
 
-from memvault.cli.web.markdown import source_url
+from memvault.cli.web.markdown import memory_html, source_url
 from memvault.cli.web.views.base import Args, BadRequest, View
-from memvault.vault.errors import InvalidRecord, ProviderUnavailable
+from memvault.vault.errors import InvalidRecord, ProviderUnavailable, VaultError
 
 MAX_QUERY_CHARS = 1_000
 FILTERED_DEPTH = 100
@@ -43,6 +44,7 @@ def direct_search(args: Args, reader) -> dict:
     zone = ZoneInfo(reader.time_zone)
     hits = [_hit(hit, zone) for hit in result.hits]
     kept = [h for h in hits if (start is None or h["date"] >= start.isoformat()) and (through is None or h["date"] <= through.isoformat())]
+    _add_html(kept[:limit], reader)
     body.update(hits=kept[:limit], degraded=result.degraded, guidance=result.guidance, gate=result.gate,
                 filteredOut=len(hits) - len(kept), searched=True)  # fmt: skip
     return body
@@ -55,6 +57,21 @@ def _hit(hit, zone: ZoneInfo) -> dict:
         "date": local.date().isoformat(), "local": local.strftime("%Y-%m-%d %H:%M"), "score": round(hit.score, 6),
         "kind": hit.kind, "explain": {name: _jsonable(detail) for name, detail in sorted(hit.explain.items())},
     }  # fmt: skip
+
+
+def _add_html(hits: list[dict], reader) -> None:
+    """Each hit's text as its note holds it, rendered as the note page renders it ("html"). The
+    hit's "text" is the index's plain text, as the CLI and MCP return it: it drops markup such as
+    `*`, which the page must not. A bullet no longer in its note shows that text, escaped."""
+    notes: dict[str, dict[str, str]] = {}
+    for hit in hits:
+        path = hit["source"].partition("#")[0]
+        if path not in notes:
+            try:
+                notes[path] = memory_html(reader.note(path).text)
+            except VaultError:
+                notes[path] = {}
+        hit["html"] = notes[path].get(hit["id"]) or escape(hit["text"])
 
 
 def _jsonable(detail):

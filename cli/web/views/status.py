@@ -14,7 +14,7 @@ from datetime import date, timedelta
 
 from memvault.cli.web.svg import day_bars
 from memvault.cli.web.views.base import Args, View
-from memvault.vault.layout import DAILY
+from memvault.vault.layout import DAILY, note_day
 
 CHART_DAYS = 60
 
@@ -58,11 +58,15 @@ def _vectors(index: dict, reader) -> dict:
 
 def _chart(rows: dict[str, int]) -> dict:
     """Memories per day for (at most) the CHART_DAYS days ending at the newest daily note."""
-    days = sorted(p[len(DAILY) + 1 : -3] for p in rows if p.startswith(f"{DAILY}/"))
-    if not days:
+    per_day: dict[date, int] = {}
+    for path, count in rows.items():
+        day = note_day(path, DAILY)  # flat or daily/YYYY/MM/: the layout knows (vault/layout.py)
+        if day is not None:
+            per_day[day] = per_day.get(day, 0) + count
+    if not per_day:
         return {**day_bars([]), "from": None, "through": None, "total": 0}
-    last = date.fromisoformat(days[-1])
-    span = min(CHART_DAYS, (last - date.fromisoformat(days[0])).days + 1)  # a young vault is not drawn as mostly empty
-    window = [(last - timedelta(days=offset)).isoformat() for offset in range(span - 1, -1, -1)]
-    counts = [(day, rows.get(f"{DAILY}/{day}.md", 0)) for day in window]
-    return {**day_bars(counts), "from": window[0], "through": window[-1], "total": sum(n for _, n in counts)}
+    first, last = min(per_day), max(per_day)
+    span = min(CHART_DAYS, (last - first).days + 1)  # a young vault is not drawn as mostly empty
+    window = [last - timedelta(days=offset) for offset in range(span - 1, -1, -1)]
+    counts = [(day.isoformat(), per_day.get(day, 0)) for day in window]
+    return {**day_bars(counts), "from": counts[0][0], "through": counts[-1][0], "total": sum(n for _, n in counts)}
