@@ -22,6 +22,8 @@ from memvault.cli.errors import emit_json, json_option
 #: name -> face(owner, stop_event, options); `serve` runs each on its own thread in the owner process
 FACES: dict[str, Callable] = {}
 _STOP_WAIT_SECONDS = 30.0
+#: how long a forced stop waits for SIGTERM (and then for SIGKILL) to take effect
+_KILL_GRACE_SECONDS = 10.0
 
 
 def register_face(name: str, face: Callable) -> None:
@@ -161,7 +163,7 @@ def engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
         if not force:
             raise
         owner = None
-        pid = (read_status(root) or {}).get("pid")
+        pid = _stuck_owner_pid(root, read_status(root))
     else:
         if owner is None:
             _say(json_, {"stopped": False, "running": False}, "no engine runs for this vault")
@@ -174,9 +176,10 @@ def engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
         if not force:
             raise click.ClickException(f"engine pid {pid} did not stop within {_STOP_WAIT_SECONDS:g} s: "
                                        "run `memvault engine stop --force`")
-    _kill(pid)
-    _say(json_, {"stopped": True, "pid": pid, "forced": True}, f"engine pid {pid} killed; "
-         "admitted turns stay pending for the next owner")
+    signal_used = _kill(pid)
+    _clean_status(root, pid)
+    _say(json_, {"stopped": True, "pid": pid, "forced": True, "signal": signal_used},
+         f"engine pid {pid} killed ({signal_used}); admitted turns stay pending for the next owner")
 
 
 def _wait_gone(root: Path, timeout: float) -> bool:
@@ -194,17 +197,52 @@ def _wait_gone(root: Path, timeout: float) -> bool:
     return False
 
 
-def _kill(pid) -> None:
-    from memvault.vault.locks import pid_alive
+def _stuck_owner_pid(root: Path, status: dict | None) -> int | None:
+    """The pid of an owner that does not answer: its status file, else the kernel's record of who
+    holds the vault's ownership lock (the status file may have been deleted with `.locks/`)."""
+    from memvault.vault.locks import fence_holder_pid, pid_alive
+
+    pid = (status or {}).get("pid")
+    if isinstance(pid, int) and pid_alive(pid):
+        return pid
+    return fence_holder_pid(root)
+
+
+def _kill(pid) -> str:
+    """SIGTERM, a grace of 10 s, then SIGKILL; returns the signal that ended the owner.
+
+    A stopped process (SIGSTOP, a debugger's breakpoint) cannot act on SIGTERM before it is
+    continued, so waiting out the grace would only delay the SIGKILL the operator asked for."""
+    from memvault.vault.locks import pid_alive, process_stopped
 
     if not isinstance(pid, int) or not pid_alive(pid):
-        raise click.ClickException("the owner's pid is unknown (no .locks/engine.json): stop the process by hand")
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10.0
+        raise click.ClickException("the owner's pid is unknown (no live process named by .locks/engine.json "
+                                   "or holding the vault's lock): find it with `ps` and stop it by hand")
+    if not process_stopped(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + _KILL_GRACE_SECONDS
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not pid_alive(pid):
+            return "SIGTERM"
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _KILL_GRACE_SECONDS
     while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    return "SIGKILL"
+
+
+def _clean_status(root: Path, pid: int) -> None:
+    """Remove the killed owner's status notes (engine.json, live.json) when they name it: the kernel
+    dropped its locks, and `engine status` should not show a dead owner as the vault's."""
+    from memvault.indexer.engine.address import read_status, status_path
+    from memvault.vault.locks import LivenessFence
+
+    if (read_status(root) or {}).get("pid") == pid:
+        status_path(root).unlink(missing_ok=True)
+    fence = LivenessFence(root)
+    if (fence.holder_info() or {}).get("pid") == pid:
+        fence.info_path.unlink(missing_ok=True)
 
 
 def _say(json_: bool, body: dict, line: str) -> None:

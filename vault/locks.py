@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 from memvault.vault.errors import Conflict, UnsafePath, VaultLocked
 from memvault.vault.fsio import atomic_write, ensure_private_dir, read_bytes_nofollow
 
-__all__ = ["LivenessFence", "VaultLock", "replace_if_unchanged"]
+__all__ = ["LivenessFence", "VaultLock", "fence_holder_pid", "pid_alive", "process_stopped", "replace_if_unchanged"]
 
 LOCKS_DIR = ".locks"
 _LIVE_NAME = "live"
@@ -34,7 +34,13 @@ _registry: dict[Path, FileLock] = {}
 _held_inodes: dict[Path, int] = {}
 #: fence path -> descriptors locking fence files re-created after a deletion
 _reasserted: dict[Path, list[int]] = {}
+#: fence path -> descriptor of the vault folder this process flocks while it holds the fence
+_root_locks: dict[Path, int] = {}
 _registry_guard = threading.Lock()
+#: serialises taking and giving up fences in this process (the root flock is one per process)
+_fence_guard = threading.RLock()
+#: how long a would-be holder retries the vault folder's lock while another process only probes it
+_ROOT_PROBE_RETRY_SECONDS = 0.5
 
 
 def _lock_path(vault_root: Path, name: str) -> Path:
@@ -171,6 +177,13 @@ class LivenessFence:
     need a stopped agent check ``is_held_elsewhere()`` and refuse. The OS drops the lock when
     the holder dies, even by SIGKILL, so the lock is the truth; ``live.json`` is a note for
     operators and may be stale after a crash.
+
+    Two kernel locks make it up. ``.locks/live.lock`` is the one people see; but ``rm -rf
+    .locks`` (or ``git clean -fdx``) unlinks it, and a second process would then lock a new file
+    beside the first holder's orphaned inode. So the holder also flocks the vault folder itself
+    (an open descriptor of the directory): deleting files cannot take that lock away, and every
+    process that opens the vault by any path meets the same inode. The fence is held elsewhere
+    while either lock is.
     """
 
     def __init__(self, vault_root: Path) -> None:
@@ -178,21 +191,73 @@ class LivenessFence:
         self.info_path = self.path.with_name(_LIVE_NAME + ".json")
         # Process-wide (not per thread): the fence marks a process, whichever thread holds it.
         self._lock = _shared_lock(self.path, thread_local=False)
-        self._vault_root = Path(vault_root)
+        self._vault_root = Path(vault_root).resolve()
 
     def hold(self) -> LivenessFence:
         """Take the fence without waiting; ``VaultLocked`` if another process has it."""
-        try:
-            self._lock.acquire(blocking=False)
-        except Timeout:
-            raise VaultLocked(
-                f"Another live memvault process owns this vault ({self.path}{self._describe_holder()}). "
-                f"Fix: stop that process (watch, MCP server, agent host) before running this command."
-            ) from None
-        if self._lock.lock_counter == 1:
-            _held_inodes[self.path] = os.stat(self.path).st_ino  # the file we just locked
-            self._write_note()
+        with _fence_guard:
+            first = not self._lock.is_locked
+            if first:
+                self._lock_root()
+            try:
+                self._lock.acquire(blocking=False)
+            except Timeout:
+                if first:
+                    self._unlock_root()
+                raise self._held_error(str(self.path)) from None
+            if self._lock.lock_counter == 1:
+                _held_inodes[self.path] = os.stat(self.path).st_ino  # the file we just locked
+                self._write_note()
         return self
+
+    def _held_error(self, what: str) -> VaultLocked:
+        return VaultLocked(
+            f"Another live memvault process owns this vault ({what}{self._describe_holder()}). "
+            f"Fix: stop that process (watch, MCP server, agent host) before running this command."
+        )
+
+    def _lock_root(self) -> None:
+        """Flock the vault folder (see the class docstring). A file system without flock on
+        folders (some network mounts) leaves the fence file alone to say who owns the vault."""
+        try:
+            fd = os.open(self._vault_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return
+        deadline = time.monotonic() + _ROOT_PROBE_RETRY_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _root_locks[self.path] = fd
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:  # not a passing probe: a holder
+                    os.close(fd)
+                    raise self._held_error(f"it holds a lock on the vault folder {self._vault_root}") from None
+                time.sleep(0.02)
+            except OSError:
+                os.close(fd)
+                return
+
+    def _unlock_root(self) -> None:
+        fd = _root_locks.pop(self.path, None)
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor drops the flock
+
+    def _root_held_elsewhere(self) -> bool:
+        """Probe the vault folder's lock with a shared flock: probes never block each other."""
+        try:
+            fd = os.open(self._vault_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return False
 
     def _write_note(self) -> None:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -200,14 +265,19 @@ class LivenessFence:
         atomic_write(self.info_path, json.dumps(info, sort_keys=True).encode() + b"\n", mode=0o600)
 
     def release(self) -> None:
-        """Give the fence up. The note goes first, so it never names the next holder's lock as ours."""
-        if self._lock.lock_counter == 1:
-            if self.intact():
-                self.info_path.unlink(missing_ok=True)
-            _held_inodes.pop(self.path, None)
-            for fd in _reasserted.pop(self.path, []):
-                os.close(fd)
-        self._lock.release()
+        """Give the fence up. The note goes first, so it never names the next holder's lock as ours;
+        the vault folder's lock goes last."""
+        with _fence_guard:
+            last = self._lock.lock_counter == 1
+            if last:
+                if self.intact():
+                    self.info_path.unlink(missing_ok=True)
+                _held_inodes.pop(self.path, None)
+                for fd in _reasserted.pop(self.path, []):
+                    os.close(fd)
+            self._lock.release()
+            if last:
+                self._unlock_root()
 
     def intact(self) -> bool:
         """While held: True if the fence file on disk is still the one this process locked.
@@ -248,6 +318,8 @@ class LivenessFence:
         """True if another process holds the fence (probe: a non-blocking acquire, then release)."""
         if self._lock.is_locked:
             return False
+        if self._root_held_elsewhere():
+            return True
         try:
             self._lock.acquire(blocking=False)
         except Timeout:
@@ -265,9 +337,10 @@ class LivenessFence:
 
     def _describe_holder(self) -> str:
         info = self.holder_info()
-        if not info:
-            return ""
-        return f"; live.json says pid {info.get('pid')} since {info.get('started_at')}"
+        if info:
+            return f"; live.json says pid {info.get('pid')} since {info.get('started_at')}"
+        pid = fence_holder_pid(self._vault_root)  # the note was deleted with .locks/
+        return f"; the kernel says pid {pid} holds it" if pid else ""
 
     def __enter__(self) -> LivenessFence:
         return self.hold()
@@ -279,7 +352,8 @@ class LivenessFence:
 
 
 def pid_alive(pid: object) -> bool:
-    """Whether process `pid` exists (one we may not signal counts as alive)."""
+    """Whether process `pid` exists and has not exited (one we may not signal counts as alive;
+    a zombie, dead but not yet reaped by its parent, does not)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -288,3 +362,42 @@ def pid_alive(pid: object) -> bool:
         return False
     except PermissionError:
         return True
+    return _process_state(pid) not in ("Z", "X")
+
+
+def process_stopped(pid: int) -> bool:
+    """True while `pid` is stopped (SIGSTOP, job control, a tracer): it cannot act on a signal."""
+    return _process_state(pid) in ("T", "t")
+
+
+def _process_state(pid: int) -> str | None:
+    """The one-letter state of /proc/<pid>/stat (Linux), or None where there is no such file."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat_line = handle.read(4096)
+    except OSError:
+        return None
+    # the name in parentheses may itself hold ") ": the state follows the last one
+    after = stat_line.rpartition(b") ")[2]
+    return after[:1].decode("ascii", "replace") or None
+
+
+def fence_holder_pid(vault_root: Path) -> int | None:
+    """The pid that holds the vault's ownership lock, as the kernel records it (/proc/locks), or None.
+
+    Found from the vault folder itself, so it answers when `.locks/` and every status note are gone.
+    """
+    try:
+        inode = os.stat(vault_root).st_ino
+        device = os.stat(vault_root).st_dev
+        with open("/proc/locks", "rb") as handle:
+            table = handle.read(1 << 20).decode("ascii", "replace")
+    except OSError:
+        return None
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted and fields[4].isdigit():
+            return int(fields[4])
+    return None

@@ -74,6 +74,3 @@ def read_status(vault_root: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-    return True

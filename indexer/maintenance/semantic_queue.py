@@ -40,9 +40,6 @@ def dead_markers(index_dir: Path) -> list[Path]:
     return found
 
 
-    return True
-
-
 def clear_marker(path: Path) -> None:
     """Remove a lag marker if there is one. Nothing is touched when there is none: on a read-only
     vault even unlinking a missing file fails (EROFS), and a reader never made a marker."""

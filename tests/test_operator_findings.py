@@ -1,0 +1,115 @@
+"""Fixes an operator can trust (issue 24, section 2), each through real memvault processes: a stuck
+owner is stopped by the fix every "engine stuck" error names, a second owner can never start beside
+a live one (not even after its socket and `.locks/` are deleted together), and liveness checks
+answer rightly for live, dead and unknown processes."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from memvault.indexer.engine.address import socket_path, status_path
+from memvault.indexer.engine.client import find_owner
+from memvault.vault.locks import LivenessFence, fence_holder_pid, pid_alive, process_stopped
+from tests.engine_helpers import OwnerProcess, memvault, memvault_json, wait_for
+from tests.intake_helpers import make_vault
+
+pytestmark = pytest.mark.slow
+
+
+def test_pid_alive_answers_for_live_dead_zombie_and_unknown_processes():
+    assert pid_alive(os.getpid()) is True
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_for(lambda: process_state(child.pid) == "Z", what="the child to exit (a zombie until reaped)")
+    assert pid_alive(child.pid) is False  # exited: a zombie is not a live owner
+    child.wait()
+    assert pid_alive(child.pid) is False
+    for unknown in (None, "123", 0, -1, True and "x"):
+        assert pid_alive(unknown) is False
+
+
+def process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return handle.read().rpartition(b") ")[2][:1].decode()
+
+
+def test_a_live_owners_lag_marker_is_not_taken_for_a_dead_ones(tmp_path):
+    from memvault.indexer.maintenance.semantic_queue import dead_markers, marker_path
+
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    live = marker_path(index_dir, os.getpid())
+    live.touch()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = marker_path(index_dir, gone.pid)
+    dead.touch()
+    assert dead_markers(index_dir) == [dead]
+
+
+def test_engine_stop_force_kills_a_stopped_owner_and_cleans_its_status(tmp_path):
+    root = make_vault(tmp_path)
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        os.kill(owner.proc.pid, signal.SIGSTOP)
+        wait_for(lambda: process_stopped(owner.proc.pid), what="the owner to be stopped")
+        stuck = memvault(root, "search", "anything")
+        assert stuck.returncode == 1 and "memvault engine stop --force" in stuck.stderr, stuck.stderr
+        stopped = memvault(root, "engine", "stop", "--force", "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        body = json.loads(stopped.stdout)
+        assert body == {"stopped": True, "pid": owner.proc.pid, "forced": True, "signal": "SIGKILL"}
+        assert owner.proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        owner.kill()
+    assert not status_path(root).exists() and not (root / ".locks" / "live.json").exists()
+    status = memvault(root, "engine", "status", "--json")
+    assert status.returncode == 1 and json.loads(status.stdout)["staleStatus"] is None
+    after = memvault(root, "remember", "The kite flew again.")  # in-process: nobody owns the vault
+    assert after.returncode == 0 and after.stdout.startswith("added:"), after.stderr
+
+
+def test_engine_stop_force_finds_a_stuck_owner_whose_status_was_deleted(tmp_path):
+    root = make_vault(tmp_path)
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        os.kill(owner.proc.pid, signal.SIGSTOP)
+        shutil.rmtree(root / ".locks")  # engine.json with it: the kernel still knows who holds the vault
+        assert fence_holder_pid(root) == owner.proc.pid
+        stopped = memvault(root, "engine", "stop", "--force")
+        assert stopped.returncode == 0 and f"engine pid {owner.proc.pid} killed" in stopped.stdout, stopped.stderr
+        assert owner.proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        owner.kill()
+    assert fence_holder_pid(root) is None
+
+
+def test_no_second_owner_after_the_socket_and_the_locks_folder_are_deleted_together(tmp_path):
+    root = make_vault(tmp_path)
+    first = OwnerProcess(root, "watch").wait_serving()
+    try:
+        os.unlink(socket_path(root))  # a /tmp cleaner and `git clean -fdx` at once
+        shutil.rmtree(root / ".locks")
+        assert find_owner(root) is None  # nothing answers until the guard binds the socket again
+        for command in ("watch", "serve"):
+            second = memvault(root, command)
+            assert second.returncode == 1, (command, second.stderr)
+            assert "Another live memvault process owns this vault" in second.stderr, second.stderr
+            assert f"pid {first.proc.pid}" in second.stderr, second.stderr
+        retried = memvault(root, "retry")  # an operator step that needs a stopped owner: refused too
+        assert retried.returncode == 1 and "Another live memvault process" in retried.stderr, retried.stderr
+        wait_for(lambda: find_owner(root) is not None and status_path(root).exists(),
+                 what="the first owner to bind its socket and write its status again")
+        assert memvault_json(root, "engine", "status")["pid"] == first.proc.pid
+        assert LivenessFence(root).is_held_elsewhere()
+        remembered = memvault(root, "remember", "The heron stands still.")
+        assert remembered.returncode == 0, remembered.stderr
+        assert memvault(root, "health", "--strict").returncode == 0
+    finally:
+        err = first.stop()
+    assert "two processes now claim the vault" not in err
+    assert first.proc.returncode == 0, err
