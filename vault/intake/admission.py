@@ -49,6 +49,9 @@ ELLIPSIS = "…"
 
 _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _TRAILING_PUNCTUATION = re.compile(r"[\s.!?]+$")
+#: the sentinel as a whole word at the end of the final line, a closing full stop or the like
+#: allowed ("Done. NOTHING_TO_REPORT.", not "XNOTHING_TO_REPORT" nor "NOTHING_TO_REPORT_YET")
+_ENDS_WITH_SENTINEL = re.compile(r"(?<![\w])" + NOTHING_TO_REPORT + r"[.!]*$")
 
 ADMITTED, DUPLICATE, SKIPPED, FAILED = "admitted", "duplicate", "skipped", "failed"
 
@@ -101,7 +104,7 @@ def skip_reason(answer: str) -> str | None:
     stripped = answer.strip()
     if not stripped:
         return "empty_answer"
-    if stripped.rsplit("\n", 1)[-1].strip().endswith(NOTHING_TO_REPORT):
+    if _ENDS_WITH_SENTINEL.search(stripped.rsplit("\n", 1)[-1].strip()):
         return "nothing_to_report"
     if len(stripped) <= 32 and _TRAILING_PUNCTUATION.sub("", normalize_text(stripped).lower()) in PROBES:
         return "test_probe"
