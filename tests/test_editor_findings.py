@@ -106,9 +106,21 @@ def test_2_remembering_text_inside_a_resolved_looking_hunk_never_writes_a_second
     # a merge left the hunk in the file (terminated, unresolved) with the bullet on both sides
     note.write_text(f"# 2026-11-30\n\n<<<<<<< HEAD\n{line}\n=======\n{line}\n>>>>>>> other\n")
     with MemoryStore.open(new_vault) as store:
-        with pytest.raises(NoteNotWritable, match="duplicate the id"):
+        with pytest.raises(NoteNotWritable, match="resolve the merge conflict in daily/2026-11-30.md first"):
             store.remember("The release is on Friday.", at=AT)
     assert note.read_text().count(f"^{first.id}") == 2  # the person's two copies, and no third
+
+
+def test_2_remembering_text_whose_id_sits_in_a_code_fence_never_writes_a_second_id(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        first = store.remember("The release is on Friday.", at=AT)
+    note = new_vault / NOTE
+    line = note.read_text().splitlines()[-1]
+    note.write_text(f"# 2026-11-30\n\n```\n{line}\n```\n")
+    with MemoryStore.open(new_vault) as store:
+        with pytest.raises(NoteNotWritable, match="duplicate the id"):
+            store.remember("The release is on Friday.", at=AT)
+    assert note.read_text().count(f"^{first.id}") == 1
 
 
 def test_2_after_a_person_edits_a_remembered_line_the_original_is_written_again_and_found(new_vault):

@@ -157,3 +157,25 @@ def test_while_git_holds_its_index_lock_the_repair_waits(repo):
         with VaultLock(repo):
             assert repair_lost_lines(store.layout, [relpath]) == [relpath]  # kept, then put back
         assert note.read_text().count(f"^{receipt.id}") == 1
+
+
+def test_remember_of_a_fact_inside_an_unresolved_merge_conflict_is_refused(repo):
+    relpath = "daily/2026-11-30.md"
+    note = _commit_note(repo, relpath, "# 2026-11-30\n\n- typed this morning\n")
+    git(repo, "checkout", "-q", "-b", "theirs")
+    note.write_text(note.read_text() + "- 10:01 The deploy color is green.\n")
+    git(repo, "commit", "-qam", "green")
+    git(repo, "checkout", "-q", "main")
+    note.write_text(note.read_text() + "- 10:00 The deploy color is blue. ^m-aaaaaaaaaa\n")
+    git(repo, "commit", "-qam", "blue")
+    assert git(repo, "merge", "theirs", check=False).returncode != 0  # a real conflict
+    conflicted = note.read_text()
+    assert "<<<<<<<" in conflicted and ">>>>>>>" in conflicted
+
+    for fact in ("The deploy color is green.", "The  deploy color is blue."):  # either side, spacing aside
+        done = memvault(repo, "remember", "--at", "2026-11-30T12:00:00+00:00", fact)
+        assert done.returncode == 1 and "resolve the merge conflict in daily/2026-11-30.md first" in done.stderr, done
+        assert "Traceback" not in done.stderr
+        assert note.read_text() == conflicted  # no second copy below the hunk
+    added = memvault_json(repo, "remember", "--at", "2026-11-30T12:00:00+00:00", "A fact from elsewhere.")
+    assert added["status"] == "added"

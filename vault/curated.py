@@ -14,7 +14,7 @@ from memvault.vault.clock import local_day_and_time, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash, memory_id, normalize_text, without_bidi_controls
 from memvault.vault.layout import DAILY, VaultLayout
-from memvault.vault.note import Note, region_left_open
+from memvault.vault.note import Note, parse, region_left_open
 from memvault.vault.note_append import NewBullet, NoteNotWritable, read_note_if_any
 from memvault.vault.note_append import append_bullets_once as _append_in_place
 from memvault.vault.recent_writes import forget_written, note_written
@@ -28,6 +28,8 @@ MAX_FACT_BYTES = 4096
 #: a person may have edited a remembered line (keeping its id): the same text then takes a
 #: variant id, so it is written again and findable, and an id is never used twice
 _MAX_ID_VARIANTS = 16
+#: the lines git writes around a conflict's two (or three, with diff3) sides
+_CONFLICT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def plan_bullet(
         note = notes[relpath]
     wall_time = _wall_time_for(note, at, day, vault_zone)
     if content_identity and note is not None:
+        _refuse_if_in_a_conflict(note, relpath, text)
         block_id = _unused_id_for(note, text, block_id)
     return relpath, day.isoformat(), NewBullet(text, block_id, wall_time)
 
@@ -145,6 +148,20 @@ def _wall_time_for(note: Note | None, at: datetime, day, vault_zone: str) -> str
     _, vault_wall = local_day_and_time(at, zone(vault_zone))
     offset = at.astimezone(zone(vault_zone)).strftime("%z")
     return vault_wall[:5] + f"{offset[:3]}:{offset[3:]}"
+
+
+def _refuse_if_in_a_conflict(note: Note, relpath: str, text: str) -> None:
+    """A fact already standing in an unresolved merge-conflict hunk is there, but not searchable:
+    a second copy below the hunk would double it once the person resolves the conflict."""
+    wanted = normalize_text(text)
+    for first, end in note.conflicts:
+        inside = [line for line in note.lines[first:end] if not line.startswith(_CONFLICT_MARKERS)]
+        for memory in parse("".join(inside)).bullets:
+            if normalize_text(memory.text) == wanted:
+                raise NoteNotWritable(
+                    f"{relpath} already holds this fact inside an unresolved merge conflict (line {first + 1}); "
+                    f"nothing was written. Fix: resolve the merge conflict in {relpath} first, then retry"
+                )
 
 
 def _unused_id_for(note: Note, text: str, block_id: str) -> str:

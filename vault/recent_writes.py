@@ -9,6 +9,10 @@ MAX_BYTES) and every sync looks again: a line written less than REPAIR_WINDOW_SE
 that is gone from its note (neither its `^id` nor its text is there) is appended again, once
 per sync, through the same protocol (`vault/note_append.py`).
 
+A line a git command dropped (stash, checkout of a branch, revert) is left alone when git
+wrote the note's new version and keeps the line elsewhere (`vault/git_state.py`): putting it
+back would make `git stash pop` abort on a dirty note.
+
 After the window, a missing line is taken as the person's decision (they deleted it) and is
 left alone. The ledger is derived state: deleting it (or a crash tearing its last line, which
 is skipped) only gives up repairs for the last minute, so it is not fsynced.
