@@ -10,6 +10,7 @@ import errno
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,6 +111,8 @@ class Bm25Index:
             raise_storage_refusal(exc, folder)
             raise IndexUnavailable(f"BM25 index at {folder} cannot be opened ({exc}): run `memvault rebuild`") from exc
         self._searcher: tantivy.Searcher | None = None
+        #: reads run on many threads at once (the owner's requests): the searcher is swapped whole
+        self._searcher_lock = threading.Lock()
 
     def _open_tantivy(self, folder: Path, create: bool) -> tantivy.Index:
         if not self._read_only:
@@ -130,15 +133,25 @@ class Bm25Index:
 
     def refresh(self) -> None:
         """See commits made since the last search (by this or another process)."""
-        if self._read_only and meta_stamp(self.folder) != self._snapshot_stamp:
-            self._index = self._open_tantivy(self.folder, create=False)  # committed elsewhere: copy again
-        self._index.reload()
-        self._searcher = None
+        with self._searcher_lock:
+            if self._read_only and meta_stamp(self.folder) != self._snapshot_stamp:
+                self._index = self._open_tantivy(self.folder, create=False)  # committed elsewhere: copy again
+            self._index.reload()
+            self._searcher = None
 
     def _current_searcher(self) -> tantivy.Searcher:
-        if self._searcher is None:
-            self._searcher = self._index.searcher()
-        return self._searcher
+        # under the lock: a searcher made from the index before a refresh is never kept after it
+        with self._searcher_lock:
+            if self._searcher is None:
+                self._searcher = self._index.searcher()
+            return self._searcher
+
+    def doc_freqs(self, field: str, terms: Iterable[str]) -> tuple[int, dict[str, int]]:
+        """(rows counted by BM25's statistics, deleted ones included; each term's document
+        frequency in `field`): what a score computed outside Tantivy needs (indexer/engine/overlay.py)."""
+        searcher = self._current_searcher()
+        total = sum(searcher.doc_freq("kind", kind) for kind in KINDS)
+        return total, {term: searcher.doc_freq(field, term) for term in set(terms)}
 
     def count(self) -> int:
         return self._current_searcher().num_docs
@@ -251,9 +264,7 @@ class Bm25Index:
         return max(0, stored - searcher.num_docs)
 
     def build_query(self, text: str, kinds: Iterable[str]) -> tantivy.Query | None:
-        words = [w for w in _WORD_RE.findall(text) if not _CJK_RUN_RE.fullmatch(w)]
-        content = [w for w in words if w.lower() not in STOPWORDS] or words
-        content = [w.lower() if w in _QUERY_OPERATORS else w for w in content][:_MAX_QUERY_WORDS]
+        content = query_words(text)
         should = tantivy.Occur.Should
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
         if content:
@@ -261,7 +272,7 @@ class Bm25Index:
                 " ".join(content), ["text", "ctx"], field_boosts={"text": 1.0, "ctx": CONTEXT_BOOST}
             )
             clauses.append((should, parsed))
-        clauses += [(should, tantivy.Query.term_query(self.schema, "cjk", g)) for g in cjk_bigrams(text)[:_MAX_QUERY_WORDS]]
+        clauses += [(should, tantivy.Query.term_query(self.schema, "cjk", g)) for g in query_bigrams(text)]
         if not clauses:
             return None
         # excluding the other kinds (MustNot) keeps Tantivy's fast top-k path; a Must filter on a
@@ -272,6 +283,50 @@ class Bm25Index:
 
     def _hit(self, searcher: tantivy.Searcher, score: float, address) -> Bm25Hit:
         return row_of(searcher.doc(address), score)
+
+
+_analyzers = threading.local()
+
+
+def stemmed_terms(text: str) -> list[str]:
+    """The terms `en_stem` makes of text, as Tantivy builds that tokenizer: simple tokenizer,
+    words over 40 bytes dropped, lower-cased, English Snowball stemmer."""
+    analyzer = getattr(_analyzers, "en_stem", None)
+    if analyzer is None:  # one per thread: the analyzer keeps per-call state
+        analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
+                    .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())  # fmt: skip
+        _analyzers.en_stem = analyzer
+    return analyzer.analyze(text)
+
+
+def query_words(text: str) -> list[str]:
+    """The words of user text a BM25 query searches for (stopwords dropped when others remain)."""
+    words = [w for w in _WORD_RE.findall(text) if not _CJK_RUN_RE.fullmatch(w)]
+    content = [w for w in words if w.lower() not in STOPWORDS] or words
+    return [w.lower() if w in _QUERY_OPERATORS else w for w in content][:_MAX_QUERY_WORDS]
+
+
+def query_bigrams(text: str) -> list[str]:
+    """The CJK bigrams of user text a BM25 query searches for."""
+    return cjk_bigrams(text)[:_MAX_QUERY_WORDS]
+
+
+def document_of(record: MemoryRecord) -> tantivy.Document:
+    """The stored document of one record (what the writer adds; `row_of` reads it back)."""
+    return tantivy.Document(
+        key=record_key(record.path, record.id),
+        id=record.id,
+        path=record.path,
+        kind=record.kind,
+        day=record.day.isoformat(),
+        chash=record.content_hash,
+        text=record.text,
+        ctx=record.context,
+        ctxh=context_hash(record.context),
+        cjk=" ".join(cjk_bigrams(record.text)),
+        at=int(record.at.timestamp()),
+        line=record.line,
+    )
 
 
 def row_of(doc: tantivy.Document, score: float = 0.0) -> Bm25Hit:
@@ -366,22 +421,7 @@ class Bm25Writer:
     def _add(self, records: Iterable[MemoryRecord]) -> int:
         count = 0
         for record in records:
-            self._writer.add_document(
-                tantivy.Document(
-                    key=record_key(record.path, record.id),
-                    id=record.id,
-                    path=record.path,
-                    kind=record.kind,
-                    day=record.day.isoformat(),
-                    chash=record.content_hash,
-                    text=record.text,
-                    ctx=record.context,
-                    ctxh=context_hash(record.context),
-                    cjk=" ".join(cjk_bigrams(record.text)),
-                    at=int(record.at.timestamp()),
-                    line=record.line,
-                )
-            )
+            self._writer.add_document(document_of(record))
             count += 1
         return count
 
