@@ -1,7 +1,9 @@
 """What the engine hands back: receipts and recall results. Plain frozen data, JSON-ready."""
 
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, tzinfo
+
+from memvault.vault.layout import note_day
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class RecallHit:
     text: str
     source: str
     score: float
+    #: the memory's instant, aware, in the vault's zone (the zone its note is named and read in)
     at: datetime
     kind: str = "curated"
     #: per-retriever evidence (ranks and raw scores), shown by `--explain`
@@ -38,11 +41,17 @@ class RecallHit:
             "sources": list(self.sources or (self.source,)),
             "score": round(self.score, 6),
             "at": self.at.isoformat(),
-            "date": self.source.split("/", 1)[-1][:10],
+            "date": _note_date(self.source),
         }
         if explain:
             body["explain"] = self.explain
         return body
+
+
+def _note_date(source: str) -> str:
+    """The date of the note a source names, in either layout (`daily/2026/11/2026-11-30.md#^…`)."""
+    day = note_day(source.partition("#")[0])
+    return day.isoformat() if day is not None else source.rsplit("/", 1)[-1][:10]
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,15 @@ class RecallResult:
     guidance: str | None = None
     #: auto mode: the gate's content-free decision (reason, shape, band and window sizes)
     gate: dict | None = None
+    #: tool mode, no hits: why ("nothing in memory matches": below the relevance floor, or no candidate)
+    empty_reason: str | None = None
+    #: tool mode: the periods the question names and its evidence against the floor (`--explain`)
+    explain: dict | None = None
+
+    def in_zone(self, zone: tzinfo) -> "RecallResult":
+        """The same result with every hit's instant shown in `zone` (the vault's): the indexes keep
+        UTC, people read the zone their notes are written in."""
+        return replace(self, hits=tuple(replace(hit, at=hit.at.astimezone(zone)) for hit in self.hits))
 
     def to_json(self, explain: bool = False) -> dict:
         body = {
@@ -63,8 +81,11 @@ class RecallResult:
             "mode": self.mode,
             "degraded": self.degraded,
             "guidance": self.guidance,
+            "empty_reason": self.empty_reason,
             "hits": [hit.to_json(explain) for hit in self.hits],
         }
+        if explain and self.explain is not None:
+            body["explain"] = self.explain
         if self.gate is not None:
             body["gate"] = self.gate
         return body
