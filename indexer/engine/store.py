@@ -33,7 +33,7 @@ from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome
 from memvault.indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
 from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
 from memvault.indexer.search.telemetry import AccessLog
-from memvault.vault.clock import utc_now
+from memvault.vault.clock import utc_now, zone
 from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultError, VaultLocked
@@ -338,7 +338,7 @@ class MemoryStore:
         behind = self.unsynced or self._deferred.problem
         if behind and not result.degraded:
             result = dataclasses.replace(result, degraded=behind)
-        return result
+        return result.in_zone(zone(self.time_zone))  # shown in the zone the notes are written in
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         """Alias of `recall`, named after the CLI command."""
