@@ -39,3 +39,20 @@ def new_vault(tmp_path) -> Path:
     root = tmp_path / "fresh"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))
     return root
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL + pgvector on a Unix socket under /tmp, one per test worker
+    (tests/postgres_helpers.py). It fails loudly when it cannot start: these tests run in CI."""
+    from tests.postgres_helpers import PostgresServer
+
+    server = PostgresServer.start_new()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server) -> str:
+    """A fresh database on the session's server, with pgvector installed."""
+    return postgres_server.new_database()

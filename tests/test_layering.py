@@ -1,5 +1,6 @@
 """Dependencies point one way: cli → indexer → vault, and inside indexer/ its groups top to
-bottom (runtime → engine → services → journal → maintenance → search). Checked by parsing
+bottom (runtime → engine → services → journal → maintenance → search → backend: the index
+backend seam and its engines sit under everything that reads an index). Checked by parsing
 every import, the lazy ones inside functions included: a lazy import may save start-up time,
 it may not hide an upward dependency."""
 
@@ -12,7 +13,7 @@ FORBIDDEN = {
     "indexer": {"memvault.cli", "click"},
 }
 #: indexer's groups, top first; each may import only the groups after it (and `results`)
-INDEXER_GROUPS = ["runtime", "engine", "services", "journal", "maintenance", "search"]
+INDEXER_GROUPS = ["runtime", "engine", "services", "journal", "maintenance", "search", "backend"]
 SHARED = {"results"}
 
 
@@ -68,6 +69,18 @@ def test_nothing_imports_the_folders_by_their_bare_names():
     for path in project_sources():
         for module in imported_modules(path):
             if module.split(".")[0] in ("vault", "indexer", "cli"):
+                offences.append(f"{path.relative_to(REPO)} imports {module}")
+    assert offences == []
+
+
+def test_nothing_above_the_seam_imports_an_engine():
+    """Callers speak to `backend.base`; only the factory that opens a backend names an engine."""
+    offences = []
+    for path in sorted((REPO / "indexer").rglob("*.py")):
+        if "backend" in path.relative_to(REPO / "indexer").parts[:1]:
+            continue
+        for module in imported_modules(path):
+            if module.startswith("memvault.indexer.backend.") and module != "memvault.indexer.backend.base":
                 offences.append(f"{path.relative_to(REPO)} imports {module}")
     assert offences == []
 

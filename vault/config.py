@@ -16,7 +16,7 @@ import os
 import stat
 import zoneinfo
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from memvault.vault.config_schema import (  # noqa: F401  public names are re-ex
     DEFAULT_LLM_TIMEOUT_MS,
     EMBEDDING_PROVIDERS,
     ENV_VARS,
+    INDEX_BACKENDS,
+    INDEX_DSN_ENV,
     LEAVES,
     LLM_PROVIDERS,
     MAX_CONFIG_BYTES,
@@ -128,11 +130,23 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class IndexConfig:
+    """Where the vault's derived index lives (docs/team.md): `.index/` by default, or a server."""
+
+    backend: str = "local"  # "local" (Tantivy + hnswlib) | "postgres"
+    name: str | None = None  # the vault's name on the server (default: the folder's name)
+    #: the libpq connection string: MEMVAULT_INDEX_DSN, else `index.dsn` (never with a password),
+    #: else "" (libpq's defaults, PGSERVICE, ~/.pg_service.conf and ~/.pgpass)
+    dsn: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
 class Config:
     memory: MemoryConfig
     tools: ToolsConfig
     vault_path: Path | None
     source: str  # one line per used key: `key = value  (file PATH | env VAR | flag | default)`
+    index: IndexConfig = IndexConfig()
 
     def tool_enabled(self, name: str) -> bool:
         """Whether a tool is offered, under the spec's tool policy for the three memory tools."""
@@ -432,14 +446,27 @@ def load_config(
         error.problems, error.path = tuple(messages), path  # type: ignore[attr-defined]
         raise error
     memory, tools, used = _resolve(flat)
-    return Config(memory, tools, None if vault_path is None else Path(vault_path), _source_lines(used, origins))
+    index = _resolve_index(flat, vault_path, env, used)
+    return Config(memory, tools, None if vault_path is None else Path(vault_path), _source_lines(used, origins), index)
+
+
+def _resolve_index(flat: dict[str, Any], vault_path: Path | None, env: Mapping[str, str], used: dict) -> IndexConfig:
+    """The index block; the DSN from the environment wins over the file's (which has no password)."""
+    backend = flat.get("index.backend", "local")
+    if backend == "local":
+        return IndexConfig()
+    folder = "" if vault_path is None else Path(vault_path).resolve().name.lower()
+    name = flat.get("index.name") or folder
+    used["index.backend"], used["index.name"] = backend, name
+    return IndexConfig(backend, name, env.get(INDEX_DSN_ENV) or flat.get("index.dsn", ""))
 
 
 # --- writing ----------------------------------------------------------------------------------
 
 
-def default_config_data(mode: str = "journal", time_zone: str = "UTC") -> dict:
-    """What `memvault init` writes: builtin (offline) embeddings for journal/bujo, a local chat model for bujo."""
+def default_config_data(mode: str = "journal", time_zone: str = "UTC", index: dict | None = None) -> dict:
+    """What `memvault init` writes: builtin (offline) embeddings for journal/bujo, a local chat model for bujo,
+    and `index` ({"backend": "postgres", "name": …}) when the index lives on a server."""
     memory: dict[str, Any] = {"mode": mode, "writeMode": "append-host-summary", "timeZone": time_zone}
     if mode in ("journal", "bujo"):
         builtin = EMBEDDING_PROVIDERS["builtin"]
@@ -452,6 +479,8 @@ def default_config_data(mode: str = "journal", time_zone: str = "UTC") -> dict:
     memory["recallTool"] = {"enabled": True}
     memory["rememberTool"] = {"enabled": True}
     data = {"memory": memory, "tools": {"deniedTools": []}}
+    if index is not None:
+        data["index"] = dict(index)
     problems = validate_config_data(data)
     if problems:
         raise InvalidConfig("cannot write a default config:\n" + "\n".join(problems))

@@ -85,7 +85,7 @@ VAULT_PATH_ENV = "MEMVAULT_MEMORY_PATH"
 # Object keys and their children, in the documented order render_config writes them.
 OBJECTS = MappingProxyType(
     {
-        "": ("memory", "tools"),
+        "": ("memory", "tools", "index"),
         "memory": (
             "mode", "writeMode", "path", "timeZone", "embeddings", "llm", "recallTool", "rememberTool", "runtime",
         ),
@@ -100,6 +100,7 @@ OBJECTS = MappingProxyType(
         "memory.runtime.idleReview": ("enabled", "minIntervalMs", "maxPerSession", "maxContextChars", "runtimeMemory"),
         "tools": ("allowedTools", "deniedTools", "hostTools"),
         "tools.hostTools": ("runHistory", "sessionHistory"),
+        "index": ("backend", "name", "dsn"),
     }
 )
 # Leaf key → (type, an example value for messages). The example is what a fix suggests.
@@ -140,6 +141,9 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "tools.deniedTools": (list, []),
         "tools.hostTools.runHistory": (str, "RunHistory"),
         "tools.hostTools.sessionHistory": (str, "SessionHistory"),
+        "index.backend": (str, "postgres"),
+        "index.name": (str, "team-notes"),
+        "index.dsn": (str, "service=memvault"),
     }
 )
 _OBJECT_EXAMPLES = {
@@ -153,6 +157,7 @@ _OBJECT_EXAMPLES = {
     "memory.runtime.idleReview": {"enabled": True},
     "tools": {"deniedTools": []},
     "tools.hostTools": {"runHistory": "RunHistory"},
+    "index": {"backend": "postgres", "name": "team-notes"},
 }
 _SECRET_KEY_NAMES = {"apikey", "api_key", "key", "token", "secret", "password", "authorization"}
 _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
@@ -534,6 +539,41 @@ def _check_tiers(flat: dict[str, Any], problems: list[_Problem]) -> None:
         )
 
 
+#: where a vault's derived index lives: `.index/` (Tantivy + hnswlib) or a PostgreSQL server
+INDEX_BACKENDS = ("local", "postgres")
+#: the connection string the postgres backend reads (the entry point passes it down)
+INDEX_DSN_ENV = "MEMVAULT_INDEX_DSN"
+INDEX_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+_DSN_PASSWORD_RE = re.compile(r"(^|\s)password\s*=", re.IGNORECASE)
+
+
+def dsn_has_password(dsn: str) -> bool:
+    """Whether a libpq DSN (key=value or URI form) carries a password."""
+    if "://" in dsn:
+        try:
+            return bool(urlsplit(dsn.strip()).password)
+        except ValueError:
+            return False
+    return bool(_DSN_PASSWORD_RE.search(dsn))
+
+
+def _check_index(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    backend = flat.get("index.backend", "local")
+    if isinstance(backend, str) and backend not in INDEX_BACKENDS:
+        problems.append(_Problem(f"index.backend must be one of {', '.join(map(json.dumps, INDEX_BACKENDS))} "
+                                 f"(got {_show(backend)}): use \"postgres\" for a team's server", ("index.backend",)))
+    name = flat.get("index.name")
+    if isinstance(name, str) and not INDEX_NAME_RE.fullmatch(name):
+        problems.append(_Problem(f"index.name {_show(name)} is not a vault name for the server: use 1-40 lower-case "
+                                 'letters, digits, "-" or "_", starting with a letter or digit (e.g. "team-notes")',
+                                 ("index.name",)))
+    dsn = flat.get("index.dsn")
+    if isinstance(dsn, str) and dsn_has_password(dsn):
+        problems.append(_Problem(f"index.dsn carries a password, and {CONFIG_FILE} goes to git: remove it and set "
+                                 f"{INDEX_DSN_ENV}, or keep the password in ~/.pgpass (or a libpq service in "
+                                 "~/.pg_service.conf) and write \"service=NAME\" here", ("index.dsn",)))
+
+
 def _problems(data: object) -> tuple[list[_Problem], dict[str, Any]]:
     problems: list[_Problem] = []
     flat: dict[str, Any] = {}
@@ -550,6 +590,7 @@ def _problems(data: object) -> tuple[list[_Problem], dict[str, Any]]:
     _check_embeddings(flat, problems)
     _check_llm(flat, problems)
     _check_tiers(flat, problems)
+    _check_index(flat, problems)
     return problems, flat
 
 

@@ -102,7 +102,8 @@ class MemoryStore:
             owner = find_owner(root)
             if owner is not None and not owner.is_this_process:
                 return RemoteStore(root, owner, env)
-        store = cls(VaultLayout(root), load_config(root, env, overrides))
+        config = load_config(root, env, overrides)
+        store = _store_class(cls, config)(VaultLayout(root), config)
         store.env = dict(env)  # the chat model's API key variable is read from here, never os.environ
         if sync:
             try:
@@ -634,6 +635,15 @@ class MemoryStore:
         except OSError as exc:
             raise IndexUnavailable(f"index generation {index.generation} vanished ({exc.strerror}): retry") from exc
         return (str(info.st_ino), info.st_mtime_ns)
+
+
+def _store_class(cls: type, config: Config) -> type:
+    """The engine for the vault's index block: `.index/` (this class), or an index server."""
+    if config.index.backend == "local":
+        return cls
+    from memvault.indexer.engine.server_store import ServerIndexedStore
+
+    return ServerIndexedStore
 
 
 def _semantic_service(layout: VaultLayout, config: Config):

@@ -111,16 +111,22 @@ class HealthReport:
         }
 
 
-def check_health(layout: VaultLayout, config, *, strict: bool = False, extra: Iterable[Finding] = ()) -> HealthReport:
+def check_health(layout: VaultLayout, config, *, strict: bool = False, extra: Iterable[Finding] = (),
+                 index=None, index_problem: str | None = None) -> HealthReport:
     """Run every check (strict-only ones with `strict`), plus `extra` findings the caller made
-    (the owner's own state). Reads only: repairs nothing."""
+    (the owner's own state). Reads only: repairs nothing. `index`: a server backend's serving
+    generation (`maintenance/server_index.py`) to check instead of `.index/`, or, with
+    `index_problem`, why there is none."""
     context = HealthContext(layout, config, strict)
-    try:
-        context.index = DerivedIndex.open_current(layout)
-        if context.index is None:
-            context.index_problem = "the vault has no index yet"
-    except (IndexUnavailable, OSError, ValueError) as exc:
-        context.index_problem = str(exc)
+    if index is not None or index_problem is not None:
+        context.index, context.index_problem = index, index_problem
+    else:
+        try:
+            context.index = DerivedIndex.open_current(layout)
+            if context.index is None:
+                context.index_problem = "the vault has no index yet"
+        except (IndexUnavailable, OSError, ValueError) as exc:
+            context.index_problem = str(exc)
     findings: list[Finding] = []
     ran = []
     for name, check, strict_only in CHECKS:
@@ -252,7 +258,7 @@ def check_embedding_identity(ctx: HealthContext) -> Iterable[Finding]:
                       f"the index was built for embeddings {_describe(built)} but the config says {_describe(wanted)}",
                       REBUILD)
     vectors = ctx.index.generation / "vectors"
-    if wanted is not None and vectors.is_dir():
+    if wanted is not None and vectors.is_dir() and getattr(ctx.index, "has_local_vectors", True):
         from memvault.indexer.search.vectors import read_identity
 
         identity = read_identity(vectors)
@@ -271,6 +277,8 @@ def check_vector_rows(ctx: HealthContext) -> Iterable[Finding]:
     embeddings = ctx.config.memory.embeddings
     if ctx.index is None or embeddings is None or ctx.config.memory.mode == "lite":
         return
+    if not getattr(ctx.index, "has_local_vectors", True):  # a server's rows carry their vectors
+        return
     from memvault.indexer.maintenance.semantic import coverage_findings
     from memvault.indexer.search.embeddings import EmbeddingIdentity
 
@@ -284,6 +292,8 @@ def check_vector_index(ctx: HealthContext) -> Iterable[Finding]:
     or missing `vectors.hnsw` leaves search degraded to BM25, so plain `health` must say so."""
     embeddings = ctx.config.memory.embeddings
     if ctx.index is None or embeddings is None or ctx.config.memory.mode == "lite":
+        return
+    if not getattr(ctx.index, "has_local_vectors", True):  # a server's rows carry their vectors
         return
     from memvault.indexer.search.embeddings import EmbeddingIdentity
     from memvault.indexer.search.vectors import INDEX_FILE, VectorIndex, read_identity

@@ -1,0 +1,37 @@
+"""The index backend seam: what the engine needs from a derived index (`base.IndexBackend`),
+and its engines. Tantivy + hnswlib serve by default (`maintenance/local_backend.py` adapts
+them); PostgreSQL + pgvector (`backend/postgres/`) when a vault's config names it."""
+
+
+def open_backend(index, *, create: bool = True):
+    """The engine an `index` config block (vault.config.IndexConfig) names, connected.
+
+    `create`: make the vault's partition and role when missing (the owner's open); without it a
+    vault the server does not hold is an IndexUnavailable."""
+    if index.backend == "postgres":
+        from memvault.indexer.backend.postgres.engine import PostgresBackend
+
+        return PostgresBackend(index.dsn, index.name, create=create)
+    raise ValueError(f"index backend {index.backend!r} has no server engine")
+
+
+def check_server(index) -> list[str]:
+    """What is wrong with the configured server for this backend (unreachable, too old, no
+    pgvector), each naming the fix; [] when it will do. Never raises for a server's state."""
+    from memvault.indexer.backend.postgres.connection import connect, server_versions, version_problems
+    from memvault.vault.errors import VaultError
+
+    try:
+        with connect(index.dsn, autocommit=True) as conn:
+            return version_problems(*server_versions(conn))
+    except VaultError as exc:
+        return [str(exc)]
+
+
+def server_versions_of(index) -> dict:
+    """{"postgresql": "18.3", "pgvector": "0.8.2"} of the configured server (bench output, health)."""
+    from memvault.indexer.backend.postgres.connection import connect, server_versions
+
+    with connect(index.dsn, autocommit=True) as conn:
+        _, server, vector = server_versions(conn)
+    return {"postgresql": server, "pgvector": vector}

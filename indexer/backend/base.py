@@ -1,0 +1,154 @@
+"""The index backend seam: what the engine needs from a vault's derived index, in its own words.
+
+A backend holds, for one vault, generations of rows (one row per memory bullet, keyed
+`path#id`), each row's vector, and the index's account of which file bytes it has seen. The
+engine (`MemoryStore`, through `indexer/maintenance/server_index.py`) diffs files against the
+rows a backend returns and hands it deltas; recall asks it for ranked candidate lists and fuses
+them itself, so fusion, question coverage and the modes are the same whatever engine runs.
+
+Engines: Tantivy + hnswlib (`indexer/maintenance/local_backend.py`, the default) and
+PostgreSQL + pgvector (`indexer/backend/postgres/`). Nothing above this module imports an
+engine's own classes; differences are the `supports_…` flags, never `if backend == …`.
+
+Guarantees every engine keeps (tests/test_backend_conformance.py runs the same suite on each):
+* `apply` is one commit: when it returns, the rows, their vectors and the file states are
+  durable together; when it raises, none of them changed. Applying the same delta twice leaves
+  the same rows (idempotent), so a crash is repaired by applying the files again.
+* Readers see only activated generations, each one whole: `activate_generation` switches the
+  serving generation in one step, and a generation being built is never served.
+* Candidate lists are best first, ties broken by key, at most `depth` long, and only ever hold
+  rows of the vault and generation asked about.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Protocol, runtime_checkable
+
+from memvault.vault.records import MemoryRecord
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """One row as a backend stores it (the fields sync compares, plus its neighbours' text)."""
+
+    key: str  # "daily/2026-11-30.md#m-1f3a9c0d2e"
+    id: str
+    path: str
+    kind: str  # "curated" | "audit"
+    day: date
+    at: datetime  # UTC
+    line: int
+    text: str
+    content_hash: str
+    context_hash: str = ""
+    context: str = ""
+
+
+@dataclass(frozen=True)
+class RowWrite:
+    """A row to (re)write: the record, its key and context hash, and its vector (None: no vectors
+    in this tier, or the row is not curated)."""
+
+    key: str
+    record: MemoryRecord
+    context_hash: str
+    vector: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class BackendDelta:
+    """What one `apply` changes: keys to delete, rows to write, file states to record (a path
+    mapped to None forgets it). File states are opaque JSON objects to a backend."""
+
+    deleted: tuple[str, ...] = ()
+    writes: tuple[RowWrite, ...] = ()
+    files: dict | None = None
+
+
+@dataclass(frozen=True)
+class BackendCounts:
+    """Counts for health: live rows, rows per kind, rows per file, rows lacking a vector."""
+
+    rows: int
+    by_kind: dict
+    by_path: dict
+    without_vector: int = 0
+
+
+@runtime_checkable
+class IndexBackend(Protocol):
+    """One vault's index on one engine. Methods without `generation` act on the serving one."""
+
+    #: the engine's name in messages and `health` ("local", "postgres")
+    engine: str
+    #: a rebuild from the index's own rows (Tantivy keeps deleted rows in its statistics)
+    supports_compaction: bool
+    #: vectors are written by `apply` itself, in its commit (no background embedding queue)
+    supports_vectors_in_commit: bool
+    #: one server holds many vaults, and `search_across` can fuse them
+    supports_many_vaults: bool
+
+    # --- generations --------------------------------------------------------------------------
+
+    def serving_generation(self) -> int | None:
+        """The generation readers use, or None before the first build."""
+
+    def create_generation(self, embedding: dict | None) -> int:
+        """A new, empty generation that no reader sees until it is activated."""
+
+    def activate_generation(self, generation: int) -> None:
+        """Make `generation` the serving one, atomically; older ones may be dropped after."""
+
+    def drop_generation(self, generation: int) -> None:
+        """Remove a generation that is not serving (a killed or failed build). Idempotent."""
+
+    def generation_embedding(self, generation: int) -> dict | None:
+        """The embedding identity a generation was created for ({"provider","model","dim"})."""
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def apply(self, generation: int, delta: BackendDelta) -> None:
+        """Delete `delta.deleted`, write `delta.writes` (replacing rows of the same key) and record
+        the file states, durably, in one commit (see the module docstring)."""
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def rows_of(self, generation: int, path: str) -> list[StoredRow]:
+        """Every row of one note file."""
+
+    def rows_by_keys(self, generation: int, keys: Iterable[str]) -> dict[str, StoredRow]:
+        """Rows for these keys; absent keys are missing from the result."""
+
+    def rows_by_content_hash(self, generation: int, hashes: Iterable[str], kind: str = "curated") -> list[StoredRow]:
+        """Every row of `kind` whose text has one of these content hashes (Remember's duplicate check)."""
+
+    def journal_rows(self, generation: int, paths: Iterable[str]) -> list[StoredRow]:
+        """Every row of these notes (MemoryJournal reads a date range as its daily notes)."""
+
+    def all_rows(self, generation: int) -> list[StoredRow]:
+        """Every row (health --strict, parity tests): not for hot paths."""
+
+    def file_states(self, generation: int) -> dict:
+        """path → the file state last recorded by `apply`."""
+
+    def lexical_candidates(self, generation: int, query: str, depth: int,
+                           kinds: Sequence[str] = ("curated",)) -> list[tuple[str, float]]:
+        """(key, BM25 score) of the best `depth` rows for user text, best first, ties by key."""
+
+    def term_frequencies(self, generation: int, terms: Iterable[str]) -> tuple[int, dict[str, int]]:
+        """(rows in the generation, how many rows' own text holds each term): BM25's statistics,
+        for scores computed outside the engine. Terms are already analysed (lower-cased, stemmed)."""
+
+    def vector_candidates(self, generation: int, vector: Sequence[float], depth: int) -> list[tuple[str, float]]:
+        """(key, cosine similarity) of the `depth` nearest curated rows, best first. Never fewer
+        than min(depth, curated rows with a vector): a filter must not starve the list."""
+
+    def counts(self, generation: int) -> BackendCounts:
+        """Live counts for health and rebuild reports."""
+
+    def stamp(self) -> object:
+        """A value that changes with every commit by any process (readers reload on a change)."""
+
+    def close(self) -> None:
+        """Release connections; the backend can be opened again later."""

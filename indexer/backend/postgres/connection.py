@@ -1,0 +1,121 @@
+"""Connecting to the index server: the optional client, version checks, and no password in any message.
+
+The DSN comes from the entry point (`MEMVAULT_INDEX_DSN`, or `index.dsn` in memvault.json
+without a password); an empty DSN or `service=NAME` lets libpq read its own service and
+password files (PGSERVICE, ~/.pg_service.conf, ~/.pgpass). Every message built here goes
+through `redact`, so neither the DSN's password nor a password libpq echoes reaches a person.
+"""
+
+import re
+from urllib.parse import urlsplit
+
+from memvault.vault.errors import IndexUnavailable, InvalidConfig
+
+MIN_SERVER_MAJOR = 16
+MIN_PGVECTOR = (0, 8)
+INSTALL_HINT = "pip install 'memvault[postgres]'"
+_KEYWORD_PASSWORD_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_URI_PASSWORD_RE = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
+_CONNECT_TIMEOUT_S = 10
+
+
+def require_psycopg():
+    """The psycopg module, or a clear error naming the extra that installs it."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise InvalidConfig(f"the postgres index backend needs psycopg 3 and pgvector: {INSTALL_HINT}") from exc
+    return psycopg
+
+
+def redact(text: str, dsn: str = "") -> str:
+    """`text` with every password removed: `password=…` pairs, `user:…@` in URIs, and the DSN's
+    own password wherever it appears verbatim."""
+    secret = dsn_password(dsn)
+    if secret:
+        text = text.replace(secret, "***")
+    text = _KEYWORD_PASSWORD_RE.sub(r"\1***", text)
+    return _URI_PASSWORD_RE.sub(r"\1***\3", text)
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password a DSN carries (keyword or URI form), or None."""
+    if not dsn:
+        return None
+    if "://" in dsn:
+        try:
+            return urlsplit(dsn.strip()).password or None
+        except ValueError:
+            return None
+    match = _KEYWORD_PASSWORD_RE.search(dsn)
+    return match.group(2).strip("'") if match else None
+
+
+def describe_target(dsn: str) -> str:
+    """Where a DSN points, for messages: host (or socket folder), port and database, no secrets."""
+    psycopg = require_psycopg()
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an unparsable DSN"
+    if parts.get("service"):
+        return f"service {parts['service']!r}"
+    host = parts.get("host") or "localhost (libpq's default)"
+    where = f"host {host}"
+    if parts.get("port"):
+        where += f" port {parts['port']}"
+    if parts.get("dbname"):
+        where += f" database {parts['dbname']}"
+    return where
+
+
+def connect(dsn: str, *, autocommit: bool = False):
+    """A connection with pgvector's types registered, or IndexUnavailable naming the host and the fix."""
+    psycopg = require_psycopg()
+    try:
+        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=_CONNECT_TIMEOUT_S)
+    except psycopg.Error as exc:
+        raise IndexUnavailable(unreachable_message(dsn, exc)) from None
+    return conn
+
+
+def unreachable_message(dsn: str, exc: BaseException) -> str:
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return redact(
+        f"the index server at {describe_target(dsn)} is unreachable ({reason}): start it, or point "
+        "MEMVAULT_INDEX_DSN (or a libpq service in ~/.pg_service.conf) at a running PostgreSQL 16+ with pgvector",
+        dsn,
+    )
+
+
+def server_versions(conn) -> tuple[int, str, str | None]:
+    """(server major version, server version text, pgvector version or None when not installed)."""
+    number = conn.info.server_version  # e.g. 180003
+    text = conn.execute("SHOW server_version").fetchone()[0]
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    available = None
+    if row is None:
+        found = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+        available = None if found is None else f"available {found[0]}, not installed"
+    return number // 10000, text, row[0] if row is not None else available
+
+
+def version_problems(major: int, server_text: str, vector: str | None) -> list[str]:
+    """What is wrong with a server for this backend, each with its fix; [] when it will do."""
+    problems = []
+    if major < MIN_SERVER_MAJOR:
+        problems.append(f"PostgreSQL {server_text} is older than {MIN_SERVER_MAJOR}: upgrade the server "
+                        f"(or use a managed PostgreSQL {MIN_SERVER_MAJOR}+)")  # fmt: skip
+    if vector is None:
+        problems.append("pgvector is not available on the server: install it (apt install postgresql-NN-pgvector, "
+                        "or enable the `vector` extension of your managed service)")  # fmt: skip
+    elif vector.startswith("available"):
+        problems.append(f"pgvector is {vector}: run `CREATE EXTENSION vector;` in the database as its owner")
+    elif _version_tuple(vector) < MIN_PGVECTOR:
+        problems.append(f"pgvector {vector} is older than {'.'.join(map(str, MIN_PGVECTOR))}: "
+                        "`ALTER EXTENSION vector UPDATE;` after installing a newer pgvector")  # fmt: skip
+    return problems
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])

@@ -1,0 +1,92 @@
+"""BM25 on PostgreSQL, computed in SQL from the server's own statistics.
+
+`ts_rank_cd` is not BM25 (no inverse document frequency, another length normalisation), so
+ranking with it changes which memories come first. Here each row keeps two tsvectors (its own
+words, and its note neighbours' words, weighted CONTEXT_BOOST as in the local engine) and their
+token counts; a generation row keeps N and the token totals, kept in step by every apply; the
+document frequency of each query term is counted through the GIN index at query time. The
+score is Tantivy's: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 = 1.2, b = 0.75, summed over
+the query's terms in both fields.
+
+Analysis matches the local engine's (`indexer/search/bm25.py`; tests/test_postgres_backend.py
+compares the constants): words are runs of letters and digits, tokens of 40 bytes or more are
+dropped, English is Snowball-stemmed without stop words in documents; queries drop stop words
+when other words remain.
+"""
+
+import re
+
+from memvault.indexer.backend.postgres.schema import TEXT_SEARCH_CONFIG
+
+K1, B = 1.2, 0.75
+CONTEXT_BOOST = 0.5
+WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
+MAX_TOKEN_BYTES = 40
+MAX_QUERY_WORDS = 64
+STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from had has have how i in is it its me my of on or "
+    "our so that the their them they this to was we were what when where which who whom why will "
+    "with you your".split()
+)
+
+
+def words(text: str) -> list[str]:
+    """The tokens BM25 counts, lower-cased, before stemming (the server stems them)."""
+    return [w.lower() for w in WORD_RE.findall(text) if len(w.encode("utf-8")) < MAX_TOKEN_BYTES]
+
+
+def query_words(text: str) -> list[str]:
+    found = words(text)
+    content = [w for w in found if w not in STOPWORDS] or found
+    return content[:MAX_QUERY_WORDS]
+
+
+#: parameters: words (text), vault, generation ×3, kinds; returns (key, score) best first
+BM25_SQL = f"""
+WITH q AS (
+    SELECT lexeme, coalesce(array_length(positions, 1), 1) AS qtf
+    FROM unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', %(words)s))
+),
+tsq AS (
+    SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q
+),
+g AS (
+    SELECT greatest(rows, 1)::float8 AS n,
+           greatest(text_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_text,
+           greatest(ctx_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_ctx
+    FROM memvault_generations WHERE vault = %(vault)s AND generation = %(generation)s
+),
+idf AS (
+    SELECT q.lexeme, q.qtf,
+        ln(1 + (g.n - d.df_text + 0.5) / (d.df_text + 0.5)) AS idf_text,
+        ln(1 + (g.n - d.df_ctx + 0.5) / (d.df_ctx + 0.5)) AS idf_ctx
+    FROM q CROSS JOIN g
+    CROSS JOIN LATERAL (
+        SELECT
+            (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
+                AND r.text_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_text,
+            (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
+                AND r.ctx_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_ctx
+    ) d
+),
+candidates AS (
+    SELECT r.key, r.text_tsv, r.ctx_tsv, r.text_len, r.ctx_len
+    FROM memvault_rows r, tsq
+    WHERE r.vault = %(vault)s AND r.generation = %(generation)s AND r.kind = ANY(%(kinds)s)
+      AND (r.text_tsv @@ tsq.query OR r.ctx_tsv @@ tsq.query)
+),
+scored AS (
+    SELECT c.key, i.qtf * i.idf_text * (t.tf * ({K1} + 1))
+               / (t.tf + {K1} * (1 - {B} + {B} * c.text_len / g.avg_text)) AS part
+    FROM candidates c CROSS JOIN g
+    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf FROM unnest(c.text_tsv)) t
+    JOIN idf i ON i.lexeme = t.lexeme
+    UNION ALL
+    SELECT c.key, {CONTEXT_BOOST} * i.qtf * i.idf_ctx * (t.tf * ({K1} + 1))
+               / (t.tf + {K1} * (1 - {B} + {B} * c.ctx_len / g.avg_ctx)) AS part
+    FROM candidates c CROSS JOIN g
+    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf FROM unnest(c.ctx_tsv)) t
+    JOIN idf i ON i.lexeme = t.lexeme
+)
+SELECT key, sum(part) AS score FROM scored GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
+"""

@@ -1,0 +1,138 @@
+"""`ServerIndexedStore`: a MemoryStore whose derived index lives on an index server.
+
+Everything a MemoryStore does (remember, sync, watch, the owner's commits, recall, journal,
+health) runs unchanged; only where generations come from differs: the backend's generations
+(`indexer/backend/base.py`) shaped as `ServerIndex`, instead of `.index/gen-*` folders. The files
+stay the truth: a lost database is one `memvault rebuild` away.
+
+This subclass is the narrow first step of the seam: it overrides the store's generation
+plumbing only. Folding the local engine behind the same calls shrinks store.py later.
+"""
+
+from memvault.indexer.backend import open_backend
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.progress import PhaseLog
+from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
+from memvault.vault.config import Config
+from memvault.vault.errors import IndexUnavailable, InvalidConfig, VaultError
+from memvault.vault.layout import VaultLayout
+
+_REBUILD_BATCH_FILES = 64
+
+
+class ServerIndexedStore(MemoryStore):
+    def __init__(self, layout: VaultLayout, config: Config, *, backend=None, **kwargs):
+        if config.memory.mode == "bujo":
+            raise InvalidConfig('index.backend "postgres" serves memory.mode "lite" and "journal" for now (BuJo '
+                                "capture's replay projection lives beside a local index): remove the index block "
+                                'or choose memory.mode "journal"')  # fmt: skip
+        super().__init__(layout, config, **kwargs)
+        self._backend = backend
+        self._rebuilding = False
+        # vectors are written in the rows' commit: no background queue
+        self._semantic = None if config.memory.embeddings is None else ServerVectors(self._embedder)
+        self._provider = None
+
+    @property
+    def backend(self):
+        """The connected backend (connected on first use, so local-only work needs no server)."""
+        if self._backend is None:
+            self._backend = open_backend(self.config.index)
+        return self._backend
+
+    def _embedder(self):
+        if self._provider is None:
+            from memvault.indexer.search.embeddings import make_provider
+
+            embeddings = self.config.memory.embeddings
+            self._provider = make_provider(embeddings.provider, embeddings.model, embeddings.dim, embeddings.endpoint)
+        return self._provider
+
+    def close(self) -> None:
+        super().close()
+        if self._backend is not None:
+            self._backend.close()
+
+    # --- generations -----------------------------------------------------------------------------
+
+    def _open(self, number: int) -> ServerIndex:
+        return ServerIndex(self.backend, number, self.layout, None if self._semantic is None else self._embedder)
+
+    def _serving_index(self, create_missing: bool) -> ServerIndex:
+        number = self.backend.serving_generation()
+        if number is None:
+            if not create_missing:
+                raise IndexUnavailable(f"vault {self.config.index.name!r} has no index on the server yet: "
+                                       "run `memvault rebuild`")  # fmt: skip
+            self._swap_in(self._build_generation(PhaseLog()))
+            return self._index
+        if self._index is None or self._index.number != number:
+            self._index = self._open(number)
+            self._manifest_stamp = self._stamp(self._index)
+            if self._semantic is not None:
+                self._semantic.attach_serving(self._index)
+        return self._index
+
+    def _writable_index(self) -> ServerIndex:
+        index = self._readable_index(create_missing=True, flush=False)
+        stamp = self._stamp(index)
+        if stamp != self._manifest_stamp:  # another process committed: read its file states
+            index.reload()
+            self._manifest_stamp = stamp
+        return index
+
+    def _stamp(self, index) -> object:
+        return self.backend.stamp()
+
+    def rebuild(self, *args, **kwargs):
+        self._rebuilding = True  # we hold the rebuild lock while building: leftovers are dead
+        try:
+            return super().rebuild(*args, **kwargs)
+        finally:
+            self._rebuilding = False
+
+    def _build_generation(self, progress: PhaseLog, hook=None) -> ServerIndex:
+        if self._rebuilding:
+            for number in self.backend.stray_generations():  # left by a killed or failed rebuild
+                self.backend.drop_generation(number)
+        number = self.backend.create_generation(self._embedding_identity())
+        generation = self._open(number)
+        paths = self.layout.note_relpaths()
+        progress.phase("notes", total=len(paths))
+        try:
+            for start in range(0, len(paths), _REBUILD_BATCH_FILES):
+                batch = paths[start : start + _REBUILD_BATCH_FILES]
+                self._apply(generation, batch, hook)
+                progress.advance("notes", len(batch))
+        except BaseException:
+            try:  # the serving generation never saw it; a failure here leaves a stray for the next rebuild
+                self.backend.drop_generation(number)
+            except VaultError:
+                pass
+            raise
+        return generation
+
+    def _swap_in(self, generation: ServerIndex, hook=None, progress: PhaseLog | None = None) -> None:
+        """Catch up with writes made while building, then switch the server's pointer. Lock held."""
+        progress = progress or PhaseLog()
+        self._apply(generation, generation.stale_paths(self.layout), hook)
+        progress.phase("swap")
+        self.backend.activate_generation(generation.number)
+        if hook is not None:
+            hook("rebuild.swapped")
+        self._index = generation
+        self._manifest_stamp = self._stamp(generation)
+        if self._semantic is not None:
+            self._semantic.attach_serving(generation)
+
+    # --- health ----------------------------------------------------------------------------------
+
+    def health_report(self, *, strict: bool = False, owner=None) -> dict:
+        from memvault.indexer.maintenance.health import check_health, owner_findings
+        from memvault.indexer.maintenance.server_health import server_findings
+
+        extra = [] if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
+        self._commit_acknowledged()  # health compares the files with the index: commit what is put off
+        found, index = server_findings(self.config.index, lambda: self._readable_index())
+        return check_health(self.layout, self.config, strict=strict, extra=[*found, *extra], index=index,
+                            index_problem=None if index is not None else "the index server is not usable").to_json()

@@ -1,0 +1,33 @@
+"""Health of an index that lives on a server: the connection, the versions, the vectors.
+
+The file checks of `health.py` run on the server's generation as they do on `.index/` (which
+notes changed since the server saw them: that is what lags after an outage); these findings
+come first and say whether the server can be used at all, and how to fix it.
+"""
+
+from collections.abc import Callable
+
+from memvault.indexer.backend import check_server
+from memvault.indexer.maintenance.health import ERROR, REBUILD, Finding
+from memvault.vault.errors import VaultError
+
+SERVER_FIX = ("start the index server, or point MEMVAULT_INDEX_DSN (or a libpq service) at a PostgreSQL 16+ "
+              "with pgvector 0.8+ (docs/team.md)")  # fmt: skip
+
+
+def server_findings(index_config, open_index: Callable[[], object]) -> tuple[list[Finding], object | None]:
+    """(findings, the serving generation or None when it cannot be read)."""
+    subject = f"index server ({index_config.backend}, vault {index_config.name})"
+    problems = check_server(index_config)
+    if problems:
+        return [Finding("server", ERROR, "server_unusable", subject, problem, SERVER_FIX) for problem in problems], None
+    try:
+        index = open_index()
+    except VaultError as exc:
+        return [Finding("server", ERROR, "index_unavailable", subject, str(exc), REBUILD)], None
+    findings = []
+    counts = index.backend.counts(index.number)
+    if counts.without_vector:
+        findings.append(Finding("vector_rows", ERROR, "vectors_missing", subject,
+                                f"{counts.without_vector} curated row(s) on the server have no vector", REBUILD))
+    return findings, index

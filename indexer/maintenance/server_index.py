@@ -1,0 +1,277 @@
+"""A server backend's generation, shaped like `DerivedIndex`, so sync, rebuild, recall, journal
+and health run on it unchanged.
+
+`ServerIndex.apply` is the same single entry for file changes as `DerivedIndex.apply`: it diffs
+each file's records against the rows the server really holds, embeds the curated rows it
+writes, and hands rows, vectors and file states to the backend in one commit (so on the server
+the manifest can never lag the rows). `rows` (the `bm25` attribute) answers recall's row and
+lexical calls from the backend; `ServerVectors` answers its vector calls.
+"""
+
+from pathlib import Path
+
+from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite, StoredRow
+from memvault.indexer.maintenance.derived import BoundaryHook, FileIndexing
+from memvault.indexer.maintenance.generations import FileState
+from memvault.indexer.maintenance.sync import IndexDelta, Row, diff_rows, needs_reading
+from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
+from memvault.vault.errors import IndexUnavailable, ProviderUnavailable, VaultError
+from memvault.vault.layout import VaultLayout, parse_note_relpath
+
+
+class RowDocument(dict):
+    """A stored row in the shape recall reads documents in (`row_of`, `passage_of`)."""
+
+    def get_all(self, name: str) -> list:
+        return self.get(name, [])
+
+
+def row_document(row: StoredRow) -> RowDocument:
+    return RowDocument(key=[row.key], id=[row.id], path=[row.path], kind=[row.kind], day=[row.day.isoformat()],
+                       at=[int(row.at.timestamp())], line=[row.line], text=[row.text], chash=[row.content_hash],
+                       ctxh=[row.context_hash], ctx=[row.context] if row.context else [])  # fmt: skip
+
+
+def as_hit(row: StoredRow, score: float = 0.0) -> Bm25Hit:
+    return Bm25Hit(row.key, row.id, row.path, row.kind, row.day, row.at, row.line, row.text, row.content_hash,
+                   float(score), row.context_hash, row.context)  # fmt: skip
+
+
+def as_row(row: StoredRow) -> Row:
+    return Row(row.key, row.id, row.path, row.kind, row.day.isoformat(), row.content_hash, row.text,
+               int(row.at.timestamp()), row.line, row.context_hash)  # fmt: skip
+
+
+class ServerRows:
+    """Recall's row and lexical reads (the calls it makes of a Tantivy index), from a backend."""
+
+    def __init__(self, backend: IndexBackend, generation: int, folder: Path):
+        self.backend = backend
+        self.generation = generation
+        #: where a replay projection would sit (none for a server generation: nothing is retired)
+        self.folder = folder
+
+    def refresh(self) -> None:
+        """Every read asks the server: nothing to reload."""
+
+    def search_docs(self, query: str, limit: int, kinds=("curated",)):
+        hits = self.backend.lexical_candidates(self.generation, query, limit, tuple(kinds))
+        return hits, self.docs_by_keys([key for key, _ in hits])
+
+    def search_keys(self, query: str, limit: int, kinds=("curated",)) -> list[tuple[str, float]]:
+        return self.backend.lexical_candidates(self.generation, query, limit, tuple(kinds))
+
+    def search(self, query: str, limit: int, kinds=("curated",)) -> list[Bm25Hit]:
+        hits = self.backend.lexical_candidates(self.generation, query, limit, tuple(kinds))
+        rows = self.backend.rows_by_keys(self.generation, [key for key, _ in hits])
+        return [as_hit(rows[key], score) for key, score in hits if key in rows]
+
+    def docs_by_keys(self, keys: list[str]) -> dict[str, RowDocument]:
+        return {key: row_document(row) for key, row in self.backend.rows_by_keys(self.generation, keys).items()}
+
+    def get_by_keys(self, keys: list[str]) -> dict[str, Bm25Hit]:
+        return {key: as_hit(row) for key, row in self.backend.rows_by_keys(self.generation, keys).items()}
+
+    def find_by_content_hash(self, content_hash: str, kind: str = "curated") -> Bm25Hit | None:
+        rows = self.backend.rows_by_content_hash(self.generation, [content_hash], kind)
+        return as_hit(min(rows, key=lambda row: row.key)) if rows else None
+
+    def sources_by_content_hash(self, hashes: list[str], kind: str = "curated") -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for row in self.backend.rows_by_content_hash(self.generation, hashes, kind):
+            found.setdefault(row.content_hash, []).append(f"{row.path}#^{row.id}")
+        return {h: sorted(sources) for h, sources in found.items()}
+
+    def hits_for_path(self, path: str) -> list[Bm25Hit]:
+        return [as_hit(row) for row in self.backend.rows_of(self.generation, path)]
+
+    def all_hits(self) -> list[Bm25Hit]:
+        return [as_hit(row) for row in self.backend.all_rows(self.generation)]
+
+    def doc_freqs(self, field: str, terms) -> tuple[int, dict[str, int]]:
+        """BM25's statistics for a score computed outside the engine (own text only on a server)."""
+        return self.backend.term_frequencies(self.generation, terms)
+
+    def count(self) -> int:
+        return self.backend.counts(self.generation).rows
+
+    def count_kind(self, kind: str) -> int:
+        return self.backend.counts(self.generation).by_kind.get(kind, 0)
+
+    def term_counts(self, field: str, kind: str | None = None) -> dict[str, int]:
+        if field != "path" or kind is not None:
+            rows = self.backend.all_rows(self.generation)
+            counts: dict[str, int] = {}
+            for row in rows:
+                if kind is None or row.kind == kind:
+                    value = {"path": row.path, "kind": row.kind, "day": row.day.isoformat()}[field]
+                    counts[value] = counts.get(value, 0) + 1
+            return counts
+        return self.backend.counts(self.generation).by_path
+
+    def deleted_rows(self) -> int:
+        return 0  # a deleted row leaves the server's statistics at once
+
+
+class ServerManifest:
+    """The files the server's generation has seen (kept on the server, written with the rows)."""
+
+    def __init__(self, files: dict[str, FileState], embedding: dict | None):
+        self.files = files
+        self.embedding = embedding
+        self.schema = None
+
+    def save(self, path) -> None:
+        """Nothing to write: `apply` records file states in its own commit."""
+
+
+class ServerIndex:
+    """One generation of a server backend, for MemoryStore, sync, journal and health."""
+
+    #: vectors live in the rows (no `vectors/` folder to check, nothing to embed in the background)
+    has_local_vectors = False
+
+    def __init__(self, backend: IndexBackend, number: int, layout: VaultLayout, embedder=None):
+        self.backend = backend
+        self.number = number
+        self.layout = layout
+        self.embedder = embedder  # () -> EmbeddingProvider, or None for a tier without vectors
+        self.generation = layout.index_dir / f"{backend.engine}-{getattr(backend, 'vault', 'vault')}-g{number:06d}"
+        self.bm25 = ServerRows(backend, number, self.generation / "bm25")
+        self.components: list = []
+        self.manifest = ServerManifest({}, None)
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the file states and embedding identity again (another process committed)."""
+        files = {path: FileState.from_json(state) for path, state in self.backend.file_states(self.number).items()}
+        self.manifest = ServerManifest(files, self.backend.generation_embedding(self.number))
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None) -> IndexDelta:
+        delta = IndexDelta()
+        if not indexed:
+            return delta
+        held = self._rows_by_path([item.path for item in indexed])
+        for item in indexed:
+            delta.extend(diff_rows(item.path, held.get(item.path, {}), item.records))
+        files = self._changed_states(indexed)
+        if delta.is_empty and not files:
+            return delta
+        writes = self._writes(delta)
+        deleted = tuple(sorted(delta.deleted))
+        self.backend.apply(self.number, BackendDelta(deleted, writes, {p: (s.to_json() if s else None)
+                                                                       for p, s in files.items()}))  # fmt: skip
+        if hook is not None and not delta.is_empty:
+            hook("apply.committed")
+        for path, state in files.items():
+            if state is None:
+                self.manifest.files.pop(path, None)
+            else:
+                self.manifest.files[path] = state
+        return delta
+
+    def _rows_by_path(self, paths: list[str]) -> dict[str, dict[str, Row]]:
+        held: dict[str, dict[str, Row]] = {}
+        for row in self.backend.journal_rows(self.number, paths):
+            held.setdefault(row.path, {})[row.key] = as_row(row)
+        return held
+
+    def _changed_states(self, indexed: list[FileIndexing]) -> dict[str, FileState | None]:
+        changed: dict[str, FileState | None] = {}
+        for item in indexed:
+            before = self.manifest.files.get(item.path)
+            if item.state is None and before is not None:
+                changed[item.path] = None
+            elif item.state is not None and before != item.state:
+                changed[item.path] = item.state
+        return changed
+
+    def _writes(self, delta: IndexDelta) -> tuple[RowWrite, ...]:
+        curated = [record for record in delta.upserts if record.kind == "curated"]
+        vectors = {}
+        if self.embedder is not None and curated:
+            from memvault.indexer.maintenance.semantic import embed_passages
+
+            try:
+                embedded = embed_passages(self.embedder(), curated)
+            except VaultError as exc:  # nothing was written: the files are read again next time
+                raise ProviderUnavailable(f"could not embed {len(curated)} memories for the index server ({exc})") from exc
+            vectors = {record_key(r.path, r.id): embedded[i] for i, r in enumerate(curated)}
+        return tuple(
+            RowWrite(record_key(r.path, r.id), r, context_hash(r.context), vectors.get(record_key(r.path, r.id)))
+            for r in delta.upserts
+        )
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def rows_of(self, path: str) -> dict[str, Row]:
+        return {row.key: as_row(row) for row in self.backend.rows_of(self.number, path)}
+
+    def row_counts(self) -> dict[str, int]:
+        return self.backend.counts(self.number).by_path
+
+    def all_rows(self) -> list[Row]:
+        return sorted(as_row(row) for row in self.backend.all_rows(self.number))
+
+    def deleted_rows(self) -> int:
+        return 0
+
+    def stale_paths(self, layout: VaultLayout, paths: list[str] | None = None) -> list[str]:
+        """As `DerivedIndex.stale_paths`: changed, new and vanished notes (the stat fast path)."""
+        if paths is None:
+            candidates = set(layout.note_relpaths()) | set(self.manifest.files) | set(self.row_counts())
+        else:
+            candidates = {path for path in paths if parse_note_relpath(path) is not None}
+        return sorted(p for p in candidates if needs_reading(layout.root / p, self.manifest.files.get(p)))
+
+
+class ServerVectors:
+    """Recall's vector calls (a SemanticService's), answered by the backend's vector candidates.
+
+    Vectors are written by `ServerIndex.apply` in the rows' own commit, so the background queue's
+    lifecycle calls have nothing to do here."""
+
+    catch_up_source = None
+    lag_reason = None
+    waiting = 0
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+        self.index: ServerIndex | None = None
+
+    def attach_serving(self, index) -> None:
+        self.index = index
+
+    def attach_building(self, index, progress=None) -> None:
+        """Nothing to set up: the rows carry their vectors."""
+
+    def finish_building(self, index, progress=None) -> None:
+        """Nothing to finish: every apply embedded what it wrote."""
+
+    def abandon_building(self, index) -> None:
+        """Nothing runs in the background."""
+
+    def catch_up(self, index, vault_zone: str, *, thorough: bool = False) -> int:
+        return 0  # no row is ever written without its vector
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        return True
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        return True
+
+    def search(self, query: str, depth: int):
+        if self.index is None:
+            return None, "vector index not loaded"
+        try:
+            vector = self.embedder().embed_query(query)
+        except VaultError as exc:
+            return None, f"vector search unavailable ({exc})"
+        if not vector.any():
+            return [], None
+        try:
+            return self.index.backend.vector_candidates(self.index.number, vector, depth), None
+        except IndexUnavailable as exc:
+            return None, f"vector search unavailable ({exc})"

