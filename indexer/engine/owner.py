@@ -31,6 +31,7 @@ from memvault.indexer.engine.client import find_owner
 from memvault.indexer.engine.protocol import EngineRunning
 from memvault.vault.errors import StorageError, VaultError
 from memvault.vault.fsio import atomic_write
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import LivenessFence
 
 #: how often the guard looks for a deleted fence or socket (no busier: idle owners stay idle)
@@ -113,14 +114,14 @@ class Owner:
         self._faces.append(face)
         self._spawn(lambda: face(self, self._stopping), name)
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         """Stop serving, drain the intake (bounded), release the fence. Idempotent."""
         if self._stopping.is_set():
             return
         self._stopping.set()
         self._teardown(timeout)
 
-    def _teardown(self, timeout: float = 10.0) -> None:
+    def _teardown(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         self._stopping.set()
         self._ready.set()  # a request still waiting for the start-up sync goes on (and fails cleanly)
         if self._channel is not None:

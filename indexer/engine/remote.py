@@ -19,6 +19,7 @@ from memvault.indexer.engine.client import EngineClient
 from memvault.indexer.engine.protocol import EngineRunning
 from memvault.indexer.results import RecallHit, RecallResult, RememberReceipt
 from memvault.vault.layout import VaultLayout
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
 
 class RemoteStore:
@@ -139,7 +140,7 @@ class RemoteStore:
     def start_intake(self, **_ignored):
         self._owned_elsewhere("draining the intake")
 
-    def stop(self, timeout: float = 10.0):
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS):
         return None
 
     def rebuild(self, progress=None, *, hook=None):

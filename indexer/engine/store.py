@@ -39,6 +39,7 @@ from memvault.vault.curated import prepare_fact, write_fact
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultError, VaultLocked
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 from memvault.vault.recent_writes import repair_lost_lines
 from memvault.vault.storage_errors import translates_storage_errors
@@ -120,9 +121,9 @@ class MemoryStore:
         if self._intake is not None or self._owner is not None:  # durable intake: drain (bounded) before closing
             self.stop()
         if self._capture_queue is not None:  # legacy scheduled captures: drain (bounded)
-            self._capture_queue.stop(timeout=10.0)
+            self._capture_queue.stop(timeout=SHUTDOWN_DRAIN_SECONDS)
         if self._semantic is not None:  # queued vectors: drain (bounded); the rest catches up later
-            self._semantic.stop(timeout=10.0)
+            self._semantic.stop(timeout=SHUTDOWN_DRAIN_SECONDS)
         if os.access(self.layout.root, os.W_OK):
             self.access_log.flush()
         self._index = None
@@ -457,7 +458,7 @@ class MemoryStore:
         self._intake = worker
         return worker
 
-    def stop(self, timeout: float = 10.0):
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS):
         """Drain accepted intake work for up to `timeout` seconds, then abort and return (a
         ShutdownReport; None if no worker ran). Unfinished records stay pending for the next start.
         An owner started by `start_intake` stops serving and releases the vault."""
@@ -467,7 +468,7 @@ class MemoryStore:
             return owner.shutdown_report
         return self.stop_worker(timeout)
 
-    def stop_worker(self, timeout: float = 10.0):
+    def stop_worker(self, timeout: float = SHUTDOWN_DRAIN_SECONDS):
         worker, self._intake = self._intake, None
         return None if worker is None else worker.stop(timeout)
 

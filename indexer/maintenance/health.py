@@ -359,6 +359,7 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
     counts = snapshot["counts"]
     ctx.details["intake"] = counts
     yield from _stuck_turns(dirs)
+    yield from _failing_turns(dirs, ctx.layout, ctx.config.memory.time_zone)
     if not snapshot["ledger"]["ok"]:
         yield Finding("intake", ERROR, "ledger", ".capture-intake/", snapshot["ledger"]["problem"],
                       "stop the agent, then follow the fix in the message")
@@ -412,6 +413,65 @@ def _stuck_turns(dirs) -> Iterable[Finding]:
     yield Finding("intake", WARNING, "waiting_intake", ".capture-intake/pending/",
                   f"{len(stuck)} admitted turn(s) have waited more than a minute: no process is draining the intake",
                   "start the owner (memvault serve, or memvault watch), or run `memvault admit` once to drain")
+
+
+#: failures that no retry cures by itself: the note, the path or the ledger needs a person
+_NEEDS_A_PERSON = frozenset({"invalid_note", "unsafe_path", "ledger_integrity", "note_conflict", "unexpected"})
+#: how many failing turns health names one by one (the rest are counted)
+_NAMED_TURNS = 5
+
+
+def _failing_turns(dirs, layout, vault_zone: str) -> Iterable[Finding]:
+    """Pending turns whose last attempt failed and that wait for the next retry: they make no
+    progress until the cause goes. Each is named with its failure, age and the fix; a failure no
+    retry can cure (a folder where the note goes, an unwritable note) is an error."""
+    from memvault.vault.intake.files import PENDING
+    from memvault.vault.intake.projection import projection_problem
+    from memvault.vault.intake.snapshot import list_entries
+    from memvault.vault.intake.state import read_record
+
+    now = datetime.now(timezone.utc)
+    failing = [e for e in list_entries(dirs, now) if e.get("folder") == PENDING and e.get("failure")
+               and e.get("state") != "invalid"]
+    for entry in failing[:_NAMED_TURNS]:
+        found = None
+        try:
+            found = projection_problem(layout, read_record(dirs, PENDING, entry["id"]), vault_zone)
+        except (VaultError, OSError, ValueError):
+            pass  # it changed meanwhile: the category still says why
+        category = entry["failure"]
+        age = _describe_age(_age_seconds(entry.get("admittedAt"), now))
+        severity = ERROR if category in _NEEDS_A_PERSON or found else WARNING
+        why = f": {found[0]}" if found else ""
+        yield Finding("intake", severity, "failing_intake", f".capture-intake/pending/{entry['id']}",
+                      f"admitted turn {entry['id'][:12]}… (admitted {age} ago) failed {entry['attempts']} "
+                      f"attempt(s) with {category}{why}; next attempt {entry.get('nextAttemptAt') or 'now'}",
+                      _failing_fix(category, found[1] if found else None, entry["id"]))
+    if len(failing) > _NAMED_TURNS:
+        yield Finding("intake", ERROR, "failing_intake", ".capture-intake/pending/",
+                      f"{len(failing) - _NAMED_TURNS} more admitted turn(s) fail and wait for a retry",
+                      "memvault inspect --json")
+
+
+def _failing_fix(category: str, remedy: str | None, intake_id: str) -> str:
+    retry = f"memvault retry {intake_id}"
+    if remedy and remedy.startswith("memvault "):
+        return remedy
+    if remedy:
+        return f"{remedy}; the turn is retried by itself at its next attempt, or at once by `{retry}` (owner stopped)"
+    if category in ("vault_locked", "io_error", "index_unavailable"):
+        return f"nothing, if it passes: it retries by itself; else look at `memvault inspect {intake_id}`, then `{retry}`"
+    if category in ("provider_unavailable", "invalid_model_output"):
+        return f"check memory.llm (try `memvault capture test`), then `{retry}`"
+    return f"look at `memvault inspect {intake_id}` and the note it projects to, then `{retry}`"
+
+
+def _describe_age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _age_seconds(stamp: str | None, now: datetime) -> float:

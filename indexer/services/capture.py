@@ -50,6 +50,7 @@ from memvault.vault.errors import IndexUnavailable, InvalidRecord, ProviderUnava
 from memvault.vault.ids import content_hash
 from memvault.vault.intake.files import CrashHook, hit
 from memvault.vault.intake.record import IntakeRecord
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 
 CLOSE_MIN_STRENGTH = 0.35
@@ -328,7 +329,7 @@ class CaptureQueue:
             finally:
                 self._items.task_done()
 
-    def drain(self, timeout: float = 10.0) -> bool:
+    def drain(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         """Wait (bounded) until every scheduled capture has run; True if the queue emptied."""
         import time
 
@@ -337,7 +338,7 @@ class CaptureQueue:
             time.sleep(0.02)
         return not self._items.unfinished_tasks
 
-    def stop(self, timeout: float = 10.0) -> bool:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         drained = self.drain(timeout)
         try:
             self._items.put_nowait(None)

@@ -12,7 +12,7 @@ plan, commit), then resolves it with outcome `captured` and retires the plan. A 
 backs off like any other (it never counts as success); while replay adoption is pending,
 capture is skipped without spending an attempt.
 
-`stop(timeout=10)` drains accepted due work until the deadline, then sets the abort flag that
+`stop()` drains accepted due work until the spec's 10 s deadline (vault/limits.py), then sets the abort flag that
 the active attempt checks between its steps, and returns. An aborted attempt leaves its record
 pending (a projection already written is found again by its run-derived id on the next start).
 A thread stuck past the deadline keeps the fence until it finishes, so no operator command can
@@ -52,9 +52,9 @@ from memvault.vault.intake.state import (
     recover,
     resolve_run,
 )
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import LivenessFence, VaultLock
 
-SHUTDOWN_TIMEOUT = 10.0
 POLL_SECONDS = 2.0
 _MAX_ROUNDS = 64
 
@@ -145,7 +145,7 @@ class IntakeWorker:
         self._transition("admitted", intake_id)
         self._wake.set()
 
-    def stop(self, timeout: float = SHUTDOWN_TIMEOUT) -> ShutdownReport:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> ShutdownReport:
         """Drain due work for up to `timeout` seconds, then abort the active attempt and return."""
         if self._thread is None:
             return ShutdownReport(drained=True, aborted=False)
