@@ -5,10 +5,11 @@ import json
 import pytest
 
 from memvault.vault.capture.extraction import MAX_MEMORIES, parse_extraction
-from memvault.vault.capture.fields import MAX_COMPLETION_UNITS, ModelOutputInvalid, unsafe_text_problem, utf16_length
+from memvault.vault.capture.fields import ModelOutputInvalid, unsafe_text_problem
 from memvault.vault.capture.plan import build_plan, entity_id, fact_id, parse_plan, render_plan
 from memvault.vault.capture.prompt import EXTRACTION_SYSTEM, RECONCILIATION_SYSTEM
 from memvault.vault.capture.reconcile import parse_reconciliation
+from memvault.vault.strict_json import utf16_length
 from tests.capture_helpers import entity, extraction, memory
 from tests.intake_helpers import START
 
@@ -94,11 +95,11 @@ def test_ambiguous_entities_and_duplicate_memories_are_refused():
 
 
 def test_oversized_and_deep_answers_are_refused_before_use():
-    huge = "x" * (MAX_COMPLETION_UNITS + 1)
+    huge = "x" * (262_144 + 1)  # the spec: "exceeds 262,144 JavaScript characters"
     with pytest.raises(ModelOutputInvalid, match="over the 262144 limit"):
         parse_extraction(huge)
-    astral = "\U0001F600" * (MAX_COMPLETION_UNITS // 2 + 1)  # JavaScript counts each as two
-    assert utf16_length(astral) > MAX_COMPLETION_UNITS
+    astral = "\U0001F600" * (262_144 // 2 + 1)  # JavaScript counts each as two
+    assert utf16_length(astral) > 262_144
     with pytest.raises(ModelOutputInvalid, match="limit"):
         parse_extraction(astral)
     with pytest.raises(ModelOutputInvalid, match="nest"):

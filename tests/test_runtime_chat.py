@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from memvault.indexer.services.chat import MAX_COMPLETION_CHARS, HttpChatModel, chat_model_from_config
+from memvault.indexer.services.chat import HttpChatModel, chat_model_from_config
 from memvault.vault.config import load_config
 from memvault.vault.errors import ProviderUnavailable
 from tests.loopback import LoopbackServer, Reply, closed_port_url, ndjson
@@ -51,11 +51,11 @@ def test_json_mode_for_openai_asks_for_a_json_object():
 
 
 def test_a_completion_over_the_character_cap_is_refused_before_parsing():
-    exact = "é" * MAX_COMPLETION_CHARS
+    exact = "é" * 262_144  # the spec's cap, in JavaScript characters (é is one)
     with LoopbackServer() as server:
         server.route("/api/chat", lambda body: ollama(exact))
         model = HttpChatModel("ollama", server.url, "m")
-        assert len(model.complete(MESSAGES, response_format_json=False)) == MAX_COMPLETION_CHARS
+        assert len(model.complete(MESSAGES, response_format_json=False)) == 262_144
         server.route("/api/chat", lambda body: ollama(exact + "x"))
         with pytest.raises(ProviderUnavailable, match="262144"):
             model.complete(MESSAGES, response_format_json=False)

@@ -49,6 +49,12 @@ from memvault.vault.config_schema import (  # noqa: F401  public names are re-ex
 )
 from memvault.vault.errors import InvalidConfig
 from memvault.vault.layout import CONFIG_FILE
+from memvault.vault.limits import (
+    IDLE_REVIEW_MIN_INTERVAL_MS,
+    IDLE_REVIEW_MS,
+    RUNTIME_MEMORY_LIMIT_BYTES,
+    RUNTIME_USER_LIMIT_BYTES,
+)
 
 # --- the config object ------------------------------------------------------------------------
 
@@ -90,9 +96,9 @@ class RuntimeSettings:
     lifecycle_enabled: bool = True
     routing_guidance: bool = True
     write_enabled: bool = True
-    idle_review_ms: int = 30_000
+    idle_review_ms: int = IDLE_REVIEW_MS
     idle_review_enabled: bool = False  # a host switches the background review on
-    idle_min_interval_ms: int = 300_000
+    idle_min_interval_ms: int = IDLE_REVIEW_MIN_INTERVAL_MS
     idle_max_per_session: int = 4
     idle_max_context_chars: int = 12_000
     idle_runtime_memory: bool = True
@@ -120,8 +126,8 @@ class MemoryConfig:
     llm: LlmConfig | None  # required for bujo; optional in lite/journal (runtime compaction)
     recall_tool_enabled: bool
     remember_tool_enabled: bool
-    runtime_user_limit: int = 4096
-    runtime_memory_limit: int = 10240
+    runtime_user_limit: int = RUNTIME_USER_LIMIT_BYTES
+    runtime_memory_limit: int = RUNTIME_MEMORY_LIMIT_BYTES
     runtime: RuntimeSettings = RuntimeSettings()
 
     @property

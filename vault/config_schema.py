@@ -19,6 +19,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from memvault.vault.layout import CONFIG_FILE
+from memvault.vault.limits import (
+    IDLE_REVIEW_MIN_INTERVAL_MS,
+    IDLE_REVIEW_MS,
+    RUNTIME_MEMORY_LIMIT_BYTES,
+    RUNTIME_USER_LIMIT_BYTES,
+)
 
 MAX_CONFIG_BYTES = 1024 * 1024
 MODES = ("lite", "journal", "bujo")
@@ -123,17 +129,17 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "memory.llm.systemRole": (str, "auto"),
         "memory.recallTool.enabled": (bool, True),
         "memory.rememberTool.enabled": (bool, True),
-        "memory.runtime.userLimit": (int, 4096),
-        "memory.runtime.memoryLimit": (int, 10240),
+        "memory.runtime.userLimit": (int, RUNTIME_USER_LIMIT_BYTES),
+        "memory.runtime.memoryLimit": (int, RUNTIME_MEMORY_LIMIT_BYTES),
         "memory.runtime.strategy": (str, "layered"),
         "memory.runtime.recallMode": (str, "on"),
         "memory.runtime.writebackMode": (str, "on"),
         "memory.runtime.lifecycleEnabled": (bool, True),
         "memory.runtime.routingGuidance": (bool, True),
         "memory.runtime.writeEnabled": (bool, True),
-        "memory.runtime.idleReviewMs": (int, 30_000),
+        "memory.runtime.idleReviewMs": (int, IDLE_REVIEW_MS),
         "memory.runtime.idleReview.enabled": (bool, False),
-        "memory.runtime.idleReview.minIntervalMs": (int, 300_000),
+        "memory.runtime.idleReview.minIntervalMs": (int, IDLE_REVIEW_MIN_INTERVAL_MS),
         "memory.runtime.idleReview.maxPerSession": (int, 4),
         "memory.runtime.idleReview.maxContextChars": (int, 12_000),
         "memory.runtime.idleReview.runtimeMemory": (bool, True),
@@ -153,7 +159,7 @@ _OBJECT_EXAMPLES = {
     "memory.llm": {"provider": "ollama", "model": "qwen3:8b"},
     "memory.recallTool": {"enabled": True},
     "memory.rememberTool": {"enabled": True},
-    "memory.runtime": {"userLimit": 4096, "memoryLimit": 10240},
+    "memory.runtime": {"userLimit": RUNTIME_USER_LIMIT_BYTES, "memoryLimit": RUNTIME_MEMORY_LIMIT_BYTES},
     "memory.runtime.idleReview": {"enabled": True},
     "tools": {"deniedTools": []},
     "tools.hostTools": {"runHistory": "RunHistory"},

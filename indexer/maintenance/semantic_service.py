@@ -25,6 +25,7 @@ from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvi
 from memvault.vault.config import Config
 from memvault.vault.errors import IndexUnavailable, ProviderUnavailable, VaultError
 from memvault.vault.layout import VaultLayout
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 
 
@@ -194,10 +195,10 @@ class SemanticService:
             marker.unlink(missing_ok=True)
         return len(stale_paths)
 
-    def stop(self, timeout: float = 10.0) -> bool:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         return self._queue.stop(timeout)
 
-    def drain(self, timeout: float = 10.0) -> bool:
+    def drain(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         return self._queue.drain(timeout)
 
     @property

@@ -48,11 +48,11 @@ from typing import Any, Protocol
 from memvault.vault.capture.fields import ModelOutputInvalid
 from memvault.vault.capture.schema import OutputSpec
 from memvault.vault.errors import ProviderUnavailable
+from memvault.vault.limits import MAX_COMPLETION_UTF16, completion_length, completion_overflow
 
-MAX_COMPLETION_CHARS = 262_144
-#: the answer's JSON around a completion: a maximal completion is at most 4 bytes a character
-#: plus escaping; anything larger cannot hold an acceptable completion
-MAX_ANSWER_BYTES = MAX_COMPLETION_CHARS * 6 + 64 * 1024
+#: the answer's JSON around a completion: a maximal completion is at most 6 bytes a UTF-16 unit
+#: once escaped (\uXXXX); anything larger cannot hold an acceptable completion
+MAX_ANSWER_BYTES = MAX_COMPLETION_UTF16 * 6 + 64 * 1024
 #: what one streamed event may add around its token (ids, model name, timestamps): a stream of
 #: `cap` tokens is allowed `cap` times this on top of MAX_ANSWER_BYTES
 MAX_STREAM_EVENT_BYTES = 1024
@@ -155,12 +155,13 @@ class HttpChatModel:
         raw = post_raw(self.url, payload, target=target, timeout_s=self.timeout_s, headers=headers,
                        max_bytes=MAX_ANSWER_BYTES + cap * MAX_STREAM_EVENT_BYTES)  # fmt: skip
         text, stop_reason = self._content(assemble(raw, self.provider, f"{target.name} at {self.url}"))
-        if len(text) > MAX_COMPLETION_CHARS:
-            raise self._fail(f"the completion is {len(text)} characters, over the {MAX_COMPLETION_CHARS} limit")
+        length = completion_overflow(text)
+        if length is not None:
+            raise self._fail(f"the completion is {length} characters, over the {MAX_COMPLETION_UTF16} limit")
         if stop_reason == "length":
             field = "done_reason" if self.provider == "ollama" else "finish_reason"
             raise CompletionCutOff(f"the answer was cut off at the {cap}-token cap ({field} length) after "
-                                   f"{len(text)} characters; it is incomplete and was not parsed")  # fmt: skip
+                                   f"{completion_length(text)} characters; it is incomplete and was not parsed")  # fmt: skip
         return text
 
     def _payload(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, mode: str) -> dict:

@@ -24,10 +24,9 @@ from typing import Any
 from memvault.vault.credentials import find_credential
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import normalize_text
-from memvault.vault.strict_json import finite_float, loads_strict, utf16_length
+from memvault.vault.limits import MAX_COMPLETION_UTF16, completion_overflow
+from memvault.vault.strict_json import finite_float, loads_strict
 
-#: the spec's cap on one capture-model completion, in JavaScript (UTF-16 code unit) characters
-MAX_COMPLETION_UNITS = 262_144
 MAX_DEPTH = 8
 _UNSAFE_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Cn"}
 _TRAILING_BLOCK_ID = re.compile(r"\^[A-Za-z0-9][A-Za-z0-9-]*$")
@@ -57,9 +56,9 @@ def load_exact(text: object, what: str) -> Any:
     """The one JSON value `text` holds, or ModelOutputInvalid naming what is wrong."""
     if not isinstance(text, str):
         raise ModelOutputInvalid(f"the {what} answer is not text")
-    units = utf16_length(text)
-    if units > MAX_COMPLETION_UNITS:
-        raise ModelOutputInvalid(f"the {what} answer is {units} characters, over the {MAX_COMPLETION_UNITS} limit")
+    units = completion_overflow(text)
+    if units is not None:
+        raise ModelOutputInvalid(f"the {what} answer is {units} characters, over the {MAX_COMPLETION_UTF16} limit")
     try:
         value = loads_strict(text, parse_float=finite_float)
     except RecursionError:

@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass, field
 
 from memvault.vault.errors import VaultError
+from memvault.vault.limits import IDLE_REVIEW_MIN_INTERVAL_MS, IDLE_REVIEW_MS
 
 SCORE_THRESHOLD = 5
 ADMIT_USER_CHARS, ADMIT_ASSISTANT_CHARS = 320, 600
-IDLE_REVIEW_MS, MIN_INTERVAL_MS = 30_000, 300_000
 STRATEGIES = ("layered", "general")
 MODES = ("on", "off")
 _NO_MEMORY = re.compile(
@@ -158,7 +158,7 @@ class ActivityTracker:
 
 
 def review_due(now_ms: int, last_turn_end_ms: int, last_attempt_ms: int | None,
-               idle_ms: int = IDLE_REVIEW_MS, min_interval_ms: int = MIN_INTERVAL_MS) -> bool:  # fmt: skip
+               idle_ms: int = IDLE_REVIEW_MS, min_interval_ms: int = IDLE_REVIEW_MIN_INTERVAL_MS) -> bool:  # fmt: skip
     """Idle long enough since the turn ended, and far enough from the previous attempt."""
     idle = now_ms - last_turn_end_ms >= idle_ms
     spaced = last_attempt_ms is None or now_ms - last_attempt_ms >= min_interval_ms

@@ -24,6 +24,7 @@ from pathlib import Path
 from memvault.vault.clock import utc_now
 from memvault.vault.errors import Conflict, InvalidRecord
 from memvault.vault.fsio import atomic_write, read_bytes_nofollow
+from memvault.vault.limits import RUNTIME_MEMORY_LIMIT_BYTES, RUNTIME_USER_LIMIT_BYTES
 from memvault.vault.locks import VaultLock
 from memvault.vault.paths import resolve_inside
 from memvault.vault.runtime.commit import Boundary, commit, ensure_folder
@@ -146,8 +147,8 @@ class RuntimeMemory:
         self,
         root: Path,
         *,
-        user_limit: int = 4096,
-        memory_limit: int = 10240,
+        user_limit: int = RUNTIME_USER_LIMIT_BYTES,
+        memory_limit: int = RUNTIME_MEMORY_LIMIT_BYTES,
         clock: Callable[[], datetime] = utc_now,
         boundary: Boundary | None = None,
         lock_timeout: float = 30.0,

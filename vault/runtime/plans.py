@@ -15,10 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memvault.vault.errors import Conflict, InvalidRecord
+from memvault.vault.limits import MAX_COMPLETION_UTF16, completion_overflow
 from memvault.vault.runtime.entries import IMPORTANCE_MAX, IMPORTANCE_MIN, RuntimeEntry, normalize_entry
 
-#: a completion longer than this is refused before parsing (the same cap as capture)
-MAX_COMPLETION_CHARS = 262_144
 _THINK_RE = re.compile(r"\A\s*<think>.*?</think>", re.DOTALL)
 _FENCE_RE = re.compile(r"\A\s*```(?:json)?[ \t]*\n(?P<body>.*)\n```\s*\Z", re.DOTALL)
 
@@ -39,8 +38,9 @@ def parse_json_object(text: object, worker: str) -> dict:
     tolerated around it (local models add them), nothing else."""
     if not isinstance(text, str):
         raise _refused(worker, "the answer is not text")
-    if len(text) > MAX_COMPLETION_CHARS:
-        raise _refused(worker, f"the answer is {len(text)} characters, over {MAX_COMPLETION_CHARS}")
+    length = completion_overflow(text)  # the same cap, counted the same way, as capture
+    if length is not None:
+        raise _refused(worker, f"the answer is {length} characters, over {MAX_COMPLETION_UTF16}")
     body = _THINK_RE.sub("", text, count=1)
     fenced = _FENCE_RE.match(body)
     if fenced is not None:
