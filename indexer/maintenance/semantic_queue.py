@@ -18,6 +18,7 @@ from pathlib import Path
 from memvault.indexer.maintenance.sync import IndexDelta
 from memvault.indexer.search.context import passage
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import pid_alive
 
 MAX_QUEUE_ITEMS = 256
@@ -111,7 +112,7 @@ class SemanticQueue:
     def _catch_up_due(self) -> bool:
         return self.overflowed > 0 and self._catch_up is not None
 
-    def stop(self, timeout: float = 10.0) -> bool:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         """Drain for up to `timeout` seconds, then stop the worker. True when nothing was left."""
         drained = self.drain(timeout)
         with self._cond:
