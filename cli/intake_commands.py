@@ -66,6 +66,9 @@ def admit_command(ctx: click.Context) -> None:
         body = {**result.to_json(), "worker": worker}
         if result.ok:
             body["state"] = _state_of(store.layout.root, intake_id_for(turn["run_id"]))
+            problem = _projection_failure(store.layout.root, intake_id_for(turn["run_id"]))
+            if problem:
+                body["problem"] = problem  # durably admitted, but its projection failed: say so now
     emit_json(body)
     if not result.ok and result.status != "skipped":
         sys.exit(EXIT_ERROR)
@@ -84,6 +87,28 @@ def _drain(store) -> str:
     if report is None or report.drained:
         return "drained"
     return f"aborted after {SHUTDOWN_DRAIN_SECONDS:g} s; the turn stays pending"
+
+
+def _projection_failure(root: Path, intake_id: str) -> str | None:
+    """Why an admitted turn's projection failed (its note, its text), or None when it did not."""
+    from memvault.vault.config import load_config
+    from memvault.vault.errors import VaultError
+    from memvault.vault.intake.files import PENDING, IntakeDirs
+    from memvault.vault.intake.projection import projection_problem
+    from memvault.vault.intake.state import read_record
+    from memvault.vault.layout import VaultLayout
+
+    dirs = IntakeDirs(root)
+    try:
+        record = read_record(dirs, PENDING, intake_id)
+        if not record.failure:
+            return None
+        found = projection_problem(VaultLayout(root), record, load_config(root, dict(os.environ)).memory.time_zone)
+    except (VaultError, OSError, ValueError):
+        return None
+    why = f": {found[0]}. Fix: {found[1]}" if found else ""
+    return (f"admitted, but projecting it failed ({record.failure}){why}; it is retried by itself "
+            f"(`memvault health` reports it until it is projected)")
 
 
 def _state_of(root: Path, intake_id: str) -> str:

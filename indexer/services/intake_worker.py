@@ -41,7 +41,7 @@ from memvault.vault.errors import (
 from memvault.vault.intake.catalog import LedgerIntegrityError
 from memvault.vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, hit
 from memvault.vault.intake.ledger import Ledger
-from memvault.vault.intake.projection import project_turn
+from memvault.vault.intake.projection import project_turn, projected_text
 from memvault.vault.intake.record import AWAITING_CAPTURE, CAPTURED, PROJECTED, IntakeRecord
 from memvault.vault.intake.state import (
     RecoveryReport,
@@ -240,7 +240,8 @@ class IntakeWorker:
             with VaultLock(self.dirs.root):  # the store's write lock: note + index in one section
                 self._check_abort()
                 if record.tier == "journal":  # content identity: the store checks the index
-                    projection = self.store.project_journal_turn(record.payload.summary, record.completed_at)
+                    projection = self.store.project_journal_turn(projected_text(record.payload.summary),
+                                                                 record.completed_at)
                     hit(self._hook, "project.note_written")
                 else:
                     projection = project_turn(self.store.layout, record, self.store.time_zone, self._hook)
