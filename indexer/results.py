@@ -4,6 +4,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, tzinfo
 
 from memvault.vault.layout import note_day
+from memvault.vault.plaintext import task_state
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class RecallHit:
             "at": self.at.isoformat(),
             "date": _note_date(self.source),
         }
+        if (task := task_state(self.text)) is not None:
+            body["task"] = task  # "open" | "done": the box stays in the text too
         if explain:
             body["explain"] = self.explain
         return body

@@ -112,7 +112,7 @@ def test_plain_text_strips_markup_and_wikilinks():
     assert plain_text("[[Priya]] owns the *data migration* plan; see [[A/B#Plan|plan]].") == (
         "Priya owns the data migration plan; see plan."
     )
-    assert plain_text("[ ] review the PR") == "review the PR"
+    assert plain_text("[ ] review the PR") == "[ ] review the PR"  # a task keeps its box (tests/test_tasks.py)
     assert plain_text("plain 09:14 color:blue") == "plain 09:14 color:blue"
 
 

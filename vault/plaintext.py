@@ -1,14 +1,17 @@
 """The plain text of a bullet's inline markdown: what gets indexed and shown in recall hits.
 
 mistune parses the inline markdown (emphasis, links, code spans, images, HTML); Obsidian
-wikilinks `[[target|alias]]` become their visible text and task boxes are dropped.
+wikilinks `[[target|alias]]` become their visible text. A task's box stays in front of its
+text, as `[ ]` (open) or `[x]` (done), so its state is shown with it and can be asked about
+(`task_state`; docs/format.md, "Tasks").
 """
 
 import re
 from functools import lru_cache
 
 _WIKILINK_RE = re.compile(r"!?\[\[([^\[\]|#^]*)(?:[#^][^\[\]|]*)?(?:\|([^\[\]]*))?\]\]")
-_TASK_RE = re.compile(r"^\[[ xX]\]\s+")
+_TASK_RE = re.compile(r"^\[(?P<mark>[ xX])\](?:\s+|$)")
+OPEN_TASK, DONE_TASK = "[ ] ", "[x] "
 _MARKUP_CHARS = set("*_[]`<>!\\&~|")
 _WHITESPACE_RE = re.compile(r"\s+")
 
@@ -21,7 +24,24 @@ def _parser():
 
 
 def plain_text(markdown: str) -> str:
-    text = _TASK_RE.sub("", markdown.strip())
+    text = markdown.strip()
+    task = _TASK_RE.match(text)
+    if task is None:
+        return _plain(text)
+    rest = _plain(text[task.end() :])
+    return ((OPEN_TASK if task["mark"] == " " else DONE_TASK) + rest) if rest else ""
+
+
+def task_state(text: str) -> str | None:
+    """`"open"` or `"done"` for the plain text of a task, else None."""
+    if text.startswith(OPEN_TASK):
+        return "open"
+    if text.startswith(DONE_TASK):
+        return "done"
+    return None
+
+
+def _plain(text: str) -> str:
     text = _WIKILINK_RE.sub(lambda m: (m.group(2) or m.group(1)).strip(), text)
     if _MARKUP_CHARS.isdisjoint(text):
         return _WHITESPACE_RE.sub(" ", text).strip()

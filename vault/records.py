@@ -8,7 +8,7 @@ from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import NOTE_KINDS
 from memvault.vault.note import Note
-from memvault.vault.plaintext import plain_text
+from memvault.vault.plaintext import plain_text, task_state
 
 #: frontmatter keys that set a note's own zone (for a person who travels)
 ZONE_KEYS = ("timeZone", "timezone", "tz")
@@ -16,6 +16,8 @@ ZONE_KEYS = ("timeZone", "timezone", "tz")
 #: memories are rarely self-contained ("Yes, the blue one!") and their neighbours say what they
 #: are about. Both retrievers use it (BM25 as a down-weighted field, vectors in the passage).
 CONTEXT_NEIGHBOURS = 2
+#: the words a task's state adds to its context (a down-weighted field: its own words rank first)
+TASK_WORDS = {"open": "open task", "done": "done task completed"}
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,15 @@ class MemoryRecord:
     neighbours: tuple[str, ...] = ()
 
     @property
+    def task(self) -> str | None:
+        """"open" or "done" when the memory is a task (`- [ ] …`, `- [x] …`), else None."""
+        return task_state(self.text)
+
+    @property
     def context(self) -> str:
-        return " ".join(self.neighbours)
+        # a task's state is part of what it is about: "which tasks are still open?" finds it
+        words = TASK_WORDS.get(self.task)
+        return " ".join((*self.neighbours, words) if words else self.neighbours)
 
     @property
     def source(self) -> str:
