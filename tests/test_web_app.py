@@ -481,3 +481,28 @@ def test_beside_a_running_owner_the_pages_read_through_it(fixture_vault):
     finally:
         owner.terminate()
         owner.wait(timeout=60)
+
+
+def test_a_huge_form_post_is_answered_413_not_a_reset(served):
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://127.0.0.1:{served.port}"}
+    body = b"q=" + b"x" * (5 * 1024 * 1024)
+    for path in ("/recall/agent.json", "/recall/agent"):
+        status, _, answer = served.request("POST", path, token=TOKEN, headers=headers, body=body)
+        assert status == 413, answer[:300]
+        assert b"at most 64 KiB" in answer and b"shorten it" in answer and b"Traceback" not in answer
+    status, _, answer = served.request("POST", "/recall/agent.json", token=TOKEN, headers=headers, body=b"q=" + b"x" * 3000)
+    assert status == 400 and b"q is 3000 characters" in answer  # under the bound: the field's own limit speaks
+    assert served.get("/status.json", token=TOKEN)[0] == 200  # still serving
+
+
+def test_recall_hit_text_keeps_the_markdown_it_was_written_with(served):
+    served.store.remember("Pass *args and **kwargs through; 2 * 3 * 4 is 24.")
+    _, body = get_json(served, "/recall.json?q=kwargs+through")
+    hit = body["hits"][0]
+    assert hit["html"] == "Pass *args and **kwargs through; 2 * 3 * 4 is 24."  # as written (and as Obsidian shows it)
+    html = served.get("/recall?q=kwargs+through", token=TOKEN)[2].decode()
+    assert hit["html"] in html
+    served.store.remember("Run the nightly job on a 2*3 grid and *care* about the order.")
+    _, body = get_json(served, "/recall.json?q=nightly+job+grid")
+    assert body["hits"][0]["html"] == "Run the nightly job on a 2*3 grid and <em>care</em> about the order."
+    assert "on a 2*3 grid and <em>care</em> about" in served.get("/recall?q=nightly+job+grid", token=TOKEN)[2].decode()

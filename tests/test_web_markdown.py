@@ -145,3 +145,46 @@ def test_nested_bullets_keep_their_depth():
 def test_source_url_points_at_the_bullet():
     assert source_url("daily/2026-11-30.md#^m-1f3a9c0d2e") == "/notes/daily/2026-11-30#m-1f3a9c0d2e"
     assert source_url("audit/2026-11-05.md#^a-observe01") == "/notes/audit/2026-11-05#a-observe01"
+
+
+# --- a note as Obsidian's reading view shows it ------------------------------------------------------
+
+
+def test_comments_are_hidden_as_obsidian_hides_them():
+    text = ("# 2026-11-30\n\nIntro %% aside %% prose.\n%% a comment\nover two lines %%\n<!-- an html comment -->\n\n"
+            "- 09:00 Shown %% not this %% and this ^m-0123456789\n- opens <!-- hidden\nstill hidden -->\n\n"
+            "```\n%% inside code stays %%\n```\n")  # fmt: skip
+    html, note = render_note(text)
+    for hidden in ("aside", "a comment", "over two lines", "an html comment", "not this", "hidden", "%%", "&lt;!--"):
+        assert hidden not in html.replace("%% inside code stays %%", ""), hidden
+    assert "Intro  prose." in html and "Shown  and this" in html and "opens" in html
+    assert "%% inside code stays %%" in html  # code is shown as written
+    assert '<li id="m-0123456789"' in html
+
+
+def test_tasks_are_disabled_checkboxes():
+    html, note = render_note("- [ ] Ask Alice ^m-0000000001\n- [x] Book the room\n- [X] Pay the deposit\n- not a task [ ]\n")
+    tasks = re.findall(r'<li id="([^"]+)" class="bullet depth-0 task( done)?"[^>]*><input type="checkbox" class="task-box" disabled( checked)?', html)
+    assert [(t[1], t[2]) for t in tasks] == [("", ""), (" done", " checked"), (" done", " checked")]
+    assert tasks[0][0] == "m-0000000001"
+    assert "[ ]" not in html.replace("not a task [ ]", "") and "[x]" not in html and "[X]" not in html
+    assert "not a task [ ]" in html
+
+
+def test_callouts_are_boxes_with_their_title():
+    text = ("> [!warning] Careful **now**\n> The *body* line. ^m-callout001\n\n> [!tip]- Folded\n> hidden until opened\n\n"
+            "> [!NOTE]\n> no title\n\n> a plain quote\n")  # fmt: skip
+    html, _ = render_note(text)
+    assert re.search(r'<div id="m-callout001" class="callout callout-warning memory"><p class="callout-title">Careful <strong>now</strong>', html)
+    assert "<em>body</em>" in html and "[!warning]" not in html and "^m-callout001" not in html
+    assert re.search(r'<details id="[^"]+" class="callout callout-tip memory"><summary class="callout-title">Folded', html)
+    assert '<p class="callout-title">Note ' in html  # no title: the type is the title, as in Obsidian
+    assert re.search(r'<blockquote id="[^"]+" class="memory"><p>a plain quote</p>', html)
+    _is_inert(render_note("> [!x\" onclick=\"alert(1)] <script>t</script>\n> body\n")[0])
+
+
+def test_nested_wikilinks_lead_to_the_note():
+    html = render_markdown("[[2026/11/2026-11-30#^m-1f3a9c0d2e|that]] [[daily/2026/11/2026-11-30.md]] [[daily/2026/12/2026-11-30]]")
+    assert 'href="/notes/daily/2026/11/2026-11-30#m-1f3a9c0d2e">that</a>' in html
+    assert 'href="/notes/daily/2026/11/2026-11-30">daily/2026/11/2026-11-30.md</a>' in html
+    assert '<span class="wikilink">daily/2026/12/2026-11-30</span>' in html  # filed under the wrong month: not a note
