@@ -275,3 +275,12 @@ def test_nested_layout_pages_in_chromium(tmp_path):
             page.wait_for_url(re.compile(r"/notes/daily/2026/11/2026-11-30$"))
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_index_md_links_each_day_where_it_is_filed(tmp_path, layout):
+    root = make_vault(tmp_path, layout)
+    run(root, "rebuild")
+    run(root, "consolidate")
+    link = f"[[{NOTE[layout].removesuffix('.md')}|2026-11-30]]"  # Obsidian resolves a nested note by its path
+    assert link in (root / "index.md").read_text()
