@@ -284,3 +284,28 @@ def test_index_md_links_each_day_where_it_is_filed(tmp_path, layout):
     run(root, "consolidate")
     link = f"[[{NOTE[layout].removesuffix('.md')}|2026-11-30]]"  # Obsidian resolves a nested note by its path
     assert link in (root / "index.md").read_text()
+
+
+#: ways code has spelt a note's path ↔ date mapping by hand (each one broke the nested layout once)
+_HAND_MADE_NOTE_NAMES = re.compile(
+    r"\\d\{4\}-\\d\{2\}-\\d\{2\}\\\\?\.md"  # a regex for a flat note name
+    r"|\[0-9\]\{4\}-\[0-9\]\{2\}-\[0-9\]\{2\}\\\\?\.md"
+    r"|isoformat\(\)\}\.md"  # an f-string building a flat note name
+    r"|len\((?:DAILY|AUDIT)\)"  # slicing a date out of a note's path
+    r"|\[6:-3\]|\[6:13\]"
+)
+
+
+def test_only_the_layout_spells_out_note_names():
+    """Every caller asks vault/layout.py (parse_note_relpath, note_day, note_relpath_candidates,
+    parse_note_ref); a surface that spells the flat name itself is the bug this file is about."""
+    repo = Path(__file__).resolve().parent.parent
+    offenders = []
+    for folder in ("vault", "indexer", "cli"):
+        for path in sorted((repo / folder).rglob("*.py")):
+            if path == repo / "vault" / "layout.py":
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if _HAND_MADE_NOTE_NAMES.search(line):
+                    offenders.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
+    assert offenders == [], "ask memvault.vault.layout instead:\n" + "\n".join(offenders)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-from memvault.vault.layout import DAILY, VaultLayout, parse_note_relpath
+from memvault.vault.layout import DAILY, VaultLayout, note_relpath_candidates, parse_note_relpath
 from memvault.vault.paths import is_ignored_name
 
 _MARKDOWN_SUFFIXES = (".md", ".markdown")
@@ -70,10 +70,11 @@ def _why_not_indexed(relpath: str, path: str) -> tuple[str, str] | None:
             day = date(int(loose["y"]), int(loose["m"]), int(loose["d"]))
         except ValueError:
             return f"{stem} is not a calendar date", "rename it to the real date (YYYY-MM-DD.md)"
-        expected = f"{day.isoformat()}.md"
+        flat, nested = note_relpath_candidates(DAILY, day)  # the names the layout knows (vault/layout.py)
+        expected = flat.rpartition("/")[2]
         if name != expected:
             return "the date is not written YYYY-MM-DD", f"rename it to {folder}/{expected}"
-        return (f"it is filed under {folder}/, not {DAILY}/ or {DAILY}/{day.year:04d}/{day.month:02d}/",
-                f"move it to {DAILY}/{day.isoformat()}.md or {DAILY}/{day.year:04d}/{day.month:02d}/{expected}")  # fmt: skip
+        return (f"it is filed under {folder}/, not {DAILY}/ or {nested.rpartition('/')[0]}/",
+                f"move it to {flat} or {nested}")  # fmt: skip
     return ("its name is not a date; daily notes are named YYYY-MM-DD.md",
             "rename it to the date it belongs to, or move it out of daily/ (e.g. into documents/)")  # fmt: skip
