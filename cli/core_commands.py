@@ -11,6 +11,7 @@ import click
 
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
+from memvault.cli.fact_args import FactCommand, parse_at
 
 
 @cli.command("init")
@@ -20,19 +21,30 @@ from memvault.cli.errors import emit_json, json_option
                    "offline embeddings), bujo (journal plus LLM capture; edit the llm block it writes).")
 @click.option("--time-zone", "time_zone", default=None,
               help="IANA zone for bullet times (default: this machine's zone, else UTC).")
+@click.option("--index", "index", type=click.Choice(["local", "postgres"]), default="local", show_default=True,
+              help="Where the derived index lives: .index/ (Tantivy + hnswlib), or a PostgreSQL 16+ server with "
+                   "pgvector, reached through MEMVAULT_INDEX_DSN or libpq's service and password files.")
+@click.option("--index-name", "index_name", default=None, metavar="NAME",
+              help="The vault's name on the index server (default: the folder's name).")
 @json_option
 @click.pass_context
-def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: str | None, json_: bool) -> None:
+def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: str | None, index: str,
+                 index_name: str | None, json_: bool) -> None:
     """Create a vault in PATH (default: the current folder)."""
     from memvault.vault.config import default_config_data, render_config
     from memvault.vault.init import host_time_zone, init_vault
 
     root = path or ctx.obj["vault_path"] or Path.cwd()
-    data = default_config_data(mode=mode, time_zone=time_zone or host_time_zone(dict(os.environ)))
+    block = None
+    if index == "postgres":
+        block = {"backend": "postgres", "name": index_name or root.resolve().name.lower()}
+    elif index_name is not None:
+        raise click.UsageError("--index-name applies to --index postgres")
+    data = default_config_data(mode=mode, time_zone=time_zone or host_time_zone(dict(os.environ)), index=block)
     created = init_vault(root, render_config(data))
     from memvault.indexer.engine.store import MemoryStore
 
-    with MemoryStore.open(root, sync=True):
+    with MemoryStore.open(root, env=dict(os.environ), sync=True):
         pass
     if json_:
         emit_json({"vault": str(root.resolve()), "created": created, "mode": mode})
@@ -40,9 +52,11 @@ def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: st
         click.echo(f"Created a {mode} vault in {root.resolve()} ({', '.join(created)}).")
 
 
-@cli.command("remember")
+@cli.command("remember", cls=FactCommand)
 @click.argument("text", required=False)
-@click.option("--at", "at_", default=None, help="When it happened (ISO-8601 with offset). Default: now.")
+@click.option("--at", "at_", default=None, metavar="WHEN",
+              help="When it happened: ISO-8601 with an offset (2026-11-30T14:03:00+01:00), or a date (2026-11-30) "
+                   "for the start of that day in the vault's zone. Default: now.")
 @click.option("--from", "from_", type=click.File("rb"), default=None, metavar="FILE",
               help='Bulk import: JSON lines {"text": ..., "at": ISO-8601 (optional)} from FILE (- for stdin); '
                    "idempotent per line.")
@@ -54,6 +68,8 @@ def remember_command(ctx: click.Context, text: str | None, at_: str | None, from
     With --from, store every line of a JSON-lines file in batches (one write per daily note and
     one index commit per batch); a bad line is reported with its number and nothing is written
     for it. A progress bar shows on a terminal.
+
+    TEXT may start with '-' (a task `- [ ] Ask Alice`, a rule `---`): only `-x` / `--word` are options.
     """
     if (text is None) == (from_ is None):
         raise click.UsageError("give either TEXT or --from FILE")
@@ -62,8 +78,8 @@ def remember_command(ctx: click.Context, text: str | None, at_: str | None, from
             raise click.UsageError("--at applies to TEXT; in --from lines give each its own \"at\"")
         _remember_lines(ctx, from_, json_)
         return
-    when = _parse_instant(at_) if at_ else None
     with open_store(ctx, engine=True) as store:
+        when = parse_at(at_, store.time_zone) if at_ else None
         receipt = store.remember(text, at=when)
     if json_:
         emit_json(receipt.to_json())
@@ -100,10 +116,17 @@ def _remember_lines(ctx: click.Context, stream, json_: bool) -> None:
 @click.option("--mode", type=click.Choice(["tool", "auto"]), default="tool", show_default=True,
               help="tool: up to --limit hits; auto: what a host injects (gated, at most 5).")
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score.")
+@click.option("--across", "across", default=None, metavar="NAME[,NAME…]",
+              help="Search these vaults on the index server (MEMVAULT_INDEX_DSN) as one fused list, each hit "
+                   "naming its vault; only vaults your role may read. Needs no vault folder.")
 @json_option
 @click.pass_context
-def search_command(ctx: click.Context, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:
+def search_command(ctx: click.Context, query: str, limit: int, mode: str, explain: bool, across: str | None,
+                   json_: bool) -> None:
     """Search curated memories."""
+    if across is not None:
+        _search_across(across, query, limit, mode, explain, json_)
+        return
     with open_store(ctx, engine=True) as store:
         result = store.recall(query, limit=limit, mode=mode)
     if json_:
@@ -112,6 +135,27 @@ def search_command(ctx: click.Context, query: str, limit: int, mode: str, explai
     from memvault.cli.render import print_recall
 
     print_recall(result, explain=explain)
+
+
+def _search_across(across: str, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:
+    from memvault.indexer.engine.across import parse_vault_names, search_across
+    from memvault.vault.config_schema import INDEX_DSN_ENV
+
+    if mode != "tool":
+        raise click.UsageError("--across searches in tool mode only")
+    result = search_across(parse_vault_names(across), query, dsn=os.environ.get(INDEX_DSN_ENV, ""), limit=limit)
+    if json_:
+        emit_json(result.to_json(explain=explain))
+        return
+    if result.degraded:
+        click.echo(f"degraded: {result.degraded}", err=True)
+    if not result.hits:
+        click.echo("No matches.")
+    for found in result.hits:
+        hit = found.hit
+        click.echo(f"{found.vault}: {hit.source}  {hit.text}")
+        if explain:
+            click.echo(f"    {hit.explain}")
 
 
 @cli.command("rebuild")
@@ -144,11 +188,23 @@ def validate_command(ctx: click.Context, json_: bool) -> None:
 
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     config = load_config(root, dict(os.environ))
+    problems = []
+    if config.index.backend != "local":  # the server is part of the configuration: reach it
+        from memvault.indexer.backend import check_server
+
+        problems = check_server(config.index)
     if json_:
-        emit_json({"valid": True, "vault": str(root), "mode": config.memory.mode,
-                   "writeMode": config.memory.write_mode, "source": config.source})
+        emit_json({"valid": not problems, "vault": str(root), "mode": config.memory.mode,
+                   "writeMode": config.memory.write_mode, "index": config.index.backend,
+                   "problems": problems, "source": config.source})
+    elif problems:
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
     else:
-        click.echo(f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}).")
+        click.echo(f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}"
+                   f"{', index on ' + config.index.backend if config.index.backend != 'local' else ''}).")
+    if problems:
+        ctx.exit(1)
 
 
 def _import_progress(log, total: int):
@@ -162,14 +218,3 @@ def _import_progress(log, total: int):
 
     return progress
 
-
-def _parse_instant(text: str):
-    from datetime import datetime
-
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"{text!r} is not ISO-8601 (e.g. 2026-11-30T14:03:00+01:00)", param_hint="--at") from exc
-    if when.tzinfo is None:
-        raise click.BadParameter("give a UTC offset or Z (e.g. 2026-11-30T14:03:00+01:00)", param_hint="--at")
-    return when

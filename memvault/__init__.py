@@ -8,7 +8,7 @@ in the repository's top-level folders and install beneath this package (see pypr
 `memvault` stays cheap.
 """
 
-__all__ = ["MemoryStore", "RuntimeService", "VaultError"]
+__all__ = ["MemoryStore", "RuntimeService", "VaultError", "search_across"]
 
 
 def __getattr__(name: str):
@@ -20,8 +20,19 @@ def __getattr__(name: str):
         from memvault.indexer.runtime.service import RuntimeService
 
         return RuntimeService
+    if name == "search_across":  # a team's vaults on one index server (docs/team.md)
+        from memvault.indexer.engine.across import search_across
+
+        return search_across
     if name == "VaultError":
         from memvault.vault.errors import VaultError
 
         return VaultError
+    if name == "__version__":  # the installed distribution's version, read only when asked
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("memvault")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
     raise AttributeError(f"module 'memvault' has no attribute {name!r}")

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Protocol, runtime_checkable
 
+from memvault.vault.errors import StorageError
 from memvault.vault.records import MemoryRecord
+
+
+class IndexServerUnavailable(StorageError):
+    """The index server cannot be reached (down, restarting, a network fault). A storage error,
+    like a full disk: the notes stay written, the index lags, and every later call retries, so
+    an owner catches up by itself once the server is back. Never a reason to rebuild."""
+
+    code = "index_server_unavailable"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ This subclass is the narrow first step of the seam: it overrides the store's gen
 plumbing only. Folding the local engine behind the same calls shrinks store.py later.
 """
 
+import dataclasses
+
 from memvault.indexer.backend import open_backend
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.progress import PhaseLog
@@ -134,5 +136,8 @@ class ServerIndexedStore(MemoryStore):
         extra = [] if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
         self._commit_acknowledged()  # health compares the files with the index: commit what is put off
         found, index = server_findings(self.config.index, lambda: self._readable_index())
-        return check_health(self.layout, self.config, strict=strict, extra=[*found, *extra], index=index,
-                            index_problem=None if index is not None else "the index server is not usable").to_json()
+        report = check_health(self.layout, self.config, strict=strict, extra=[*found, *extra], index=index,
+                              index_problem=None if index is not None else "the index server is not usable")
+        if index is None:  # the server's own finding says why and how to fix it; "rebuild" would not
+            report = dataclasses.replace(report, findings=tuple(f for f in report.findings if f.check != "index"))
+        return report.to_json()

@@ -131,7 +131,8 @@ class ServerIndex:
     #: vectors live in the rows (no `vectors/` folder to check, nothing to embed in the background)
     has_local_vectors = False
 
-    def __init__(self, backend: IndexBackend, number: int, layout: VaultLayout, embedder=None):
+    def __init__(self, backend: IndexBackend, number: int, layout: VaultLayout, embedder=None, *,
+                 file_states: bool = True):
         self.backend = backend
         self.number = number
         self.layout = layout
@@ -140,7 +141,8 @@ class ServerIndex:
         self.bm25 = ServerRows(backend, number, self.generation / "bm25")
         self.components: list = []
         self.manifest = ServerManifest({}, None)
-        self.reload()
+        if file_states:  # a reader of other vaults (search across) has no right to them, nor need
+            self.reload()
 
     def reload(self) -> None:
         """Read the file states and embedding identity again (another process committed)."""

@@ -9,7 +9,8 @@ through `redact`, so neither the DSN's password nor a password libpq echoes reac
 import re
 from urllib.parse import urlsplit
 
-from memvault.vault.errors import IndexUnavailable, InvalidConfig
+from memvault.indexer.backend.base import IndexServerUnavailable
+from memvault.vault.errors import InvalidConfig
 
 MIN_SERVER_MAJOR = 16
 MIN_PGVECTOR = (0, 8)
@@ -70,12 +71,12 @@ def describe_target(dsn: str) -> str:
 
 
 def connect(dsn: str, *, autocommit: bool = False):
-    """A connection with pgvector's types registered, or IndexUnavailable naming the host and the fix."""
+    """A connection with pgvector's types registered, or IndexServerUnavailable naming the host and the fix."""
     psycopg = require_psycopg()
     try:
         conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=_CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
-        raise IndexUnavailable(unreachable_message(dsn, exc)) from None
+        raise IndexServerUnavailable(unreachable_message(dsn, exc)) from None
     return conn
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime, timezone
 
-from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
+from memvault.indexer.backend.base import BackendCounts, BackendDelta, IndexServerUnavailable, StoredRow
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import connect, redact, require_psycopg, unreachable_message
 from memvault.indexer.backend.postgres.lexical import BM25_SQL, query_words, words
@@ -68,11 +68,11 @@ class PostgresBackend:
                 yield self._conn
             except psycopg.OperationalError as exc:
                 self._drop_connection()
-                raise IndexUnavailable(unreachable_message(self.dsn, exc)) from None
+                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
             except psycopg.Error as exc:
                 if self._conn is not None and self._conn.broken:
                     self._drop_connection()
-                    raise IndexUnavailable(unreachable_message(self.dsn, exc)) from None
+                    raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
                 raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
 
     def _drop_connection(self) -> None:
