@@ -255,6 +255,8 @@ def test_nested_layout_pages_in_chromium(tmp_path):
         pytest.skip("Debian's chromium is not installed")
     playwright_api = pytest.importorskip("playwright.sync_api")
     root = make_vault(tmp_path, "nested")
+    with open(root / NOTE["nested"], "a") as note:  # what Obsidian's reading view hides or draws
+        note.write("\n%% a private aside %%\n<!-- an html comment -->\n\n> [!warning] Mind the gap\n> The offsite *train* leaves at 9.\n")
     run(root, "rebuild")
     with WebProcess(root) as site, playwright_api.sync_playwright() as playwright:
         browser = launch_chromium(playwright)
@@ -270,6 +272,11 @@ def test_nested_layout_pages_in_chromium(tmp_path):
             target = page.locator(f"li#{BLUE}")
             assert "deployment color" in target.inner_text() and page.locator(f"li#{BLUE}:target").count() == 1
             assert page.locator("li.task input[type=checkbox][disabled]").count() == 1
+            callout = page.locator("div.callout.callout-warning")
+            assert callout.locator(".callout-title").inner_text().startswith("Mind the gap") and callout.is_visible()
+            assert callout.locator("em").inner_text() == "train"
+            shown = page.locator("article.note").inner_text()
+            assert "a private aside" not in shown and "an html comment" not in shown and "[!warning]" not in shown
             page.goto(f"{site.base}/content?month=2026-11")
             page.locator('a[href="/notes/daily/2026/11/2026-11-30"]').first.click()
             page.wait_for_url(re.compile(r"/notes/daily/2026/11/2026-11-30$"))
