@@ -38,16 +38,23 @@ def _now():
 
 
 @cli.command("admit")
+@click.option("--wait", "wait", is_flag=True,
+              help="With an owner running: answer once the turn is projected (at most 10 s), for scripts "
+                   "that search right after.")
 @click.pass_context
-def admit_command(ctx: click.Context) -> None:
+def admit_command(ctx: click.Context, wait: bool) -> None:
     """Admit one completed turn read as JSON on stdin; print the result as JSON.
 
     Input: {"runId": "...", "answer": "...", "captureText": "..." (optional),
     "trigger": "user" | "cron" | "webhook", "completedAt": ISO-8601 (optional)}.
     Prints {"status": admitted | duplicate | skipped | failed, "id", "reason", "message",
-    "state"}; exit 1 only when the turn was NOT saved. While an owner runs (serve, watch, mcp) it
-    admits and projects the turn; otherwise this process does, bounded by a 10 s drain.
+    "state", "worker"}; exit 1 only when the turn was NOT saved. The turn is saved by this process
+    (a locked, fsynced intake record) before anything else. While an owner runs (serve, watch,
+    mcp) it answers then and the owner projects the turn within about a second (`--wait`: once it
+    has); an owner that does not answer changes only "worker". With no owner, this process
+    projects it, bounded by a 10 s drain.
     """
+    from memvault.indexer.engine.protocol import EngineStuck
     from memvault.vault.intake.admission import AdmissionResult, intake_id_for
     from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
 
@@ -57,21 +64,39 @@ def admit_command(ctx: click.Context) -> None:
     except TurnJsonError as exc:
         emit_json({**AdmissionResult("failed", reason=exc.category, message=str(exc)).to_json(), "worker": None})
         sys.exit(EXIT_ERROR)
-    with open_store(ctx, sync=False, engine=True) as store:
-        if hasattr(store, "admit_turn"):  # a live owner admits and drains it (docs/engine.md)
-            result, worker = store.admit_turn(**turn)
-        else:
-            result = store.persist_completed_turn(**turn)
-            worker = _drain(store) if result.ok else None
-        body = {**result.to_json(), "worker": worker}
-        if result.ok:
-            body["state"] = _state_of(store.layout.root, intake_id_for(turn["run_id"]))
-            problem = _projection_failure(store.layout.root, intake_id_for(turn["run_id"]))
-            if problem:
-                body["problem"] = problem  # durably admitted, but its projection failed: say so now
+    try:
+        store = open_store(ctx, sync=False, engine=True)
+    except EngineStuck as stuck:  # an owner holds the vault but does not answer: admit here, durably
+        result, worker = _admit_beside_stuck_owner(ctx, turn, stuck)
+        root = _vault_root(ctx)
+    else:
+        with store:
+            if hasattr(store, "admit_turn"):  # a live owner projects it (docs/engine.md)
+                result, worker = store.admit_turn(**turn, wait=wait)
+            else:
+                result = store.persist_completed_turn(**turn)
+                worker = _drain(store) if result.ok else None
+            root = store.layout.root
+    body = {**result.to_json(), "worker": worker}
+    if result.ok:
+        body["state"] = _state_of(root, intake_id_for(turn["run_id"]))
+        problem = _projection_failure(root, intake_id_for(turn["run_id"]))
+        if problem:
+            body["problem"] = problem  # durably admitted, but its projection failed: say so now
     emit_json(body)
     if not result.ok and result.status != "skipped":
         sys.exit(EXIT_ERROR)
+
+
+def _admit_beside_stuck_owner(ctx: click.Context, turn: dict, stuck: Exception):
+    """Admission is a file write any process may make: the stuck owner projects it once it
+    answers again, or the next owner does (`memvault engine stop --force` names the fix)."""
+    from memvault.indexer.engine.remote import admit_here, owner_not_answering
+    from memvault.vault.config import load_config
+
+    root = _vault_root(ctx)
+    result = admit_here(root, load_config(root, dict(os.environ)), **turn)
+    return result, (owner_not_answering(stuck) if result.status == "admitted" else None)
 
 
 def _drain(store) -> str:

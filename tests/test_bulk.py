@@ -152,7 +152,7 @@ def committed_texts(root) -> set[str]:
 
 @pytest.fixture
 def never_idle(monkeypatch):
-    """The group commit never commits on its own: only a read, a close or a full set does."""
+    """The group commit never commits on its own: only health, a close or a full set does."""
     from memvault.indexer.engine import deferred, group_commit
 
     monkeypatch.setattr(group_commit, "IDLE_SECONDS", 3600.0)
@@ -174,8 +174,10 @@ def test_a_remember_through_the_owner_is_acknowledged_durable_and_every_read_see
         again = owner.group_commit().remember("Deferred fact one about the harbour.", None)
         assert (again.status, again.id) == ("duplicate", first.id)  # as the index would answer
         hits = owner.handle({"op": "recall", "args": {"query": "Deferred harbour"}})
-        assert hits["ok"] and hits["result"]["hits"][0]["id"] == first.id  # a read commits first
-        assert committed_texts(root) == {"Deferred fact one about the harbour.", "Deferred fact two about the ferry."}
+        assert hits["ok"] and hits["result"]["hits"][0]["id"] == first.id  # found beside the index…
+        assert committed_texts(root) == set()  # …without a commit: reads never wait for one
+        ferry = owner.handle({"op": "recall", "args": {"query": "ferry"}})["result"]["hits"]
+        assert [hit["id"] for hit in ferry] == [second.id]
         third = owner.group_commit().remember("Deferred fact three about the pier.", None)
         health = owner.handle({"op": "health", "args": {"strict": True}})["result"]
         assert health["healthy"] and not health["warnings"], health["findings"]

@@ -39,7 +39,7 @@ def test_readme_tour_watch_then_admit_then_search_finds_the_turn(tmp_path):
     assert memvault(root, "init", str(root)).returncode == 0  # the default tier: journal
     owner = OwnerProcess(root, "watch").wait_serving()
     try:
-        admitted = memvault(root, "admit", input=json.dumps({"runId": "r", "answer": "pelicans nest on the pier"}))
+        admitted = memvault(root, "admit", "--wait", input=json.dumps({"runId": "r", "answer": "pelicans nest on the pier"}))
         body = json.loads(admitted.stdout)
         assert (body["status"], body["state"], body["worker"]) == ("admitted", "resolved", "drained"), admitted.stderr
         found = memvault(root, "search", "pelicans")
@@ -223,14 +223,17 @@ def test_client_results_equal_in_process_results(tmp_path):
     owner = OwnerProcess(served, "serve").wait_serving()
     try:
         for run_id, answer in (("a", "Deployed 2.4 to staging."), ("a", "Deployed 2.4 to staging."), ("a", "Other.")):
-            here = memvault(local, "admit", input=turn_json(run_id, answer))
-            there = memvault(served, "admit", input=turn_json(run_id, answer))
+            here = memvault(local, "admit", "--wait", input=turn_json(run_id, answer))
+            there = memvault(served, "admit", "--wait", input=turn_json(run_id, answer))
             assert (here.returncode, json.loads(here.stdout)) == (there.returncode, json.loads(there.stdout))
         script = [
             ("remember", "Morgan chose blue as the deployment color.", "--at", "2026-11-30T14:03:00+01:00"),
             ("remember", "Morgan chose blue as the deployment color.", "--at", "2026-11-30T14:03:00+01:00"),
             ("remember", "The standup moved to 10:00.", "--at", "2026-11-29T09:30:00+01:00"),
             ("remember", "the deploy key is AKIAIOSFODNN7EXAMPLE"),
+            # health commits what the owner put off: until its timed commit, a fresh memory is ranked
+            # from the pending rows (same hits, provisional scores; docs/engine.md)
+            ("health",),
             ("search", "which colour for deployment?", "--explain"),
             ("search", "standup", "--mode", "auto"),
             ("search", "x", "--limit", "0"),
@@ -332,7 +335,7 @@ def test_a_python_host_that_starts_the_intake_is_the_owner(tmp_path):
         assert found is not None and found.is_this_process and found.hello["role"] == "python"
         with MemoryStore.open(root) as same_process:  # the owner's own process stays in-process
             assert type(same_process).__name__ == "MemoryStore"
-        other = memvault(root, "admit", input=turn_json("host-run", "The host drained this turn."))
+        other = memvault(root, "admit", "--wait", input=turn_json("host-run", "The host drained this turn."))
         assert json.loads(other.stdout)["worker"] == "drained"
         assert "The host drained this turn." in daily_text(root)
     assert find_owner(root) is None and not socket_path(root).exists()

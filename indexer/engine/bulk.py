@@ -119,11 +119,22 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
         if touched:
             added = {content_hash(fact): results[position] for entries in per_note.values()
                      for position, _, fact in entries if not isinstance(results[position], VaultError)}  # fmt: skip
-            if defer_index:
-                store._deferred.add(sorted(touched), added)
+            if defer_index:  # searchable at once beside the committed index (indexer/engine/overlay.py)
+                records = [record for relpath in touched for position, bullet, fact in per_note[relpath]
+                           if (record := _pending(store, notes.get(relpath), relpath, bullet, fact)) is not None]
+                store._deferred.add(sorted(touched), added, records)
             else:
                 store._index_written(index, sorted(touched), added)  # one index commit for the whole batch
     return results
+
+
+def _pending(store, note, relpath: str, bullet: NewBullet, fact: str):
+    """The row a bullet just written will have once committed (read back in the note's zone)."""
+    from memvault.indexer.engine.overlay import pending_record
+    from memvault.vault.records import note_zone_name
+
+    note_zone = store.time_zone if note is None else note_zone_name(note, store.time_zone)
+    return pending_record(relpath, bullet.block_id, fact, bullet.wall_time, note_zone)
 
 
 def chunks(items: Iterable[object], size: int = BATCH_ITEMS):

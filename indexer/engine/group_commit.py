@@ -1,8 +1,10 @@
 """Group commit in the owner: Remembers that arrive together share one critical section and one
 fsync per daily note (`bulk.remember_batch`); each caller is answered once its own note is
 durable. Index commits are shared more widely still: the batch's notes join the store's deferred
-set (indexer/engine/deferred.py), committed when no Remember came for `IDLE_SECONDS`, at least
-every `MAX_DELAY_SECONDS`, and before any read, so a reader never misses an acknowledged write.
+set (indexer/engine/deferred.py) with every other write the owner makes (projected turns, the
+watcher's hand edits), and this thread commits them when no write came for `IDLE_SECONDS`, at
+least every `MAX_DELAY_SECONDS`, and when too many wait; never for a read (reads search the
+pending rows beside the index, indexer/engine/overlay.py).
 
 One committer thread takes everything waiting, writes it as one batch, and wakes the callers.
 While a batch is being written the next one gathers, so under load batches grow by themselves
@@ -44,6 +46,8 @@ class GroupCommit:
         self._cond = threading.Condition()
         self._waiting: list[_Waiting] = []
         self._closed = False
+        self._poked = False  # a write joined the deferred set outside a batch (the intake worker, the watcher)
+        store._deferred.on_add = self.poke
         self._thread = threading.Thread(target=self._run, name="memvault-group-commit", daemon=True)
         self._thread.start()
 
@@ -60,11 +64,19 @@ class GroupCommit:
             raise waiting.result
         return waiting.result
 
+    def poke(self) -> None:
+        """Something was deferred: schedule its commit (idle pause, or the longest delay)."""
+        with self._cond:
+            self._poked = True
+            self._cond.notify()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(30)
+        if self._store._deferred.on_add == self.poke:
+            self._store._deferred.on_add = None
 
     def _run(self) -> None:
         deferred = self._store._deferred
@@ -73,9 +85,12 @@ class GroupCommit:
                 wait = None if not deferred.pending else min(IDLE_SECONDS, deferred.seconds_until_due())
                 if wait is not None:  # after a failed commit, not before the pause is over
                     wait = max(wait, self._retry_at - time.monotonic())
-                self._cond.wait_for(lambda: self._waiting or self._closed, timeout=wait)
+                self._cond.wait_for(lambda: self._waiting or self._closed or self._poked, timeout=wait)
+                poked, self._poked = self._poked, False
                 batch, self._waiting = self._waiting[:BATCH_ITEMS], self._waiting[BATCH_ITEMS:]
                 closing = self._closed and not batch
+            if poked and not batch and not closing and not deferred.due():
+                continue  # a write arrived: wait for the pause after it (or until one waited long enough)
             commit_now = (not batch or deferred.due()) and time.monotonic() >= self._retry_at
             if commit_now or closing:  # idle for a moment, a write waited long enough, or closing
                 self._flush()

@@ -1,14 +1,19 @@
 """What the owner does for each request on the channel: one library call each, answered as the
 same JSON the in-process call's result turns into (so a client's output equals in-process output).
 
-Requests run one at a time (`Owner._calls`), except those in `UNLOCKED`: `hello` must answer
-while a long request runs, and `admit` waits for the worker outside the lock.
+Writes and maintenance run one at a time (`Owner._calls`). Reads (`CONCURRENT`) run on their
+request's own thread beside each other and beside whatever holds the lock (a commit, a rebuild, a
+catch-up embedding batch): they search the committed index plus the rows still waiting for
+their commit (indexer/engine/overlay.py) and never take the vault lock. `UNLOCKED` requests
+skip the start-up wait too: `hello` must answer while a long request runs, an admission is a
+file write the intake's own lock guards, and remembers queue for the group commit.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from memvault.indexer.engine.owner import ADMIT_WAIT_SECONDS
 from memvault.vault.errors import InvalidRecord
 
 
@@ -35,14 +40,8 @@ def _status(owner, args: dict) -> dict:
     }
 
 
-#: a recall waits this long for vectors still queued (a client's own remember just before)
-RECALL_VECTOR_WAIT_SECONDS = 2.0
-
-
 def _recall(owner, args: dict) -> dict:
-    semantic = getattr(owner.store, "_semantic", None)
-    if semantic is not None:  # read-your-writes for vectors, bounded; beyond it recall says degraded
-        semantic.drain(RECALL_VECTOR_WAIT_SECONDS)
+    """Never waits: not for a commit, not for vectors still queued (BM25 finds a fresh memory)."""
     result = owner.store.recall(args.get("query"), limit=args.get("limit", 10), mode=args.get("mode", "tool"))
     return result.to_json(explain=True)
 
@@ -76,6 +75,28 @@ def _remember_many(owner, args: dict) -> dict:
         else:
             results.append({**next(outcomes).to_json(), "index": position})
     return {"results": results}
+
+
+def _admitted(owner, args: dict) -> dict:
+    """A client admitted a turn itself (durable already): wake the worker to project it now."""
+    intake_id = args.get("id")
+    worker = getattr(owner.store, "_intake", None)
+    if not isinstance(intake_id, str) or worker is None:
+        return {"worker": None if worker is None else "woken"}
+    worker.admitted(intake_id)
+    return {"worker": "woken"}
+
+
+def _wait_projected(owner, args: dict) -> dict:
+    """Wait (bounded) until this turn's first attempt ended: `admit --wait`."""
+    intake_id = args.get("id")
+    if not isinstance(intake_id, str):
+        raise InvalidRecord("wait: id must be an intake id")
+    timeout = args.get("timeout", ADMIT_WAIT_SECONDS)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 <= timeout <= ADMIT_WAIT_SECONDS:
+        raise InvalidRecord(f"wait: timeout must be 0 to {ADMIT_WAIT_SECONDS:g} seconds")
+    settled = owner.wait_settled(intake_id, float(timeout))
+    return {"settled": settled}
 
 
 def _admit(owner, args: dict) -> dict:
@@ -140,10 +161,13 @@ OPERATIONS = {
     "remember": _remember,
     "remember_many": _remember_many,
     "admit": _admit,
+    "admitted": _admitted,
+    "wait": _wait_projected,
     "journal": _journal,
     "health": _health,
     "sync": _sync,
     "rebuild": _rebuild,
     "stop": _stop,
 }
-UNLOCKED = frozenset({"hello", "admit", "stop", "remember", "remember_many"})
+UNLOCKED = frozenset({"hello", "admit", "admitted", "wait", "stop", "remember", "remember_many"})
+CONCURRENT = frozenset({"recall"})

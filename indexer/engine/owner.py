@@ -60,7 +60,8 @@ class Owner:
         self.shutdown_report = None  # the intake worker's ShutdownReport, once stopped
         self._fence = LivenessFence(self.root)
         self._channel: ChannelServer | None = None
-        # the store is not thread-safe: one request at a time (shared with a host that also calls it)
+        # writes and maintenance one at a time (shared with a host that also calls the store); reads
+        # (`operations.CONCURRENT`) do not take it: the vault lock guards files, not searches
         self._calls = calls_lock if calls_lock is not None else threading.RLock()
         self._settled = threading.Condition()
         self._last_transition: dict[str, str] = {}
@@ -90,6 +91,8 @@ class Owner:
             self._channel = ChannelServer(socket_path(self.root), self.handle)
             self._channel.start()
             self._bring_index_up_to_date()  # requests that arrive meanwhile wait for it (`handle`)
+            self.store.defers_index_commits = True  # commits on the committer's timer, never for a read
+            self.group_commit()
             self._ready.set()
             if self._run_intake:
                 self.store.start_worker(crash_hook=self._crash_hook, poll_seconds=self._poll_seconds,
@@ -130,7 +133,8 @@ class Owner:
         for thread in self._threads:
             thread.join(timeout)
         if self._group is not None:
-            self._group.close()
+            self._group.close()  # commits what waits
+        self.store.defers_index_commits = False
         self.shutdown_report = self.store.stop_worker(timeout)
         if self._fence.intact():
             status_path(self.root).unlink(missing_ok=True)
@@ -190,7 +194,7 @@ class Owner:
     # --- requests --------------------------------------------------------------------------------
 
     def handle(self, message: dict) -> dict:
-        from memvault.indexer.engine.operations import OPERATIONS, UNLOCKED
+        from memvault.indexer.engine.operations import CONCURRENT, OPERATIONS, UNLOCKED
 
         op = message.get("op")
         args = message.get("args")
@@ -202,6 +206,8 @@ class Owner:
             if op in UNLOCKED:
                 return protocol.success(OPERATIONS[op](self, args))
             self._ready.wait()  # the first requests wait for the start-up sync, not for a missing index
+            if op in CONCURRENT:  # reads run beside each other and beside a write in progress
+                return protocol.success(OPERATIONS[op](self, args))
             with self._calls:
                 return protocol.success(OPERATIONS[op](self, args))
         except Exception as exc:  # every failure travels back; the owner keeps serving

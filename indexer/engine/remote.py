@@ -5,8 +5,11 @@ health, sync) and hands each call to the owner over the channel; results come ba
 objects (rebuilt from the same JSON the owner's objects produce) and errors as the same
 `VaultError` classes. Light: standard library, vault/ and `indexer/results.py` only.
 
-It never writes itself: owner-only work (start_intake, compact) is refused with the
-owner named, so there is never a second writer beside a live owner.
+It never writes notes or the index itself: owner-only work (start_intake, compact) is refused
+with the owner named, so there is never a second writer beside a live owner. The one write it
+makes is an admission (`persist_completed_turn`): the intake's locked, fsynced record write,
+which any process may make beside the owner. A completed turn is durable when this returns,
+whether or not the owner answers (stuck, dying, busy); the owner is then asked to project it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ from memvault.indexer.engine.protocol import EngineRunning
 from memvault.indexer.results import RecallHit, RecallResult, RememberReceipt
 from memvault.vault.layout import VaultLayout
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
+
+#: how long a client waits for the owner to take note of a turn it admitted itself
+HAND_OVER_SECONDS = 5.0
+#: how long `admit --wait` waits for the projection (as the in-process drain)
+ADMIT_WAIT_SECONDS = SHUTDOWN_DRAIN_SECONDS
 
 
 class RemoteStore:
@@ -97,19 +105,36 @@ class RemoteStore:
 
     def persist_completed_turn(self, run_id: str, answer: str, *, capture_text: str | None = None,
                                trigger: str = "user", completed_at: datetime | None = None):
+        """Admit durably here (returns once the intake record is fsynced); the owner projects it."""
         return self.admit_turn(run_id, answer, capture_text=capture_text, trigger=trigger,
                                completed_at=completed_at)[0]
 
     def admit_turn(self, run_id: str, answer: str, *, capture_text: str | None = None, trigger: str = "user",
-                   completed_at: datetime | None = None):
-        """(AdmissionResult, what the owner's worker did with it) — the CLI shows both."""
-        from memvault.vault.intake.admission import AdmissionResult
+                   completed_at: datetime | None = None, wait: bool = False):
+        """(AdmissionResult, what the owner's worker did with it) — the CLI shows both.
 
-        args = {"run_id": run_id, "answer": answer, "capture_text": capture_text, "trigger": trigger}
-        if completed_at is not None:
-            args["completed_at"] = _iso(completed_at)
-        body = self.client.call("admit", args)
-        return AdmissionResult(**body["result"]), body["worker"]
+        The admission is this process's own durable write (`admit_here`); the owner is only told
+        (and, with `wait`, asked to answer once the worker has handled the turn, at most 10 s).
+        An owner that does not answer changes the second half only: the turn is saved either way."""
+        result = admit_here(self.layout.root, self.config, run_id=run_id, answer=answer, capture_text=capture_text,
+                            trigger=trigger, completed_at=completed_at)  # fmt: skip
+        if result.status != "admitted":
+            return result, "drained" if result.ok else None
+        return result, self._hand_over(result.id, wait)
+
+    def _hand_over(self, intake_id: str, wait: bool) -> str:
+        from memvault.vault.errors import VaultError
+
+        try:
+            self.client.call("admitted", {"id": intake_id}, timeout=HAND_OVER_SECONDS)
+            if not wait:
+                return f"queued: the engine (pid {self.client.pid}) projects it"
+            settled = self.client.call("wait", {"id": intake_id}, timeout=HAND_OVER_SECONDS + ADMIT_WAIT_SECONDS)
+        except VaultError as exc:  # stuck, gone, or an owner without these operations
+            return owner_not_answering(exc)
+        if settled.get("settled"):
+            return "drained"
+        return "the engine is still working on it; the turn stays pending"
 
     def journal(self, *, from_date=None, through_date=None, time_zone=None, limit=None, cursor=None):
         arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
@@ -195,6 +220,23 @@ def recall_result_from_json(body: dict) -> RecallResult:
     )
     return RecallResult(body["query"], body["mode"], hits, degraded=body.get("degraded"),
                         guidance=body.get("guidance"), gate=body.get("gate"))
+
+
+def admit_here(root: Path, config, **turn):
+    """Admit one completed turn durably in this process (vault/intake/admission.py): the intake's
+    own lock and an fsynced record, safe beside a live, stuck or dead owner. An AdmissionResult."""
+    from memvault.vault.clock import utc_now
+    from memvault.vault.intake.admission import admit_turn
+    from memvault.vault.intake.files import IntakeDirs
+
+    return admit_turn(IntakeDirs(root), **turn, write_mode=config.memory.write_mode, tier=config.memory.mode,
+                      now=utc_now())
+
+
+def owner_not_answering(exc: BaseException) -> str:
+    """The `worker` field of an admission the owner could not be told about."""
+    return (f"queued: the turn is saved, and the engine did not answer ({exc}); it is projected when the "
+            "engine answers again or the next owner starts")
 
 
 def _iso(when: datetime) -> str:

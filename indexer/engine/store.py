@@ -17,6 +17,7 @@ from pathlib import Path
 
 from memvault.indexer.engine.deferred import DeferredIndexing
 from memvault.indexer.engine.locate import locate_vault
+from memvault.indexer.engine.overlay import pending_record
 from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import (
     MANIFEST,
@@ -147,6 +148,9 @@ class MemoryStore:
         when = at if at is not None else self._clock()
         with self._lock:
             index = self._writable_index()
+            pending = self._deferred.receipt(content_hash(fact))
+            if pending is not None:  # written and acknowledged, its index commit still to come
+                return RememberReceipt(pending.id, pending.source, "duplicate", pending.text)
             existing = index.bm25.find_by_content_hash(content_hash(fact))
             if existing is not None:  # "duplicate" promises it is findable now: check its note first
                 self._apply(index, [existing.path])
@@ -156,7 +160,8 @@ class MemoryStore:
             written = write_fact(self.layout, fact, when, self.time_zone)
             status = "added" if written.written else "completed"
             receipt = RememberReceipt(written.id, f"{written.path}#^{written.id}", status, fact)
-            self._index_written(index, [written.path], {content_hash(fact): receipt})
+            record = pending_record(written.path, written.id, fact, written.wall_time, self.time_zone)
+            self._index_written(index, [written.path], {content_hash(fact): receipt}, [record] if record else [])
         return receipt
 
     @translates_storage_errors
@@ -191,10 +196,15 @@ class MemoryStore:
         return outcomes
 
     @translates_storage_errors
-    def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None) -> SyncReport:
+    def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None,
+             defer: bool = False) -> SyncReport:
         """Index every note whose bytes changed since the index saw it (hand edits, crashes).
 
         `paths` (vault-relative) limits the check to those files: the watcher names what changed.
+        With `defer` (the owner's watcher), named notes that changed are only repaired (lines a
+        save dropped are appended again) and join the deferred set: their index commit runs on the
+        owner's commit timer with everything else, so a person saving at 15 Hz costs one bounded
+        check per save, not a commit that every client waits behind.
         Returns a `SyncOutcome`: a SyncReport whose `files` are the files whose rows changed, with
         row counts beside it.
         """
@@ -206,6 +216,10 @@ class MemoryStore:
                 index = self._writable_index()
                 repair_lost_lines(self.layout, None if paths is None else list(paths))  # a save dropped ours
                 stale = index.stale_paths(self.layout, None if paths is None else list(paths))
+                if defer and paths is not None and self.defers_index_commits:
+                    with self._deferred.lock:
+                        self._deferred.add(stale, {})
+                    return SyncOutcome.of_delta(len(stale), IndexDelta(), time.monotonic() - started)
                 delta = self._apply(index, stale, hook)
                 if self._semantic is not None and paths is None:
                     self._semantic.catch_up(index, self.time_zone)
@@ -321,21 +335,23 @@ class MemoryStore:
         routed = routed_away(query, mode, run_history)
         if routed is not None:
             return routed
-        try:
-            index = self._readable_index()
+        try:  # an owner never commits for a read; alone, a commit a full disk refused is retried here
+            index = self._readable_index(flush=not self.defers_index_commits)
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
+        bm25 = self._deferred.view(index.bm25)  # acknowledged writes not yet committed, beside the index
+        today = self._clock().astimezone(zone(self.time_zone)).date()  # "last week" is the vault's week
         if mode == "auto":
-            result = recall_auto(index.bm25, self._semantic, query)
+            result = recall_auto(bm25, self._semantic, query, today=today)
         else:
             if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
                 from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
 
                 depth = direct_depth(limit)
-                result = recall_tool(index.bm25, self._semantic, query, depth, run_history=run_history)
-                result = expand_recall(self.layout.root, index.bm25, result, limit)
+                result = recall_tool(bm25, self._semantic, query, depth, run_history=run_history, today=today)
+                result = expand_recall(self.layout.root, bm25, result, limit)
             else:
-                result = recall_tool(index.bm25, self._semantic, query, limit, run_history=run_history)
+                result = recall_tool(bm25, self._semantic, query, limit, run_history=run_history, today=today)
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
         behind = self.unsynced or self._deferred.problem
         if behind and not result.degraded:
@@ -535,32 +551,50 @@ class MemoryStore:
         with VaultLock(self.layout.root, timeout=60.0):  # VaultLocked: the queue retries shortly
             self._semantic.catch_up(self._writable_index(), self.time_zone, thorough=True)
 
+    #: set by the owner: index commits of memvault's own writes (and the watcher's) run on its
+    #: commit timer, and reads search the pending rows beside the index (indexer/engine/deferred.py)
+    defers_index_commits = False
+
     @translates_storage_errors
     def index_notes(self, relpaths: Iterable[str]) -> None:
-        """Index these notes now, under the vault lock (re-entrant for a caller that holds it)."""
+        """Index these notes now, under the vault lock (re-entrant for a caller that holds it);
+        in an owner, on its commit timer."""
         with self._lock:
+            if self.defers_index_commits:
+                with self._deferred.lock:
+                    self._deferred.add(list(relpaths), {})
+                return
             self._apply(self._writable_index(), list(relpaths))
 
     def flush_deferred(self) -> None:
-        """Commit to the index the notes the owner's group commit acknowledged meanwhile
-        (indexer/engine/deferred.py). A failure leaves them pending; raises it."""
+        """Commit to the index the notes the owner acknowledged meanwhile (indexer/engine/deferred.py).
+        A failure leaves them pending; raises it."""
         if not self._deferred.pending:
             return
         with self._lock, self._deferred.lock:  # always in this order (the vault lock first)
             if self._deferred.pending:
-                self._apply(self._writable_index(), self._deferred.paths())
+                if self._intake_hook is not None:
+                    self._intake_hook("deferred.committing")  # crash tests: acknowledged, not committed
+                paths = self._deferred.paths()
+                repair_lost_lines(self.layout, paths)  # a save that dropped our lines never hides them
+                self._apply(self._writable_index(), paths, self._intake_hook)
                 self._deferred.clear()
 
-    def _index_written(self, index: DerivedIndex, relpaths: list[str], receipts: dict) -> None:
-        """Index notes that now durably hold new lines. The note is the commit point: if the index
-        cannot take them (a full disk), the write still stands; the notes wait in the deferred
-        set, every read retries the commit first and says in `degraded` why it lags."""
+    def _index_written(self, index: DerivedIndex, relpaths: list[str], receipts: dict, records=()) -> None:
+        """Index notes that now durably hold new lines. The note is the commit point: in an owner
+        the commit is put off (its rows are searchable at once meanwhile); elsewhere, if the index
+        cannot take them (a full disk), the write still stands: the notes wait in the deferred
+        set, the next write or open retries the commit, and recall says in `degraded` why it lags."""
+        if self.defers_index_commits:
+            with self._deferred.lock:
+                self._deferred.add(relpaths, receipts, records)
+            return
         try:
             self._apply(index, relpaths)
         except (OSError, StorageError) as exc:
             reason = getattr(exc, "strerror", None) or _LAG_REASONS.get(getattr(exc, "code", None), str(exc))
             with self._deferred.lock:
-                self._deferred.add(relpaths, receipts)
+                self._deferred.add(relpaths, receipts, records)
                 self._deferred.problem = (f"written to {', '.join(relpaths)} but not indexed yet ({reason}): "
                                           "free space or fix the index folder's mode; every read retries")  # fmt: skip
 
@@ -581,6 +615,9 @@ class MemoryStore:
         delta = index.apply(indexed, hook)
         if index is self._index:
             self._manifest_stamp = self._stamp(index)
+            if self._deferred.pending:  # committed now: their pending rows step aside (vault lock held)
+                with self._deferred.lock:
+                    self._deferred.committed(relpaths)
         return delta
 
     def _writable_index(self) -> DerivedIndex:
@@ -588,7 +625,7 @@ class MemoryStore:
 
         Caller holds the vault lock.
         """
-        index = self._readable_index(create_missing=True, flush=False)
+        index = self._readable_index(create_missing=True)
         stamp = self._stamp(index)
         if stamp != self._manifest_stamp:  # another process committed: reload its manifest
             index.manifest = Manifest.load(index.generation / MANIFEST)
@@ -596,9 +633,10 @@ class MemoryStore:
             self._manifest_stamp = stamp
         return index
 
-    def _readable_index(self, create_missing: bool = False, *, flush: bool = True) -> DerivedIndex:
-        """The serving generation for a read. With `flush` (every read), writes the owner
-        acknowledged but has not committed yet are committed first: reads see every write."""
+    def _readable_index(self, create_missing: bool = False, *, flush: bool = False) -> DerivedIndex:
+        """The serving generation for a read. Reads never wait for an index commit: recall
+        searches the acknowledged, uncommitted rows beside it (`self._deferred.view`). With
+        `flush` (health, which compares files with the index) they are committed first."""
         if flush:
             self._commit_acknowledged()
         try:

@@ -330,7 +330,8 @@ class Watcher:
         at = datetime.now(timezone.utc)
         named = len(batch.paths)
         try:
-            outcome = self.store.sync(None if batch.rescan else batch.paths, hook=self.hook)
+            # in an owner, named notes join its timed index commit (one bounded repair per save)
+            outcome = self.store.sync(None if batch.rescan else batch.paths, hook=self.hook, defer=True)
         except IndexUnavailable as exc:
             return self._rebuild_instead(batch, at, exc)
         except (VaultError, OSError) as exc:

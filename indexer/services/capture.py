@@ -104,7 +104,7 @@ class IndexCandidateFinder:
             index = store._readable_index()
         except IndexUnavailable:
             index = None  # an empty vault: nothing can be close yet
-        self._bm25 = None if index is None else index.bm25
+        self._bm25 = None if index is None else store._deferred.view(index.bm25)  # uncommitted rows too
         self._retired = frozenset() if index is None else superseded_ids(index.generation)
         self._semantic = store._semantic
 

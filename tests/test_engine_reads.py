@@ -1,0 +1,157 @@
+"""Many agents, one owner (issue 26), with real processes: reads never wait for an index commit
+and still see every acknowledged write from any client; admission answers once the turn is
+durable, also when the owner is stopped or dead (docs/engine.md)."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from memvault.indexer.engine.client import find_owner
+from memvault.indexer.maintenance.derived import DerivedIndex
+from memvault.vault.layout import VaultLayout
+from tests.engine_helpers import ENV, REPO, TIMEOUT, OwnerProcess, memvault, pending_count, turn_json, wait_for
+from tests.intake_helpers import make_vault
+
+pytestmark = pytest.mark.slow
+
+
+def daily_text(root) -> str:
+    return "".join(p.read_text() for p in sorted((root / "daily").rglob("*.md")))
+
+
+def committed_texts(root, query: str) -> set[str]:
+    """What the serving generation's BM25 holds as committed, read by a fresh reader."""
+    index = DerivedIndex.open_current(VaultLayout(root))
+    return {hit.text for hit in index.bm25.search(query, 50)}
+
+
+class HeldOwner:
+    """A Python host owning the vault whose first commit of acknowledged writes is held."""
+
+    def __init__(self, root, flags):
+        self.root, self.flags = root, flags
+        flags.mkdir()
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.owner_host_driver", str(root), str(flags)],
+                                     env=ENV, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.proc.stdout.readline().strip() == "serving", self.proc.stderr.read()
+
+    def release_and_stop(self) -> None:
+        (self.flags / "release").touch()
+        (self.flags / "stop").touch()
+        try:
+            self.proc.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(TIMEOUT)
+
+
+def test_another_client_finds_a_remember_while_its_index_commit_is_held(tmp_path):
+    """Client A remembers; the owner's commit of it starts and is held; client B (another
+    process) searches and finds it, and an admission answers at once: no read and no admission
+    waited for that commit, and none had happened."""
+    root = make_vault(tmp_path, mode="journal")
+    owner = HeldOwner(root, tmp_path / "flags")
+    try:
+        fact = "The quartermaster moved the spare sails to locker nine."
+        written = memvault(root, "remember", fact)
+        assert written.returncode == 0, written.stderr
+        wait_for(lambda: (owner.flags / "blocked").exists(), what="the owner's commit to start (and be held)")
+        assert fact not in committed_texts(root, "quartermaster sails locker")  # acknowledged, not committed
+        found = memvault(root, "search", "where are the spare sails?", "--json")
+        assert found.returncode == 0, found.stderr
+        hits = json.loads(found.stdout)["hits"]
+        assert [hit["text"] for hit in hits][:1] == [fact], hits
+        assert hits[0]["source"].startswith("daily/")
+        admitted = memvault(root, "admit", input=turn_json("run-held", "The bosun logged the new anchor chain."))
+        body = json.loads(admitted.stdout)
+        assert (body["status"], body["state"]) == ("admitted", "pending"), admitted.stderr
+        assert body["worker"].startswith("queued")
+        assert not (owner.flags / "release").exists()  # everything above ran while the commit was held
+    finally:
+        owner.release_and_stop()
+    assert owner.proc.returncode == 0, owner.proc.stderr.read()
+    assert fact in committed_texts(root, "quartermaster sails locker")  # the commit went on
+    assert daily_text(root).count("The bosun logged the new anchor chain.") == 1  # projected after all
+    assert memvault(root, "health", "--strict").returncode == 0
+
+
+def test_admit_wait_answers_once_the_turn_is_projected_and_searchable(tmp_path):
+    root = make_vault(tmp_path, mode="journal")
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        done = memvault(root, "admit", "--wait", input=turn_json("run-w", "The cook restocked the galley with limes."))
+        body = json.loads(done.stdout)
+        assert (body["status"], body["state"], body["worker"]) == ("admitted", "resolved", "drained"), done.stderr
+        found = memvault(root, "search", "limes galley")
+        assert "The cook restocked the galley with limes." in found.stdout, found.stderr
+    finally:
+        owner.stop()
+
+
+def test_admit_beside_a_stopped_owner_saves_the_turn_and_prints_its_status(tmp_path):
+    """SIGSTOP: the owner holds the vault and answers nothing. `admit` saves the turn itself and
+    prints its documented status object; once the owner runs again it projects the turn."""
+    root = make_vault(tmp_path, mode="journal")
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        owner.proc.send_signal(signal.SIGSTOP)
+        done = memvault(root, "admit", input=turn_json("run-stopped", "The lookout saw three whales at dawn."))
+        body = json.loads(done.stdout)
+        assert done.returncode == 0, done.stderr
+        assert set(body) == {"status", "id", "reason", "message", "state", "worker"}
+        assert (body["status"], body["state"]) == ("admitted", "pending")
+        assert "did not answer" in body["worker"]
+        assert pending_count(root) == 1  # durable, whatever the owner does next
+        again = json.loads(memvault(root, "admit", input=turn_json("run-stopped", "The lookout saw three whales at dawn.")).stdout)
+        assert again["status"] == "duplicate"
+        owner.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: pending_count(root) == 0, what="the resumed owner to project the turn")
+        assert daily_text(root).count("The lookout saw three whales at dawn.") == 1
+    finally:
+        owner.proc.send_signal(signal.SIGCONT)
+        owner.stop()
+
+
+def test_admit_after_the_owner_was_killed_saves_and_projects_the_turn(tmp_path):
+    root = make_vault(tmp_path, mode="journal")
+    owner = OwnerProcess(root, "serve").wait_serving()
+    owner.kill()
+    assert find_owner(root) is None
+    done = memvault(root, "admit", input=turn_json("run-dead", "The navigator corrected the chart by two miles."))
+    body = json.loads(done.stdout)
+    assert (body["status"], body["state"], body["worker"]) == ("admitted", "resolved", "drained"), done.stderr
+    assert daily_text(root).count("The navigator corrected the chart by two miles.") == 1
+
+
+def test_sigkill_with_acknowledged_uncommitted_writes_loses_and_doubles_nothing(tmp_path):
+    """The owner dies at the start of its first commit of acknowledged remembers (from two client
+    processes while it lived): the next owner finds every one, once."""
+    root = make_vault(tmp_path, mode="journal")
+    doomed = OwnerProcess(root, "serve", {"MEMVAULT_TEST_CRASH_AT": "deferred.committing"}).wait_serving()
+    script = ("import sys\nfrom memvault import MemoryStore\nstore = MemoryStore.open(sys.argv[1])\n"
+              "assert type(store).__name__ == 'RemoteStore'\n"
+              "for n in range(3):\n"
+              "    try:\n        r = store.remember(f'{sys.argv[2]} logbook entry {n} about the reef.')\n"
+              "    except Exception as exc:\n        break\n"
+              "    print(r.status, flush=True)\n")
+    acknowledged = []
+    for client in ("Alpha", "Bravo"):
+        done = subprocess.run([sys.executable, "-c", script, str(root), client], env=ENV, cwd=REPO,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        acknowledged += [f"{client} logbook entry {n} about the reef." for n, status in
+                         enumerate(done.stdout.split()) if status == "added"]
+    assert doomed.proc.wait(timeout=TIMEOUT) == -9  # killed at the commit: the acknowledged rows were not committed
+    assert "Alpha logbook entry 0 about the reef." in acknowledged
+    successor = OwnerProcess(root, "serve").wait_serving()
+    try:
+        found = memvault(root, "search", "logbook entry reef", "--json")
+        texts = [hit["text"] for hit in json.loads(found.stdout)["hits"]]
+    finally:
+        successor.stop()
+    assert sorted(texts) == sorted(set(texts)) and set(acknowledged) <= set(texts)
+    text = daily_text(root)
+    assert all(text.count(fact) == 1 for fact in acknowledged)
+    assert memvault(root, "health", "--strict").returncode == 0
