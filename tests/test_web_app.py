@@ -506,3 +506,7 @@ def test_recall_hit_text_keeps_the_markdown_it_was_written_with(served):
     _, body = get_json(served, "/recall.json?q=nightly+job+grid")
     assert body["hits"][0]["html"] == "Run the nightly job on a 2*3 grid and <em>care</em> about the order."
     assert "on a 2*3 grid and <em>care</em> about" in served.get("/recall?q=nightly+job+grid", token=TOKEN)[2].decode()
+    _, journal = get_json(served, "/journal.json")  # the last 7 days: today's remembered facts
+    entry = next(e for e in journal["entries"] if "nightly job" in e["text"])
+    assert entry["html"] == "Run the nightly job on a 2*3 grid and <em>care</em> about the order."
+    assert entry["html"] in served.get("/journal", token=TOKEN)[2].decode()

@@ -9,7 +9,7 @@ SVG, `memvault.cli.web.svg`). Deterministic reads of the file; no model.
 
 from __future__ import annotations
 
-from memvault.cli.web.markdown import note_url
+from memvault.cli.web.markdown import memory_html, note_url
 from memvault.cli.web.reader import NotFound
 from memvault.cli.web.svg import neighbourhood
 from memvault.cli.web.views.base import Args, View
@@ -99,18 +99,19 @@ def _memories(reader, facts) -> list[dict]:
     """Each associated fact with its bullet's current text (read from its note), or why not."""
     from memvault.vault.note import parse
 
-    notes: dict[str, dict[str, str] | None] = {}
+    notes: dict[str, tuple[dict[str, str], dict[str, str]] | None] = {}
     out = []
     for fact in facts:
         if fact.source not in notes:
             try:
-                notes[fact.source] = {b.id: b.text for b in parse(reader.note(fact.source).text).bullets}
+                text = reader.note(fact.source).text
+                notes[fact.source] = ({b.id: b.text for b in parse(text).bullets}, memory_html(text))
             except VaultError:
                 notes[fact.source] = None
-        texts = notes[fact.source]
-        text = None if texts is None else texts.get(fact.id)
+        texts, htmls = notes[fact.source] or ({}, {})
+        text = texts.get(fact.id)
         out.append({"id": fact.id, "source": f"{fact.source}#^{fact.id}", "url": note_url(fact.source, fact.id),
-                    "text": text, "salience": fact.salience,
+                    "text": text, "html": htmls.get(fact.id), "salience": fact.salience,
                     "missing": "the bullet is no longer in its note" if text is None else None})  # fmt: skip
     return out
 

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 from memvault.cli.web.markdown import memory_html, source_url
 from memvault.cli.web.views.base import Args, BadRequest, View
+from memvault.indexer.journal.query import UNSAFE_TEXT_MARKER
 from memvault.vault.errors import InvalidRecord, ProviderUnavailable, VaultError
 
 MAX_QUERY_CHARS = 1_000
@@ -165,5 +166,9 @@ class JournalView(View):
         body = page.to_json()
         for entry in body["entries"]:
             entry["url"] = source_url(entry["source"])
+        # a text the journal withheld (control or role markup) stays withheld here too
+        _add_html([e for e in body["entries"] if e["text"] != UNSAFE_TEXT_MARKER], reader)
+        for entry in body["entries"]:
+            entry.setdefault("html", escape(entry["text"]))
         body.update({"from": start.isoformat(), "through": through.isoformat(), "timeZone": zone, "limit": limit})
         return body
