@@ -3,6 +3,7 @@ owner is stopped by the fix every "engine stuck" error names, a second owner can
 a live one (not even after its socket and `.locks/` are deleted together), and liveness checks
 answer rightly for live, dead and unknown processes."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -113,3 +114,82 @@ def test_no_second_owner_after_the_socket_and_the_locks_folder_are_deleted_toget
         err = first.stop()
     assert "two processes now claim the vault" not in err
     assert first.proc.returncode == 0, err
+
+
+# --- a file system that goes read-only under a running owner -------------------------------------
+
+
+@contextlib.contextmanager
+def ext4_that_can_go_read_only(tmp_path):
+    """A small ext4 image mounted with errors=remount-ro; yields (mountpoint, go_read_only). The
+    kernel's own error path makes it read-only while files stay open (a remount would be refused
+    as busy), as a failing disk does to a running owner."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
+        pytest.skip("needs root and mkfs.ext4 to mount an ext4 image")
+    image, mountpoint = tmp_path / "ext4.img", tmp_path / "disk"
+    mountpoint.mkdir()
+    with open(image, "wb") as handle:
+        handle.truncate(64 * 1024 * 1024)
+    made = subprocess.run(["mkfs.ext4", "-q", str(image)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
+    mounted = subprocess.run(["mount", "-o", "loop,errors=remount-ro", str(image), str(mountpoint)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a loop device here: {mounted.stderr.strip()}")
+    try:
+        device = os.path.basename(os.path.realpath(_loop_device(mountpoint)))
+        trigger = f"/sys/fs/ext4/{device}/trigger_fs_error"
+        if not os.path.exists(trigger):
+            pytest.skip(f"this kernel has no {trigger}")
+
+        def go_read_only() -> None:
+            with open(trigger, "w") as handle:
+                handle.write("memvault test: the disk fails\n")
+
+        yield mountpoint, go_read_only
+    finally:
+        for _ in range(3):
+            if subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode == 0:
+                break
+            subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+
+
+def _loop_device(mountpoint) -> str:
+    for line in open("/proc/mounts"):
+        source, target = line.split()[:2]
+        if target == str(mountpoint):
+            return source
+    raise AssertionError(f"{mountpoint} is not mounted")
+
+
+def test_a_file_system_gone_read_only_under_an_owner_answers_as_without_one(tmp_path):
+    with ext4_that_can_go_read_only(tmp_path) as (disk, go_read_only):
+        root = disk / "v"
+        assert memvault(tmp_path, "init", str(root), "--mode", "lite", "--time-zone", "UTC").returncode == 0
+        assert memvault(root, "remember", "Priya lives in Rotterdam.").returncode == 0
+        owner = OwnerProcess(root, "serve").wait_serving()
+        try:
+            wait_for(lambda: (memvault_json(root, "engine", "status")["intake"].get("worker") or {}).get("running"),
+                     what="the owner to finish starting (its intake worker runs)")
+            go_read_only()
+            found = memvault(root, "search", "--json", "Where does Priya live?")
+            assert found.returncode == 0 and "Traceback" not in found.stderr, found.stdout + found.stderr
+            assert json.loads(found.stdout)["hits"][0]["text"] == "Priya lives in Rotterdam."
+            for args in (("remember", "Sam works at Acme."), ("remember", "--json", "Sam works at Acme.")):
+                refused = memvault(root, *args)
+                said = refused.stdout + refused.stderr
+                assert refused.returncode == 1 and "internal_error" not in said and "unexpectedly" not in said, said
+                assert "the vault is read-only" in said and str(root) in said, said
+                if "--json" in args:
+                    assert json.loads(refused.stdout)["error"]["code"] == "read_only"
+            health = memvault(root, "health")
+            assert "Traceback" not in health.stderr and "unexpectedly" not in health.stdout + health.stderr
+            assert owner.proc.poll() is None, owner.stop()  # it kept serving
+        finally:
+            err = owner.stop()
+        assert "Traceback" not in err and "request failed" not in err, err
+        alone = memvault(root, "search", "Priya")  # and with no owner: the same answers
+        assert alone.returncode == 0 and "Priya lives in Rotterdam." in alone.stdout, alone.stderr
+        refused = memvault(root, "remember", "Sam works at Acme.")
+        assert refused.returncode == 1 and "the vault is read-only" in refused.stderr, refused.stderr

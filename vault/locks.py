@@ -271,7 +271,10 @@ class LivenessFence:
             last = self._lock.lock_counter == 1
             if last:
                 if self.intact():
-                    self.info_path.unlink(missing_ok=True)
+                    try:
+                        self.info_path.unlink(missing_ok=True)
+                    except OSError:
+                        pass  # a file system gone read-only: the lock below is the truth, not the note
                 _held_inodes.pop(self.path, None)
                 for fd in _reasserted.pop(self.path, []):
                     os.close(fd)

@@ -137,7 +137,10 @@ class Owner:
         self.store.defers_index_commits = False
         self.shutdown_report = self.store.stop_worker(timeout)
         if self._fence.intact():
-            status_path(self.root).unlink(missing_ok=True)
+            try:
+                status_path(self.root).unlink(missing_ok=True)
+            except OSError:
+                pass  # a file system gone read-only: the next owner replaces the stale status
         try:
             self._fence.release()
         except (RuntimeError, ValueError, OSError):
@@ -211,6 +214,10 @@ class Owner:
             with self._calls:
                 return protocol.success(OPERATIONS[op](self, args))
         except Exception as exc:  # every failure travels back; the owner keeps serving
+            if isinstance(exc, OSError):  # read-only, full, no permission: typed as in-process
+                from memvault.vault.storage_errors import storage_error
+
+                exc = storage_error(exc, self.root) or exc
             if not isinstance(exc, VaultError):
                 import traceback
 

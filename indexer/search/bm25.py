@@ -106,7 +106,13 @@ class Bm25Index:
             elif not (folder / "meta.json").is_file():
                 raise IndexUnavailable(f"no BM25 index at {folder}: run `memvault rebuild`")
             self._read_only = not create and needs_snapshot(folder)
-            self._index = self._open_tantivy(folder, create)
+            try:
+                self._index = self._open_tantivy(folder, create)
+            except ValueError as exc:  # a file system that went read-only still says "writable"
+                if create or self._read_only or not _read_only_file_system(exc):
+                    raise
+                self._read_only = True
+                self._index = self._open_tantivy(folder, create)
         except ValueError as exc:
             raise_storage_refusal(exc, folder)
             raise IndexUnavailable(f"BM25 index at {folder} cannot be opened ({exc}): run `memvault rebuild`") from exc
@@ -136,7 +142,12 @@ class Bm25Index:
         with self._searcher_lock:
             if self._read_only and meta_stamp(self.folder) != self._snapshot_stamp:
                 self._index = self._open_tantivy(self.folder, create=False)  # committed elsewhere: copy again
-            self._index.reload()
+            try:
+                self._index.reload()
+            except ValueError as exc:
+                if not _read_only_file_system(exc):
+                    raise
+                return  # the file system went read-only under us: nobody can commit, the index we hold is current
             self._searcher = None
 
     def _current_searcher(self) -> tantivy.Searcher:
@@ -444,3 +455,8 @@ class Bm25Writer:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.rollback()
+
+
+def _read_only_file_system(exc: ValueError) -> bool:
+    """Tantivy reports an OS error as a ValueError carrying the Rust io::Error's kind."""
+    return "ReadOnlyFilesystem" in str(exc) or "Read-only file system" in str(exc)
