@@ -1,0 +1,155 @@
+"""One conformance suite for every index backend (indexer/backend/base.py): Tantivy + hnswlib
+in `.index/`, and PostgreSQL + pgvector on a real server. The guarantees the seam's docstring
+promises are checked here, the same way on each engine."""
+
+import uuid
+from datetime import date, datetime, timezone
+
+import numpy as np
+import pytest
+
+from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite
+from memvault.vault.errors import IndexUnavailable
+from memvault.vault.layout import VaultLayout
+from memvault.vault.records import MemoryRecord
+
+DIM = 8
+EMBEDDING = {"provider": "test", "model": "unit-vectors", "dim": DIM}
+NOTE = "daily/2026-11-30.md"
+
+
+@pytest.fixture(params=["local", "postgres"])
+def backend(request, tmp_path):
+    if request.param == "local":
+        from memvault.indexer.maintenance.local_backend import LocalBackend
+
+        engine = LocalBackend(VaultLayout(tmp_path / "vault"))
+    else:
+        from memvault.indexer.backend.postgres.engine import PostgresBackend
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        engine = PostgresBackend(dsn, "conf-" + uuid.uuid4().hex[:8])
+    yield engine
+    engine.close()
+
+
+def record(i: int, text: str, path: str = NOTE, kind: str = "curated", chash: str | None = None) -> MemoryRecord:
+    return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), datetime(2026, 11, 30, 9, i % 60, tzinfo=timezone.utc),
+                        text, chash or f"hash-{i}", i + 1, None, True, ())  # fmt: skip
+
+
+def unit(seed: int) -> np.ndarray:
+    vector = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def writes(records, vectors=True) -> tuple[RowWrite, ...]:
+    return tuple(RowWrite(f"{r.path}#{r.id}", r, "ctx", unit(i) if vectors and r.kind == "curated" else None)
+                 for i, r in enumerate(records))  # fmt: skip
+
+
+def state(rows: int) -> dict:
+    return {"sha256": "0" * 64, "size": 10, "mtime_ns": 1, "rows": rows}
+
+
+FACTS = ["Morgan chose blue as the deployment color.", "The blue team deploys on Fridays.",
+         "Standup moved to 10:00.", "Priya prefers green tea.", "Coffee machine on floor three is broken."]  # fmt: skip
+
+
+def filled(backend: IndexBackend) -> int:
+    generation = backend.create_generation(EMBEDDING)
+    records = [record(i, text) for i, text in enumerate(FACTS)]
+    backend.apply(generation, BackendDelta((), writes(records), {NOTE: state(len(records))}))
+    backend.activate_generation(generation)
+    return generation
+
+
+def test_it_is_a_backend(backend):
+    assert isinstance(backend, IndexBackend)
+    assert isinstance(backend.supports_compaction, bool) and isinstance(backend.supports_vectors_in_commit, bool)
+
+
+def test_a_generation_is_served_only_once_activated(backend):
+    assert backend.serving_generation() is None
+    first = filled(backend)
+    assert backend.serving_generation() == first
+    second = backend.create_generation(EMBEDDING)
+    backend.apply(second, BackendDelta((), writes([record(9, "Only in the new build.")]), {}))
+    assert backend.serving_generation() == first  # a build in progress is never served
+    assert [k for k, _ in backend.lexical_candidates(first, "new build", 10)] == []
+    backend.activate_generation(second)
+    assert backend.serving_generation() == second
+    assert backend.generation_embedding(second) == EMBEDDING
+    with pytest.raises(IndexUnavailable):
+        backend.drop_generation(second)
+    backend.drop_generation(first)
+    backend.drop_generation(first)  # idempotent
+
+
+def test_apply_is_whole_and_idempotent(backend):
+    generation = filled(backend)
+    rows = backend.rows_of(generation, NOTE)
+    assert sorted(r.text for r in rows) == sorted(FACTS)
+    assert backend.file_states(generation)[NOTE]["rows"] == len(FACTS)
+    again = [record(i, text) for i, text in enumerate(FACTS)]
+    backend.apply(generation, BackendDelta((), writes(again), {NOTE: state(len(FACTS))}))
+    assert backend.all_rows(generation) == sorted(rows, key=lambda r: r.key)  # no row doubled
+    assert backend.counts(generation).rows == len(FACTS)
+
+
+def test_deletes_and_forgotten_files(backend):
+    generation = filled(backend)
+    doomed = f"{NOTE}#m-0000"
+    backend.apply(generation, BackendDelta((doomed,), (), {NOTE: None}))
+    assert doomed not in backend.rows_by_keys(generation, [doomed, f"{NOTE}#m-0001"])
+    assert f"{NOTE}#m-0001" in backend.rows_by_keys(generation, [doomed, f"{NOTE}#m-0001"])
+    assert NOTE not in backend.file_states(generation)
+    assert backend.counts(generation).rows == len(FACTS) - 1
+
+
+def test_lookup_by_content_hash_and_kind(backend):
+    generation = backend.create_generation(EMBEDDING)
+    other = "daily/2026-12-01.md"
+    records = [record(1, "Same text.", chash="h-same"), record(2, "Same text.", path=other, chash="h-same"),
+               record(3, "Raw observation.", path="audit/2026-11-30.md", kind="audit", chash="h-audit")]  # fmt: skip
+    backend.apply(generation, BackendDelta((), writes(records), {}))
+    found = backend.rows_by_content_hash(generation, ["h-same"])
+    assert sorted(r.path for r in found) == [NOTE, other]
+    assert backend.rows_by_content_hash(generation, ["h-audit"]) == []
+    assert [r.kind for r in backend.rows_by_content_hash(generation, ["h-audit"], "audit")] == ["audit"]
+
+
+def test_lexical_candidates_are_ranked_and_curated_only(backend):
+    generation = filled(backend)
+    audit = record(50, "Blue blue blue deployment color audit.", path="audit/2026-11-30.md", kind="audit")
+    backend.apply(generation, BackendDelta((), writes([audit]), {}))
+    hits = backend.lexical_candidates(generation, "which blue deployment color?", 10)
+    assert hits[0][0] == f"{NOTE}#m-0000"
+    assert {k for k, _ in hits} == {f"{NOTE}#m-0000", f"{NOTE}#m-0001"}
+    assert hits == sorted(hits, key=lambda h: (-h[1], h[0]))
+    assert backend.lexical_candidates(generation, "blue", 10, ("audit",))[0][0] == f"audit/2026-11-30.md#m-0050"
+    assert backend.lexical_candidates(generation, "", 10) == []
+
+
+def test_vector_candidates_fill_the_list(backend):
+    generation = backend.create_generation(EMBEDDING)
+    records = [record(i, f"Memory number {i}.") for i in range(60)]
+    backend.apply(generation, BackendDelta((), writes(records), {}))
+    backend.activate_generation(generation)
+    hits = backend.vector_candidates(generation, unit(7), 50)
+    assert len(hits) == 50  # more than pgvector's default candidate list (40): never cut short
+    assert hits[0][0] == f"{NOTE}#m-0007" and hits[0][1] == pytest.approx(1.0, abs=1e-4)
+    assert hits == sorted(hits, key=lambda h: (-h[1], h[0]))
+
+
+def test_journal_rows_and_counts(backend):
+    generation = filled(backend)
+    other = "daily/2026-12-01.md"
+    backend.apply(generation, BackendDelta((), writes([record(70, "Next day.", path=other)], vectors=False), {}))
+    rows = backend.journal_rows(generation, [NOTE, other])
+    assert [r.path for r in rows] == [NOTE] * len(FACTS) + [other]
+    assert [r.line for r in rows[: len(FACTS)]] == sorted(r.line for r in rows[: len(FACTS)])
+    counts = backend.counts(generation)
+    assert counts.by_path == {NOTE: len(FACTS), other: 1}
+    assert counts.by_kind == {"curated": len(FACTS) + 1}
+    assert counts.without_vector == 1
