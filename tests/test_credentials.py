@@ -305,3 +305,145 @@ def test_near_misses_of_each_family_are_prose(text: str) -> None:
 def test_new_families_stay_linear_on_hostile_runs(hostile: str) -> None:
     result = find_credential(hostile)
     assert result is None or isinstance(result, str)
+
+
+# --- issue 24: the families gitleaks knows that were stored verbatim, and every write path -------
+# (fake values, assembled from parts; each family was compared with gitleaks' rule of that name)
+HEX64 = HEX32 * 2
+MIXED = "aB3dE5gH7jK9mN1pQ3sT"  # 20 characters, letters and digits
+HF_WITH_DIGITS = "hf_" + "aB3DeFgHiJkLmNoPqRs7uVwXyZaBcDeFgH"
+DIGITALOCEAN = "dop_v1_" + HEX64
+SHOPIFY = "shpat_" + HEX32
+GITLEAKS_FAMILIES = [
+    (f"HF token {HF_WITH_DIGITS}", "a Hugging Face token"),
+    ("api_org_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH", "a Hugging Face token"),
+    (f"doctl auth init -t {DIGITALOCEAN}", "a DigitalOcean token"),
+    ("doo_v1_" + HEX64, "a DigitalOcean token"),
+    ("dor_v1_" + HEX64, "a DigitalOcean token"),
+    (f"the Shopify admin app uses {SHOPIFY}", "a Shopify token"),
+    ("shpss_" + HEX32, "a Shopify token"),
+    ("shpca_" + HEX32, "a Shopify token"),
+    ("shppa_" + HEX32, "a Shopify token"),
+    ("sk-ant-admin01-" + "Zq8-" * 23 + "xAA", "an Anthropic API key"),
+    ("sk_prod_" + "4eC39HqLyjWDarjtT1zdp7dc", "a Stripe secret key"),
+    ("glptt-" + HEX32 + "01234567", "a GitLab token"),
+    ("glsoat-" + MIXED, "a GitLab token"),
+    ("glft-" + MIXED, "a GitLab token"),
+    ("glcbt-64_" + MIXED, "a GitLab token"),
+    ("GR1348941" + MIXED, "a GitLab token"),
+    ("dapi" + HEX32, "a Databricks token"),
+    ("lin_api_" + MIXED * 2, "a Linear API key"),
+    ("ntn_" + "12345678901" + (MIXED * 2)[:35], "a Notion token"),
+    ("secret_" + (MIXED * 3)[:43], "a Notion token"),
+    ("pplx-" + (MIXED * 3)[:48], "a Perplexity API key"),
+    ("gsk_" + (MIXED * 3)[:52], "a Groq API key"),
+    ("xai-" + MIXED * 4, "an xAI API key"),
+    ("r8_" + (MIXED * 2)[:37], "a Replicate token"),
+    ("PMAK-" + HEX32[:24] + "-" + (HEX32 * 2)[:34], "a Postman API key"),
+    ("hvs." + MIXED * 5, "a HashiCorp Vault token"),
+    ("abcdefghij1234.atlasv1." + (MIXED * 4)[:65], "a Terraform Cloud token"),
+    ("pul-" + HEX32 + "01234567", "a Pulumi token"),
+    ("sntryu_" + HEX64, "a Sentry token"),
+    ("glsa_" + (MIXED * 2)[:32] + "_" + HEX32[:8], "a Grafana token"),
+    ("AGE-SECRET-KEY-1" + ("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" * 2)[:58], "an age secret key"),
+    ("HRKU-AA" + (MIXED * 3)[:58], "a Heroku API key"),
+    ("rubygems_" + (HEX32 * 2)[:48], "a RubyGems token"),
+    ("sq0atp-" + MIXED + "5v", "a Square token"),
+    ("ATATT3" + (MIXED * 10)[:186], "an Atlassian API token"),
+    ("dp.pt." + (MIXED * 3)[:43], "a Doppler token"),
+    ("ops_eyJ" + MIXED * 13, "a 1Password service account token"),
+    ("fo1_" + (MIXED * 3)[:43], "a Fly.io token"),
+    ("pscale_tkn_" + (MIXED * 2)[:32], "a PlanetScale token"),
+    ("LTAI" + MIXED, "an Alibaba Cloud access key"),
+    ("xkeysib-" + HEX64 + "-" + MIXED[:16], "a Brevo (Sendinblue) API key"),
+    ("dt0c01." + (MIXED * 2)[:24] + "." + HEX64, "a Dynatrace token"),
+    ("sgp_" + HEX32[:16] + "_" + HEX32 + "01234567", "a Sourcegraph token"),
+    ("shippo_live_" + HEX32 + "01234567", "a Shippo token"),
+    ("sha256~" + (MIXED * 3)[:43], "an OpenShift token"),
+    ("sk.eyJ1Ijoi" + MIXED * 4, "a Mapbox secret token"),
+    ("NRAK-" + (MIXED * 2)[:27], "a New Relic key"),
+    ("curl -H 'Authorization: Basic " + "YWRtaW46aHVudGVyMg==" + "'", "a basic auth header"),
+]
+
+GITLEAKS_NEAR_MISSES = [
+    "hf_hub_download(repo_id='gpt2') fetches a file",
+    "hf_" + "short1234",
+    "api_org_chart_v2 is the new layout",
+    "dop_v1_ is the prefix of DigitalOcean tokens",
+    "dop_v1_" + HEX32,  # too short
+    "shpat_" + HEX32[:31],  # one digit short
+    "shpat_ tokens come from a custom app",
+    "dapibus lorem ipsum dolor",
+    "lin_api_ keys live under Settings",
+    "ntn_ is Notion's prefix now",
+    "secret_santa_list_for_the_team_party_this_year",
+    "pplx-api is the Perplexity endpoint",
+    "gsk_ignore_case is a flag",
+    "xai-grok-2 is a model name",
+    "r8_ is Replicate's prefix",
+    "PMAK- keys are Postman's",
+    "hvs. tokens are Vault service tokens",
+    "pul-request review",
+    "sntryu_ and sntrys_ are Sentry's prefixes",
+    "glsa_ and glc_ are Grafana's",
+    "AGE-SECRET-KEY-1 starts an age identity",
+    "sq0atp- is Square's prefix",
+    "ATATT3 starts Atlassian tokens",
+    "dp.pt. prefixes Doppler personal tokens",
+    "LTAI prefixes Alibaba keys",
+    "sha256~ prefixes OpenShift tokens",
+    "sha256 of the file is " + HEX64,
+    "Authorization: Basic auth is turned off",
+    "the basic plan costs 5 euros",
+    "v1.0-release notes are out",
+    "tk-us-east-1 is the region",
+]
+
+
+@pytest.mark.parametrize(("text", "kind"), GITLEAKS_FAMILIES)
+def test_gitleaks_families_are_refused(text: str, kind: str) -> None:
+    assert find_credential(text) == kind
+
+
+@pytest.mark.parametrize("text", GITLEAKS_NEAR_MISSES)
+def test_gitleaks_near_misses_are_prose(text: str) -> None:
+    assert find_credential(text) is None
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["dop_v1_" * 200_000, "shpat_" + "a" * 1_000_000, "dapi" * 300_000, "hvs." * 300_000, "ops_eyJ" * 200_000,
+     "A" * 14 + ".atlasv1." * 100_000, "Authorization: Basic " * 60_000, "a" * 14 + ".atlasv1." + "b" * 1_000_000],
+)
+def test_the_gitleaks_families_stay_linear_on_hostile_runs(hostile: str) -> None:
+    result = find_credential(hostile)
+    assert result is None or isinstance(result, str)
+
+
+@pytest.mark.parametrize("secret", [HF_WITH_DIGITS, DIGITALOCEAN, SHOPIFY], ids=["huggingface", "digitalocean", "shopify"])
+def test_every_write_path_refuses_the_reported_families(tmp_path, secret: str) -> None:
+    """remember, admit, capture (direct text and the model's output), runtime memory and
+    documents each refuse the three families that were stored verbatim, writing nothing."""
+    from memvault import MemoryStore
+    from memvault.indexer.services.capture import direct_record
+    from memvault.vault.capture.fields import unsafe_text_problem
+    from memvault.vault.documents.store import DocumentStore
+    from memvault.vault.runtime.entries import normalize_entry
+    from tests.intake_helpers import START, admit, make_vault
+
+    text = f"the deploy credential is {secret} for prod"
+    root = make_vault(tmp_path)
+    with MemoryStore.open(root) as store:
+        with pytest.raises(CredentialRefused):
+            store.remember(text)
+    assert not list((root / "daily").rglob("*.md"))
+    result = admit(root, "run-1", answer=text)
+    assert (result.status, result.reason) == ("failed", "credential_refused") and secret not in result.message
+    with pytest.raises(CredentialRefused):
+        direct_record(text, START, START)
+    assert "looks like it contains" in unsafe_text_problem(text, 500)
+    with pytest.raises(CredentialRefused):
+        normalize_entry(text)
+    with pytest.raises(CredentialRefused):
+        DocumentStore(tmp_path / "docs").create("Runbook", text)
+    assert not (tmp_path / "docs" / "documents").exists() or not list((tmp_path / "docs" / "documents").glob("*.md"))

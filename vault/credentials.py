@@ -1,6 +1,12 @@
 """Refuse text that carries a secret, before anything is written.
 
 `find_credential` names the kind of secret it saw ("an OpenAI API key"), never the secret.
+The families follow gitleaks' rule set (the field's reference), compared rule by rule: vendor
+tokens with a fixed prefix (`_PREFIXED`), the big providers, webhook URLs, passwords in URLs and
+`password=`-style assignments (gitleaks' generic rule). Rules that need a vendor's name beside a
+bare hex string (gitleaks' "<vendor> ... = <32 hex>" family) are covered by the assignment
+detector when the name ends in key/token/secret/password, and otherwise left out: a bare hash
+in prose is not a secret.
 
 Every pattern is linear-time on Python's backtracking engine: each one starts with a literal or
 a lookbehind that refuses to start inside a run of its own token characters, so a long run is
@@ -117,8 +123,8 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "a Stripe secret key",
-        ("_live_", "_test_"),
-        re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}"),
+        ("_live_", "_test_", "_prod_"),
+        re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,255}"),
     ),
     _Detector(
         "a Slack token",
@@ -225,13 +231,15 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "a GitLab token",
-        ("glpat-", "gldt-", "glrt-"),
-        re.compile(r"(?<![A-Za-z0-9_-])gl(?:pat|dt|rt)-[A-Za-z0-9_-]{20,64}"),
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-", "glft-", "glimt-", "glagent-", "gloas-", "glffct-", "glcbt-",
+         "GR1348941"),  # fmt: skip
+        re.compile(r"(?<![A-Za-z0-9_-])(?:gl(?:pat|dt|rt|ptt|soat|ft|imt|agent|oas|ffct)-[A-Za-z0-9_.-]{20,300}"
+                   r"|glcbt-[A-Za-z0-9]{1,5}_[A-Za-z0-9_-]{20,64}|GR1348941[A-Za-z0-9_-]{20,64})"),
     ),
     _Detector(
         "a Hugging Face token",
-        ("hf_",),
-        re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z]{34,40}(?![A-Za-z0-9])"),
+        ("hf_", "api_org_"),
+        re.compile(r"(?<![A-Za-z0-9_])(?:hf_[A-Za-z0-9]{34,40}|api_org_[A-Za-z]{34})(?![A-Za-z0-9])"),
     ),
     _Detector(
         "a Google API key",
@@ -265,6 +273,85 @@ _DETECTORS: tuple[_Detector, ...] = (
         _assigned_secret,
     ),
 )
+
+def _prefixed(kind: str, prefixes: tuple[str, ...], body: str, accept: Callable[[str], bool] | None = None,
+              tail: str = "A-Za-z0-9_") -> _Detector:
+    """A token that starts with a vendor's fixed prefix: the prefix, not inside a longer word,
+    then its body, not followed by more of the same characters (gitleaks' keyword rules)."""
+    alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
+    return _Detector(kind, prefixes, re.compile(rf"(?<![A-Za-z0-9_.-])(?:{alternatives})({body})(?![{tail}])"),
+                     accept)  # fmt: skip
+
+
+_HEX = "[a-fA-F0-9]"
+#: vendors whose tokens carry a fixed prefix, compared with gitleaks' rule set family by family
+#: (tests/test_credentials.py holds a positive and near misses for each)
+_PREFIXED: tuple[_Detector, ...] = (
+    _prefixed("a DigitalOcean token", ("dop_v1_", "doo_v1_", "dor_v1_"), f"{_HEX}{{64}}"),
+    _prefixed("a Shopify token", ("shpat_", "shpca_", "shppa_", "shpss_"), f"{_HEX}{{32}}"),
+    _prefixed("a Databricks token", ("dapi",), f"{_HEX}{{32}}(?:-\\d)?", _letters_and_digits),
+    _prefixed("a Linear API key", ("lin_api_",), "[A-Za-z0-9]{40}", _letters_and_digits),
+    _prefixed("a Notion token", ("ntn_",), "[0-9]{11}[A-Za-z0-9]{35}", _letters_and_digits),
+    _prefixed("a Notion token", ("secret_",), "[A-Za-z0-9]{43}", _mixed_token),
+    _prefixed("a Perplexity API key", ("pplx-",), "[A-Za-z0-9]{48}", _letters_and_digits),
+    _prefixed("a Groq API key", ("gsk_",), "[A-Za-z0-9]{52}", _letters_and_digits),
+    _prefixed("an xAI API key", ("xai-",), "[A-Za-z0-9]{80}", _letters_and_digits),
+    _prefixed("a Replicate token", ("r8_",), "[A-Za-z0-9]{37}", _letters_and_digits),
+    _prefixed("a Postman API key", ("PMAK-",), f"{_HEX}{{24}}-{_HEX}{{34}}"),
+    _prefixed("a HashiCorp Vault token", ("hvs.", "hvb."), "[A-Za-z0-9_-]{90,300}", _letters_and_digits, "A-Za-z0-9_-"),
+    _Detector(
+        "a Terraform Cloud token",
+        (".atlasv1.",),
+        re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{14}\.atlasv1\.([A-Za-z0-9_=-]{60,70})(?![A-Za-z0-9_=-])"),
+        _letters_and_digits,
+    ),
+    _prefixed("a Pulumi token", ("pul-",), f"{_HEX}{{40}}", _letters_and_digits),
+    _prefixed("a Sentry token", ("sntryu_",), f"{_HEX}{{64}}"),
+    _prefixed("a Sentry token", ("sntrys_eyJ",), "[A-Za-z0-9+/=_]{60,600}", None, "A-Za-z0-9+/=_"),
+    _prefixed("a Grafana token", ("glsa_",), f"[A-Za-z0-9]{{32}}_{_HEX}{{8}}"),
+    _prefixed("a Grafana token", ("glc_",), "[A-Za-z0-9+/]{32,400}={0,3}", _letters_and_digits, "A-Za-z0-9+/="),
+    _prefixed("an age secret key", ("AGE-SECRET-KEY-1",), "[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
+    _prefixed("a Heroku API key", ("HRKU-AA",), "[A-Za-z0-9_-]{58}", None, "A-Za-z0-9_-"),
+    _prefixed("a RubyGems token", ("rubygems_",), f"{_HEX}{{48}}"),
+    _prefixed("a Square token", ("sq0atp-", "sq0csp-"), "[A-Za-z0-9_-]{22,60}", _letters_and_digits, "A-Za-z0-9_-"),
+    _prefixed("an Atlassian API token", ("ATATT3",), "[A-Za-z0-9_=-]{186}", None, "A-Za-z0-9_=-"),
+    _prefixed("a Doppler token", ("dp.pt.", "dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."), "[A-Za-z0-9]{40,44}",
+              _letters_and_digits),  # fmt: skip
+    _prefixed("a 1Password service account token", ("ops_eyJ",), "[A-Za-z0-9+/]{250,8192}={0,3}", None, "A-Za-z0-9+/="),
+    _prefixed("a Fly.io token", ("fo1_",), "[A-Za-z0-9_-]{43}", _letters_and_digits, "A-Za-z0-9_-"),
+    _prefixed("a Fly.io token", ("fm1a_", "fm1r_", "fm2_"), "[A-Za-z0-9+/]{100,8192}={0,3}", None, "A-Za-z0-9+/="),
+    _prefixed("a PlanetScale token", ("pscale_tkn_", "pscale_oauth_", "pscale_pw_"), "[A-Za-z0-9_=.-]{32,64}",
+              _letters_and_digits, "A-Za-z0-9_=.-"),  # fmt: skip
+    _prefixed("an Alibaba Cloud access key", ("LTAI",), "[A-Za-z0-9]{20}", _letters_and_digits),
+    _prefixed("a Brevo (Sendinblue) API key", ("xkeysib-", "xsmtpsib-"), f"{_HEX}{{64}}-[A-Za-z0-9]{{16}}"),
+    _prefixed("a Cloudflare origin CA key", ("v1.0-",), f"{_HEX}{{24}}-{_HEX}{{146}}"),
+    _prefixed("a Dynatrace token", ("dt0c01.",), "[A-Za-z0-9]{24}\\.[A-Za-z0-9]{64}"),
+    _prefixed("an EasyPost API key", ("EZAK", "EZTK"), "[A-Za-z0-9]{54}", _letters_and_digits),
+    _prefixed("a Frame.io token", ("fio-u-",), "[A-Za-z0-9_=-]{64}", None, "A-Za-z0-9_=-"),
+    _prefixed("an Infracost token", ("ico-",), "[A-Za-z0-9]{32}", _letters_and_digits),
+    _prefixed("a Prefect token", ("pnu_",), "[A-Za-z0-9]{36}", _letters_and_digits),
+    _prefixed("a ReadMe API key", ("rdme_",), "[a-z0-9]{70}", _letters_and_digits),
+    _prefixed("a Scalingo token", ("tk-us-",), "[A-Za-z0-9_-]{48}", _letters_and_digits, "A-Za-z0-9_-"),
+    _prefixed("a Shippo token", ("shippo_live_", "shippo_test_"), f"{_HEX}{{40}}"),
+    _prefixed("a Duffel token", ("duffel_live_", "duffel_test_"), "[A-Za-z0-9_=-]{43}", None, "A-Za-z0-9_=-"),
+    _prefixed("a Typeform token", ("tfp_",), "[A-Za-z0-9_.=-]{59}", _letters_and_digits, "A-Za-z0-9_.=-"),
+    _prefixed("a Sourcegraph token", ("sgp_",), f"(?:{_HEX}{{16}}_|local_)?{_HEX}{{40}}"),
+    _prefixed("an Artifactory key", ("AKCp",), "[A-Za-z0-9]{69}", _letters_and_digits),
+    _prefixed("a Clojars token", ("CLOJARS_",), "[a-z0-9]{60}", _letters_and_digits),
+    _prefixed("an OpenShift token", ("sha256~",), "[A-Za-z0-9_-]{43}", _letters_and_digits, "A-Za-z0-9_-"),
+    _prefixed("an Adobe client secret", ("p8e-",), "[A-Za-z0-9]{32}", _letters_and_digits),
+    _prefixed("a Mapbox secret token", ("sk.eyJ",), "[A-Za-z0-9_.-]{50,2048}", None, "A-Za-z0-9_.-"),
+    _prefixed("a New Relic key", ("NRAK-", "NRII-"), "[A-Za-z0-9-]{27,32}", _letters_and_digits, "A-Za-z0-9-"),
+    _Detector(
+        "a basic auth header",
+        ("basic",),
+        re.compile(r"(?<![A-Za-z0-9_-])(?i:authorization)[\"']?[ \t]{0,8}:[ \t]{0,8}(?i:basic)[ \t]{1,8}"
+                   r"([A-Za-z0-9+/]{8,4096}={0,2})(?![A-Za-z0-9+/=])"),
+        _letters_and_digits,
+    ),
+)
+_DETECTORS = _DETECTORS + _PREFIXED
+
 
 def find_credential(text: str) -> str | None:
     """What kind of secret `text` seems to carry (the earliest one), or None. Never the secret itself."""
