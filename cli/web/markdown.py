@@ -7,8 +7,10 @@ target, and the page's Content-Security-Policy would refuse a foreign image anyw
 wikilinks to notes (`[[2026-11-30#^m-1f3a9c0d2e|label]]`) become links into the Content page.
 
 mistune has no source positions, so the note's structure comes from `memvault.vault.note.parse`
-(the parser the index uses): each bullet is rendered on its own as `<li id="<block id>">`, the
-same id its index row carries, and the lines between bullets are rendered as markdown blocks.
+(the parser the index uses): each memory is rendered on its own with the id its index row
+carries (`<li id=…>` for a list item, a `<p>`, a `<blockquote>` or a callout box for the
+others), and the lines between them are rendered as markdown blocks. What Obsidian's reading
+view hides (comments) is not shown; what it draws (tasks, callouts) is drawn, without script.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mistune.renderers.html import HTMLRenderer
 
 from memvault.vault.ids import BLOCK_ID_PATTERN
 from memvault.vault.layout import DAILY, NOTE_KINDS, parse_note_relpath
+# the note parser's own comment and fence rules, so the page hides exactly what the index skips
 from memvault.vault.note import _COMMENT_CLOSE, Note, _track_fence, parse
 
 _SAFE_SCHEMES = ("http", "https", "mailto")
