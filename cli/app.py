@@ -5,6 +5,7 @@ runs (`COMMAND_MODULES`): `memvault search` never loads the MCP server or the we
 measurable part of every CLI call's start-up. `--help` and completion list them all.
 """
 
+import difflib
 import importlib
 import os
 from pathlib import Path
@@ -30,8 +31,30 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 
-class CommandGroup(ErrorTranslatingGroup):
+class SuggestingGroup(ErrorTranslatingGroup):
+    """A mistyped command name is answered with the closest real ones (`serach` → `search`)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            name = args[0] if args else ""
+            if not name or self.get_command(ctx, name) is not None:
+                raise
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            if not close:
+                raise
+            path = ctx.command_path
+            raise click.UsageError(
+                f"No such command {name!r}. Did you mean {' or '.join(repr(c) for c in close)}?"
+                f" (`{path} --help` lists them all)", ctx
+            ) from None
+
+
+class CommandGroup(SuggestingGroup):
     """Imports a command's module when the command is looked up."""
+
+    group_class = SuggestingGroup  # `memvault runtime ad` gets a suggestion too
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMAND_MODULES) | set(self.commands))

@@ -6,10 +6,17 @@ minutes. On a read-only vault nothing can be kept: the command says so and `--al
 page in one call instead.
 """
 
+import re
+from contextlib import contextmanager
+
 import click
 
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
+
+#: MemoryJournal's argument names (the library's messages use them) → what this command calls them
+_CLI_NAMES = {"fromDate": "FROM", "throughDate": "THROUGH", "timeZone": "--tz", "{cursor}": "--cursor"}
+_MCP_NAME_RE = re.compile(r"\bfromDate\b|\bthroughDate\b|\btimeZone\b|\{cursor\}|^limit\b")
 
 
 @cli.command("journal")
@@ -29,23 +36,40 @@ def journal_command(ctx: click.Context, from_date: str | None, through_date: str
     """List curated memories from FROM through THROUGH (inclusive local dates in --tz), oldest first.
 
     FROM and THROUGH are YYYY-MM-DD; without --tz they are dates in the vault's configured zone.
+    Without THROUGH the range is the one day FROM (`memvault journal 2026-09-01`).
 
     Continue with --cursor alone (cursors are kept in the vault for 15 minutes, single-use).
     """
+    if cursor is None and through_date is None:
+        through_date = from_date  # one day needs its date once
     with open_store(ctx, sync=False, engine=True) as store:
         if time_zone is None and cursor is None:
             time_zone = store.time_zone  # the vault's explicit zone, as configured: still never guessed
         arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone, "limit": limit,
                      "cursor": cursor}  # fmt: skip
         service = store.journal_service(persistent=True)
-        pages = [service.query(arguments)]
-        while all_pages and pages[-1].cursor:
-            pages.append(service.query({"cursor": pages[-1].cursor}))
+        with _cli_names():
+            pages = [service.query(arguments)]
+            while all_pages and pages[-1].cursor:
+                pages.append(service.query({"cursor": pages[-1].cursor}))
     kept = service.snapshots.persistent
     if json_:
         emit_json(_merged(pages) if all_pages else _single(pages[0], kept))
         return
     _print(pages, kept)
+
+
+@contextmanager
+def _cli_names():
+    """A refused request is told in this command's words (FROM, --tz), not MemoryJournal's (fromDate)."""
+    from memvault.indexer.journal.cursor import JournalCursorError
+    from memvault.indexer.journal.date_range import JournalRequestError
+
+    try:
+        yield
+    except (JournalRequestError, JournalCursorError) as exc:
+        translated = _MCP_NAME_RE.sub(lambda m: _CLI_NAMES.get(m.group(0), "--limit"), str(exc))
+        raise type(exc)(translated) from None
 
 
 def _single(page, kept: bool) -> dict:

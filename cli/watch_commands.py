@@ -86,9 +86,16 @@ def health_command(ctx: click.Context, strict: bool, json_: bool) -> None:
         ctx.exit(1)
 
 
+def _named(finding: dict) -> str:
+    """The finding's message, led by the file it concerns when the message does not say it
+    (a subject with a '/' is a vault path; others name a component, a row key or a setting)."""
+    subject, message = finding.get("subject") or "", finding["message"]
+    return f"{subject}: {message}" if "/" in subject and subject not in message else message
+
+
 def _print_health(report: dict) -> None:
     for finding in report["findings"]:
-        click.echo(f"{finding['severity']:<7} {finding['check']}: {finding['message']}")
+        click.echo(f"{finding['severity']:<7} {finding['check']}: {_named(finding)}")
     counts = f"{report['errors']} error(s), {report['warnings']} warning(s)"
     mode = "strict " if report["strict"] else ""
     if report["healthy"]:

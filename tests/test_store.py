@@ -168,7 +168,7 @@ def test_fixture_vault_search_respects_format(fixture_vault):
         assert not any(h.source.startswith("audit/") for h in store.recall("host observation export", limit=50).hits)
         # code blocks are not memories; callout text is what a person reads, so it is (issue 14)
         callout = store.recall("callout").hits
-        assert callout and callout[0].text == "Obsidian callout This is not a memory, just a callout."
+        assert callout and callout[0].text == "Obsidian callout A callout is read like prose, so this one is a memory too."
         assert all(h.text != "not_a_bullet = True" for h in store.recall("not_a_bullet").hits)
         # hand-written bullets are found under derived ids, and the files are untouched
         hit = store.recall("office plants", limit=1).hits[0]
