@@ -510,3 +510,16 @@ def test_recall_hit_text_keeps_the_markdown_it_was_written_with(served):
     entry = next(e for e in journal["entries"] if "nightly job" in e["text"])
     assert entry["html"] == "Run the nightly job on a 2*3 grid and <em>care</em> about the order."
     assert entry["html"] in served.get("/journal", token=TOKEN)[2].decode()
+
+
+def test_a_vault_mixing_both_layouts_browses_by_date(served):
+    nested = served.root / "daily" / "2026" / "11" / "2026-11-16.md"
+    nested.parent.mkdir(parents=True)
+    (served.root / "daily" / "2026-11-16.md").rename(nested)
+    _, flat = get_json(served, "/notes/daily/2026-11-15.json")
+    assert flat["newer"] == {"path": "daily/2026/11/2026-11-16.md", "url": "/notes/daily/2026/11/2026-11-16"}
+    _, moved = get_json(served, "/notes/daily/2026/11/2026-11-16.json")
+    assert moved["older"]["path"] == "daily/2026-11-15.md" and moved["newer"] is None
+    _, content = get_json(served, "/content.json?month=2026-11")
+    day = next(c for week in content["calendar"] for c in week if c and c["date"] == "2026-11-16")
+    assert day["exists"] and day["url"] == "/notes/daily/2026/11/2026-11-16"
