@@ -11,6 +11,7 @@ import click
 
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
+from memvault.cli.fact_args import FactCommand, parse_at
 
 
 @cli.command("init")
@@ -51,9 +52,11 @@ def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: st
         click.echo(f"Created a {mode} vault in {root.resolve()} ({', '.join(created)}).")
 
 
-@cli.command("remember")
+@cli.command("remember", cls=FactCommand)
 @click.argument("text", required=False)
-@click.option("--at", "at_", default=None, help="When it happened (ISO-8601 with offset). Default: now.")
+@click.option("--at", "at_", default=None, metavar="WHEN",
+              help="When it happened: ISO-8601 with an offset (2026-11-30T14:03:00+01:00), or a date (2026-11-30) "
+                   "for the start of that day in the vault's zone. Default: now.")
 @click.option("--from", "from_", type=click.File("rb"), default=None, metavar="FILE",
               help='Bulk import: JSON lines {"text": ..., "at": ISO-8601 (optional)} from FILE (- for stdin); '
                    "idempotent per line.")
@@ -65,6 +68,8 @@ def remember_command(ctx: click.Context, text: str | None, at_: str | None, from
     With --from, store every line of a JSON-lines file in batches (one write per daily note and
     one index commit per batch); a bad line is reported with its number and nothing is written
     for it. A progress bar shows on a terminal.
+
+    TEXT may start with '-' (a task `- [ ] Ask Alice`, a rule `---`): only `-x` / `--word` are options.
     """
     if (text is None) == (from_ is None):
         raise click.UsageError("give either TEXT or --from FILE")
@@ -73,8 +78,8 @@ def remember_command(ctx: click.Context, text: str | None, at_: str | None, from
             raise click.UsageError("--at applies to TEXT; in --from lines give each its own \"at\"")
         _remember_lines(ctx, from_, json_)
         return
-    when = _parse_instant(at_) if at_ else None
     with open_store(ctx, engine=True) as store:
+        when = parse_at(at_, store.time_zone) if at_ else None
         receipt = store.remember(text, at=when)
     if json_:
         emit_json(receipt.to_json())
@@ -213,14 +218,3 @@ def _import_progress(log, total: int):
 
     return progress
 
-
-def _parse_instant(text: str):
-    from datetime import datetime
-
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"{text!r} is not ISO-8601 (e.g. 2026-11-30T14:03:00+01:00)", param_hint="--at") from exc
-    if when.tzinfo is None:
-        raise click.BadParameter("give a UTC offset or Z (e.g. 2026-11-30T14:03:00+01:00)", param_hint="--at")
-    return when

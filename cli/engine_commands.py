@@ -110,7 +110,12 @@ def engine_group() -> None:
 @json_option
 @click.pass_context
 def engine_status(ctx: click.Context, json_: bool) -> None:
-    """Show the owner of the vault (pid, role, socket, intake); exit 1 when none runs."""
+    """Show the owner of the vault (pid, role, socket, intake); exit 1 when none runs.
+
+    Exit status: 0 when an owner answers, 1 when no owner runs (not an error: every command then
+    works in-process), so a script can ask `memvault engine status >/dev/null && ...`. With
+    --json the answer is {"running": false, ...} and the exit status is still 1.
+    """
     from memvault.indexer.engine.address import read_status, socket_path
     from memvault.vault.locks import pid_alive
     from memvault.indexer.engine.client import find_owner
