@@ -14,7 +14,6 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.consolidate import (
     END,
     MAX_GROUPS,
-    SCAN_CEILING,
     START,
     is_calendar_node,
     lexical_key,
@@ -120,10 +119,10 @@ def test_duplicate_fact_groups_are_counted_not_merged(tmp_path, server):
 
 def test_the_preview_is_bounded_by_groups_and_by_the_scan_ceiling():
     graph = Graph()
-    for i in range(SCAN_CEILING + 5):
+    for i in range(10_000 + 5):  # the spec: "a 10,000-row safety ceiling"
         graph.add_entity(Entity(f"e-{i:06d}", f"Entity {i}", "concept"))
     groups, scanned, complete = scan_groups(graph, frozenset())
-    assert (scanned, complete, len(groups)) == (SCAN_CEILING, False, SCAN_CEILING)
+    assert (scanned, complete, len(groups)) == (10_000, False, 10_000)
     small = Graph()
     for i in range(60):
         small.add_entity(Entity(f"e-{i:02d}", f"Topic {i}", "concept"))
