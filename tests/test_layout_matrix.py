@@ -316,3 +316,20 @@ def test_only_the_layout_spells_out_note_names():
                 if _HAND_MADE_NOTE_NAMES.search(line):
                     offenders.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
     assert offenders == [], "ask memvault.vault.layout instead:\n" + "\n".join(offenders)
+
+
+def test_the_layout_maps_paths_and_dates_both_ways():
+    from datetime import date
+
+    from memvault.vault.layout import note_day, note_relpath_candidates, note_sort_key, parse_note_ref
+
+    assert note_relpath_candidates("daily", date(2026, 11, 30)) == (NOTE["flat"], NOTE["nested"])
+    assert {note_day(NOTE[layout]) for layout in LAYOUTS} == {date(2026, 11, 30)}
+    assert note_day(AUDIT_NOTE["nested"], "daily") is None and note_day(AUDIT_NOTE["nested"], "audit") == date(2026, 11, 29)
+    for wrong in ("daily/2026/12/2026-11-30.md", "daily/2026/11/30/2026-11-30.md", "daily/2026-11-31.md", "notes/2026-11-30.md"):
+        assert note_day(wrong) is None, wrong
+    assert parse_note_ref(f"{NOTE['nested']}#^{BLUE}") == (NOTE["nested"], BLUE)
+    assert parse_note_ref(f"{NOTE['nested']}#{BLUE}") is None and parse_note_ref(f"{NOTE['nested']}#^") is None
+    mixed = ["daily/2026/12/2026-12-01.md", "daily/2026-11-30.md", "daily/2026-12-02.md", "audit/2026-11-29.md"]
+    assert sorted(mixed, key=note_sort_key) == ["audit/2026-11-29.md", "daily/2026-11-30.md", "daily/2026/12/2026-12-01.md",
+                                                "daily/2026-12-02.md"]  # fmt: skip
