@@ -188,3 +188,8 @@ def test_nested_wikilinks_lead_to_the_note():
     assert 'href="/notes/daily/2026/11/2026-11-30#m-1f3a9c0d2e">that</a>' in html
     assert 'href="/notes/daily/2026/11/2026-11-30">daily/2026/11/2026-11-30.md</a>' in html
     assert '<span class="wikilink">daily/2026/12/2026-11-30</span>' in html  # filed under the wrong month: not a note
+
+
+def test_highlights_are_marked_as_in_obsidian():
+    html, _ = render_note("- Ship ==only after== the smoke tests ^m-0000000002\n")
+    assert "Ship <mark>only after</mark> the smoke tests" in html

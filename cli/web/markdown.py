@@ -124,7 +124,7 @@ def _wikilinks(md) -> None:
 
 def _markdown():
     return mistune.create_markdown(
-        renderer=_SafeRenderer(), escape=True, plugins=["strikethrough", "table", "task_lists", _wikilinks]
+        renderer=_SafeRenderer(), escape=True, plugins=["strikethrough", "mark", "table", "task_lists", _wikilinks]
     )
 
 
