@@ -42,6 +42,11 @@ def as_row(row: StoredRow) -> Row:
                int(row.at.timestamp()), row.line, row.context_hash)  # fmt: skip
 
 
+#: Tantivy's raw field names → StoredRow attributes (what `term_counts` may be asked about)
+_RAW_FIELDS = {"key": "key", "id": "id", "path": "path", "kind": "kind", "day": "day", "chash": "content_hash",
+               "ctxh": "context_hash"}  # fmt: skip
+
+
 class ServerRows:
     """Recall's row and lexical reads (the calls it makes of a Tantivy index), from a backend."""
 
@@ -99,15 +104,17 @@ class ServerRows:
         return self.backend.counts(self.generation).by_kind.get(kind, 0)
 
     def term_counts(self, field: str, kind: str | None = None) -> dict[str, int]:
-        if field != "path" or kind is not None:
-            rows = self.backend.all_rows(self.generation)
-            counts: dict[str, int] = {}
-            for row in rows:
-                if kind is None or row.kind == kind:
-                    value = {"path": row.path, "kind": row.kind, "day": row.day.isoformat()}[field]
-                    counts[value] = counts.get(value, 0) + 1
-            return counts
-        return self.backend.counts(self.generation).by_path
+        """Rows per value of a raw field (`path`, `kind`, `day`, `chash`, …), optionally of one kind."""
+        if field == "path" and kind is None:
+            return self.backend.counts(self.generation).by_path
+        attribute = _RAW_FIELDS[field]
+        counts: dict[str, int] = {}
+        for row in self.backend.all_rows(self.generation):
+            if kind is None or row.kind == kind:
+                value = getattr(row, attribute)
+                value = value.isoformat() if attribute == "day" else value
+                counts[value] = counts.get(value, 0) + 1
+        return counts
 
     def deleted_rows(self) -> int:
         return 0  # a deleted row leaves the server's statistics at once

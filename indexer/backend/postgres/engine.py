@@ -19,14 +19,17 @@ from memvault.indexer.backend.postgres.lexical import BM25_SQL, query_words, wor
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, line, text, content_hash, context_hash, context"
+_TSV = f"to_tsvector('{schema.TEXT_SEARCH_CONFIG}', %s)"
+_TF = ("(SELECT coalesce(jsonb_object_agg(lexeme, coalesce(array_length(positions, 1), 1)), '{}') "
+       f"FROM unnest({_TSV}))")  # fmt: skip
 _INSERT = (
     "INSERT INTO memvault_rows (vault, generation, key, id, path, kind, day, at, line, text, content_hash, "
-    "context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-    f"%s, %s, %s, %s, %s, %s, to_tsvector('{schema.TEXT_SEARCH_CONFIG}', %s), "
-    f"to_tsvector('{schema.TEXT_SEARCH_CONFIG}', %s), %s, %s, %s)"
+    "context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding, text_tf, ctx_tf) VALUES (%s, %s, %s, "
+    f"%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {_TSV}, {_TSV}, %s, %s, %s, {_TF}, {_TF})"
 )
 #: HNSW's candidate list; pgvector's default (40) would cap every vector list at 40 rows
 _MIN_EF_SEARCH = 40
+_SESSION_EF_SEARCH = 200
 _MAX_EF_SEARCH = 1000
 
 
@@ -62,7 +65,9 @@ class PostgresBackend:
                     from pgvector.psycopg import register_vector
 
                     register_vector(self._conn)
-                except psycopg.ProgrammingError:
+                    # recall asks for 100 vector candidates: one round trip, no SET LOCAL per query
+                    self._conn.execute(f"SET hnsw.ef_search = {_SESSION_EF_SEARCH}")
+                except psycopg.Error:
                     pass  # no vector type yet: ensure_schema creates it; the next session registers it
             try:
                 yield self._conn
@@ -121,6 +126,7 @@ class PostgresBackend:
         with self._session() as conn:
             if dim is not None:
                 schema.ensure_vector_index(conn, self.vault, generation, dim)
+            schema.analyze_leaf(conn, self.vault, generation)
             with conn.transaction():
                 previous = conn.execute("SELECT serving FROM memvault_vaults WHERE name = %s FOR UPDATE",
                                         (self.vault,)).fetchone()[0]  # fmt: skip
@@ -193,7 +199,8 @@ class PostgresBackend:
         vector = None if write.vector is None else _as_vector(write.vector)
         return (self.vault, generation, write.key, record.id, record.path, record.kind, record.day,
                 int(record.at.timestamp()), record.line, record.text, record.content_hash, write.context_hash,
-                record.context, " ".join(own), " ".join(context), len(own), len(context), vector)  # fmt: skip
+                record.context, " ".join(own), " ".join(context), len(own), len(context), vector, " ".join(own),
+                " ".join(context))  # fmt: skip
 
     def _record_files(self, conn, generation: int, files: dict) -> None:
         forget = [path for path, state in files.items() if state is None]
@@ -278,10 +285,14 @@ class PostgresBackend:
                "WHERE vault = %(vault)s AND generation = %(generation)s AND embedding IS NOT NULL "
                f"ORDER BY embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(depth)s")  # fmt: skip
         ef = min(_MAX_EF_SEARCH, max(_MIN_EF_SEARCH, 2 * depth))
-        with self._session() as conn, conn.transaction():
-            conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-            rows = conn.execute(sql, {"q": query, "vault": self.vault, "generation": generation,
-                                      "depth": depth}).fetchall()  # fmt: skip
+        arguments = {"q": query, "vault": self.vault, "generation": generation, "depth": depth}
+        with self._session() as conn:
+            if ef <= _SESSION_EF_SEARCH:
+                rows = conn.execute(sql, arguments).fetchall()
+            else:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+                    rows = conn.execute(sql, arguments).fetchall()
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
     def counts(self, generation: int) -> BackendCounts:

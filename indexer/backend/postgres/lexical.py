@@ -41,52 +41,51 @@ def query_words(text: str) -> list[str]:
     return content[:MAX_QUERY_WORDS]
 
 
-#: parameters: words (text), vault, generation ×3, kinds; returns (key, score) best first
+#: parameters: words (text), vault, generation, kinds, depth; returns (key, score) best first.
+#: Each row's term frequencies are kept as {lexeme: tf} (text_tf, ctx_tf) so scoring looks up
+#: the query's few terms instead of unnesting every candidate's tsvector.
 BM25_SQL = f"""
-WITH q AS (
+WITH q AS MATERIALIZED (
     SELECT lexeme, coalesce(array_length(positions, 1), 1) AS qtf
     FROM unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', %(words)s))
 ),
-tsq AS (
+tsq AS MATERIALIZED (
     SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q
 ),
-g AS (
+g AS MATERIALIZED (
     SELECT greatest(rows, 1)::float8 AS n,
            greatest(text_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_text,
            greatest(ctx_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_ctx
     FROM memvault_generations WHERE vault = %(vault)s AND generation = %(generation)s
 ),
-idf AS (
+df AS MATERIALIZED (
     SELECT q.lexeme, q.qtf,
+        (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
+            AND r.text_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_text,
+        (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
+            AND r.ctx_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_ctx
+    FROM q
+),
+idf AS MATERIALIZED (
+    SELECT d.lexeme, d.qtf,
         ln(1 + (g.n - d.df_text + 0.5) / (d.df_text + 0.5)) AS idf_text,
         ln(1 + (g.n - d.df_ctx + 0.5) / (d.df_ctx + 0.5)) AS idf_ctx
-    FROM q CROSS JOIN g
-    CROSS JOIN LATERAL (
-        SELECT
-            (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
-                AND r.text_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_text,
-            (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
-                AND r.ctx_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_ctx
-    ) d
+    FROM df d CROSS JOIN g
 ),
-candidates AS (
-    SELECT r.key, r.text_tsv, r.ctx_tsv, r.text_len, r.ctx_len
+candidates AS MATERIALIZED (
+    SELECT r.key, r.text_tf, r.ctx_tf, r.text_len, r.ctx_len
     FROM memvault_rows r, tsq
     WHERE r.vault = %(vault)s AND r.generation = %(generation)s AND r.kind = ANY(%(kinds)s)
       AND (r.text_tsv @@ tsq.query OR r.ctx_tsv @@ tsq.query)
-),
-scored AS (
-    SELECT c.key, i.qtf * i.idf_text * (t.tf * ({K1} + 1))
-               / (t.tf + {K1} * (1 - {B} + {B} * c.text_len / g.avg_text)) AS part
-    FROM candidates c CROSS JOIN g
-    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf FROM unnest(c.text_tsv)) t
-    JOIN idf i ON i.lexeme = t.lexeme
-    UNION ALL
-    SELECT c.key, {CONTEXT_BOOST} * i.qtf * i.idf_ctx * (t.tf * ({K1} + 1))
-               / (t.tf + {K1} * (1 - {B} + {B} * c.ctx_len / g.avg_ctx)) AS part
-    FROM candidates c CROSS JOIN g
-    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf FROM unnest(c.ctx_tsv)) t
-    JOIN idf i ON i.lexeme = t.lexeme
 )
-SELECT key, sum(part) AS score FROM scored GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
+SELECT c.key, sum(
+        coalesce(i.qtf * i.idf_text * f.tt * ({K1} + 1)
+                 / (f.tt + {K1} * (1 - {B} + {B} * c.text_len / g.avg_text)), 0)
+      + coalesce({CONTEXT_BOOST} * i.qtf * i.idf_ctx * f.ct * ({K1} + 1)
+                 / (f.ct + {K1} * (1 - {B} + {B} * c.ctx_len / g.avg_ctx)), 0)) AS score
+FROM candidates c CROSS JOIN g CROSS JOIN idf i
+CROSS JOIN LATERAL (SELECT (c.text_tf ->> i.lexeme)::float8 AS tt, (c.ctx_tf ->> i.lexeme)::float8 AS ct) f
+GROUP BY c.key
+ORDER BY score DESC, c.key
+LIMIT %(depth)s
 """

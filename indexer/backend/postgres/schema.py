@@ -19,7 +19,7 @@ import re
 
 from memvault.vault.errors import InvalidConfig
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # bump with a migration note when a table changes
 TEXT_SEARCH_CONFIG = "memvault_en"
 VAULT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 READER_ROLE_PREFIX = "memvault_read_"
@@ -66,6 +66,8 @@ _DDL = [
         ctx_tsv tsvector NOT NULL,
         text_len integer NOT NULL,
         ctx_len integer NOT NULL,
+        text_tf jsonb NOT NULL,
+        ctx_tf jsonb NOT NULL,
         embedding vector,
         PRIMARY KEY (vault, generation, key)) PARTITION BY LIST (vault)""",
     "CREATE INDEX IF NOT EXISTS memvault_rows_path ON memvault_rows (vault, generation, path)",
@@ -172,6 +174,14 @@ def ensure_vector_index(conn, vault: str, generation: int, dim: int) -> None:
     name = f"{leaf_table(vault, generation)}_hnsw"
     conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)")
                  .format(sql.Identifier(name), sql.Identifier(leaf_table(vault, generation)), sql.Literal(dim)))
+
+
+def analyze_leaf(conn, vault: str, generation: int) -> None:
+    """Fresh planner statistics for a leaf (after a bulk load): without them the planner takes
+    a leaf of thousands of rows for one row and passes over its GIN and HNSW indexes."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(leaf_table(vault, generation))))
 
 
 def drop_leaf(conn, vault: str, generation: int) -> None:

@@ -1,0 +1,219 @@
+"""The PostgreSQL + pgvector index backend beside the local one (Tantivy + hnswlib), same run.
+
+    python -m bench.bench_postgres [--memories 10000] [--vaults 10] [--queries 200] [--locomo N]
+                                   [--dsn DSN]   (default: MEMVAULT_INDEX_DSN, else a pgserver under /tmp)
+
+Prints the server's PostgreSQL and pgvector versions, then for both backends:
+* rebuild of every vault from its files (seconds, memories/s);
+* hybrid recall (memvault's tool-mode recall: BM25 + vectors + coverage, fused) median / p95,
+  in-process over all vaults, and through a running owner (`memvault watch`) for one vault;
+* `remember` through the owner (median, p95), and bulk import (`remember_many`) in memories/s;
+* LoCoMo evidence recall@5/10/25 for hybrid recall and BM25 alone (bench/locomo.py's vaults).
+Figures from a loaded machine are labelled so by whoever quotes them.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench_search import percentile, queries
+from bench.generate import make_vault
+from memvault.indexer.engine.store import MemoryStore
+from memvault.vault.config import IndexConfig
+
+REPO = Path(__file__).resolve().parent.parent
+BACKENDS = ("local", "postgres")
+
+
+def start_server():
+    import pgserver
+
+    folder = Path(tempfile.mkdtemp(prefix="memvault-bench-pg-", dir="/tmp"))  # see docs/team.md: /tmp only
+    server = pgserver.get_server(folder, cleanup_mode="delete")
+    info = server.get_postmaster_info()
+    dsn = f"host={info.socket_dir} port={info.port} user=postgres dbname=postgres"
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return server, dsn
+
+
+def on_server(root: Path, name: str) -> Path:
+    """Point a vault's config at the index server under `name`."""
+    config = json.loads((root / "memvault.json").read_text())
+    config["index"] = {"backend": "postgres", "name": name}
+    (root / "memvault.json").write_text(json.dumps(config, indent=2) + "\n")
+    return root
+
+
+def ms(samples: list[float]) -> str:
+    return f"median {statistics.median(samples):7.1f} ms  p95 {percentile(samples, 0.95):7.1f} ms"
+
+
+def timed_ms(function, items) -> list[float]:
+    samples = []
+    for item in items:
+        started = time.perf_counter()
+        function(item)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def build_vaults(tmp: Path, memories: int, vaults: int) -> dict[str, list[Path]]:
+    per_vault = max(1, memories // vaults)
+    roots: dict[str, list[Path]] = {backend: [] for backend in BACKENDS}
+    for number in range(vaults):
+        for backend in BACKENDS:
+            root = make_vault(tmp / f"{backend}-{number}", per_vault, mode="journal", seed=number + 1)
+            roots[backend].append(on_server(root, f"bench-{number}") if backend == "postgres" else root)
+    return roots
+
+
+def bench_scale(roots: dict[str, list[Path]], env: dict, query_count: int) -> None:
+    asked = queries(query_count)
+    for backend in BACKENDS:
+        started = time.perf_counter()
+        rows = 0
+        for root in roots[backend]:
+            with MemoryStore.open(root, env=env, sync=False) as store:
+                rows += store.rebuild().memories
+        seconds = time.perf_counter() - started
+        print(f"{backend:8s} rebuild      {rows} memories in {seconds:6.1f} s ({rows / seconds:,.0f}/s)")
+    for backend in BACKENDS:
+        stores = [MemoryStore.open(root, env=env, sync=False) for root in roots[backend]]
+        try:
+            for store in stores:
+                store.recall("warm up")
+            samples = timed_ms(lambda i: stores[i % len(stores)].recall(asked[i]), range(len(asked)))
+        finally:
+            for store in stores:
+                store.close()
+        print(f"{backend:8s} hybrid recall in-process, {len(stores)} vaults: {ms(samples)}")
+
+
+def bench_owner(roots: dict[str, list[Path]], env: dict, query_count: int, writes: int) -> None:
+    asked = queries(query_count)
+    for backend in BACKENDS:
+        root = roots[backend][0]
+        owner = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(root), "watch"],
+                                 env={**os.environ, **env, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            store = _wait_for_owner(root, env)
+            store.recall("warm up")
+            recall = timed_ms(store.recall, asked)
+            remember = timed_ms(lambda i: store.remember(f"Bench fact {i} about the owner path {time.time_ns()}."),
+                                range(writes))
+            store.close()
+        finally:
+            owner.terminate()
+            owner.wait(60)
+        print(f"{backend:8s} through the owner: hybrid recall {ms(recall)}; remember {ms(remember)}")
+
+
+def _wait_for_owner(root: Path, env: dict):
+    from memvault.indexer.engine.remote import RemoteStore
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        store = MemoryStore.open(root, env=env)
+        if isinstance(store, RemoteStore):
+            return store
+        store.close()
+        time.sleep(0.2)
+    raise SystemExit(f"no owner answered for {root}")
+
+
+def bench_import(tmp: Path, env: dict, items: int) -> None:
+    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.init import init_vault
+
+    for backend in BACKENDS:
+        root = tmp / f"import-{backend}"
+        init_vault(root, render_config(default_config_data("journal", "UTC")))
+        if backend == "postgres":
+            on_server(root, "bench-import")
+        facts = [f"Imported fact number {i} about shipment {i * 7 % 1000}." for i in range(items)]
+        with MemoryStore.open(root, env=env) as store:
+            started = time.perf_counter()
+            store.remember_many(facts)
+            seconds = time.perf_counter() - started
+        print(f"{backend:8s} bulk import  {items} memories in {seconds:6.1f} s ({items / seconds:,.0f}/s)")
+
+
+def bench_locomo(tmp: Path, env: dict, conversations: int) -> None:
+    from bench.locomo import DEFAULT_DATA, KS, _EVIDENCE_RE, dialog_id, write_vault
+
+    data = json.loads(DEFAULT_DATA.read_text())[:conversations]
+    scores: dict[tuple[str, str, int], list[float]] = {}
+    for number, sample in enumerate(data):
+        for backend in BACKENDS:
+            root = tmp / f"locomo-{backend}-{number}"
+            write_vault(root, sample["conversation"], "builtin")
+            if backend == "postgres":
+                on_server(root, f"locomo-{number}")
+            with MemoryStore.open(root, env=env, sync=False) as store:
+                store.rebuild()
+                index = store._readable_index()
+                for qa in sample["qa"]:
+                    evidence = {e for raw in qa.get("evidence", []) for e in _EVIDENCE_RE.findall(raw)}
+                    if not evidence:
+                        continue
+                    ranked = {"hybrid": [dialog_id(h.source) for h in store.recall(qa["question"], limit=max(KS)).hits],
+                              "bm25": [dialog_id(h.key) for h in index.bm25.search(qa["question"], max(KS))]}
+                    for retriever, found in ranked.items():
+                        for k in KS:
+                            share = len(evidence & set(found[:k])) / len(evidence)
+                            scores.setdefault((backend, retriever, k), []).append(share)
+    print(f"LoCoMo evidence recall ({len(data)} conversations, builtin embeddings):")
+    for retriever in ("hybrid", "bm25"):
+        for backend in BACKENDS:
+            shown = "  ".join(f"@{k} {100 * statistics.mean(scores[(backend, retriever, k)]):5.1f}" for k in KS)
+            print(f"  {retriever:6s} {backend:8s} {shown}")
+        gap = 100 * (statistics.mean(scores[("postgres", retriever, 10)]) - statistics.mean(scores[("local", retriever, 10)]))
+        print(f"  {retriever:6s} postgres - local at @10: {gap:+.1f} points")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--vaults", type=int, default=10)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--writes", type=int, default=100)
+    parser.add_argument("--import-items", type=int, default=2_000)
+    parser.add_argument("--locomo", type=int, default=10, help="LoCoMo conversations (0: skip)")
+    parser.add_argument("--dsn", default=os.environ.get("MEMVAULT_INDEX_DSN", ""))
+    args = parser.parse_args()
+    server = None
+    dsn = args.dsn
+    if not dsn:
+        server, dsn = start_server()
+    env = {"MEMVAULT_INDEX_DSN": dsn}
+    try:
+        from memvault.indexer.backend import server_versions_of
+
+        versions = server_versions_of(IndexConfig("postgres", "bench", dsn))
+        print(f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; cores: {os.cpu_count()}")
+        with tempfile.TemporaryDirectory(prefix="memvault-bench-", dir="/tmp") as tmp:
+            tmp_path = Path(tmp)
+            roots = build_vaults(tmp_path, args.memories, args.vaults)
+            print(f"{args.memories} memories over {args.vaults} vaults, 256-d builtin embeddings")
+            bench_scale(roots, env, args.queries)
+            bench_owner(roots, env, min(args.queries, 100), args.writes)
+            bench_import(tmp_path, env, args.import_items)
+            if args.locomo:
+                bench_locomo(tmp_path, env, args.locomo)
+    finally:
+        if server is not None:
+            server.cleanup()
+
+
+if __name__ == "__main__":
+    main()
