@@ -214,6 +214,25 @@ def test_web_content_calendar_and_note_page(web):
     assert status == 200 and by_date["path"] == NOTE[web.layout] and by_date["month"] == "2026-11"
 
 
+@pytest.mark.parametrize("web", LAYOUTS, indirect=True)
+def test_web_memory_space_notes(web):
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.vault.spaces import SpaceCatalog
+
+    space = SpaceCatalog(web.root / "spaces", time_zone="UTC").create("Work", "Projects")
+    space_root = SpaceCatalog(web.root / "spaces", time_zone="UTC").path_of(space.id)
+    if web.layout == "nested":
+        (space_root / "daily" / f"{datetime.now(timezone.utc).year:04d}").mkdir(parents=True, exist_ok=True)
+    with MemoryStore.open(space_root) as store:
+        receipt = store.remember("The Northwind offsite is in Haarlem.")
+    status, page = page_json(web, f"/spaces/{space.id}.json")
+    [listed] = page["notes"]
+    assert status == 200 and re.fullmatch(TODAY_NOTE_RE[web.layout], listed["path"])
+    assert listed["url"] == f"/spaces/{space.id}/notes/{listed['path'].removesuffix('.md')}"
+    status, note = page_json(web, listed["url"] + ".json")
+    assert status == 200 and [b["id"] for b in note["bullets"]] == [receipt.id]
+
+
 # --- capture: BuJo against a loopback chat model ---------------------------------------------------
 
 
