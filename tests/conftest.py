@@ -23,22 +23,53 @@ def isolated(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def fixture_vault(tmp_path) -> Path:
+def fixture_vault(tmp_path, request) -> Path:
     """A private copy of fixtures/vault (tests may edit it freely)."""
     target = tmp_path / "vault"
     shutil.copytree(FIXTURE_VAULT, target)
-    return target
+    return _on_index_backend(request, target)
 
 
 @pytest.fixture
-def new_vault(tmp_path) -> Path:
+def new_vault(tmp_path, request) -> Path:
     """An empty lite vault in Europe/Amsterdam, made the way `memvault init` makes one."""
     from memvault.vault.config import default_config_data, render_config
     from memvault.vault.init import init_vault
 
     root = tmp_path / "fresh"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))
-    return root
+    return _on_index_backend(request, root)
+
+
+def pytest_generate_tests(metafunc):
+    # a test marked both_backends runs once per index backend (the seam's engines): its vaults
+    # (new_vault, fixture_vault, or made with tests.postgres_helpers.on_test_backend) follow
+    if metafunc.definition.get_closest_marker("both_backends"):
+        metafunc.fixturenames.append("index_backend")
+        metafunc.parametrize("index_backend", ["local", "postgres"], indirect=True)
+
+
+@pytest.fixture
+def index_backend(request, monkeypatch):
+    """"local", or "postgres" with a fresh database that libpq reaches through PG* variables."""
+    from tests import postgres_helpers
+
+    backend = getattr(request, "param", "local")
+    if backend == "postgres":
+        dsn = request.getfixturevalue("postgres_server").new_database()
+        for name, value in postgres_helpers.libpq_environment(dsn).items():
+            monkeypatch.setenv(name, value)
+    monkeypatch.setattr(postgres_helpers, "TEST_BACKEND", backend)
+    return backend
+
+
+def _on_index_backend(request, root: Path) -> Path:
+    if "index_backend" not in request.fixturenames:
+        return root
+    request.getfixturevalue("index_backend")
+    from tests.postgres_helpers import on_test_backend
+
+    return on_test_backend(root)
 
 
 @pytest.fixture(scope="session")

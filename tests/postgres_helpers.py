@@ -93,3 +93,29 @@ class PostgresServer:
             conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOBYPASSRLS')
             conn.execute(f'GRANT CONNECT ON DATABASE "{dsn.rsplit("dbname=", 1)[1]}" TO "{role}"')
         return dsn.replace("user=postgres", f"user={role}")
+
+
+#: the index backend the running test's vaults use ("local" or "postgres"); set by the
+#: `index_backend` fixture for tests marked `both_backends` (tests/conftest.py)
+TEST_BACKEND = "local"
+
+
+def on_test_backend(root: Path) -> Path:
+    """Point a vault made by a test at the test's index backend: for "postgres", add the index
+    block (the connection comes from the PG* variables the fixture set, as libpq reads them)."""
+    if TEST_BACKEND == "local":
+        return root
+    import json
+
+    config_path = root / "memvault.json"
+    data = json.loads(config_path.read_text()) if config_path.exists() else {}
+    data["index"] = {"backend": "postgres", "name": "test-vault"}
+    config_path.write_text(json.dumps(data, indent=2) + "\n")
+    return root
+
+
+def libpq_environment(dsn: str) -> dict[str, str]:
+    """The PG* variables libpq reads, for a key=value DSN."""
+    parts = dict(part.split("=", 1) for part in dsn.split())
+    names = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}
+    return {names[key]: value for key, value in parts.items() if key in names}

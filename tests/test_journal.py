@@ -25,6 +25,7 @@ from memvault.indexer.journal.query import (
 from memvault.indexer.maintenance.sync import Row
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_test_backend
 
 #: the spec's journal caps ("limit defaults to 10"; "A snapshot caps at 1,000 entries and 2 MiB; each
 #: page caps at 25 entries/8 KiB and each text at 2 KiB"), written here as the spec states them
@@ -40,7 +41,7 @@ AMS = "Europe/Amsterdam"
 def make_vault(tmp_path: Path, zone: str = AMS) -> Path:
     root = tmp_path / "v"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone=zone)))
-    return root
+    return on_test_backend(root)
 
 
 def write_note(root: Path, day: str, bullets: list[str], folder: str = "daily") -> None:
@@ -111,6 +112,7 @@ def test_bad_ranges_are_refused_with_the_reason(first, last, zone, needle):
     assert len(str(caught.value)) < 400  # a 5,000-character zone is not echoed back
 
 
+@pytest.mark.both_backends
 def test_entries_follow_instants_not_note_dates_across_a_fall_back(tmp_path):
     """Amsterdam's 2026-10-25 has two 02:30s (CEST, then CET); each lands where its instant says."""
     root = make_vault(tmp_path)
@@ -130,6 +132,7 @@ def test_entries_follow_instants_not_note_dates_across_a_fall_back(tmp_path):
         assert east["entries"][0]["local"] == "2026-10-25T11:59+14:00"
 
 
+@pytest.mark.both_backends
 def test_a_vault_zone_far_from_the_query_zone_still_finds_its_notes(tmp_path):
     root = make_vault(tmp_path, zone="America/St_Johns")
     write_note(root, "2026-09-02", ["22:00 late evening in Newfoundland ^n1"])  # 2026-09-03T00:30Z
@@ -142,6 +145,7 @@ def test_a_vault_zone_far_from_the_query_zone_still_finds_its_notes(tmp_path):
         assert [e["id"] for e in adelaide["entries"]] == ["n1"]  # 10:00 ACST on the 3rd
 
 
+@pytest.mark.both_backends
 def test_only_curated_daily_rows_with_their_source_and_state(tmp_path):
     root = make_vault(tmp_path)
     write_note(root, "2026-09-01", ["09:00 curated fact ^c1", "10:00 superseded fact ^c2", "11:00 dropped fact ^c3"])
@@ -177,6 +181,7 @@ def test_unsafe_text_and_ids_are_replaced_by_fixed_markers(tmp_path):
     assert (entry["id"], entry["source"], entry["text"]) == (UNSAFE_ID_MARKER, "daily/2026-09-01.md", UNSAFE_TEXT_MARKER)
 
 
+@pytest.mark.both_backends
 def test_complete_empty_range_is_no_data(tmp_path):
     root = make_vault(tmp_path)
     write_note(root, "2026-09-01", ["09:00 outside the range ^o1"])
@@ -241,6 +246,7 @@ def test_backend_failure_is_the_generic_journal_unavailable(tmp_path):
 # --- caps ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_limit_defaults_to_ten_and_caps_at_twenty_five(tmp_path):
     root = make_vault(tmp_path)
     write_note(root, "2026-09-01", [f"{h:02d}:{m:02d} entry {h}-{m}" for h in range(8, 12) for m in range(0, 60, 6)])

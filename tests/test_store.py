@@ -43,6 +43,7 @@ def answers(store: MemoryStore) -> list:
     ]
 
 
+@pytest.mark.both_backends
 def test_fresh_vault_remember_then_search_finds_it(new_vault):
     with MemoryStore.open(new_vault) as store:
         receipt = store.remember("Morgan chose blue as the deployment color.", at=datetime(2026, 11, 30, 14, 3, tzinfo=AMS))
@@ -58,6 +59,7 @@ def test_fresh_vault_remember_then_search_finds_it(new_vault):
     assert note == f"# 2026-11-30\n\n- 14:03 Morgan chose blue as the deployment color. ^{receipt.id}\n"
 
 
+@pytest.mark.both_backends
 def test_remember_is_idempotent_by_content(new_vault):
     with MemoryStore.open(new_vault) as store:
         first = store.remember("Standup moved to 10:00.", at=datetime(2026, 11, 2, 9, 30, tzinfo=AMS))
@@ -69,6 +71,7 @@ def test_remember_is_idempotent_by_content(new_vault):
     assert not (new_vault / "daily/2026-11-05.md").exists()
 
 
+@pytest.mark.both_backends
 def test_bullet_on_disk_without_index_row_is_completed_not_duplicated(new_vault):
     fact = "The pager rota changes on Monday."
     line = f"- 08:00 {fact} ^{memory_id(fact)}\n"
@@ -86,6 +89,7 @@ def test_bullet_on_disk_without_index_row_is_completed_not_duplicated(new_vault)
     assert (new_vault / "daily/2026-11-30.md").read_text().count(fact) == 1
 
 
+@pytest.mark.both_backends
 def test_completion_after_crash_uses_the_file_not_a_second_bullet(new_vault):
     fact = "Release 2.4 ships on Tuesday."
     with MemoryStore.open(new_vault) as store:
@@ -100,6 +104,7 @@ def test_completion_after_crash_uses_the_file_not_a_second_bullet(new_vault):
     assert path.read_text().count(fact) == 1
 
 
+@pytest.mark.both_backends
 def test_credentials_are_refused_and_nothing_is_written(new_vault):
     before = snapshot(new_vault)
     with MemoryStore.open(new_vault) as store:
@@ -157,6 +162,7 @@ def test_vault_is_found_from_env_then_enclosing_folder(new_vault, monkeypatch):
         assert store.layout.root == new_vault.resolve()
 
 
+@pytest.mark.both_backends
 def test_fixture_vault_search_respects_format(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         assert store.recall("東京").hits[0].source == "daily/2026-11-04.md#^m-tokyo0001"
@@ -178,6 +184,7 @@ def test_fixture_vault_search_respects_format(fixture_vault):
         assert abs((first.at - second.at).total_seconds()) == 3600
 
 
+@pytest.mark.both_backends
 def test_hostile_queries_never_raise(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         for query in QUERIES + ["*", "title:(", "a" * 10_000, "\x00\x01", "((((", "[1 TO", "~2^3"]:
@@ -191,6 +198,7 @@ def test_hostile_queries_never_raise(fixture_vault):
             store.recall("x", mode="psychic")
 
 
+@pytest.mark.both_backends
 def test_rebuild_from_files_alone_gives_identical_answers(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         store.remember("Priya booked the train to Berlin.", at=datetime(2026, 11, 20, 9, 0, tzinfo=AMS))
@@ -216,6 +224,7 @@ def test_rebuild_reports_invalid_utf8_and_keeps_going(fixture_vault):
         assert store.recall("flaky export test").hits
 
 
+@pytest.mark.both_backends
 def test_hand_edit_is_picked_up_on_next_open(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         assert store.recall("zeppelin").hits == ()

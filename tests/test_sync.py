@@ -65,6 +65,7 @@ def test_diff_rewrites_only_changed_rows_and_embeds_only_new_text():
     assert delta.removed == {Row.of_record(r).key for r in old_records[1:]} and delta.upserts == []
 
 
+@pytest.mark.both_backends
 def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         before = {(r.id, r.text) for r in rows(store) if r.path == "daily/2026-10-14.md"}
@@ -81,6 +82,7 @@ def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
 # --- what sync decides to do ---------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_memvaults_own_write_leaves_the_watcher_nothing_to_do(new_vault):
     with MemoryStore.open(new_vault) as store:
         receipt = store.remember("The pager rota changes on Monday.", at=datetime(2026, 11, 30, 9, tzinfo=AMS))
@@ -264,6 +266,7 @@ def test_random_edit_sequences_converge_on_the_rebuild(fixture_vault, seed):
         assert_parity(store)
 
 
+@pytest.mark.both_backends
 def test_fixture_vault_incremental_build_equals_rebuild(fixture_vault):
     """Indexing the fixture note by note (as edits arrive) ends where one rebuild does."""
     staged = fixture_vault.parent / "staged"
@@ -277,6 +280,7 @@ def test_fixture_vault_incremental_build_equals_rebuild(fixture_vault):
         assert_parity(store)
 
 
+@pytest.mark.both_backends
 def test_git_checkout_of_an_older_vault_converges(fixture_vault):
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e", *args], cwd=fixture_vault, check=True,
@@ -298,6 +302,7 @@ def test_git_checkout_of_an_older_vault_converges(fixture_vault):
         assert_parity(store)
 
 
+@pytest.mark.both_backends
 def test_sync_beside_a_concurrent_writer_stays_exact(new_vault):
     """Remember in one thread while another keeps syncing hand edits: nothing is lost or doubled."""
     errors = []

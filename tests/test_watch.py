@@ -168,6 +168,7 @@ def watching(fixture_vault):
     running.stop()
 
 
+@pytest.mark.both_backends
 def test_editor_save_patterns_are_followed(watching, fixture_vault):
     store, daily = watching.store, fixture_vault / "daily"
     # vim: backup rename, 4913 probe, new inode, backup removed
@@ -202,6 +203,7 @@ def test_editor_save_patterns_are_followed(watching, fixture_vault):
     rows_equal_rebuild(fixture_vault)
 
 
+@pytest.mark.both_backends
 def test_a_checkout_of_many_files_and_a_burst_of_1000(watching, fixture_vault):
     daily = fixture_vault / "daily"
     for day in range(1000):
@@ -218,6 +220,7 @@ def test_a_checkout_of_many_files_and_a_burst_of_1000(watching, fixture_vault):
     rows_equal_rebuild(fixture_vault)
 
 
+@pytest.mark.both_backends
 def test_memvaults_own_writes_do_not_make_the_watcher_reindex(watching, fixture_vault):
     watching.reports.clear()
     receipt = watching.store.remember("The quarterly review moved to Thursday.", at=datetime(2026, 11, 10, 9, tzinfo=AMS))
@@ -228,6 +231,7 @@ def test_memvaults_own_writes_do_not_make_the_watcher_reindex(watching, fixture_
     assert watching.store.recall("quarterly review").hits[0].source == receipt.source
 
 
+@pytest.mark.both_backends
 def test_hand_edit_outcomes_never_crash_the_watcher(watching, fixture_vault):
     daily = fixture_vault / "daily"
     (daily / "2026-11-13.md").write_bytes(b"- 09:00 broken \xff utf8 about walruses\n")
@@ -320,6 +324,7 @@ def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
         assert check_health(store.layout, store.config).healthy
 
 
+@pytest.mark.both_backends
 def test_watcher_keeps_vectors_in_step_on_a_journal_vault(fixture_vault):
     """Journal tier: an edit saved while `watch` runs gets its vector (through the queue), and the
     vectors match the rows exactly once the queue drains (strict health's vector check)."""
