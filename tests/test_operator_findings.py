@@ -193,3 +193,46 @@ def test_a_file_system_gone_read_only_under_an_owner_answers_as_without_one(tmp_
         assert alone.returncode == 0 and "Priya lives in Rotterdam." in alone.stdout, alone.stderr
         refused = memvault(root, "remember", "Sam works at Acme.")
         assert refused.returncode == 1 and "the vault is read-only" in refused.stderr, refused.stderr
+
+
+# --- vectors after a full disk ---------------------------------------------------------------------
+
+
+def fill_leaving(folder, leave: int) -> None:
+    """One ballast file taking all free space but `leave` bytes: room for an index commit of one
+    memory (kilobytes), none for the vector file of thousands (megabytes)."""
+    stats = os.statvfs(folder)
+    with open(folder / "ballast", "wb") as ballast:
+        ballast.truncate(0)
+        remaining = stats.f_bavail * stats.f_frsize - leave
+        while remaining > 0:
+            ballast.write(b"\0" * min(remaining, 1 << 20))
+            remaining -= 1 << 20
+
+
+def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_path):
+    from tests.readonly_helpers import small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", "40m") as disk:
+        root = disk / "v"
+        assert memvault(tmp_path, "init", str(root), "--mode", "journal", "--time-zone", "UTC").returncode == 0
+        lines = "".join(json.dumps({"text": f"Background fact {n}: crane {n} lifts crates."}) + "\n" for n in range(2000))
+        assert memvault(root, "remember", "--from", "-", input=lines).returncode == 0
+        owner = OwnerProcess(root, "serve").wait_serving()
+        try:
+            fill_leaving(disk, 300_000)
+            remembered = memvault(root, "remember", "Sam works at Acme as a welder.")
+            assert remembered.returncode == 0, remembered.stderr  # the note and BM25 took it; the vectors could not
+
+            def degraded() -> str | None:
+                return json.loads(memvault(root, "search", "--json", "Sam welder").stdout)["degraded"]
+
+            said = wait_for(degraded, what="search to say its vectors lag")
+            assert "vector" in said and "No space left" in said, said
+            os.unlink(disk / "ballast")
+            wait_for(lambda: memvault(root, "health", "--strict").returncode == 0,
+                     what="the owner to embed what the full disk refused")
+            assert degraded() is None
+        finally:
+            owner.stop()
+        assert memvault(root, "health", "--strict").returncode == 0

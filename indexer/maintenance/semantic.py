@@ -71,6 +71,7 @@ class SemanticIndex:
         self.vectors = vectors
         self.passages = passages
         self._stamp = _stamp(folder)
+        self._unsaved = False  # True after a failed save: memory holds what the files do not
 
     @classmethod
     def create(cls, generation: Path, identity: EmbeddingIdentity) -> "SemanticIndex":
@@ -116,15 +117,26 @@ class SemanticIndex:
             self.passages.update(zip(prepared.keys, prepared.hashes))
 
     def save(self) -> None:
-        """Persist vectors, then passage hashes: a crash between leaves hashes that under-claim."""
-        self.vectors.save()
-        body = {"format": SEMANTIC_FORMAT, "passages": dict(sorted(self.passages.items()))}
-        atomic_write(self.folder / SEMANTIC_META, (json.dumps(body, indent=0) + "\n").encode("utf-8"), mode=0o600)
+        """Persist vectors, then passage hashes: a crash between leaves hashes that under-claim.
+
+        A save that fails (a full disk) leaves this object holding vectors the files do not: it
+        is then marked unsaved, so the next `reload_if_changed` reads what the disk holds, and a
+        catch-up compares the notes with that, not with memory (issue 24: vectors were never
+        rebuilt after a full disk, since every later check trusted the unsaved copy)."""
+        try:
+            self.vectors.save()
+            body = {"format": SEMANTIC_FORMAT, "passages": dict(sorted(self.passages.items()))}
+            atomic_write(self.folder / SEMANTIC_META, (json.dumps(body, indent=0) + "\n").encode("utf-8"), mode=0o600)
+        except BaseException:
+            self._unsaved = True
+            raise
+        self._unsaved = False
         self._stamp = _stamp(self.folder)
 
     def reload_if_changed(self) -> "SemanticIndex":
-        """This index, or a fresh copy when another process saved since it was loaded."""
-        if _stamp(self.folder) == self._stamp:
+        """This index, or a fresh copy when another process saved since it was loaded (or this
+        one failed to save what it holds)."""
+        if not self._unsaved and _stamp(self.folder) == self._stamp:
             return self
         return SemanticIndex.open(self.folder.parent, self.identity)
 

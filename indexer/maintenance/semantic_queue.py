@@ -7,7 +7,10 @@ What does not fit, or fails, is not lost: the process's lag marker stays on disk
 open catches the vectors up from the files. A process that stays up (the vault's owner) does not
 wait for that: an overflow schedules a catch-up from the files on this queue's own thread, run as
 soon as the queued batches are in (`catch_up`, supplied by the store); until it has run, recall
-says `degraded` with the number of memories waiting.
+says `degraded` with the number of memories waiting. A batch that fails (a full disk refusing the
+vector file, an embedding server that is down) is handled the same way: its memories are counted
+as waiting and the catch-up retries, pausing 1 s after a failure and doubling up to a minute, so
+vectors are never left missing while the owner runs and recall says so meanwhile.
 """
 
 import os
@@ -25,6 +28,9 @@ MAX_QUEUE_ITEMS = 256
 MAX_QUEUE_BYTES = 2 * 1024 * 1024
 MARKER_PREFIX = "lag-"
 MARKER_MODE = 0o600
+#: the pause after a failed catch-up, doubled after each further failure up to the cap
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 60.0
 
 
 def marker_path(index_dir: Path, pid: int | None = None) -> Path:
@@ -71,6 +77,7 @@ class SemanticQueue:
         self._thread: threading.Thread | None = None
         #: why vectors are behind (a failed batch or an overflow), or None
         self.lag_reason: str | None = None
+        self._retry_pause = RETRY_FIRST_SECONDS
 
     def offer(self, delta: IndexDelta) -> bool:
         """Queue a delta; False (and a lag note) when it would exceed the bounds."""
@@ -157,22 +164,35 @@ class SemanticQueue:
                 else:
                     self._run_batch(batch)
             except Exception as exc:  # the worker must survive provider outages; the marker stays
-                self.lag_reason = f"semantic indexing failed ({type(exc).__name__}: {exc})"
+                self._batch_failed(batch, exc)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
 
+    def _batch_failed(self, batch: list[IndexDelta] | None, exc: Exception) -> None:
+        """A failed batch is not dropped: where this process catches up, its memories wait for
+        the catch-up from the files (the failed catch-up's own memories are still counted)."""
+        reason = f"semantic indexing failed ({type(exc).__name__}: {exc})"
+        with self._cond:
+            if batch is not None and self._catch_up is not None:
+                self.overflowed += sum(delta_size(delta)[0] for delta in batch)
+            if self._catch_up is not None:
+                reason += f": {self.overflowed} memories wait for vectors, retried"
+            self.lag_reason = reason
+
     def _run_catch_up(self, waiting: int) -> None:
-        """Embed what the overflow left out, from the files. Memories that overflowed while it ran
-        stay counted, so another catch-up follows."""
+        """Embed what the overflow (or a failed batch) left out, from the files. Memories that
+        overflowed while it ran stay counted, so another catch-up follows."""
         try:
             self._catch_up()
         except Exception:
-            with self._cond:  # counted again only if nothing newer overflowed meanwhile
-                self._cond.wait(1.0)  # bounded pause before the retry (provider outage, held lock)
+            with self._cond:  # a pause before the retry (provider outage, full disk, held lock)
+                self._cond.wait_for(lambda: self._stopping, self._retry_pause)
+                self._retry_pause = min(self._retry_pause * 2, RETRY_MAX_SECONDS)
             raise
         with self._cond:
+            self._retry_pause = RETRY_FIRST_SECONDS
             self.overflowed = max(0, self.overflowed - waiting)
             if self.overflowed == 0:
                 self.lag_reason = None

@@ -229,10 +229,13 @@ class SemanticService:
         return self._serving.search(vector, depth), lag
 
     def _lag_note(self) -> str | None:
-        waiting = self._queue.overflowed
-        if not waiting:
-            return None
-        return f"vectors are catching up: {waiting} memories have no current vector yet (BM25 finds them meanwhile)"
+        waiting, reason = self._queue.overflowed, self._queue.lag_reason
+        if waiting:
+            note = f"vectors are catching up: {waiting} memories have no current vector yet (BM25 finds them meanwhile)"
+            return note if reason is None or reason.startswith("semantic queue full") else f"{note}; {reason}"
+        if reason is not None:  # a failure this process cannot retry: the next open catches up
+            return f"vectors may lag the notes ({reason}); BM25 finds every memory meanwhile"
+        return None
 
 
 def merge_deltas(deltas: list[IndexDelta]) -> IndexDelta:
