@@ -41,6 +41,12 @@ def query_words(text: str) -> list[str]:
     return content[:MAX_QUERY_WORDS]
 
 
+#: one row's BM25 score summed over the query's terms (tt, ct: the term's frequency in the row's
+#: own words and in its neighbours'; NULL when absent)
+_SCORE = (f"sum(coalesce(i.qtf * i.idf_text * f.tt * ({K1} + 1) / (f.tt + {K1} * (1 - {B} + {B} * c.text_len / g.avg_text)), 0)"
+          f" + coalesce({CONTEXT_BOOST} * i.qtf * i.idf_ctx * f.ct * ({K1} + 1)"
+          f" / (f.ct + {K1} * (1 - {B} + {B} * c.ctx_len / g.avg_ctx)), 0))")  # fmt: skip
+
 #: parameters: words (text), vault, generation, kinds, depth; returns (key, score) best first.
 #: Each row's term frequencies are kept as {lexeme: tf} (text_tf, ctx_tf) so scoring looks up
 #: the query's few terms instead of unnesting every candidate's tsvector.
@@ -72,20 +78,36 @@ idf AS MATERIALIZED (
         ln(1 + (g.n - d.df_ctx + 0.5) / (d.df_ctx + 0.5)) AS idf_ctx
     FROM df d CROSS JOIN g
 ),
-candidates AS MATERIALIZED (
+text_hits AS MATERIALIZED (
     SELECT r.key, r.text_tf, r.ctx_tf, r.text_len, r.ctx_len
     FROM memvault_rows r, tsq
     WHERE r.vault = %(vault)s AND r.generation = %(generation)s AND r.kind = ANY(%(kinds)s)
-      AND (r.text_tsv @@ tsq.query OR r.ctx_tsv @@ tsq.query)
+      AND r.text_tsv @@ tsq.query
+),
+text_scored AS MATERIALIZED (
+    SELECT c.key, {_SCORE} AS score
+    FROM text_hits c CROSS JOIN g CROSS JOIN idf i
+    CROSS JOIN LATERAL (SELECT (c.text_tf ->> i.lexeme)::float8 AS tt, (c.ctx_tf ->> i.lexeme)::float8 AS ct) f
+    GROUP BY c.key
+),
+-- a row that matches only through its neighbours scores at most this (every term, tf without bound)
+ctx_ceiling AS (
+    SELECT coalesce(sum({CONTEXT_BOOST} * qtf * idf_ctx * ({K1} + 1)), 0) AS most FROM idf
+),
+threshold AS (
+    SELECT score FROM text_scored ORDER BY score DESC OFFSET %(depth)s - 1 LIMIT 1
+),
+-- scored only when such a row could still reach the top `depth` (exact, like Tantivy's pruning)
+ctx_scored AS (
+    SELECT c.key, {_SCORE} AS score
+    FROM memvault_rows c CROSS JOIN tsq CROSS JOIN g CROSS JOIN idf i
+    CROSS JOIN LATERAL (SELECT NULL::float8 AS tt, (c.ctx_tf ->> i.lexeme)::float8 AS ct) f
+    WHERE (SELECT most FROM ctx_ceiling) >= coalesce((SELECT score FROM threshold), 0)
+      AND c.vault = %(vault)s AND c.generation = %(generation)s AND c.kind = ANY(%(kinds)s)
+      AND c.ctx_tsv @@ tsq.query AND NOT c.text_tsv @@ tsq.query
+    GROUP BY c.key
 )
-SELECT c.key, sum(
-        coalesce(i.qtf * i.idf_text * f.tt * ({K1} + 1)
-                 / (f.tt + {K1} * (1 - {B} + {B} * c.text_len / g.avg_text)), 0)
-      + coalesce({CONTEXT_BOOST} * i.qtf * i.idf_ctx * f.ct * ({K1} + 1)
-                 / (f.ct + {K1} * (1 - {B} + {B} * c.ctx_len / g.avg_ctx)), 0)) AS score
-FROM candidates c CROSS JOIN g CROSS JOIN idf i
-CROSS JOIN LATERAL (SELECT (c.text_tf ->> i.lexeme)::float8 AS tt, (c.ctx_tf ->> i.lexeme)::float8 AS ct) f
-GROUP BY c.key
-ORDER BY score DESC, c.key
+SELECT key, score FROM (SELECT * FROM text_scored UNION ALL SELECT * FROM ctx_scored) scored
+ORDER BY score DESC, key
 LIMIT %(depth)s
 """
