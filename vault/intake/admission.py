@@ -129,18 +129,48 @@ def admit_turn(
     lock_timeout: float = 10.0,
 ) -> AdmissionResult:
     """Admit one completed turn durably (see the module docstring). Never raises `VaultError`/`OSError`."""
+    record, answered = prepare_turn(run_id=run_id, answer=answer, capture_text=capture_text, trigger=trigger,
+                                    completed_at=completed_at, write_mode=write_mode, tier=tier, now=now)  # fmt: skip
+    if answered is not None:
+        return answered
+    return admit_record(dirs, record, hook=hook, lock_timeout=lock_timeout)
+
+
+def prepare_turn(*, run_id: object, answer: object, capture_text: object = None, trigger: object = "user",
+                 completed_at: object = None, write_mode: str, tier: str,
+                 now: datetime) -> tuple[IntakeRecord | None, AdmissionResult | None]:
+    """The checks of admission that touch no file: (the record to write, None), or (None, the
+    answer: skipped, or failed with its category). Skip rules, cron/webhook hygiene, the size caps
+    (the 640 KiB record included) and credential refusal all run here, so a client that admits
+    over the network (indexer/team/) refuses exactly what local admission refuses, before sending."""
     if write_mode == "disabled":
-        return AdmissionResult(SKIPPED, reason="write_mode_disabled", message="memory.writeMode is disabled")
+        return None, AdmissionResult(SKIPPED, reason="write_mode_disabled", message="memory.writeMode is disabled")
     try:
         record, skip = _prepare(run_id, answer, capture_text, trigger, completed_at, write_mode, tier, now)
         if skip is not None:
-            return AdmissionResult(SKIPPED, intake_id_for(run_id), skip, f"turn not written: {skip.replace('_', ' ')}")
+            return None, AdmissionResult(SKIPPED, intake_id_for(run_id), skip, f"turn not written: {skip.replace('_', ' ')}")
+        _check_record_size(render_record(record))
+    except _Refused as refused:
+        return None, AdmissionResult(FAILED, _safe_id(run_id), refused.category, str(refused))
+    return record, None
+
+
+def admit_record(dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | None = None,
+                 lock_timeout: float = 10.0) -> AdmissionResult:
+    """Write a prepared record durably (admitted), or answer duplicate / conflict by its id and
+    payload hash. Idempotent: the owner admits turns claimed from the team server through here."""
+    try:
         with intake_lock(dirs, lock_timeout):
             return _admit_locked(dirs, record, render_record(record), hook)
     except _Refused as refused:
-        return AdmissionResult(FAILED, _safe_id(run_id), refused.category, str(refused))
+        return AdmissionResult(FAILED, record.id, refused.category, str(refused))
     except (VaultError, OSError) as exc:
-        return AdmissionResult(FAILED, _safe_id(run_id), _category(exc), _describe(exc, dirs.root))
+        return AdmissionResult(FAILED, record.id, _category(exc), _describe(exc, dirs.root))
+
+
+def _check_record_size(data: bytes) -> None:
+    if len(data) > MAX_RECORD_BYTES:
+        raise _Refused("record_too_large", f"the intake record would be {len(data)} bytes; the limit is {MAX_RECORD_BYTES}")
 
 
 def _safe_id(run_id: object) -> str | None:
@@ -233,8 +263,7 @@ def _refuse_secrets(answer: str, capture: str | None) -> None:
 
 
 def _admit_locked(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None) -> AdmissionResult:
-    if len(data) > MAX_RECORD_BYTES:
-        raise _Refused("record_too_large", f"the intake record would be {len(data)} bytes; the limit is {MAX_RECORD_BYTES}")
+    _check_record_size(data)
     with undone_if_failed(dirs.all_folders()):  # a refused or failed first admission leaves no folder
         return _admit_into(dirs, record, data, hook)
 
