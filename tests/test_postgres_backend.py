@@ -141,3 +141,44 @@ def test_bm25_on_the_server_ranks_as_tantivy_does(tmp_path, postgres_dsn):
                 [b._readable_index().bm25.get_by_keys([k])[k].text for k, _ in right], query
             for (_, x), (_, y) in zip(left, right):
                 assert y == pytest.approx(x, rel=0.05), query
+
+
+def test_search_across_vaults_fuses_and_obeys_the_role(tmp_path, postgres_server, postgres_dsn):
+    from memvault import search_across
+    from memvault.vault.errors import IndexUnavailable
+
+    facts = {"vault-a": ["Alpha keeps the deploy keys.", "Alpha waters the office plants."],
+             "vault-b": ["Bravo keeps the deploy calendar.", "Bravo orders the pizza."]}  # fmt: skip
+    for name, texts in facts.items():
+        with MemoryStore.open(make_vault(tmp_path, name), env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
+            for text in texts:
+                store.remember(text)
+    both = search_across(["vault-a", "vault-b"], "who keeps the deploy keys?", dsn=postgres_dsn)
+    assert [(hit.vault, hit.hit.text) for hit in both.hits[:2]] == [
+        ("vault-a", "Alpha keeps the deploy keys."), ("vault-b", "Bravo keeps the deploy calendar.")]
+    assert both.to_json()["hits"][0]["vault"] == "vault-a"
+    reader = postgres_server.create_role(postgres_dsn, "reader_across")
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute('GRANT "memvault_read_vault-a" TO reader_across')
+    mine = search_across(["vault-a"], "deploy", dsn=reader)
+    assert {hit.vault for hit in mine.hits} == {"vault-a"} and mine.hits
+    with pytest.raises(IndexUnavailable) as refused:
+        search_across(["vault-a", "vault-b"], "deploy", dsn=reader)
+    assert "vault-b" in str(refused.value) and "vault-a" not in str(refused.value).split("GRANT")[0]
+
+
+def test_search_across_from_the_command_line(tmp_path, postgres_dsn, monkeypatch):
+    from click.testing import CliRunner
+
+    from memvault.cli.main import cli
+
+    with MemoryStore.open(make_vault(tmp_path, "ops"), env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
+        store.remember("The pager rotates on Mondays.")
+    monkeypatch.setenv("MEMVAULT_INDEX_DSN", postgres_dsn)
+    done = CliRunner().invoke(cli, ["search", "--across", "ops", "--json", "pager rotation"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    body = json.loads(done.output)
+    assert body["vaults"] == ["ops"] and body["hits"][0]["vault"] == "ops"
+    assert body["hits"][0]["text"] == "The pager rotates on Mondays."
+    refused = CliRunner().invoke(cli, ["search", "--across", ",", "x"])
+    assert refused.exit_code == 1 and "--across needs at least one vault name" in refused.output
