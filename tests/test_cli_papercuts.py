@@ -105,7 +105,8 @@ def test_journal_of_one_day_needs_its_date_once(new_vault):
 
 
 def test_remember_at_a_bare_date_is_the_start_of_that_day_in_the_vaults_zone(new_vault):
-    receipt = json.loads(ok("--vault", str(new_vault), "remember", "Kickoff held.", "--at", "2026-09-01", "--json").output)
+    out = ok("--vault", str(new_vault), "remember", "Kickoff held.", "--at", "2026-09-01", "--json").output
+    receipt = json.loads(out)
     assert receipt["source"].startswith("daily/2026-09-01.md#^")
     assert "- 00:00 Kickoff held. ^" in (new_vault / "daily" / "2026-09-01.md").read_text(encoding="utf-8")
     naive = invoke("--vault", str(new_vault), "remember", "x", "--at", "2026-09-01T10:00")
