@@ -109,6 +109,7 @@ def test_a_cross_origin_post_is_refused(served):
 # --- Recall ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_recall_json_twin_has_hits_with_evidence_and_links(served):
     status, body = get_json(served, "/recall.json?q=deployment+color&limit=5")
     assert status == 200
@@ -121,12 +122,14 @@ def test_recall_json_twin_has_hits_with_evidence_and_links(served):
     assert first["text"] in html and f'href="{first["url"]}"' in html
 
 
+@pytest.mark.both_backends
 def test_recall_matches_the_library(served):
     _, body = get_json(served, "/recall.json?q=Rotterdam+train&limit=10")
     library = served.store.recall("Rotterdam train", limit=10)
     assert [h["id"] for h in body["hits"]] == [h.id for h in library.hits]
 
 
+@pytest.mark.both_backends
 def test_date_filter_keeps_only_hits_in_the_range(served):
     _, everything = get_json(served, "/recall.json?q=deployment+color&limit=100")
     _, ranged = get_json(served, "/recall.json?q=deployment+color&limit=100&from=2026-10-27&through=2026-10-31")
@@ -135,6 +138,7 @@ def test_date_filter_keeps_only_hits_in_the_range(served):
     assert outside and ranged["filteredOut"] == len(outside)
 
 
+@pytest.mark.both_backends
 def test_auto_mode_reports_the_gate(served):
     _, body = get_json(served, "/recall.json?q=deployment+color&mode=auto")
     assert body["mode"] == "auto" and body["gate"] is not None and len(body["hits"]) <= 5
@@ -162,6 +166,7 @@ def test_bad_recall_parameters_get_a_clear_error(served, query, names):
     assert status == 400 and b"Something is not right" in html and b"Traceback" not in html
 
 
+@pytest.mark.both_backends
 def test_journal_view_pages_a_date_range(served):
     _, body = get_json(served, "/journal.json?from=2026-11-01&through=2026-11-16&limit=5")
     assert body["range"]["timeZone"] == "Europe/Amsterdam"
@@ -189,6 +194,7 @@ def test_agent_search_is_off_without_a_model_and_says_why(served):
 # --- Content ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_note_json_bullets_carry_the_ids_recall_returns(served):
     _, found = get_json(served, "/recall.json?q=Latency+budget+recall+endpoint&limit=1")
     hit = found["hits"][0]
@@ -198,6 +204,7 @@ def test_note_json_bullets_carry_the_ids_recall_returns(served):
     assert f'<li id="{hit["id"]}"' in note["html"]
 
 
+@pytest.mark.both_backends
 def test_content_lists_months_with_a_calendar(served):
     _, body = get_json(served, "/content.json?month=2026-10")
     assert [m["month"] for m in body["months"]] == ["2026-11", "2026-10"]
@@ -346,6 +353,7 @@ def test_status_reports_health_index_intake_and_owner(served):
     assert body["chart"]["total"] == sum(b["count"] for b in body["chart"]["bars"]) > 0
 
 
+@pytest.mark.both_backends
 def test_status_shows_a_broken_note_with_its_fix(served):
     (served.root / "daily" / "2026-11-16.md").write_bytes(b"# 2026-11-16\n\n- \xff\xfe broken bytes\n")
     _, body = get_json(served, "/status.json")
@@ -356,6 +364,7 @@ def test_status_shows_a_broken_note_with_its_fix(served):
     assert "Unhealthy" in html and "daily/2026-11-16.md" in html
 
 
+@pytest.mark.both_backends
 def test_concurrent_requests_all_answer(served):
     paths = ["/recall.json?q=blue", "/status.json", "/content.json", "/entities.json", "/journal.json",
              "/notes/daily/2026-11-16.json"] * 4  # fmt: skip
