@@ -3,6 +3,7 @@ configuration, a vault kept on the server end to end, isolation by the server, B
 
 import json
 import re
+import uuid
 
 import psycopg
 import pytest
@@ -182,3 +183,43 @@ def test_search_across_from_the_command_line(tmp_path, postgres_dsn, monkeypatch
     assert body["hits"][0]["text"] == "The pager rotates on Mondays."
     refused = CliRunner().invoke(cli, ["search", "--across", ",", "x"])
     assert refused.exit_code == 1 and "--across needs at least one vault name" in refused.output
+
+
+def test_version_checks_name_the_fix():
+    from memvault.indexer.backend.postgres.connection import version_problems
+
+    assert version_problems(18, "18.3", "0.8.2") == []
+    old = version_problems(15, "15.4", "0.7.4")
+    assert len(old) == 2 and "older than 16" in old[0] and "ALTER EXTENSION vector UPDATE" in old[1]
+    assert "CREATE EXTENSION vector" in version_problems(17, "17.1", "available 0.8.2, not installed")[0]
+    assert "install it" in version_problems(17, "17.1", None)[0]
+
+
+def test_validate_reaches_the_server_and_names_a_missing_extension(tmp_path, postgres_server):
+    from click.testing import CliRunner
+
+    from memvault.cli.main import cli
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')  # no pgvector in it
+    dsn = postgres_server.dsn.replace("dbname=postgres", f"dbname={name}")
+    root = make_vault(tmp_path)
+    done = CliRunner().invoke(cli, ["--vault", str(root), "validate"], env={"MEMVAULT_INDEX_DSN": dsn})
+    assert done.exit_code == 1 and "CREATE EXTENSION vector" in done.output, done.output
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    done = CliRunner().invoke(cli, ["--vault", str(root), "validate"], env={"MEMVAULT_INDEX_DSN": dsn})
+    assert done.exit_code == 0 and "index on postgres" in done.output, done.output
+
+
+def test_without_the_client_the_error_names_the_extra(tmp_path):
+    import subprocess
+    import sys
+
+    root = make_vault(tmp_path)
+    script = ("import sys; sys.modules['psycopg'] = None; from memvault.cli.main import cli; "
+              f"cli(['--vault', {str(root)!r}, 'search', 'blue'])")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "pip install 'memvault[postgres]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
