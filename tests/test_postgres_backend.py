@@ -223,3 +223,19 @@ def test_without_the_client_the_error_names_the_extra(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "pip install 'memvault[postgres]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_libpq_service_file_names_the_server(tmp_path, postgres_dsn, monkeypatch):
+    # index.dsn "service=team" in the (committed) file; where and who live in libpq's own file
+    parts = dict(part.split("=", 1) for part in postgres_dsn.split())
+    service_file = tmp_path / "pg_service.conf"
+    service_file.write_text("[team]\n" + "".join(f"{key}={value}\n" for key, value in parts.items()))
+    monkeypatch.setenv("PGSERVICEFILE", str(service_file))
+    root = make_vault(tmp_path)
+    data = json.loads((root / "memvault.json").read_text())
+    data["index"]["dsn"] = "service=team"
+    (root / "memvault.json").write_text(json.dumps(data))
+    with MemoryStore.open(root) as store:  # no MEMVAULT_INDEX_DSN at all
+        store.remember("The service file points at the team server.")
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memvault_rows WHERE vault = 'team-a'").fetchone()[0] == 1
