@@ -236,3 +236,65 @@ def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_pat
         finally:
             owner.stop()
         assert memvault(root, "health", "--strict").returncode == 0
+
+
+# --- temp files of interrupted writes --------------------------------------------------------------
+
+
+def test_a_killed_doc_create_leaves_a_temp_file_that_health_names_with_the_fix(tmp_path):
+    root = make_vault(tmp_path)
+    assert memvault(root, "rebuild").returncode == 0  # an index, so the leftover is the only finding
+    killed = memvault(root, "doc", "create", "Plan", "--body", "The plan.",
+                      env={"MEMVAULT_TEST_CRASH_AT": "document.fsynced"})  # after the temp file, before the rename
+    assert killed.returncode == -signal.SIGKILL
+    [leftover] = [p for p in (root / "documents").iterdir() if p.name.endswith(".tmp")]
+    assert memvault(root, "health", "--strict").returncode == 0  # a fresh one may be a write in progress
+    hour_ago = os.stat(leftover).st_mtime - 3600
+    os.utime(leftover, (hour_ago, hour_ago))  # as it is once the write it belonged to is long gone
+    report = json.loads(memvault(root, "health", "--json").stdout)
+    [finding] = [f for f in report["findings"] if f["code"] == "stray_temp_file"]
+    relpath = f"documents/{leftover.name}"
+    assert (finding["severity"], finding["subject"], finding["fix"]) == ("warning", relpath, f"remove {relpath}")
+    assert "documents/plan.md" in finding["message"]
+    assert memvault(root, "health", "--strict").returncode == 1
+    leftover.unlink()
+    created = memvault(root, "doc", "create", "Plan", "--body", "The plan.")
+    assert created.returncode == 0, created.stderr
+    assert memvault(root, "health", "--strict").returncode == 0
+
+
+def test_normal_operation_leaves_no_temp_file(tmp_path):
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from memvault.indexer.maintenance.leftovers import TEMP_NAME
+
+    TODAY = datetime.now(ZoneInfo("Europe/Amsterdam")).date().isoformat()
+
+    root = make_vault(tmp_path, mode="journal")
+    lines = "".join(json.dumps({"text": f"Imported fact {n} about the quay."}) + "\n" for n in range(40))
+    steps = [
+        ("remember", "Priya lives in Rotterdam."),
+        ("remember", "--from", "-"),
+        ("doc", "create", "Plan", "--body", "The plan."),
+        ("doc", "update", "plan", "--body", "The plan, revised."),
+        ("runtime", "add", "user", "Prefers short answers."),
+        ("rebuild",),
+        ("consolidate",),
+        ("export", str(tmp_path / "backup.tar.gz")),
+        ("journal", TODAY, TODAY, "--tz", "Europe/Amsterdam"),
+    ]
+    for step in steps:
+        done = memvault(root, *step, input=lines if "--from" in step else None)
+        assert done.returncode == 0, (step, done.stderr)
+    admitted = memvault(root, "admit", input=json.dumps({"runId": "r-1", "answer": "Deployed 2.4."}))
+    assert json.loads(admitted.stdout)["state"] == "resolved"
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        assert memvault(root, "remember", "Sam works at Acme.").returncode == 0
+        assert memvault(root, "search", "Sam").returncode == 0
+    finally:
+        owner.stop()
+    temps = [os.path.relpath(os.path.join(folder, name), root) for folder, _dirs, files in os.walk(root)
+             for name in files if TEMP_NAME.fullmatch(name) or name.endswith(".tmp")]
+    assert temps == []

@@ -15,6 +15,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Callable
 from types import TracebackType
 
 from filelock import FileLock, Timeout
@@ -153,7 +154,8 @@ def _wait_for_release(path: Path, timeout: float | None) -> None:
     woke.wait(timeout)
 
 
-def replace_if_unchanged(path: Path, expected: bytes | None, new: bytes, *, mode: int = 0o644) -> None:
+def replace_if_unchanged(path: Path, expected: bytes | None, new: bytes, *, mode: int = 0o644,
+                         boundary: Callable[[str], None] | None = None) -> None:  # fmt: skip
     """Compare-and-swap: write ``new`` only if ``path`` still holds ``expected`` (None: absent).
 
     The caller must hold the ``VaultLock`` that guards ``path`` across this call: without it
@@ -167,7 +169,7 @@ def replace_if_unchanged(path: Path, expected: bytes | None, new: bytes, *, mode
         current = None
     if current != expected:
         raise Conflict(f"{path} changed since it was read; re-read and retry.")
-    atomic_write(path, new, mode=mode)
+    atomic_write(path, new, mode=mode, boundary=boundary)
 
 
 class LivenessFence:

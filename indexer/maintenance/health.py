@@ -510,6 +510,16 @@ def check_unindexed_files(ctx: HealthContext) -> Iterable[Finding]:
         yield Finding("unindexed", WARNING, "unindexed_file", item.path, f"not indexed: {item.why}", item.fix)
 
 
+def check_temp_files(ctx: HealthContext) -> Iterable[Finding]:
+    """Temp files left by a memvault write that was killed before its rename (indexer/maintenance/leftovers.py)."""
+    from memvault.indexer.maintenance.leftovers import stray_temp_files
+
+    for path, target in stray_temp_files(ctx.layout.root):
+        yield Finding("temp_files", WARNING, "stray_temp_file", path,
+                      f"{path} is left over from an interrupted write of {target} (memvault never reads it)",
+                      f"remove {path}")
+
+
 register_check("index", check_index_opens)
 register_check("files", check_files)
 register_check("rows", check_rows, strict_only=True)
@@ -522,3 +532,4 @@ register_check("intake", check_intake)
 register_check("capture", check_capture)
 register_check("replay", check_replay)
 register_check("unindexed", check_unindexed_files)
+register_check("temp_files", check_temp_files)

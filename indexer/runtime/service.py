@@ -58,7 +58,7 @@ class RuntimeService:
         self.config = config
         self.switches = switches
         self.runtime = RuntimeMemory.for_vault(self.root, config, clock=clock, boundary=boundary)
-        self.documents = DocumentStore(self.root, limit_bytes=documents_limit, clock=clock)
+        self.documents = DocumentStore(self.root, limit_bytes=documents_limit, clock=clock, boundary=boundary)
         self.spaces = SpaceCatalog(
             Path(spaces_root) if spaces_root is not None else self.root / SPACES_DIR,
             clock=clock,

@@ -69,8 +69,11 @@ class DocumentStore:
         max_document_bytes: int = MAX_DOCUMENT_BYTES,
         clock: Callable[[], datetime] = utc_now,
         lock_timeout: float = 30.0,
+        boundary: Callable[[str], None] | None = None,
     ) -> None:
         self.root = Path(root).resolve()
+        #: crash tests: called at each stage of a document's write ("document.written", …)
+        self._boundary = boundary
         self.limit = limit_bytes
         self.max_document_bytes = min(max_document_bytes, limit_bytes)
         self._clock = clock
@@ -197,7 +200,7 @@ class DocumentStore:
         old = None if existing is None else read_bytes_nofollow(path)
         if old is not None and hashlib.sha256(old).hexdigest() != existing.sha256:
             raise Conflict(f"{candidate.path} changed while it was being updated: re-read it and retry")
-        replace_if_unchanged(path, old, data, mode=0o644)
+        replace_if_unchanged(path, old, data, mode=0o644, boundary=self._stage)
         status = "created" if draft.create else "updated"
         return DocumentReceipt(status, candidate.id, candidate.path, candidate.revision, used, self.limit, tuple(archived))
 
@@ -226,6 +229,10 @@ class DocumentStore:
             fsync_dir(folder)
             fsync_dir(source.parent)
         return ArchivedDocument(victim.id, planned, indexer is not None)
+
+    def _stage(self, name: str) -> None:
+        if self._boundary is not None:
+            self._boundary(f"document.{name}")
 
     def _planned_path(self, doc: Document) -> str:
         plain = f"{ARCHIVED_DIR}/{doc.id}.md"
