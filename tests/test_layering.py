@@ -1,5 +1,5 @@
 """Dependencies point one way: cli → indexer → vault, and inside indexer/ its groups top to
-bottom (runtime → engine → services → journal → maintenance → search → backend: the index
+bottom (runtime → engine → team → services → journal → maintenance → search → backend: the index
 backend seam and its engines sit under everything that reads an index). Checked by parsing
 every import, the lazy ones inside functions included: a lazy import may save start-up time,
 it may not hide an upward dependency."""
@@ -13,7 +13,7 @@ FORBIDDEN = {
     "indexer": {"memvault.cli", "click"},
 }
 #: indexer's groups, top first; each may import only the groups after it (and `results`)
-INDEXER_GROUPS = ["runtime", "engine", "services", "journal", "maintenance", "search", "backend"]
+INDEXER_GROUPS = ["runtime", "engine", "team", "services", "journal", "maintenance", "search", "backend"]
 SHARED = {"results"}
 
 

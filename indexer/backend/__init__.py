@@ -35,3 +35,19 @@ def server_versions_of(index) -> dict:
     with connect(index.dsn, autocommit=True) as conn:
         _, server, vector = server_versions(conn)
     return {"postgresql": server, "pgvector": vector}
+
+
+def open_team_server(dsn: str, vault: str, *, create: bool = False):
+    """The team rows of one vault on the index server (backend/postgres/team.py): the run ledger
+    clients admit to, remembered facts waiting for their owner, the owner's registration.
+    `create`: make the team tables and the vault's writer role (the owner's start)."""
+    from memvault.indexer.backend.postgres.team import TeamServer
+
+    return TeamServer(dsn, vault, create=create)
+
+
+def owner_lock(dsn: str, vault: str):
+    """The server-side owner fence of one vault (a session advisory lock), not yet taken."""
+    from memvault.indexer.backend.postgres.team import OwnerLock
+
+    return OwnerLock(dsn, vault)

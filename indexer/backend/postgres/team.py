@@ -1,0 +1,313 @@
+"""The team tables on the index server: completed turns from any machine, facts remembered from
+any machine, and each vault's owner (docs/team.md).
+
+    memvault_team_turns   the permanent run ledger: (vault, SHA-256 of the run id) → the payload's
+                          SHA-256 and the intake record the client prepared; `projected_at` is
+                          set once the vault's owner holds the turn in its own durable intake
+    memvault_team_facts   remembered facts acknowledged by the server and not yet (or just)
+                          projected into a daily note: recall reads them beside the rows, and a
+                          sync or rebuild from the files never drops one
+    memvault_team_owners  who owns each vault (host, pid, since) and the settings clients admit
+                          with (write mode, tier, time zone)
+
+One statement answers an admission: `INSERT … ON CONFLICT (vault, run_hash) DO UPDATE SET
+run_hash = EXCLUDED.run_hash RETURNING (xmax = 0), payload_sha256`. The no-op update makes the
+conflicting row come back (locked, so racing clients serialise on it): a fresh insert has no
+xmax, and the stored payload digest says duplicate or conflict. `ON CONFLICT DO NOTHING` plus a
+lookup returns no row at all for a racing caller whose competitor has not committed yet.
+
+Row-level security: reading a vault's team rows needs its reader role (memvault_read_<name>),
+writing them its writer role (memvault_write_<name>, which is granted the reader role). The
+owner connects as the tables' owner.
+"""
+
+import json
+import threading
+from contextlib import contextmanager
+from datetime import datetime
+
+from memvault.indexer.backend.base import IndexServerUnavailable
+from memvault.indexer.backend.postgres import schema
+from memvault.indexer.backend.postgres.connection import connect, redact, require_psycopg, unreachable_message
+from memvault.vault.errors import IndexUnavailable, VaultLocked
+
+WRITER_ROLE_PREFIX = "memvault_write_"
+_TEAM_TABLES = ("memvault_team_turns", "memvault_team_facts", "memvault_team_owners")
+_DDL = [
+    """CREATE TABLE IF NOT EXISTS memvault_team_turns (
+        vault text NOT NULL,
+        run_hash text NOT NULL,
+        payload_sha256 text NOT NULL,
+        record bytea NOT NULL,
+        admitted_at timestamptz NOT NULL DEFAULT now(),
+        projected_at timestamptz,
+        PRIMARY KEY (vault, run_hash))""",
+    """CREATE INDEX IF NOT EXISTS memvault_team_turns_waiting ON memvault_team_turns (vault, admitted_at)
+        WHERE projected_at IS NULL""",
+    """CREATE TABLE IF NOT EXISTS memvault_team_facts (
+        vault text NOT NULL,
+        content_hash text NOT NULL,
+        id text NOT NULL,
+        fact text NOT NULL,
+        at timestamptz NOT NULL,
+        relpath text NOT NULL,
+        acknowledged_at timestamptz NOT NULL DEFAULT now(),
+        projected_at timestamptz,
+        PRIMARY KEY (vault, content_hash))""",
+    """CREATE TABLE IF NOT EXISTS memvault_team_owners (
+        vault text PRIMARY KEY,
+        host text NOT NULL,
+        pid integer NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        settings jsonb NOT NULL)""",
+    *(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY" for table in _TEAM_TABLES),
+]
+_READS = (f"pg_has_role(current_user, '{schema.READER_ROLE_PREFIX}' || vault, 'MEMBER') OR "
+          f"pg_has_role(current_user, '{WRITER_ROLE_PREFIX}' || vault, 'MEMBER')")  # fmt: skip
+_WRITES = f"pg_has_role(current_user, '{WRITER_ROLE_PREFIX}' || vault, 'MEMBER')"
+_POLICIES = {
+    **{(table, f"{table}_read"): f"CREATE POLICY {table}_read ON {table} FOR SELECT USING ({_READS})"
+       for table in _TEAM_TABLES},
+    **{(table, f"{table}_insert"): f"CREATE POLICY {table}_insert ON {table} FOR INSERT WITH CHECK ({_WRITES})"
+       for table in ("memvault_team_turns", "memvault_team_facts")},
+    **{(table, f"{table}_update"): f"CREATE POLICY {table}_update ON {table} FOR UPDATE USING ({_WRITES}) "
+       f"WITH CHECK ({_WRITES})" for table in ("memvault_team_turns", "memvault_team_facts")},
+}  # fmt: skip
+#: the key space of the owners' session advisory locks (the second key is the vault's hash)
+_OWNER_LOCK_SPACE = 0x6D76_6F77
+
+ADMIT_SQL = (
+    "INSERT INTO memvault_team_turns AS t (vault, run_hash, payload_sha256, record) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (vault, run_hash) DO UPDATE SET run_hash = EXCLUDED.run_hash "
+    "RETURNING (t.xmax = 0) AS inserted, t.payload_sha256, t.projected_at IS NOT NULL"
+)
+_REMEMBER_SQL = (
+    "INSERT INTO memvault_team_facts AS f (vault, content_hash, id, fact, at, relpath) VALUES (%s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (vault, content_hash) DO UPDATE SET content_hash = EXCLUDED.content_hash "
+    "RETURNING (f.xmax = 0) AS inserted, f.id, f.relpath, f.fact"
+)
+
+
+def writer_role(vault: str) -> str:
+    return WRITER_ROLE_PREFIX + vault
+
+
+def ensure_team_schema(conn) -> None:
+    """The team tables and their policies, idempotently (under the schema's advisory lock)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema._SCHEMA_LOCK,))
+        for statement in _DDL:
+            conn.execute(statement)
+        for (table, policy), statement in _POLICIES.items():
+            found = conn.execute("SELECT 1 FROM pg_policies WHERE tablename = %s AND policyname = %s",
+                                 (table, policy)).fetchone()  # fmt: skip
+            if found is None:
+                conn.execute(statement)
+
+
+def ensure_team_vault(conn, vault: str) -> None:
+    """The vault's writer role (granted its reader role), with rights on the team tables."""
+    from psycopg import sql
+
+    schema.check_vault_name(vault)
+    writer, reader = writer_role(vault), schema.reader_role(vault)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema._SCHEMA_LOCK,))
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (writer,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(writer)))
+            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(reader), sql.Identifier(writer)))
+        for table in _TEAM_TABLES:
+            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), sql.Identifier(reader)))
+        for table in ("memvault_team_turns", "memvault_team_facts"):
+            conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
+                sql.Identifier(table), sql.Identifier(writer)))
+
+
+class TeamServer:
+    """One vault's team rows, over one connection used under a lock; a dropped connection is
+    replaced on the next call (the call that met it fails with IndexServerUnavailable)."""
+
+    def __init__(self, dsn: str, vault: str, *, create: bool = False):
+        require_psycopg()
+        self.dsn = dsn
+        self.vault = schema.check_vault_name(vault)
+        self._lock = threading.RLock()
+        self._conn = None
+        if create:
+            with self._session() as conn:
+                schema.ensure_schema(conn)
+                schema.ensure_vault(conn, self.vault)
+                ensure_team_schema(conn)
+                ensure_team_vault(conn, self.vault)
+
+    @contextmanager
+    def _session(self):
+        psycopg = require_psycopg()
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect(self.dsn, autocommit=True)
+            try:
+                yield self._conn
+            except psycopg.OperationalError as exc:
+                self._drop()
+                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+            except psycopg.errors.UndefinedTable:
+                raise IndexUnavailable(f"the index server holds no team tables yet: start vault {self.vault!r}'s "
+                                       "owner once on its home machine (`memvault serve`)") from None  # fmt: skip
+            except psycopg.errors.InsufficientPrivilege:
+                raise IndexUnavailable(f"this role may not use vault {self.vault!r} on the index server: ask its admin "
+                                       f"to GRANT {writer_role(self.vault)} TO your role") from None  # fmt: skip
+            except psycopg.Error as exc:
+                if self._conn is not None and self._conn.broken:
+                    self._drop()
+                    raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+                raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - it is already broken
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    # --- clients ---------------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        with self._session() as conn:
+            conn.execute("SELECT 1").fetchone()
+
+    def admit(self, run_hash: str, payload_sha256: str, record: bytes) -> tuple[bool, str, bool]:
+        """(inserted, the payload digest the ledger holds, projected by the owner): one statement."""
+        with self._session() as conn:
+            inserted, stored, projected = conn.execute(ADMIT_SQL, (self.vault, run_hash, payload_sha256, record)).fetchone()
+        return bool(inserted), stored, bool(projected)
+
+    def remember(self, content_hash: str, block_id: str, fact: str, at: datetime, relpath: str) -> tuple[bool, str, str, str]:
+        """(inserted, id, note path, fact) of the fact this content hash holds: one statement."""
+        with self._session() as conn:
+            row = conn.execute(_REMEMBER_SQL, (self.vault, content_hash, block_id, fact, at, relpath)).fetchone()
+        return bool(row[0]), row[1], row[2], row[3]
+
+    def waiting_facts(self) -> list[tuple[str, str, str, datetime, str]]:
+        """(content hash, id, fact, at, note path) of every fact not yet seen in the rows."""
+        with self._session() as conn:
+            return conn.execute("SELECT content_hash, id, fact, at, relpath FROM memvault_team_facts WHERE vault = %s "
+                                "ORDER BY acknowledged_at, content_hash", (self.vault,)).fetchall()  # fmt: skip
+
+    def counts(self) -> dict:
+        """Content-free counts of the team rows (inspect and health, from any machine)."""
+        with self._session() as conn:
+            turns = conn.execute(
+                "SELECT count(*) FILTER (WHERE projected_at IS NULL), count(*) FILTER (WHERE projected_at IS NOT NULL), "
+                "extract(epoch FROM now() - min(admitted_at) FILTER (WHERE projected_at IS NULL)) "
+                "FROM memvault_team_turns WHERE vault = %s", (self.vault,)).fetchone()  # fmt: skip
+            facts = conn.execute("SELECT count(*) FILTER (WHERE projected_at IS NULL), count(*) "
+                                 "FROM memvault_team_facts WHERE vault = %s", (self.vault,)).fetchone()  # fmt: skip
+        return {"turnsWaiting": turns[0], "turnsProjected": turns[1],
+                "oldestWaitingSeconds": None if turns[2] is None else round(float(turns[2]), 1),
+                "factsWaiting": facts[0], "factsHeld": facts[1]}  # fmt: skip
+
+    def owner(self) -> dict | None:
+        """{"host", "pid", "startedAt", "settings"} of the vault's last registered owner, or None."""
+        with self._session() as conn:
+            row = conn.execute("SELECT host, pid, started_at, settings FROM memvault_team_owners WHERE vault = %s",
+                               (self.vault,)).fetchone()  # fmt: skip
+        if row is None:
+            return None
+        settings = row[3] if isinstance(row[3], dict) else json.loads(row[3])
+        return {"host": row[0], "pid": row[1], "startedAt": row[2].isoformat(), "settings": settings}
+
+    def owner_alive(self) -> bool:
+        """Whether some session holds the vault's owner lock now."""
+        with self._session() as conn:
+            row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
+                               "AND objid = %s AND granted", owner_lock_key(self.vault)).fetchone()  # fmt: skip
+        return bool(row[0])
+
+    # --- the owner ------------------------------------------------------------------------------
+
+    def claim_turns(self, limit: int, admit_locally) -> int:
+        """Claim up to `limit` waiting turns (FOR UPDATE SKIP LOCKED), hand each (run hash, record
+        bytes) to `admit_locally` (True once durable in the owner's intake), and mark those
+        projected, all in one transaction: a crash anywhere leaves them waiting, and the owner's
+        intake answers a re-claimed turn as a duplicate. The number marked."""
+        with self._session() as conn, conn.transaction():
+            rows = conn.execute("SELECT run_hash, record FROM memvault_team_turns WHERE vault = %s AND projected_at IS NULL "
+                                "ORDER BY admitted_at, run_hash LIMIT %s FOR UPDATE SKIP LOCKED",
+                                (self.vault, limit)).fetchall()  # fmt: skip
+            done = [run_hash for run_hash, record in rows if admit_locally(run_hash, bytes(record))]
+            if done:
+                conn.execute("UPDATE memvault_team_turns SET projected_at = now() WHERE vault = %s AND run_hash = ANY(%s)",
+                             (self.vault, done))  # fmt: skip
+        return len(done)
+
+    def mark_facts(self, content_hashes: list[str], *, forget: list[str]) -> None:
+        """Facts written into their note (`content_hashes`), and facts the rows now hold (`forget`)."""
+        with self._session() as conn, conn.transaction():
+            if content_hashes:
+                conn.execute("UPDATE memvault_team_facts SET projected_at = now() WHERE vault = %s AND content_hash = ANY(%s) "
+                             "AND projected_at IS NULL", (self.vault, content_hashes))  # fmt: skip
+            if forget:
+                conn.execute("DELETE FROM memvault_team_facts WHERE vault = %s AND content_hash = ANY(%s) "
+                             "AND projected_at IS NOT NULL", (self.vault, forget))  # fmt: skip
+
+    def register_owner(self, host: str, pid: int, settings: dict) -> None:
+        with self._session() as conn:
+            conn.execute("INSERT INTO memvault_team_owners (vault, host, pid, settings) VALUES (%s, %s, %s, %s) "
+                         "ON CONFLICT (vault) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
+                         "started_at = now(), settings = EXCLUDED.settings",
+                         (self.vault, host, pid, json.dumps(settings)))  # fmt: skip
+
+
+def owner_lock_key(vault: str) -> tuple[int, int]:
+    """The (classid, objid) pair of the vault's owner lock: a fixed space, and a 31-bit hash of the name."""
+    import hashlib
+
+    return _OWNER_LOCK_SPACE, int.from_bytes(hashlib.sha256(vault.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+class OwnerLock:
+    """The server-side owner fence: a session advisory lock per vault, held on its own connection
+    for as long as the owner runs. The server frees it when that session ends, so a killed owner
+    (or its machine) lets the next owner start once the server sees the connection gone."""
+
+    def __init__(self, dsn: str, vault: str):
+        self.dsn = dsn
+        self.vault = schema.check_vault_name(vault)
+        self._conn = None
+
+    def acquire(self, host: str, pid: int) -> None:
+        """Take the lock, or VaultLocked naming the owner that holds it (host, pid)."""
+        psycopg = require_psycopg()
+        conn = connect(self.dsn, autocommit=True)
+        try:
+            conn.execute("SELECT set_config('application_name', %s, false)", (f"memvault owner {self.vault} pid {pid}"[:63],))
+            got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", owner_lock_key(self.vault)).fetchone()[0]
+            if not got:
+                holder = conn.execute("SELECT host, pid, started_at FROM memvault_team_owners WHERE vault = %s",
+                                      (self.vault,)).fetchone()  # fmt: skip
+                conn.close()
+                who = "another machine" if holder is None else f"pid {holder[1]} on host {holder[0]} (since {holder[2]:%Y-%m-%d %H:%M:%S %Z})"
+                raise VaultLocked(f"vault {self.vault!r} already has an owner on the index server: {who}. One owner per "
+                                  "vault: stop that one (`memvault engine stop` on its machine), or use this machine as "
+                                  f"a client: `memvault --remote {self.vault} …`")  # fmt: skip
+        except psycopg.Error as exc:
+            conn.close()
+            raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+        self._conn = conn
+
+    def held(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()  # the session's end frees the lock
+            except Exception:  # noqa: BLE001 - a dead server freed it already
+                pass
