@@ -115,30 +115,34 @@ def test_a_normal_stop_waits_10_seconds_for_stuck_work_then_aborts_and_keeps_it_
     store = store_for(root)
     held, release = threading.Event(), threading.Event()
 
-    def hold_the_write_lock():  # the projection cannot finish until this lets go (at most 20 s)
+    def hold_the_write_lock():  # the projection cannot finish until this lets go
         with VaultLock(root, timeout=30):
             held.set()
-            release.wait(20)
+            release.wait(60)
 
     holder = threading.Thread(target=hold_the_write_lock)
     holder.start()
     assert held.wait(10)
+    letgo = threading.Timer(20, release.set)  # the lock frees itself 20 s into the stop
     try:
         worker = store.start_intake(poll_seconds=0.05)
         assert store.persist_completed_turn("run-1", "Deployed the fix.").status == "admitted"
+        letgo.start()
         began = time.monotonic()
         report = store.stop()  # the default deadline: no number given
         waited = time.monotonic() - began
     finally:
+        letgo.cancel()
         release.set()
         holder.join(30)
-    # a 30 s deadline would have seen the lock released at 20 s and drained; a shorter one than
+    # a 30 s deadline would have seen the lock released 20 s in and drained; a shorter one than
     # 10 s would have given up sooner (join never returns early)
     assert (report.drained, report.aborted) == (False, True)
     assert waited >= 10
     assert worker.join(60)
     assert not (root / "daily").exists() or not list((root / "daily").glob("*.md"))
     assert list((root / ".capture-intake" / "pending").glob("*"))  # the turn stays pending for restart
+    store.close()
 
 
 # --- index.md: "a 10,000-row safety ceiling" ----------------------------------------------------
