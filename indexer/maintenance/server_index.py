@@ -17,6 +17,7 @@ from memvault.indexer.maintenance.sync import IndexDelta, Row, diff_rows, needs_
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.errors import IndexUnavailable, ProviderUnavailable, VaultError
 from memvault.vault.layout import VaultLayout, parse_note_relpath
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
 
 class RowDocument(dict):
@@ -265,10 +266,10 @@ class ServerVectors:
     def catch_up(self, index, vault_zone: str, *, thorough: bool = False) -> int:
         return 0  # no row is ever written without its vector
 
-    def stop(self, timeout: float = 10.0) -> bool:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         return True
 
-    def drain(self, timeout: float = 10.0) -> bool:
+    def drain(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         return True
 
     def search(self, query: str, depth: int):
