@@ -19,13 +19,25 @@ from memvault.indexer.backend.postgres.lexical import BM25_SQL, query_words, wor
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, line, text, content_hash, context_hash, context"
-_TSV = f"to_tsvector('{schema.TEXT_SEARCH_CONFIG}', %s)"
-_TF = ("(SELECT coalesce(jsonb_object_agg(lexeme, coalesce(array_length(positions, 1), 1)), '{}') "
-       f"FROM unnest({_TSV}))")  # fmt: skip
-_INSERT = (
+_STAGING = (
+    "CREATE TEMP TABLE IF NOT EXISTS memvault_staging (vault text, generation integer, key text, id text, "
+    "path text, kind text, day date, at bigint, line integer, text text, content_hash text, context_hash text, "
+    "context text, own text, around text, text_len integer, ctx_len integer, embedding vector) "
+    "ON COMMIT DELETE ROWS"
+)
+_STAGING_TYPES = ["text", "int4", "text", "text", "text", "text", "date", "int8", "int4", "text", "text", "text",
+                  "text", "text", "text", "int4", "int4", "vector"]
+_TF = "(SELECT coalesce(jsonb_object_agg(lexeme, coalesce(array_length(positions, 1), 1)), '{{}}') FROM unnest({}))"
+#: rows arrive by COPY into the session's staging table, then are analysed in one set-based
+#: statement (each tsvector parsed once, its term frequencies taken from it)
+_INSERT_STAGED = (
     "INSERT INTO memvault_rows (vault, generation, key, id, path, kind, day, at, line, text, content_hash, "
-    "context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding, text_tf, ctx_tf) VALUES (%s, %s, %s, "
-    f"%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {_TSV}, {_TSV}, %s, %s, %s, {_TF}, {_TF})"
+    "context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding, text_tf, ctx_tf) "
+    "SELECT s.vault, s.generation, s.key, s.id, s.path, s.kind, s.day, s.at, s.line, s.text, s.content_hash, "
+    f"s.context_hash, s.context, t.tsv, c.tsv, s.text_len, s.ctx_len, s.embedding, {_TF.format('t.tsv')}, "
+    f"{_TF.format('c.tsv')} FROM memvault_staging s "
+    f"CROSS JOIN LATERAL to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.own) AS t(tsv) "
+    f"CROSS JOIN LATERAL to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.around) AS c(tsv)"
 )
 #: HNSW's candidate list; pgvector's default (40) would cap every vector list at 40 rows
 _MIN_EF_SEARCH = 40
@@ -182,8 +194,13 @@ class PostgresBackend:
                 gone_rows, gone_text, gone_ctx = len(gone), sum(r[0] for r in gone), sum(r[1] for r in gone)
             params = [self._insert_params(generation, write) for write in delta.writes]
             if params:
+                conn.execute(_STAGING)
                 with conn.cursor() as cursor:
-                    cursor.executemany(_INSERT, params)
+                    with cursor.copy("COPY memvault_staging FROM STDIN (FORMAT BINARY)") as copy:
+                        copy.set_types(_STAGING_TYPES)
+                        for row in params:
+                            copy.write_row(row)
+                conn.execute(_INSERT_STAGED)
             added_text = sum(p[15] for p in params)
             added_ctx = sum(p[16] for p in params)
             conn.execute(
@@ -199,8 +216,7 @@ class PostgresBackend:
         vector = None if write.vector is None else _as_vector(write.vector)
         return (self.vault, generation, write.key, record.id, record.path, record.kind, record.day,
                 int(record.at.timestamp()), record.line, record.text, record.content_hash, write.context_hash,
-                record.context, " ".join(own), " ".join(context), len(own), len(context), vector, " ".join(own),
-                " ".join(context))  # fmt: skip
+                record.context, " ".join(own), " ".join(context), len(own), len(context), vector)  # fmt: skip
 
     def _record_files(self, conn, generation: int, files: dict) -> None:
         forget = [path for path, state in files.items() if state is None]
