@@ -3,6 +3,7 @@ obeys it (never by reading memvault's constant back). Each test fails on a plaus
 the number changed, or a `>` turned into `>=` at the boundary."""
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -235,3 +236,17 @@ def test_runtime_compaction_counts_the_same_cap_the_same_way():
     assert parse_json_object(inside, "compactor")["entries"].startswith(EMOJI)
     with pytest.raises(InvalidRecord, match="over 262144"):
         parse_json_object('{"entries": "' + EMOJI * (262_144 // 2) + '"}', "compactor")
+
+
+# --- one constant per number: no stop on the normal path writes its own deadline ------------------
+
+
+def test_no_stop_or_drain_writes_its_own_shutdown_deadline():
+    repo = Path(__file__).resolve().parent.parent
+    own_number = re.compile(r"def (?:stop|drain|stop_worker|_teardown)\([^)]*timeout: float = [0-9]|\.(?:stop|drain)\("
+                            r"(?:timeout=)?[0-9]")  # fmt: skip
+    found = [f"{path.relative_to(repo)}:{number}"
+             for folder in ("indexer", "cli") for path in sorted((repo / folder).rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if own_number.search(line)]  # fmt: skip
+    assert found == []  # use memvault.vault.limits.SHUTDOWN_DRAIN_SECONDS
