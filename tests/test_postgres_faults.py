@@ -4,6 +4,7 @@ Each test that stops a server has a server of its own."""
 
 import json
 import signal
+import subprocess
 
 import psycopg
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from memvault import MemoryStore
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
-from tests.engine_helpers import OwnerProcess, memvault, wait_for
+from tests.engine_helpers import ENV, MEMVAULT, REPO, OwnerProcess, memvault, wait_for
 from tests.postgres_helpers import PostgresServer
 
 pytestmark = pytest.mark.slow
@@ -119,3 +120,32 @@ def test_a_rebuild_killed_halfway_leaves_the_old_generation_serving(tmp_path, po
         store.rebuild()  # removes the dead build, builds anew
         assert store.backend.stray_generations() == []
     assert len(server_texts(postgres_dsn, "team-a")) == 27
+
+
+def test_an_owner_killed_during_its_rebuild_leaves_the_old_generation_serving(tmp_path, postgres_dsn):
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    root = make_vault(tmp_path)
+    for day in range(1, 29):
+        add_bullets(root, f"2026-09-{day:02d}", [f"Entry {day}.{i} about the tide tables." for i in range(40)])
+    with MemoryStore.open(root, env=env) as store:
+        serving = store.backend.serving_generation()
+    owner = OwnerProcess(root, "watch", env).wait_serving()
+    rebuild = subprocess.Popen([*MEMVAULT, "--vault", str(root), "rebuild"], env={**ENV, **env}, cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # the owner rebuilds
+    try:
+        def building() -> bool:
+            with psycopg.connect(postgres_dsn) as conn:
+                return conn.execute("SELECT max(generation) FROM memvault_generations WHERE vault = 'team-a'"
+                                    ).fetchone()[0] > serving
+        wait_for(building, what="the owner to start building a generation")
+        owner.proc.send_signal(signal.SIGKILL)
+        owner.proc.wait(60)
+    finally:
+        rebuild.wait(120)
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute("SELECT serving FROM memvault_vaults WHERE name = 'team-a'").fetchone()[0] == serving
+    with MemoryStore.open(root, env=env, sync=False) as store:  # the dead owner's status is no obstacle
+        hits = store.recall("tide tables entry", limit=5).hits
+        assert hits and hits[0].text.startswith("Entry")
+        assert store.backend.serving_generation() == serving
+    assert len(server_texts(postgres_dsn, "team-a")) == 28 * 40
