@@ -117,7 +117,7 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
     --json the answer is {"running": false, ...} and the exit status is still 1.
     """
     from memvault.indexer.engine.address import read_status, socket_path
-    from memvault.vault.locks import pid_alive
+    from memvault.vault.locks import fence_holder_pid, pid_alive
     from memvault.indexer.engine.client import find_owner
     from memvault.indexer.engine.locate import locate_vault
 
@@ -125,10 +125,15 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
     owner = find_owner(root)
     if owner is None:
         stale = read_status(root)
+        holder = fence_holder_pid(root)  # a live owner whose socket was deleted still holds the vault
         body = {"running": False, "vault": str(root), "socket": str(socket_path(root)),
-                "staleStatus": stale if stale and not pid_alive(stale.get("pid")) else None}
+                "staleStatus": stale if stale and not pid_alive(stale.get("pid")) else None,
+                "unreachableOwner": holder if holder is not None and pid_alive(holder) else None}
         if json_:
             emit_json(body)
+        elif body["unreachableOwner"]:
+            click.echo(f"pid {holder} holds {root} but no engine answers on its socket: an owner binds it "
+                       "again within 5 s (if it does not: memvault engine stop --force)")
         else:
             click.echo(f"no engine runs for {root}; commands work in-process (start one: memvault serve)")
             if body["staleStatus"]:
