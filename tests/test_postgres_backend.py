@@ -239,3 +239,18 @@ def test_a_libpq_service_file_names_the_server(tmp_path, postgres_dsn, monkeypat
         store.remember("The service file points at the team server.")
     with psycopg.connect(postgres_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM memvault_rows WHERE vault = 'team-a'").fetchone()[0] == 1
+
+
+def test_consolidation_counts_from_the_server(tmp_path, postgres_dsn):
+    from datetime import datetime, timezone
+
+    root = make_vault(tmp_path, mode="lite")
+    with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
+        store.remember("The pager rotates on Mondays.", at=datetime(2026, 11, 2, 9, tzinfo=timezone.utc))
+        store.remember("The pager rotates on Mondays.", at=datetime(2026, 11, 3, 9, tzinfo=timezone.utc))
+        store.remember("Lunch is at noon.", at=datetime(2026, 11, 3, 10, tzinfo=timezone.utc))
+        (root / "daily" / "2026-11-04.md").write_text("- 09:00 The pager rotates on Mondays.\n")
+        store.sync()
+        report = store.consolidate()
+    assert (report.curated, report.duplicate_fact_groups) == (3, 1)
+    assert "2026-11-03" in (root / "index.md").read_text()
