@@ -71,6 +71,7 @@ class Owner:
         self.started_at: str | None = None
         self.stop_requested = threading.Event()  # set by a client's `engine stop`; the host exits on it
         self._ready = threading.Event()  # set once the index is in step with the files
+        self.team = None  # indexer/team/drain.py: server fence + drainer, for a vault indexed on a server
         self.repairs: list[str] = []
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -86,6 +87,7 @@ class Owner:
             )
         self._fence.hold()
         try:
+            self._hold_team_fence()  # one owner per vault across machines, refused before any work
             self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
             self._write_status()  # before the socket answers: whoever reaches the owner can read it
             self._channel = ChannelServer(socket_path(self.root), self.handle)
@@ -97,6 +99,8 @@ class Owner:
             if self._run_intake:
                 self.store.start_worker(crash_hook=self._crash_hook, poll_seconds=self._poll_seconds,
                                         on_transition=self._transition)
+            if self.team is not None:
+                self.team.start_draining()  # turns and facts agents sent from other machines
             self._spawn(self._guard, "memvault-engine-guard")
         except BaseException:
             self._teardown()
@@ -111,6 +115,14 @@ class Owner:
             self.store.sync()
         except StorageError as exc:  # a full disk: reads are served from the index as it was
             self.store.unsynced = f"index not brought up to date with the files: {exc}"
+
+    def _hold_team_fence(self) -> None:
+        from memvault.indexer.team.drain import team_side_for
+
+        team = team_side_for(self.store, log=self._note, hook=self._crash_hook)
+        if team is not None:
+            team.hold()
+            self.team = team
 
     def add_face(self, face: Face, name: str = "memvault-face") -> None:
         """Run `face(owner, stop_event)` on its own thread until the owner stops (e.g. web pages)."""
@@ -135,6 +147,9 @@ class Owner:
         if self._group is not None:
             self._group.close()  # commits what waits
         self.store.defers_index_commits = False
+        team, self.team = self.team, None
+        if team is not None:
+            team.stop(timeout)  # before the worker: nothing is claimed that it would not project
         self.shutdown_report = self.store.stop_worker(timeout)
         if self._fence.intact():
             try:

@@ -81,6 +81,14 @@ class MemoryStore:
     unsynced: str | None = None
 
     @classmethod
+    def connect(cls, name: str, dsn: str | None = None, *, env: Mapping[str, str] | None = None):
+        """A vault on the index server, by its name, from a machine without its files (docs/team.md):
+        a ConnectedStore with the everyday API. `dsn` defaults to `env["MEMVAULT_INDEX_DSN"]`."""
+        from memvault.indexer.engine.connected import ConnectedStore
+
+        return ConnectedStore.connect(name, dsn, env=env)
+
+    @classmethod
     def open(
         cls,
         path: str | os.PathLike | None = None,

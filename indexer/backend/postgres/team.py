@@ -193,10 +193,11 @@ class TeamServer:
             row = conn.execute(_REMEMBER_SQL, (self.vault, content_hash, block_id, fact, at, relpath)).fetchone()
         return bool(row[0]), row[1], row[2], row[3]
 
-    def waiting_facts(self) -> list[tuple[str, str, str, datetime, str]]:
-        """(content hash, id, fact, at, note path) of every fact not yet seen in the rows."""
+    def waiting_facts(self) -> list[tuple[str, str, str, datetime, str, bool]]:
+        """(content hash, id, fact, at, note path, projected) of every fact not yet seen in the rows."""
         with self._session() as conn:
-            return conn.execute("SELECT content_hash, id, fact, at, relpath FROM memvault_team_facts WHERE vault = %s "
+            return conn.execute("SELECT content_hash, id, fact, at, relpath, projected_at IS NOT NULL "
+                                "FROM memvault_team_facts WHERE vault = %s "
                                 "ORDER BY acknowledged_at, content_hash", (self.vault,)).fetchall()  # fmt: skip
 
     def counts(self) -> dict:

@@ -1,0 +1,279 @@
+"""`ConnectedStore`: what `MemoryStore.connect(name)` returns on a machine that holds no files.
+
+It has the store's everyday API (recall/search, journal, persist_completed_turn, remember,
+intake_snapshot, health_report) over the index server alone (docs/team.md):
+
+* recall runs the same pipeline as the owner (the server's lexical and vector candidates, question
+  coverage, weighted fusion, the modes), with facts remembered from any machine and not yet in
+  the rows searched beside them (the owner's near-real-time overlay, `overlay.py`);
+* a completed turn is prepared by local admission's own checks and admitted by one statement on
+  the server's permanent run ledger behind the spec's fingerprint LRU (`indexer/team/ledger.py`);
+  the vault's owner drains it into its files;
+* a remembered fact is acknowledged by one statement on the server, with the id a local
+  remember gives it (`vault.ids.memory_id`), recallable from every machine at once.
+
+The DSN is passed in by the entry point (MEMVAULT_INDEX_DSN, or libpq's own files): this module
+never reads the environment. Messages never carry the DSN's password (backend/postgres/connection.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+
+from memvault.indexer.backend import open_backend, open_team_server
+from memvault.indexer.engine.overlay import PendingRow, overlay_of, pending_record
+from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
+from memvault.indexer.results import RecallResult, RememberReceipt
+from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
+from memvault.indexer.team.ledger import NetworkAdmission
+from memvault.vault.clock import local_day_and_time, utc_now, zone
+from memvault.vault.config import IndexConfig
+from memvault.vault.curated import prepare_fact
+from memvault.vault.errors import IndexUnavailable, InvalidRecord, VaultError
+from memvault.vault.ids import content_hash, memory_id
+from memvault.vault.intake.admission import FAILED, AdmissionResult, prepare_turn
+from memvault.vault.layout import DAILY, VaultLayout, flat_note_relpath
+
+RECALL_MODES = ("tool", "auto")
+MAX_RECALL_LIMIT = 100
+#: a connected store has no vault folder: only rows on the server are read, never files
+_NO_FOLDER = Path("/nonexistent-memvault-vault")
+
+
+class ConnectedStore:
+    """One vault on the index server, reached by its name (see the module docstring)."""
+
+    def __init__(self, name: str, dsn: str = "", *, clock=utc_now, env: Mapping[str, str] | None = None):
+        self.name = name
+        self.dsn = dsn
+        self.env = dict(env or {})
+        self._clock = clock
+        self.server = open_team_server(dsn, name)  # connects on first use
+        self.admission = NetworkAdmission(self.server)
+        self._backend = None
+        self._settings: dict | None = None
+        self._journal = None
+        self._embedders: dict = {}
+
+    @classmethod
+    def connect(cls, name: str, dsn: str | None = None, *, env: Mapping[str, str] | None = None) -> ConnectedStore:
+        """`dsn` defaults to `env["MEMVAULT_INDEX_DSN"]` (the entry point passes its environment),
+        else "" (libpq's defaults, PGSERVICE, ~/.pg_service.conf, ~/.pgpass)."""
+        from memvault.indexer.backend.base import IndexServerUnavailable  # noqa: F401 - typed errors travel up
+
+        env = dict(env or {})
+        if dsn is None:
+            dsn = env.get("MEMVAULT_INDEX_DSN", "")
+        store = cls(name, dsn, env=env)
+        store.server.ping()  # a clear error naming the host now, not at the first call
+        return store
+
+    def close(self) -> None:
+        self.server.close()
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self) -> ConnectedStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- the vault's settings (registered by its owner) ---------------------------------------
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = open_backend(IndexConfig("postgres", self.name, self.dsn), create=False)
+        return self._backend
+
+    def settings(self) -> dict:
+        """{"writeMode", "tier", "timeZone"} of the vault, as its owner registered them."""
+        if self._settings is None:
+            owner = self.server.owner()
+            if owner is None:
+                raise IndexUnavailable(f"vault {self.name!r} has no owner registered on the index server yet: start "
+                                       "its owner once on its home machine (`memvault serve` there)")  # fmt: skip
+            self._settings = owner["settings"]
+        return self._settings
+
+    @property
+    def time_zone(self) -> str:
+        return self.settings()["timeZone"]
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def persist_completed_turn(self, run_id: str, answer: str, *, capture_text: str | None = None,
+                               trigger: str = "user", completed_at: datetime | None = None) -> AdmissionResult:
+        """As MemoryStore.persist_completed_turn: never raises for expected failures."""
+        try:
+            settings = self.settings()
+        except VaultError as exc:
+            return AdmissionResult(FAILED, None, getattr(exc, "code", "vault_error"), f"the turn was NOT saved: {exc}")
+        record, answered = prepare_turn(run_id=run_id, answer=answer, capture_text=capture_text, trigger=trigger,
+                                        completed_at=completed_at, write_mode=settings["writeMode"],
+                                        tier=settings["tier"], now=self._clock())  # fmt: skip
+        if answered is not None:
+            return answered
+        return self.admission.admit(record)
+
+    def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
+        """Acknowledge one fact on the server (recallable everywhere at once); the owner writes it
+        into its daily note. Idempotent by content, like a local remember."""
+        fact = prepare_fact(text)
+        if at is not None and (at.tzinfo is None or at.utcoffset() is None):
+            raise InvalidRecord("at must be a timezone-aware instant")
+        when = at if at is not None else self._clock()
+        digest = content_hash(fact)
+        existing = self._in_rows([digest])
+        if digest in existing:
+            row = existing[digest]
+            return RememberReceipt(row.id, f"{row.path}#^{row.id}", "duplicate", row.text)
+        day, _ = local_day_and_time(when, zone(self.time_zone))
+        relpath = flat_note_relpath(DAILY, day)
+        inserted, block_id, path, stored = self.server.remember(digest, memory_id(fact), fact, when, relpath)
+        return RememberReceipt(block_id, f"{path}#^{block_id}", "added" if inserted else "duplicate", stored)
+
+    def _in_rows(self, hashes: list[str]) -> dict:
+        """content hash → a serving row holding it (none before the vault's first build)."""
+        generation = self.backend.serving_generation()
+        if generation is None:
+            return {}
+        return {row.content_hash: row for row in self.backend.rows_by_content_hash(generation, hashes)}
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        if mode not in RECALL_MODES:
+            raise InvalidRecord(f"recall mode {mode!r} is not one of {', '.join(RECALL_MODES)}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECALL_LIMIT:
+            raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
+        if not isinstance(query, str):
+            raise InvalidRecord(f"query must be text, not {type(query).__name__}")
+        routed = routed_away(query, mode, None)
+        if routed is not None:
+            return routed
+        tz = zone(self.time_zone)
+        try:
+            index, vectors = self._serving()
+        except IndexUnavailable as exc:
+            return RecallResult(query, mode, (), degraded=str(exc))
+        bm25 = overlay_of(index.bm25, self._waiting_rows())
+        today = self._clock().astimezone(tz).date()
+        if mode == "auto":
+            result = recall_auto(bm25, vectors, query, today=today)
+        else:
+            result = recall_tool(bm25, vectors, query, limit, today=today)
+        return result.in_zone(tz)
+
+    def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        return self.recall(query, limit=limit, mode=mode)
+
+    def _serving(self):
+        number = self.backend.serving_generation()
+        if number is None:
+            raise IndexUnavailable(f"vault {self.name!r} has no index on the server yet: its owner builds it "
+                                   "(`memvault rebuild` on its home machine)")  # fmt: skip
+        embedding = self.backend.generation_embedding(number)
+        embedder = None if embedding is None else self._embedder_for(embedding)
+        index = ServerIndex(self.backend, number, VaultLayout(_NO_FOLDER), embedder, file_states=False)
+        vectors = None
+        if embedder is not None:
+            vectors = ServerVectors(embedder)
+            vectors.attach_serving(index)
+        return index, vectors
+
+    def _embedder_for(self, embedding: dict):
+        key = (embedding["provider"], embedding["model"], int(embedding["dim"]))
+
+        def embedder():
+            if key not in self._embedders:
+                from memvault.indexer.search.embeddings import make_provider
+
+                self._embedders[key] = make_provider(*key, None)
+            return self._embedders[key]
+
+        return embedder
+
+    def _waiting_rows(self) -> dict[str, PendingRow]:
+        """Facts acknowledged on the server that the rows do not hold yet, as overlay rows."""
+        waiting = self.server.waiting_facts()
+        if not waiting:
+            return {}
+        held = self._in_rows([digest for digest, *_ in waiting])
+        rows = {}
+        for digest, block_id, fact, at, relpath, _projected in waiting:
+            if digest in held:
+                continue
+            _, wall = local_day_and_time(at, zone(self.time_zone))
+            record = pending_record(relpath, block_id, fact, wall, self.time_zone)
+            if record is not None:
+                row = PendingRow.of(record)
+                rows[row.key] = row
+        return rows
+
+    def journal(self, *, from_date=None, through_date=None, time_zone=None, limit=None, cursor=None):
+        """One MemoryJournal page, read from the server's rows (cursors live in this object)."""
+        from memvault.indexer.journal.query import JournalService
+
+        if self._journal is None:
+            self._journal = JournalService(self._journal_scan)
+        return self._journal.query({"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
+                                    "limit": limit, "cursor": cursor})  # fmt: skip
+
+    def journal_service(self, *, persistent: bool = False):
+        from memvault.indexer.journal.query import JournalService
+
+        if self._journal is None:
+            self._journal = JournalService(self._journal_scan)
+        return self._journal
+
+    def _journal_scan(self, relpaths: list[str]):
+        from memvault.indexer.journal.query import JournalScan
+
+        index, _ = self._serving()
+        rows = [row for path in relpaths for row in index.rows_of(path).values()]
+        return JournalScan(rows, [])
+
+    # --- inspection -----------------------------------------------------------------------------
+
+    def intake_snapshot(self) -> dict:
+        """Content-free counts of what waits on the server for the vault's owner, and who that is."""
+        owner = self.server.owner()
+        return {"vault": self.name, "remote": self.server.counts(),
+                "owner": None if owner is None else {key: owner[key] for key in ("host", "pid", "startedAt")},
+                "ownerRunning": self.server.owner_alive()}  # fmt: skip
+
+    def health_report(self, *, strict: bool = False) -> dict:
+        """`memvault health` for a vault reached by name: the server, its index, the owner, the backlog."""
+        from memvault.indexer.backend import check_server
+
+        findings = [_finding("error", "server", problem, "see docs/team.md") for problem in check_server(IndexConfig("postgres", self.name, self.dsn))]
+        details: dict = {}
+        if not findings:
+            try:
+                snapshot = self.intake_snapshot()
+                details = {"team": snapshot}
+                if self.backend.serving_generation() is None:
+                    findings.append(_finding("error", "index", f"vault {self.name!r} has no index on the server yet",
+                                             "run `memvault rebuild` on its home machine"))  # fmt: skip
+                if not snapshot["ownerRunning"]:
+                    waiting = snapshot["remote"]["turnsWaiting"] + snapshot["remote"]["factsWaiting"]
+                    findings.append(_finding("warning", "owner", f"no owner runs for vault {self.name!r}: {waiting} "
+                                             "turn(s)/fact(s) wait on the server", "start `memvault serve` on the vault's home machine"))  # fmt: skip
+            except VaultError as exc:
+                findings.append(_finding("error", "server", str(exc), "see docs/team.md"))
+        errors = [f for f in findings if f["severity"] == "error"]
+        warnings = [f for f in findings if f["severity"] == "warning"]
+        return {"healthy": not errors and not (strict and warnings), "strict": strict, "checks": ["server", "index", "owner"],
+                "errors": len(errors), "warnings": len(warnings), "findings": findings,
+                "fixes": list(dict.fromkeys(f["fix"] for f in errors + warnings)), "details": details}  # fmt: skip
+
+
+def _finding(severity: str, check: str, message: str, fix: str) -> dict:
+    """A finding in health's own shape (indexer/maintenance/health.py's Finding)."""
+    return {"check": check, "severity": severity, "code": f"team_{check}", "subject": check, "message": message, "fix": fix}
+
