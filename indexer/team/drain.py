@@ -26,6 +26,7 @@ from memvault.vault.errors import VaultError
 from memvault.vault.intake.admission import admit_record
 from memvault.vault.intake.files import IntakeDirs, hit
 from memvault.vault.intake.record import parse_record
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
 #: turns claimed per transaction (one fsync each locally; the claim holds their row locks)
 CLAIM_BATCH = 64
@@ -55,7 +56,7 @@ class TeamDrainer:
         self._thread = threading.Thread(target=self._run, name="memvault-team-drain", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -145,7 +146,7 @@ class TeamSide:
         self.drainer = TeamDrainer(self._store, self.server, hook=self._hook, log=self._log)
         self.drainer.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         if self.drainer is not None:
             self.drainer.stop(timeout)
         if self.server is not None:
