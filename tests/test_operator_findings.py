@@ -301,3 +301,25 @@ def test_normal_operation_leaves_no_temp_file(tmp_path):
     temps = [os.path.relpath(os.path.join(folder, name), root) for folder, _dirs, files in os.walk(root)
              for name in files if TEMP_NAME.fullmatch(name) or name.endswith(".tmp")]
     assert temps == []
+
+
+def test_an_import_the_full_disk_refused_is_not_written_later_by_the_repair(tmp_path):
+    """`remember --from` on a full disk says "nothing was written": the lines it had noted for the
+    recent-writes repair must not reach the note once space is freed (they all did)."""
+    from tests.readonly_helpers import small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", "24m") as disk:
+        root = disk / "v"
+        assert memvault(tmp_path, "init", str(root), "--mode", "lite", "--time-zone", "UTC").returncode == 0
+        assert memvault(root, "remember", "Priya lives in Rotterdam.").returncode == 0
+        note = next((root / "daily").glob("*.md"))
+        fill_leaving(disk, 60_000)  # room for the repair ledger's entries, none for the note's lines
+        lines = "".join(json.dumps({"text": f"Imported fact {n} about the quay."}) + "\n" for n in range(300))
+        refused = memvault(root, "remember", "--from", "-", input=lines)
+        assert refused.returncode == 1 and "nothing was written" in refused.stderr, refused.stdout + refused.stderr
+        os.unlink(disk / "ballast")
+        assert memvault(root, "search", "quay").returncode == 0  # an open syncs, and runs the repair
+        assert "about the quay" not in note.read_text()
+        again = memvault(root, "remember", "--from", "-", input=lines)  # the retry the message asks for
+        assert again.returncode == 0 and again.stdout.startswith("300 added"), again.stdout + again.stderr
+        assert note.read_text().count("about the quay") == 300

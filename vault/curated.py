@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memvault.vault.clock import local_day_and_time, zone
-from memvault.vault.errors import InvalidRecord
+from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id, normalize_text, without_bidi_controls
 from memvault.vault.layout import DAILY, VaultLayout
 from memvault.vault.note import Note, parse, region_left_open
 from memvault.vault.note_append import NewBullet, NoteNotWritable, read_note_if_any
 from memvault.vault.note_append import append_bullets_once as _append_in_place
-from memvault.vault.recent_writes import forget_written, note_written
+from memvault.vault.recent_writes import forget_written, note_written, take_back_noted
 from memvault.vault.records import note_zone_name
 
 __all__ = ["CuratedWrite", "NewBullet", "NoteNotWritable", "append_bullet_once", "append_bullets_once",
@@ -123,12 +123,31 @@ def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: 
     pending = [bullet for bullet in bullets if bullet.block_id not in held]
     if not pending:
         return []
-    note_written(layout, relpath, title, pending)
+    noted = note_written(layout, relpath, title, pending)
     try:
         return _append_in_place(layout, relpath, title, pending)
     except NoteNotWritable:
         forget_written(layout, relpath, [bullet.block_id for bullet in pending])  # refused: never repaired later
         raise
+    except Exception:
+        _forget_taken_back(layout, relpath, pending, noted)
+        raise
+
+
+def _forget_taken_back(layout: VaultLayout, relpath: str, pending: list[NewBullet], noted: int | None) -> None:
+    """An append that failed (a full disk) was taken back, and its caller is told nothing was
+    written: the ledger must not let the next sync write those lines after all (issue 24: a
+    refused import appeared in full once space was freed). Only lines absent from the note go."""
+    try:
+        note = read_note_if_any(layout.root, relpath)
+        there = set() if note is None else {memory.block_id for memory in note.bullets}
+        absent = [bullet.block_id for bullet in pending if bullet.block_id not in there]
+        if len(absent) == len(pending) and noted is not None:
+            take_back_noted(layout, noted)  # a truncation: works on the full disk that refused the note
+        elif absent:
+            forget_written(layout, relpath, absent)
+    except (OSError, VaultError):
+        pass  # the original failure is what the caller must hear; a repair may then write them
 
 
 def _wall_time_for(note: Note | None, at: datetime, day, vault_zone: str) -> str:

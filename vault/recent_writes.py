@@ -72,8 +72,11 @@ def _rewrite(layout, entries: list[dict]) -> None:
     atomic_write(_ledger_path(layout), _lines(entries[-MAX_ENTRIES:]), mode=MACHINE_FILE_MODE)
 
 
-def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet], now: float | None = None) -> None:
-    """Remember that these lines were just appended to `relpath`. Caller holds the vault lock."""
+def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet], now: float | None = None) -> int | None:
+    """Remember that these lines were just appended to `relpath`. Caller holds the vault lock.
+
+    Returns the ledger's size before them (for `take_back_noted`), or None when the ledger was
+    rewritten meanwhile (compaction) and only `forget_written` can drop them."""
     now = time.time() if now is None else now
     added = [{"at": now, "path": relpath, "title": title, "id": bullet.block_id, "text": bullet.text,
               "time": bullet.wall_time} for bullet in bullets]  # fmt: skip
@@ -94,11 +97,21 @@ def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet],
             if not existed:
                 os.unlink(path)
             raise
+        before = size
         size += len(data)
     finally:
         os.close(fd)
     if size > MAX_BYTES or (size > MIN_COMPACT_BYTES and _oldest_expired(path, now)):
         _rewrite(layout, _load(layout, now))
+        return None
+    return before
+
+
+def take_back_noted(layout, before: int) -> None:
+    """Drop the entries `note_written` just appended (it returned `before`), for lines whose append
+    failed and was taken back. A truncation needs no free space, unlike a rewrite: on the full disk
+    that refused the note it still works. Lock held (no other entry was appended since)."""
+    os.truncate(_ledger_path(layout), before)
 
 
 def _oldest_expired(path, now: float) -> bool:

@@ -395,7 +395,7 @@ def _stuck_turns(dirs) -> Iterable[Finding]:
     """Due turns admitted more than a minute ago. With a live owner that is an error (it is not
     draining); with none it is a warning: they wait for the next owner, as a restart resumes them."""
     from memvault.vault.intake.snapshot import list_entries
-    from memvault.vault.locks import LivenessFence
+    from memvault.vault.locks import LivenessFence, fence_holder_pid
 
     now = datetime.now(timezone.utc)
     stuck = [e for e in list_entries(dirs, now) if e.get("folder") == "pending" and e.get("due")
@@ -404,10 +404,10 @@ def _stuck_turns(dirs) -> Iterable[Finding]:
         return
     fence = LivenessFence(dirs.root)
     if fence.intact() or fence.is_held_elsewhere():  # an owner lives (this process, or another)
-        holder = fence.holder_info() or {}
+        pid = (fence.holder_info() or {}).get("pid") or fence_holder_pid(dirs.root) or "?"  # live.json may be gone
         yield Finding("intake", ERROR, "stuck_intake", ".capture-intake/pending/",
                       f"{len(stuck)} admitted turn(s) have waited more than a minute while a live owner "
-                      f"(pid {holder.get('pid', '?')}) holds the vault: it is not draining the intake",
+                      f"(pid {pid}) holds the vault: it is not draining the intake",
                       "memvault engine stop --force, then start the owner again (memvault serve)")
         return
     yield Finding("intake", WARNING, "waiting_intake", ".capture-intake/pending/",
