@@ -43,9 +43,13 @@ def query_words(text: str) -> list[str]:
 
 #: one row's BM25 score summed over the query's terms (tt, ct: the term's frequency in the row's
 #: own words and in its neighbours'; NULL when absent)
-_SCORE = (f"sum(coalesce(i.qtf * i.idf_text * f.tt * ({K1} + 1) / (f.tt + {K1} * (1 - {B} + {B} * c.text_len / g.avg_text)), 0)"
-          f" + coalesce({CONTEXT_BOOST} * i.qtf * i.idf_ctx * f.ct * ({K1} + 1)"
-          f" / (f.ct + {K1} * (1 - {B} + {B} * c.ctx_len / g.avg_ctx)), 0))")  # fmt: skip
+#: the constants as float8 literals: a bare 0.75 is numeric in SQL, and numeric arithmetic over
+#: thousands of candidates costs more than the lookups
+_K1, _B, _BOOST = (f"{value!r}::float8" for value in (K1, B, CONTEXT_BOOST))
+
+_SCORE = (f"sum(coalesce(i.qtf * i.idf_text * f.tt * ({_K1} + 1) / (f.tt + {_K1} * (1 - {_B} + {_B} * c.text_len / g.avg_text)), 0)"
+          f" + coalesce({_BOOST} * i.qtf * i.idf_ctx * f.ct * ({_K1} + 1)"
+          f" / (f.ct + {_K1} * (1 - {_B} + {_B} * c.ctx_len / g.avg_ctx)), 0))")  # fmt: skip
 
 #: parameters: words (text), vault, generation, kinds, depth; returns (key, score) best first.
 #: Each row's term frequencies are kept as {lexeme: tf} (text_tf, ctx_tf) so scoring looks up
@@ -64,10 +68,15 @@ g AS MATERIALIZED (
            greatest(ctx_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_ctx
     FROM memvault_generations WHERE vault = %(vault)s AND generation = %(generation)s
 ),
+-- every row (of any kind: BM25's statistics count them all) whose own words hold a query term
+text_hits AS MATERIALIZED (
+    SELECT r.key, r.kind, r.text_tf, r.ctx_tf, r.text_len, r.ctx_len
+    FROM memvault_rows r, tsq
+    WHERE r.vault = %(vault)s AND r.generation = %(generation)s AND r.text_tsv @@ tsq.query
+),
 df AS MATERIALIZED (
     SELECT q.lexeme, q.qtf,
-        (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
-            AND r.text_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_text,
+        (SELECT count(*) FROM text_hits h WHERE h.text_tf ? q.lexeme)::float8 AS df_text,
         (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
             AND r.ctx_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_ctx
     FROM q
@@ -78,21 +87,16 @@ idf AS MATERIALIZED (
         ln(1 + (g.n - d.df_ctx + 0.5) / (d.df_ctx + 0.5)) AS idf_ctx
     FROM df d CROSS JOIN g
 ),
-text_hits AS MATERIALIZED (
-    SELECT r.key, r.text_tf, r.ctx_tf, r.text_len, r.ctx_len
-    FROM memvault_rows r, tsq
-    WHERE r.vault = %(vault)s AND r.generation = %(generation)s AND r.kind = ANY(%(kinds)s)
-      AND r.text_tsv @@ tsq.query
-),
 text_scored AS MATERIALIZED (
     SELECT c.key, {_SCORE} AS score
     FROM text_hits c CROSS JOIN g CROSS JOIN idf i
     CROSS JOIN LATERAL (SELECT (c.text_tf ->> i.lexeme)::float8 AS tt, (c.ctx_tf ->> i.lexeme)::float8 AS ct) f
+    WHERE c.kind = ANY(%(kinds)s)
     GROUP BY c.key
 ),
 -- a row that matches only through its neighbours scores at most this (every term, tf without bound)
 ctx_ceiling AS (
-    SELECT coalesce(sum({CONTEXT_BOOST} * qtf * idf_ctx * ({K1} + 1)), 0) AS most FROM idf
+    SELECT coalesce(sum({_BOOST} * qtf * idf_ctx * ({_K1} + 1)), 0) AS most FROM idf
 ),
 threshold AS (
     SELECT score FROM text_scored ORDER BY score DESC OFFSET %(depth)s - 1 LIMIT 1

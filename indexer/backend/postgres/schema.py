@@ -70,6 +70,9 @@ _DDL = [
         ctx_tf jsonb NOT NULL,
         embedding vector,
         PRIMARY KEY (vault, generation, key)) PARTITION BY LIST (vault)""",
+    # scoring reads each candidate's term frequencies: kept uncompressed (a compressed value is
+    # decompressed at every lookup); the longer columns are compressed first and make room
+    "ALTER TABLE memvault_rows ALTER COLUMN text_tf SET STORAGE EXTERNAL, ALTER COLUMN ctx_tf SET STORAGE EXTERNAL",
     "CREATE INDEX IF NOT EXISTS memvault_rows_path ON memvault_rows (vault, generation, path)",
     "CREATE INDEX IF NOT EXISTS memvault_rows_chash ON memvault_rows (vault, generation, content_hash)",
     "CREATE INDEX IF NOT EXISTS memvault_rows_text_tsv ON memvault_rows USING gin (text_tsv)",
@@ -162,8 +165,11 @@ def ensure_vault(conn, vault: str) -> None:
 def create_leaf(conn, vault: str, generation: int) -> None:
     from psycopg import sql
 
+    leaf = sql.Identifier(leaf_table(vault, generation))
     conn.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
-        sql.Identifier(leaf_table(vault, generation)), sql.Identifier(vault_table(vault)), sql.Literal(generation)))
+        leaf, sql.Identifier(vault_table(vault)), sql.Literal(generation)))
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN text_tf SET STORAGE EXTERNAL, "
+                         "ALTER COLUMN ctx_tf SET STORAGE EXTERNAL").format(leaf))
 
 
 def ensure_vector_index(conn, vault: str, generation: int, dim: int) -> None:
