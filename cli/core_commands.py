@@ -44,12 +44,15 @@ def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: st
     created = init_vault(root, render_config(data))
     from memvault.indexer.engine.store import MemoryStore
 
-    with MemoryStore.open(root, env=dict(os.environ), sync=True):
-        pass
+    with MemoryStore.open(root, env=dict(os.environ), sync=True) as store:
+        unindexed = store.unsynced  # the files are made; an index server that is away is named
     if json_:
-        emit_json({"vault": str(root.resolve()), "created": created, "mode": mode})
+        emit_json({"vault": str(root.resolve()), "created": created, "mode": mode, "indexed": unindexed is None})
     else:
         click.echo(f"Created a {mode} vault in {root.resolve()} ({', '.join(created)}).")
+    if unindexed:
+        click.echo(f"warning: {unindexed}; the vault is made: run `memvault rebuild` once the index is reachable",
+                   err=True)
 
 
 @cli.command("remember", cls=FactCommand)

@@ -149,3 +149,12 @@ def test_an_owner_killed_during_its_rebuild_leaves_the_old_generation_serving(tm
         assert hits and hits[0].text.startswith("Entry")
         assert store.backend.serving_generation() == serving
     assert len(server_texts(postgres_dsn, "team-a")) == 28 * 40
+
+
+def test_init_with_the_server_away_makes_the_vault_and_says_so(tmp_path):
+    bad = {"MEMVAULT_INDEX_DSN": f"host=127.0.0.1 port=9 user=memvault password={SECRET} dbname=team"}
+    done = memvault(tmp_path / "notes", "init", "--index", "postgres", env=bad)
+    assert done.returncode == 0, done.stderr
+    assert "127.0.0.1" in done.stderr and "memvault rebuild" in done.stderr and SECRET not in done.stderr
+    assert json.loads((tmp_path / "notes" / "memvault.json").read_text())["index"] == {"backend": "postgres",
+                                                                                       "name": "notes"}
