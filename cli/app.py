@@ -60,6 +60,13 @@ class CommandGroup(SuggestingGroup):
         return sorted(set(COMMAND_MODULES) | set(self.commands))
 
     def get_command(self, ctx: click.Context, name: str):
+        if ctx.params.get("remote") and name in COMMAND_MODULES:  # a vault reached by name: cli/remote_commands.py
+            from memvault.cli import remote_commands
+
+            if name in remote_commands.REMOTE_FORM_COMMANDS:
+                return remote_commands.REMOTE_FORM_COMMANDS[name]
+            if name not in remote_commands.SHARED_COMMANDS:
+                remote_commands.refuse_local_only(name, ctx)
         for module in COMMAND_MODULES.get(name, ()):
             importlib.import_module(module)
         return self.commands.get(name)
@@ -73,16 +80,31 @@ class CommandGroup(SuggestingGroup):
     envvar=None,
     help="The vault folder. Default: $MEMVAULT_MEMORY_PATH, else the nearest enclosing vault.",
 )
+@click.option(
+    "--remote",
+    "remote",
+    metavar="NAME",
+    default=None,
+    help="Use the vault NAME on the index server (MEMVAULT_INDEX_DSN, or a libpq service) from a machine "
+    "without its files: search, journal, admit, remember, inspect, health, engine status and mcp (docs/team.md).",
+)
 @click.version_option(package_name="memvault")
 @click.pass_context
-def cli(ctx: click.Context, vault_path: Path | None) -> None:
+def cli(ctx: click.Context, vault_path: Path | None, remote: str | None) -> None:
     """memvault: a memory vault for AI agents, kept as plain markdown you can read, edit and version."""
-    ctx.obj = {"vault_path": vault_path}
+    if remote is not None and vault_path is not None:
+        raise click.UsageError("give --vault PATH (a folder here) or --remote NAME (a vault on the index server), not both")
+    ctx.obj = {"vault_path": vault_path, "remote": remote}
 
 
 def open_store(ctx: click.Context, *, sync: bool = True, engine: bool = False):
     """The vault's store. With `engine`, a live owner is asked first (docs/engine.md): its client
-    imports nothing heavy, so the everyday commands answer fast while `serve`/`watch` run."""
+    imports nothing heavy, so the everyday commands answer fast while `serve`/`watch` run.
+    With `--remote NAME`, the ConnectedStore of that vault on the index server."""
+    if ctx.obj.get("remote"):
+        from memvault.cli.remote_commands import connected_store
+
+        return connected_store(ctx)
     if engine:
         remote = owner_store(ctx)
         if remote is not None:

@@ -137,6 +137,22 @@ class ConnectedStore:
         inserted, block_id, path, stored = self.server.remember(digest, memory_id(fact), fact, when, relpath)
         return RememberReceipt(block_id, f"{path}#^{block_id}", "added" if inserted else "duplicate", stored)
 
+    def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
+        """Remember each item (text, {"text", "at"} or RememberItem), one statement each; a refused
+        item is reported and nothing is sent for it. One BulkOutcome per item, in order."""
+        from memvault.indexer.engine.bulk import BulkOutcome, as_item
+
+        outcomes = []
+        for position, value in enumerate(items):
+            try:
+                item = as_item(value)
+                outcomes.append(BulkOutcome(position, self.remember(item.text, at=item.at)))
+            except (InvalidRecord, VaultError) as exc:
+                outcomes.append(BulkOutcome(position, None, exc))
+            if progress is not None:
+                progress(len(outcomes), total if total is not None else len(outcomes))
+        return outcomes
+
     def _in_rows(self, hashes: list[str]) -> dict:
         """content hash → a serving row holding it (none before the vault's first build)."""
         generation = self.backend.serving_generation()

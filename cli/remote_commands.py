@@ -1,0 +1,120 @@
+"""`memvault --remote NAME <command>`: a vault on the index server, from a machine without its files.
+
+search, journal, remember and health are the local commands themselves (`open_store` returns a
+ConnectedStore, with the same API); admit, inspect, engine status and mcp have their remote
+forms here, with the same output shapes. Every other command needs the vault's folder and says so.
+The connection comes from MEMVAULT_INDEX_DSN, else libpq's own service and password files.
+"""
+
+import os
+import sys
+
+import click
+
+from memvault.cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
+
+#: the commands that run against a vault reached by name (the rest need its files)
+SHARED_COMMANDS = ("search", "journal", "remember", "health")
+REMOTE_FORMS = ("admit", "inspect", "engine", "mcp")
+REMOTE_COMMANDS = (*SHARED_COMMANDS, *REMOTE_FORMS)
+
+
+def connected_store(ctx: click.Context, *, probe: bool = True):
+    """The ConnectedStore of `--remote NAME`; `probe`: reach the server now (a clear error naming
+    the host when it is unreachable) rather than at the first call."""
+    from memvault.indexer.engine.connected import ConnectedStore
+
+    if not probe:
+        return ConnectedStore(ctx.obj["remote"], os.environ.get("MEMVAULT_INDEX_DSN", ""), env=dict(os.environ))
+    return ConnectedStore.connect(ctx.obj["remote"], env=dict(os.environ))
+
+
+def refuse_local_only(name: str, ctx: click.Context) -> None:
+    raise click.UsageError(f"`{name}` needs the vault's folder; with --remote only search, journal, admit, remember, "
+                           "inspect, health, engine status and mcp work. Run it on the vault's home machine.", ctx)
+
+
+@click.command("admit")
+@click.pass_context
+def remote_admit(ctx: click.Context) -> None:
+    """Admit one completed turn (JSON on stdin) to the vault's run ledger on the index server.
+
+    The same checks as a local admit run here first (skip rules, cron hygiene, size caps,
+    credential refusal); the server answers admitted / duplicate / conflict with one statement,
+    and the vault's owner projects the turn into its files. Exit 1 only when the turn was NOT saved.
+    """
+    from memvault.vault.intake.admission import AdmissionResult
+    from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
+
+    ctx.meta[JSON_META_KEY] = True
+    try:
+        turn = parse_turn_json(sys.stdin.buffer.read(MAX_TURN_JSON_BYTES + 1))
+    except TurnJsonError as exc:
+        emit_json({**AdmissionResult("failed", reason=exc.category, message=str(exc)).to_json(), "worker": None})
+        sys.exit(EXIT_ERROR)
+    with connected_store(ctx, probe=False) as store:  # an unreachable server is the result's failure category
+        result = store.persist_completed_turn(**turn)
+    emit_json({**result.to_json(), "worker": None})
+    if not result.ok and result.status != "skipped":
+        sys.exit(EXIT_ERROR)
+
+
+@click.command("inspect")
+@json_option
+@click.pass_context
+def remote_inspect(ctx: click.Context, json_: bool) -> None:
+    """Count what waits on the index server for the vault's owner (no content), and name the owner."""
+    with connected_store(ctx) as store:
+        report = store.intake_snapshot()
+    if json_:
+        emit_json(report)
+        return
+    remote, owner = report["remote"], report["owner"]
+    oldest = "" if remote["oldestWaitingSeconds"] is None else f" (oldest {remote['oldestWaitingSeconds']:g} s)"
+    click.echo(f"vault {report['vault']} on the index server: {remote['turnsWaiting']} turn(s) waiting for the owner"
+               f"{oldest}, {remote['turnsProjected']} projected; {remote['factsWaiting']} fact(s) waiting")  # fmt: skip
+    click.echo(_owner_line(owner, report["ownerRunning"]))
+
+
+def _owner_line(owner: dict | None, running: bool) -> str:
+    if owner is None:
+        return "owner: none registered yet (start `memvault serve` on the vault's home machine)"
+    state = "running" if running else "not running"
+    return f"owner: pid {owner['pid']} on host {owner['host']}, since {owner['startedAt']} ({state})"
+
+
+@click.group("engine")
+def remote_engine() -> None:
+    """The vault's owner, as the index server knows it."""
+
+
+@remote_engine.command("status")
+@json_option
+@click.pass_context
+def remote_engine_status(ctx: click.Context, json_: bool) -> None:
+    """Whether the vault's owner runs (it holds the server's owner lock), and where; exit 1 when none runs."""
+    with connected_store(ctx) as store:
+        report = store.intake_snapshot()
+    body = {"running": report["ownerRunning"], "owner": report["owner"], "vault": report["vault"]}
+    if json_:
+        emit_json(body)
+    else:
+        click.echo(_owner_line(report["owner"], report["ownerRunning"]))
+    if not body["running"]:
+        ctx.exit(1)
+
+
+@click.command("mcp")
+@click.pass_context
+def remote_mcp(ctx: click.Context) -> None:
+    """Serve MemoryRecall, MemoryJournal and Remember of a vault on the index server over stdio.
+
+    Register `memvault --remote NAME mcp` in the agent's MCP config on any machine; set
+    MEMVAULT_INDEX_DSN (or a libpq service) for the connection.
+    """
+    from memvault.cli.mcp_remote import serve_remote
+
+    serve_remote(ctx.obj["remote"], dict(os.environ))
+
+
+REMOTE_FORM_COMMANDS = {"admit": remote_admit, "inspect": remote_inspect, "engine": remote_engine, "mcp": remote_mcp}
