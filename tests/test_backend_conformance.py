@@ -153,3 +153,12 @@ def test_journal_rows_and_counts(backend):
     assert counts.by_path == {NOTE: len(FACTS), other: 1}
     assert counts.by_kind == {"curated": len(FACTS) + 1}
     assert counts.without_vector == 1
+
+
+def test_content_hash_keys_name_each_curated_text_once(backend):
+    generation = backend.create_generation(EMBEDDING)
+    other = "daily/2026-12-01.md"
+    records = [record(1, "Same text.", chash="h-same"), record(2, "Same text.", path=other, chash="h-same"),
+               record(3, "Other.", chash="h-other"), record(4, "Raw.", path="audit/2026-11-30.md", kind="audit")]
+    backend.apply(generation, BackendDelta((), writes(records), {}))
+    assert backend.content_hash_keys(generation) == {"h-same": f"{NOTE}#m-0001", "h-other": f"{NOTE}#m-0003"}

@@ -254,3 +254,14 @@ def test_consolidation_counts_from_the_server(tmp_path, postgres_dsn):
         report = store.consolidate()
     assert (report.curated, report.duplicate_fact_groups) == (3, 1)
     assert "2026-11-03" in (root / "index.md").read_text()
+
+
+def test_a_bulk_import_finds_duplicates_like_single_remembers(tmp_path, postgres_dsn):
+    root = make_vault(tmp_path, mode="lite")
+    facts = [f"Imported fact number {i}." for i in range(40)]
+    with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
+        first = store.remember_many(facts)
+        again = store.remember_many(facts + ["One more fact."])
+        assert store.remember("Imported fact number 3.").status == "duplicate"
+    assert [o.receipt.status for o in first] == ["added"] * 40
+    assert [o.receipt.status for o in again] == ["duplicate"] * 40 + ["added"]

@@ -132,6 +132,10 @@ class IndexBackend(Protocol):
     def rows_by_content_hash(self, generation: int, hashes: Iterable[str], kind: str = "curated") -> list[StoredRow]:
         """Every row of `kind` whose text has one of these content hashes (Remember's duplicate check)."""
 
+    def content_hash_keys(self, generation: int) -> dict[str, str]:
+        """Every curated row's content hash with its smallest key (bulk imports check many facts
+        for duplicates at once)."""
+
     def journal_rows(self, generation: int, paths: Iterable[str]) -> list[StoredRow]:
         """Every row of these notes (MemoryJournal reads a date range as its daily notes)."""
 

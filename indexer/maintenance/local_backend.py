@@ -133,6 +133,13 @@ class LocalBackend:
         keys = [source.replace("#^", "#", 1) for found in sources.values() for source in found]
         return sorted((_stored(hit) for hit in bm25.get_by_keys(keys).values()), key=lambda row: row.key)
 
+    def content_hash_keys(self, generation: int) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for hit in self._index(generation).bm25.all_hits():
+            if hit.kind == "curated" and (hit.content_hash not in found or hit.key < found[hit.content_hash]):
+                found[hit.content_hash] = hit.key
+        return found
+
     def journal_rows(self, generation: int, paths: Iterable[str]) -> list[StoredRow]:
         rows = [row for path in paths for row in self.rows_of(generation, path)]
         return sorted(rows, key=lambda row: (row.path, row.line, row.key))

@@ -43,6 +43,8 @@ def as_row(row: StoredRow) -> Row:
                int(row.at.timestamp()), row.line, row.context_hash)  # fmt: skip
 
 
+#: duplicate checks since the last commit after which all curated hashes are fetched at once
+_BULK_LOOKUPS = 16
 #: Tantivy's raw field names → StoredRow attributes (what `term_counts` may be asked about)
 _RAW_FIELDS = {"key": "key", "id": "id", "path": "path", "kind": "kind", "day": "day", "chash": "content_hash",
                "ctxh": "context_hash"}  # fmt: skip
@@ -56,6 +58,14 @@ class ServerRows:
         self.generation = generation
         #: where a replay projection would sit (none for a server generation: nothing is retired)
         self.folder = folder
+        #: content hash → first key of every curated row, once a bulk import has asked often
+        #: enough that one fetch beats a round trip per fact; dropped at every commit
+        self._hash_keys: dict[str, str] | None = None
+        self._hash_lookups = 0
+
+    def forget_cached(self) -> None:
+        """Called after every commit (this process's or, on reload, another's)."""
+        self._hash_keys, self._hash_lookups = None, 0
 
     def refresh(self) -> None:
         """Every read asks the server: nothing to reload."""
@@ -79,6 +89,14 @@ class ServerRows:
         return {key: as_hit(row) for key, row in self.backend.rows_by_keys(self.generation, keys).items()}
 
     def find_by_content_hash(self, content_hash: str, kind: str = "curated") -> Bm25Hit | None:
+        if kind == "curated":
+            if self._hash_keys is None and self._hash_lookups >= _BULK_LOOKUPS:
+                self._hash_keys = self.backend.content_hash_keys(self.generation)
+            self._hash_lookups += 1
+            if self._hash_keys is not None:
+                key = self._hash_keys.get(content_hash)
+                row = None if key is None else self.backend.rows_by_keys(self.generation, [key]).get(key)
+                return None if row is None else as_hit(row)
         rows = self.backend.rows_by_content_hash(self.generation, [content_hash], kind)
         return as_hit(min(rows, key=lambda row: row.key)) if rows else None
 
@@ -156,6 +174,7 @@ class ServerIndex:
         """Read the file states and embedding identity again (another process committed)."""
         files = {path: FileState.from_json(state) for path, state in self.backend.file_states(self.number).items()}
         self.manifest = ServerManifest(files, self.backend.generation_embedding(self.number))
+        self.bm25.forget_cached()
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -171,8 +190,11 @@ class ServerIndex:
             return delta
         writes = self._writes(delta)
         deleted = tuple(sorted(delta.deleted))
-        self.backend.apply(self.number, BackendDelta(deleted, writes, {p: (s.to_json() if s else None)
-                                                                       for p, s in files.items()}))  # fmt: skip
+        try:
+            self.backend.apply(self.number, BackendDelta(deleted, writes, {p: (s.to_json() if s else None)
+                                                                           for p, s in files.items()}))  # fmt: skip
+        finally:
+            self.bm25.forget_cached()
         if hook is not None and not delta.is_empty:
             hook("apply.committed")
         for path, state in files.items():

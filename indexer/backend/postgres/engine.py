@@ -253,6 +253,12 @@ class PostgresBackend:
             return []
         return self._rows("content_hash = ANY(%s) AND kind = %s", (generation, hashes, kind))
 
+    def content_hash_keys(self, generation: int) -> dict[str, str]:
+        with self._session() as conn:
+            found = conn.execute("SELECT content_hash, min(key) FROM memvault_rows WHERE vault = %s AND generation = %s "
+                                 "AND kind = 'curated' GROUP BY content_hash", (self.vault, generation)).fetchall()
+        return dict(found)
+
     def journal_rows(self, generation: int, paths: Iterable[str]) -> list[StoredRow]:
         paths = list(paths)
         if not paths:
