@@ -95,8 +95,10 @@ class ConnectedStore:
         if self._settings is None:
             owner = self.server.owner()
             if owner is None:
-                raise IndexUnavailable(f"vault {self.name!r} has no owner registered on the index server yet: start "
-                                       "its owner once on its home machine (`memvault serve` there)")  # fmt: skip
+                raise IndexUnavailable(f"vault {self.name!r} has no owner registered on the index server (or this "
+                                       "role may not read it): start its owner once on its home machine (`memvault "
+                                       f"serve` there), or ask the server's admin to GRANT memvault_write_{self.name} "
+                                       "TO your role")  # fmt: skip
             self._settings = owner["settings"]
         return self._settings
 
@@ -172,8 +174,8 @@ class ConnectedStore:
         routed = routed_away(query, mode, None)
         if routed is not None:
             return routed
-        tz = zone(self.time_zone)
         try:
+            tz = zone(self.time_zone)
             index, vectors = self._serving()
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable
 
 from memvault.indexer.backend import open_team_server
@@ -32,6 +33,8 @@ from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 CLAIM_BATCH = 64
 #: how often an idle owner asks the server for new work
 POLL_SECONDS = 0.1
+#: how often the drainer checks that it still holds the server fence
+FENCE_CHECK_SECONDS = 1.0
 
 
 def owner_settings(config) -> dict:
@@ -42,8 +45,9 @@ def owner_settings(config) -> dict:
 
 class TeamDrainer:
     def __init__(self, store, server, *, hook=None, log: Callable[[str], None] | None = None,
-                 poll_seconds: float = POLL_SECONDS):
+                 poll_seconds: float = POLL_SECONDS, fence=None):
         self.store = store
+        self._fence = fence  # the TeamSide: nothing is claimed without the server fence
         self.server = server
         self._hook = hook
         self._log = log or (lambda _message: None)
@@ -62,8 +66,14 @@ class TeamDrainer:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        last_fence_check = 0.0
         while not self._stop.is_set():
             try:
+                if self._fence is not None and time.monotonic() - last_fence_check >= FENCE_CHECK_SECONDS:
+                    last_fence_check = time.monotonic()
+                    if not self._fence.reassert():
+                        self._stop.wait(FENCE_CHECK_SECONDS)
+                        continue
                 busy = self.drain_once()
                 self.problem = None
             except (VaultError, OSError) as exc:  # the server away: turns wait there; try again
@@ -143,8 +153,21 @@ class TeamSide:
             raise
 
     def start_draining(self) -> None:
-        self.drainer = TeamDrainer(self._store, self.server, hook=self._hook, log=self._log)
+        self.drainer = TeamDrainer(self._store, self.server, hook=self._hook, log=self._log, fence=self)
         self.drainer.start()
+
+    def reassert(self) -> bool:
+        """Take the server fence again when its session ended (a server restart frees every lock);
+        False while it cannot (the server away, or another owner took the vault meanwhile)."""
+        if self.fence.held():
+            return True
+        try:
+            self.fence.hold()
+        except VaultError as exc:
+            if self._log is not None:
+                self._log(f"team drain paused: {exc}")
+            return False
+        return True
 
     def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         if self.drainer is not None:

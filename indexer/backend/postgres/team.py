@@ -303,7 +303,17 @@ class OwnerLock:
         self._conn = conn
 
     def held(self) -> bool:
-        return self._conn is not None and not self._conn.closed
+        """Whether the lock's session is still alive (one round trip): a server restarted hard
+        ends every session, and with it the lock."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return False
+        try:
+            conn.execute("SELECT 1").fetchone()
+            return True
+        except Exception:  # noqa: BLE001 - any failure means the session (and the lock) is gone
+            self.release()
+            return False
 
     def release(self) -> None:
         conn, self._conn = self._conn, None
