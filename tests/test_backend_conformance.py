@@ -162,3 +162,10 @@ def test_content_hash_keys_name_each_curated_text_once(backend):
                record(3, "Other.", chash="h-other"), record(4, "Raw.", path="audit/2026-11-30.md", kind="audit")]
     backend.apply(generation, BackendDelta((), writes(records), {}))
     assert backend.content_hash_keys(generation) == {"h-same": f"{NOTE}#m-0001", "h-other": f"{NOTE}#m-0003"}
+
+
+def test_term_frequencies_are_bm25s_own_statistics(backend):
+    generation = filled(backend)
+    total, found = backend.term_frequencies(generation, ["blue", "tea", "zeppelin"])
+    assert total == len(FACTS)
+    assert found == {"blue": 2, "tea": 1, "zeppelin": 0}

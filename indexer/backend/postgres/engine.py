@@ -286,17 +286,17 @@ class PostgresBackend:
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
     def term_frequencies(self, generation: int, terms: Iterable[str]) -> tuple[int, dict[str, int]]:
-        """(rows in the generation, rows whose own text holds each already-analysed term)."""
+        """(rows in the generation, rows whose own text holds each already-analysed term): one
+        round trip, each term counted through the GIN index."""
         terms = sorted(set(terms))
         with self._session() as conn:
             total = conn.execute("SELECT rows FROM memvault_generations WHERE vault = %s AND generation = %s",
                                  (self.vault, generation)).fetchone()  # fmt: skip
-            found = {}
-            for term in terms:
-                found[term] = conn.execute(
-                    "SELECT count(*) FROM memvault_rows WHERE vault = %s AND generation = %s "
-                    "AND text_tsv @@ quote_literal(%s)::tsquery", (self.vault, generation, term)).fetchone()[0]
-        return (0 if total is None else total[0]), found
+            found = conn.execute(
+                "SELECT t.term, (SELECT count(*) FROM memvault_rows r WHERE r.vault = %s AND r.generation = %s "
+                "AND r.text_tsv @@ quote_literal(t.term)::tsquery) FROM unnest(%s::text[]) AS t(term)",
+                (self.vault, generation, terms)).fetchall() if terms else []  # fmt: skip
+        return (0 if total is None else total[0]), dict(found)
 
     def vector_candidates(self, generation: int, vector: Sequence[float], depth: int) -> list[tuple[str, float]]:
         dim = self._dim(generation)
