@@ -265,3 +265,17 @@ def test_a_bulk_import_finds_duplicates_like_single_remembers(tmp_path, postgres
         assert store.remember("Imported fact number 3.").status == "duplicate"
     assert [o.receipt.status for o in first] == ["added"] * 40
     assert [o.receipt.status for o in again] == ["duplicate"] * 40 + ["added"]
+
+
+def test_a_lost_database_is_one_rebuild_away(tmp_path, postgres_dsn):
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    root = make_vault(tmp_path)
+    with MemoryStore.open(root, env=env) as store:
+        store.remember("The backup tapes live in the basement.")
+        store.remember("The basement key hangs by the door.")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE memvault_rows, memvault_files, memvault_generations, memvault_vaults CASCADE")
+    with MemoryStore.open(root, env=env, sync=False) as store:
+        assert store.rebuild().memories == 2
+        assert store.recall("where are the backup tapes?").hits[0].text == "The backup tapes live in the basement."
+        assert store.health_report(strict=True)["healthy"]
