@@ -52,14 +52,14 @@ def strict_health(root, env) -> dict:
 
 def test_server_stopped_hard_then_started_loses_nothing_and_the_owner_catches_up(tmp_path, own_server):
     dsn = own_server.new_database()
-    env = {"MEMVAULT_INDEX_DSN": dsn}
+    env = {"MEMVAULT_INDEX_DSN": f"{dsn} password={SECRET}"}  # the server trusts the socket: unused, never shown
     root = make_vault(tmp_path)
     with MemoryStore.open(root, env=env) as store:
         store.remember("Morgan chose blue as the deployment color.")
     add_bullets(root, "2026-11-02", [f"Hand-written note number {i} about the harbour." for i in range(40)])
     own_server.stop_immediately()  # in the middle of the sync below: the server goes, no checkpoint
     with MemoryStore.open(root, env=env) as store:  # the open's sync cannot reach it: noted, not fatal
-        assert "unreachable" in (store.unsynced or "")
+        assert "unreachable" in (store.unsynced or "") and SECRET not in store.unsynced
     own_server.restart()
     lagging = strict_health(root, env)  # the server is back, but has not seen the hand edit yet
     assert any(f["code"] == "unindexed_file" and f["subject"] == "daily/2026-11-02.md"
@@ -72,7 +72,8 @@ def test_server_stopped_hard_then_started_loses_nothing_and_the_owner_catches_up
         wait_for(lambda: "Written while the index server was down." in server_texts(dsn, "team-a"),
                  what="the owner to catch the server up")
     finally:
-        owner.stop()
+        log = owner.stop()
+    assert "unreachable" in log and SECRET not in log  # the owner logged the outage, without the password
     assert strict_health(root, env)["healthy"]
     texts = server_texts(dsn, "team-a")
     assert len(texts) == 42 and "Morgan chose blue as the deployment color." in texts
