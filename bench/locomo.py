@@ -8,10 +8,18 @@ its dialog id as the block id. The vault is indexed by `memvault rebuild`'s code
 through the same retrievers `memvault search` uses, all three in the same run. A question's
 recall@k is the share of its evidence turns in the top k (malformed evidence strings such as
 `D9:1 D4:4` are split). The data set (CC BY-NC 4.0) is read where it lies, never copied.
+
+Hybrid is memvault's recall with its defaults (date-aware, relevance floor). Each change is also
+measured switched off in the same run, question by question, with a paired bootstrap interval:
+`no dates` (periods the question names are not read) and `no floor` (the relevance floor is
+off). The floor is also asked about questions the vault cannot answer, the **negatives**: every
+question of the next conversation asked of this one's vault, and nonsense words; the share of
+negatives answered empty is printed beside recall@10 with and without the floor.
 """
 
 import argparse
 import json
+import random
 import re
 import tempfile
 from collections import defaultdict
@@ -20,6 +28,7 @@ from pathlib import Path
 
 from bench.paired import Difference, paired_difference
 from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
 from memvault.vault.note import format_bullet, new_note_text
@@ -69,17 +78,48 @@ def dialog_id(key_or_source: str) -> str:
     return key_or_source.rsplit("#", 1)[-1].lstrip("^").replace("-", ":")
 
 
+#: hybrid as recall answers by default, and with one change switched off (name → recall_tool keywords)
+VARIANTS = {"hybrid": {}, "no dates": {"today": None}, "no floor": {"floor": False}}
+#: "today" for relative periods ("last week"): LoCoMo's own periods are absolute
+TODAY = datetime(2026, 12, 2).date()
+NONSENSE_WORDS = 50
+_SYLLABLES = ("ka", "zu", "mo", "fe", "qui", "rt", "plo", "xa", "vex", "nor", "bli", "gy", "dro", "sku", "tha")
+
+
 def rankings(store: MemoryStore, question: str, depth: int) -> dict[str, list[str]]:
     index = store._readable_index()
     bm25 = [dialog_id(hit.key) for hit in index.bm25.search(question, depth)]
     vectors, _ = store._semantic.search(question, depth)
-    hybrid = [dialog_id(hit.source) for hit in store.recall(question, limit=depth).hits]
-    return {"bm25": bm25, "vectors": [dialog_id(key) for key, _ in vectors or []], "hybrid": hybrid}
+    ranked = {"bm25": bm25, "vectors": [dialog_id(key) for key, _ in vectors or []]}
+    for name, change in VARIANTS.items():
+        ranked[name] = [dialog_id(hit.source) for hit in hybrid(store, question, depth, **change).hits]
+    return ranked
+
+
+def hybrid(store: MemoryStore, question: str, depth: int, *, today=TODAY, floor: bool = True):
+    """memvault's tool-mode recall on the store's index, with the given settings."""
+    index = store._readable_index()
+    return recall_tool(index.bm25, store._semantic, question, depth, today=today, floor=floor)
+
+
+def nonsense(count: int = NONSENSE_WORDS, seed: int = 7) -> list[str]:
+    """Made-up words, one to three per query, the same every run."""
+    rng = random.Random(seed)
+    word = lambda: "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))  # noqa: E731
+    return [" ".join(word() for _ in range(rng.randint(1, 3))) for _ in range(count)]
+
+
+def negatives(data: list[dict], index: int) -> list[str]:
+    """What the vault of conversation `index` cannot answer: the next conversation's questions
+    (other people, other lives), and nonsense words."""
+    other = data[(index + 1) % len(data)] if len(data) > 1 else None
+    asked = [qa["question"] for qa in other["qa"]] if other is not None else []
+    return asked + nonsense()
 
 
 def evaluate(data: list[dict], provider: str) -> dict:
     scores: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    for sample in data:
+    for number, sample in enumerate(data):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "vault"
             write_vault(root, sample["conversation"], provider)
@@ -95,6 +135,12 @@ def evaluate(data: list[dict], provider: str) -> dict:
                             share = len(evidence & set(ranked[:k])) / len(evidence)
                             scores[(retriever, category, k)].append(share)
                             scores[(retriever, "overall", k)].append(share)
+                others = negatives(data, number)
+                for n, question in enumerate(others):
+                    kind = "nonsense" if n >= len(others) - NONSENSE_WORDS else "other conversation"
+                    empty = 0.0 if hybrid(store, question, 10).hits else 1.0
+                    scores[("negatives", kind, 0)].append(empty)
+                    scores[("negatives", "all", 0)].append(empty)
     return scores
 
 
@@ -105,15 +151,41 @@ VERDICTS = {"above": "significantly above", "tie": "within noise", "below": "sig
 def report(scores: dict) -> None:
     print_recall_table(scores)
     print_differences(scores)
+    print_changes(scores)
+    print_negatives(scores)
     worse = [f"{g} @{k}" for k in KS for g in GROUPS if _mean(scores[("hybrid", g, k)]) <= _best_single_mean(scores, g, k)]
     print("hybrid above both single retrievers everywhere" if not worse else "hybrid NOT above both at: " + ", ".join(worse))
+
+
+def print_changes(scores: dict) -> None:
+    """Each change against the defaults without it, in points, with its paired interval."""
+    for variant in [name for name in VARIANTS if name != "hybrid"]:
+        print(f"hybrid minus hybrid with {variant}, in points (95% paired bootstrap interval):")
+        print(f"{'':10}" + "".join(f"{g:>22}" for g in GROUPS))
+        for k in KS:
+            cells = []
+            for group in GROUPS:
+                d = paired_difference(scores[("hybrid", group, k)], scores[(variant, group, k)])
+                cells.append(f"{f'{100 * d.mean:+.1f} [{100 * d.low:+.1f},{100 * d.high:+.1f}]':>22}")
+            print(f"{'@' + str(k):10}" + "".join(cells))
+        print()
+
+
+def print_negatives(scores: dict) -> None:
+    """The relevance floor's two sides: negatives answered empty, and what real questions keep."""
+    cells = [f"{kind} {100 * _mean(scores[('negatives', kind, 0)]):.1f}% of {len(scores[('negatives', kind, 0)])}"
+             for kind in ("all", "other conversation", "nonsense")]
+    print("negatives answered empty: " + ", ".join(cells))
+    with_floor, without = _mean(scores[("hybrid", "overall", 10)]), _mean(scores[("no floor", "overall", 10)])
+    print(f"recall@10 on real questions: {100 * with_floor:.2f} with the floor, {100 * without:.2f} without "
+          f"({100 * (with_floor - without):+.2f} points)\n")
 
 
 def print_recall_table(scores: dict) -> None:
     counts = {g: len(scores[("hybrid", g, KS[0])]) for g in GROUPS}
     print(f"{'':10}" + "".join(f"{g + ' (' + str(counts[g]) + ')':>22}" for g in GROUPS))
     for k in KS:
-        for retriever in ("bm25", "vectors", "hybrid"):
+        for retriever in ("bm25", "vectors", *VARIANTS):
             cells = [f"{100 * _mean(scores[(retriever, group, k)]):22.1f}" for group in GROUPS]
             print(f"{retriever + ' @' + str(k):10}" + "".join(cells))
         print()

@@ -24,6 +24,8 @@ from memvault.vault.config_schema import (  # noqa: F401  public names are re-ex
     _ENV_INT_RE,
     DEFAULT_EMBEDDING_PROVIDER,
     DEFAULT_LLM_TIMEOUT_MS,
+    DEFAULT_RERANK_CANDIDATES,
+    DEFAULT_RERANK_TIMEOUT_MS,
     EMBEDDING_PROVIDERS,
     ENV_VARS,
     INDEX_BACKENDS,
@@ -79,6 +81,19 @@ class LlmConfig:
 
 
 @dataclass(frozen=True)
+class RerankConfig:
+    """memory.rerank: a cross-encoder behind an HTTP rerank endpoint (docs/configuration.md)."""
+
+    provider: str
+    endpoint: str
+    model: str
+    format: str = "cohere"  # cohere (Jina/Cohere shape) | tei
+    timeout_ms: int = DEFAULT_RERANK_TIMEOUT_MS
+    candidates: int = DEFAULT_RERANK_CANDIDATES
+    api_key_env: str | None = None  # the NAME of the env var holding the key, never the key
+
+
+@dataclass(frozen=True)
 class HostTools:
     """Tools the agent's host offers beside memvault's; guidance names only the ones set here."""
 
@@ -129,6 +144,7 @@ class MemoryConfig:
     runtime_user_limit: int = RUNTIME_USER_LIMIT_BYTES
     runtime_memory_limit: int = RUNTIME_MEMORY_LIMIT_BYTES
     runtime: RuntimeSettings = RuntimeSettings()
+    rerank: RerankConfig | None = None  # absent: recall fuses without a second stage
 
     @property
     def zone(self) -> zoneinfo.ZoneInfo:
@@ -365,6 +381,14 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
             get("memory.llm.systemRole", "auto"),
         )
         used.update({f"memory.llm.{k}": v for k, v in zip(OBJECTS["memory.llm"], _values(llm))})
+    rerank = None
+    if "memory.rerank" in flat:
+        rerank = RerankConfig(
+            get("memory.rerank.provider", "http"), get("memory.rerank.endpoint"), get("memory.rerank.model"),
+            get("memory.rerank.format", "cohere"), get("memory.rerank.timeoutMs", DEFAULT_RERANK_TIMEOUT_MS),
+            get("memory.rerank.candidates", DEFAULT_RERANK_CANDIDATES), get("memory.rerank.apiKeyEnv"),
+        )
+        used.update({f"memory.rerank.{k}": v for k, v in zip(OBJECTS["memory.rerank"], _values(rerank))})
     for key in ("memory.recallTool.enabled", "memory.rememberTool.enabled", "memory.runtime.userLimit",
                 "memory.runtime.memoryLimit"):
         used[key] = get(key, LEAVES[key][1])
@@ -380,7 +404,7 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
     memory = MemoryConfig(
         used["memory.mode"], used["memory.writeMode"], used["memory.timeZone"], embeddings, llm,
         used["memory.recallTool.enabled"], used["memory.rememberTool.enabled"],
-        used["memory.runtime.userLimit"], used["memory.runtime.memoryLimit"], runtime,
+        used["memory.runtime.userLimit"], used["memory.runtime.memoryLimit"], runtime, rerank,
     )  # fmt: skip
     tools = ToolsConfig(None if allowed is None else tuple(allowed), tuple(used["tools.deniedTools"]), host_tools)
     return memory, tools, used

@@ -33,6 +33,11 @@ LLM_PROVIDERS = MappingProxyType({"ollama": "http://localhost:11434", "openai": 
 #: how the system prompt reaches the chat model: as a system message, folded into the first user
 #: message (for chat templates without a system role), or chosen from the model's name
 SYSTEM_ROLES = ("auto", "system", "fold")
+#: the rerank block (docs/configuration.md, "Reranker"): one provider, two wire formats
+RERANK_PROVIDERS = ("http",)
+RERANK_FORMATS = ("cohere", "tei")
+DEFAULT_RERANK_TIMEOUT_MS, MAX_RERANK_TIMEOUT_MS = 2000, 60_000
+DEFAULT_RERANK_CANDIDATES, MAX_RERANK_CANDIDATES = 40, 100
 DEFAULT_LLM_TIMEOUT_MS, MAX_LLM_TIMEOUT_MS = 60_000, 3_600_000
 MAX_EMBEDDING_DIM = 8192
 RUNTIME_LIMIT_RANGE = (256, 1024 * 1024)
@@ -93,10 +98,12 @@ OBJECTS = MappingProxyType(
     {
         "": ("memory", "tools", "index"),
         "memory": (
-            "mode", "writeMode", "path", "timeZone", "embeddings", "llm", "recallTool", "rememberTool", "runtime",
+            "mode", "writeMode", "path", "timeZone", "embeddings", "llm", "rerank", "recallTool", "rememberTool",
+            "runtime",
         ),
         "memory.embeddings": ("provider", "model", "dim", "endpoint", "apiKeyEnv"),
         "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv", "systemRole"),
+        "memory.rerank": ("provider", "endpoint", "model", "format", "timeoutMs", "candidates", "apiKeyEnv"),
         "memory.recallTool": ("enabled",),
         "memory.rememberTool": ("enabled",),
         "memory.runtime": (
@@ -127,6 +134,13 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "memory.llm.timeoutMs": (int, DEFAULT_LLM_TIMEOUT_MS),
         "memory.llm.apiKeyEnv": (str, "OPENAI_API_KEY"),
         "memory.llm.systemRole": (str, "auto"),
+        "memory.rerank.provider": (str, "http"),
+        "memory.rerank.endpoint": (str, "http://localhost:8080/v1/rerank"),
+        "memory.rerank.model": (str, "bge-reranker-v2-m3"),
+        "memory.rerank.format": (str, "cohere"),
+        "memory.rerank.timeoutMs": (int, DEFAULT_RERANK_TIMEOUT_MS),
+        "memory.rerank.candidates": (int, DEFAULT_RERANK_CANDIDATES),
+        "memory.rerank.apiKeyEnv": (str, "JINA_API_KEY"),
         "memory.recallTool.enabled": (bool, True),
         "memory.rememberTool.enabled": (bool, True),
         "memory.runtime.userLimit": (int, RUNTIME_USER_LIMIT_BYTES),
@@ -157,6 +171,7 @@ _OBJECT_EXAMPLES = {
     "memory": {"mode": "lite"},
     "memory.embeddings": {"provider": "builtin"},
     "memory.llm": {"provider": "ollama", "model": "qwen3:8b"},
+    "memory.rerank": {"provider": "http", "endpoint": "http://localhost:8080/v1/rerank", "model": "bge-reranker-v2-m3"},
     "memory.recallTool": {"enabled": True},
     "memory.rememberTool": {"enabled": True},
     "memory.runtime": {"userLimit": RUNTIME_USER_LIMIT_BYTES, "memoryLimit": RUNTIME_MEMORY_LIMIT_BYTES},
@@ -236,7 +251,7 @@ def _show_key(name: Any) -> str:
 def _unknown_key(prefix: str, name: Any) -> _Problem:
     key = f"{prefix}.{_show_key(name)}" if prefix else _show_key(name)
     allowed = OBJECTS[prefix]
-    if prefix in ("memory.llm", "memory.embeddings") and str(name).lower() in _SECRET_KEY_NAMES:
+    if prefix in ("memory.llm", "memory.embeddings", "memory.rerank") and str(name).lower() in _SECRET_KEY_NAMES:
         return _Problem(
             f"{key} is not a known key: never put a key in the config file; put it in an environment variable"
             f" and set {prefix}.apiKeyEnv to that variable's name",
@@ -456,6 +471,42 @@ def _check_llm(flat: dict[str, Any], problems: list[_Problem]) -> None:
             " (for chat templates that drop the system message, e.g. Gemma's)", ("memory.llm.systemRole",)))
 
 
+def _check_rerank(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    if "memory.rerank" not in flat:
+        return
+
+    def add(key: str, message: str) -> None:
+        problems.append(_Problem(message, (key,)))
+
+    provider = flat.get("memory.rerank.provider", "http")
+    if provider not in RERANK_PROVIDERS:
+        add("memory.rerank.provider", f'memory.rerank.provider {_show(provider)} is not supported: use "http" (a'
+            " rerank server: llama.cpp, text-embeddings-inference, Infinity, vLLM or a hosted API)")
+    for field in ("endpoint", "model"):
+        key = f"memory.rerank.{field}"
+        value = flat.get(key)
+        if value is None:
+            if not any(p.keys[0] == key for p in problems):  # a wrong type is already reported
+                add(key, f"{key} is required: set it like {json.dumps(LEAVES[key][1])}")
+        elif message := (_endpoint_problem(key, value, LEAVES[key][1]) if field == "endpoint"
+                         else _text_problem(key, value)):
+            add(key, message)
+    form = flat.get("memory.rerank.format")
+    if isinstance(form, str) and form not in RERANK_FORMATS:
+        add("memory.rerank.format", f'memory.rerank.format {_show(form)} is not supported: use "cohere" (Jina/'
+            'Cohere shape: llama.cpp, Infinity, vLLM, hosted APIs; the default) or "tei" (text-embeddings-inference)')
+    for key, most, default, unit in (
+        ("memory.rerank.timeoutMs", MAX_RERANK_TIMEOUT_MS, DEFAULT_RERANK_TIMEOUT_MS, " milliseconds"),
+        ("memory.rerank.candidates", MAX_RERANK_CANDIDATES, DEFAULT_RERANK_CANDIDATES, ""),
+    ):
+        value = flat.get(key)
+        if isinstance(value, int) and not 1 <= value <= most:
+            add(key, f"{key} must be between 1 and {most}{unit} (got {value}): the default is {default}")
+    key_env = flat.get("memory.rerank.apiKeyEnv")
+    if isinstance(key_env, str) and (message := _api_key_env_problem("memory.rerank.apiKeyEnv", key_env)):
+        add("memory.rerank.apiKeyEnv", message)
+
+
 def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
     def add(key: str, message: str, *more: str) -> None:
         problems.append(_Problem(message, (key, *more)))
@@ -595,6 +646,7 @@ def _problems(data: object) -> tuple[list[_Problem], dict[str, Any]]:
     _check_scalars(flat, problems)
     _check_embeddings(flat, problems)
     _check_llm(flat, problems)
+    _check_rerank(flat, problems)
     _check_tiers(flat, problems)
     _check_index(flat, problems)
     return problems, flat

@@ -219,7 +219,8 @@ def recall_result_from_json(body: dict) -> RecallResult:
         for hit in body["hits"]
     )
     return RecallResult(body["query"], body["mode"], hits, degraded=body.get("degraded"),
-                        guidance=body.get("guidance"), gate=body.get("gate"))
+                        guidance=body.get("guidance"), gate=body.get("gate"),
+                        empty_reason=body.get("empty_reason"), explain=body.get("explain"))
 
 
 def admit_here(root: Path, config, **turn):

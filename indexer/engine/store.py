@@ -10,6 +10,7 @@ section. Reads use the serving index generation and follow commits made by other
 
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -60,6 +61,10 @@ class MemoryStore:
         self.config = config
         self._clock = clock
         self._lock = VaultLock(layout.root)
+        #: serializes this process's index writes (and what reads the manifest whole). Taken after
+        #: the vault lock, never before; the owner's commit holds it alone, so remembers keep
+        #: writing notes while a commit runs
+        self._index_lock = threading.RLock()
         self._index: DerivedIndex | None = None
         #: notes the owner's group commit acknowledged before committing them to the index
         self._deferred = DeferredIndexing()
@@ -221,16 +226,19 @@ class MemoryStore:
         started = time.monotonic()
         try:
             with VaultLock(self.layout.root, timeout=5.0):
-                index = self._writable_index()
                 repair_lost_lines(self.layout, None if paths is None else list(paths))  # a save dropped ours
-                stale = index.stale_paths(self.layout, None if paths is None else list(paths))
                 if defer and paths is not None and self.defers_index_commits:
+                    # named notes: lookups only, never beside a commit's wait (it holds the index lock)
+                    stale = self._writable_index().stale_paths(self.layout, list(paths))
                     with self._deferred.lock:
                         self._deferred.add(stale, {})
                     return SyncOutcome.of_delta(len(stale), IndexDelta(), time.monotonic() - started)
-                delta = self._apply(index, stale, hook)
-                if self._semantic is not None and paths is None:
-                    self._semantic.catch_up(index, self.time_zone)
+                with self._index_lock:
+                    index = self._writable_index()
+                    stale = index.stale_paths(self.layout, None if paths is None else list(paths))
+                    delta = self._apply(index, stale, hook)
+                    if self._semantic is not None and paths is None:
+                        self._semantic.catch_up(index, self.time_zone)
         except VaultLocked:
             return SyncOutcome.skipped_because("another memvault process holds the vault lock")
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
@@ -276,7 +284,7 @@ class MemoryStore:
         except VaultLocked:
             return False
         try:
-            with self._lock:
+            with self._lock, self._index_lock:
                 source = self._writable_index()
                 if source.deleted_rows() == 0:
                     return False
@@ -312,7 +320,10 @@ class MemoryStore:
 
     def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None, progress: PhaseLog | None = None) -> None:
         """Catch up with writes made while building, then point CURRENT at it. Lock held."""
-        progress = progress or PhaseLog()
+        with self._index_lock:
+            self._swap_in_locked(generation, hook, progress or PhaseLog())
+
+    def _swap_in_locked(self, generation: DerivedIndex, hook: BoundaryHook | None, progress: PhaseLog) -> None:
         self._apply(generation, generation.stale_paths(self.layout), hook)
         if self._semantic is not None:
             self._semantic.finish_building(generation, progress)
@@ -356,15 +367,27 @@ class MemoryStore:
                 from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
 
                 depth = direct_depth(limit)
-                result = recall_tool(bm25, self._semantic, query, depth, run_history=run_history, today=today)
+                result = recall_tool(bm25, self._semantic, query, depth, run_history=run_history, today=today,
+                                     reranker=self._reranker())
                 result = expand_recall(self.layout.root, bm25, result, limit)
             else:
-                result = recall_tool(bm25, self._semantic, query, limit, run_history=run_history, today=today)
+                result = recall_tool(bm25, self._semantic, query, limit, run_history=run_history, today=today,
+                                     reranker=self._reranker())
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
         behind = self.unsynced or self._deferred.problem
         if behind and not result.degraded:
             result = dataclasses.replace(result, degraded=behind)
         return result.in_zone(zone(self.time_zone))  # shown in the zone the notes are written in
+
+    _rerank = None
+
+    def _reranker(self):
+        """The configured second stage (`memory.rerank`), built on first use; None without one."""
+        if self._rerank is None and self.config.memory.rerank is not None:
+            from memvault.indexer.search.rerank import reranker_from_config
+
+            self._rerank = reranker_from_config(self.config.memory.rerank, getattr(self, "env", {}))
+        return self._rerank
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         """Alias of `recall`, named after the CLI command."""
@@ -512,7 +535,8 @@ class MemoryStore:
 
         extra = () if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
         self._commit_acknowledged()  # health compares the files with the index: commit what is put off
-        return check_health(self.layout, self.config, strict=strict, extra=extra).to_json()
+        with self._index_lock:  # not beside a commit that changes what it compares
+            return check_health(self.layout, self.config, strict=strict, extra=extra).to_json()
 
     # --- BuJo capture (logic in vault/capture/ and indexer/services/capture.py) -------------------
 
@@ -576,17 +600,35 @@ class MemoryStore:
 
     def flush_deferred(self) -> None:
         """Commit to the index the notes the owner acknowledged meanwhile (indexer/engine/deferred.py).
-        A failure leaves them pending; raises it."""
+        A failure leaves them pending; raises it.
+
+        The notes are read under the vault lock (an append is never seen half-written); the
+        commit itself, the costly part, runs under the index lock alone, so writers go on
+        appending to notes meanwhile. What they add after the read stays pending for the next."""
         if not self._deferred.pending:
             return
-        with self._lock, self._deferred.lock:  # always in this order (the vault lock first)
-            if self._deferred.pending:
-                if self._intake_hook is not None:
-                    self._intake_hook("deferred.committing")  # crash tests: acknowledged, not committed
-                paths = self._deferred.paths()
-                repair_lost_lines(self.layout, paths)  # a save that dropped our lines never hides them
-                self._apply(self._writable_index(), paths, self._intake_hook)
-                self._deferred.clear()
+        self._lock.acquire()
+        try:
+            with self._deferred.lock:
+                paths, through = self._deferred.paths(), self._deferred.version
+            if not paths:
+                return
+            repair_lost_lines(self.layout, paths)  # a save that dropped our lines never hides them
+            self._index_lock.acquire()  # before the vault lock is let go: no other index write between
+            try:
+                indexed = [read_note_records(self.layout, path, self.time_zone) for path in paths]
+                index = self._writable_index()
+            except BaseException:
+                self._index_lock.release()
+                raise
+        finally:
+            self._lock.release()
+        try:
+            if self._intake_hook is not None:
+                self._intake_hook("deferred.committing")  # crash tests: acknowledged, not committed
+            self._apply(index, paths, self._intake_hook, indexed=indexed, through=through)
+        finally:
+            self._index_lock.release()
 
     def _index_written(self, index: DerivedIndex, relpaths: list[str], receipts: dict, records=()) -> None:
         """Index notes that now durably hold new lines. The note is the commit point: in an owner
@@ -618,14 +660,20 @@ class MemoryStore:
 
     # --- index plumbing ----------------------------------------------------------------------
 
-    def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None) -> IndexDelta:
-        indexed = [read_note_records(self.layout, path, self.time_zone) for path in relpaths]
-        delta = index.apply(indexed, hook)
-        if index is self._index:
-            self._manifest_stamp = self._stamp(index)
-            if self._deferred.pending:  # committed now: their pending rows step aside (vault lock held)
-                with self._deferred.lock:
-                    self._deferred.committed(relpaths)
+    def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None, *,
+               indexed=None, through: int | None = None) -> IndexDelta:
+        """Make `index` hold these notes as they are (`indexed`: as they were read, under the
+        vault lock, `through` that version of the deferred set). Vault lock held, or the index
+        lock taken while it was."""
+        with self._index_lock:
+            if indexed is None:
+                indexed = [read_note_records(self.layout, path, self.time_zone) for path in relpaths]
+            delta = index.apply(indexed, hook)
+            if index is self._index:
+                self._manifest_stamp = self._stamp(index)
+                if self._deferred.pending:  # committed now: what waited for these notes steps aside
+                    with self._deferred.lock:
+                        self._deferred.committed(relpaths, through)
         return delta
 
     def _writable_index(self) -> DerivedIndex:
@@ -635,10 +683,16 @@ class MemoryStore:
         """
         index = self._readable_index(create_missing=True)
         stamp = self._stamp(index)
-        if stamp != self._manifest_stamp:  # another process committed: reload its manifest
-            index.manifest = Manifest.load(index.generation / MANIFEST)
-            index.bm25.refresh()
-            self._manifest_stamp = stamp
+        # another process committed: reload its manifest (never beside this process's own commit
+        # in flight: the manifest it is writing is the newer one)
+        if stamp != self._manifest_stamp and self._index_lock.acquire(blocking=False):
+            try:
+                if self._stamp(index) != self._manifest_stamp:
+                    index.manifest = Manifest.load(index.generation / MANIFEST)
+                    index.bm25.refresh()
+                    self._manifest_stamp = self._stamp(index)
+            finally:
+                self._index_lock.release()
         return index
 
     def _readable_index(self, create_missing: bool = False, *, flush: bool = False) -> DerivedIndex:

@@ -51,6 +51,19 @@ def coverage(question: str, candidates: Sequence[tuple[str, str, str]]) -> list[
                   key=lambda pair: (-pair[1], pair[0]))
 
 
+def word_matches(question: str, texts: Sequence[str], contexts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """The question's distinct words (numbers aside), and for each its best match in each text
+    (words × texts; a word found only in the text's context counts NEIGHBOUR_DISCOUNT of it).
+    The relevance floor reads these to credit "puppy" found as "dog"."""
+    words = list(dict.fromkeys(_words(question)))[:MAX_QUESTION_WORDS]
+    if not words or not texts:
+        return words, np.zeros((len(words), len(texts)), dtype=np.float32)
+    asked, table, owns, arounds = _WORDS.lookup(" ".join(words), list(texts), list(contexts))
+    similarity = asked @ table.T
+    best = np.maximum(_best_per_text(similarity, owns, 1.0), _best_per_text(similarity, arounds, NEIGHBOUR_DISCOUNT))
+    return words, best
+
+
 def _best_per_text(similarity: np.ndarray, texts: list[np.ndarray], weight: float) -> np.ndarray:
     """(question words × texts): each question word's best match in each text, times `weight`;
     -1 for a text without words."""

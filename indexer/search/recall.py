@@ -9,12 +9,18 @@ they get guidance instead (`memvault.indexer.search.routing`).
 """
 
 import dataclasses
+import time
+from datetime import date
 
 from memvault.indexer.results import RecallHit, RecallResult
 from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
 from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
 from memvault.indexer.search.coverage import coverage
+from memvault.indexer.search.dated import favour_periods
 from memvault.indexer.search.hybrid import CANDIDATE_DEPTH, Fused, fuse
+from memvault.indexer.search.floor import EMPTY_REASON, evidence
+from memvault.indexer.search.periods import Period, question_periods
+from memvault.indexer.search.rerank import fuse_rerank
 from memvault.indexer.search.routing import Route, guidance_for, route_query, run_history_handoff
 from memvault.indexer.search.supersession import superseded_ids
 from memvault.vault.errors import ProviderUnavailable, VaultError
@@ -30,7 +36,8 @@ def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
 
 
 def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None,
-             *, one_per_text: bool = False):
+             *, one_per_text: bool = False, periods: tuple[Period, ...] = (), reranker=None,
+             notes: dict | None = None):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
     `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
@@ -40,6 +47,9 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     depth is fixed (`depth`), never derived from `rows_for`: a limit only cuts the ranked list, so
     limit 25 and limit 10 agree on the first 10. With `one_per_text`, a row whose text another,
     better-ranked row already has is skipped (the caller lists every source of a text).
+    `periods` (the question's, resolved) favour memories dated in them (`dated.py`); a `reranker`
+    re-scores the best candidates as one more ranked list (`rerank.py`), and what it did goes in
+    `notes["rerank"]`.
     """
     lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
@@ -48,8 +58,32 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
         vectors, degraded = semantic.search(query, depth)
         covered, unavailable = _coverage(bm25, query, lexical, vectors or [], docs)
         fused, degraded = fuse(lexical, vectors, covered), degraded or unavailable
+    fused = favour_periods(fused, periods)
     fused, retired = exclude_superseded(bm25, fused)
-    return load_rows(bm25, fused, docs, rows_for, one_per_text), degraded or retired
+    unranked = None
+    if reranker is not None:
+        fused, unranked = _reranked(bm25, reranker, query, fused, docs, notes if notes is not None else {})
+    return load_rows(bm25, fused, docs, rows_for, one_per_text), degraded or retired or unranked
+
+
+def _reranked(bm25: Bm25Index, reranker, query: str, fused: list[Fused], docs: dict, notes: dict):
+    """The fused list with the reranker's scores joined, and why not (or None)."""
+    head = [entry.key for entry in fused[: reranker.candidates]]
+    docs.update(bm25.docs_by_keys([key for key in head if key not in docs]))
+    keys = [key for key in head if key in docs]
+    started = time.perf_counter()
+    try:
+        answer = reranker.scores(query, [passage_of(docs[key])[0] for key in keys])
+    except ProviderUnavailable as exc:
+        notes["rerank"] = {"model": reranker.model, "ms": _ms_since(started), "error": str(exc)}
+        return fused, f"reranker unavailable, answered without it ({exc})"
+    notes["rerank"] = {"model": reranker.model, "ms": _ms_since(started), "documents": len(keys),
+                       "scored": len(answer.scores)}
+    return fuse_rerank(fused, keys, answer), None
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)
 
 
 def load_rows(bm25: Bm25Index, fused: list[Fused], docs: dict, want: int | None, one_per_text: bool = False):
@@ -112,21 +146,39 @@ def routed_away(query: str, mode: str, run_history: str | None = None) -> Recall
 
 
 def recall_tool(
-    bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None
+    bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None,
+    today: date | None = None, floor: bool = True, reranker=None,
 ) -> RecallResult:
-    """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence."""
-    candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True)
+    """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence.
+
+    `today` (the caller's date in the vault's zone) resolves the periods the question names, which
+    favour memories dated in them; None reads no periods. With `floor`, an answer whose evidence
+    is below the relevance floor (`floor.py`) is empty and says why in `empty_reason`. A
+    `reranker` (`rerank.py`) re-scores the fused head; if it fails the answer says `degraded`."""
+    periods = question_periods(query, today) if today is not None else ()
+    notes: dict = {}
+    candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True, periods=periods,
+                                    reranker=reranker, notes=notes)
+    found = evidence(lambda terms: bm25.doc_freqs("text", terms), query,
+                     [(row.text, row.context) for _, row in candidates], periods)
+    explain = {"periods": [period.to_json() for period in periods], "evidence": found.to_json(), **notes}
+    empty_reason = None
+    if floor and candidates and found.empty:
+        candidates, empty_reason = [], EMPTY_REASON
     hits = tuple(_one_hit_per_text(bm25, candidates))
     route = route_query(query)
     guidance = guidance_for(route) if route is Route.BROAD_PERIOD else None
     if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
-        guidance = run_history_handoff(run_history)
-    return RecallResult(query, mode, hits, degraded=degraded, guidance=guidance)
+        guidance = "\n".join(filter(None, (guidance, run_history_handoff(run_history))))
+        empty_reason = empty_reason or EMPTY_REASON
+    return RecallResult(query, mode, hits, degraded=degraded, guidance=guidance, empty_reason=empty_reason,
+                        explain=explain)
 
 
-def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto") -> RecallResult:
+def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto", today: date | None = None) -> RecallResult:
     """What a host injects: only gated direct facts; the gate's reason goes in `gate`."""
-    candidates, degraded = retrieve(bm25, semantic, query, rows_for=2 * WINDOW)
+    periods = question_periods(query, today) if today is not None else ()
+    candidates, degraded = retrieve(bm25, semantic, query, rows_for=2 * WINDOW, periods=periods)
     offered = [
         Candidate(row.id, row.text, entry.score, entry.strength, row.source, row.at) for entry, row in candidates
     ]

@@ -24,6 +24,8 @@ import enum
 import re
 import unicodedata
 
+from memvault.indexer.search.periods import PERIOD
+
 
 class Route(enum.StrEnum):
     ACTIVE_CHAT = "active_chat"
@@ -205,28 +207,7 @@ _RESUME_WORK = _compile(
     r"(?:interrupted|the interruption|stopped|it crashed|the crash|cut off)",
 )
 
-_WEEKDAY = _alt("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_MONTH = _alt(
-    "january", "february", "march", "april", "may", "june", "july", "august", "september",
-    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-    "sept", "oct", "nov", "dec",
-)
-_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
-_DATE = _alt(
-    r"\d{4}-\d{2}-\d{2}", rf"{_DAY} (?:of )?{_MONTH}(?: \d{{4}})?", rf"{_MONTH} {_DAY}(?: \d{{4}})?",
-    rf"(?:last |this )?{_WEEKDAY}", "yesterday", "today",
-)
-_SPAN = _alt("week", "month", "year", "quarter", "weekend", "sprint", "fortnight", "few days", "few weeks",
-             "couple of days", "couple of weeks", r"\d{1,3} (?:days|weeks|months)", "two weeks", "three weeks")
-_PERIOD = _alt(
-    rf"(?:last|this|past|previous|the past|the last|the previous|earlier this) {_SPAN}",
-    rf"(?:(?:in|during|over|for) )?(?:the (?:last|past|previous) ){_SPAN}",
-    rf"(?:on |since )?{_DATE}",
-    rf"(?:in |during )?{_MONTH}(?: \d{{4}})?",
-    r"in \d{4}",
-    rf"the week of {_DATE}",
-    rf"(?:between|from) {_DATE} (?:and|to|through|until|till) {_DATE}",
-)
+_PERIOD = PERIOD  # the grammar recall resolves to dates (`periods.py`)
 _DID = _alt(
     "do", "done", "doing", "get done", "got done", "accomplish", "accomplished", "achieve", "achieved",
     "ship", "shipped", "discuss", "discussed", "talk about", "talked about", "decide", "decided",

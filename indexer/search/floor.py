@@ -1,0 +1,170 @@
+"""The relevance floor: does the vault hold any real evidence for this question?
+
+Ranking always finds *something*: on a small vault every question returns every memory, and a
+question about a person the vault never met returns whatever shares its commonest words. Fused
+scores cannot say "nothing" (each retriever's list is scaled to its own best candidate), so the
+floor reads two absolute quantities instead.
+
+* The **evidence share** of the answer's best hit:
+
+      share(memory) = Σ idf(t) over the question's terms t found in the memory (its own words,
+                      or its note neighbours at NEIGHBOUR_WEIGHT)  /  Σ idf(t) over all its terms
+
+  with the index's own BM25 idf, where a term the vault has never seen has the largest idf of all.
+  Terms are the index's own (`en_stem` analysis: "dogs" meets "dog" as BM25 does), without BM25's
+  stop words, pronouns and modal verbs, and without the words of a period the question names
+  (dates live in note names, not in the text; date-aware recall reads them).
+* **Unknown names**: the capitalised words inside the question ("Caroline", "Door Dash"). When
+  the question names someone or something and *none* of its names occurs anywhere in the vault,
+  the vault has not heard of what it asks about.
+
+An answer is empty when its share is below FLOOR, or when all of its names are unknown and the
+share is below NAME_FLOOR. On the LoCoMo development set (`bench/locomo.py`) that empties 97% of
+questions asked of another conversation's vault and all nonsense words, and 5 of 997 real ones.
+A question written in lower case has no names: only the share then applies.
+
+No model call: one term-dictionary lookup per question term and one analysis of each hit's text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from memvault.indexer.search.bm25 import STOPWORDS, stemmed_terms
+from memvault.indexer.search.coverage import word_matches
+from memvault.indexer.search.periods import Period
+from memvault.indexer.search.routing import normalize_query
+from memvault.vault.errors import ProviderUnavailable
+
+#: the share below which an answer is empty
+FLOOR = 0.2
+#: ... and below which it is empty when none of the question's names is known to the vault
+NAME_FLOOR = 0.6
+#: a term found only among the note neighbours counts this much
+NEIGHBOUR_WEIGHT = 0.5
+#: the least a question term weighs: the idf of a term a fifth of the memories hold. In a small
+#: vault where every word is in every memory idf says nothing, and one unknown word (a typo, a
+#: word cut in half) would otherwise outweigh all the rest
+MIN_WEIGHT = math.log(5.0)
+#: word-vector similarity at which a near word ("dog" for "puppy") starts to count
+SOFT_FLOOR = 0.4
+#: hits whose share is read (the answer's head)
+SHARE_HITS = 10
+MAX_TERMS = 32
+#: what tool mode says when the floor empties an answer
+EMPTY_REASON = "nothing in memory matches"
+
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The best share among the hits, the question's terms with their idf, and its names."""
+
+    share: float
+    terms: dict[str, float]
+    names: tuple[str, ...] = ()
+    unknown_names: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """Below the floor: the vault holds no real evidence for the question."""
+        return self.share < FLOOR or (self.unknown_names and self.share < NAME_FLOOR)
+
+    def to_json(self) -> dict:
+        return {"share": round(self.share, 4), "floor": FLOOR, "nameFloor": NAME_FLOOR,
+                "names": list(self.names), "unknownNames": self.unknown_names,
+                "terms": {term: round(idf, 3) for term, idf in self.terms.items()}}
+
+
+_QUIET = frozenset(t for word in (
+    "s he she him her hers his they them their theirs its would could should might may can must shall "
+    "will also just about something anything everything nothing thing things stuff tell know remember"
+).split() for t in stemmed_terms(word))  # carry no topic: a hit need not hold them
+_WORD_RE = re.compile(r"[^\W_][\w'’-]*")
+
+
+def terms_of(text: str) -> list[str]:
+    """The index's terms for text (`en_stem`: "dogs" is "dog", as BM25 reads it)."""
+    return stemmed_terms(text) if text else []
+
+
+def _asked(question: str, periods: tuple[Period, ...]) -> str:
+    """The question without the periods it names (their words are dates, read elsewhere)."""
+    text = normalize_query(question)
+    for period in periods:
+        text = text.replace(period.phrase, " ")
+    return text
+
+
+def question_terms(question: str, periods: tuple[Period, ...] = ()) -> list[str]:
+    """The question's distinct index terms without stop words (all of them if that is all)."""
+    words = _asked(question, periods).split()
+    content = [word for word in words if word not in STOPWORDS] or words
+    terms = [term for term in dict.fromkeys(terms_of(" ".join(content))) if len(term) > 1 and term not in _QUIET]
+    return terms[:MAX_TERMS]
+
+
+def question_names(question: str) -> list[str]:
+    """Index terms of the capitalised words after the first (names, titles); not all-caps words."""
+    words = _WORD_RE.findall(question[: 4 * MAX_TERMS * 10])
+    names = [word for word in words[1:] if word[0].isupper() and not word.isupper()]
+    return [t for t in dict.fromkeys(terms_of(" ".join(names))) if len(t) > 1 and t not in _QUIET][:MAX_TERMS]
+
+
+def evidence(doc_freqs: Callable[[list[str]], tuple[int, dict[str, int]]], question: str,
+             passages: list[tuple[str, str]], periods: tuple[Period, ...] = ()) -> Evidence:
+    """The evidence for `question` in the best of `passages` ((text, context) pairs, best first).
+    `doc_freqs(terms)` gives the index's row count and each term's document frequency."""
+    terms = question_terms(question, periods)
+    names = [name for name in question_names(question) if name in terms]
+    total, frequencies = doc_freqs(terms)
+    weights = {term: max(MIN_WEIGHT, _idf(frequencies.get(term, 0), total)) for term in terms}
+    mass = sum(weights.values())
+    passages = passages[:SHARE_HITS] if mass > 0 else []
+    soft = _soft_matches(_asked(question, periods), weights, passages)
+    best, seen = 0.0, set()
+    for column, (text, context) in enumerate(passages):
+        own, around = set(terms_of(text)), set(terms_of(context))
+        seen |= own | around
+        found = 0.0
+        for term, weight in weights.items():
+            exact = 1.0 if term in own else NEIGHBOUR_WEIGHT if term in around else 0.0
+            found += weight * max(exact, soft.get(term, _NO_MATCH)[column])
+        best = max(best, float(found / mass))
+    # a hit holding the name knows it even before its row is committed (the owner's pending rows)
+    unknown = bool(names) and all(frequencies.get(name, 0) == 0 and name not in seen for name in names)
+    return Evidence(best, weights, tuple(names), unknown)
+
+
+_NO_MATCH = np.zeros(SHARE_HITS, dtype=np.float32)
+
+
+def _soft_matches(asked: str, weights: dict[str, float], passages: list[tuple[str, str]]) -> dict[str, np.ndarray]:
+    """Per question term, per passage: the credit for its closest word there ("puppy" → "dog"),
+    from coverage's static word vectors: 0 at SOFT_FLOOR similarity or less, 1 at identity."""
+    if not passages or not weights:
+        return {}
+    try:
+        # each term is matched as the question spells it and as its stem: "pets" is two tokens of
+        # the word table and lands far from "dog", "pet" is one and lands near it
+        words, best = word_matches(" ".join([*asked.split(), *weights]), [text for text, _ in passages],
+                                   [context for _, context in passages])
+    except ProviderUnavailable:
+        return {}  # no word table: exact matches only (recall says coverage is unavailable)
+    credit = np.clip((best - SOFT_FLOOR) / (1.0 - SOFT_FLOOR), 0.0, 1.0)
+    soft: dict[str, np.ndarray] = {}
+    for row, word in enumerate(words):
+        for term in terms_of(word)[:1]:
+            if term in weights:
+                soft[term] = np.maximum(soft.get(term, _NO_MATCH[: len(passages)]), credit[row])
+    return soft
+
+
+def _idf(doc_freq: int, total: int) -> float:
+    """BM25's idf; a term no memory holds gets the largest."""
+    return math.log(1.0 + (total - doc_freq + 0.5) / (doc_freq + 0.5))
