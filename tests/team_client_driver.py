@@ -55,7 +55,11 @@ def main() -> int:
     dsn, worker, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     store = ConnectedStore(NAME, dsn)
     if mode == "load":
-        print(json.dumps(load(store, worker, int(sys.argv[4]), int(sys.argv[5]))))
+        store.settings()  # connected before the clock starts (bench/bench_team.py reads stderr)
+        started = time.time()
+        calls = load(store, worker, int(sys.argv[4]), int(sys.argv[5]))
+        print(json.dumps({"started": started, "ended": time.time()}), file=sys.stderr)
+        print(json.dumps(calls))
     else:
         until(store, worker, Path(sys.argv[4]))
     store.close()

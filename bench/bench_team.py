@@ -1,0 +1,160 @@
+"""Agents on other machines sharing one vault through the index server (docs/team.md), same run.
+
+    python -m bench.bench_team [--memories 2000] [--admits 500] [--clients 8] [--queries 100]
+                               [--samples 20] [--dsn DSN]   (default: a pgserver under /tmp)
+
+Prints, beside the server's bare `SELECT 1` round trip as the baseline:
+* a remote admit (MemoryStore.connect(...).persist_completed_turn), median and p95;
+* admissions per second from --clients processes × --admits each (a quarter exact retries, a
+  tenth conflicting, the suite's schedule: tests/team_client_driver.py), with the classification
+  counts checked exactly;
+* remote recall (tool mode) over a vault of --memories, median and p95;
+* admit on one "machine" → searchable from another connected store, and → in the owner's files, p95.
+Every client runs on this one machine over the server's Unix socket: a network adds its round
+trips. Figures from a loaded machine are labelled so by whoever quotes them.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench_postgres import on_server, start_server
+from bench.bench_search import percentile, queries
+from bench.generate import make_vault
+from memvault.indexer.engine.connected import ConnectedStore
+from memvault.indexer.engine.store import MemoryStore
+
+REPO = Path(__file__).resolve().parent.parent
+NAME = "team-a"  # the name tests/team_client_driver.py admits to
+
+
+def ms(samples: list[float]) -> str:
+    return f"median {statistics.median(samples):7.2f} ms  p95 {percentile(samples, 0.95):7.2f} ms"
+
+
+def select_one(dsn: str, count: int = 500) -> list[float]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            conn.execute("SELECT 1").fetchone()
+            samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def remote_admits(dsn: str, count: int) -> list[float]:
+    samples = []
+    with ConnectedStore(NAME, dsn) as agent:
+        agent.settings()
+        for i in range(count):
+            start = time.perf_counter()
+            result = agent.persist_completed_turn(f"bench-admit-{i}", f"Bench turn {i} chose column{i} for the index.")
+            samples.append((time.perf_counter() - start) * 1000)
+            assert result.status == "admitted", result
+    return samples
+
+
+def many_clients(dsn: str, clients: int, admits: int) -> tuple[float, dict]:
+    driver = [sys.executable, str(REPO / "tests" / "team_client_driver.py")]
+    procs = [subprocess.Popen([*driver, dsn, str(100 + w), "load", str(admits), "0"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO) for w in range(clients)]  # fmt: skip
+    calls, spans = [], []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        calls.extend(json.loads(out))
+        spans.append(json.loads(err.strip().splitlines()[-1]))
+    # from the first client's first admit to the last one's last (start-up excluded; the
+    # clients' loops overlap only partly when start-up is slow, so this is a conservative rate)
+    elapsed = max(s["ended"] for s in spans) - min(s["started"] for s in spans)
+    counts: dict = {}
+    for kind, _run, status, reason in calls:
+        counts[(kind, status, reason)] = counts.get((kind, status, reason), 0) + 1
+    expected = {("new", "admitted", None): clients * (admits - admits // 4 - admits // 10),
+                ("retry", "duplicate", None): clients * (admits // 4),
+                ("conflict", "failed", "conflict"): clients * (admits // 10)}  # fmt: skip
+    assert counts == expected, counts
+    return len(calls) / elapsed, counts
+
+
+def remote_recall(dsn: str, count: int) -> list[float]:
+    samples = []
+    with ConnectedStore(NAME, dsn) as agent:
+        agent.recall("warm up the embedder")
+        for query in queries(count):
+            start = time.perf_counter()
+            agent.recall(query, limit=10)
+            samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def admit_to_visible(dsn: str, root: Path, samples: int) -> tuple[list[float], list[float]]:
+    searchable, in_files = [], []
+    with ConnectedStore(NAME, dsn) as writer, ConnectedStore(NAME, dsn) as reader:
+        for i in range(samples):
+            token = f"zq{i}vx{int(time.time() * 1000) % 100000}"
+            start = time.perf_counter()
+            assert writer.persist_completed_turn(f"bench-visible-{token}", f"The {token} flag guards the rollout.").ok
+            seen_search = seen_file = None
+            deadline = start + 60
+            while (seen_search is None or seen_file is None) and time.perf_counter() < deadline:
+                if seen_file is None and any(token in p.read_text() for p in (root / "daily").rglob("*.md")):
+                    seen_file = time.perf_counter()
+                if seen_search is None and any(token in hit.text for hit in reader.recall(f"{token} flag", limit=3).hits):
+                    seen_search = time.perf_counter()
+                time.sleep(0.01)
+            searchable.append(((seen_search or deadline) - start) * 1000)
+            in_files.append(((seen_file or deadline) - start) * 1000)
+    return searchable, in_files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--memories", type=int, default=2000)
+    parser.add_argument("--admits", type=int, default=500)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--dsn", default=None)
+    args = parser.parse_args()
+    server = None
+    if args.dsn is None:
+        server, dsn = start_server()
+    else:
+        dsn = args.dsn
+    folder = Path(tempfile.mkdtemp(prefix="memvault-bench-team-"))
+    root = on_server(make_vault(folder / NAME, args.memories), NAME)
+    from memvault.indexer.backend import server_versions_of
+    from memvault.vault.config import IndexConfig
+
+    versions = server_versions_of(IndexConfig("postgres", NAME, dsn))
+    print(f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; clients on this machine over a Unix socket")
+    owner = MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn})
+    owner.rebuild()
+    owner.start_intake(poll_seconds=0.05)
+    try:
+        print(f"server SELECT 1 (baseline)        {ms(select_one(dsn))}")
+        searchable, in_files = admit_to_visible(dsn, root, args.samples)  # first: before any backlog
+        print(f"admit → searchable elsewhere      {ms(searchable)}")
+        print(f"admit → in the owner's files      {ms(in_files)}")
+        print(f"remote recall, {args.memories} memories      {ms(remote_recall(dsn, args.queries))}")
+        print(f"remote admit                      {ms(remote_admits(dsn, args.admits))}")
+        rate, counts = many_clients(dsn, args.clients, args.admits)
+        print(f"admissions/s, {args.clients} client processes   {rate:9.0f} /s  ({sum(counts.values())} calls, "
+              f"classification exact: {counts[('new', 'admitted', None)]} admitted, "
+              f"{counts[('retry', 'duplicate', None)]} duplicate, {counts[('conflict', 'failed', 'conflict')]} conflict)")
+    finally:
+        owner.close()
+        if server is not None:
+            server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
