@@ -8,8 +8,17 @@ def print_recall(result, explain: bool = False) -> None:
         click.echo(result.guidance)
     if result.degraded:
         click.echo(f"degraded: {result.degraded}", err=True)
+    notes = getattr(result, "explain", None) or {}
+    if explain and notes:  # what recall read from the question: its periods, its evidence, the reranker
+        for period in notes.get("periods", ()):
+            click.echo(f"period: {period['phrase']!r} = {period['from']} .. {period['through']} (and a week after)")
+        if "evidence" in notes:
+            click.echo(f"evidence: {notes['evidence']}")
+        if "rerank" in notes:
+            click.echo(f"rerank: {notes['rerank']}")
     if not result.hits:
-        click.echo("No memories found.")
+        reason = getattr(result, "empty_reason", None)
+        click.echo(f"No memories found: {reason}." if reason else "No memories found.")
         return
     for rank, hit in enumerate(result.hits, 1):
         click.echo(f"{rank:>2}. {hit.text}")

@@ -37,7 +37,8 @@ def direct_search(args: Args, reader) -> dict:
     limit = args.integer("limit", 10, 1, 100)
     start, through = _range(args)
     body = {"query": query, "mode": mode, "limit": limit, "from": _iso(start), "through": _iso(through),
-            "hits": [], "degraded": None, "guidance": None, "gate": None, "filteredOut": 0, "searched": False}  # fmt: skip
+            "hits": [], "degraded": None, "guidance": None, "gate": None, "filteredOut": 0, "searched": False,
+            "emptyReason": None}  # fmt: skip
     if not query:
         return body
     filtered = start is not None or through is not None
@@ -47,7 +48,8 @@ def direct_search(args: Args, reader) -> dict:
     kept = [h for h in hits if (start is None or h["date"] >= start.isoformat()) and (through is None or h["date"] <= through.isoformat())]
     _add_html(kept[:limit], reader)
     body.update(hits=kept[:limit], degraded=result.degraded, guidance=result.guidance, gate=result.gate,
-                filteredOut=len(hits) - len(kept), searched=True)  # fmt: skip
+                filteredOut=len(hits) - len(kept), searched=True,
+                emptyReason=getattr(result, "empty_reason", None))  # fmt: skip
     return body
 
 
