@@ -55,10 +55,12 @@ def turn_text(turn: dict) -> str:
     return " ".join(text.split())
 
 
-def write_vault(root: Path, conversation: dict, provider: str) -> None:
+def write_vault(root: Path, conversation: dict, provider: str, rerank: dict | None = None) -> None:
     data = default_config_data(mode="journal", time_zone="UTC")
     if provider != "builtin":
         data["memory"]["embeddings"] = {"provider": provider}
+    if rerank:
+        data["memory"]["rerank"] = rerank
     init_vault(root, render_config(data))
     notes: dict[str, list[str]] = defaultdict(list)
     for number, when, turns in sessions(conversation):
@@ -83,6 +85,8 @@ VARIANTS = {"hybrid": {}, "no dates": {"today": None}, "no floor": {"floor": Fal
 #: "today" for relative periods ("last week"): LoCoMo's own periods are absolute
 TODAY = datetime(2026, 12, 2).date()
 NONSENSE_WORDS = 50
+#: milliseconds each rerank call took (printed when a reranker is configured)
+RERANK_MS: list[float] = []
 _SYLLABLES = ("ka", "zu", "mo", "fe", "qui", "rt", "plo", "xa", "vex", "nor", "bli", "gy", "dro", "sku", "tha")
 
 
@@ -96,10 +100,15 @@ def rankings(store: MemoryStore, question: str, depth: int) -> dict[str, list[st
     return ranked
 
 
-def hybrid(store: MemoryStore, question: str, depth: int, *, today=TODAY, floor: bool = True):
-    """memvault's tool-mode recall on the store's index, with the given settings."""
+def hybrid(store: MemoryStore, question: str, depth: int, *, today=TODAY, floor: bool = True, rerank: bool = True):
+    """memvault's tool-mode recall on the store's index, with the given settings (the reranker
+    when `memory.rerank` is configured, unless `rerank` is False)."""
     index = store._readable_index()
-    return recall_tool(index.bm25, store._semantic, question, depth, today=today, floor=floor)
+    reranker = store._reranker() if rerank else None
+    result = recall_tool(index.bm25, store._semantic, question, depth, today=today, floor=floor, reranker=reranker)
+    if result.explain and "rerank" in result.explain:
+        RERANK_MS.append(result.explain["rerank"]["ms"])
+    return result
 
 
 def nonsense(count: int = NONSENSE_WORDS, seed: int = 7) -> list[str]:
@@ -117,12 +126,12 @@ def negatives(data: list[dict], index: int) -> list[str]:
     return asked + nonsense()
 
 
-def evaluate(data: list[dict], provider: str) -> dict:
+def evaluate(data: list[dict], provider: str, rerank: dict | None = None) -> dict:
     scores: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for number, sample in enumerate(data):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "vault"
-            write_vault(root, sample["conversation"], provider)
+            write_vault(root, sample["conversation"], provider, rerank)
             with MemoryStore.open(root, sync=False) as store:
                 store.rebuild()
                 for qa in sample["qa"]:
@@ -230,11 +239,24 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--provider", default="builtin", choices=["builtin", "e5-small"])
     parser.add_argument("--json", action="store_true", help="also print the raw means as JSON")
+    parser.add_argument("--rerank-endpoint", help="a rerank server's route, e.g. http://localhost:8080/v1/rerank")
+    parser.add_argument("--rerank-model", default="bge-reranker-v2-m3")
+    parser.add_argument("--rerank-format", default="cohere", choices=["cohere", "tei"])
     args = parser.parse_args()
     data = json.loads(args.data.read_text(encoding="utf-8"))
-    scores = evaluate(data, args.provider)
-    print(f"LoCoMo evidence recall, {len(data)} conversations, embeddings: {args.provider}\n")
+    rerank = None
+    if args.rerank_endpoint:
+        rerank = {"provider": "http", "endpoint": args.rerank_endpoint, "model": args.rerank_model,
+                  "format": args.rerank_format, "timeoutMs": 10_000}
+        VARIANTS["no rerank"] = {"rerank": False}
+    scores = evaluate(data, args.provider, rerank)
+    print(f"LoCoMo evidence recall, {len(data)} conversations, embeddings: {args.provider}"
+          + (f", reranker {args.rerank_model}" if rerank else "") + "\n")
     report(scores)
+    if RERANK_MS:
+        ordered = sorted(RERANK_MS)
+        print(f"reranker added {ordered[len(ordered) // 2]:.1f} ms median, {ordered[int(0.95 * len(ordered))]:.1f} ms p95 "
+              f"per recall ({len(ordered)} calls)")
     if args.json:
         print(json.dumps({f"{r}/{g}/@{k}": round(100 * _mean(v), 2) for (r, g, k), v in sorted(scores.items())}))
 

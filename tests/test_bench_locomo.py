@@ -131,3 +131,20 @@ def test_the_interval_is_the_same_every_run():
 def test_unpaired_or_empty_scores_are_refused(a, b):
     with pytest.raises(ValueError, match="paired scores need"):
         paired_difference(a, b)
+
+
+def test_negatives_are_the_next_conversations_questions_and_nonsense():
+    from bench.locomo import NONSENSE_WORDS, negatives, nonsense
+
+    data = [{"qa": [{"question": "a?"}]}, {"qa": [{"question": "b?"}, {"question": "c?"}]}]
+    assert negatives(data, 0)[:2] == ["b?", "c?"] and negatives(data, 1)[:1] == ["a?"]  # the next one, wrapping
+    assert len(negatives(data, 0)) == 2 + NONSENSE_WORDS
+    assert nonsense() == nonsense() and len(set(nonsense())) > NONSENSE_WORDS // 2  # the same words every run
+
+
+def test_the_floor_answers_nonsense_empty_and_each_change_is_measured(scores):
+    # one conversation: its negatives are the nonsense words alone
+    assert len(scores[("negatives", "nonsense", 0)]) == 50
+    assert sum(scores[("negatives", "nonsense", 0)]) >= 45
+    for variant in ("no dates", "no floor"):
+        assert len(scores[(variant, "overall", 10)]) == len(scores[("hybrid", "overall", 10)]) == 3
