@@ -90,7 +90,7 @@ def test_a_paraphrase_counts_through_the_word_vectors(tmp_path):
 
 def test_one_unknown_fragment_does_not_outweigh_a_small_vault_where_every_word_is_everywhere():
     same = "zebra record field team observation dates places names"
-    frequencies = lambda terms: (8, {term: (0 if term == "wi" else 8) for term in terms})  # noqa: E731
+    frequencies = lambda _field, terms: (8, {term: (0 if term == "wi" else 8) for term in terms})  # noqa: E731
     found = evidence(frequencies, same + " wi", [(same, "")] * 8)
     assert found.share > 0.6 and not found.empty  # idf alone would give the fragment ~98% of the weight
 
@@ -107,3 +107,13 @@ def test_explain_shows_the_evidence_against_the_floor(vault):
     out = CliRunner().invoke(cli, ["--vault", str(vault), "search", "Where does Priya live?", "--explain"],
                              catch_exceptions=False)
     assert "evidence: {'share': " in out.output and "'floor': 0.2" in out.output
+
+
+def test_cjk_questions_are_weighed_by_their_bigrams(tmp_path):
+    root = tmp_path / "lite"
+    init_vault(root, render_config(default_config_data(mode="lite", time_zone="Asia/Tokyo")))
+    with MemoryStore.open(root) as store:
+        store.remember("来週、東京に出張します。", at=datetime(2026, 11, 30, 9, 0, tzinfo=ZoneInfo("Asia/Tokyo")))
+        store.remember("Priya lives in Rotterdam.", at=datetime(2026, 11, 30, 9, 1, tzinfo=ZoneInfo("Asia/Tokyo")))
+        assert [hit.text for hit in store.recall("東京", limit=3).hits][:1] == ["来週、東京に出張します。"]
+        assert store.recall("大阪", limit=3).hits == ()  # a city the vault never mentions

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memvault.indexer.search.bm25 import STOPWORDS, stemmed_terms
+from memvault.indexer.search.bm25 import _CJK_RUN_RE, STOPWORDS, cjk_bigrams, stemmed_terms
 from memvault.indexer.search.coverage import word_matches
 from memvault.indexer.search.periods import Period
 from memvault.indexer.search.routing import normalize_query
@@ -89,8 +89,13 @@ _WORD_RE = re.compile(r"[^\W_][\w'’-]*")
 
 
 def terms_of(text: str) -> list[str]:
-    """The index's terms for text (`en_stem`: "dogs" is "dog", as BM25 reads it)."""
-    return stemmed_terms(text) if text else []
+    """The index's terms for text (`en_stem`: "dogs" is "dog", as BM25 reads it); a run of CJK
+    characters is its bigrams, as BM25's `cjk` field holds it ("東京に" → 東京, 京に)."""
+    if not text:
+        return []
+    if not _CJK_RUN_RE.search(text):
+        return stemmed_terms(text)
+    return stemmed_terms(_CJK_RUN_RE.sub(" ", text)) + cjk_bigrams(text)
 
 
 def _asked(question: str, periods: tuple[Period, ...]) -> str:
@@ -116,17 +121,22 @@ def question_names(question: str) -> list[str]:
     return [t for t in dict.fromkeys(terms_of(" ".join(names))) if len(t) > 1 and t not in _QUIET][:MAX_TERMS]
 
 
-def evidence(doc_freqs: Callable[[list[str]], tuple[int, dict[str, int]]], question: str,
-             passages: list[tuple[str, str]], periods: tuple[Period, ...] = ()) -> Evidence:
+def evidence(doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]], question: str,
+             passages: list[tuple[str, str]], periods: tuple[Period, ...] = (), *, near_words: bool = True) -> Evidence:
     """The evidence for `question` in the best of `passages` ((text, context) pairs, best first).
-    `doc_freqs(terms)` gives the index's row count and each term's document frequency."""
+    `doc_freqs(field, terms)` gives the index's row count and each term's document frequency in
+    `field` (`text`; `cjk` for CJK bigrams). Without
+    `near_words` (Lite, which loads no model table) only exact terms count."""
     terms = question_terms(question, periods)
     names = [name for name in question_names(question) if name in terms]
-    total, frequencies = doc_freqs(terms)
+    bigrams = [term for term in terms if _CJK_RUN_RE.match(term)]
+    total, frequencies = doc_freqs("text", [term for term in terms if term not in bigrams])
+    if bigrams:
+        frequencies = {**frequencies, **doc_freqs("cjk", bigrams)[1]}
     weights = {term: max(MIN_WEIGHT, _idf(frequencies.get(term, 0), total)) for term in terms}
     mass = sum(weights.values())
     passages = passages[:SHARE_HITS] if mass > 0 else []
-    soft = _soft_matches(_asked(question, periods), weights, passages)
+    soft = _soft_matches(_asked(question, periods), weights, passages) if near_words else {}
     best, seen = 0.0, set()
     for column, (text, context) in enumerate(passages):
         own, around = set(terms_of(text)), set(terms_of(context))

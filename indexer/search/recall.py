@@ -159,8 +159,8 @@ def recall_tool(
     notes: dict = {}
     candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True, periods=periods,
                                     reranker=reranker, notes=notes)
-    found = evidence(lambda terms: bm25.doc_freqs("text", terms), query,
-                     [(row.text, row.context) for _, row in candidates], periods)
+    found = evidence(bm25.doc_freqs, query,
+                     [(row.text, row.context) for _, row in candidates], periods, near_words=semantic is not None)
     explain = {"periods": [period.to_json() for period in periods], "evidence": found.to_json(), **notes}
     empty_reason = None
     if floor and candidates and found.empty:
