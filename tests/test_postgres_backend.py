@@ -78,6 +78,9 @@ def test_a_vault_kept_on_the_server(tmp_path, postgres_dsn):
         assert store.recall("standup").hits[0].text == "Standup moved to 10:00."
         health = store.health_report(strict=True)
         assert health["healthy"], health["findings"]
+        server = health["details"]["server"]
+        assert int(server["postgresql"].split(".")[0]) >= 16 and server["pgvector"] >= "0.8"
+        assert (server["vault"], server["generation"]) == ("team-a", store.backend.serving_generation())
     with psycopg.connect(postgres_dsn) as conn:
         rows = conn.execute("SELECT text FROM memvault_rows WHERE vault = 'team-a' AND embedding IS NOT NULL "
                             "AND generation = (SELECT serving FROM memvault_vaults WHERE name = 'team-a')").fetchall()

@@ -138,6 +138,8 @@ class ServerIndexedStore(MemoryStore):
         found, index = server_findings(self.config.index, lambda: self._readable_index())
         report = check_health(self.layout, self.config, strict=strict, extra=[*found, *extra], index=index,
                               index_problem=None if index is not None else "the index server is not usable")
+        if getattr(index, "server_details", None):
+            report.details["server"] = index.server_details
         if index is None:  # the server's own finding says why and how to fix it; "rebuild" would not
             report = dataclasses.replace(report, findings=tuple(f for f in report.findings if f.check != "index"))
         return report.to_json()

@@ -26,6 +26,13 @@ def server_findings(index_config, open_index: Callable[[], object]) -> tuple[lis
     except VaultError as exc:
         return [Finding("server", ERROR, "index_unavailable", subject, str(exc), REBUILD)], None
     findings = []
+    try:  # shown beside the counts: which server the figures come from
+        from memvault.indexer.backend import server_versions_of
+
+        index.server_details = {**server_versions_of(index_config), "vault": index_config.name,
+                                "generation": index.number}  # fmt: skip
+    except VaultError:
+        pass
     counts = index.backend.counts(index.number)
     if counts.without_vector:
         findings.append(Finding("vector_rows", ERROR, "vectors_missing", subject,

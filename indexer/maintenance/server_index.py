@@ -156,6 +156,8 @@ class ServerIndex:
 
     #: vectors live in the rows (no `vectors/` folder to check, nothing to embed in the background)
     has_local_vectors = False
+    #: the server's versions, vault and generation, once health asked (shown in its details)
+    server_details: dict | None = None
 
     def __init__(self, backend: IndexBackend, number: int, layout: VaultLayout, embedder=None, *,
                  file_states: bool = True):
