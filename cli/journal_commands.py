@@ -16,6 +16,8 @@ from memvault.cli.errors import emit_json, json_option
 
 #: MemoryJournal's argument names (the library's messages use them) → what this command calls them
 _CLI_NAMES = {"fromDate": "FROM", "throughDate": "THROUGH", "timeZone": "--tz", "{cursor}": "--cursor"}
+#: JournalRequestError's and JournalCursorError's codes (indexer/journal/)
+_JOURNAL_ERROR_CODES = ("invalid_journal_request", "invalid_journal_cursor")
 _MCP_NAME_RE = re.compile(r"\bfromDate\b|\bthroughDate\b|\btimeZone\b|\{cursor\}|^limit\b")
 
 
@@ -62,14 +64,17 @@ def journal_command(ctx: click.Context, from_date: str | None, through_date: str
 @contextmanager
 def _cli_names():
     """A refused request is told in this command's words (FROM, --tz), not MemoryJournal's (fromDate)."""
-    from memvault.indexer.journal.cursor import JournalCursorError
-    from memvault.indexer.journal.date_range import JournalRequestError
+    from memvault.vault.errors import VaultError
 
     try:
         yield
-    except (JournalRequestError, JournalCursorError) as exc:
+    except VaultError as exc:  # by code: through an owner the error arrives as a VaultError with its code
+        if exc.code not in _JOURNAL_ERROR_CODES:
+            raise
         translated = _MCP_NAME_RE.sub(lambda m: _CLI_NAMES.get(m.group(0), "--limit"), str(exc))
-        raise type(exc)(translated) from None
+        renamed = type(exc)(translated)
+        renamed.code = exc.code
+        raise renamed from None
 
 
 def _single(page, kept: bool) -> dict:
