@@ -14,6 +14,7 @@ from memvault.indexer.backend import open_team_server
 from memvault.indexer.team.ledger import NetworkAdmission
 from memvault.indexer.team.lru import FingerprintLRU
 from memvault.vault.intake.admission import prepare_turn
+from tests.engine_helpers import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
@@ -92,9 +93,9 @@ def test_concurrent_exact_retries_coalesce_and_alternatives_conflict(team_dsn):
                for _ in range(4)]
     for thread in threads:
         thread.start()
-    alternative = None
-    while len(admission.lru._flights) == 0:
-        pass
+    run = hashlib.sha256(b"run-3").digest()
+    wait_for(lambda: run in admission.lru._flights and admission.lru._flights[run].waiters == 3,
+             what="three exact retries joined the first admission's flight")
     alternative = admission.admit(record_for("run-3", "Deploys freeze on Mondays."))
     slow.gate.set()
     for thread in threads:

@@ -27,6 +27,7 @@ class Flight:
     payload: bytes
     done: threading.Event = field(default_factory=threading.Event)
     outcome: object = None
+    waiters: int = 0  # exact retries that joined this flight instead of sending a request
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,10 @@ class FingerprintLRU:
                 return Decision("retained")
             flight = self._flights.get(run)
             if flight is not None:
-                return Decision("wait", flight) if flight.payload == payload else Decision("conflict")
+                if flight.payload != payload:
+                    return Decision("conflict")
+                flight.waiters += 1
+                return Decision("wait", flight)
             flight = self._flights[run] = Flight(payload)
             return Decision("lead", flight)
 
