@@ -113,3 +113,19 @@ def test_eight_agents_admitting_and_remembering_against_one_owner_lose_and_dupli
         assert "Or not." not in text
     finally:
         owner.close()
+
+
+def test_an_owner_started_while_the_server_is_away_drains_once_it_returns(tmp_path, own_server):
+    dsn = own_server.new_database()
+    root, owner = owner_for(tmp_path, dsn)
+    owner.close()  # registered once
+    own_server.stop_immediately()
+    owner = MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn})
+    owner.start_intake(poll_seconds=0.05)  # the files are the truth: the owner starts without the server
+    try:
+        own_server.restart()
+        with MemoryStore.connect("team-a", dsn) as agent:
+            assert agent.persist_completed_turn("late-1", "The late turn picked lane9 for the batch.").status == "admitted"
+        wait_for(lambda: "lane9 for the batch" in files_text(root), timeout=60, what="the turn drained after the restart")
+    finally:
+        owner.close()

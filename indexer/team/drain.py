@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from memvault.indexer.backend import open_team_server
+from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.team.fence import ServerFence
 from memvault.vault.errors import VaultError
 from memvault.vault.intake.admission import admit_record
@@ -44,11 +45,11 @@ def owner_settings(config) -> dict:
 
 
 class TeamDrainer:
-    def __init__(self, store, server, *, hook=None, log: Callable[[str], None] | None = None,
+    def __init__(self, store, server_of, *, hook=None, log: Callable[[str], None] | None = None,
                  poll_seconds: float = POLL_SECONDS, fence=None):
         self.store = store
         self._fence = fence  # the TeamSide: nothing is claimed without the server fence
-        self.server = server
+        self._server_of = server_of if callable(server_of) else (lambda: server_of)
         self._hook = hook
         self._log = log or (lambda _message: None)
         self._poll = poll_seconds
@@ -69,7 +70,8 @@ class TeamDrainer:
         last_fence_check = 0.0
         while not self._stop.is_set():
             try:
-                if self._fence is not None and time.monotonic() - last_fence_check >= FENCE_CHECK_SECONDS:
+                due = time.monotonic() - last_fence_check >= FENCE_CHECK_SECONDS
+                if self._fence is not None and (due or self.server is None):
                     last_fence_check = time.monotonic()
                     if not self._fence.reassert():
                         self._stop.wait(FENCE_CHECK_SECONDS)
@@ -83,6 +85,10 @@ class TeamDrainer:
                 busy = 0
             if not busy:
                 self._stop.wait(self._poll)
+
+    @property
+    def server(self):
+        return self._server_of()
 
     def drain_once(self) -> int:
         """One round: claimed turns and written facts, how many."""
@@ -142,32 +148,47 @@ class TeamSide:
         self._store, self._log, self._hook = store, log, hook
 
     def hold(self) -> None:
-        """Take the server fence and register (VaultLocked naming the first owner when held)."""
-        self.fence.hold()
+        """Take the server fence and register: VaultLocked naming the first owner when another
+        holds it. A server that cannot be reached does not stop the owner (its files are the
+        truth): the fence is taken, and draining starts, once the server answers."""
         try:
+            self._take()
+        except IndexServerUnavailable as exc:
+            self._note(f"the index server is away, so this owner drains agents' turns once it returns: {exc}")
+
+    def _take(self) -> None:
+        if not self.fence.held():
+            self.fence.hold()
+        if self.server is None:
             index = self._store.config.index
-            self.server = open_team_server(index.dsn, index.name, create=True)
-            self.server.register_owner(self.fence.host, self.fence.pid, owner_settings(self._store.config))
-        except BaseException:
-            self.fence.release()
-            raise
+            try:
+                server = open_team_server(index.dsn, index.name, create=True)
+                server.register_owner(self.fence.host, self.fence.pid, owner_settings(self._store.config))
+            except BaseException:
+                self.fence.release()
+                raise
+            self.server = server
 
     def start_draining(self) -> None:
-        self.drainer = TeamDrainer(self._store, self.server, hook=self._hook, log=self._log, fence=self)
+        self.drainer = TeamDrainer(self._store, lambda: self.server, hook=self._hook, log=self._log, fence=self)
         self.drainer.start()
 
     def reassert(self) -> bool:
-        """Take the server fence again when its session ended (a server restart frees every lock);
-        False while it cannot (the server away, or another owner took the vault meanwhile)."""
-        if self.fence.held():
+        """Hold the server fence (again, when a server restart ended its session, or for the first
+        time, when the server was away at start); False while it cannot (the server away, or
+        another owner took the vault meanwhile)."""
+        if self.server is not None and self.fence.held():
             return True
         try:
-            self.fence.hold()
+            self._take()
         except VaultError as exc:
-            if self._log is not None:
-                self._log(f"team drain paused: {exc}")
+            self._note(f"team drain paused: {exc}")
             return False
         return True
+
+    def _note(self, message: str) -> None:
+        if self._log is not None:
+            self._log(message)
 
     def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         if self.drainer is not None:
