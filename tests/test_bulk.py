@@ -14,7 +14,7 @@ from memvault.indexer.maintenance.derived import DerivedIndex
 from memvault.indexer.maintenance.health import check_health
 from memvault.vault.errors import CredentialRefused, InvalidRecord
 from memvault.vault.layout import VaultLayout
-from tests.engine_helpers import ENV, REPO, OwnerProcess, memvault
+from tests.engine_helpers import ENV, REPO, OwnerProcess, memvault, wait_for
 from tests.intake_helpers import make_vault
 
 
@@ -127,6 +127,7 @@ def test_concurrent_remembers_through_the_owner_are_each_durable_once(tmp_path, 
         outputs = [p.communicate(timeout=180) for p in procs]
         assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outputs]
         assert all(out.split() == ["added"] * 5 for out, _ in outputs)
+        wait_for(lambda: not store._deferred.pending, what="the owner's timed index commit")
         assert 1 <= commits["n"] - before <= 40  # grouped whenever calls overlap, never more than one each
         text = daily_text(root)
         assert all(text.count(f"Client {c} fact {n}.") == 1 for c in range(8) for n in range(5))

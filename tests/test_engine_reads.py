@@ -155,3 +155,36 @@ def test_sigkill_with_acknowledged_uncommitted_writes_loses_and_doubles_nothing(
     text = daily_text(root)
     assert all(text.count(fact) == 1 for fact in acknowledged)
     assert memvault(root, "health", "--strict").returncode == 0
+
+
+def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
+    """Near-real-time reads in one owner process: memories waiting for their commit are found by
+    their own words beside committed ones, as the committed index then finds them (their order
+    and context matches are provisional until the commit: no neighbour context yet)."""
+    from memvault import MemoryStore
+    from memvault.indexer.engine import deferred, group_commit
+    from memvault.indexer.engine.owner import Owner
+
+    monkeypatch.setattr(group_commit, "IDLE_SECONDS", 3600.0)  # no timed commit during the test
+    monkeypatch.setattr(deferred, "MAX_DELAY_SECONDS", 3600.0)
+    root = make_vault(tmp_path)  # Lite: BM25 alone, so the ranking is the overlay's own
+    with MemoryStore.open(root, engine=False) as store:
+        store.remember_many([f"The harbour crane {n} lifted crates of {kind}." for n, kind in
+                             enumerate(["apples", "pears", "copper", "timber", "salt", "wool"])])
+        owner = Owner(store, role="python").start()
+        try:
+            fresh = {"The harbour crane 7 lifted crates of copper and timber.", "A crane lifted copper.",
+                     "Copper prices rose at the harbour market."}
+            for text in sorted(fresh):
+                owner.group_commit().remember(text, None)
+            assert store._deferred.pending and not committed_texts(root, "copper crane harbour") & fresh
+            queries = ("copper crane", "copper")
+            pending = [[h.text for h in store.recall(q, limit=10).hits] for q in queries]
+            store.flush_deferred()
+            assert not store._deferred.pending and not store._deferred.rows
+            committed = [[h.text for h in store.recall(q, limit=10).hits] for q in queries]
+        finally:
+            owner.stop()
+    for before, after in zip(pending, committed):
+        assert fresh <= set(before) and fresh <= set(after)
+        assert "The harbour crane 2 lifted crates of copper." in before  # committed rows beside them

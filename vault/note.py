@@ -18,6 +18,7 @@ mistune has no source positions, so structure is found line by line here and mis
 each memory's inline markdown into the plain text that is indexed (see `plain_text`).
 """
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 
@@ -90,8 +91,21 @@ class Note:
         return "\n"
 
 
+#: notes up to this many characters are parsed once per distinct text (`parse` is pure and a Note
+#: is frozen): an append reads the note it plans with, writes, and reads it back, the index commit
+#: reads it once more, and a day's note of thousands of lines costs tens of milliseconds to parse
+_PARSE_CACHE_CHARS = 1 << 20
+_PARSE_CACHE_NOTES = 4
+
+
 def parse(text: str) -> Note:
     """Parse a note. Never raises: odd markdown is still a note, just with fewer memories."""
+    if len(text) <= _PARSE_CACHE_CHARS:
+        return _parse_cached(text)
+    return _parse(text)
+
+
+def _parse(text: str) -> Note:
     lines = tuple(text.splitlines(keepends=True))
     body_start, frontmatter = _parse_frontmatter(lines)
     conflicts = _conflict_hunks(lines, body_start)
@@ -99,6 +113,9 @@ def parse(text: str) -> Note:
     bullets, duplicates = _parse_blocks(lines, body_start, hidden)
     return Note(lines, body_start, frontmatter, tuple(bullets), conflicts, tuple(duplicates), open_at_end,
                 frozenset(i for i, masked in enumerate(hidden) if masked))  # fmt: skip
+
+
+_parse_cached = functools.lru_cache(maxsize=_PARSE_CACHE_NOTES)(_parse)
 
 
 def render(note: Note) -> str:

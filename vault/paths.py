@@ -85,10 +85,12 @@ def vault_relative(root: Path, path: Path) -> str:
     """
     root_abs = Path(os.path.abspath(root))
     path_abs = Path(os.path.abspath(path))
-    for base, candidate in (
-        (root_abs, path_abs),
-        (root_abs.resolve(), path_abs.parent.resolve() / path_abs.name),
-    ):
+    candidates = (  # lazily: resolving costs system calls per component, and the first usually fits
+        lambda: (root_abs, path_abs),
+        lambda: (root_abs.resolve(), path_abs.parent.resolve() / path_abs.name),
+    )
+    for candidate_of in candidates:
+        base, candidate = candidate_of()
         try:
             return candidate.relative_to(base).as_posix()
         except ValueError:

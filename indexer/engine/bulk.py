@@ -75,7 +75,7 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
             results[position] = exc
             continue
         prepared.append((position, fact, when))
-    with store._lock, store._deferred.lock:  # the vault lock first, as in `flush_deferred`
+    with store._lock:  # the deferred set's own lock only around its changes (it is taken last, always)
         index = store._writable_index()
         seen: dict[str, RememberReceipt] = {}
         per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)
@@ -122,7 +122,8 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
             if defer_index:  # searchable at once beside the committed index (indexer/engine/overlay.py)
                 records = [record for relpath in touched for position, bullet, fact in per_note[relpath]
                            if (record := _pending(store, notes.get(relpath), relpath, bullet, fact)) is not None]
-                store._deferred.add(sorted(touched), added, records)
+                with store._deferred.lock:
+                    store._deferred.add(sorted(touched), added, records)
             else:
                 store._index_written(index, sorted(touched), added)  # one index commit for the whole batch
     return results

@@ -21,27 +21,27 @@ from __future__ import annotations
 
 import threading
 import time
-
 from collections.abc import Callable, Iterable
 
 from memvault.indexer.engine.overlay import PendingRow, overlay_of
 from memvault.indexer.results import RememberReceipt
 from memvault.vault.records import MemoryRecord
 
-#: commit once no Remember has arrived for this long
-IDLE_SECONDS = 0.05
+#: commit once no write has arrived for this long (reads do not need the commit: a pause suffices)
+IDLE_SECONDS = 0.2
 #: and at least this often while they keep arriving
-MAX_DELAY_SECONDS = 0.5
+MAX_DELAY_SECONDS = 1.0
 #: at most this many memories wait for a commit (a bound on what one flush re-reads)
 MAX_PENDING_MEMORIES = 4096
 
 
 class DeferredIndexing:
     def __init__(self) -> None:
-        #: held while the pending set is changed or committed; taken after the vault lock, never before
+        #: held while the pending set changes; taken last, after any other lock, and held briefly
         self.lock = threading.RLock()
         self._paths: set[str] = set()
-        self._receipts: dict[str, RememberReceipt] = {}  # content hash → the memory's receipt
+        #: content hash → (the memory's receipt, the version it was added at)
+        self._receipts: dict[str, tuple[RememberReceipt, int]] = {}
         self._since: float | None = None  # monotonic time of the oldest pending write
         #: why the last commit failed (reads say so), None once one succeeded
         self.problem: str | None = None
@@ -49,6 +49,11 @@ class DeferredIndexing:
         self.rows: dict[str, PendingRow] = {}
         #: called after every add (the owner's committer wakes to schedule the commit)
         self.on_add: Callable[[], None] | None = None
+        #: counts adds; a commit of the notes as read at version v settles what was added by then
+        self.version = 0
+        self._path_versions: dict[str, int] = {}
+        #: monotonic time of the latest add (the committer waits for a pause after it)
+        self.last_add = 0.0
 
     @property
     def pending(self) -> bool:
@@ -58,11 +63,16 @@ class DeferredIndexing:
             records: Iterable[MemoryRecord] = ()) -> None:
         """Notes written and durable whose index commit is put off; `records`: the rows they
         gained, searched at once beside the committed index. Caller holds `lock`."""
+        if not relpaths:
+            return
         if relpaths and self._since is None:
             self._since = time.monotonic()
+        self.version += 1
+        self.last_add = time.monotonic()
         self._paths.update(relpaths)
-        self._receipts.update(receipts)
-        fresh = [PendingRow.of(record) for record in records]
+        self._path_versions.update(dict.fromkeys(relpaths, self.version))
+        self._receipts.update({digest: (receipt, self.version) for digest, receipt in receipts.items()})
+        fresh = [PendingRow.of(record, self.version) for record in records]
         if fresh:
             self.rows = {**self.rows, **{row.key: row for row in fresh}}
         if self.on_add is not None:
@@ -73,7 +83,8 @@ class DeferredIndexing:
         return overlay_of(bm25, self.rows)
 
     def receipt(self, digest: str) -> RememberReceipt | None:
-        return self._receipts.get(digest)
+        found = self._receipts.get(digest)
+        return None if found is None else found[0]
 
     def due(self) -> bool:
         """True when the oldest pending write has waited `MAX_DELAY_SECONDS`, or too many wait."""
@@ -89,18 +100,24 @@ class DeferredIndexing:
     def paths(self) -> list[str]:
         return sorted(self._paths)
 
-    def committed(self, relpaths: list[str]) -> None:
-        """These notes were just committed whole (a sync, a projection): what waited for them is in."""
-        done = set(relpaths) & self._paths
-        if not done:
-            return
-        self._paths -= done
-        self._receipts = {digest: r for digest, r in self._receipts.items() if r.source.partition("#")[0] not in done}
-        self.rows = {key: row for key, row in self.rows.items() if row.record.path not in done}
+    def committed(self, relpaths: list[str], through: int | None = None) -> None:
+        """These notes were just committed as read at version `through` (None: as they are now,
+        the vault lock held): what was added for them by then is in the index."""
+        through = self.version if through is None else through
+        done = {path for path in relpaths if path in self._paths and self._path_versions.get(path, 0) <= through}
+        if done:
+            self._paths -= done
+            for path in done:
+                self._path_versions.pop(path, None)
+        paths = set(relpaths)
+        self._receipts = {digest: (r, v) for digest, (r, v) in self._receipts.items()
+                          if not (v <= through and r.source.partition("#")[0] in paths)}  # fmt: skip
+        self.rows = {key: row for key, row in self.rows.items() if not (row.version <= through and row.record.path in paths)}
         if not self._paths:
-            self._since = None
+            self._since, self.problem = None, None
 
     def clear(self) -> None:
         """After a successful commit of `paths()` (a failed one leaves everything pending)."""
         self._paths, self._receipts, self._since, self.problem = set(), {}, None, None
+        self._path_versions = {}
         self.rows = {}  # after the commit made them searchable there (readers dedupe by key meanwhile)

@@ -2,13 +2,15 @@
 fsync per daily note (`bulk.remember_batch`); each caller is answered once its own note is
 durable. Index commits are shared more widely still: the batch's notes join the store's deferred
 set (indexer/engine/deferred.py) with every other write the owner makes (projected turns, the
-watcher's hand edits), and this thread commits them when no write came for `IDLE_SECONDS`, at
-least every `MAX_DELAY_SECONDS`, and when too many wait; never for a read (reads search the
+watcher's hand edits), and a second thread commits them when no write came for `IDLE_SECONDS`,
+at least every `MAX_DELAY_SECONDS`, and when too many wait; never for a read (reads search the
 pending rows beside the index, indexer/engine/overlay.py).
 
-One committer thread takes everything waiting, writes it as one batch, and wakes the callers.
+The writer thread takes every Remember waiting, writes it as one batch, and wakes the callers.
 While a batch is being written the next one gathers, so under load batches grow by themselves
-and an idle owner adds no delay (a lone call is written at once).
+and an idle owner adds no delay (a lone call is written at once). The committer thread runs
+beside it: a commit reads the notes under the vault lock and commits without it
+(`MemoryStore.flush_deferred`), so batches keep being written while the index commits.
 """
 
 from __future__ import annotations
@@ -41,15 +43,16 @@ class GroupCommit:
         self._store = store
         self._log = log or (lambda _message: None)
         self._retry_at = 0.0  # monotonic time before which a failed index commit is not retried
-        self._lock = lock  # the owner's request lock: the store is used by one thread at a time
+        self._lock = lock  # the owner's request lock: batches are written one request at a time
         self._now = now
         self._cond = threading.Condition()
         self._waiting: list[_Waiting] = []
         self._closed = False
-        self._poked = False  # a write joined the deferred set outside a batch (the intake worker, the watcher)
         store._deferred.on_add = self.poke
-        self._thread = threading.Thread(target=self._run, name="memvault-group-commit", daemon=True)
-        self._thread.start()
+        self._writer = threading.Thread(target=self._write_batches, name="memvault-group-commit", daemon=True)
+        self._committer = threading.Thread(target=self._commit_when_due, name="memvault-index-commit", daemon=True)
+        self._writer.start()
+        self._committer.start()
 
     def remember(self, text: str, at: datetime | None) -> RememberReceipt:
         """Queue one Remember and wait until its batch is durable; raises what a single call raises."""
@@ -58,46 +61,36 @@ class GroupCommit:
             if self._closed:
                 raise VaultError("the engine is stopping: retry in a moment")
             self._waiting.append(waiting)
-            self._cond.notify()
+            self._cond.notify_all()
         waiting.done.wait()
         if isinstance(waiting.result, BaseException):
             raise waiting.result
         return waiting.result
 
     def poke(self) -> None:
-        """Something was deferred: schedule its commit (idle pause, or the longest delay)."""
+        """Something joined the deferred set: the committer schedules its commit."""
         with self._cond:
-            self._poked = True
-            self._cond.notify()
+            self._cond.notify_all()
 
     def close(self) -> None:
+        """Write what waits, commit everything deferred, stop both threads."""
         with self._cond:
             self._closed = True
-            self._cond.notify()
-        self._thread.join(30)
+            self._cond.notify_all()
+        self._writer.join(30)
+        self._committer.join(30)
         if self._store._deferred.on_add == self.poke:
             self._store._deferred.on_add = None
 
-    def _run(self) -> None:
-        deferred = self._store._deferred
+    # --- the writer ------------------------------------------------------------------------------
+
+    def _write_batches(self) -> None:
         while True:
             with self._cond:
-                wait = None if not deferred.pending else min(IDLE_SECONDS, deferred.seconds_until_due())
-                if wait is not None:  # after a failed commit, not before the pause is over
-                    wait = max(wait, self._retry_at - time.monotonic())
-                self._cond.wait_for(lambda: self._waiting or self._closed or self._poked, timeout=wait)
-                poked, self._poked = self._poked, False
+                self._cond.wait_for(lambda: self._waiting or self._closed)
                 batch, self._waiting = self._waiting[:BATCH_ITEMS], self._waiting[BATCH_ITEMS:]
-                closing = self._closed and not batch
-            if poked and not batch and not closing and not deferred.due():
-                continue  # a write arrived: wait for the pause after it (or until one waited long enough)
-            commit_now = (not batch or deferred.due()) and time.monotonic() >= self._retry_at
-            if commit_now or closing:  # idle for a moment, a write waited long enough, or closing
-                self._flush()
-            if closing:
-                return
-            if not batch:
-                continue
+                if not batch:
+                    return  # closed and nothing left
             try:
                 with self._lock:
                     results = remember_batch(self._store, [w.item for w in batch], self._now, defer_index=True)
@@ -107,12 +100,41 @@ class GroupCommit:
                 waiting.result = result
                 waiting.done.set()
 
-    def _flush(self) -> None:
+    # --- the committer ---------------------------------------------------------------------------
+
+    def _commit_when_due(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    wait = self._until_due()
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                closing = self._closed
+            if closing:
+                self._writer.join(30)  # its last batch is in the deferred set before the last commit
+            self._commit()
+            if closing:
+                return
+
+    def _until_due(self) -> float | None:
+        """Seconds until the next commit is due (0: now), None while nothing waits for one."""
+        deferred = self._store._deferred
+        if not deferred.pending:
+            return None
+        now = time.monotonic()
+        if now < self._retry_at:
+            return self._retry_at - now
+        idle = now - deferred.last_add
+        if idle >= IDLE_SECONDS or deferred.due():
+            return 0.0
+        return min(IDLE_SECONDS - idle, deferred.seconds_until_due())
+
+    def _commit(self) -> None:
         if not self._store._deferred.pending:
             return
         try:
-            with self._lock:
-                self._store.flush_deferred()
-        except Exception as exc:  # kept pending: the next read or a later pause retries; the notes are durable
+            self._store.flush_deferred()
+        except Exception as exc:  # kept pending: a later pause retries; the notes are durable
             self._retry_at = time.monotonic() + RETRY_SECONDS
-            self._log(f"index commit of acknowledged remembers failed, retrying in {RETRY_SECONDS:g} s: {exc}")
+            self._log(f"index commit of acknowledged writes failed, retrying in {RETRY_SECONDS:g} s: {exc}")

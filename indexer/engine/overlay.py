@@ -79,11 +79,12 @@ class PendingRow:
     text_terms: Counter = field(default_factory=Counter)
     ctx_terms: Counter = field(default_factory=Counter)
     cjk_terms: Counter = field(default_factory=Counter)
+    version: int = 0  # the deferred set's version when it was added
 
     @classmethod
-    def of(cls, record: MemoryRecord) -> PendingRow:
+    def of(cls, record: MemoryRecord, version: int = 0) -> PendingRow:
         return cls(record, document_of(record), Counter(_terms(record.text)), Counter(_terms(record.context)),
-                   Counter(cjk_bigrams(record.text)))
+                   Counter(cjk_bigrams(record.text)), version)
 
     @property
     def key(self) -> str:

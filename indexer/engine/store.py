@@ -31,7 +31,7 @@ from memvault.indexer.maintenance.generations import (
 )
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.replay_index import finish_rebuild, project_generation
-from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome
+from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome, diff_rows
 from memvault.indexer.results import RebuildReport, RecallResult, RememberReceipt, SyncReport
 from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
 from memvault.indexer.search.telemetry import AccessLog
@@ -214,10 +214,10 @@ class MemoryStore:
         """Index every note whose bytes changed since the index saw it (hand edits, crashes).
 
         `paths` (vault-relative) limits the check to those files: the watcher names what changed.
-        With `defer` (the owner's watcher), named notes that changed are only repaired (lines a
-        save dropped are appended again) and join the deferred set: their index commit runs on the
-        owner's commit timer with everything else, so a person saving at 15 Hz costs one bounded
-        check per save, not a commit that every client waits behind.
+        With `defer` (the owner's watcher), named notes that changed are repaired (lines a save
+        dropped are appended again), read, and handed to the deferred set (`_defer_edits`): their
+        index commit runs on the owner's commit timer with everything else, so a person saving at
+        15 Hz costs one read per save, not a commit that every client waits behind.
         Returns a `SyncOutcome`: a SyncReport whose `files` are the files whose rows changed, with
         row counts beside it.
         """
@@ -228,11 +228,8 @@ class MemoryStore:
             with VaultLock(self.layout.root, timeout=5.0):
                 repair_lost_lines(self.layout, None if paths is None else list(paths))  # a save dropped ours
                 if defer and paths is not None and self.defers_index_commits:
-                    # named notes: lookups only, never beside a commit's wait (it holds the index lock)
-                    stale = self._writable_index().stale_paths(self.layout, list(paths))
-                    with self._deferred.lock:
-                        self._deferred.add(stale, {})
-                    return SyncOutcome.of_delta(len(stale), IndexDelta(), time.monotonic() - started)
+                    delta, stale = self._defer_edits(list(paths))
+                    return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
                 with self._index_lock:
                     index = self._writable_index()
                     stale = index.stale_paths(self.layout, None if paths is None else list(paths))
@@ -242,6 +239,20 @@ class MemoryStore:
         except VaultLocked:
             return SyncOutcome.skipped_because("another memvault process holds the vault lock")
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
+
+    def _defer_edits(self, paths: list[str]) -> tuple[IndexDelta, list[str]]:
+        """The owner's watcher: what a save changed in these notes, searchable at once beside the
+        index (new and edited rows; a removed row stays until the commit) and committed on the
+        committer's timer. Vault lock held; the index lock is not taken, so a save never waits
+        for a commit in flight (reading rows beside it is safe)."""
+        index = self._writable_index()
+        stale = index.stale_paths(self.layout, paths)
+        delta = IndexDelta()
+        for item in (read_note_records(self.layout, path, self.time_zone) for path in stale):
+            delta.extend(diff_rows(item.path, index.rows_of(item.path), item.records))
+        with self._deferred.lock:
+            self._deferred.add(stale, {}, delta.upserts)
+        return delta, stale
 
     @translates_storage_errors
     def rebuild(self, progress: PhaseLog | None = None, *, hook: BoundaryHook | None = None) -> RebuildReport:
