@@ -66,6 +66,9 @@ def test_remote_remember_is_recallable_at_once_with_the_local_id_and_lands_in_th
         wait_for(lambda: agent.intake_snapshot()["remote"]["factsHeld"] == 0, what="the server to forget it")
         hits = agent.recall("who rotates the on-call pager?").hits  # now from the rows
         assert [h.id for h in hits].count(receipt.id) == 1
+        again = agent.remember(fact)  # the rows hold it now: a duplicate naming its note, as locally
+        assert (again.status, again.id) == ("duplicate", receipt.id) and again.source.startswith("daily/")
+        assert files_text(root).count(fact) == 1
 
 
 def test_an_acknowledged_fact_survives_a_rebuild_before_its_owner_projects_it(tmp_path, postgres_dsn):
