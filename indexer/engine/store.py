@@ -603,9 +603,8 @@ class MemoryStore:
         """Index these notes now, under the vault lock (re-entrant for a caller that holds it);
         in an owner, on its commit timer."""
         with self._lock:
-            if self.defers_index_commits:
-                with self._deferred.lock:
-                    self._deferred.add(list(relpaths), {})
+            if self.defers_index_commits:  # their rows searchable at once (capture's next candidate lookup)
+                self._defer_edits(list(relpaths))
                 return
             self._apply(self._writable_index(), list(relpaths))
 
