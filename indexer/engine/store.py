@@ -546,6 +546,8 @@ class MemoryStore:
 
         extra = () if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
         self._commit_acknowledged()  # health compares the files with the index: commit what is put off
+        if strict and self._semantic is not None:  # queued vectors are work in flight, not a fault: settle them (bounded)
+            self._semantic.drain()
         with self._index_lock:  # not beside a commit that changes what it compares
             return check_health(self.layout, self.config, strict=strict, extra=extra).to_json()
 
