@@ -97,6 +97,11 @@ def test_admit_beside_a_stopped_owner_saves_the_turn_and_prints_its_status(tmp_p
     root = make_vault(tmp_path, mode="journal")
     owner = OwnerProcess(root, "serve").wait_serving()
     try:
+        # stopped while idle: a process frozen inside the intake lock (its start-up recovery, a
+        # resolve) blocks every writer of the intake until it runs again (docs/engine.md)
+        warm = memvault(root, "admit", "--wait", input=turn_json("run-warm", "The crew checked the rigging."))
+        assert json.loads(warm.stdout)["status"] == "admitted", warm.stdout
+        wait_for(lambda: pending_count(root) == 0, what="the owner to resolve its first turn")
         owner.proc.send_signal(signal.SIGSTOP)
         done = memvault(root, "admit", input=turn_json("run-stopped", "The lookout saw three whales at dawn."))
         body = json.loads(done.stdout)
