@@ -7,10 +7,12 @@ through `redact`, so neither the DSN's password nor a password libpq echoes reac
 """
 
 import re
+import threading
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from memvault.indexer.backend.base import IndexServerUnavailable
-from memvault.vault.errors import InvalidConfig
+from memvault.vault.errors import IndexUnavailable, InvalidConfig
 
 MIN_SERVER_MAJOR = 16
 MIN_PGVECTOR = (0, 8)
@@ -120,3 +122,51 @@ def version_problems(major: int, server_text: str, vector: str | None) -> list[s
 
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+class ServerSession:
+    """One connection used under a lock, opened on first use; a broken one is dropped so the next
+    call reconnects (the call that met it fails with IndexServerUnavailable). `prepare` runs on
+    each new connection; `refusal` turns a statement error into the caller's own VaultError (or
+    None for the generic "refused a statement")."""
+
+    def __init__(self, dsn: str, *, prepare=None, refusal=None):
+        self.dsn = dsn
+        self._prepare = prepare
+        self._refusal = refusal
+        self._lock = threading.RLock()
+        self._conn = None
+
+    @contextmanager
+    def __call__(self):
+        psycopg = require_psycopg()
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect(self.dsn, autocommit=True)
+                if self._prepare is not None:
+                    self._prepare(self._conn)
+            try:
+                yield self._conn
+            except psycopg.OperationalError as exc:
+                self._drop()
+                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+            except psycopg.Error as exc:
+                refused = None if self._refusal is None else self._refusal(exc)
+                if refused is not None:
+                    raise refused from None
+                if self._conn is not None and self._conn.broken:
+                    self._drop()
+                    raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+                raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - it is already broken
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()

@@ -7,14 +7,12 @@ sync catches the server up.
 """
 
 import json
-import threading
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
 from datetime import date, datetime, timezone
 
-from memvault.indexer.backend.base import BackendCounts, BackendDelta, IndexServerUnavailable, StoredRow
+from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
-from memvault.indexer.backend.postgres.connection import connect, redact, require_psycopg, unreachable_message
+from memvault.indexer.backend.postgres.connection import ServerSession, require_psycopg
 from memvault.indexer.backend.postgres.lexical import BM25_SQL, query_words, words
 from memvault.vault.errors import IndexUnavailable
 
@@ -55,8 +53,7 @@ class PostgresBackend:
         require_psycopg()
         self.dsn = dsn
         self.vault = schema.check_vault_name(vault)
-        self._lock = threading.RLock()
-        self._conn = None
+        self._session = ServerSession(dsn, prepare=_prepare_session)
         self._dims: dict[int, int | None] = {}
         self._create = create
         with self._session() as conn:
@@ -66,43 +63,8 @@ class PostgresBackend:
 
     # --- connection ----------------------------------------------------------------------------
 
-    @contextmanager
-    def _session(self):
-        """The connection, under the lock; a broken one is dropped so the next call reconnects."""
-        psycopg = require_psycopg()
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = connect(self.dsn, autocommit=True)
-                try:
-                    from pgvector.psycopg import register_vector
-
-                    register_vector(self._conn)
-                    # recall asks for 100 vector candidates: one round trip, no SET LOCAL per query
-                    self._conn.execute(f"SET hnsw.ef_search = {_SESSION_EF_SEARCH}")
-                except psycopg.Error:
-                    pass  # no vector type yet: ensure_schema creates it; the next session registers it
-            try:
-                yield self._conn
-            except psycopg.OperationalError as exc:
-                self._drop_connection()
-                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
-            except psycopg.Error as exc:
-                if self._conn is not None and self._conn.broken:
-                    self._drop_connection()
-                    raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
-                raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - it is already broken
-                pass
-
     def close(self) -> None:
-        with self._lock:
-            self._drop_connection()
+        self._session.close()
 
     # --- generations ---------------------------------------------------------------------------
 
@@ -345,3 +307,16 @@ def _stored_row(row: tuple) -> StoredRow:
     key, id_, path, kind, day, at, line, text, chash, ctxh, context = row
     return StoredRow(key, id_, path, kind, day if isinstance(day, date) else date.fromisoformat(day),
                      datetime.fromtimestamp(at, timezone.utc), line, text, chash, ctxh, context)  # fmt: skip
+
+
+def _prepare_session(conn) -> None:
+    """pgvector's types on a new connection, and the search depth recall needs."""
+    psycopg = require_psycopg()
+    try:
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+        # recall asks for 100 vector candidates: one round trip, no SET LOCAL per query
+        conn.execute(f"SET hnsw.ef_search = {_SESSION_EF_SEARCH}")
+    except psycopg.Error:
+        pass  # no vector type yet: ensure_schema creates it; the next session registers it

@@ -22,13 +22,11 @@ owner connects as the tables' owner.
 """
 
 import json
-import threading
-from contextlib import contextmanager
 from datetime import datetime
 
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.backend.postgres import schema
-from memvault.indexer.backend.postgres.connection import connect, redact, require_psycopg, unreachable_message
+from memvault.indexer.backend.postgres.connection import ServerSession, connect, require_psycopg, unreachable_message
 from memvault.vault.errors import IndexUnavailable, VaultLocked
 
 WRITER_ROLE_PREFIX = "memvault_write_"
@@ -131,8 +129,7 @@ class TeamServer:
         require_psycopg()
         self.dsn = dsn
         self.vault = schema.check_vault_name(vault)
-        self._lock = threading.RLock()
-        self._conn = None
+        self._session = ServerSession(dsn, refusal=self._refusal)
         if create:
             with self._session() as conn:
                 schema.ensure_schema(conn)
@@ -140,40 +137,19 @@ class TeamServer:
                 ensure_team_schema(conn)
                 ensure_team_vault(conn, self.vault)
 
-    @contextmanager
-    def _session(self):
+    def _refusal(self, exc) -> IndexUnavailable | None:
+        """The team tables' own refusals, in words that name the fix."""
         psycopg = require_psycopg()
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = connect(self.dsn, autocommit=True)
-            try:
-                yield self._conn
-            except psycopg.OperationalError as exc:
-                self._drop()
-                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
-            except psycopg.errors.UndefinedTable:
-                raise IndexUnavailable(f"the index server holds no team tables yet: start vault {self.vault!r}'s "
-                                       "owner once on its home machine (`memvault serve`)") from None  # fmt: skip
-            except psycopg.errors.InsufficientPrivilege:
-                raise IndexUnavailable(f"this role may not use vault {self.vault!r} on the index server: ask its admin "
-                                       f"to GRANT {writer_role(self.vault)} TO your role") from None  # fmt: skip
-            except psycopg.Error as exc:
-                if self._conn is not None and self._conn.broken:
-                    self._drop()
-                    raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
-                raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - it is already broken
-                pass
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            return IndexUnavailable(f"the index server holds no team tables yet: start vault {self.vault!r}'s "
+                                    "owner once on its home machine (`memvault serve`)")  # fmt: skip
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return IndexUnavailable(f"this role may not use vault {self.vault!r} on the index server: ask its admin "
+                                    f"to GRANT {writer_role(self.vault)} TO your role")  # fmt: skip
+        return None
 
     def close(self) -> None:
-        with self._lock:
-            self._drop()
+        self._session.close()
 
     # --- clients ---------------------------------------------------------------------------------
 
