@@ -69,8 +69,10 @@ class PostgresServer:
         subprocess.run(command, check=True, user=user, capture_output=True, timeout=60)
 
     def destroy(self) -> None:
+        """Stop without the shutdown checkpoint (the data folder is deleted next: a fast stop
+        spent up to 25 s writing out the buffers of every test's database) and remove it all."""
         with contextlib.suppress(Exception):
-            self.stop()
+            self.stop_immediately()
         shutil.rmtree(self.pgdata, ignore_errors=True)
 
     def new_database(self) -> str:
