@@ -1,6 +1,7 @@
 """Retrieval quality on LoCoMo: evidence recall@5/10/25 for BM25 only, vectors only and hybrid.
 
     python -m bench.locomo [--data ../shared/eval/locomo-dev.json] [--provider builtin|e5-small]
+                           [--extra e5-small]
 
 One vault per conversation (Journal tier), one memory per dialog turn written as a bullet in the
 daily note of its session's date (`Speaker: text`, plus the image caption when there is one),
@@ -15,10 +16,16 @@ measured switched off in the same run, question by question, with a paired boots
 off). The floor is also asked about questions the vault cannot answer, the **negatives**: every
 question of the next conversation asked of this one's vault, and nonsense words; the share of
 negatives answered empty is printed beside recall@10 with and without the floor.
+
+With `--extra e5-small` the vaults also hold a second model's vectors (memory.extraEmbeddings)
+and hybrid fuses them as one more list; `no extra` is the same recall without that list, so the
+paired interval is the extra model's worth, and the rebuild's embedding rate of each model
+(passages per second, both running beside BM25 on this machine's cores) is printed.
 """
 
 import argparse
 import json
+import os
 import random
 import re
 import tempfile
@@ -28,6 +35,7 @@ from pathlib import Path
 
 from bench.paired import Difference, paired_difference
 from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
@@ -55,10 +63,13 @@ def turn_text(turn: dict) -> str:
     return " ".join(text.split())
 
 
-def write_vault(root: Path, conversation: dict, provider: str, rerank: dict | None = None) -> None:
+def write_vault(root: Path, conversation: dict, provider: str, rerank: dict | None = None,
+                extra: str | None = None) -> None:
     data = default_config_data(mode="journal", time_zone="UTC")
     if provider != "builtin":
         data["memory"]["embeddings"] = {"provider": provider}
+    if extra:
+        data["memory"]["extraEmbeddings"] = {"provider": extra}
     if rerank:
         data["memory"]["rerank"] = rerank
     init_vault(root, render_config(data))
@@ -87,6 +98,8 @@ TODAY = datetime(2026, 12, 2).date()
 NONSENSE_WORDS = 50
 #: milliseconds each rerank call took (printed when a reranker is configured)
 RERANK_MS: list[float] = []
+#: per embedding phase of the rebuilds ("embedding", "embedding e5-small"): [passages, seconds]
+EMBEDDING_COST: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
 _SYLLABLES = ("ka", "zu", "mo", "fe", "qui", "rt", "plo", "xa", "vex", "nor", "bli", "gy", "dro", "sku", "tha")
 
 
@@ -95,17 +108,23 @@ def rankings(store: MemoryStore, question: str, depth: int) -> dict[str, list[st
     bm25 = [dialog_id(hit.key) for hit in index.bm25.search(question, depth)]
     vectors, _ = store._semantic.search(question, depth)
     ranked = {"bm25": bm25, "vectors": [dialog_id(key) for key, _ in vectors or []]}
+    if store._semantic.extra_identity is not None:
+        extra, _ = store._semantic.search_extra(question, depth)
+        ranked["extra vectors"] = [dialog_id(key) for key, _ in extra or []]
     for name, change in VARIANTS.items():
         ranked[name] = [dialog_id(hit.source) for hit in hybrid(store, question, depth, **change).hits]
     return ranked
 
 
-def hybrid(store: MemoryStore, question: str, depth: int, *, today=TODAY, floor: bool = True, rerank: bool = True):
+def hybrid(store: MemoryStore, question: str, depth: int, *, today=TODAY, floor: bool = True, rerank: bool = True,
+           extra: bool = True):
     """memvault's tool-mode recall on the store's index, with the given settings (the reranker
-    when `memory.rerank` is configured, unless `rerank` is False)."""
+    when `memory.rerank` is configured, unless `rerank` is False; the extra list when
+    memory.extraEmbeddings is, unless `extra` is False)."""
     index = store._readable_index()
     reranker = store._reranker() if rerank else None
-    result = recall_tool(index.bm25, store._semantic, question, depth, today=today, floor=floor, reranker=reranker)
+    result = recall_tool(index.bm25, store._semantic, question, depth, today=today, floor=floor, reranker=reranker,
+                         extra_list=extra)
     if result.explain and "rerank" in result.explain:
         RERANK_MS.append(result.explain["rerank"]["ms"])
     return result
@@ -126,14 +145,19 @@ def negatives(data: list[dict], index: int) -> list[str]:
     return asked + nonsense()
 
 
-def evaluate(data: list[dict], provider: str, rerank: dict | None = None) -> dict:
+def evaluate(data: list[dict], provider: str, rerank: dict | None = None, extra: str | None = None) -> dict:
     scores: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for number, sample in enumerate(data):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "vault"
-            write_vault(root, sample["conversation"], provider, rerank)
+            write_vault(root, sample["conversation"], provider, rerank, extra)
             with MemoryStore.open(root, sync=False) as store:
-                store.rebuild()
+                progress = PhaseLog()
+                store.rebuild(progress)
+                for phase in progress.snapshot():
+                    if phase.name.startswith("embedding"):
+                        EMBEDDING_COST[phase.name][0] += phase.done
+                        EMBEDDING_COST[phase.name][1] += phase.seconds()
                 for qa in sample["qa"]:
                     evidence = {e for raw in qa.get("evidence", []) for e in _EVIDENCE_RE.findall(raw)}
                     if not evidence:
@@ -190,13 +214,23 @@ def print_negatives(scores: dict) -> None:
           f"({100 * (with_floor - without):+.2f} points)\n")
 
 
+def print_embedding_cost() -> None:
+    """Each model's embedding rate in the rebuilds: passages embedded per second of its phase
+    (the phases run beside BM25 and each other, so this is the cost on this machine's cores)."""
+    for phase, (done, seconds) in sorted(EMBEDDING_COST.items()):
+        rate = done / seconds if seconds > 0 else float("nan")
+        print(f"rebuild {phase}: {int(done)} passages in {seconds:.1f} s = {rate:.0f} passages/s "
+              f"({os.cpu_count()} cores, shared)")
+
+
 def print_recall_table(scores: dict) -> None:
     counts = {g: len(scores[("hybrid", g, KS[0])]) for g in GROUPS}
-    print(f"{'':10}" + "".join(f"{g + ' (' + str(counts[g]) + ')':>22}" for g in GROUPS))
+    print(f"{'':16}" + "".join(f"{g + ' (' + str(counts[g]) + ')':>22}" for g in GROUPS))
     for k in KS:
-        for retriever in ("bm25", "vectors", *VARIANTS):
+        singles = ("bm25", "vectors", "extra vectors") if ("extra vectors", "overall", k) in scores else ("bm25", "vectors")
+        for retriever in (*singles, *VARIANTS):
             cells = [f"{100 * _mean(scores[(retriever, group, k)]):22.1f}" for group in GROUPS]
-            print(f"{retriever + ' @' + str(k):10}" + "".join(cells))
+            print(f"{retriever + ' @' + str(k):16}" + "".join(cells))
         print()
 
 
@@ -238,6 +272,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--provider", default="builtin", choices=["builtin", "e5-small"])
+    parser.add_argument("--extra", choices=["e5-small"], help="a second model's vectors fused beside the first "
+                        "(memory.extraEmbeddings), measured against the same run without them")
     parser.add_argument("--json", action="store_true", help="also print the raw means as JSON")
     parser.add_argument("--rerank-endpoint", help="a rerank server's route, e.g. http://localhost:8080/v1/rerank")
     parser.add_argument("--rerank-model", default="bge-reranker-v2-m3")
@@ -249,10 +285,14 @@ def main() -> None:
         rerank = {"provider": "http", "endpoint": args.rerank_endpoint, "model": args.rerank_model,
                   "format": args.rerank_format, "timeoutMs": 10_000}
         VARIANTS["no rerank"] = {"rerank": False}
-    scores = evaluate(data, args.provider, rerank)
+    if args.extra:
+        VARIANTS["no extra"] = {"extra": False}
+    scores = evaluate(data, args.provider, rerank, args.extra)
     print(f"LoCoMo evidence recall, {len(data)} conversations, embeddings: {args.provider}"
+          + (f" + {args.extra} (extra list)" if args.extra else "")
           + (f", reranker {args.rerank_model}" if rerank else "") + "\n")
     report(scores)
+    print_embedding_cost()
     if RERANK_MS:
         ordered = sorted(RERANK_MS)
         print(f"reranker added {ordered[len(ordered) // 2]:.1f} ms median, {ordered[int(0.95 * len(ordered))]:.1f} ms p95 "

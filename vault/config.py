@@ -145,6 +145,8 @@ class MemoryConfig:
     runtime_memory_limit: int = RUNTIME_MEMORY_LIMIT_BYTES
     runtime: RuntimeSettings = RuntimeSettings()
     rerank: RerankConfig | None = None  # absent: recall fuses without a second stage
+    #: memory.extraEmbeddings: a second model's vector list fused beside `embeddings` (journal/bujo only)
+    extra_embeddings: EmbeddingsConfig | None = None
 
     @property
     def zone(self) -> zoneinfo.ZoneInfo:
@@ -369,6 +371,7 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
             get("memory.embeddings.apiKeyEnv"),
         )
         used.update({f"memory.embeddings.{k}": v for k, v in zip(OBJECTS["memory.embeddings"], _values(embeddings))})
+    extra = _resolve_extra_embeddings(flat, used) if mode != "lite" else None
     # bujo requires the chat model; any tier may configure one for runtime-memory compaction
     if mode == "bujo" or any(key.startswith("memory.llm.") for key in flat):
         name = get("memory.llm.provider", "ollama")
@@ -404,10 +407,28 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
     memory = MemoryConfig(
         used["memory.mode"], used["memory.writeMode"], used["memory.timeZone"], embeddings, llm,
         used["memory.recallTool.enabled"], used["memory.rememberTool.enabled"],
-        used["memory.runtime.userLimit"], used["memory.runtime.memoryLimit"], runtime, rerank,
+        used["memory.runtime.userLimit"], used["memory.runtime.memoryLimit"], runtime, rerank, extra,
     )  # fmt: skip
     tools = ToolsConfig(None if allowed is None else tuple(allowed), tuple(used["tools.deniedTools"]), host_tools)
     return memory, tools, used
+
+
+def _resolve_extra_embeddings(flat: dict[str, Any], used: dict[str, Any]) -> EmbeddingsConfig | None:
+    """memory.extraEmbeddings (validated: its provider is given), or None when absent."""
+    if "memory.extraEmbeddings" not in flat:
+        return None
+    get = flat.get
+    name = get("memory.extraEmbeddings.provider")
+    provider = EMBEDDING_PROVIDERS[name]
+    extra = EmbeddingsConfig(
+        name,
+        get("memory.extraEmbeddings.model", provider.model),
+        get("memory.extraEmbeddings.dim", provider.dim),
+        get("memory.extraEmbeddings.endpoint", provider.endpoint),
+        get("memory.extraEmbeddings.apiKeyEnv"),
+    )
+    used.update({f"memory.extraEmbeddings.{k}": v for k, v in zip(OBJECTS["memory.extraEmbeddings"], _values(extra))})
+    return extra
 
 
 #: dotted memory.runtime key -> RuntimeSettings field

@@ -98,10 +98,12 @@ OBJECTS = MappingProxyType(
     {
         "": ("memory", "tools", "index"),
         "memory": (
-            "mode", "writeMode", "path", "timeZone", "embeddings", "llm", "rerank", "recallTool", "rememberTool",
-            "runtime",
+            "mode", "writeMode", "path", "timeZone", "embeddings", "extraEmbeddings", "llm", "rerank", "recallTool",
+            "rememberTool", "runtime",
         ),
         "memory.embeddings": ("provider", "model", "dim", "endpoint", "apiKeyEnv"),
+        #: a second vector list fused beside memory.embeddings' (docs/configuration.md, "Extra embeddings")
+        "memory.extraEmbeddings": ("provider", "model", "dim", "endpoint", "apiKeyEnv"),
         "memory.llm": ("provider", "model", "endpoint", "timeoutMs", "apiKeyEnv", "systemRole"),
         "memory.rerank": ("provider", "endpoint", "model", "format", "timeoutMs", "candidates", "apiKeyEnv"),
         "memory.recallTool": ("enabled",),
@@ -128,6 +130,11 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "memory.embeddings.dim": (int, 768),
         "memory.embeddings.endpoint": (str, "http://localhost:11434"),
         "memory.embeddings.apiKeyEnv": (str, "OPENAI_API_KEY"),
+        "memory.extraEmbeddings.provider": (str, "e5-small"),
+        "memory.extraEmbeddings.model": (str, "multilingual-e5-small-q4"),
+        "memory.extraEmbeddings.dim": (int, 384),
+        "memory.extraEmbeddings.endpoint": (str, "http://localhost:11434"),
+        "memory.extraEmbeddings.apiKeyEnv": (str, "OPENAI_API_KEY"),
         "memory.llm.provider": (str, "ollama"),
         "memory.llm.model": (str, "qwen3:8b"),
         "memory.llm.endpoint": (str, "http://localhost:11434"),
@@ -170,6 +177,7 @@ _OBJECT_EXAMPLES = {
     "": {"memory": {"mode": "lite"}},
     "memory": {"mode": "lite"},
     "memory.embeddings": {"provider": "builtin"},
+    "memory.extraEmbeddings": {"provider": "e5-small"},
     "memory.llm": {"provider": "ollama", "model": "qwen3:8b"},
     "memory.rerank": {"provider": "http", "endpoint": "http://localhost:8080/v1/rerank", "model": "bge-reranker-v2-m3"},
     "memory.recallTool": {"enabled": True},
@@ -251,7 +259,7 @@ def _show_key(name: Any) -> str:
 def _unknown_key(prefix: str, name: Any) -> _Problem:
     key = f"{prefix}.{_show_key(name)}" if prefix else _show_key(name)
     allowed = OBJECTS[prefix]
-    if prefix in ("memory.llm", "memory.embeddings", "memory.rerank") and str(name).lower() in _SECRET_KEY_NAMES:
+    if prefix in ("memory.llm", "memory.embeddings", "memory.extraEmbeddings", "memory.rerank") and str(name).lower() in _SECRET_KEY_NAMES:
         return _Problem(
             f"{key} is not a known key: never put a key in the config file; put it in an environment variable"
             f" and set {prefix}.apiKeyEnv to that variable's name",
@@ -359,59 +367,59 @@ def _api_key_env_problem(key: str, value: str) -> str | None:
     )
 
 
-def _check_embeddings(flat: dict[str, Any], problems: list[_Problem]) -> None:
-    block = flat.get("memory.embeddings")
+def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: str = "memory.embeddings") -> None:
+    """memory.embeddings, or (with `prefix`) memory.extraEmbeddings: the same fields and rules."""
+    block = flat.get(prefix)
     if block is None:
         return
+    extra = prefix != "memory.embeddings"
     if not block:
-        problems.append(
-            _Problem(
-                'memory.embeddings is empty: give at least one field, e.g. {"provider": "builtin"}'
-                " (offline, 256-d), or remove the block",
-                ("memory.embeddings",),
-            )
-        )
+        example = '{"provider": "e5-small"} (pip install \'memvault[e5]\')' if extra else '{"provider": "builtin"} (offline, 256-d)'
+        problems.append(_Problem(f"{prefix} is empty: give at least one field, e.g. {example}, or remove the block",
+                                 (prefix,)))
         return
-    name = flat.get("memory.embeddings.provider", DEFAULT_EMBEDDING_PROVIDER)
+    if extra and f"{prefix}.provider" not in flat:
+        if not any(p.keys[0] == f"{prefix}.provider" for p in problems):  # a wrong type is already reported
+            problems.append(_Problem(f'{prefix}.provider is required: set it like "e5-small" (the second list\'s'
+                                     " model, fused beside memory.embeddings)", (f"{prefix}.provider", prefix)))
+        return
+    name = flat.get(f"{prefix}.provider", DEFAULT_EMBEDDING_PROVIDER)
     provider = EMBEDDING_PROVIDERS.get(name)
     if provider is None:
-        if "memory.embeddings.provider" in flat:
+        if f"{prefix}.provider" in flat:
             choices = ", ".join(f'"{p}"' for p in EMBEDDING_PROVIDERS)
             problems.append(
-                _Problem(
-                    f"memory.embeddings.provider {_show(name)} is not supported: use one of {choices}",
-                    ("memory.embeddings.provider",),
-                )
+                _Problem(f"{prefix}.provider {_show(name)} is not supported: use one of {choices}", (f"{prefix}.provider",))
             )
         return
-    both = ("memory.embeddings.provider",)
-    model, dim = flat.get("memory.embeddings.model"), flat.get("memory.embeddings.dim")
-    if isinstance(model, str) and (message := _text_problem("memory.embeddings.model", model)):
-        problems.append(_Problem(message, ("memory.embeddings.model",)))
+    both = (f"{prefix}.provider",)
+    model, dim = flat.get(f"{prefix}.model"), flat.get(f"{prefix}.dim")
+    if isinstance(model, str) and (message := _text_problem(f"{prefix}.model", model)):
+        problems.append(_Problem(message, (f"{prefix}.model",)))
     elif isinstance(model, str) and provider.fixed and model != provider.model:
         message = (
-            f'memory.embeddings.model {_show(model)} is not available for provider "{name}", which ships only'
+            f'{prefix}.model {_show(model)} is not available for provider "{name}", which ships only'
             f' "{provider.model}": remove model or set it to "{provider.model}"'
         )
-        problems.append(_Problem(message, ("memory.embeddings.model", *both)))
+        problems.append(_Problem(message, (f"{prefix}.model", *both)))
     if isinstance(dim, int) and provider.fixed and dim != provider.dim:
         problems.append(
             _Problem(
-                f'memory.embeddings.dim {dim} does not match provider "{name}" (its model "{provider.model}"'
+                f'{prefix}.dim {dim} does not match provider "{name}" (its model "{provider.model}"'
                 f" always produces {provider.dim}): remove dim or set it to {provider.dim}",
-                ("memory.embeddings.dim", *both),
+                (f"{prefix}.dim", *both),
             )
         )
     elif isinstance(dim, int) and not 1 <= dim <= MAX_EMBEDDING_DIM:
         problems.append(
             _Problem(
-                f"memory.embeddings.dim must be between 1 and {MAX_EMBEDDING_DIM} (got {dim}):"
+                f"{prefix}.dim must be between 1 and {MAX_EMBEDDING_DIM} (got {dim}):"
                 " set it to the model's output dimension",
-                ("memory.embeddings.dim",),
+                (f"{prefix}.dim",),
             )
         )
     for field in ("endpoint", "apiKeyEnv"):
-        key, value = f"memory.embeddings.{field}", flat.get(f"memory.embeddings.{field}")
+        key, value = f"{prefix}.{field}", flat.get(f"{prefix}.{field}")
         if not isinstance(value, str):
             continue
         if provider.fixed:
@@ -422,6 +430,22 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem]) -> None:
             message = _api_key_env_problem(key, value)
         if message:
             problems.append(_Problem(message, (key, *both)))
+    if extra:
+        _check_extra_differs(flat, problems)
+
+
+def _check_extra_differs(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    """The extra list must come from another model: the same vectors twice would only double one list."""
+    first = flat.get("memory.embeddings.provider", DEFAULT_EMBEDDING_PROVIDER)
+    second = flat["memory.extraEmbeddings.provider"]
+    default = lambda name: EMBEDDING_PROVIDERS[name].model if name in EMBEDDING_PROVIDERS else None  # noqa: E731
+    same_model = flat.get("memory.embeddings.model", default(first)) == flat.get("memory.extraEmbeddings.model",
+                                                                               default(second))
+    if "memory.embeddings" in flat and first == second and same_model:
+        problems.append(_Problem(
+            f'memory.extraEmbeddings names the same model as memory.embeddings ("{first}"): the extra list must come'
+            ' from another model, e.g. {"provider": "e5-small"} beside the builtin one, or remove the block',
+            ("memory.extraEmbeddings.provider", "memory.embeddings.provider")))
 
 
 def _check_llm(flat: dict[str, Any], problems: list[_Problem]) -> None:
@@ -645,6 +669,7 @@ def _problems(data: object) -> tuple[list[_Problem], dict[str, Any]]:
     _walk("", data, problems, flat)
     _check_scalars(flat, problems)
     _check_embeddings(flat, problems)
+    _check_embeddings(flat, problems, "memory.extraEmbeddings")
     _check_llm(flat, problems)
     _check_rerank(flat, problems)
     _check_tiers(flat, problems)

@@ -533,3 +533,6 @@ register_check("capture", check_capture)
 register_check("replay", check_replay)
 register_check("unindexed", check_unindexed_files)
 register_check("temp_files", check_temp_files)
+
+# the second vector list's check (memory.extraEmbeddings) lives beside the semantic index
+import memvault.indexer.maintenance.semantic_health  # noqa: E402,F401  registers "extra_vectors"

@@ -29,6 +29,8 @@ from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir
 from memvault.vault.records import MemoryRecord
 
 FOLDER = "vectors"
+#: the second model's vectors (memory.extraEmbeddings), beside FOLDER in the same generation
+EXTRA_FOLDER = "vectors-extra"
 SEMANTIC_META = "semantic.json"
 SEMANTIC_FORMAT = 1
 #: the spec's batch size for semantic indexing
@@ -74,19 +76,21 @@ class SemanticIndex:
         self._unsaved = False  # True after a failed save: memory holds what the files do not
 
     @classmethod
-    def create(cls, generation: Path, identity: EmbeddingIdentity) -> "SemanticIndex":
-        folder = generation / FOLDER
+    def create(cls, generation: Path, identity: EmbeddingIdentity, name: str = FOLDER) -> "SemanticIndex":
+        folder = generation / name
         make_dir(folder, MACHINE_DIR_MODE, parents=True)
         created = cls(folder, identity, VectorIndex.create(folder, identity), {})
         created.save()
         return created
 
     @classmethod
-    def open(cls, generation: Path, identity: EmbeddingIdentity) -> "SemanticIndex":
-        """Open a generation's vectors; IndexUnavailable if missing, torn, or of another model."""
-        folder = generation / FOLDER
+    def open(cls, generation: Path, identity: EmbeddingIdentity, name: str = FOLDER) -> "SemanticIndex":
+        """Open a generation's vectors (`name`: its folder, FOLDER or EXTRA_FOLDER); IndexUnavailable
+        if missing, torn, or of another model."""
+        folder = generation / name
         if not (folder / META_FILE).is_file():
-            raise IndexUnavailable(f"no vector index in {generation.name}: run `memvault rebuild`")
+            what = "vector index" if name == FOLDER else f"{identity.provider} vector index ({name}/)"
+            raise IndexUnavailable(f"no {what} in {generation.name}: run `memvault rebuild`")
         vectors = VectorIndex.open(folder, identity)
         return cls(folder, identity, vectors, _read_passages(folder))
 
@@ -138,7 +142,7 @@ class SemanticIndex:
         one failed to save what it holds)."""
         if not self._unsaved and _stamp(self.folder) == self._stamp:
             return self
-        return SemanticIndex.open(self.folder.parent, self.identity)
+        return SemanticIndex.open(self.folder.parent, self.identity, self.folder.name)
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -216,21 +220,23 @@ def _stamp(folder: Path) -> tuple[int, int] | None:
     return (info.st_ino, info.st_mtime_ns)
 
 
-def coverage_findings(generation: Path, identity: EmbeddingIdentity, rows: Iterable[Row]) -> list[tuple[str, str, str]]:
-    """(code, subject, message) for every curated row whose vector is missing or stale, and every
-    vector left without a row. Empty when the vectors cover the index exactly."""
+def coverage_findings(generation: Path, identity: EmbeddingIdentity, rows: Iterable[Row],
+                      name: str = FOLDER) -> list[tuple[str, str, str]]:
+    """(code, subject, message) for every curated row whose vector (in folder `name`) is missing
+    or stale, and every vector left without a row. Empty when the vectors cover the index exactly."""
     try:
-        semantic = SemanticIndex.open(generation, identity)
+        semantic = SemanticIndex.open(generation, identity, name)
     except IndexUnavailable as exc:
-        return [("vectors_unreadable", f"{generation.name}/{FOLDER}", str(exc))]
+        return [("vectors_unreadable", f"{generation.name}/{name}", str(exc))]
+    model = "" if name == FOLDER else f" {identity.provider}"
     rows = [row for row in rows if row.kind == "curated"]
     found = []
     for row in rows:
         held = semantic.passages.get(row.key)
         if held is None or row.key not in semantic.vectors:
-            found.append(("missing_vector", row.key, f"{row.key} has no vector"))
+            found.append(("missing_vector", row.key, f"{row.key} has no{model} vector"))
         elif held != row_passage_hash(row):
-            found.append(("stale_vector", row.key, f"{row.key}'s vector was embedded from older text or context"))
+            found.append(("stale_vector", row.key, f"{row.key}'s{model} vector was embedded from older text or context"))
     for key in sorted(set(semantic.vectors.ids()) - {row.key for row in rows}):
-        found.append(("extra_vector", key, f"{key} has a vector but no curated row"))
+        found.append(("extra_vector", key, f"{key} has a vector in {name}/ but no curated row"))
     return found

@@ -8,6 +8,12 @@
   there), or that do not cover every curated row, are caught up from the files.
 * A vector index built for another provider/model/dim is never searched: recall says
   "degraded" and answers from BM25 until `memvault rebuild`.
+
+With `memory.extraEmbeddings` a generation holds a second vector list (`vectors-extra/`, another
+model's vectors of the same passages) that recall fuses beside the first. Each list is a `_Lane`:
+its own folder, identity, provider and serving index, built by the same rebuild, fed by the same
+queue and caught up by the same catch-up, so the two never follow different rules. A lane that
+fails (its model cannot load) leaves the other one working; recall says which is unavailable.
 """
 
 import queue
@@ -18,7 +24,7 @@ import numpy as np
 
 from memvault.indexer.maintenance.derived import DerivedIndex, read_note_records
 from memvault.indexer.maintenance.progress import PhaseLog
-from memvault.indexer.maintenance.semantic import SemanticIndex, record_passage_hash
+from memvault.indexer.maintenance.semantic import EXTRA_FOLDER, FOLDER, SemanticIndex, record_passage_hash
 from memvault.indexer.maintenance.semantic_queue import SemanticQueue, dead_markers
 from memvault.indexer.maintenance.sync import IndexDelta
 from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider, make_provider
@@ -37,12 +43,14 @@ class _Building:
     by one thread, so two rebuilds of the same files still build identical vector indexes.
     """
 
-    def __init__(self, semantic: SemanticIndex, provider: Callable[[], EmbeddingProvider], progress: PhaseLog):
+    def __init__(self, semantic: SemanticIndex, provider: Callable[[], EmbeddingProvider], progress: PhaseLog,
+                 phase: str = "embedding"):
         self.semantic = semantic
         self._provider = provider
         self._progress = progress
+        self._phase = phase
         self.queued = 0  # curated memories handed to the builder: the embedding phase's total
-        progress.start_beside("embedding")
+        progress.start_beside(phase)
         self._deltas: "queue.Queue[IndexDelta | None]" = queue.Queue()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="memvault-rebuild-vectors", daemon=True)
@@ -58,7 +66,7 @@ class _Building:
 
     def finish(self) -> None:
         """Wait until every delta is in the index; re-raise what the builder thread hit."""
-        self._progress.phase("embedding", total=self.queued)
+        self._progress.phase(self._phase, total=self.queued)
         self._deltas.put(None)
         self._thread.join()
         self._raise_failure()
@@ -75,7 +83,7 @@ class _Building:
                     self.semantic.commit(self.semantic.prepare(delta, self._provider()))
                 except BaseException as exc:  # handed to the rebuilding thread by `finish`
                     self._failure = exc
-                self._progress.advance("embedding", _curated(delta))
+                self._progress.advance(self._phase, _curated(delta))
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -99,44 +107,87 @@ class _Serving:
         self._queue.offer(delta)  # only rows BM25 holds are embedded
 
 
-class SemanticService:
-    def __init__(self, layout: VaultLayout, config: Config, provider: EmbeddingProvider | None = None):
-        embeddings = config.memory.embeddings
-        self.layout = layout
+class _Lane:
+    """One vector list of the vault: where it lives in a generation, its model, its serving index."""
+
+    def __init__(self, name: str, folder: str, embeddings, timeout_s: float, provider: EmbeddingProvider | None = None):
+        self.name = name  # "vector" (memory.embeddings) or "extra" (memory.extraEmbeddings)
+        self.folder = folder
         self.identity = EmbeddingIdentity(embeddings.provider, embeddings.model, embeddings.dim)
-        self._config = config
+        self._embeddings = embeddings
+        self._timeout_s = timeout_s
         self._provider = provider
-        self._queue = SemanticQueue(layout.index_dir, self._run_batch, self._catch_up_live)
-        #: set by the store: embeds what the serving vectors miss, under the vault lock (a live
-        #: process's catch-up after a queue overflow)
-        self.catch_up_source: Callable[[], None] | None = None
-        self._serving: SemanticIndex | None = None
-        #: why vector search is unavailable for the serving generation, or None
+        self.serving: SemanticIndex | None = None
+        #: why this list cannot be searched in the serving generation, or None
         self.unavailable: str | None = None
 
     def provider(self) -> EmbeddingProvider:
         if self._provider is None:
-            embeddings = self._config.memory.embeddings
-            llm = self._config.memory.llm
-            timeout = (llm.timeout_ms / 1000) if llm is not None else 60.0
-            self._provider = make_provider(
-                embeddings.provider, embeddings.model, embeddings.dim, embeddings.endpoint, timeout
-            )
+            e = self._embeddings
+            self._provider = make_provider(e.provider, e.model, e.dim, e.endpoint, self._timeout_s)
         return self._provider
+
+    @property
+    def phase(self) -> str:
+        return "embedding" if self.name == "vector" else f"embedding {self.identity.provider}"
+
+    def what(self) -> str:
+        return "vector search" if self.name == "vector" else f"{self.identity.provider} vector search"
+
+
+class SemanticService:
+    def __init__(self, layout: VaultLayout, config: Config, provider: EmbeddingProvider | None = None):
+        llm = config.memory.llm
+        timeout = (llm.timeout_ms / 1000) if llm is not None else 60.0
+        self.layout = layout
+        self._config = config
+        self._lanes = [_Lane("vector", FOLDER, config.memory.embeddings, timeout, provider)]
+        extra = config.memory.extra_embeddings
+        #: the second model's list (memory.extraEmbeddings), or None
+        self._extra = _Lane("extra", EXTRA_FOLDER, extra, timeout) if extra is not None else None
+        if self._extra is not None:
+            self._lanes.append(self._extra)
+        self.identity = self._lanes[0].identity
+        self._queue = SemanticQueue(layout.index_dir, self._run_batch, self._catch_up_live)
+        #: set by the store: embeds what the serving vectors miss, under the vault lock (a live
+        #: process's catch-up after a queue overflow)
+        self.catch_up_source: Callable[[], None] | None = None
+
+    def provider(self) -> EmbeddingProvider:
+        return self._lanes[0].provider()
+
+    @property
+    def _serving(self) -> SemanticIndex | None:
+        return self._lanes[0].serving
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why vector search is unavailable for the serving generation, or None."""
+        return self._lanes[0].unavailable
+
+    @property
+    def extra_identity(self) -> EmbeddingIdentity | None:
+        """The second list's model (memory.extraEmbeddings), or None when there is none."""
+        return None if self._extra is None else self._extra.identity
 
     # --- generations ---------------------------------------------------------------------------
 
     def attach_building(self, index: DerivedIndex, progress: PhaseLog | None = None) -> None:
-        building = _Building(SemanticIndex.create(index.generation, self.identity), self.provider,
-                             progress or PhaseLog())  # fmt: skip
-        index.components = [building]
+        progress = progress or PhaseLog()
+        index.components = [
+            _Building(SemanticIndex.create(index.generation, lane.identity, lane.folder), lane.provider, progress,
+                      lane.phase)
+            for lane in self._lanes
+        ]
 
     def finish_building(self, index: DerivedIndex, progress: PhaseLog | None = None) -> None:
-        for component in index.components:
-            if isinstance(component, _Building):
-                component.finish()
-                (progress or PhaseLog()).phase("vectors")
-                component.semantic.save()
+        building = [component for component in index.components if isinstance(component, _Building)]
+        for component in building:
+            component.finish()
+        if building:
+            (progress or PhaseLog()).phase("vectors")
+        for component in building:
+            component.semantic.save()
 
     def abandon_building(self, index: DerivedIndex) -> None:
         for component in index.components:
@@ -144,27 +195,40 @@ class SemanticService:
                 component.abandon()
 
     def attach_serving(self, index: DerivedIndex) -> None:
-        try:
-            self._serving = SemanticIndex.open(index.generation, self.identity)
-            self.unavailable = None
-            index.components = [_Serving(self._queue)]
-        except IndexUnavailable as exc:
-            self._serving = None
-            self.unavailable = f"vector search unavailable ({exc})"
-            index.components = []
+        for lane in self._lanes:
+            try:
+                lane.serving = SemanticIndex.open(index.generation, lane.identity, lane.folder)
+                lane.unavailable = None
+            except IndexUnavailable as exc:
+                lane.serving = None
+                lane.unavailable = f"{lane.what()} unavailable ({exc})"
+        served = any(lane.serving is not None for lane in self._lanes)
+        index.components = [_Serving(self._queue)] if served else []
 
     # --- keeping up ----------------------------------------------------------------------------
 
     def _run_batch(self, deltas: list[IndexDelta]) -> None:
-        semantic = self._serving
-        if semantic is None:
-            return
-        prepared = semantic.prepare(merge_deltas(deltas), self.provider())  # outside the lock: may be slow
-        with VaultLock(self.layout.root):
-            current = semantic.reload_if_changed()
-            current.commit(prepared)
-            current.save()
-            self._serving = current
+        """Embed the batch for every list (outside the lock: may be slow), commit what embedded.
+        A list whose model failed does not hold the other back; its failure is raised after, so
+        the queue counts the memories as waiting and the catch-up retries them."""
+        delta = merge_deltas(deltas)
+        prepared, failure = [], None
+        for lane in self._lanes:
+            if lane.serving is None:
+                continue
+            try:
+                prepared.append((lane, lane.serving.prepare(delta, lane.provider())))
+            except Exception as exc:  # noqa: BLE001  handed to the queue below
+                failure = failure or exc
+        if prepared:
+            with VaultLock(self.layout.root):
+                for lane, vectors in prepared:
+                    current = lane.serving.reload_if_changed()
+                    current.commit(vectors)
+                    current.save()
+                    lane.serving = current
+        if failure is not None:
+            raise failure
 
     def _catch_up_live(self) -> None:
         if self.catch_up_source is not None:
@@ -174,12 +238,29 @@ class SemanticService:
         """Embed what the serving vectors miss; returns how many notes were redone. Lock held.
 
         Without `thorough`, a vector count equal to the curated row count (and no dead process's
-        lag marker) is trusted; after an overflow it is not (the lost deltas may be edits)."""
-        semantic = self._serving
+        lag marker) is trusted; after an overflow it is not (the lost deltas may be edits).
+        Every list is caught up before the markers go; one whose model fails raises after the
+        others are done."""
         markers = dead_markers(self.layout.index_dir)
+        if all(lane.serving is None for lane in self._lanes):
+            return 0  # nothing to catch up into: the markers stay for the open that has vectors
+        redone, failure = 0, None
+        for lane in self._lanes:
+            try:
+                redone = max(redone, self._catch_up_lane(lane, index, vault_zone, thorough or bool(markers)))
+            except (ProviderUnavailable, IndexUnavailable) as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        for marker in markers:
+            marker.unlink(missing_ok=True)
+        return redone
+
+    def _catch_up_lane(self, lane: _Lane, index: DerivedIndex, vault_zone: str, thorough: bool) -> int:
+        semantic = lane.serving
         if semantic is None:
             return 0
-        if not thorough and not markers and len(semantic.vectors) == _curated_rows(index):
+        if not thorough and len(semantic.vectors) == _curated_rows(index):
             return 0
         semantic = semantic.reload_if_changed()
         stale_paths, extra = semantic.lagging_paths(index.all_rows())
@@ -188,11 +269,9 @@ class SemanticService:
             records = read_note_records(self.layout, path, vault_zone).records
             delta.upserts += [r for r in records if semantic.passages.get(f"{r.path}#{r.id}") != record_passage_hash(r)]
         if not delta.is_empty or extra:
-            semantic.commit(semantic.prepare(delta, self.provider()))
+            semantic.commit(semantic.prepare(delta, lane.provider()))
             semantic.save()
-        self._serving = semantic
-        for marker in markers:
-            marker.unlink(missing_ok=True)
+        lane.serving = semantic
         return len(stale_paths)
 
     def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
@@ -214,19 +293,29 @@ class SemanticService:
 
     def search(self, query: str, depth: int) -> tuple[list[tuple[str, float]] | None, str | None]:
         """(vector hits, None) or (None, why vector search could not run)."""
-        if self._serving is None:
-            return None, self.unavailable or "vector index not loaded"
+        return self._search(self._lanes[0], query, depth)
+
+    def search_extra(self, query: str, depth: int) -> tuple[list[tuple[str, float]] | None, str | None]:
+        """The second model's hits as `search` gives the first's; (None, None) when there is no
+        second list configured."""
+        if self._extra is None:
+            return None, None
+        return self._search(self._extra, query, depth)
+
+    def _search(self, lane: _Lane, query: str, depth: int) -> tuple[list[tuple[str, float]] | None, str | None]:
+        if lane.serving is None:
+            return None, lane.unavailable or f"{lane.what()}: vector index not loaded"
         try:
-            self._serving = self._serving.reload_if_changed()
-            vector = self.provider().embed_query(query)
+            lane.serving = lane.serving.reload_if_changed()
+            vector = lane.provider().embed_query(query)
         except (ProviderUnavailable, IndexUnavailable) as exc:
-            return None, f"vector search unavailable ({exc})"
+            return None, f"{lane.what()} unavailable ({exc})"
         except VaultError as exc:
-            return None, f"vector search unavailable ({exc})"
+            return None, f"{lane.what()} unavailable ({exc})"
         lag = self._lag_note()
         if not np.isfinite(vector).all() or not vector.any():
             return [], lag
-        return self._serving.search(vector, depth), lag
+        return lane.serving.search(vector, depth), lag
 
     def _lag_note(self) -> str | None:
         waiting, reason = self._queue.overflowed, self._queue.lag_reason

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 BM25_WEIGHT = 1.0
 VECTOR_WEIGHT = 0.3
 COVERAGE_WEIGHT = 0.5
+#: the second model's vector list (memory.extraEmbeddings, e.g. e5-small), beside the first
+EXTRA_VECTOR_WEIGHT = 0.5
 RRF_K = 20
 #: how deep each retriever looks before fusion
 CANDIDATE_DEPTH = 100
@@ -61,16 +63,18 @@ def fuse(
     bm25: list[tuple[str, float]],
     vectors: list[tuple[str, float]] | None,
     coverage: list[tuple[str, float]] | None = None,
+    extra: list[tuple[str, float]] | None = None,
 ) -> list[Fused]:
     """Candidates from every retriever, best first (ties broken by key, so answers are stable).
 
-    `vectors` (and `coverage`) is None when the tier has no such signal (Lite); an empty list when
-    it has one that found nothing, which still counts toward the strength ceiling.
+    `vectors` (and `coverage`, and `extra`: the second model's vectors) is None when the vault has
+    no such signal (Lite; no memory.extraEmbeddings); an empty list when it has one that found
+    nothing, which still counts toward the strength ceiling.
     """
     fused: dict[str, Fused] = {}
     ceiling = 0.0
     for name, hits, weight in (("bm25", bm25, BM25_WEIGHT), ("vector", vectors, VECTOR_WEIGHT),
-                               ("coverage", coverage, COVERAGE_WEIGHT)):
+                               ("coverage", coverage, COVERAGE_WEIGHT), ("extra", extra, EXTRA_VECTOR_WEIGHT)):
         if hits is not None:
             _contribute(fused, name, hits, weight)
             ceiling += _ceiling(weight)

@@ -37,7 +37,7 @@ def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
 
 def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None,
              *, one_per_text: bool = False, periods: tuple[Period, ...] = (), reranker=None,
-             notes: dict | None = None):
+             notes: dict | None = None, extra_list: bool = True):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
     `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
@@ -49,21 +49,33 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     better-ranked row already has is skipped (the caller lists every source of a text).
     `periods` (the question's, resolved) favour memories dated in them (`dated.py`); a `reranker`
     re-scores the best candidates as one more ranked list (`rerank.py`), and what it did goes in
-    `notes["rerank"]`.
+    `notes["rerank"]`. With memory.extraEmbeddings, the second model's vectors join the fusion as
+    one more list (`extra_list=False` leaves them out: the bench's "defaults" side).
     """
     lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
         fused, degraded = fuse(lexical, None), None
     else:
         vectors, degraded = semantic.search(query, depth)
-        covered, unavailable = _coverage(bm25, query, lexical, vectors or [], docs)
-        fused, degraded = fuse(lexical, vectors, covered), degraded or unavailable
+        extra, extra_degraded = _extra_vectors(semantic, query, depth, extra_list)
+        covered, unavailable = _coverage(bm25, query, (lexical, vectors or [], extra or []), docs)
+        fused = fuse(lexical, vectors, covered, extra)
+        degraded = degraded or extra_degraded or unavailable
     fused = favour_periods(fused, periods)
     fused, retired = exclude_superseded(bm25, fused)
     unranked = None
     if reranker is not None:
         fused, unranked = _reranked(bm25, reranker, query, fused, docs, notes if notes is not None else {})
     return load_rows(bm25, fused, docs, rows_for, one_per_text), degraded or retired or unranked
+
+
+def _extra_vectors(semantic, query: str, depth: int, wanted: bool):
+    """The second model's hits and why they are missing (or None); (None, None) when the vault has
+    no second list (or a server's vectors, which hold one model)."""
+    search_extra = getattr(semantic, "search_extra", None)
+    if not wanted or search_extra is None:
+        return None, None
+    return search_extra(query, depth)
 
 
 def _reranked(bm25: Bm25Index, reranker, query: str, fused: list[Fused], docs: dict, notes: dict):
@@ -112,10 +124,10 @@ def load_rows(bm25: Bm25Index, fused: list[Fused], docs: dict, want: int | None,
     return found
 
 
-def _coverage(bm25: Bm25Index, query: str, lexical, vectors, docs: dict) -> tuple[list | None, str | None]:
-    """Question coverage of the best COVERAGE_POOL candidates of each retriever, or None and why.
-    Documents it had to read are added to `docs`."""
-    pool = list(dict.fromkeys(key for hits in (lexical, vectors) for key, _ in hits[:COVERAGE_POOL]))
+def _coverage(bm25: Bm25Index, query: str, lists, docs: dict) -> tuple[list | None, str | None]:
+    """Question coverage of the best COVERAGE_POOL candidates of each retriever's list, or None
+    and why. Documents it had to read are added to `docs`."""
+    pool = list(dict.fromkeys(key for hits in lists for key, _ in hits[:COVERAGE_POOL]))
     docs.update(bm25.docs_by_keys([key for key in pool if key not in docs]))
     try:
         return coverage(query, [(key, *passage_of(docs[key])) for key in pool if key in docs]), None
@@ -147,7 +159,7 @@ def routed_away(query: str, mode: str, run_history: str | None = None) -> Recall
 
 def recall_tool(
     bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None,
-    today: date | None = None, floor: bool = True, reranker=None,
+    today: date | None = None, floor: bool = True, reranker=None, extra_list: bool = True,
 ) -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence.
 
@@ -158,7 +170,7 @@ def recall_tool(
     periods = question_periods(query, today) if today is not None else ()
     notes: dict = {}
     candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True, periods=periods,
-                                    reranker=reranker, notes=notes)
+                                    reranker=reranker, notes=notes, extra_list=extra_list)
     found = evidence(bm25.doc_freqs, query,
                      [(row.text, row.context) for _, row in candidates], periods, near_words=semantic is not None)
     explain = {"periods": [period.to_json() for period in periods], "evidence": found.to_json(), **notes}
