@@ -252,3 +252,29 @@ def test_a_fact_that_would_open_a_comment_is_refused_and_nothing_is_written(tmp_
         append_bullets_once(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet(fact, "m-0000000001", "09:00")])
     assert {p.name: p.read_bytes() for p in (root / "daily").glob("*.md")} == before
     assert region_left_open("a <!-- b --> c") is None and region_left_open("%% x %%") is None
+
+
+# --- a note parsed from where an earlier parse of its first lines ended --------------------------
+
+_NOTE_LINES = st.sampled_from([
+    "- 09:00 Morgan chose blue. ^m-00000000a1", "- 09:01 Morgan chose blue. ^m-00000000a1", "- an id-less fact",
+    "- an id-less fact", "  deeper continuation", "lazy continuation", "", "# Heading", "## Other heading",
+    "```", "~~~", "<!--", "-->", "%% hidden %%", "%%", "<<<<<<< HEAD", "=======", ">>>>>>> branch", "---",
+    "title: x", "> a quote", "> [!note] a callout", "| a | table |", "* * *", "1. numbered item", "-",
+    "   - nested item ^m-00000000b2", "\ufeff---", "a paragraph line",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_NOTE_LINES, min_size=1, max_size=14), st.lists(_NOTE_LINES, min_size=1, max_size=8),
+       st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_parse(head, more, newline, closed):
+    import memvault.vault.note as note_module
+
+    before = "".join(line + newline for line in head)
+    after = before + newline.join(more) + (newline if closed else "")
+    note_module._cache = note_module._ParseCache(4)  # the extension starts from `before`'s parse
+    parse(before)
+    extended = parse(after)
+    whole = note_module._parse_with_tail(after)[0]
+    assert extended == whole

@@ -18,8 +18,8 @@ mistune has no source positions, so structure is found line by line here and mis
 each memory's inline markdown into the plain text that is indexed (see `plain_text`).
 """
 
-import functools
 import re
+import threading
 from dataclasses import dataclass, field, replace
 
 from memvault.vault.clock import TIME_PATTERN
@@ -92,30 +92,91 @@ class Note:
 
 
 #: notes up to this many characters are parsed once per distinct text (`parse` is pure and a Note
-#: is frozen): an append reads the note it plans with, writes, and reads it back, the index commit
-#: reads it once more, and a day's note of thousands of lines costs tens of milliseconds to parse
+#: is frozen), and a text that extends one parsed lately by whole lines is parsed from where that
+#: one ended (`_extend`): an append reads the note it plans with, writes, and reads it back, the
+#: index commit reads it once more, and a day's note of thousands of lines costs tens of
+#: milliseconds to parse whole, which many agents appending to it paid on every write
 _PARSE_CACHE_CHARS = 1 << 20
 _PARSE_CACHE_NOTES = 4
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """What parsing the lines after a note's end needs to know of it: the heading in force and
+    the ids given so far (explicit and derived, and how often each id-less text was seen)."""
+
+    heading: str | None
+    seen: frozenset[str]
+    occurrences: dict[str, int]
+
+
+class _ParseCache:
+    def __init__(self, size: int):
+        self._size = size
+        self._entries: dict[str, tuple[Note, _Tail]] = {}  # insertion order: oldest first
+        self._lock = threading.Lock()
+
+    def parse(self, text: str) -> Note:
+        with self._lock:
+            hit = self._entries.get(text)
+            base = None if hit is not None else next(
+                (key for key in reversed(self._entries) if len(key) < len(text) and text.startswith(key)), None)
+            base_entry = None if base is None else self._entries[base]
+        if hit is not None:
+            return hit[0]
+        entry = _extend(base, *base_entry, text) if base_entry is not None else None
+        entry = entry or _parse_with_tail(text)
+        with self._lock:
+            self._entries.pop(text, None)
+            self._entries[text] = entry
+            while len(self._entries) > self._size:
+                del self._entries[next(iter(self._entries))]
+        return entry[0]
+
+
+_cache = _ParseCache(_PARSE_CACHE_NOTES)
 
 
 def parse(text: str) -> Note:
     """Parse a note. Never raises: odd markdown is still a note, just with fewer memories."""
     if len(text) <= _PARSE_CACHE_CHARS:
-        return _parse_cached(text)
-    return _parse(text)
+        return _cache.parse(text)
+    return _parse_with_tail(text)[0]
 
 
-def _parse(text: str) -> Note:
+def _parse_with_tail(text: str) -> tuple[Note, _Tail]:
     lines = tuple(text.splitlines(keepends=True))
     body_start, frontmatter = _parse_frontmatter(lines)
     conflicts = _conflict_hunks(lines, body_start)
     hidden, open_at_end = _hidden_lines(lines, body_start, conflicts)
-    bullets, duplicates = _parse_blocks(lines, body_start, hidden)
-    return Note(lines, body_start, frontmatter, tuple(bullets), conflicts, tuple(duplicates), open_at_end,
+    bullets, duplicates, tail = _parse_blocks(lines, body_start, hidden)
+    note = Note(lines, body_start, frontmatter, tuple(bullets), conflicts, tuple(duplicates), open_at_end,
                 frozenset(i for i, masked in enumerate(hidden) if masked))  # fmt: skip
+    return note, tail
 
 
-_parse_cached = functools.lru_cache(maxsize=_PARSE_CACHE_NOTES)(_parse)
+def _extend(base_text: str, base: Note, tail: _Tail, text: str) -> tuple[Note, _Tail] | None:
+    """Parse `text` = `base_text` + more whole lines from where `base` ended, or None when the new
+    lines could change how the old ones parse: the old text must end a line outside every
+    region (fence, comment, conflict hunk, an unclosed frontmatter that may still close), and the
+    first new line must end the block above (a blank line or a list item), never continue it."""
+    frontmatter_settled = (base.body_start > 0 or not base.lines or len(base.lines) >= _FRONTMATTER_SCAN_LIMIT
+                           or base.lines[0].removeprefix(BOM).rstrip("\r\n") != "---")  # fmt: skip
+    if not base_text.endswith("\n") or base.open_at_end is not None or not frontmatter_settled:
+        return None
+    added = tuple(text[len(base_text):].splitlines(keepends=True))
+    first = added[0].rstrip("\r\n")
+    if first.strip() and not _BULLET_RE.fullmatch(first):
+        return None
+    start = len(base.lines)
+    lines = base.lines + added
+    conflicts = _conflict_hunks(lines, start)
+    hidden, open_at_end = _hidden_lines(lines, start, conflicts)
+    bullets, duplicates, new_tail = _parse_blocks(lines, start, hidden, tail)
+    note = Note(lines, base.body_start, base.frontmatter, base.bullets + tuple(bullets), base.conflicts + conflicts,
+                base.duplicate_ids + tuple(duplicates), open_at_end,
+                base.hidden_lines | frozenset(i for i in range(start, len(lines)) if hidden[i]))  # fmt: skip
+    return note, new_tail
 
 
 def render(note: Note) -> str:
@@ -265,9 +326,11 @@ def _is_block_start(line: str) -> bool:
     )  # fmt: skip
 
 
-def _parse_blocks(lines, start: int, hidden: list[bool]) -> tuple[list[Bullet], list[str]]:
+def _parse_blocks(lines, start: int, hidden: list[bool],
+                  tail: "_Tail | None" = None) -> tuple[list[Bullet], list[str], _Tail]:  # fmt: skip
+    """The memories from line `start` on (after `tail`: the note's lines before `start`)."""
     bullets: list[Bullet] = []
-    heading: str | None = None
+    heading: str | None = None if tail is None else tail.heading
     index = start
     while index < len(lines):
         line = lines[index].rstrip("\r\n")
@@ -294,7 +357,10 @@ def _parse_blocks(lines, start: int, hidden: list[bool]) -> tuple[list[Bullet], 
         if block is not None:
             bullets.append(block)
         index = end
-    return _assign_ids(bullets)
+    seen = set() if tail is None else set(tail.seen)
+    occurrences = {} if tail is None else dict(tail.occurrences)
+    bullets, duplicates = _assign_ids(bullets, seen, occurrences)
+    return bullets, duplicates, _Tail(heading, frozenset(seen), occurrences)
 
 
 def _continuation_end(lines, index: int, indent: int, hidden) -> int:
@@ -364,11 +430,10 @@ def _make_block(lines, index: int, end: int, kind: str, heading: str | None) -> 
     return Bullet(index, end, "", None, text, block_id, id="", heading=heading, kind=kind)
 
 
-def _assign_ids(bullets: list[Bullet]) -> tuple[list[Bullet], list[str]]:
-    """Explicit ids stay; a repeated explicit id and id-less memories get derived ids."""
-    seen: set[str] = set()
+def _assign_ids(bullets: list[Bullet], seen: set[str], occurrences: dict[str, int]) -> tuple[list[Bullet], list[str]]:
+    """Explicit ids stay; a repeated explicit id and id-less memories get derived ids. `seen` and
+    `occurrences` (the ids given so far, how often each id-less text came) are updated."""
     duplicates: list[str] = []
-    occurrences: dict[str, int] = {}
     result = []
     for bullet in bullets:
         chosen = bullet.block_id
