@@ -82,6 +82,33 @@ def test_journal_projects_by_content_identity_and_repeats_converge(tmp_path):
         assert state_of(root, run)["projection"] == f"daily/2026-11-30.md#^{memory_id(ANSWER)}"
 
 
+def test_journal_turns_projected_together_fail_only_where_their_own_note_fails(tmp_path):
+    """Due Journal turns are projected in one write per daily note; a note that cannot take a
+    line fails its own turns (backed off, counted), never the other day's."""
+    root = make_vault(tmp_path, mode="journal")
+    (root / "daily/2026-11-30.md").write_bytes(POISON)
+    next_day = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+    clock = Clock()
+    store = store_for(root, clock)
+    for n in range(3):
+        store.persist_completed_turn(f"poisoned-{n}", f"Turn {n} on the poisoned day.")
+    for n in range(4):
+        store.persist_completed_turn(f"fine-{n}", f"Turn {n} on the next day.", completed_at=next_day)
+    worker = IntakeWorker(store, clock=clock)
+    assert worker.process_due() == 7
+    note = (root / "daily/2026-12-01.md").read_text()
+    assert [note.count(f"Turn {n} on the next day.") for n in range(4)] == [1, 1, 1, 1]
+    for n in range(4):
+        entry = state_of(root, f"fine-{n}")
+        assert (entry["state"], entry["outcome"]) == ("resolved", "projected")
+        assert entry["projection"].startswith("daily/2026-12-01.md#^m-")
+    for n in range(3):
+        record = read_record(IntakeDirs(root), "pending", intake_id_for(f"poisoned-{n}"))
+        assert (record.attempts, record.failure) == (1, "invalid_note")
+    assert (root / "daily/2026-11-30.md").read_bytes() == POISON
+    assert worker.transitions["resolved"] == 4 and worker.transitions["retry_scheduled"] == 3
+
+
 def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured(tmp_path):
     root = make_vault(tmp_path, mode="bujo", write_mode="capture")
     with store_for(root) as store:

@@ -71,7 +71,8 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
     path = note_path_for_writing(layout.root, relpath)
     written: list[str] = []
     for attempt, pause in enumerate(_BACKOFF_SECONDS):
-        time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: never fall into step with a periodic autosave
+        if pause:  # (a sleep of 0 still gives up the GIL, and getting it back costs a busy owner milliseconds)
+            time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: never fall into step with a periodic autosave
         # an empty note is most often one an editor has just truncated to write it again in place:
         # wait for its bytes, and only on the last attempt take the emptiness at its word
         appended, note = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS,

@@ -493,11 +493,17 @@ class MemoryStore(DurableIntake):
     def project_journal_turn(self, summary: str, completed_at: datetime):
         """Journal projection of an admitted turn: Remember's content identity, so repeated content
         converges on one bullet and one index row (BM25 now, vectors through the queue)."""
-        from memvault.vault.intake.projection import Projection
+        return _projection(self.remember(summary, at=completed_at))
 
-        receipt = self.remember(summary, at=completed_at)
-        relpath, _, block_id = receipt.source.partition("#^")
-        return Projection(relpath, block_id, written=receipt.status == "added")
+    @translates_storage_errors
+    def project_journal_turns(self, turns: list[tuple[str, datetime]]) -> list:
+        """`project_journal_turn` for many turns in one write per daily note (`remember_batch`):
+        one Projection, or the VaultError that refused it, per turn, in order. Vault lock held."""
+        from memvault.indexer.engine.bulk import RememberItem, remember_batch
+
+        items = [RememberItem(summary, completed_at) for summary, completed_at in turns]
+        results = remember_batch(self, items, self._clock, defer_index=self.defers_index_commits)
+        return [result if isinstance(result, VaultError) else _projection(result) for result in results]
 
     def _catch_up_vectors(self) -> None:
         """Embed every vector the serving generation misses or holds stale (the semantic queue's
@@ -657,6 +663,13 @@ class MemoryStore(DurableIntake):
         except OSError as exc:
             raise IndexUnavailable(f"index generation {index.generation} vanished ({exc.strerror}): retry") from exc
         return (str(info.st_ino), info.st_mtime_ns)
+
+
+def _projection(receipt: RememberReceipt):
+    from memvault.vault.intake.projection import Projection
+
+    relpath, _, block_id = receipt.source.partition("#^")
+    return Projection(relpath, block_id, written=receipt.status == "added")
 
 
 def _store_class(cls: type, config: Config) -> type:

@@ -57,6 +57,8 @@ from memvault.vault.locks import LivenessFence, VaultLock
 
 POLL_SECONDS = 2.0
 _MAX_ROUNDS = 64
+#: Journal turns projected in one write per daily note (`_journal_batches`)
+_PROJECTION_BATCH = 64
 
 #: called after every durable transition with (transition, intake id); failures are ignored
 TransitionListener = Callable[[str, str], None]
@@ -183,12 +185,65 @@ class IntakeWorker:
             due = self._due_ids()
             if not due:
                 break
-            for intake_id in due:
+            for batch in self._journal_batches(due):
                 if self._abort.is_set():
                     return attempted
-                self._process(intake_id)
-                attempted += 1
+                if len(batch) > 1:
+                    self._project_journal_batch(batch)
+                else:
+                    self._process(batch[0][0])
+                attempted += len(batch)
         return attempted
+
+    def _journal_batches(self, due: list[str]):
+        """The due ids in order, each with its record: consecutive Journal projections grouped (up
+        to `_PROJECTION_BATCH`), so many agents' turns cost one write per daily note, not one each."""
+        batch: list[tuple[str, IntakeRecord]] = []
+        for intake_id in due:
+            record = self._cached(intake_id)
+            journal = record is not None and self._projects_as_journal(record)
+            if batch and (not journal or len(batch) >= _PROJECTION_BATCH):
+                yield batch
+                batch = []
+            if journal:
+                batch.append((intake_id, record))
+            else:
+                yield [(intake_id, record)]
+        if batch:
+            yield batch
+
+    def _projects_as_journal(self, record: IntakeRecord) -> bool:
+        return record.tier == "journal" and record.state != AWAITING_CAPTURE and record.is_due(self._clock())
+
+    def _project_journal_batch(self, batch: list[tuple[str, IntakeRecord]]) -> None:
+        """Project Journal turns together (`MemoryStore.project_journal_turns`), then finish or fail
+        each on its own, as `_process` does for one. A crash in between is safe as for one: the
+        turns stay pending, and projecting them again finds their bullets (content identity)."""
+        records = [record for _, record in batch]
+        try:
+            self._check_abort()
+            with VaultLock(self.dirs.root):
+                self._check_abort()
+                projections = self.store.project_journal_turns(
+                    [(projected_text(record.payload.summary), record.completed_at) for record in records])
+        except _Aborted:
+            self.transitions["aborted"] += len(records)
+            return
+        except Exception as exc:  # the whole batch failed (the lock, the index): each attempt is recorded
+            projections = [exc] * len(records)
+        for record, projection in zip(records, projections):
+            if self._abort.is_set():
+                self.transitions["aborted"] += 1
+                continue
+            if isinstance(projection, Exception):
+                self._fail(record, projection)
+                continue
+            try:
+                hit(self._hook, "project.note_written")
+                hit(self._hook, "project.indexed")
+                self._finish(record, projection.source)
+            except Exception as exc:  # as in `_process`: recorded, never fatal to the worker
+                self._fail(record, exc)
 
     def _due_ids(self) -> list[str]:
         now = self._clock()
