@@ -50,6 +50,10 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
     assert isinstance(store, RemoteStore), "the bench needs a running owner"
     samples = {op: [] for op in OPERATIONS}
     misses, errors, remembered, admitted = 0, 0, [], []
+    out.with_suffix(".ready").touch()  # started and connected: the parent starts every client at once
+    go = out.parent / f"go-{out.name.rsplit('-', 1)[0]}"
+    while not go.exists():
+        time.sleep(0.01)
     deadline = time.monotonic() + seconds
     n = 0
     while time.monotonic() < deadline:
@@ -189,6 +193,11 @@ def phase(root: Path, clients: int, seconds: float, hertz: float, work: Path, cr
                                f"c{clients}h{int(hertz)}n{k}", str(out), str(shared)], env=ENV, cwd=REPO,
                               stderr=subprocess.DEVNULL)
              for k, out in enumerate(outs)]  # fmt: skip
+    while not all(out.with_suffix(".ready").exists() for out in outs):  # Python start-up is not measured
+        if any(proc.poll() is not None for proc in procs):
+            raise RuntimeError("a client process died before it started")
+        time.sleep(0.05)
+    (work / f"go-{outs[0].name.rsplit('-', 1)[0]}").touch()
     for thread in threads:
         thread.start()
     started = time.monotonic()
@@ -200,7 +209,7 @@ def phase(root: Path, clients: int, seconds: float, hertz: float, work: Path, cr
         restart()
     for proc in procs:
         proc.wait(seconds + 600)
-    elapsed = time.monotonic() - started
+    elapsed = min(time.monotonic() - started, seconds)  # the clients' own loop: the last call may run over
     stop.set()
     for thread in threads:
         thread.join(30)

@@ -81,9 +81,10 @@ class Ledger:
     def __init__(self, dirs: IntakeDirs, *, create: bool, hook: CrashHook | None = None):
         self.dirs = dirs
         self.catalog: Catalog = load_catalog(dirs, ENTRY_BYTES, create=create, hook=hook)
+        self._folder = dirs.ledger  # checked once (resolve_inside): every admission looks at all 256 shards
 
     def shard_path(self, shard: int) -> Path:
-        return self.dirs.ledger / shard_name(shard)
+        return self._folder / shard_name(shard)
 
     # --- reading ----------------------------------------------------------------------------
 
