@@ -193,3 +193,38 @@ def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
     for before, after in zip(pending, committed):
         assert fresh <= set(before) and fresh <= set(after)
         assert "The harbour crane 2 lifted crates of copper." in before  # committed rows beside them
+
+
+def test_journal_through_an_owner_reads_pending_and_hand_edited_notes_without_a_commit(tmp_path, monkeypatch):
+    """A journal page in an owner shows what waits for its commit and what a person just typed
+    (the watcher not yet run), and commits nothing for it; after the commit the page is the same."""
+    from datetime import date
+
+    from memvault import MemoryStore
+    from memvault.indexer.engine import deferred, group_commit
+    from memvault.indexer.engine.owner import Owner
+
+    monkeypatch.setattr(group_commit, "IDLE_SECONDS", 3600.0)  # no timed commit during the test
+    monkeypatch.setattr(deferred, "MAX_DELAY_SECONDS", 3600.0)
+    root = make_vault(tmp_path)
+    with MemoryStore.open(root, engine=False) as store:
+        store.remember("The harbour crane lifted crates of salt.")
+        owner = Owner(store, role="python", intake=False).start()
+        try:
+            owner.group_commit().remember("The pilot boat left at dawn.", None)
+            note = next((root / "daily").rglob("*.md"))
+            with note.open("a") as handle:  # a person's line, typed after memvault's
+                handle.write("- 10:00 The tug captain retired today.\n")
+            day = date.fromisoformat(note.stem)
+            page = store.journal(from_date=day.isoformat(), through_date=day.isoformat(), time_zone="UTC")
+            before = sorted(entry["text"] for entry in page.entries)
+            assert store._deferred.pending  # the read committed nothing
+            assert not committed_texts(root, "pilot boat dawn") & {"The pilot boat left at dawn."}
+            store.flush_deferred()
+            store.sync()
+            page = store.journal(from_date=day.isoformat(), through_date=day.isoformat(), time_zone="UTC")
+            after = sorted(entry["text"] for entry in page.entries)
+        finally:
+            owner.stop()
+    assert before == after == sorted(["The harbour crane lifted crates of salt.", "The pilot boat left at dawn.",
+                                      "The tug captain retired today."])

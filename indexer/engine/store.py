@@ -436,6 +436,8 @@ class MemoryStore(DurableIntake):
         not be read whole (unreadable, not UTF-8, oversized, merge-conflict markers)."""
         from memvault.indexer.journal.query import JournalScan
 
+        if self.defers_index_commits:
+            return self._journal_scan_beside_pending(relpaths)
         try:
             self.sync(relpaths)
             unsynced: list[str] = []
@@ -447,6 +449,32 @@ class MemoryStore(DurableIntake):
         rows = [row for path in relpaths for row in index.rows_of(path).values()]
         incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
         return JournalScan(rows, sorted(set(incomplete) | set(unsynced)))
+
+    def _journal_scan_beside_pending(self, relpaths: list[str]):
+        """`journal_scan` in an owner, which never commits for a read: notes changed since their
+        last commit (writes waiting for it, a person's edit the watcher has not seen) are read
+        from the files as that commit will read them, under the vault lock (never half an
+        append); the others come from the index."""
+        from memvault.indexer.journal.query import JournalScan
+        from memvault.indexer.maintenance.sync import Row
+
+        index = self._readable_index()
+        with self._deferred.lock:
+            pending = set(self._deferred.paths())
+        changed = set(index.stale_paths(self.layout, relpaths)) | (pending & set(relpaths))
+        with self._lock:
+            fresh = {path: read_note_records(self.layout, path, self.time_zone) for path in relpaths if path in changed}
+        rows, incomplete = [], []
+        for path in relpaths:
+            if path in fresh:
+                rows.extend(Row.of_record(record) for record in fresh[path].records)
+                state = fresh[path].state
+            else:
+                rows.extend(index.rows_of(path).values())
+                state = index.manifest.files.get(path)
+            if state is not None and state.problem:
+                incomplete.append(path)
+        return JournalScan(rows, sorted(incomplete))
 
     def health_report(self, *, strict: bool = False, owner=None) -> dict:
         """`memvault health` as JSON: every check (indexer/maintenance/health.py), plus, asked
