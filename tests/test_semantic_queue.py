@@ -82,3 +82,26 @@ def test_an_empty_delta_is_always_accepted_and_queues_nothing(tmp_path):
         worker.release.set()
         queue.stop(60)
     assert len(worker.batches) == 1
+
+
+def test_vectors_are_saved_once_for_many_batches_and_at_once_when_drained(tmp_path, monkeypatch):
+    """A save writes the whole vector index, so batches committed in memory are saved together:
+    after `SAVE_AFTER_SECONDS`, or when someone drains or stops the queue; the lag marker stays
+    meanwhile, so a process killed before the save is caught up by the next open."""
+    from memvault.indexer.maintenance import semantic_queue
+    from tests.web_helpers import poll
+
+    monkeypatch.setattr(semantic_queue, "SAVE_AFTER_SECONDS", 3600.0)
+    batches, saves = [], []
+    queue = SemanticQueue(tmp_path / ".index", batches.append, save=lambda: saves.append(len(batches)))
+    for n in range(3):
+        assert queue.offer(IndexDelta(upserts=[record(n, f"memory {n}")]))
+        poll(lambda: sum(len(b) for b in batches) == n + 1, what=f"batch {n}")
+    assert saves == [] and marker_path(tmp_path / ".index").exists()
+    assert queue.drain(60)
+    assert saves == [len(batches)]  # one save, after every batch
+    monkeypatch.setattr(semantic_queue, "SAVE_AFTER_SECONDS", 0.0)
+    assert queue.offer(IndexDelta(upserts=[record(9, "memory after the drain")]))
+    poll(lambda: len(saves) == 2, what="the timed save")
+    assert queue.stop(60)
+    assert len(saves) == 2 and not marker_path(tmp_path / ".index").exists()

@@ -301,6 +301,8 @@ class MemoryStore(DurableIntake):
                 if source.deleted_rows() == 0:
                     return False
                 indexed, states = source.snapshot()
+                if self._semantic is not None:  # the vector files are linked, not rewritten: save them first
+                    self._semantic.save_serving()
                 target = DerivedIndex.create(self.layout, embedding=source.manifest.embedding)
                 source.link_components_into(target)
             for start in range(0, len(indexed), _REBUILD_BATCH_FILES):
@@ -485,6 +487,8 @@ class MemoryStore(DurableIntake):
         self._commit_acknowledged()  # health compares the files with the index: commit what is put off
         if strict and self._semantic is not None:  # queued vectors are work in flight, not a fault: settle them (bounded)
             self._semantic.drain()
+        elif self._semantic is not None:  # health reads the vectors from disk: save what memory holds
+            self._semantic.save_serving()
         with self._index_lock:  # not beside a commit that changes what it compares
             return check_health(self.layout, self.config, strict=strict, extra=extra).to_json()
 

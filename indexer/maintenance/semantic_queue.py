@@ -15,6 +15,7 @@ vectors are never left missing while the owner runs and recall says so meanwhile
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,11 @@ MARKER_MODE = 0o600
 #: the pause after a failed catch-up, doubled after each further failure up to the cap
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
+#: vectors committed in memory are saved to disk at most this long after the first unsaved batch
+#: (and at once when someone drains or stops the queue): a save writes the whole vector index, so
+#: saving after every batch cost a busy owner an O(vault) write under the vault lock many times a
+#: second. A process killed meanwhile leaves its lag marker, and the next open catches up.
+SAVE_AFTER_SECONDS = 2.0
 
 
 def marker_path(index_dir: Path, pid: int | None = None) -> Path:
@@ -63,10 +69,14 @@ class SemanticQueue:
     """One worker thread; `run_batch(deltas)` embeds and commits (the store supplies it)."""
 
     def __init__(self, index_dir: Path, run_batch: Callable[[list[IndexDelta]], None],
-                 catch_up: Callable[[], None] | None = None):
+                 catch_up: Callable[[], None] | None = None, save: Callable[[], None] | None = None):
         self._index_dir = index_dir
         self._run_batch = run_batch
         self._catch_up = catch_up
+        #: persists what batches committed in memory (None: `run_batch` saves itself)
+        self._save = save
+        self._unsaved_since: float | None = None  # monotonic time of the first batch not yet saved
+        self._save_wanted = False  # a drain or stop asked for the save now
         #: memories whose vectors did not fit in the queue and wait for the catch-up (0: none)
         self.overflowed = 0
         self._items: list[IndexDelta] = []
@@ -112,9 +122,22 @@ class SemanticQueue:
                 self._mark_lagging()
 
     def drain(self, timeout: float) -> bool:
-        """Wait until everything queued so far is committed; False on timeout."""
+        """Wait until everything queued so far is committed and saved; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._busy and not self._catch_up_due(), timeout)
+            self._save_wanted = True
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: not self._items and not self._busy and not self._catch_up_due()
+                                       and self._unsaved_since is None, timeout)  # fmt: skip
+
+    def _save_due(self) -> bool:
+        if self._unsaved_since is None:
+            return False
+        return self._save_wanted or self._stopping or time.monotonic() - self._unsaved_since >= SAVE_AFTER_SECONDS
+
+    def _until_save(self) -> float | None:
+        if self._unsaved_since is None:
+            return None
+        return max(0.0, SAVE_AFTER_SECONDS - (time.monotonic() - self._unsaved_since))
 
     def _catch_up_due(self) -> bool:
         return self.overflowed > 0 and self._catch_up is not None
@@ -149,34 +172,49 @@ class SemanticQueue:
     def _work(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._items or self._stopping or self._catch_up_due())
-                if not self._items and self._catch_up_due() and not self._stopping:
+                self._cond.wait_for(lambda: self._items or self._stopping or self._catch_up_due() or self._save_due(),
+                                    self._until_save())  # fmt: skip
+                if not self._items and self._save_due():
+                    self._busy, self._unsaved_since, self._save_wanted = True, None, False
+                    work, waiting, batch = "save", 0, None
+                elif not self._items and self._catch_up_due() and not self._stopping:
                     self._busy = True
-                    waiting, batch = self.overflowed, None
+                    work, waiting, batch = "catch_up", self.overflowed, None
                 elif not self._items:
-                    return
+                    if self._stopping:
+                        return
+                    continue  # woken early for a save not yet due
                 else:
                     batch, self._items, self._counts = self._items, [], (0, 0)
                     self._busy = True
+                    work, waiting = "batch", 0
             try:
-                if batch is None:
+                if work == "save":
+                    self._save()
+                elif work == "catch_up":
                     self._run_catch_up(waiting)
                 else:
                     self._run_batch(batch)
+                    if self._save is not None:
+                        with self._cond:
+                            self._unsaved_since = self._unsaved_since or time.monotonic()
             except Exception as exc:  # the worker must survive provider outages; the marker stays
-                self._batch_failed(batch, exc)
+                self._batch_failed(batch, exc, unsaved=work == "save")
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _batch_failed(self, batch: list[IndexDelta] | None, exc: Exception) -> None:
+    def _batch_failed(self, batch: list[IndexDelta] | None, exc: Exception, *, unsaved: bool = False) -> None:
         """A failed batch is not dropped: where this process catches up, its memories wait for
-        the catch-up from the files (the failed catch-up's own memories are still counted)."""
+        the catch-up from the files (the failed catch-up's own memories are still counted). A
+        failed save (a full disk) has the catch-up compare the notes with what the disk holds."""
         reason = f"semantic indexing failed ({type(exc).__name__}: {exc})"
         with self._cond:
             if batch is not None and self._catch_up is not None:
                 self.overflowed += sum(delta_size(delta)[0] for delta in batch)
+            if unsaved and self._catch_up is not None:
+                self.overflowed = max(self.overflowed, 1)
             if self._catch_up is not None:
                 reason += f": {self.overflowed} memories wait for vectors, retried"
             self.lag_reason = reason

@@ -148,7 +148,7 @@ class SemanticService:
         if self._extra is not None:
             self._lanes.append(self._extra)
         self.identity = self._lanes[0].identity
-        self._queue = SemanticQueue(layout.index_dir, self._run_batch, self._catch_up_live)
+        self._queue = SemanticQueue(layout.index_dir, self._run_batch, self._catch_up_live, self.save_serving)
         #: set by the store: embeds what the serving vectors miss, under the vault lock (a live
         #: process's catch-up after a queue overflow)
         self.catch_up_source: Callable[[], None] | None = None
@@ -220,15 +220,21 @@ class SemanticService:
                 prepared.append((lane, lane.serving.prepare(delta, lane.provider())))
             except Exception as exc:  # noqa: BLE001  handed to the queue below
                 failure = failure or exc
-        if prepared:
+        if prepared:  # saved by the queue soon after (`SAVE_AFTER_SECONDS`), not after every batch
             with VaultLock(self.layout.root):
                 for lane, vectors in prepared:
                     current = lane.serving.reload_if_changed()
                     current.commit(vectors)
-                    current.save()
                     lane.serving = current
         if failure is not None:
             raise failure
+
+    def save_serving(self) -> None:
+        """Write the serving vectors to disk (what batches committed in memory meanwhile)."""
+        with VaultLock(self.layout.root):
+            for lane in self._lanes:
+                if lane.serving is not None:
+                    lane.serving.save()
 
     def _catch_up_live(self) -> None:
         if self.catch_up_source is not None:
