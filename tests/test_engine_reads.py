@@ -228,3 +228,31 @@ def test_journal_through_an_owner_reads_pending_and_hand_edited_notes_without_a_
             owner.stop()
     assert before == after == sorted(["The harbour crane lifted crates of salt.", "The pilot boat left at dawn.",
                                       "The tug captain retired today."])
+
+
+def test_the_watchers_event_for_memvaults_own_append_costs_no_reread(tmp_path, monkeypatch):
+    """The watcher names today's note after each of memvault's own appends: a note exactly as
+    that append left it is skipped (its rows joined the pending set with the append); a person's
+    line after it is read at once and searchable before any commit."""
+    from memvault import MemoryStore
+    from memvault.indexer.engine import deferred, group_commit
+    from memvault.indexer.engine.owner import Owner
+
+    monkeypatch.setattr(group_commit, "IDLE_SECONDS", 3600.0)  # no timed commit during the test
+    monkeypatch.setattr(deferred, "MAX_DELAY_SECONDS", 3600.0)
+    root = make_vault(tmp_path)
+    with MemoryStore.open(root, engine=False) as store:
+        owner = Owner(store, role="python", intake=False).start()
+        try:
+            owner.group_commit().remember("The harbour opened its new quay.", None)  # creates the note
+            receipt = owner.group_commit().remember("The pilot boat left at dawn.", None)
+            relpath = receipt.source.partition("#")[0]
+            assert tuple(store.sync([relpath], defer=True).files) == ()  # our own append: nothing to read
+            assert [h.text for h in store.recall("pilot boat dawn").hits][:1] == ["The pilot boat left at dawn."]
+            with (root / relpath).open("a") as handle:
+                handle.write("- 10:00 The tug captain retired today.\n")
+            assert tuple(store.sync([relpath], defer=True).files) == (relpath,)  # a person's line: read at once
+            assert store._deferred.pending and not committed_texts(root, "tug captain")
+            assert "The tug captain retired today." in [h.text for h in store.recall("tug captain").hits]
+        finally:
+            owner.stop()

@@ -47,6 +47,26 @@ _BACKOFF_SECONDS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8) + (1.0,) * 12
 _NOTE_MODE = 0o644
 
 
+#: note path -> (inode, size, mtime) right after this process's last append to it: the watcher's
+#: event for that very append is recognised (`written_last_by_us`) and costs no re-read
+_own_writes: dict[str, tuple[int, int, int]] = {}
+
+
+def written_last_by_us(path: Path) -> bool:
+    """True when the note is exactly as this process's last append left it (no one wrote since)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return _own_writes.get(str(path)) == (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _remember_own_write(path: Path, info: os.stat_result) -> None:
+    if len(_own_writes) > 4096:  # bounded: a long-running owner writes a note a day
+        _own_writes.clear()
+    _own_writes[str(path)] = (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
 class NoteNotWritable(InvalidRecord):
     """A note memvault must append to cannot take a searchable line; the message names the fix."""
 
@@ -155,6 +175,8 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
                 # them): a loaded disk's fsync is the slowest step, and a save landing during it
                 # would otherwise cost the whole attempt
                 os.fsync(fd)
+                if appended:
+                    _remember_own_write(path, os.fstat(fd))
         except OSError:
             _take_back(fd, before, payload)  # a full disk, a failing fsync: the call fails, the note is as it was
             raise

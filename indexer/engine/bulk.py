@@ -119,13 +119,15 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
         if touched:
             added = {content_hash(fact): results[position] for entries in per_note.values()
                      for position, _, fact in entries if not isinstance(results[position], VaultError)}  # fmt: skip
-            if defer_index:  # searchable at once beside the committed index (indexer/engine/overlay.py)
+            records = []  # an owner's pending rows: searchable at once beside the committed index (overlay.py)
+            if defer_index or store.defers_index_commits:
                 records = [record for relpath in touched for position, bullet, fact in per_note[relpath]
                            if (record := _pending(store, notes.get(relpath), relpath, bullet, fact)) is not None]
+            if defer_index:
                 with store._deferred.lock:
                     store._deferred.add(sorted(touched), added, records)
             else:
-                store._index_written(index, sorted(touched), added)  # one index commit for the whole batch
+                store._index_written(index, sorted(touched), added, records)  # one index commit for the whole batch
     return results
 
 

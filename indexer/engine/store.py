@@ -44,6 +44,8 @@ from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
+from memvault.vault.note_append import written_last_by_us
+from memvault.vault.paths import resolve_inside
 from memvault.vault.recent_writes import repair_lost_lines
 from memvault.vault.storage_errors import translates_storage_errors
 
@@ -229,7 +231,7 @@ class MemoryStore(DurableIntake):
             with VaultLock(self.layout.root, timeout=5.0):
                 repair_lost_lines(self.layout, None if paths is None else list(paths))  # a save dropped ours
                 if defer and paths is not None and self.defers_index_commits:
-                    delta, stale = self._defer_edits(list(paths))
+                    delta, stale = self._defer_edits(list(paths), skip_own_appends=True)
                     return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
                 with self._index_lock:
                     index = self._writable_index()
@@ -241,13 +243,17 @@ class MemoryStore(DurableIntake):
             return SyncOutcome.skipped_because("another memvault process holds the vault lock")
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
 
-    def _defer_edits(self, paths: list[str]) -> tuple[IndexDelta, list[str]]:
+    def _defer_edits(self, paths: list[str], *, skip_own_appends: bool = False) -> tuple[IndexDelta, list[str]]:
         """The owner's watcher: what a save changed in these notes, searchable at once beside the
         index (new and edited rows; a removed row stays until the commit) and committed on the
         committer's timer. Vault lock held; the index lock is not taken, so a save never waits
-        for a commit in flight (reading rows beside it is safe)."""
+        for a commit in flight (reading rows beside it is safe). With `skip_own_appends` (the
+        watcher), a note exactly as this process's own last append left it is skipped: its new
+        rows joined the deferred set with the append, and the commit reads the note anyway."""
         index = self._writable_index()
         stale = index.stale_paths(self.layout, paths)
+        if skip_own_appends:
+            stale = [path for path in stale if not written_last_by_us(resolve_inside(self.layout.root, path))]
         delta = IndexDelta()
         for item in (read_note_records(self.layout, path, self.time_zone) for path in stale):
             delta.extend(diff_rows(item.path, index.rows_of(item.path), item.records))
