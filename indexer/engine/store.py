@@ -494,7 +494,10 @@ class MemoryStore(DurableIntake):
         if strict and self._semantic is not None:  # queued vectors are work in flight, not a fault: settle them (bounded)
             self._semantic.drain()
         elif self._semantic is not None:  # health reads the vectors from disk: save what memory holds
-            self._semantic.save_serving()
+            try:
+                self._semantic.save_serving()
+            except (VaultError, OSError):
+                pass  # a full disk: health reports the vectors the disk holds, and why they lag
         with self._index_lock:  # not beside a commit that changes what it compares
             return check_health(self.layout, self.config, strict=strict, extra=extra).to_json()
 

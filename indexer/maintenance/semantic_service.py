@@ -226,15 +226,22 @@ class SemanticService:
                     current = lane.serving.reload_if_changed()
                     current.commit(vectors)
                     lane.serving = current
+                self._unsaved = True
         if failure is not None:
             raise failure
 
+    #: batches committed vectors in memory that are not saved yet
+    _unsaved = False
+
     def save_serving(self) -> None:
-        """Write the serving vectors to disk (what batches committed in memory meanwhile)."""
+        """Write the serving vectors to disk if batches committed some in memory since the last save."""
+        if not self._unsaved:
+            return
         with VaultLock(self.layout.root):
             for lane in self._lanes:
                 if lane.serving is not None:
                     lane.serving.save()
+            self._unsaved = False
 
     def _catch_up_live(self) -> None:
         if self.catch_up_source is not None:
