@@ -13,7 +13,7 @@ from datetime import date, datetime, timezone
 from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, require_psycopg
-from memvault.indexer.backend.postgres.lexical import BM25_SQL, query_words, words
+from memvault.indexer.backend.postgres.lexical import BM25_SQL, IMPACT_SQL, query_words, read_sizes, words
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, line, text, content_hash, context_hash, context"
@@ -25,18 +25,60 @@ _STAGING = (
 )
 _STAGING_TYPES = ["text", "int4", "text", "text", "text", "text", "date", "int8", "int4", "text", "text", "text",
                   "text", "text", "text", "int4", "int4", "vector"]
-_TF = "(SELECT coalesce(jsonb_object_agg(lexeme, coalesce(array_length(positions, 1), 1)), '{{}}') FROM unnest({}))"
-#: rows arrive by COPY into the session's staging table, then are analysed in one set-based
-#: statement (each tsvector parsed once, its term frequencies taken from it)
-_INSERT_STAGED = (
-    "INSERT INTO memvault_rows (vault, generation, key, id, path, kind, day, at, line, text, content_hash, "
-    "context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding, text_tf, ctx_tf) "
-    "SELECT s.vault, s.generation, s.key, s.id, s.path, s.kind, s.day, s.at, s.line, s.text, s.content_hash, "
-    f"s.context_hash, s.context, t.tsv, c.tsv, s.text_len, s.ctx_len, s.embedding, {_TF.format('t.tsv')}, "
-    f"{_TF.format('c.tsv')} FROM memvault_staging s "
-    f"CROSS JOIN LATERAL to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.own) AS t(tsv) "
-    f"CROSS JOIN LATERAL to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.around) AS c(tsv)"
+#: rows arrive by COPY into the session's staging table, then one statement analyses each text
+#: once and writes the rows, their postings and the terms' document frequencies
+_INSERT_STAGED = f"""
+WITH a AS MATERIALIZED (
+    SELECT s.*, to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.own) AS tt, to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.around) AS ct
+    FROM memvault_staging s
+),
+r AS (
+    INSERT INTO memvault_rows (vault, generation, key, id, path, kind, day, at, line, text, content_hash,
+        context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding)
+    SELECT vault, generation, key, id, path, kind, day, at, line, text, content_hash, context_hash, context,
+        tt, ct, text_len, ctx_len, embedding FROM a
+),
+lex AS MATERIALIZED (
+    SELECT a.vault, a.generation, a.key, a.kind, 0::int2 AS field, u.lexeme,
+           least(coalesce(array_length(u.positions, 1), 1), 32767) AS tf, least(a.text_len, 32767) AS len
+    FROM a CROSS JOIN LATERAL unnest(a.tt) AS u
+    UNION ALL
+    SELECT a.vault, a.generation, a.key, a.kind, 1::int2, u.lexeme,
+           least(coalesce(array_length(u.positions, 1), 1), 32767), least(a.ctx_len, 32767)
+    FROM a CROSS JOIN LATERAL unnest(a.ct) AS u
+),
+p AS (
+    INSERT INTO {{postings}} (vault, generation, lexeme, field, kind, impact, key, tf, len)
+    SELECT vault, generation, lexeme, field, kind, {IMPACT_SQL}, key, tf, len FROM lex
 )
+INSERT INTO {{terms}} AS t (vault, generation, lexeme, df_text, df_ctx)
+SELECT min(vault), min(generation), lexeme, count(*) FILTER (WHERE field = 0), count(*) FILTER (WHERE field = 1)
+FROM lex GROUP BY lexeme
+ON CONFLICT (lexeme) DO UPDATE SET df_text = t.df_text + EXCLUDED.df_text, df_ctx = t.df_ctx + EXCLUDED.df_ctx
+"""
+#: deleting rows takes their postings along and lowers their terms' document frequencies;
+#: returns the rows and tokens gone (the generation's statistics)
+_DELETE_ROWS = """
+WITH gone AS (
+    DELETE FROM memvault_rows WHERE vault = %(vault)s AND generation = %(generation)s AND key = ANY(%(keys)s)
+    RETURNING key, text_tsv, ctx_tsv, text_len, ctx_len
+),
+lex AS MATERIALIZED (
+    SELECT g.key, 0::int2 AS field, u.lexeme FROM gone g CROSS JOIN LATERAL unnest(g.text_tsv) AS u
+    UNION ALL
+    SELECT g.key, 1::int2, u.lexeme FROM gone g CROSS JOIN LATERAL unnest(g.ctx_tsv) AS u
+),
+dp AS (
+    DELETE FROM {postings} p USING lex WHERE p.lexeme = lex.lexeme AND p.field = lex.field AND p.key = lex.key
+),
+dt AS (
+    UPDATE {terms} t SET df_text = t.df_text - d.df_text, df_ctx = t.df_ctx - d.df_ctx
+    FROM (SELECT lexeme, count(*) FILTER (WHERE field = 0) AS df_text, count(*) FILTER (WHERE field = 1) AS df_ctx
+          FROM lex GROUP BY lexeme) d
+    WHERE t.lexeme = d.lexeme
+)
+SELECT count(*), coalesce(sum(text_len), 0), coalesce(sum(ctx_len), 0) FROM gone
+"""
 #: HNSW's candidate list; pgvector's default (40) would cap every vector list at 40 rows
 _MIN_EF_SEARCH = 40
 _SESSION_EF_SEARCH = 200
@@ -55,6 +97,7 @@ class PostgresBackend:
         self.vault = schema.check_vault_name(vault)
         self._session = ServerSession(dsn, prepare=_prepare_session)
         self._dims: dict[int, int | None] = {}
+        self._with_postings: set[int] = set()
         self._create = create
         with self._session() as conn:
             if create:
@@ -91,6 +134,7 @@ class PostgresBackend:
             conn.execute("INSERT INTO memvault_generations (vault, generation, embedding, dim) VALUES (%s, %s, %s, %s)",
                          (self.vault, number, None if embedding is None else json.dumps(embedding), dim))
         self._dims[number] = dim
+        self._with_postings.add(number)
         return number
 
     def activate_generation(self, generation: int) -> None:
@@ -98,6 +142,7 @@ class PostgresBackend:
         the pointer in one transaction and drop generations older than the previous one."""
         dim = self._dim(generation)
         with self._session() as conn:
+            schema.ensure_postings_indexes(conn, self.vault, generation)
             if dim is not None:
                 schema.ensure_vector_index(conn, self.vault, generation, dim)
             schema.analyze_leaf(conn, self.vault, generation)
@@ -137,6 +182,19 @@ class PostgresBackend:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
         return row[0]
 
+    def _require_postings(self, generation: int) -> None:
+        """A generation built by a memvault before the postings table (schema 1) has none: its
+        lexical list cannot be computed, and a rebuild makes one that has."""
+        if generation in self._with_postings:
+            return
+        leaf = schema.leaf_table(self.vault, generation, "memvault_postings")
+        with self._session() as conn:
+            found = conn.execute("SELECT to_regclass(%s)", (f'"{leaf}"',)).fetchone()[0]
+        if found is None:
+            raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} on the index server was built "
+                                   "by an older memvault (no postings): run `memvault rebuild`")  # fmt: skip
+        self._with_postings.add(generation)
+
     def _dim(self, generation: int) -> int | None:
         if generation not in self._dims:
             embedding = self.generation_embedding(generation)
@@ -147,14 +205,15 @@ class PostgresBackend:
 
     def apply(self, generation: int, delta: BackendDelta) -> None:
         keys = list(dict.fromkeys([*delta.deleted, *(write.key for write in delta.writes)]))
+        params = [self._insert_params(generation, write) for write in delta.writes]
+        postings, terms = self._lexical_leaves(generation)
         with self._session() as conn, conn.transaction():
             gone_rows = gone_text = gone_ctx = 0
             if keys:
-                gone = conn.execute(
-                    "DELETE FROM memvault_rows WHERE vault = %s AND generation = %s AND key = ANY(%s) "
-                    "RETURNING text_len, ctx_len", (self.vault, generation, keys)).fetchall()  # fmt: skip
-                gone_rows, gone_text, gone_ctx = len(gone), sum(r[0] for r in gone), sum(r[1] for r in gone)
-            params = [self._insert_params(generation, write) for write in delta.writes]
+                schema.ensure_postings_indexes(conn, self.vault, generation)  # deletes find postings by key
+                gone_rows, gone_text, gone_ctx = conn.execute(
+                    _DELETE_ROWS.format(postings=postings, terms=terms),
+                    {"vault": self.vault, "generation": generation, "keys": keys}).fetchone()  # fmt: skip
             if params:
                 conn.execute(_STAGING)
                 with conn.cursor() as cursor:
@@ -162,7 +221,7 @@ class PostgresBackend:
                         copy.set_types(_STAGING_TYPES)
                         for row in params:
                             copy.write_row(row)
-                conn.execute(_INSERT_STAGED)
+                conn.execute(_INSERT_STAGED.format(postings=postings, terms=terms))
             added_text = sum(p[15] for p in params)
             added_ctx = sum(p[16] for p in params)
             conn.execute(
@@ -171,6 +230,15 @@ class PostgresBackend:
                 (len(params) - gone_rows, added_text - gone_text, added_ctx - gone_ctx, self.vault, generation))
             self._record_files(conn, generation, delta.files or {})
             conn.execute("UPDATE memvault_vaults SET stamp = stamp + 1 WHERE name = %s", (self.vault,))
+
+    def _lexical_leaves(self, generation: int) -> tuple[str, str]:
+        """The quoted names of a generation's postings and terms leaves (statements write them
+        directly: the terms' upsert needs the leaf's own unique index)."""
+        from psycopg import sql
+
+        self._require_postings(generation)
+        return tuple(sql.Identifier(schema.leaf_table(self.vault, generation, table)).as_string(None)
+                     for table in ("memvault_postings", "memvault_terms"))  # fmt: skip
 
     def _insert_params(self, generation: int, write) -> tuple:
         record = write.record
@@ -241,24 +309,27 @@ class PostgresBackend:
         found = query_words(query)
         if not found or depth <= 0:
             return []
+        self._require_postings(generation)
         arguments = {"words": " ".join(found), "vault": self.vault, "generation": generation,
-                     "kinds": list(kinds), "depth": depth}  # fmt: skip
+                     "kinds": list(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
         with self._session() as conn:
             rows = conn.execute(BM25_SQL, arguments).fetchall()
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
     def term_frequencies(self, generation: int, terms: Iterable[str]) -> tuple[int, dict[str, int]]:
         """(rows in the generation, rows whose own text holds each already-analysed term): one
-        round trip, each term counted through the GIN index."""
+        round trip, from the terms table."""
         terms = sorted(set(terms))
+        self._require_postings(generation)
         with self._session() as conn:
-            total = conn.execute("SELECT rows FROM memvault_generations WHERE vault = %s AND generation = %s",
-                                 (self.vault, generation)).fetchone()  # fmt: skip
             found = conn.execute(
-                "SELECT t.term, (SELECT count(*) FROM memvault_rows r WHERE r.vault = %s AND r.generation = %s "
-                "AND r.text_tsv @@ quote_literal(t.term)::tsquery) FROM unnest(%s::text[]) AS t(term)",
-                (self.vault, generation, terms)).fetchall() if terms else []  # fmt: skip
-        return (0 if total is None else total[0]), dict(found)
+                "SELECT g.rows, t.lexeme, t.df_text FROM memvault_generations g LEFT JOIN memvault_terms t "
+                "ON t.vault = g.vault AND t.generation = g.generation AND t.lexeme = ANY(%s) "
+                "WHERE g.vault = %s AND g.generation = %s", (terms, self.vault, generation)).fetchall()  # fmt: skip
+        total = found[0][0] if found else 0
+        counts = {term: 0 for term in terms}
+        counts.update({lexeme: df for _, lexeme, df in found if lexeme is not None})
+        return total, counts
 
     def vector_candidates(self, generation: int, vector: Sequence[float], depth: int) -> list[tuple[str, float]]:
         dim = self._dim(generation)

@@ -1,12 +1,22 @@
-"""BM25 on PostgreSQL, computed in SQL from the server's own statistics.
+"""BM25 on PostgreSQL, computed in SQL from the server's own statistics, over impact-ordered postings.
 
 `ts_rank_cd` is not BM25 (no inverse document frequency, another length normalisation), so
-ranking with it changes which memories come first. Here each row keeps two tsvectors (its own
-words, and its note neighbours' words, weighted CONTEXT_BOOST as in the local engine) and their
-token counts; a generation row keeps N and the token totals, kept in step by every apply; the
-document frequency of each query term is counted through the GIN index at query time. The
-score is Tantivy's: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 = 1.2, b = 0.75, summed over
-the query's terms in both fields.
+ranking with it changes which memories come first. Here each generation keeps a postings table
+(one row per term of a row's own words, field 0, and of its note neighbours' words, field 1,
+weighted CONTEXT_BOOST as in the local engine: term, field, kind, key, tf, field length, and an
+impact) and a terms table (each term's document frequency in both fields), both kept in step by
+every apply, with N and the token totals on the generation row. The score is Tantivy's:
+idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 = 1.2, b = 0.75, summed over the query's terms in
+both fields.
+
+Early termination, as search engines do it: each (term, field) list is read best impact first
+(its index is ordered by the tf part of BM25 at a reference length), at most `per_list` rows; the
+union of what was read is ranked by those partial scores, and the best `pool` of it are scored
+exactly (a list that was cut short is probed for each of them by key). A list no longer than
+`per_list` is read whole, so on a vault whose query terms are rarer than that (every test
+corpus, LoCoMo's vaults) the ranking is exactly Tantivy's; on long lists a row whose every
+posting sits in its lists' tails can be passed over (bench/bench_postgres.py prints the overlap
+with the exhaustive ranking).
 
 Analysis matches the local engine's (`indexer/search/bm25.py`; tests/test_postgres_backend.py
 compares the constants): words are runs of letters and digits, tokens of 40 bytes or more are
@@ -41,26 +51,26 @@ def query_words(text: str) -> list[str]:
     return content[:MAX_QUERY_WORDS]
 
 
-#: one row's BM25 score summed over the query's terms (tt, ct: the term's frequency in the row's
-#: own words and in its neighbours'; NULL when absent)
 #: the constants as float8 literals: a bare 0.75 is numeric in SQL, and numeric arithmetic over
-#: thousands of candidates costs more than the lookups
+#: thousands of postings costs more than reading them
 _K1, _B, _BOOST = (f"{value!r}::float8" for value in (K1, B, CONTEXT_BOOST))
+#: field lengths a posting's impact is computed at (it only orders a list; scores use the
+#: generation's own averages): about a bullet's words and its neighbours'
+REFERENCE_LENGTH = {0: 12.0, 1: 40.0}
+#: how many postings of each list are read, and how many candidates are scored exactly, per
+#: result asked for (and at least): the trade-off bench/bench_postgres.py measures
+PER_LIST, PER_LIST_MIN = 3, 200
+POOL, POOL_MIN = 2, 100
 
-_SCORE = (f"sum(coalesce(i.qtf * i.idf_text * f.tt * ({_K1} + 1) / (f.tt + {_K1} * (1 - {_B} + {_B} * c.text_len / g.avg_text)), 0)"
-          f" + coalesce({_BOOST} * i.qtf * i.idf_ctx * f.ct * ({_K1} + 1)"
-          f" / (f.ct + {_K1} * (1 - {_B} + {_B} * c.ctx_len / g.avg_ctx)), 0))")  # fmt: skip
+#: a posting's impact: BM25's tf part at the reference length (SQL over tf, len and field)
+IMPACT_SQL = (f"(tf::float8 / (tf + {_K1} * (1 - {_B} + {_B} * len / CASE WHEN field = 0 THEN "
+              f"{REFERENCE_LENGTH[0]!r}::float8 ELSE {REFERENCE_LENGTH[1]!r}::float8 END)))::real")  # fmt: skip
 
-#: parameters: words (text), vault, generation, kinds, depth; returns (key, score) best first.
-#: Each row's term frequencies are kept as {lexeme: tf} (text_tf, ctx_tf) so scoring looks up
-#: the query's few terms instead of unnesting every candidate's tsvector.
+#: parameters: words (text), vault, generation, kinds, depth, per_list, pool; returns (key, score)
 BM25_SQL = f"""
 WITH q AS MATERIALIZED (
     SELECT lexeme, coalesce(array_length(positions, 1), 1) AS qtf
     FROM unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', %(words)s))
-),
-tsq AS MATERIALIZED (
-    SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q
 ),
 g AS MATERIALIZED (
     SELECT greatest(rows, 1)::float8 AS n,
@@ -68,50 +78,48 @@ g AS MATERIALIZED (
            greatest(ctx_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_ctx
     FROM memvault_generations WHERE vault = %(vault)s AND generation = %(generation)s
 ),
--- every row (of any kind: BM25's statistics count them all) whose own words hold a query term
-text_hits AS MATERIALIZED (
-    SELECT r.key, r.kind, r.text_tf, r.ctx_tf, r.text_len, r.ctx_len
-    FROM memvault_rows r, tsq
-    WHERE r.vault = %(vault)s AND r.generation = %(generation)s AND r.text_tsv @@ tsq.query
+-- one list per (term, field) the generation holds, with its BM25 weight (idf from the
+-- statistics of every kind) and its length normalisation
+l AS MATERIALIZED (
+    SELECT q.lexeme, f.field, q.qtf * f.boost * ln(1 + (g.n - f.df + 0.5) / (f.df + 0.5)) * ({_K1} + 1) AS w,
+           {_K1} * (1 - {_B}) AS c0, {_K1} * {_B} / f.avg AS c1
+    FROM q JOIN memvault_terms t ON t.vault = %(vault)s AND t.generation = %(generation)s AND t.lexeme = q.lexeme
+    CROSS JOIN g
+    CROSS JOIN LATERAL (VALUES (0::int2, 1::float8, t.df_text::float8, g.avg_text),
+                               (1::int2, {_BOOST}, t.df_ctx::float8, g.avg_ctx)) AS f(field, boost, df, avg)
+    WHERE f.df > 0
 ),
-df AS MATERIALIZED (
-    SELECT q.lexeme, q.qtf,
-        (SELECT count(*) FROM text_hits h WHERE h.text_tf ? q.lexeme)::float8 AS df_text,
-        (SELECT count(*) FROM memvault_rows r WHERE r.vault = %(vault)s AND r.generation = %(generation)s
-            AND r.ctx_tsv @@ quote_literal(q.lexeme)::tsquery)::float8 AS df_ctx
-    FROM q
+-- each list best impact first, at most per_list postings of each kind asked
+top AS MATERIALIZED (
+    SELECT l.lexeme, l.field, p.key, l.w * p.tf / (p.tf + l.c0 + l.c1 * p.len) AS s
+    FROM l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT p.key, p.tf, p.len FROM memvault_postings p
+        WHERE p.vault = %(vault)s AND p.generation = %(generation)s AND p.lexeme = l.lexeme
+          AND p.field = l.field AND p.kind = k.kind
+        ORDER BY p.impact DESC LIMIT %(per_list)s) p
 ),
-idf AS MATERIALIZED (
-    SELECT d.lexeme, d.qtf,
-        ln(1 + (g.n - d.df_text + 0.5) / (d.df_text + 0.5)) AS idf_text,
-        ln(1 + (g.n - d.df_ctx + 0.5) / (d.df_ctx + 0.5)) AS idf_ctx
-    FROM df d CROSS JOIN g
+-- lists read whole are exact already; the others are probed for the pool's rows
+cut AS MATERIALIZED (
+    SELECT l.* FROM l
+    WHERE (SELECT count(*) FROM top WHERE top.lexeme = l.lexeme AND top.field = l.field) >= %(per_list)s
 ),
-text_scored AS MATERIALIZED (
-    SELECT c.key, {_SCORE} AS score
-    FROM text_hits c CROSS JOIN g CROSS JOIN idf i
-    CROSS JOIN LATERAL (SELECT (c.text_tf ->> i.lexeme)::float8 AS tt, (c.ctx_tf ->> i.lexeme)::float8 AS ct) f
-    WHERE c.kind = ANY(%(kinds)s)
-    GROUP BY c.key
+pool AS MATERIALIZED (
+    SELECT key FROM top GROUP BY key ORDER BY sum(s) DESC, key LIMIT %(pool)s
 ),
--- a row that matches only through its neighbours scores at most this (every term, tf without bound)
-ctx_ceiling AS (
-    SELECT coalesce(sum({_BOOST} * qtf * idf_ctx * ({_K1} + 1)), 0) AS most FROM idf
-),
-threshold AS (
-    SELECT score FROM text_scored ORDER BY score DESC OFFSET %(depth)s - 1 LIMIT 1
-),
--- scored only when such a row could still reach the top `depth` (exact, like Tantivy's pruning)
-ctx_scored AS (
-    SELECT c.key, {_SCORE} AS score
-    FROM memvault_rows c CROSS JOIN tsq CROSS JOIN g CROSS JOIN idf i
-    CROSS JOIN LATERAL (SELECT NULL::float8 AS tt, (c.ctx_tf ->> i.lexeme)::float8 AS ct) f
-    WHERE (SELECT most FROM ctx_ceiling) >= coalesce((SELECT score FROM threshold), 0)
-      AND c.vault = %(vault)s AND c.generation = %(generation)s AND c.kind = ANY(%(kinds)s)
-      AND c.ctx_tsv @@ tsq.query AND NOT c.text_tsv @@ tsq.query
-    GROUP BY c.key
+exact AS (
+    SELECT t.key, t.s FROM top t JOIN pool USING (key)
+    WHERE NOT EXISTS (SELECT 1 FROM cut c WHERE c.lexeme = t.lexeme AND c.field = t.field)
+    UNION ALL
+    SELECT p.key, c.w * p.tf / (p.tf + c.c0 + c.c1 * p.len)
+    FROM cut c CROSS JOIN pool o
+    JOIN memvault_postings p ON p.vault = %(vault)s AND p.generation = %(generation)s
+        AND p.lexeme = c.lexeme AND p.field = c.field AND p.key = o.key
 )
-SELECT key, score FROM (SELECT * FROM text_scored UNION ALL SELECT * FROM ctx_scored) scored
-ORDER BY score DESC, key
-LIMIT %(depth)s
+SELECT key, sum(s) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
 """
+
+
+def read_sizes(depth: int) -> dict:
+    """per_list and pool for a list of `depth` candidates."""
+    return {"per_list": max(PER_LIST_MIN, PER_LIST * depth), "pool": max(POOL_MIN, POOL * depth, depth)}

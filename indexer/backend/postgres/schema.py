@@ -9,6 +9,9 @@
                           (generation): one leaf table per (vault, generation), with its own
                           HNSW index, so a vector query never filters other vaults' rows out of
                           its candidate list, and dropping a generation is one DROP TABLE
+    memvault_postings     partitioned the same way: one row per (term, field, row), impact-ordered
+                          for BM25 with early termination (lexical.py)
+    memvault_terms        partitioned the same way: each term's document frequency per field
 
 Row-level security: a vault's rows are readable by members of its role `memvault_read_<name>`;
 a role granted one vault that forgets its WHERE clause still sees only that vault. The owner
@@ -19,10 +22,14 @@ import re
 
 from memvault.vault.errors import InvalidConfig
 
-SCHEMA_VERSION = 1  # bump with a migration note when a table changes
+SCHEMA_VERSION = 2  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb)
 TEXT_SEARCH_CONFIG = "memvault_en"
 VAULT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 READER_ROLE_PREFIX = "memvault_read_"
+#: the tables a vault's reader role reads (row-level security on each)
+READ_TABLES = ("memvault_rows", "memvault_vaults", "memvault_generations", "memvault_postings", "memvault_terms")
+#: the per-vault partitioned tables: a partition per vault, a leaf per generation
+PARTITIONED = ("memvault_rows", "memvault_postings", "memvault_terms")
 
 _DDL = [
     "CREATE EXTENSION IF NOT EXISTS vector",
@@ -66,20 +73,33 @@ _DDL = [
         ctx_tsv tsvector NOT NULL,
         text_len integer NOT NULL,
         ctx_len integer NOT NULL,
-        text_tf jsonb NOT NULL,
-        ctx_tf jsonb NOT NULL,
         embedding vector,
         PRIMARY KEY (vault, generation, key)) PARTITION BY LIST (vault)""",
-    # scoring reads each candidate's term frequencies: kept uncompressed (a compressed value is
-    # decompressed at every lookup); the longer columns are compressed first and make room
-    "ALTER TABLE memvault_rows ALTER COLUMN text_tf SET STORAGE EXTERNAL, ALTER COLUMN ctx_tf SET STORAGE EXTERNAL",
     "CREATE INDEX IF NOT EXISTS memvault_rows_path ON memvault_rows (vault, generation, path)",
     "CREATE INDEX IF NOT EXISTS memvault_rows_chash ON memvault_rows (vault, generation, content_hash)",
-    "CREATE INDEX IF NOT EXISTS memvault_rows_text_tsv ON memvault_rows USING gin (text_tsv)",
-    "CREATE INDEX IF NOT EXISTS memvault_rows_ctx_tsv ON memvault_rows USING gin (ctx_tsv)",
-    "ALTER TABLE memvault_rows ENABLE ROW LEVEL SECURITY",
-    "ALTER TABLE memvault_vaults ENABLE ROW LEVEL SECURITY",
-    "ALTER TABLE memvault_generations ENABLE ROW LEVEL SECURITY",
+    # field 0: the row's own words, 1: its neighbours'; impact orders a list (see lexical.py)
+    """CREATE TABLE IF NOT EXISTS memvault_postings (
+        vault text NOT NULL,
+        generation integer NOT NULL,
+        lexeme text NOT NULL,
+        field smallint NOT NULL,
+        kind text NOT NULL,
+        impact real NOT NULL,
+        key text NOT NULL,
+        tf smallint NOT NULL,
+        len smallint NOT NULL) PARTITION BY LIST (vault)""",
+    """CREATE TABLE IF NOT EXISTS memvault_terms (
+        vault text NOT NULL,
+        generation integer NOT NULL,
+        lexeme text NOT NULL,
+        df_text integer NOT NULL,
+        df_ctx integer NOT NULL) PARTITION BY LIST (vault)""",
+    *(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY" for table in READ_TABLES),
+]
+#: from schema 1: BM25 read GIN indexes and per-row term frequencies, now postings and terms
+_MIGRATE_FROM_1 = [
+    "DROP INDEX IF EXISTS memvault_rows_text_tsv, memvault_rows_ctx_tsv",
+    "ALTER TABLE memvault_rows DROP COLUMN IF EXISTS text_tf, DROP COLUMN IF EXISTS ctx_tf",
 ]
 #: created once; `CREATE POLICY` has no IF NOT EXISTS
 _POLICIES = {
@@ -89,9 +109,10 @@ _POLICIES = {
     ("memvault_vaults", "memvault_vaults_reader"):
         "CREATE POLICY memvault_vaults_reader ON memvault_vaults FOR SELECT "
         "USING (pg_has_role(current_user, reader_role, 'MEMBER'))",
-    ("memvault_generations", "memvault_generations_reader"):
-        "CREATE POLICY memvault_generations_reader ON memvault_generations FOR SELECT "
-        f"USING (pg_has_role(current_user, '{READER_ROLE_PREFIX}' || vault, 'MEMBER'))",
+    **{(table, f"{table}_reader"):
+        f"CREATE POLICY {table}_reader ON {table} FOR SELECT "
+        f"USING (pg_has_role(current_user, '{READER_ROLE_PREFIX}' || vault, 'MEMBER'))"
+       for table in ("memvault_generations", "memvault_postings", "memvault_terms")},
 }  # fmt: skip
 #: the local engine's analysis: Snowball English stemming, no stop words (they are dropped from
 #: queries, not from documents), so document lengths and frequencies count the same tokens
@@ -116,22 +137,31 @@ def reader_role(vault: str) -> str:
     return READER_ROLE_PREFIX + vault
 
 
-def leaf_table(vault: str, generation: int) -> str:
-    return f"memvault_rows_{vault}_g{generation}"
+#: partitions are named by a prefix as long as memvault_rows' own (a vault name may take 40 of
+#: PostgreSQL's 63 bytes of a name)
+_PREFIX = {"memvault_rows": "memvault_rows", "memvault_postings": "memvault_post", "memvault_terms": "memvault_term"}
 
 
-def vault_table(vault: str) -> str:
-    return f"memvault_rows_{vault}"
+def leaf_table(vault: str, generation: int, table: str = "memvault_rows") -> str:
+    return f"{_PREFIX[table]}_{vault}_g{generation}"
+
+
+def vault_table(vault: str, table: str = "memvault_rows") -> str:
+    return f"{_PREFIX[table]}_{vault}"
 
 
 def ensure_schema(conn) -> None:
-    """Create what is missing, idempotently, under an advisory lock (concurrent owners)."""
+    """Create what is missing, idempotently, under an advisory lock (concurrent owners). A
+    server already at this schema version is left alone: the DDL takes table locks."""
+    if _schema_version(conn) == SCHEMA_VERSION and _tables_present(conn):
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
         found = conn.execute("SELECT 1 FROM pg_ts_config WHERE cfgname = %s", (TEXT_SEARCH_CONFIG,)).fetchone()
         if found is None:
             for statement in _TEXT_SEARCH:
                 conn.execute(statement)
+        version = _schema_version(conn)
         for statement in _DDL:
             conn.execute(statement)
         for (table, policy), statement in _POLICIES.items():
@@ -139,12 +169,38 @@ def ensure_schema(conn) -> None:
                                   (table, policy)).fetchone()  # fmt: skip
             if exists is None:
                 conn.execute(statement)
-        if conn.execute("SELECT 1 FROM memvault_schema").fetchone() is None:
-            conn.execute("INSERT INTO memvault_schema VALUES (%s)", (SCHEMA_VERSION,))
+        if version == 1:
+            _migrate_from_1(conn)
+        conn.execute("DELETE FROM memvault_schema")
+        conn.execute("INSERT INTO memvault_schema VALUES (%s)", (SCHEMA_VERSION,))
+
+
+def _schema_version(conn) -> int | None:
+    if conn.execute("SELECT to_regclass('memvault_schema')").fetchone()[0] is None:
+        return None
+    row = conn.execute("SELECT max(version) FROM memvault_schema").fetchone()
+    return None if row is None else row[0]
+
+
+def _tables_present(conn) -> bool:
+    """Every table of this schema exists (a dropped one, a lost database, is created again)."""
+    names = ["memvault_files", *READ_TABLES]
+    found = conn.execute("SELECT count(to_regclass(name)) FROM unnest(%s::text[]) AS name", (names,)).fetchone()[0]
+    return found == len(names)
+
+
+def _migrate_from_1(conn) -> None:
+    """Schema 1's generations have no postings: they are kept (their rows still serve vectors,
+    journal and health) but their lexical reads say `memvault rebuild` (engine.py)."""
+    for statement in _MIGRATE_FROM_1:
+        conn.execute(statement)
+    for (vault,) in conn.execute("SELECT name FROM memvault_vaults").fetchall():
+        _vault_partitions(conn, vault)
+        _grant_reads(conn, vault)
 
 
 def ensure_vault(conn, vault: str) -> None:
-    """The vault's row, partition and reader role (granted read on the shared tables)."""
+    """The vault's row, partitions and reader role (granted read on the shared tables)."""
     from psycopg import sql
 
     check_vault_name(vault)
@@ -155,21 +211,54 @@ def ensure_vault(conn, vault: str) -> None:
         role = reader_role(vault)
         if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
             conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
-        for table in ("memvault_rows", "memvault_vaults", "memvault_generations"):
-            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), sql.Identifier(role)))
-        conn.execute(sql.SQL("CREATE TABLE {} PARTITION OF memvault_rows FOR VALUES IN ({}) PARTITION BY LIST (generation)")
-                     .format(sql.Identifier(vault_table(vault)), sql.Literal(vault)))  # fmt: skip
+        _grant_reads(conn, vault)
+        _vault_partitions(conn, vault)
         conn.execute("INSERT INTO memvault_vaults (name, reader_role) VALUES (%s, %s)", (vault, role))
 
 
-def create_leaf(conn, vault: str, generation: int) -> None:
+def _grant_reads(conn, vault: str) -> None:
     from psycopg import sql
 
-    leaf = sql.Identifier(leaf_table(vault, generation))
-    conn.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
-        leaf, sql.Identifier(vault_table(vault)), sql.Literal(generation)))
-    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN text_tf SET STORAGE EXTERNAL, "
-                         "ALTER COLUMN ctx_tf SET STORAGE EXTERNAL").format(leaf))
+    for table in READ_TABLES:
+        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), sql.Identifier(reader_role(vault))))
+
+
+def _vault_partitions(conn, vault: str) -> None:
+    from psycopg import sql
+
+    for table in PARTITIONED:  # IF NOT EXISTS: a lost vault row (a dropped table) left the others
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES IN ({}) PARTITION BY LIST "
+                             "(generation)").format(sql.Identifier(vault_table(vault, table)), sql.Identifier(table),
+                                                    sql.Literal(vault)))  # fmt: skip
+
+
+def create_leaf(conn, vault: str, generation: int) -> None:
+    """A generation's leaf tables. A leftover of the same number (the vault's row was lost, so
+    numbering started again) is dropped first: its rows belong to no generation."""
+    from psycopg import sql
+
+    for table in PARTITIONED:
+        leaf = sql.Identifier(leaf_table(vault, generation, table))
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(leaf))
+        conn.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
+            leaf, sql.Identifier(vault_table(vault, table)), sql.Literal(generation)))
+    terms = leaf_table(vault, generation, "memvault_terms")
+    conn.execute(sql.SQL("CREATE UNIQUE INDEX {} ON {} (lexeme)").format(
+        sql.Identifier(f"mvt_{vault}_g{generation}"), sql.Identifier(terms)))
+
+
+def ensure_postings_indexes(conn, vault: str, generation: int) -> None:
+    """The postings leaf's two indexes, built once its bulk of rows is in (a rebuild loads a
+    new generation without them: building after the load is several times cheaper):
+    `list` reads a (term, field, kind) list best impact first; `doc` finds one row's posting
+    in a list (BM25's exact scores, and deletes)."""
+    from psycopg import sql
+
+    leaf = leaf_table(vault, generation, "memvault_postings")
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (lexeme, field, kind, impact DESC) INCLUDE (key, tf, len)")
+                 .format(sql.Identifier(f"mvpl_{vault}_g{generation}"), sql.Identifier(leaf)))  # fmt: skip
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (lexeme, field, key) INCLUDE (tf, len)")
+                 .format(sql.Identifier(f"mvpd_{vault}_g{generation}"), sql.Identifier(leaf)))  # fmt: skip
 
 
 def ensure_vector_index(conn, vault: str, generation: int, dim: int) -> None:
@@ -183,16 +272,18 @@ def ensure_vector_index(conn, vault: str, generation: int, dim: int) -> None:
 
 
 def analyze_leaf(conn, vault: str, generation: int) -> None:
-    """Fresh planner statistics for a leaf (after a bulk load): without them the planner takes
-    a leaf of thousands of rows for one row and passes over its GIN and HNSW indexes."""
+    """Fresh planner statistics for a generation's leaves (after a bulk load): without them the
+    planner takes a leaf of thousands of rows for one row and passes over its indexes."""
     from psycopg import sql
 
-    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(leaf_table(vault, generation))))
+    for table in PARTITIONED:
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(leaf_table(vault, generation, table))))
 
 
 def drop_leaf(conn, vault: str, generation: int) -> None:
     from psycopg import sql
 
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(leaf_table(vault, generation))))
+    for table in PARTITIONED:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(leaf_table(vault, generation, table))))
     conn.execute("DELETE FROM memvault_files WHERE vault = %s AND generation = %s", (vault, generation))
     conn.execute("DELETE FROM memvault_generations WHERE vault = %s AND generation = %s", (vault, generation))
