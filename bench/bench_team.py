@@ -1,15 +1,17 @@
 """Agents on other machines sharing one vault through the index server (docs/team.md), same run.
 
     python -m bench.bench_team [--memories 2000] [--admits 500] [--clients 8] [--queries 100]
-                               [--samples 20] [--dsn DSN]   (default: a pgserver under /tmp)
+                               [--samples 20] [--remembers 25] [--dsn DSN]   (default: a pgserver under /tmp)
 
 Prints, beside the server's bare `SELECT 1` round trip as the baseline:
 * a remote admit (MemoryStore.connect(...).persist_completed_turn), median and p95;
 * admissions per second from --clients processes × --admits each (a quarter exact retries, a
-  tenth conflicting, the suite's schedule: tests/team_client_driver.py), with the classification
-  counts checked exactly;
+  tenth conflicting, the suite's schedule: tests/team_client_driver.py), their loops started
+  together after start-up, with the classification counts checked exactly;
 * remote recall (tool mode) over a vault of --memories, median and p95;
-* admit on one "machine" → searchable from another connected store, and → in the owner's files, p95.
+* admit on one "machine" → searchable from another connected store, and → in the owner's files, p95;
+* the issue's load against the owner (--clients × --admits, + --remembers facts per client): how
+  long until every turn and fact is in its files, and how many were lost or duplicated (0, 0).
 Every client runs on this one machine over the server's Unix socket: a network adds its round
 trips. Figures from a loaded machine are labelled so by whoever quotes them.
 """
@@ -61,17 +63,25 @@ def remote_admits(dsn: str, count: int) -> list[float]:
     return samples
 
 
-def many_clients(dsn: str, clients: int, admits: int) -> tuple[float, dict]:
+def many_clients(dsn: str, clients: int, admits: int, remembers: int = 0, tag: str = "rate") -> tuple[float, dict, float]:
+    """(admissions/s over the clients' loops, run together after their start-up; the answers'
+    classification counts, checked exactly; the time the first loop started)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"memvault-bench-go-{tag}-"))
+    go = folder / "go"
     driver = [sys.executable, str(REPO / "tests" / "team_client_driver.py")]
-    procs = [subprocess.Popen([*driver, dsn, str(100 + w), "load", str(admits), "0"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=REPO) for w in range(clients)]  # fmt: skip
+    base = 100 if tag == "rate" else 200
+    procs = [subprocess.Popen([*driver, dsn, str(base + w), "load", str(admits), str(remembers), str(go)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+             for w in range(clients)]  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(list(folder.glob("go.ready-*"))) < clients and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
     calls, spans = [], []
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         calls.extend(json.loads(out))
         spans.append(json.loads(err.strip().splitlines()[-1]))
-    # from the first client's first admit to the last one's last (start-up excluded; the
-    # clients' loops overlap only partly when start-up is slow, so this is a conservative rate)
     elapsed = max(s["ended"] for s in spans) - min(s["started"] for s in spans)
     counts: dict = {}
     for kind, _run, status, reason in calls:
@@ -79,8 +89,48 @@ def many_clients(dsn: str, clients: int, admits: int) -> tuple[float, dict]:
     expected = {("new", "admitted", None): clients * (admits - admits // 4 - admits // 10),
                 ("retry", "duplicate", None): clients * (admits // 4),
                 ("conflict", "failed", "conflict"): clients * (admits // 10)}  # fmt: skip
+    if remembers:
+        expected[("fact", "added", None)] = clients * remembers
     assert counts == expected, counts
-    return len(calls) / elapsed, counts
+    admissions = sum(1 for kind, *_ in calls if kind != "fact")
+    return admissions / elapsed, counts, min(s["started"] for s in spans)
+
+
+def owner_load(dsn: str, root: Path, clients: int, admits: int, remembers: int) -> str:
+    """The issue's load against the owner: every turn and fact in its files exactly once."""
+    import re
+
+    _rate, counts, started = many_clients(dsn, clients, admits, remembers, tag="owner")
+    new = counts[("new", "admitted", None)]
+    facts = clients * remembers
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        text = files_text(root)
+        if len(re.findall(r"for the queue\.", text)) >= new and len(re.findall(r"warm\.", text)) >= facts:
+            break
+        time.sleep(0.1)
+    drained = time.time() - started
+    text = files_text(root)
+    lost = duplicated = 0
+    for w in range(clients):
+        for j in range(admits):
+            want = 1 if j % 4 != 3 and j % 10 != 4 else 0
+            got = text.count(f"shard{200 + w}x{j} for the queue.")
+            lost += got < want
+            duplicated += got > want
+        for k in range(remembers):
+            got = text.count(f"bucket{200 + w}x{k} warm.")
+            lost += got < 1
+            duplicated += got > 1
+    conflicting = text.count("Or not.")
+    return (f"{new} turns + {facts} facts in the owner's files {drained:.1f} s after the first admit "
+            f"({(new + facts) / drained:.0f}/s); lost {lost}, duplicated {duplicated}, conflicting written {conflicting}; "
+            f"{counts[('new', 'admitted', None)]} admitted, {counts[('retry', 'duplicate', None)]} duplicate, "
+            f"{counts[('conflict', 'failed', 'conflict')]} conflict, {counts[('fact', 'added', None)]} facts added")
+
+
+def files_text(root: Path) -> str:
+    return "".join(p.read_text() for p in sorted((root / "daily").rglob("*.md")))
 
 
 def remote_recall(dsn: str, count: int) -> list[float]:
@@ -121,6 +171,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--remembers", type=int, default=25, help="per client in the owner load (0: skip it)")
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
     server = None
@@ -144,11 +195,15 @@ def main() -> int:
         print(f"admit → searchable elsewhere      {ms(searchable)}")
         print(f"admit → in the owner's files      {ms(in_files)}")
         print(f"remote recall, {args.memories} memories      {ms(remote_recall(dsn, args.queries))}")
+        if args.remembers:
+            print(f"owner load, {args.clients} × {args.admits} admits + {args.clients * args.remembers} remembers: "
+                  f"{owner_load(dsn, root, args.clients, args.admits, args.remembers)}")
         print(f"remote admit                      {ms(remote_admits(dsn, args.admits))}")
-        rate, counts = many_clients(dsn, args.clients, args.admits)
+        rate, counts, _ = many_clients(dsn, args.clients, args.admits)
         print(f"admissions/s, {args.clients} client processes   {rate:9.0f} /s  ({sum(counts.values())} calls, "
               f"classification exact: {counts[('new', 'admitted', None)]} admitted, "
               f"{counts[('retry', 'duplicate', None)]} duplicate, {counts[('conflict', 'failed', 'conflict')]} conflict)")
+        print(f"server SELECT 1 (baseline, again)  {ms(select_one(dsn))}")
     finally:
         owner.close()
         if server is not None:

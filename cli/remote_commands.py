@@ -34,14 +34,22 @@ def refuse_local_only(name: str, ctx: click.Context) -> None:
                            "inspect, health, engine status and mcp work. Run it on the vault's home machine.", ctx)
 
 
+#: how long `admit --wait` waits for the owner to project the turn (as a local `admit --wait`)
+ADMIT_WAIT_SECONDS = 10.0
+
+
 @click.command("admit")
+@click.option("--wait", "wait", is_flag=True,
+              help="Answer once the vault's owner holds the turn in its files (at most 10 s), for scripts "
+                   "that search right after.")
 @click.pass_context
-def remote_admit(ctx: click.Context) -> None:
+def remote_admit(ctx: click.Context, wait: bool) -> None:
     """Admit one completed turn (JSON on stdin) to the vault's run ledger on the index server.
 
     The same checks as a local admit run here first (skip rules, cron hygiene, size caps,
     credential refusal); the server answers admitted / duplicate / conflict with one statement,
-    and the vault's owner projects the turn into its files. Exit 1 only when the turn was NOT saved.
+    and the vault's owner projects the turn into its files ("worker": null; with --wait,
+    "drained" once it has, or why not yet). Exit 1 only when the turn was NOT saved.
     """
     from memvault.vault.intake.admission import AdmissionResult
     from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
@@ -52,11 +60,32 @@ def remote_admit(ctx: click.Context) -> None:
     except TurnJsonError as exc:
         emit_json({**AdmissionResult("failed", reason=exc.category, message=str(exc)).to_json(), "worker": None})
         sys.exit(EXIT_ERROR)
+    worker = None
     with connected_store(ctx, probe=False) as store:  # an unreachable server is the result's failure category
         result = store.persist_completed_turn(**turn)
-    emit_json({**result.to_json(), "worker": None})
+        if wait and result.ok and result.status != "skipped":
+            result, worker = _wait_for_owner(store, result)
+    emit_json({**result.to_json(), "worker": worker})
     if not result.ok and result.status != "skipped":
         sys.exit(EXIT_ERROR)
+
+
+def _wait_for_owner(store, result):
+    """(the result, with state claimed_by_owner once projected; what the owner did with it)."""
+    import dataclasses
+
+    from memvault.indexer.team.ledger import CLAIMED
+    from memvault.vault.errors import VaultError
+
+    try:
+        if store.wait_projected(result.id, ADMIT_WAIT_SECONDS):
+            return dataclasses.replace(result, state=CLAIMED), "drained"
+        running = store.server.owner_alive()
+    except VaultError as exc:  # the turn is saved: only the wait failed
+        return result, f"saved; could not wait for the owner: {exc}"
+    if not running:
+        return result, "no owner runs for this vault: the turn waits on the server (start `memvault serve` on its home machine)"
+    return result, f"the owner is still working on it after {ADMIT_WAIT_SECONDS:g} s; the turn waits on the server"
 
 
 @click.command("inspect")

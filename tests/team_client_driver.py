@@ -1,11 +1,13 @@
 """An agent process on "another machine": admits turns (and remembers facts) to a vault on the
 index server through MemoryStore.connect, and prints every answer as JSON.
 
-    python tests/team_client_driver.py DSN WORKER load N REMEMBERS   # the load schedule below
+    python tests/team_client_driver.py DSN WORKER load N REMEMBERS [GOFILE]   # the load schedule below
     python tests/team_client_driver.py DSN WORKER until STOPFILE     # new turns until STOPFILE exists
 
 Load schedule, call j of N: j % 4 == 3 an exact retry of the last new run (a quarter), j % 10 == 4
-the last new run id with other bytes (a tenth, a conflict), else a new run.
+the last new run id with other bytes (a tenth, a conflict), else a new run. With GOFILE the
+driver connects, creates GOFILE.ready-WORKER and starts its loop once GOFILE exists (the bench
+starts every client's loop together, after their start-up).
 """
 
 import json
@@ -56,6 +58,11 @@ def main() -> int:
     store = ConnectedStore(NAME, dsn)
     if mode == "load":
         store.settings()  # connected before the clock starts (bench/bench_team.py reads stderr)
+        if len(sys.argv) > 6:
+            go = Path(sys.argv[6])
+            Path(f"{go}.ready-{worker}").touch()
+            while not go.exists():
+                time.sleep(0.002)
         started = time.time()
         calls = load(store, worker, int(sys.argv[4]), int(sys.argv[5]))
         print(json.dumps({"started": started, "ended": time.time()}), file=sys.stderr)

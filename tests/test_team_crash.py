@@ -1,5 +1,6 @@
-"""SIGKILL of the vault's owner between any two steps of draining remote turns (claim → local
-admission → mark on the server → projection): afterwards every turn is in the files exactly once."""
+"""SIGKILL of the vault's owner between any two steps of draining remote turns (claim → the
+batch's notes written → marked on the server), in the journal tier (content ids) and in lite
+(run-derived ids): afterwards every turn is in the files exactly once."""
 
 import subprocess
 import sys
@@ -19,15 +20,14 @@ def run_owner(root, dsn, *crash):
     return subprocess.run([*DRIVER, str(root), dsn, *crash], env=ENV, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("boundary,nth", [
-    ("team.turn.claimed", 2),
-    ("admit.record_fsynced", 1),
-    ("team.turn.admitted", 2),
-    ("team.turns.marked", 1),
-    ("project.note_written", 2),
+@pytest.mark.parametrize("boundary,nth,tier", [
+    ("team.turn.claimed", 2, "journal"),
+    ("team.turns.written", 1, "journal"),
+    ("team.turns.marked", 1, "journal"),
+    ("team.turns.written", 1, "lite"),
 ])  # fmt: skip
-def test_a_killed_owner_leaves_every_remote_turn_in_the_files_exactly_once(tmp_path, postgres_dsn, boundary, nth):
-    root = make_home(tmp_path)
+def test_a_killed_owner_leaves_every_remote_turn_in_the_files_exactly_once(tmp_path, postgres_dsn, boundary, nth, tier):
+    root = make_home(tmp_path, tier=tier)
     env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
     assert run_owner(root, postgres_dsn).returncode == 0  # registers the vault on the server
     with MemoryStore.connect(NAME, env=env) as agent:

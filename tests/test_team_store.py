@@ -17,9 +17,9 @@ from tests.engine_helpers import wait_for
 NAME = "team-a"
 
 
-def make_home(tmp_path, folder="home"):
+def make_home(tmp_path, folder="home", tier="journal"):
     root = tmp_path / folder
-    init_vault(root, render_config(default_config_data("journal", "UTC", {"backend": "postgres", "name": NAME})))
+    init_vault(root, render_config(default_config_data(tier, "UTC", {"backend": "postgres", "name": NAME})))
     return root
 
 

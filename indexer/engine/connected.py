@@ -18,6 +18,9 @@ never reads the environment. Messages never carry the DSN's password (backend/po
 
 from __future__ import annotations
 
+import hashlib
+import os
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -34,12 +37,14 @@ from memvault.vault.curated import prepare_fact
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id
 from memvault.vault.intake.admission import FAILED, AdmissionResult, prepare_turn
-from memvault.vault.layout import DAILY, VaultLayout, flat_note_relpath
+from memvault.vault.layout import DAILY, VaultLayout, note_relpath_candidates
 
 RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
 #: a connected store has no vault folder: only rows on the server are read, never files
 _NO_FOLDER = Path("/nonexistent-memvault-vault")
+#: how often `admit --wait` asks the server whether the owner has projected the turn
+_WAIT_POLL_SECONDS = 0.05
 
 
 class ConnectedStore:
@@ -135,9 +140,34 @@ class ConnectedStore:
             row = existing[digest]
             return RememberReceipt(row.id, f"{row.path}#^{row.id}", "duplicate", row.text)
         day, _ = local_day_and_time(when, zone(self.time_zone))
-        relpath = flat_note_relpath(DAILY, day)
+        relpath = self._daily_relpath(day)
         inserted, block_id, path, stored = self.server.remember(digest, memory_id(fact), fact, when, relpath)
         return RememberReceipt(block_id, f"{path}#^{block_id}", "added" if inserted else "duplicate", stored)
+
+    def _daily_relpath(self, day) -> str:
+        """Where the owner writes `day`'s daily note, by its own rule (VaultLayout.note_relpath):
+        the note the server's rows hold for that day (flat or nested), else nested when the
+        owner's `daily/` keeps that year or the one before in a `YYYY/` folder, else flat."""
+        flat, nested = note_relpath_candidates(DAILY, day)
+        generation = self.backend.serving_generation()
+        if generation is not None:
+            held = {row.path for row in self.backend.journal_rows(generation, [flat, nested])}
+            for relpath in (flat, nested):
+                if relpath in held:
+                    return relpath
+        owner = self.server.owner()  # fresh: a person may have made daily/YYYY/ since
+        years = set((owner or {}).get("settings", {}).get("nestedYears", ()))
+        return nested if {day.year, day.year - 1} & years else flat
+
+    def wait_projected(self, intake_id: str, timeout: float) -> bool:
+        """Wait (bounded) until the vault's owner holds this admitted turn in its files; whether it does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.server.projected(intake_id):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(_WAIT_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
         """Remember each item (text, {"text", "at"} or RememberItem), one statement each; a refused
@@ -235,19 +265,41 @@ class ConnectedStore:
 
     def journal(self, *, from_date=None, through_date=None, time_zone=None, limit=None, cursor=None):
         """One MemoryJournal page, read from the server's rows (cursors live in this object)."""
-        from memvault.indexer.journal.query import JournalService
-
-        if self._journal is None:
-            self._journal = JournalService(self._journal_scan)
-        return self._journal.query({"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
-                                    "limit": limit, "cursor": cursor})  # fmt: skip
+        return self.journal_service().query({"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
+                                             "limit": limit, "cursor": cursor})  # fmt: skip
 
     def journal_service(self, *, persistent: bool = False):
+        """`persistent` (the CLI, a process per call): snapshots and cursor key kept owner-only on
+        this machine (`cursor_folder`), so a cursor one `memvault --remote NAME journal` printed
+        works in the next call; else in this object."""
+        from memvault.indexer.journal.cursor import snapshot_store_for
         from memvault.indexer.journal.query import JournalService
 
-        if self._journal is None:
-            self._journal = JournalService(self._journal_scan)
+        if self._journal is None or (persistent and not self._journal.snapshots.persistent):
+            snapshots = None
+            if persistent:
+                folder = self.cursor_folder()
+                snapshots = snapshot_store_for(folder, True) if folder is not None else None
+            self._journal = JournalService(self._journal_scan, snapshots=snapshots)
         return self._journal
+
+    def cursor_folder(self) -> Path | None:
+        """This user's folder for the vault's journal cursors on this machine (0700), one per
+        server and vault name: $XDG_STATE_HOME/memvault/remote/NAME-HASH (else ~/.local/state/…);
+        None when it cannot be made (the cursors then live in this process only)."""
+        from memvault.indexer.backend.postgres.connection import describe_target
+
+        base = self.env.get("XDG_STATE_HOME") or (os.path.join(self.env["HOME"], ".local", "state") if self.env.get("HOME") else None)
+        if not base:
+            return None
+        server = hashlib.sha256(describe_target(self.dsn).encode()).hexdigest()[:12]
+        folder = Path(base) / "memvault" / "remote" / f"{self.name}-{server}"
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        except OSError:
+            return None
+        return folder
 
     def _journal_scan(self, relpaths: list[str]):
         from memvault.indexer.journal.query import JournalScan

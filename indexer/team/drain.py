@@ -1,22 +1,28 @@
 """The vault's owner drains what agents on other machines sent: completed turns and facts.
 
-    claim waiting turns (FOR UPDATE SKIP LOCKED) ─▶ admit each into the local durable intake
-    (same run id: a duplicate when already held) ─▶ mark them projected ─▶ commit   (one transaction)
+    claim a batch of waiting turns (FOR UPDATE SKIP LOCKED) ─▶ project them into the files, one
+    write per note (`project.py`) ─▶ mark the batch projected in one statement ─▶ commit
 
 A SIGKILL anywhere leaves the claim uncommitted: the turns wait on the server again, and the
-next owner's local admission answers each one it already holds as a duplicate, so every turn is
-in the files exactly once (the intake worker projects it, as any local turn). Facts remembered
-remotely are written into their daily note by the same `remember` a local call makes (idempotent
-by content), then marked projected; the server forgets them only once the vault's rows hold
-them, so a sync or a rebuild never loses one meanwhile.
+next round finds each one already in its note (run-derived or content id) and writes nothing,
+so every turn is in the files exactly once. A turn the batch cannot take goes into the owner's
+durable intake instead (same run id), whose worker projects or dead-letters it. Facts
+remembered remotely are written into their daily notes by the same batch writer (idempotent by
+content), then marked projected; the server forgets them only once the vault's rows hold them,
+so a sync or a rebuild never loses one meanwhile.
 
-Crash boundaries (tests/team_crash_driver.py): team.turn.claimed, team.turn.admitted (local
-intake durable, server not yet marked), team.turns.marked, team.fact.written, team.facts.marked.
+An idle owner does not poll: it raises its doorbell flag on the server, looks once more, and
+waits on the vault's LISTEN channel; a client whose write met the raised flag rings it
+(backend/postgres/team.py). A ring lost in the race between the flag and the client's statement
+costs at most IDLE_LOOK_SECONDS.
+
+Crash boundaries (tests/team_crash_driver.py): team.turn.claimed, team.turns.written (notes
+durable, server not yet marked), team.turn.admitted (a turn handed to the local intake),
+team.turns.marked, team.fact.written, team.facts.marked.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -24,35 +30,55 @@ from collections.abc import Callable
 from memvault.indexer.backend import open_team_server
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.team.fence import ServerFence
+from memvault.indexer.team.project import project_batch
 from memvault.vault.errors import VaultError
-from memvault.vault.intake.admission import admit_record
-from memvault.vault.intake.files import IntakeDirs, hit
+from memvault.vault.intake.files import hit
 from memvault.vault.intake.record import parse_record
+from memvault.vault.layout import DAILY
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
-#: turns claimed per transaction (one fsync each locally; the claim holds their row locks)
-CLAIM_BATCH = 64
-#: how often an idle owner asks the server for new work
-POLL_SECONDS = 0.1
+#: turns claimed per transaction (the claim holds their row locks while the notes are written)
+CLAIM_BATCH = 256
+#: an idle owner looks at the server this often even without a ring
+IDLE_LOOK_SECONDS = 1.0
+#: how long one wait on the channel lasts before the drainer checks whether it should stop
+_WAIT_SLICE_SECONDS = 0.25
 #: how often the drainer checks that it still holds the server fence
 FENCE_CHECK_SECONDS = 1.0
 
 
-def owner_settings(config) -> dict:
-    """What clients admit and remember with: the owner's write mode, tier and time zone."""
+def owner_settings(config, root=None) -> dict:
+    """What clients admit and remember with: the owner's write mode, tier and time zone, and the
+    years its `daily/` keeps in `YYYY/` folders (where a new daily note goes: vault/layout.py)."""
     memory = config.memory
-    return {"writeMode": memory.write_mode, "tier": memory.mode, "timeZone": memory.time_zone}
+    settings = {"writeMode": memory.write_mode, "tier": memory.mode, "timeZone": memory.time_zone}
+    if root is not None:
+        settings["nestedYears"] = nested_years(root)
+    return settings
+
+
+def nested_years(root) -> list[int]:
+    """The years `daily/` holds as `daily/YYYY/` folders (VaultLayout.note_relpath's rule)."""
+    from pathlib import Path
+
+    folder = Path(root) / DAILY
+    try:
+        return sorted(int(entry.name) for entry in folder.iterdir()
+                      if len(entry.name) == 4 and entry.name.isdigit() and entry.is_dir() and not entry.is_symlink())  # fmt: skip
+    except OSError:
+        return []
 
 
 class TeamDrainer:
     def __init__(self, store, server_of, *, hook=None, log: Callable[[str], None] | None = None,
-                 poll_seconds: float = POLL_SECONDS, fence=None):
+                 idle_seconds: float = IDLE_LOOK_SECONDS, fence=None, listener=None):
         self.store = store
         self._fence = fence  # the TeamSide: nothing is claimed without the server fence
         self._server_of = server_of if callable(server_of) else (lambda: server_of)
+        self._listener = listener  # a TeamListener (None: look every idle_seconds)
         self._hook = hook
         self._log = log or (lambda _message: None)
-        self._poll = poll_seconds
+        self._idle = idle_seconds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.problem: str | None = None  # why the last round failed (health), None once one worked
@@ -76,56 +102,76 @@ class TeamDrainer:
                     if not self._fence.reassert():
                         self._stop.wait(FENCE_CHECK_SECONDS)
                         continue
-                busy = self.drain_once()
+                if not self.drain_once():
+                    self._sleep()
                 self.problem = None
             except (VaultError, OSError) as exc:  # the server away: turns wait there; try again
                 if str(exc) != self.problem:
                     self._log(f"team drain: {exc}")
                 self.problem = str(exc)
-                busy = 0
-            if not busy:
-                self._stop.wait(self._poll)
+                self._stop.wait(self._idle)
+
+    def _sleep(self) -> None:
+        """Raise the doorbell flag, look once more (a write may have met the lowered flag), then
+        wait for a ring, at most `idle_seconds`; lower the flag once woken."""
+        if self._fence is not None:
+            self._fence.refresh_settings()
+        if self._listener is None:
+            self._stop.wait(self._idle)
+            return
+        self._listener.listen()  # listening before the flag is up: no ring after it is missed
+        self.server.set_sleeping(True)
+        try:
+            if self.drain_once():
+                return
+            deadline = time.monotonic() + self._idle
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                if self._listener.wait(min(_WAIT_SLICE_SECONDS, max(0.0, deadline - time.monotonic()))):
+                    return
+        finally:
+            self.server.set_sleeping(False)
 
     @property
     def server(self):
         return self._server_of()
 
     def drain_once(self) -> int:
-        """One round: claimed turns and written facts, how many."""
-        turns = self.server.claim_turns(CLAIM_BATCH, self._admit_locally)
+        """One round: a batch of turns and the waiting facts; how many were projected."""
+        turns = self.server.claim_turns(CLAIM_BATCH, self._project)
         if turns:
             hit(self._hook, "team.turns.marked")
         return turns + self._drain_facts()
 
-    def _admit_locally(self, run_hash: str, data: bytes) -> bool:
-        hit(self._hook, "team.turn.claimed")
-        try:
-            record = parse_record(data, run_hash, f"team turn {run_hash}")
-        except VaultError as exc:  # never projected: health shows it waiting, with the reason logged
-            self._log(f"team drain: {exc}")
-            return False
-        record = dataclasses.replace(record, admitted_at=self.store._clock())  # due now, on this machine's clock
-        result = admit_record(IntakeDirs(self.store.layout.root), record, hook=self._hook)
-        if not result.ok:
-            self._log(f"team drain: turn {run_hash} not admitted locally: {result.reason}: {result.message}")
-            return False
-        hit(self._hook, "team.turn.admitted")
-        worker = getattr(self.store, "_intake", None)
-        if worker is not None and result.status == "admitted":
-            worker.admitted(result.id)
-        return True
+    def _project(self, rows: list[tuple[str, bytes]]) -> list[str]:
+        records = []
+        for run_hash, data in rows:
+            hit(self._hook, "team.turn.claimed")
+            try:
+                records.append(parse_record(data, run_hash, f"team turn {run_hash}"))
+            except VaultError as exc:  # never projected: inspect shows it waiting, with the reason logged
+                self._log(f"team drain: {exc}")
+        return project_batch(self.store, records, hook=self._hook, log=self._log) if records else []
 
     def _drain_facts(self) -> int:
+        from memvault.indexer.engine.bulk import RememberItem, remember_batch
+
         waiting = self.server.waiting_facts()
         if not waiting:
             return 0
+        fresh = [(digest, fact, at) for digest, _id, fact, at, _relpath, projected in waiting if not projected]
         written, held = [], []
-        for digest, _id, fact, at, _relpath, projected in waiting:
-            if not projected:
-                self.store.remember(fact, at=at)
+        if fresh:
+            results = remember_batch(self.store, [RememberItem(fact, at) for _, fact, at in fresh], self.store._clock,
+                                     defer_index=self.store.defers_index_commits)  # fmt: skip
+            for (digest, _, _), result in zip(fresh, results):
+                if isinstance(result, VaultError):  # a note that refuses it: tried again next round
+                    self._log(f"team drain: fact {digest[:12]}… not written yet: {result}")
+                else:
+                    written.append(digest)
+            if written:
                 hit(self._hook, "team.fact.written")
-                written.append(digest)
-            elif self._in_rows(digest):
+        for digest, _id, _fact, _at, _relpath, projected in waiting:
+            if projected and self._in_rows(digest):
                 held.append(digest)
         if written or held:
             self.server.mark_facts(written, forget=held)
@@ -133,7 +179,9 @@ class TeamDrainer:
         return len(written)
 
     def _in_rows(self, digest: str) -> bool:
-        self.store._commit_acknowledged()  # the owner commits on a timer: the rows hold it once committed
+        """Whether the vault's committed rows hold this fact (the owner commits on its timer)."""
+        if self.store._deferred.receipt(digest) is not None:
+            return False
         return self.store._readable_index().bm25.find_by_content_hash(digest) is not None
 
 
@@ -145,6 +193,8 @@ class TeamSide:
         self.fence = ServerFence(index.dsn, index.name)
         self.server = None
         self.drainer: TeamDrainer | None = None
+        self.listener = None
+        self.settings: dict | None = None  # as registered on the server
         self._store, self._log, self._hook = store, log, hook
 
     def hold(self) -> None:
@@ -163,15 +213,29 @@ class TeamSide:
             index = self._store.config.index
             try:
                 server = open_team_server(index.dsn, index.name, create=True)
-                server.register_owner(self.fence.host, self.fence.pid, owner_settings(self._store.config))
+                settings = owner_settings(self._store.config, self._store.layout.root)
+                server.register_owner(self.fence.host, self.fence.pid, settings)
+                self.settings = settings
             except BaseException:
                 self.fence.release()
                 raise
             self.server = server
 
     def start_draining(self) -> None:
-        self.drainer = TeamDrainer(self._store, lambda: self.server, hook=self._hook, log=self._log, fence=self)
+        from memvault.indexer.backend.postgres.team import TeamListener
+
+        index = self._store.config.index
+        self.listener = TeamListener(index.dsn, index.name)
+        self.drainer = TeamDrainer(self._store, lambda: self.server, hook=self._hook, log=self._log, fence=self,
+                                   listener=self.listener)  # fmt: skip
         self.drainer.start()
+
+    def refresh_settings(self) -> None:
+        """Register the settings again when they changed (a person made `daily/2027/`)."""
+        settings = owner_settings(self._store.config, self._store.layout.root)
+        if self.server is not None and settings != self.settings:
+            self.server.update_settings(settings)
+            self.settings = settings
 
     def reassert(self) -> bool:
         """Hold the server fence (again, when a server restart ended its session, or for the first
@@ -193,6 +257,8 @@ class TeamSide:
     def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         if self.drainer is not None:
             self.drainer.stop(timeout)
+        if self.listener is not None:
+            self.listener.close()
         if self.server is not None:
             self.server.close()
         self.fence.release()

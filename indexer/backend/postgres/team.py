@@ -16,6 +16,11 @@ conflicting row come back (locked, so racing clients serialise on it): a fresh i
 xmax, and the stored payload digest says duplicate or conflict. `ON CONFLICT DO NOTHING` plus a
 lookup returns no row at all for a racing caller whose competitor has not committed yet.
 
+The owner, once idle, raises `sleeping` on its row and LISTENs on the vault's channel; the
+admission (and remember) statement reads that flag in the same statement, and only a client
+that met a sleeping owner sends the NOTIFY, as a second statement after its commit. A busy owner
+is never rung, so admissions never take NOTIFY's commit-serialising lock under load.
+
 Row-level security: reading a vault's team rows needs its reader role (memvault_read_<name>),
 writing them its writer role (memvault_write_<name>, which is granted the reader role). The
 owner connects as the tables' owner.
@@ -27,7 +32,7 @@ from datetime import datetime
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, connect, require_psycopg, unreachable_message
-from memvault.vault.errors import IndexUnavailable, VaultLocked
+from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
 
 WRITER_ROLE_PREFIX = "memvault_write_"
 _TEAM_TABLES = ("memvault_team_turns", "memvault_team_facts", "memvault_team_owners")
@@ -58,6 +63,7 @@ _DDL = [
         pid integer NOT NULL,
         started_at timestamptz NOT NULL DEFAULT now(),
         settings jsonb NOT NULL)""",
+    "ALTER TABLE memvault_team_owners ADD COLUMN IF NOT EXISTS sleeping boolean NOT NULL DEFAULT false",
     *(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY" for table in _TEAM_TABLES),
 ]
 _READS = (f"pg_has_role(current_user, '{schema.READER_ROLE_PREFIX}' || vault, 'MEMBER') OR "
@@ -74,15 +80,22 @@ _POLICIES = {
 #: the key space of the owners' session advisory locks (the second key is the vault's hash)
 _OWNER_LOCK_SPACE = 0x6D76_6F77
 
+#: text and binary placeholders (no type sniffing per call), prepared once per connection; the
+#: CTE's answer carries whether the vault's owner sleeps waiting for a ring (the module docstring)
 ADMIT_SQL = (
-    "INSERT INTO memvault_team_turns AS t (vault, run_hash, payload_sha256, record) VALUES (%s, %s, %s, %s) "
+    "WITH t AS (INSERT INTO memvault_team_turns AS t (vault, run_hash, payload_sha256, record) VALUES (%t, %t, %t, %b) "
     "ON CONFLICT (vault, run_hash) DO UPDATE SET run_hash = EXCLUDED.run_hash "
-    "RETURNING (t.xmax = 0) AS inserted, t.payload_sha256, t.projected_at IS NOT NULL"
+    "RETURNING (t.xmax = 0) AS inserted, t.payload_sha256, t.projected_at IS NOT NULL AS projected) "
+    "SELECT t.inserted, t.payload_sha256, t.projected, "
+    "coalesce((SELECT o.sleeping FROM memvault_team_owners o WHERE o.vault = %t), false) FROM t"
 )
 _REMEMBER_SQL = (
-    "INSERT INTO memvault_team_facts AS f (vault, content_hash, id, fact, at, relpath) VALUES (%s, %s, %s, %s, %s, %s) "
+    "WITH f AS (INSERT INTO memvault_team_facts AS f (vault, content_hash, id, fact, at, relpath) "
+    "VALUES (%t, %t, %t, %t, %s, %t) "
     "ON CONFLICT (vault, content_hash) DO UPDATE SET content_hash = EXCLUDED.content_hash "
-    "RETURNING (f.xmax = 0) AS inserted, f.id, f.relpath, f.fact"
+    "RETURNING (f.xmax = 0) AS inserted, f.id, f.relpath, f.fact) "
+    "SELECT f.inserted, f.id, f.relpath, f.fact, "
+    "coalesce((SELECT o.sleeping FROM memvault_team_owners o WHERE o.vault = %t), false) FROM f"
 )
 
 
@@ -130,6 +143,7 @@ class TeamServer:
         self.dsn = dsn
         self.vault = schema.check_vault_name(vault)
         self._session = ServerSession(dsn, refusal=self._refusal)
+        self._client_cursor = None  # (connection, its cursor): admission's and remember's statements
         if create:
             with self._session() as conn:
                 schema.ensure_schema(conn)
@@ -140,9 +154,9 @@ class TeamServer:
     def _refusal(self, exc) -> IndexUnavailable | None:
         """The team tables' own refusals, in words that name the fix."""
         psycopg = require_psycopg()
-        if isinstance(exc, psycopg.errors.UndefinedTable):
-            return IndexUnavailable(f"the index server holds no team tables yet: start vault {self.vault!r}'s "
-                                    "owner once on its home machine (`memvault serve`)")  # fmt: skip
+        if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)):
+            return IndexUnavailable(f"the index server holds no team tables (of this version) yet: start vault "
+                                    f"{self.vault!r}'s owner once on its home machine (`memvault serve`)")  # fmt: skip
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
             return IndexUnavailable(f"this role may not use vault {self.vault!r} on the index server: ask its admin "
                                     f"to GRANT {writer_role(self.vault)} TO your role")  # fmt: skip
@@ -158,16 +172,47 @@ class TeamServer:
             conn.execute("SELECT 1").fetchone()
 
     def admit(self, run_hash: str, payload_sha256: str, record: bytes) -> tuple[bool, str, bool]:
-        """(inserted, the payload digest the ledger holds, projected by the owner): one statement."""
+        """(inserted, the payload digest the ledger holds, projected by the owner): one statement,
+        and a NOTIFY after it only when a new turn met a sleeping owner."""
         with self._session() as conn:
-            inserted, stored, projected = conn.execute(ADMIT_SQL, (self.vault, run_hash, payload_sha256, record)).fetchone()
-        return bool(inserted), stored, bool(projected)
+            row = self._cursor(conn).execute(ADMIT_SQL, (self.vault, run_hash, payload_sha256, record, self.vault),
+                                             prepare=True).fetchone()  # fmt: skip
+        if row[0] and row[3]:
+            self._ring()
+        return bool(row[0]), row[1], bool(row[2])
 
     def remember(self, content_hash: str, block_id: str, fact: str, at: datetime, relpath: str) -> tuple[bool, str, str, str]:
-        """(inserted, id, note path, fact) of the fact this content hash holds: one statement."""
+        """(inserted, id, note path, fact) of the fact this content hash holds: one statement
+        (and a ring when it met a sleeping owner)."""
         with self._session() as conn:
-            row = conn.execute(_REMEMBER_SQL, (self.vault, content_hash, block_id, fact, at, relpath)).fetchone()
+            row = self._cursor(conn).execute(_REMEMBER_SQL, (self.vault, content_hash, block_id, fact, at, relpath,
+                                                             self.vault), prepare=True).fetchone()  # fmt: skip
+        if row[0] and row[4]:
+            self._ring()
         return bool(row[0]), row[1], row[2], row[3]
+
+    def _cursor(self, conn):
+        """One cursor per connection for the clients' statements (psycopg keeps them prepared)."""
+        cached = self._client_cursor
+        if cached is None or cached[0] is not conn:
+            cached = self._client_cursor = (conn, conn.cursor())
+        return cached[1]
+
+    def _ring(self) -> None:
+        """Wake the vault's sleeping owner. The write before it is committed and answered either
+        way: a ring that fails is a delay (the owner looks again within IDLE_LOOK_SECONDS), not a loss."""
+        try:
+            with self._session() as conn:
+                conn.execute("SELECT pg_notify(%t, '')", (notify_channel(self.vault),))
+        except VaultError:  # the server away, or a statement refused
+            pass
+
+    def projected(self, run_hash: str) -> bool | None:
+        """Whether the owner has the turn in its files (None: the ledger holds no such run)."""
+        with self._session() as conn:
+            row = conn.execute("SELECT projected_at IS NOT NULL FROM memvault_team_turns WHERE vault = %s AND run_hash = %s",
+                               (self.vault, run_hash)).fetchone()  # fmt: skip
+        return None if row is None else bool(row[0])
 
     def waiting_facts(self) -> list[tuple[str, str, str, datetime, str, bool]]:
         """(content hash, id, fact, at, note path, projected) of every fact not yet seen in the rows."""
@@ -208,20 +253,29 @@ class TeamServer:
 
     # --- the owner ------------------------------------------------------------------------------
 
-    def claim_turns(self, limit: int, admit_locally) -> int:
-        """Claim up to `limit` waiting turns (FOR UPDATE SKIP LOCKED), hand each (run hash, record
-        bytes) to `admit_locally` (True once durable in the owner's intake), and mark those
-        projected, all in one transaction: a crash anywhere leaves them waiting, and the owner's
-        intake answers a re-claimed turn as a duplicate. The number marked."""
+    def claim_turns(self, limit: int, project) -> int:
+        """Claim up to `limit` waiting turns (FOR UPDATE SKIP LOCKED), hand them to `project`
+        ([(run hash, record bytes)] → the run hashes now in the owner's files), and mark those
+        projected in one statement, all in one transaction: a crash anywhere leaves them waiting,
+        and projecting a turn again finds it in its note (run-derived or content id) and writes
+        nothing. The number marked."""
         with self._session() as conn, conn.transaction():
             rows = conn.execute("SELECT run_hash, record FROM memvault_team_turns WHERE vault = %s AND projected_at IS NULL "
                                 "ORDER BY admitted_at, run_hash LIMIT %s FOR UPDATE SKIP LOCKED",
                                 (self.vault, limit)).fetchall()  # fmt: skip
-            done = [run_hash for run_hash, record in rows if admit_locally(run_hash, bytes(record))]
+            if not rows:
+                return 0
+            done = project([(run_hash, bytes(record)) for run_hash, record in rows])
             if done:
                 conn.execute("UPDATE memvault_team_turns SET projected_at = now() WHERE vault = %s AND run_hash = ANY(%s)",
-                             (self.vault, done))  # fmt: skip
+                             (self.vault, list(done)))  # fmt: skip
         return len(done)
+
+    def set_sleeping(self, sleeping: bool) -> None:
+        """The owner's doorbell flag: raised while it waits on the vault's channel, lowered once busy."""
+        with self._session() as conn:
+            conn.execute("UPDATE memvault_team_owners SET sleeping = %s WHERE vault = %s AND sleeping <> %s",
+                         (sleeping, self.vault, sleeping))  # fmt: skip
 
     def mark_facts(self, content_hashes: list[str], *, forget: list[str]) -> None:
         """Facts written into their note (`content_hashes`), and facts the rows now hold (`forget`)."""
@@ -237,8 +291,64 @@ class TeamServer:
         with self._session() as conn:
             conn.execute("INSERT INTO memvault_team_owners (vault, host, pid, settings) VALUES (%s, %s, %s, %s) "
                          "ON CONFLICT (vault) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
-                         "started_at = now(), settings = EXCLUDED.settings",
+                         "started_at = now(), settings = EXCLUDED.settings, sleeping = false",
                          (self.vault, host, pid, json.dumps(settings)))  # fmt: skip
+
+    def update_settings(self, settings: dict) -> None:
+        with self._session() as conn:
+            conn.execute("UPDATE memvault_team_owners SET settings = %s WHERE vault = %s", (json.dumps(settings), self.vault))
+
+
+def notify_channel(vault: str) -> str:
+    """The vault's LISTEN/NOTIFY channel (an identifier of at most 63 bytes)."""
+    return f"memvault_team_{vault}"
+
+
+class TeamListener:
+    """The owner's LISTEN connection on its vault's channel (a connection of its own: the server
+    delivers a notification only to the session that listens)."""
+
+    def __init__(self, dsn: str, vault: str):
+        self.dsn, self.vault = dsn, vault
+        self._conn = None
+
+    def listen(self) -> None:
+        """Connect and LISTEN (once; again after a dropped connection)."""
+        psycopg = require_psycopg()
+        from psycopg import sql
+
+        if self._conn is not None and not self._conn.closed:
+            return
+        conn = connect(self.dsn, autocommit=True)
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(notify_channel(self.vault))))
+        except psycopg.Error as exc:
+            conn.close()
+            raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+        self._conn = conn
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to `seconds` for a ring; True when one came (older rings are taken too)."""
+        psycopg = require_psycopg()
+        self.listen()
+        try:
+            rang = False
+            for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                rang = True
+            for _ in self._conn.notifies(timeout=0):  # rings that arrived together: one round serves them
+                pass
+            return rang
+        except psycopg.Error as exc:
+            self.close()
+            raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a dead server closed it already
+                pass
 
 
 def owner_lock_key(vault: str) -> tuple[int, int]:
