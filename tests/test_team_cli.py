@@ -18,8 +18,8 @@ MEMVAULT = str(Path(sys.executable).parent / "memvault")
 SECRET = "hunter2-not-for-output"
 
 
-def remote(dsn, *args, input=None, cwd=None):
-    env = {**ENV, "MEMVAULT_INDEX_DSN": dsn}
+def remote(dsn, *args, input=None, cwd=None, state=None):
+    env = {**ENV, "MEMVAULT_INDEX_DSN": dsn, **({"XDG_STATE_HOME": str(state)} if state else {})}
     return subprocess.run([MEMVAULT, "--remote", NAME, *args], input=input, env=env, cwd=cwd or "/", text=True,
                           capture_output=True, timeout=120)
 
@@ -27,9 +27,11 @@ def remote(dsn, *args, input=None, cwd=None):
 def test_remote_commands_admit_remember_search_journal_inspect_health(home, tmp_path):  # noqa: F811
     root, _owner, dsn = home
     turn = {"runId": "cli-run-1", "answer": "The load balancer now drains connections for 30 seconds."}
-    admitted = remote(dsn, "admit", input=json.dumps(turn))
+    admitted = remote(dsn, "admit", "--wait", input=json.dumps(turn))
     assert admitted.returncode == 0, admitted.stderr
-    assert json.loads(admitted.stdout)["status"] == "admitted"
+    body = json.loads(admitted.stdout)
+    assert (body["status"], body["worker"]) == ("admitted", "drained")
+    assert "30 seconds" in files_text(root)  # --wait answered once the owner had it in its files
     again = json.loads(remote(dsn, "admit", input=json.dumps(turn)).stdout)
     assert again["status"] == "duplicate"
     conflicting = remote(dsn, "admit", input=json.dumps({**turn, "answer": "The load balancer drains for 5 s."}))
@@ -45,6 +47,11 @@ def test_remote_commands_admit_remember_search_journal_inspect_health(home, tmp_
     wait_for(lambda: any(e["text"] == "Jonas owns the staging certificates."
                          for e in json.loads(remote(dsn, "journal", today, "--json").stdout)["entries"]),
              what="the fact in the journal from the server's rows")
+    first = json.loads(remote(dsn, "journal", today, "--limit", "1", "--json", state=tmp_path).stdout)
+    assert first["cursor"] and len(first["entries"]) == 1
+    nxt = remote(dsn, "journal", "--cursor", first["cursor"], "--json", state=tmp_path)  # another process
+    assert nxt.returncode == 0, nxt.stderr
+    assert json.loads(nxt.stdout)["entries"][0]["text"] != first["entries"][0]["text"]
     inspected = json.loads(remote(dsn, "inspect", "--json").stdout)
     assert inspected["ownerRunning"] is True and inspected["remote"]["turnsWaiting"] == 0
     status = remote(dsn, "engine", "status", "--json")

@@ -4,6 +4,7 @@ per vault across machines."""
 
 import json
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -69,6 +70,21 @@ def test_remote_remember_is_recallable_at_once_with_the_local_id_and_lands_in_th
         again = agent.remember(fact)  # the rows hold it now: a duplicate naming its note, as locally
         assert (again.status, again.id) == ("duplicate", receipt.id) and again.source.startswith("daily/")
         assert files_text(root).count(fact) == 1
+
+
+def test_a_remote_fact_reports_the_nested_daily_path_the_owner_writes(tmp_path, postgres_dsn):
+    root = make_home(tmp_path)
+    today = datetime.now(timezone.utc).date()
+    (root / "daily" / f"{today.year:04d}").mkdir(parents=True)  # the person keeps the Daily Notes plugin's layout
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    with MemoryStore.open(root, env=env) as store:
+        store.start_intake(poll_seconds=0.05)
+        with MemoryStore.connect(NAME, env=env) as agent:
+            receipt = agent.remember("The nested layout keeps each month in its own folder.")
+            relpath = receipt.source.partition("#^")[0]
+            assert relpath == f"daily/{today:%Y}/{today:%m}/{today.isoformat()}.md"
+            wait_for(lambda: (root / relpath).is_file() and receipt.id in (root / relpath).read_text(),
+                     what="the fact at the path the receipt named")
 
 
 def test_an_acknowledged_fact_survives_a_rebuild_before_its_owner_projects_it(tmp_path, postgres_dsn):
