@@ -112,8 +112,11 @@ class TeamDrainer:
                 self._stop.wait(self._idle)
 
     def _sleep(self) -> None:
-        """Raise the doorbell flag, look once more (a write may have met the lowered flag), then
-        wait for a ring, at most `idle_seconds`; lower the flag once woken."""
+        """Commit what the batches wrote to the index (not waiting for the owner's commit timer:
+        agents elsewhere search the server's rows), raise the doorbell flag, look once more (a
+        write may have met the lowered flag), then wait for a ring, at most `idle_seconds`;
+        lower the flag once woken."""
+        self.store._commit_acknowledged()  # idle now: what the batches wrote reaches the rows other machines read
         if self._fence is not None:
             self._fence.refresh_settings()
         if self._listener is None:

@@ -19,7 +19,7 @@ from memvault.vault.intake.admission import ADMITTED, DUPLICATE, FAILED, Admissi
 from memvault.vault.intake.record import IntakeRecord, render_record
 
 #: the state a turn reports while it waits on the server for the vault's owner, and once the
-#: owner holds it in its own durable intake
+#: owner holds it in its files (or, for a turn its batch could not take, in its durable intake)
 WAITING, CLAIMED = "waiting_for_owner", "claimed_by_owner"
 
 
