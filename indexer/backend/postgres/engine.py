@@ -79,9 +79,10 @@ dt AS (
 )
 SELECT count(*), coalesce(sum(text_len), 0), coalesce(sum(ctx_len), 0) FROM gone
 """
-#: HNSW's candidate list; pgvector's default (40) would cap every vector list at 40 rows
+#: HNSW's candidate list: pgvector returns at most ef_search rows, so it is the depth asked for
+#: (recall asks 100: the session's setting, no SET per query); its default, 40, would cap the list
 _MIN_EF_SEARCH = 40
-_SESSION_EF_SEARCH = 200
+_SESSION_EF_SEARCH = 100
 _MAX_EF_SEARCH = 1000
 
 
@@ -234,10 +235,8 @@ class PostgresBackend:
     def _lexical_leaves(self, generation: int) -> tuple[str, str]:
         """The quoted names of a generation's postings and terms leaves (statements write them
         directly: the terms' upsert needs the leaf's own unique index)."""
-        from psycopg import sql
-
         self._require_postings(generation)
-        return tuple(sql.Identifier(schema.leaf_table(self.vault, generation, table)).as_string(None)
+        return tuple(_quoted(schema.leaf_table(self.vault, generation, table))
                      for table in ("memvault_postings", "memvault_terms"))  # fmt: skip
 
     def _insert_params(self, generation: int, write) -> tuple:
@@ -309,11 +308,11 @@ class PostgresBackend:
         found = query_words(query)
         if not found or depth <= 0:
             return []
-        self._require_postings(generation)
+        postings, terms = self._lexical_leaves(generation)
         arguments = {"words": " ".join(found), "vault": self.vault, "generation": generation,
                      "kinds": list(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
         with self._session() as conn:
-            rows = conn.execute(BM25_SQL, arguments).fetchall()
+            rows = conn.execute(BM25_SQL.format(postings=postings, terms=terms), arguments).fetchall()
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
     def term_frequencies(self, generation: int, terms: Iterable[str]) -> tuple[int, dict[str, int]]:
@@ -336,11 +335,14 @@ class PostgresBackend:
         if dim is None or depth <= 0:
             return []
         query = _as_vector(vector)
-        sql = (f"SELECT key, 1 - (embedding::vector({dim}) <=> %(q)s::vector({dim})) FROM memvault_rows "
-               "WHERE vault = %(vault)s AND generation = %(generation)s AND embedding IS NOT NULL "
+        # the leaf by name: a plan through the parent prunes partitions at run time, several
+        # times slower than the leaf's own HNSW scan
+        leaf = _quoted(schema.leaf_table(self.vault, generation))
+        sql = (f"SELECT key, 1 - (embedding::vector({dim}) <=> %(q)s::vector({dim})) FROM {leaf} "
+               "WHERE embedding IS NOT NULL "
                f"ORDER BY embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(depth)s")  # fmt: skip
-        ef = min(_MAX_EF_SEARCH, max(_MIN_EF_SEARCH, 2 * depth))
-        arguments = {"q": query, "vault": self.vault, "generation": generation, "depth": depth}
+        ef = min(_MAX_EF_SEARCH, max(_MIN_EF_SEARCH, depth))
+        arguments = {"q": query, "depth": depth}
         with self._session() as conn:
             if ef <= _SESSION_EF_SEARCH:
                 rows = conn.execute(sql, arguments).fetchall()
@@ -365,6 +367,11 @@ class PostgresBackend:
     def stamp(self) -> object:
         with self._session() as conn:
             return conn.execute("SELECT serving, stamp FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()
+
+
+def _quoted(name: str) -> str:
+    """A leaf's name as an SQL identifier (vault names are checked: letters, digits, '-', '_')."""
+    return '"' + name + '"'
 
 
 def _as_vector(values):

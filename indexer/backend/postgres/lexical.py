@@ -60,13 +60,15 @@ REFERENCE_LENGTH = {0: 12.0, 1: 40.0}
 #: how many postings of each list are read, and how many candidates are scored exactly, per
 #: result asked for (and at least): the trade-off bench/bench_postgres.py measures
 PER_LIST, PER_LIST_MIN = 3, 200
-POOL, POOL_MIN = 2, 100
+POOL, POOL_MIN = 1, 100
 
 #: a posting's impact: BM25's tf part at the reference length (SQL over tf, len and field)
 IMPACT_SQL = (f"(tf::float8 / (tf + {_K1} * (1 - {_B} + {_B} * len / CASE WHEN field = 0 THEN "
               f"{REFERENCE_LENGTH[0]!r}::float8 ELSE {REFERENCE_LENGTH[1]!r}::float8 END)))::real")  # fmt: skip
 
-#: parameters: words (text), vault, generation, kinds, depth, per_list, pool; returns (key, score)
+#: parameters: words (text), vault, generation, kinds, depth, per_list, pool; returns (key, score).
+#: {postings} and {terms} name the generation's leaves: read directly, the planner scans their
+#: indexes alone (through the parent, its vault and generation filters need every heap row)
 BM25_SQL = f"""
 WITH q AS MATERIALIZED (
     SELECT lexeme, coalesce(array_length(positions, 1), 1) AS qtf
@@ -83,7 +85,7 @@ g AS MATERIALIZED (
 l AS MATERIALIZED (
     SELECT q.lexeme, f.field, q.qtf * f.boost * ln(1 + (g.n - f.df + 0.5) / (f.df + 0.5)) * ({_K1} + 1) AS w,
            {_K1} * (1 - {_B}) AS c0, {_K1} * {_B} / f.avg AS c1
-    FROM q JOIN memvault_terms t ON t.vault = %(vault)s AND t.generation = %(generation)s AND t.lexeme = q.lexeme
+    FROM q JOIN {{terms}} t ON t.lexeme = q.lexeme
     CROSS JOIN g
     CROSS JOIN LATERAL (VALUES (0::int2, 1::float8, t.df_text::float8, g.avg_text),
                                (1::int2, {_BOOST}, t.df_ctx::float8, g.avg_ctx)) AS f(field, boost, df, avg)
@@ -94,9 +96,8 @@ top AS MATERIALIZED (
     SELECT l.lexeme, l.field, p.key, l.w * p.tf / (p.tf + l.c0 + l.c1 * p.len) AS s
     FROM l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
     CROSS JOIN LATERAL (
-        SELECT p.key, p.tf, p.len FROM memvault_postings p
-        WHERE p.vault = %(vault)s AND p.generation = %(generation)s AND p.lexeme = l.lexeme
-          AND p.field = l.field AND p.kind = k.kind
+        SELECT p.key, p.tf, p.len FROM {{postings}} p
+        WHERE p.lexeme = l.lexeme AND p.field = l.field AND p.kind = k.kind
         ORDER BY p.impact DESC LIMIT %(per_list)s) p
 ),
 -- lists read whole are exact already; the others are probed for the pool's rows
@@ -111,10 +112,11 @@ exact AS (
     SELECT t.key, t.s FROM top t JOIN pool USING (key)
     WHERE NOT EXISTS (SELECT 1 FROM cut c WHERE c.lexeme = t.lexeme AND c.field = t.field)
     UNION ALL
-    SELECT p.key, c.w * p.tf / (p.tf + c.c0 + c.c1 * p.len)
+    SELECT o.key, c.w * p.tf / (p.tf + c.c0 + c.c1 * p.len)
     FROM cut c CROSS JOIN pool o
-    JOIN memvault_postings p ON p.vault = %(vault)s AND p.generation = %(generation)s
-        AND p.lexeme = c.lexeme AND p.field = c.field AND p.key = o.key
+    CROSS JOIN LATERAL (  -- one index probe per (row, list): never a scan of the lists
+        SELECT p.tf, p.len FROM {{postings}} p
+        WHERE p.key = o.key AND p.field = c.field AND p.lexeme = c.lexeme LIMIT 1) p
 )
 SELECT key, sum(s) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
 """
@@ -122,4 +124,4 @@ SELECT key, sum(s) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIM
 
 def read_sizes(depth: int) -> dict:
     """per_list and pool for a list of `depth` candidates."""
-    return {"per_list": max(PER_LIST_MIN, PER_LIST * depth), "pool": max(POOL_MIN, POOL * depth, depth)}
+    return {"per_list": max(PER_LIST_MIN, PER_LIST * depth), "pool": max(POOL_MIN, POOL * depth)}
