@@ -117,3 +117,16 @@ def test_cjk_questions_are_weighed_by_their_bigrams(tmp_path):
         store.remember("Priya lives in Rotterdam.", at=datetime(2026, 11, 30, 9, 1, tzinfo=ZoneInfo("Asia/Tokyo")))
         assert [hit.text for hit in store.recall("東京", limit=3).hits][:1] == ["来週、東京に出張します。"]
         assert store.recall("大阪", limit=3).hits == ()  # a city the vault never mentions
+
+
+def test_a_name_in_another_common_spelling_is_known_but_a_stranger_is_not(tmp_path):
+    """John for the vault's Jon (a silent h) keeps its hits; Jonas, whom the vault never met, does not."""
+    root = tmp_path / "lite"
+    init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))
+    with MemoryStore.open(root) as store:
+        store.remember("Jon moved to Lisbon last spring.", at=datetime(2026, 11, 30, 9, 0, tzinfo=AMS))
+        misspelt = store.recall("Where did John move?", limit=5)
+        stranger = store.recall("Where did Jonas move?", limit=5)
+    assert [hit.text for hit in misspelt.hits] == ["Jon moved to Lisbon last spring."]
+    assert misspelt.explain["evidence"]["unknownNames"] is False
+    assert stranger.hits == () and stranger.explain["evidence"]["unknownNames"] is True
