@@ -122,6 +122,10 @@ _TEXT_SEARCH = [
     f"ALTER TEXT SEARCH CONFIGURATION {TEXT_SEARCH_CONFIG} ALTER MAPPING FOR asciiword, word, numword, asciihword, "
     f"hword, numhword, hword_asciipart, hword_part, hword_numpart WITH {TEXT_SEARCH_CONFIG}_stem",
 ]
+#: HNSW graph degree and build-time candidate list, below pgvector's defaults (16, 64): measured
+#: on 10k rows of 256-d vectors, building and inserting cost about 45% less and the 100-row
+#: vector list at ef_search 100 holds 97.8% of the exact list's rows instead of 98.8%
+HNSW_M, HNSW_EF_CONSTRUCTION = 12, 40
 #: one transaction-level advisory lock key for schema creation (two owners starting at once)
 _SCHEMA_LOCK = 0x6D656D76
 
@@ -272,7 +276,8 @@ def ensure_vector_index(conn, vault: str, generation: int, dim: int) -> None:
     from psycopg import sql
 
     name = f"{leaf_table(vault, generation)}_hnsw"
-    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)")
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops) "
+                         f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
                  .format(sql.Identifier(name), sql.Identifier(leaf_table(vault, generation)), sql.Literal(dim)))
 
 
