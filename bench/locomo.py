@@ -227,7 +227,7 @@ def print_recall_table(scores: dict) -> None:
     counts = {g: len(scores[("hybrid", g, KS[0])]) for g in GROUPS}
     print(f"{'':16}" + "".join(f"{g + ' (' + str(counts[g]) + ')':>22}" for g in GROUPS))
     for k in KS:
-        singles = ("bm25", "vectors", "extra vectors") if ("extra vectors", "overall", k) in scores else ("bm25", "vectors")
+        singles = ("bm25", "vectors", *(["extra vectors"] if ("extra vectors", "overall", k) in scores else []))
         for retriever in (*singles, *VARIANTS):
             cells = [f"{100 * _mean(scores[(retriever, group, k)]):22.1f}" for group in GROUPS]
             print(f"{retriever + ' @' + str(k):16}" + "".join(cells))

@@ -60,7 +60,8 @@ def test_bad_extra_embeddings_are_named_with_the_fix(extra, message):
 def test_extra_embeddings_resolve_and_lite_ignores_them(tmp_path):
     (tmp_path / "memvault.json").write_bytes(render_config(with_extra({"provider": "e5-small"})))
     extra = load_config(tmp_path, {}).memory.extra_embeddings
-    assert (extra.provider, extra.model, extra.dim, extra.endpoint) == ("e5-small", "multilingual-e5-small-q4", 384, None)
+    assert (extra.provider, extra.model, extra.dim) == ("e5-small", "multilingual-e5-small-q4", 384)
+    assert extra.endpoint is None
     assert "memory.extraEmbeddings.provider = \"e5-small\"" in load_config(tmp_path, {}).source
     lite = with_extra({"provider": "e5-small"})
     lite["memory"]["mode"] = "lite"

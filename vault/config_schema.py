@@ -259,7 +259,8 @@ def _show_key(name: Any) -> str:
 def _unknown_key(prefix: str, name: Any) -> _Problem:
     key = f"{prefix}.{_show_key(name)}" if prefix else _show_key(name)
     allowed = OBJECTS[prefix]
-    if prefix in ("memory.llm", "memory.embeddings", "memory.extraEmbeddings", "memory.rerank") and str(name).lower() in _SECRET_KEY_NAMES:
+    keyed = ("memory.llm", "memory.embeddings", "memory.extraEmbeddings", "memory.rerank")
+    if prefix in keyed and str(name).lower() in _SECRET_KEY_NAMES:
         return _Problem(
             f"{key} is not a known key: never put a key in the config file; put it in an environment variable"
             f" and set {prefix}.apiKeyEnv to that variable's name",
@@ -374,7 +375,8 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: st
         return
     extra = prefix != "memory.embeddings"
     if not block:
-        example = '{"provider": "e5-small"} (pip install \'memvault[e5]\')' if extra else '{"provider": "builtin"} (offline, 256-d)'
+        example = ('{"provider": "e5-small"} (pip install \'memvault[e5]\')' if extra
+                   else '{"provider": "builtin"} (offline, 256-d)')
         problems.append(_Problem(f"{prefix} is empty: give at least one field, e.g. {example}, or remove the block",
                                  (prefix,)))
         return
@@ -389,7 +391,8 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: st
         if f"{prefix}.provider" in flat:
             choices = ", ".join(f'"{p}"' for p in EMBEDDING_PROVIDERS)
             problems.append(
-                _Problem(f"{prefix}.provider {_show(name)} is not supported: use one of {choices}", (f"{prefix}.provider",))
+                _Problem(f"{prefix}.provider {_show(name)} is not supported: use one of {choices}",
+                         (f"{prefix}.provider",))
             )
         return
     both = (f"{prefix}.provider",)
