@@ -282,3 +282,22 @@ def test_a_lost_database_is_one_rebuild_away(tmp_path, postgres_dsn):
         assert store.rebuild().memories == 2
         assert store.recall("where are the backup tapes?").hits[0].text == "The backup tapes live in the basement."
         assert store.health_report(strict=True)["healthy"]
+
+
+def test_a_bulk_import_into_a_new_vault_rebuilds_its_vector_index_after_the_load(tmp_path, postgres_dsn):
+    # 300 vectors into an empty generation: the HNSW index is dropped and built again after the
+    # rows are in, in the same transaction, so the serving leaf never lacks it
+    root = make_vault(tmp_path, "bulk")
+    facts = [f"Shipment {i} left the harbour of town {i % 17} on a barge." for i in range(300)]
+    with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
+        assert [o.receipt.status for o in store.remember_many(facts)] == ["added"] * 300
+        generation = store.backend.serving_generation()
+        vector = store._embedder().embed_query("barge from the harbour")
+        assert len(store.backend.vector_candidates(generation, vector, 50)) == 50
+        assert store.health_report(strict=True)["healthy"]
+    with psycopg.connect(postgres_dsn) as conn:
+        conn.execute("SET enable_seqscan = off")  # 300 rows: the planner would rather sort them
+        plan = "\n".join(row[0] for row in conn.execute(
+            f'EXPLAIN SELECT key FROM "memvault_rows_bulk_g{generation}" ORDER BY embedding::vector(256) <=> '
+            "(SELECT embedding FROM memvault_rows LIMIT 1)::vector(256) LIMIT 5").fetchall())
+    assert f"memvault_rows_bulk_g{generation}_hnsw" in plan, plan

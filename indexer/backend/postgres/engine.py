@@ -84,6 +84,9 @@ SELECT count(*), coalesce(sum(text_len), 0), coalesce(sum(ctx_len), 0) FROM gone
 _MIN_EF_SEARCH = 40
 _SESSION_EF_SEARCH = 100
 _MAX_EF_SEARCH = 1000
+#: a batch of at least this many vectors, and at least as many as the generation holds, rebuilds
+#: its HNSW index after the load instead of inserting into it (bulk imports into small vaults)
+_REBUILD_HNSW_FROM = 256
 
 
 class PostgresBackend:
@@ -222,7 +225,10 @@ class PostgresBackend:
                         copy.set_types(_STAGING_TYPES)
                         for row in params:
                             copy.write_row(row)
+                rebuilt = self._drop_vector_index_for(conn, generation, params)
                 conn.execute(_INSERT_STAGED.format(postings=postings, terms=terms))
+                if rebuilt:
+                    schema.ensure_vector_index(conn, self.vault, generation, self._dim(generation))
             added_text = sum(p[15] for p in params)
             added_ctx = sum(p[16] for p in params)
             conn.execute(
@@ -231,6 +237,22 @@ class PostgresBackend:
                 (len(params) - gone_rows, added_text - gone_text, added_ctx - gone_ctx, self.vault, generation))
             self._record_files(conn, generation, delta.files or {})
             conn.execute("UPDATE memvault_vaults SET stamp = stamp + 1 WHERE name = %s", (self.vault,))
+
+    def _drop_vector_index_for(self, conn, generation: int, params: list[tuple]) -> bool:
+        """Drop the generation's HNSW index, in this transaction, when the batch's vectors are at
+        least as many as the rows it holds (and enough to matter): rebuilding the graph after the
+        load costs less than inserting each vector into it (a bulk import into a new or small
+        vault). Readers of the leaf wait for the commit meanwhile, and then see the new index."""
+        vectors = sum(1 for row in params if row[17] is not None)
+        if vectors < _REBUILD_HNSW_FROM:
+            return False
+        held = conn.execute("SELECT rows FROM memvault_generations WHERE vault = %s AND generation = %s",
+                            (self.vault, generation)).fetchone()  # fmt: skip
+        name = f"{schema.leaf_table(self.vault, generation)}_hnsw"
+        if held is None or held[0] > vectors or conn.execute("SELECT to_regclass(%s)", (_quoted(name),)).fetchone()[0] is None:
+            return False
+        conn.execute(f"DROP INDEX {_quoted(name)}")
+        return True
 
     def _lexical_leaves(self, generation: int) -> tuple[str, str]:
         """The quoted names of a generation's postings and terms leaves (statements write them
