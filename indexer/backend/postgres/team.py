@@ -18,7 +18,8 @@ lookup returns no row at all for a racing caller whose competitor has not commit
 
 The owner, once idle, raises `sleeping` on its row and LISTENs on the vault's channel; the
 admission (and remember) statement reads that flag in the same statement, and only a client
-that met a sleeping owner sends the NOTIFY, as a second statement after its commit. A busy owner
+that met a sleeping owner sends the NOTIFY, after its commit, from a thread and connection of its
+own (`Ringer`: the write answers after one round trip either way). A busy owner
 is never rung, so admissions never take NOTIFY's commit-serialising lock under load.
 
 Row-level security: reading a vault's team rows needs its reader role (memvault_read_<name>),
@@ -144,6 +145,7 @@ class TeamServer:
         self.vault = schema.check_vault_name(vault)
         self._session = ServerSession(dsn, refusal=self._refusal)
         self._client_cursor = None  # (connection, its cursor): admission's and remember's statements
+        self._ringer = None  # the Ringer, from the first write that met a sleeping owner
         if create:
             with self._session() as conn:
                 schema.ensure_schema(conn)
@@ -163,6 +165,8 @@ class TeamServer:
         return None
 
     def close(self) -> None:
+        if self._ringer is not None:
+            self._ringer.close()  # a ring still to send goes first (a CLI admit exits right after)
         self._session.close()
 
     # --- clients ---------------------------------------------------------------------------------
@@ -199,13 +203,12 @@ class TeamServer:
         return cached[1]
 
     def _ring(self) -> None:
-        """Wake the vault's sleeping owner. The write before it is committed and answered either
-        way: a ring that fails is a delay (the owner looks again within IDLE_LOOK_SECONDS), not a loss."""
-        try:
-            with self._session() as conn:
-                conn.execute("SELECT pg_notify(%t, '')", (notify_channel(self.vault),))
-        except VaultError:  # the server away, or a statement refused
-            pass
+        """Wake the vault's sleeping owner, off the caller's path: the write before it is committed
+        and answered either way, and a ring that fails is a delay (the owner looks again within
+        a second), not a loss."""
+        if self._ringer is None:
+            self._ringer = Ringer(self.dsn, self.vault)
+        self._ringer.ring()
 
     def projected(self, run_hash: str) -> bool | None:
         """Whether the owner has the turn in its files (None: the ledger holds no such run)."""
@@ -302,6 +305,48 @@ class TeamServer:
 def notify_channel(vault: str) -> str:
     """The vault's LISTEN/NOTIFY channel (an identifier of at most 63 bytes)."""
     return f"memvault_team_{vault}"
+
+
+class Ringer:
+    """Sends a client's NOTIFY on a thread and connection of its own, so an admission answers
+    after one round trip even when it must wake the owner; rings that pile up go as one."""
+
+    def __init__(self, dsn: str, vault: str):
+        import threading
+
+        self._session = ServerSession(dsn)
+        self._channel = notify_channel(vault)
+        self._cond = threading.Condition()
+        self._pending = self._closing = False
+        self._thread = threading.Thread(target=self._run, name="memvault-team-ring", daemon=True)
+        self._thread.start()
+
+    def ring(self) -> None:
+        with self._cond:
+            self._pending = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending:
+                    return  # closing, nothing left to send
+                self._pending = False
+            try:
+                with self._session() as conn:
+                    conn.execute("SELECT pg_notify(%t, '')", (self._channel,))
+            except VaultError:  # the server away: the owner's own look finds the write
+                pass
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Send a ring still due (bounded by `timeout`), then stop."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        self._session.close()
 
 
 class TeamListener:
