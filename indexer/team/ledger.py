@@ -39,7 +39,8 @@ class NetworkAdmission:
         self.requests = 0
 
     def admit(self, record: IntakeRecord) -> AdmissionResult:
-        run, payload = bytes.fromhex(record.id), bytes.fromhex(record.payload_sha256)
+        digest = record.payload_sha256  # canonical JSON + SHA-256: computed once per call
+        run, payload = bytes.fromhex(record.id), bytes.fromhex(digest)
         decision = self.lru.decide(run, payload)
         if decision.kind == "retained":
             return AdmissionResult(DUPLICATE, record.id, None, "already admitted with the same payload")
@@ -50,22 +51,22 @@ class NetworkAdmission:
             return decision.flight.outcome
         result = AdmissionResult(FAILED, record.id, "internal_error", "the admission did not finish; the turn was NOT saved")
         try:
-            result = self._send(record)
+            result = self._send(record, digest)
         finally:
             self.lru.finish(run, decision.flight, result, completed=result.ok)
         return result
 
-    def _send(self, record: IntakeRecord) -> AdmissionResult:
+    def _send(self, record: IntakeRecord, digest: str) -> AdmissionResult:
         self.requests += 1
         try:
-            inserted, stored, projected = self.server.admit(record.id, record.payload_sha256, render_record(record))
+            inserted, stored, projected = self.server.admit(record.id, digest, render_record(record))
         except IndexServerUnavailable as exc:
             return AdmissionResult(FAILED, record.id, exc.code, f"the turn was NOT saved: {exc}")
         except VaultError as exc:
             return AdmissionResult(FAILED, record.id, getattr(exc, "code", "vault_error"), f"the turn was NOT saved: {exc}")
         if inserted:
             return AdmissionResult(ADMITTED, record.id, None, None, WAITING)
-        if stored != record.payload_sha256:
+        if stored != digest:
             return conflict(record.id)
         return AdmissionResult(DUPLICATE, record.id, None, "already admitted with the same payload",
                                CLAIMED if projected else WAITING)  # fmt: skip
