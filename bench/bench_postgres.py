@@ -7,6 +7,7 @@ Prints the server's PostgreSQL and pgvector versions, then for both backends:
 * rebuild of every vault from its files (seconds, memories/s);
 * hybrid recall (memvault's tool-mode recall: BM25 + vectors + coverage, fused) median / p95,
   in-process over all vaults, and through a running owner (`memvault watch`) for one vault;
+* BM25's early termination on the server against reading every posting (overlap, time);
 * `remember` through the owner (median, p95), and bulk import (`remember_many`) in memories/s;
 * LoCoMo evidence recall@5/10/25 for hybrid recall and BM25 alone (bench/locomo.py's vaults).
 Figures from a loaded machine are labelled so by whoever quotes them.
@@ -96,6 +97,30 @@ def bench_scale(roots: dict[str, list[Path]], env: dict, query_count: int) -> No
             for store in stores:
                 store.close()
         print(f"{backend:8s} hybrid recall in-process, {len(stores)} vaults: {ms(samples)}")
+
+
+def bench_pruning(root: Path, env: dict, query_count: int) -> None:
+    """BM25's early termination against the exhaustive list (every posting of every list read),
+    on one vault: overlap of the top 10 and top 100, and the lexical call's median time."""
+    from memvault.indexer.backend.postgres import engine
+
+    asked = queries(query_count)
+    with MemoryStore.open(root, env=env, sync=False) as store:
+        backend, generation = store.backend, store.backend.serving_generation()
+        pruned = timed_ms(lambda q: backend.lexical_candidates(generation, q, 100), asked)
+        lists = [backend.lexical_candidates(generation, q, 100) for q in asked]
+        usual = engine.read_sizes
+        engine.read_sizes = lambda depth: {"per_list": 10**9, "per_text": 10**9, "pool": 10**9}
+        try:
+            whole = timed_ms(lambda q: backend.lexical_candidates(generation, q, 100), asked)
+            exact = [backend.lexical_candidates(generation, q, 100) for q in asked]
+        finally:
+            engine.read_sizes = usual
+    overlap = {k: statistics.mean(len({key for key, _ in a[:k]} & {key for key, _ in b[:k]}) / max(1, min(k, len(b)))
+                                  for a, b in zip(lists, exact)) for k in (10, 100)}  # fmt: skip
+    print(f"postgres BM25 list, early termination vs every posting: top-10 overlap {100 * overlap[10]:.1f}%, "
+          f"top-100 {100 * overlap[100]:.1f}%; lexical call median {statistics.median(pruned):.1f} ms vs "
+          f"{statistics.median(whole):.1f} ms")
 
 
 def bench_owner(roots: dict[str, list[Path]], env: dict, query_count: int, writes: int) -> None:
@@ -206,6 +231,7 @@ def main() -> None:
             roots = build_vaults(tmp_path, args.memories, args.vaults)
             print(f"{args.memories} memories over {args.vaults} vaults, 256-d builtin embeddings")
             bench_scale(roots, env, args.queries)
+            bench_pruning(roots["postgres"][0], env, min(args.queries, 100))
             bench_owner(roots, env, min(args.queries, 100), args.writes)
             bench_import(tmp_path, env, args.import_items)
             if args.locomo:

@@ -10,10 +10,10 @@ idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 = 1.2, b = 0.75, summed over the q
 both fields.
 
 Early termination, as search engines do it: each (term, field) list is read best impact first
-(its index is ordered by the tf part of BM25 at a reference length), at most `per_list` rows; the
-union of what was read is ranked by those partial scores, and the best `pool` of it are scored
-exactly (a list that was cut short is probed for each of them by key). A list no longer than
-`per_list` is read whole, so on a vault whose query terms are rarer than that (every test
+(its index is ordered by the tf part of BM25 at a reference length), at most `per_text` rows of
+a row's own words and `per_list` of its neighbours'; the union of what was read is ranked by
+those partial scores, and the best `pool` of it are scored exactly (a list that was cut short is
+probed for each of them by key). A list no longer than its limit is read whole, so on a vault whose query terms are rarer than that (every test
 corpus, LoCoMo's vaults) the ranking is exactly Tantivy's; on long lists a row whose every
 posting sits in its lists' tails can be passed over (bench/bench_postgres.py prints the overlap
 with the exhaustive ranking).
@@ -60,13 +60,15 @@ REFERENCE_LENGTH = {0: 12.0, 1: 40.0}
 #: how many postings of each list are read, and how many candidates are scored exactly, per
 #: result asked for (and at least): the trade-off bench/bench_postgres.py measures
 PER_LIST, PER_LIST_MIN = 3, 200
-POOL, POOL_MIN = 1, 100
+#: a row's own words carry most of its score: their lists are read much further
+PER_TEXT_LIST, PER_TEXT_LIST_MIN = 20, 2000
+POOL, POOL_MIN = 2, 100
 
 #: a posting's impact: BM25's tf part at the reference length (SQL over tf, len and field)
 IMPACT_SQL = (f"(tf::float8 / (tf + {_K1} * (1 - {_B} + {_B} * len / CASE WHEN field = 0 THEN "
               f"{REFERENCE_LENGTH[0]!r}::float8 ELSE {REFERENCE_LENGTH[1]!r}::float8 END)))::real")  # fmt: skip
 
-#: parameters: words (text), vault, generation, kinds, depth, per_list, pool; returns (key, score).
+#: parameters: words (text), vault, generation, kinds, depth, per_text, per_list, pool; returns (key, score).
 #: {postings} and {terms} name the generation's leaves: read directly, the planner scans their
 #: indexes alone (through the parent, its vault and generation filters need every heap row)
 BM25_SQL = f"""
@@ -98,12 +100,13 @@ top AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT p.key, p.tf, p.len FROM {{postings}} p
         WHERE p.lexeme = l.lexeme AND p.field = l.field AND p.kind = k.kind
-        ORDER BY p.impact DESC LIMIT %(per_list)s) p
+        ORDER BY p.impact DESC LIMIT CASE WHEN l.field = 0 THEN %(per_text)s ELSE %(per_list)s END) p
 ),
 -- lists read whole are exact already; the others are probed for the pool's rows
 cut AS MATERIALIZED (
     SELECT l.* FROM l
-    WHERE (SELECT count(*) FROM top WHERE top.lexeme = l.lexeme AND top.field = l.field) >= %(per_list)s
+    WHERE (SELECT count(*) FROM top WHERE top.lexeme = l.lexeme AND top.field = l.field)
+          >= CASE WHEN l.field = 0 THEN %(per_text)s ELSE %(per_list)s END
 ),
 pool AS MATERIALIZED (
     SELECT key FROM top GROUP BY key ORDER BY sum(s) DESC, key LIMIT %(pool)s
@@ -124,4 +127,5 @@ SELECT key, sum(s) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIM
 
 def read_sizes(depth: int) -> dict:
     """per_list and pool for a list of `depth` candidates."""
-    return {"per_list": max(PER_LIST_MIN, PER_LIST * depth), "pool": max(POOL_MIN, POOL * depth)}
+    return {"per_list": max(PER_LIST_MIN, PER_LIST * depth), "per_text": max(PER_TEXT_LIST_MIN, PER_TEXT_LIST * depth),
+            "pool": max(POOL_MIN, POOL * depth)}
