@@ -46,6 +46,20 @@ def open_team_server(dsn: str, vault: str, *, create: bool = False):
     return TeamServer(dsn, vault, create=create)
 
 
+def team_listener(dsn: str, vault: str):
+    """The owner's wake-up channel for one vault (LISTEN; backend/postgres/team.py)."""
+    from memvault.indexer.backend.postgres.team import TeamListener
+
+    return TeamListener(dsn, vault)
+
+
+def server_label(dsn: str) -> str:
+    """Where a DSN points (host, port, database, user), never its password."""
+    from memvault.indexer.backend.postgres.connection import describe_target
+
+    return describe_target(dsn)
+
+
 def owner_lock(dsn: str, vault: str):
     """The server-side owner fence of one vault (a session advisory lock), not yet taken."""
     from memvault.indexer.backend.postgres.team import OwnerLock

@@ -287,12 +287,12 @@ class ConnectedStore:
         """This user's folder for the vault's journal cursors on this machine (0700), one per
         server and vault name: $XDG_STATE_HOME/memvault/remote/NAME-HASH (else ~/.local/state/…);
         None when it cannot be made (the cursors then live in this process only)."""
-        from memvault.indexer.backend.postgres.connection import describe_target
+        from memvault.indexer.backend import server_label
 
         base = self.env.get("XDG_STATE_HOME") or (os.path.join(self.env["HOME"], ".local", "state") if self.env.get("HOME") else None)
         if not base:
             return None
-        server = hashlib.sha256(describe_target(self.dsn).encode()).hexdigest()[:12]
+        server = hashlib.sha256(server_label(self.dsn).encode()).hexdigest()[:12]
         folder = Path(base) / "memvault" / "remote" / f"{self.name}-{server}"
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -536,15 +536,20 @@ class MemoryStore(DurableIntake):
         converges on one bullet and one index row (BM25 now, vectors through the queue)."""
         return _projection(self.remember(summary, at=completed_at))
 
-    @translates_storage_errors
     def project_journal_turns(self, turns: list[tuple[str, datetime]]) -> list:
-        """`project_journal_turn` for many turns in one write per daily note (`remember_batch`):
-        one Projection, or the VaultError that refused it, per turn, in order. Vault lock held."""
+        """`project_journal_turn` for many turns in one write per daily note: one Projection, or
+        the VaultError that refused it, per turn, in order."""
+        return [result if isinstance(result, VaultError) else _projection(result) for result in self.remember_together(turns)]
+
+    @translates_storage_errors
+    def remember_together(self, facts: list[tuple[str, datetime | None]]) -> list:
+        """Remember (text, at) pairs in one write per daily note (`bulk.remember_batch`), for the
+        owner's batch writers (projected turns, agents' facts from the server): one RememberReceipt,
+        or the VaultError that refused it, per pair, in order; in an owner, committed on its timer."""
         from memvault.indexer.engine.bulk import RememberItem, remember_batch
 
-        items = [RememberItem(summary, completed_at) for summary, completed_at in turns]
-        results = remember_batch(self, items, self._clock, defer_index=self.defers_index_commits)
-        return [result if isinstance(result, VaultError) else _projection(result) for result in results]
+        items = [RememberItem(text, at) for text, at in facts]
+        return remember_batch(self, items, self._clock, defer_index=self.defers_index_commits)
 
     def _catch_up_vectors(self) -> None:
         """Embed every vector the serving generation misses or holds stale (the semantic queue's

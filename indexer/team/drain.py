@@ -156,16 +156,13 @@ class TeamDrainer:
         return project_batch(self.store, records, hook=self._hook, log=self._log) if records else []
 
     def _drain_facts(self) -> int:
-        from memvault.indexer.engine.bulk import RememberItem, remember_batch
-
         waiting = self.server.waiting_facts()
         if not waiting:
             return 0
         fresh = [(digest, fact, at) for digest, _id, fact, at, _relpath, projected in waiting if not projected]
         written, held = [], []
         if fresh:
-            results = remember_batch(self.store, [RememberItem(fact, at) for _, fact, at in fresh], self.store._clock,
-                                     defer_index=self.store.defers_index_commits)  # fmt: skip
+            results = self.store.remember_together([(fact, at) for _, fact, at in fresh])
             for (digest, _, _), result in zip(fresh, results):
                 if isinstance(result, VaultError):  # a note that refuses it: tried again next round
                     self._log(f"team drain: fact {digest[:12]}… not written yet: {result}")
@@ -225,10 +222,10 @@ class TeamSide:
             self.server = server
 
     def start_draining(self) -> None:
-        from memvault.indexer.backend.postgres.team import TeamListener
+        from memvault.indexer.backend import team_listener
 
         index = self._store.config.index
-        self.listener = TeamListener(index.dsn, index.name)
+        self.listener = team_listener(index.dsn, index.name)
         self.drainer = TeamDrainer(self._store, lambda: self.server, hook=self._hook, log=self._log, fence=self,
                                    listener=self.listener)  # fmt: skip
         self.drainer.start()

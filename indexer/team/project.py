@@ -5,7 +5,7 @@ batch projected twice (a SIGKILL after the notes were written, before the server
 turns) writes nothing the second time:
 
 * journal tier: Remember's content identity (`MemoryStore.project_journal_turn`), through the
-  engine's batch writer (`indexer/engine/bulk.remember_batch`: one compare-and-swap append per
+  store's batch writer (`MemoryStore.remember_together`: one compare-and-swap append per
   daily note, the index commit on the owner's timer, searchable through the owner at once);
 * lite and BuJo: the run-derived id `^t-…` in `daily/` or `audit/` (`vault/intake/projection.py`),
   the bullets of one note appended in one write.
@@ -53,10 +53,8 @@ def project_batch(store, records: list[IntakeRecord], *, hook=None, log=lambda _
 
 
 def _journal_turns(store, records: list[IntakeRecord], log) -> tuple[list[str], list[IntakeRecord]]:
-    from memvault.indexer.engine.bulk import RememberItem, remember_batch
-
-    items = [RememberItem(projected_text(record.payload.summary), record.completed_at) for record in records]
-    results = remember_batch(store, items, store._clock, defer_index=store.defers_index_commits)
+    results = store.remember_together([(projected_text(record.payload.summary), record.completed_at)
+                                       for record in records])  # fmt: skip
     done, refused = [], []
     for record, result in zip(records, results):
         if isinstance(result, VaultError):
