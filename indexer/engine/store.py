@@ -19,6 +19,7 @@ from pathlib import Path
 from memvault.indexer.engine.deferred import DeferredIndexing
 from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.engine.intake_methods import DurableIntake
+from memvault.indexer.engine.journal_methods import JournalMethods
 from memvault.indexer.engine.overlay import pending_record
 from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import (
@@ -58,7 +59,7 @@ _LAG_REASONS = {"disk_full": "no space left on the device", "read_only": "the va
 
 
 
-class MemoryStore(DurableIntake):
+class MemoryStore(DurableIntake, JournalMethods):
     def __init__(self, layout: VaultLayout, config: Config, *, clock: Callable[[], datetime] = utc_now):
         self.layout = layout
         self.config = config
@@ -412,77 +413,6 @@ class MemoryStore(DurableIntake):
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         """Alias of `recall`, named after the CLI command."""
         return self.recall(query, limit=limit, mode=mode)
-
-    # --- MemoryJournal (logic in indexer/journal/query.py) ------------------------------------------
-
-    #: BuJo hook: memory id → "valid" | "superseded" | "dropped" at journal snapshot time; None: all valid
-    supersession_state = None
-    _journal = None
-
-    def journal(self, *, from_date=None, through_date=None, time_zone=None, limit=None, cursor=None):
-        """One MemoryJournal page (a JournalPage): a first call with the three range fields, or a
-        continuation with only `cursor` (valid within this store object's lifetime)."""
-        arguments = {"fromDate": from_date, "throughDate": through_date, "timeZone": time_zone,
-                     "limit": limit, "cursor": cursor}  # fmt: skip
-        return self.journal_service().query(arguments)
-
-    def journal_service(self, *, persistent: bool = False):
-        """The JournalService: in-memory cursors, or (`persistent`, for the CLI) owner-only
-        snapshots in `.index/journal/` that a later process can continue."""
-        from memvault.indexer.journal.cursor import snapshot_store_for
-        from memvault.indexer.journal.query import JournalService
-
-        if persistent:
-            snapshots = snapshot_store_for(self.layout.root, persistent=True)
-            return JournalService(self.journal_scan, snapshots=snapshots, supersession_state=self.supersession_state)
-        if self._journal is None:
-            self._journal = JournalService(self.journal_scan, supersession_state=self.supersession_state)
-        return self._journal
-
-    def journal_scan(self, relpaths: list[str]):
-        """The curated rows of these daily notes (brought up to date first), and which of them could
-        not be read whole (unreadable, not UTF-8, oversized, merge-conflict markers)."""
-        from memvault.indexer.journal.query import JournalScan
-
-        if self.defers_index_commits:
-            return self._journal_scan_beside_pending(relpaths)
-        try:
-            self.sync(relpaths)
-            unsynced: list[str] = []
-        except StorageError:  # a full disk: answer from the index, and name the notes it lags behind
-            index = self._readable_index()
-            unsynced = [path for path in index.stale_paths(self.layout, relpaths)
-                        if path in index.manifest.files or (self.layout.root / path).exists()]
-        index = self._readable_index()
-        rows = [row for path in relpaths for row in index.rows_of(path).values()]
-        incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
-        return JournalScan(rows, sorted(set(incomplete) | set(unsynced)))
-
-    def _journal_scan_beside_pending(self, relpaths: list[str]):
-        """`journal_scan` in an owner, which never commits for a read: notes changed since their
-        last commit (writes waiting for it, a person's edit the watcher has not seen) are read
-        from the files as that commit will read them, under the vault lock (never half an
-        append); the others come from the index."""
-        from memvault.indexer.journal.query import JournalScan
-        from memvault.indexer.maintenance.sync import Row
-
-        index = self._readable_index()
-        with self._deferred.lock:
-            pending = set(self._deferred.paths())
-        changed = set(index.stale_paths(self.layout, relpaths)) | (pending & set(relpaths))
-        with self._lock:
-            fresh = {path: read_note_records(self.layout, path, self.time_zone) for path in relpaths if path in changed}
-        rows, incomplete = [], []
-        for path in relpaths:
-            if path in fresh:
-                rows.extend(Row.of_record(record) for record in fresh[path].records)
-                state = fresh[path].state
-            else:
-                rows.extend(index.rows_of(path).values())
-                state = index.manifest.files.get(path)
-            if state is not None and state.problem:
-                incomplete.append(path)
-        return JournalScan(rows, sorted(incomplete))
 
     def health_report(self, *, strict: bool = False, owner=None) -> dict:
         """`memvault health` as JSON: every check (indexer/maintenance/health.py), plus, asked
