@@ -240,6 +240,7 @@ def test_an_embedding_outage_leaves_the_turn_pending(tmp_path, server):
     clock = Clock()
     with store_for(root, clock) as store:
         store.remember("Billing runs on the old cluster.")
+        assert store._semantic.drain(30)  # its vector is in before the outage (the queue embeds on its own thread)
         server.route(EMBED_PATH, lambda _body: (500, "embedding model crashed"))
         capture(store, clock, "run-1", "Dana owns billing.")
         assert (state(root, "run-1")["state"], state(root, "run-1")["failure"]) == ("awaiting_capture", "provider_unavailable")

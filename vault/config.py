@@ -361,16 +361,7 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
     }
     embeddings = llm = None
     if mode != "lite":
-        name = get("memory.embeddings.provider", DEFAULT_EMBEDDING_PROVIDER)
-        provider = EMBEDDING_PROVIDERS[name]
-        embeddings = EmbeddingsConfig(
-            name,
-            get("memory.embeddings.model", provider.model),
-            get("memory.embeddings.dim", provider.dim),
-            get("memory.embeddings.endpoint", provider.endpoint),
-            get("memory.embeddings.apiKeyEnv"),
-        )
-        used.update({f"memory.embeddings.{k}": v for k, v in zip(OBJECTS["memory.embeddings"], _values(embeddings))})
+        embeddings = _embeddings_at(flat, used, "memory.embeddings", DEFAULT_EMBEDDING_PROVIDER)
     extra = _resolve_extra_embeddings(flat, used) if mode != "lite" else None
     # bujo requires the chat model; any tier may configure one for runtime-memory compaction
     if mode == "bujo" or any(key.startswith("memory.llm.") for key in flat):
@@ -417,18 +408,23 @@ def _resolve_extra_embeddings(flat: dict[str, Any], used: dict[str, Any]) -> Emb
     """memory.extraEmbeddings (validated: its provider is given), or None when absent."""
     if "memory.extraEmbeddings" not in flat:
         return None
-    get = flat.get
-    name = get("memory.extraEmbeddings.provider")
+    return _embeddings_at(flat, used, "memory.extraEmbeddings", None)
+
+
+def _embeddings_at(flat: dict[str, Any], used: dict[str, Any], block: str, default_provider: str | None) -> EmbeddingsConfig:
+    """An embeddings block (`memory.embeddings` or `memory.extraEmbeddings`), its provider's
+    defaults filled in, and recorded in `used`."""
+    name = flat.get(f"{block}.provider", default_provider)
     provider = EMBEDDING_PROVIDERS[name]
-    extra = EmbeddingsConfig(
+    config = EmbeddingsConfig(
         name,
-        get("memory.extraEmbeddings.model", provider.model),
-        get("memory.extraEmbeddings.dim", provider.dim),
-        get("memory.extraEmbeddings.endpoint", provider.endpoint),
-        get("memory.extraEmbeddings.apiKeyEnv"),
+        flat.get(f"{block}.model", provider.model),
+        flat.get(f"{block}.dim", provider.dim),
+        flat.get(f"{block}.endpoint", provider.endpoint),
+        flat.get(f"{block}.apiKeyEnv"),
     )
-    used.update({f"memory.extraEmbeddings.{k}": v for k, v in zip(OBJECTS["memory.extraEmbeddings"], _values(extra))})
-    return extra
+    used.update({f"{block}.{k}": v for k, v in zip(OBJECTS[block], _values(config))})
+    return config
 
 
 #: dotted memory.runtime key -> RuntimeSettings field
