@@ -276,5 +276,21 @@ def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_p
     note_module._cache = note_module._ParseCache(4)  # the extension starts from `before`'s parse
     parse(before)
     extended = parse(after)
-    whole = note_module._parse_with_tail(after)[0]
+    whole = note_module._parse_lines(tuple(after.splitlines(keepends=True))).note
     assert extended == whole
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_NOTE_LINES, max_size=14), st.lists(st.lists(_NOTE_LINES, max_size=8), min_size=2, max_size=4),
+       st.sampled_from(["\n", "\r\n"]))
+def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, endings, newline):
+    """An editor's save rewrites a note's last lines (a person's scratch line moves below the
+    lines memvault appended): each version is parsed from the last memory shared with one parsed
+    before it, and must equal a whole parse of it."""
+    import memvault.vault.note as note_module
+
+    note_module._cache = note_module._ParseCache(4)
+    for ending in endings:
+        text = "".join(line + newline for line in head + ending)
+        reparsed = parse(text)
+        assert reparsed == note_module._parse_lines(tuple(text.splitlines(keepends=True))).note

@@ -18,6 +18,7 @@ mistune has no source positions, so structure is found line by line here and mis
 each memory's inline markdown into the plain text that is indexed (see `plain_text`).
 """
 
+import bisect
 import re
 import threading
 from dataclasses import dataclass, field, replace
@@ -92,10 +93,11 @@ class Note:
 
 
 #: notes up to this many characters are parsed once per distinct text (`parse` is pure and a Note
-#: is frozen), and a text that extends one parsed lately by whole lines is parsed from where that
-#: one ended (`_extend`): an append reads the note it plans with, writes, and reads it back, the
-#: index commit reads it once more, and a day's note of thousands of lines costs tens of
-#: milliseconds to parse whole, which many agents appending to it paid on every write
+#: is frozen), and a text that shares its first lines with one parsed lately is parsed only from
+#: the last memory that starts inside those shared lines (`_reparse`): an append reads the note
+#: it plans with, writes, and reads it back, the index commit reads it once more, a person's
+#: editor rewrites the note's last lines on every save, and a day's note of thousands of lines
+#: costs tens of milliseconds to parse whole, which many agents appending to it paid on every write
 _PARSE_CACHE_CHARS = 1 << 20
 _PARSE_CACHE_NOTES = 4
 
@@ -110,28 +112,34 @@ class _Tail:
     occurrences: dict[str, int]
 
 
+@dataclass(frozen=True)
+class _Parsed:
+    note: Note
+    tail: _Tail
+    #: region_open[i] is 1 where a fence, comment or conflict hunk is open as line i starts
+    region_open: bytes
+
+
 class _ParseCache:
     def __init__(self, size: int):
         self._size = size
-        self._entries: dict[str, tuple[Note, _Tail]] = {}  # insertion order: oldest first
+        self._entries: dict[str, _Parsed] = {}  # insertion order: oldest first
         self._lock = threading.Lock()
 
     def parse(self, text: str) -> Note:
         with self._lock:
             hit = self._entries.get(text)
-            base = None if hit is not None else next(
-                (key for key in reversed(self._entries) if len(key) < len(text) and text.startswith(key)), None)
-            base_entry = None if base is None else self._entries[base]
+            bases = list(reversed(self._entries.values())) if hit is None else []
         if hit is not None:
-            return hit[0]
-        entry = _extend(base, *base_entry, text) if base_entry is not None else None
-        entry = entry or _parse_with_tail(text)
+            return hit.note
+        lines = tuple(text.splitlines(keepends=True))
+        entry = _reparse_from_best(bases, lines) or _parse_lines(lines)
         with self._lock:
             self._entries.pop(text, None)
             self._entries[text] = entry
             while len(self._entries) > self._size:
                 del self._entries[next(iter(self._entries))]
-        return entry[0]
+        return entry.note
 
 
 _cache = _ParseCache(_PARSE_CACHE_NOTES)
@@ -141,42 +149,101 @@ def parse(text: str) -> Note:
     """Parse a note. Never raises: odd markdown is still a note, just with fewer memories."""
     if len(text) <= _PARSE_CACHE_CHARS:
         return _cache.parse(text)
-    return _parse_with_tail(text)[0]
+    return _parse_lines(tuple(text.splitlines(keepends=True))).note
 
 
-def _parse_with_tail(text: str) -> tuple[Note, _Tail]:
-    lines = tuple(text.splitlines(keepends=True))
+def _parse_lines(lines: tuple[str, ...]) -> _Parsed:
     body_start, frontmatter = _parse_frontmatter(lines)
     conflicts = _conflict_hunks(lines, body_start)
-    hidden, open_at_end = _hidden_lines(lines, body_start, conflicts)
+    hidden, open_at_end, region_open = _hidden_lines(lines, body_start, conflicts)
     bullets, duplicates, tail = _parse_blocks(lines, body_start, hidden)
     note = Note(lines, body_start, frontmatter, tuple(bullets), conflicts, tuple(duplicates), open_at_end,
                 frozenset(i for i, masked in enumerate(hidden) if masked))  # fmt: skip
-    return note, tail
+    return _Parsed(note, tail, bytes(region_open))
 
 
-def _extend(base_text: str, base: Note, tail: _Tail, text: str) -> tuple[Note, _Tail] | None:
-    """Parse `text` = `base_text` + more whole lines from where `base` ended, or None when the new
-    lines could change how the old ones parse: the old text must end a line outside every
-    region (fence, comment, conflict hunk, an unclosed frontmatter that may still close), and the
-    first new line must end the block above (a blank line or a list item), never continue it."""
-    frontmatter_settled = (base.body_start > 0 or not base.lines or len(base.lines) >= _FRONTMATTER_SCAN_LIMIT
-                           or base.lines[0].removeprefix(BOM).rstrip("\r\n") != "---")  # fmt: skip
-    if not base_text.endswith("\n") or base.open_at_end is not None or not frontmatter_settled:
+def _reparse_from_best(bases: list[_Parsed], lines: tuple[str, ...]) -> _Parsed | None:
+    """`lines` parsed from the cached parse sharing the most first lines with it, or None."""
+    best, shared = None, 0
+    for base in bases:
+        common = _common_prefix(base.note.lines, lines)
+        if common > shared:
+            best, shared = base, common
+    return None if best is None else _reparse(best, lines, shared)
+
+
+def _common_prefix(old: tuple[str, ...], new: tuple[str, ...]) -> int:
+    limit = min(len(old), len(new))
+    if old[:limit] == new[:limit]:
+        return limit
+    low, high = 0, limit  # old[:low] == new[:low] and old[:high] != new[:high]: halve (tuple == is C)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if old[low:middle] == new[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | None:
+    """Parse `lines`, whose first `shared` lines are `base`'s, from a line where parsing `base`
+    stood in the open (outside every fence, comment and conflict hunk, between two blocks) and
+    whose state is known, or None when there is no such line: the result equals a whole parse."""
+    note = base.note
+    frontmatter_settled = (note.body_start > 0 or not note.lines or len(note.lines) >= _FRONTMATTER_SCAN_LIMIT
+                           or note.lines[0].removeprefix(BOM).rstrip("\r\n") != "---")  # fmt: skip
+    if not frontmatter_settled or shared == 0:
         return None
-    added = tuple(text[len(base_text):].splitlines(keepends=True))
-    first = added[0].rstrip("\r\n")
-    if first.strip() and not _BULLET_RE.fullmatch(first):
+    cut = _cut_line(base, lines, shared)
+    if cut is None:
         return None
-    start = len(base.lines)
-    lines = base.lines + added
-    conflicts = _conflict_hunks(lines, start)
-    hidden, open_at_end = _hidden_lines(lines, start, conflicts)
-    bullets, duplicates, new_tail = _parse_blocks(lines, start, hidden, tail)
-    note = Note(lines, base.body_start, base.frontmatter, base.bullets + tuple(bullets), base.conflicts + conflicts,
-                base.duplicate_ids + tuple(duplicates), open_at_end,
-                base.hidden_lines | frozenset(i for i in range(start, len(lines)) if hidden[i]))  # fmt: skip
-    return note, new_tail
+    line, kept, tail = cut
+    prefix_conflicts = tuple(hunk for hunk in note.conflicts if hunk[0] < line)
+    conflicts = _conflict_hunks(lines, line)
+    hidden, open_at_end, region_open = _hidden_lines(lines, line, conflicts)
+    bullets, duplicates, new_tail = _parse_blocks(lines, line, hidden, tail)
+    kept_bullets = note.bullets[:kept]
+    kept_duplicates = tuple(b.block_id for b in kept_bullets if b.block_id is not None and b.id != b.block_id)
+    kept_hidden = note.hidden_lines if line == len(note.lines) else frozenset(i for i in note.hidden_lines if i < line)
+    reparsed = Note(lines, note.body_start, note.frontmatter, kept_bullets + tuple(bullets),
+                    prefix_conflicts + conflicts, kept_duplicates + tuple(duplicates), open_at_end,
+                    kept_hidden | frozenset(i for i in range(line, len(lines)) if hidden[i]))  # fmt: skip
+    return _Parsed(reparsed, new_tail, base.region_open[:line] + bytes(region_open[line:]))
+
+
+def _cut_line(base: _Parsed, lines: tuple[str, ...], shared: int) -> tuple[int, int, _Tail] | None:
+    """Where to resume: (line, how many of base's memories come before it, the state there)."""
+    note = base.note
+
+    def ends_the_block_above(index: int) -> bool:  # a changed first line must not continue the block above
+        if index < shared:
+            return True
+        if index >= len(lines):
+            return False
+        first = lines[index].rstrip("\r\n")
+        return not first.strip() or _BULLET_RE.fullmatch(first) is not None
+
+    count = len(note.lines)
+    if (shared == count and note.lines[-1].endswith("\n") and note.open_at_end is None
+            and ends_the_block_above(count)):  # fmt: skip
+        return count, len(note.bullets), base.tail  # `lines` extends base by whole lines
+    starting_inside = bisect.bisect_right(note.bullets, shared, key=lambda bullet: bullet.first_line)
+    for kept in range(starting_inside - 1, max(starting_inside - 8, 0) - 1, -1):  # a few memories back at most
+        line = note.bullets[kept].first_line
+        if line >= note.body_start and not base.region_open[line] and ends_the_block_above(line):
+            return line, kept, _tail_before(note.bullets[:kept], note.bullets[kept].heading)
+    return None
+
+
+def _tail_before(bullets: tuple[Bullet, ...], heading: str | None) -> _Tail:
+    """The state after `bullets`, from their assigned ids: an id differing from the bullet's own
+    (absent or repeated) was derived from its text's occurrence count."""
+    occurrences: dict[str, int] = {}
+    for bullet in bullets:
+        if bullet.id != bullet.block_id:
+            occurrences[bullet.text] = occurrences.get(bullet.text, 0) + 1
+    return _Tail(heading, frozenset(bullet.id for bullet in bullets), occurrences)
 
 
 def render(note: Note) -> str:
@@ -242,17 +309,22 @@ def _conflict_hunks(lines: tuple[str, ...], start: int) -> tuple[tuple[int, int]
     return tuple(hunks)
 
 
-def _hidden_lines(lines, start: int, conflicts) -> tuple[list[bool], str | None]:
-    """Mark fence, comment and conflict lines; say which region (if any) is still open at the end."""
+def _hidden_lines(lines, start: int, conflicts) -> tuple[list[bool], str | None, bytearray]:
+    """Mark fence, comment and conflict lines; say which region (if any) is still open at the end,
+    and where one is open as a line starts (from `start` on)."""
     hidden = [index < start for index in range(len(lines))]
+    region_open = bytearray(len(lines))
     for first, end in conflicts:
         for index in range(first, end):
             hidden[index] = True
+            region_open[index] = 1
     fence, fence_line = None, 0
     comment, comment_line = None, 0
     for index in range(start, len(lines)):
         if hidden[index]:
             continue
+        if fence is not None or comment is not None:
+            region_open[index] = 1
         line = lines[index].rstrip("\r\n")
         if comment is None:
             fence, is_fence_line = _track_fence(line, fence)
@@ -266,7 +338,7 @@ def _hidden_lines(lines, start: int, conflicts) -> tuple[list[bool], str | None]
         if comment is not None and was_open is None:
             comment_line = index
         hidden[index] = not visible and (was_open is not None or comment is not None or _only_comment(line))
-    return hidden, _open_region(lines, conflicts, fence, fence_line, comment, comment_line)
+    return hidden, _open_region(lines, conflicts, fence, fence_line, comment, comment_line), region_open
 
 
 def _open_region(lines, conflicts, fence, fence_line: int, comment, comment_line: int) -> str | None:
