@@ -81,3 +81,54 @@ def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_expired(n
     note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet("the live one", "m-live000001", "09:01")], now=later)
     lines = ledger.read_text().splitlines()
     assert len(lines) == 1 and "m-live000001" in lines[0]  # the expired entries are gone
+
+
+def test_the_ledger_read_after_appends_a_take_back_and_a_rewrite_holds_exactly_the_live_lines(new_vault):
+    """A sync parses only what was appended since it last read the ledger; a take-back (the file
+    cut, then other lines appended where the taken-back ones were), a rewrite (a new file), a
+    line still being written and a hand-damaged line are each read as they are on disk."""
+    from memvault.vault import recent_writes
+    from memvault.vault.layout import VaultLayout
+    from memvault.vault.note_append import NewBullet
+
+    layout = VaultLayout(new_vault)
+    ledger = layout.index_dir / recent_writes.LEDGER_NAME
+    now = time.time()
+
+    def write(*ids):
+        return recent_writes.note_written(layout, NOTE, "2026-11-30", [NewBullet(f"text {i}", i, "09:00") for i in ids], now=now)
+
+    def live():
+        return [entry["id"] for entry in recent_writes._load(layout, now)]
+
+    write("m-a000000001", "m-a000000002")
+    assert live() == ["m-a000000001", "m-a000000002"]
+    write("m-a000000003")
+    assert live() == ["m-a000000001", "m-a000000002", "m-a000000003"]
+    before = write("m-b000000001", "m-b000000002")
+    assert live()[-2:] == ["m-b000000001", "m-b000000002"]
+    recent_writes.take_back_noted(layout, before)  # the append failed: its lines leave the ledger
+    write("m-c000000001")  # and a later write lands where they were
+    assert live() == ["m-a000000001", "m-a000000002", "m-a000000003", "m-c000000001"]
+    with open(ledger, "ab") as handle:
+        handle.write(b'{"at": 1, "id": "half-written')  # a line another process is still appending
+    assert live() == ["m-a000000001", "m-a000000002", "m-a000000003", "m-c000000001"]
+    with open(ledger, "ab") as handle:
+        handle.write(b'000", "path": "x"}\nnot json\n')  # now whole (and expired), then damage
+    write("m-d000000001")
+    assert live() == ["m-a000000001", "m-a000000002", "m-a000000003", "m-c000000001", "m-d000000001"]
+    recent_writes.forget_written(layout, NOTE, ["m-a000000002"])  # a rewrite: a new file
+    assert live() == ["m-a000000001", "m-a000000003", "m-c000000001", "m-d000000001"]
+    assert live() == [entry["id"] for entry in recent_writes._load(layout, now)]
+
+
+def test_a_line_whose_id_is_the_start_of_another_id_is_still_repaired(new_vault):
+    """Presence is the whole `^id`, not a prefix of a longer one that happens to be there."""
+    with MemoryStore.open(new_vault) as store:
+        receipt = store.remember("A line that a save will drop.", at=AT)
+        note = new_vault / NOTE
+        note.write_text(note.read_text().replace(f" ^{receipt.id}", f" ^{receipt.id}x").replace(
+            "A line that a save will drop.", "Another line, the person's own."))
+        store.sync([NOTE])
+        text = note.read_text()
+        assert text.count(f"^{receipt.id}\n") == 1 and "A line that a save will drop." in text, text

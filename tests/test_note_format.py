@@ -294,3 +294,22 @@ def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, end
         text = "".join(line + newline for line in head + ending)
         reparsed = parse(text)
         assert reparsed == note_module._parse_lines(tuple(text.splitlines(keepends=True))).note
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_NOTE_LINES, max_size=14), st.lists(st.lists(_NOTE_LINES, max_size=8), min_size=2, max_size=4))
+def test_records_of_a_note_saved_again_at_its_end_equal_records_made_afresh(head, endings):
+    """records_from_note reuses the records of the bullets two versions share (vault/records.py):
+    each version's records equal those made with nothing remembered."""
+    from datetime import date
+
+    import memvault.vault.records as records_module
+
+    for ending in endings:
+        text = "".join(line + "\n" for line in head + ending)
+        made = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
+        records_module._made.clear()
+        fresh = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
+        assert made == fresh
+        records_module._made.clear()
+        records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")

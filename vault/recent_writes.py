@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from memvault.vault.errors import VaultError
 from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, make_dir, read_bytes_nofollow
 from memvault.vault.git_state import judge
-from memvault.vault.note_append import NewBullet, append_bullets_once
+from memvault.vault.note_append import NewBullet, append_bullets_once, marked_ids
 from memvault.vault.paths import resolve_inside
 from memvault.vault.strict_json import loads_strict
 
@@ -46,21 +46,60 @@ def _ledger_path(layout):
     return layout.index_dir / LEDGER_NAME
 
 
+class _Parsed:
+    """The ledger as last read by this process: the file's inode, how many bytes were read, the
+    last whole line read (to see the file was not cut and written again since), the entries."""
+
+    def __init__(self, inode: int, size: int, last_line: bytes, entries: list[dict]):
+        self.inode, self.size, self.last_line, self.entries = inode, size, last_line, entries
+
+
+#: ledger path -> what was read of it: the ledger only grows by appends between rewrites (a new
+#: inode) and take-backs (a cut, seen by the last line read), so a sync parses only the entries
+#: appended since the last one instead of the minute's thousands
+_read_so_far: dict[str, _Parsed] = {}
+
+
 def _load(layout, now: float) -> list[dict]:
     """The live entries (written less than REPAIR_WINDOW_SECONDS ago), oldest first."""
+    path = _ledger_path(layout)
     try:
-        data = read_bytes_nofollow(_ledger_path(layout))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
+        _read_so_far.pop(str(path), None)
         return []  # absent: only the last minute's repairs are given up
-    entries = []
-    for line in data.splitlines():
+    try:
+        info = os.fstat(fd)
+        known = _read_so_far.get(str(path))
+        if known is not None and not _still_a_prefix(fd, info, known):
+            known = None
+        start = 0 if known is None else known.size
+        data = os.pread(fd, info.st_size - start, start) if info.st_size > start else b""
+    finally:
+        os.close(fd)
+    whole = data[: data.rfind(b"\n") + 1]  # a line still being appended is read next time
+    entries = [] if known is None else [e for e in known.entries if now - float(e.get("at", 0)) < REPAIR_WINDOW_SECONDS]
+    for line in whole.splitlines():
         try:
             entry = loads_strict(line)
             if isinstance(entry, dict) and now - float(entry.get("at", 0)) < REPAIR_WINDOW_SECONDS:
                 entries.append(entry)
         except (ValueError, TypeError):
             continue  # a torn or hand-damaged line: that one repair is given up
-    return entries[-MAX_ENTRIES:]
+    entries = entries[-MAX_ENTRIES:]
+    if whole:
+        last = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1:]
+        _read_so_far[str(path)] = _Parsed(info.st_ino, start + len(whole), last, entries)
+    elif known is not None:
+        known.entries = entries
+    return list(entries)
+
+
+def _still_a_prefix(fd: int, info: os.stat_result, known: _Parsed) -> bool:
+    if info.st_ino != known.inode or info.st_size < known.size:
+        return False
+    at = known.size - len(known.last_line)
+    return os.pread(fd, len(known.last_line), at) == known.last_line
 
 
 def _lines(entries: list[dict]) -> bytes:
@@ -160,8 +199,8 @@ def _restore(layout, relpath: str, entries: list[dict]) -> bool:
         return False  # the note itself was deleted or renamed: that is a person's decision
     except (OSError, ValueError, VaultError):
         return False  # unreadable or a symlink now: health names it; nothing is written there
-    text = data.decode("utf-8", errors="replace")
-    lost = [NewBullet(e["text"], e["id"], e.get("time")) for e in entries if f"^{e['id']}" not in text]
+    present = marked_ids(data.decode("utf-8", errors="replace"))
+    lost = [NewBullet(e["text"], e["id"], e.get("time")) for e in entries if e["id"] not in present]
     if not lost:
         return False
     verdict = judge(layout.root, relpath, data, [bullet.block_id for bullet in lost])

@@ -1,5 +1,6 @@
 """From a parsed note to the memory records the indexes hold. Pure: no I/O."""
 
+import threading
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 
@@ -7,7 +8,7 @@ from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import NOTE_KINDS
-from memvault.vault.note import Note
+from memvault.vault.note import Bullet, Note
 from memvault.vault.plaintext import plain_text, task_state
 
 #: frontmatter keys that set a note's own zone (for a person who travels)
@@ -58,6 +59,24 @@ def note_zone_name(note: Note, vault_zone: str) -> str:
     return vault_zone
 
 
+@dataclass
+class _Made:
+    """The records last made of one note, and of which of its bullets (`records_from_note`)."""
+
+    basis: tuple
+    bullets: tuple[Bullet, ...]
+    texts: list[str]  # each bullet's plain text ("" for one that holds none)
+    records: list[MemoryRecord]
+
+
+#: note path -> the records last made of it: a note that grew or was saved again at its end keeps
+#: its earlier Bullet objects (vault/note.py parses from the last memory the versions share), and
+#: their records are made again only where a neighbour changed
+_made: dict[str, _Made] = {}
+_MADE_NOTES = 16
+_made_lock = threading.Lock()  # the owner indexes on several threads
+
+
 def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zone: str) -> list[MemoryRecord]:
     """Every bullet of a note as a record; bullets in conflict hunks are already excluded."""
     zone_name = note_zone_name(note, vault_zone)
@@ -65,11 +84,18 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
         tz = zone(zone_name)
     except InvalidRecord:
         tz = zone(vault_zone)  # a bad frontmatter zone is reported by health, not fatal to indexing
+    basis = (folder, day, tz.key)
+    last = _made.get(relpath)
+    shared = _shared_bullets(last.bullets, note.bullets) if last is not None and last.basis == basis else 0
+    texts = last.texts[:shared] if shared else []
+    texts += [plain_text(bullet.text) for bullet in note.bullets[shared:]]
+    kept = [(bullet, text) for bullet, text in zip(note.bullets, texts) if text]
+    # the records of shared bullets stand, but for the last few: a new bullet may be their neighbour
+    unchanged = max(0, sum(1 for text in texts[:shared] if text) - CONTEXT_NEIGHBOURS)
+    all_texts = [text for _, text in kept]
     kind = NOTE_KINDS[folder]
-    bullets = [(bullet, plain_text(bullet.text)) for bullet in note.bullets]
-    bullets = [(bullet, text) for bullet, text in bullets if text]
-    texts = [text for _, text in bullets]
-    return [
+    records = last.records[:unchanged] if unchanged else []
+    records += [
         MemoryRecord(
             id=bullet.id,
             path=relpath,
@@ -81,10 +107,25 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
             line=bullet.first_line + 1,
             heading=bullet.heading,
             explicit_id=bullet.has_explicit_id,
-            neighbours=neighbour_texts(texts, index),
+            neighbours=neighbour_texts(all_texts, index),
         )
-        for index, (bullet, text) in enumerate(bullets)
+        for index, (bullet, text) in enumerate(kept[unchanged:], start=unchanged)
     ]
+    with _made_lock:
+        if len(_made) >= _MADE_NOTES and relpath not in _made:
+            _made.pop(next(iter(_made)))
+        _made[relpath] = _Made(basis, note.bullets, texts, records)
+    return list(records)
+
+
+def _shared_bullets(old: tuple[Bullet, ...], new: tuple[Bullet, ...]) -> int:
+    """How many leading bullets the two parses share (the same objects: vault/note.py reuses them)."""
+    count = 0
+    for before, after in zip(old, new):
+        if before is not after:
+            break
+        count += 1
+    return count
 
 
 def neighbour_texts(texts: list[str], index: int) -> tuple[str, ...]:

@@ -94,6 +94,10 @@ def record_key(path: str, memory_id: str) -> str:
     return f"{path}#{memory_id}"
 
 
+#: how many notes' rows one searcher keeps (`hits_for_path`): the day's note and a few others
+_ROWS_SEEN_NOTES = 8
+
+
 class Bm25Index:
     """One Tantivy index folder. Writers must hold the vault lock (one writer across processes)."""
 
@@ -119,6 +123,9 @@ class Bm25Index:
         self._searcher: tantivy.Searcher | None = None
         #: reads run on many threads at once (the owner's requests): the searcher is swapped whole
         self._searcher_lock = threading.Lock()
+        #: a note's rows as the current searcher sees them (`hits_for_path`): a person's editor
+        #: saving the day's note many times a second diffs it against the same commit each time
+        self._rows_seen: tuple[tantivy.Searcher | None, dict[str, tuple[Bm25Hit, ...]]] = (None, {})
 
     def _open_tantivy(self, folder: Path, create: bool) -> tantivy.Index:
         if not self._read_only:
@@ -243,13 +250,20 @@ class Bm25Index:
         return {doc["key"][0]: doc for doc in docs}
 
     def hits_for_path(self, path: str) -> list[Bm25Hit]:
-        """Every live row of one note file."""
+        """Every live row of one note file (read once per searcher: a commit makes a new one)."""
         searcher = self._current_searcher()
+        seen_by, rows = self._rows_seen
+        if seen_by is searcher and path in rows:
+            return list(rows[path])
         stored = searcher.doc_freq("path", path)  # counts deleted rows too: an upper bound
-        if stored == 0:
-            return []
         query = tantivy.Query.term_query(self.schema, "path", path)
-        return [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, stored).hits]
+        hits = tuple(self._hit(searcher, 0.0, address) for _, address in searcher.search(query, stored).hits) if stored else ()
+        if seen_by is not searcher:
+            rows = {}
+            self._rows_seen = (searcher, rows)  # one swap: a reader on another thread sees either whole
+        if len(rows) < _ROWS_SEEN_NOTES:
+            rows[path] = hits
+        return list(hits)
 
     def all_hits(self) -> list[Bm25Hit]:
         """Every live row (loads every stored document: for health and tests, not hot paths)."""
