@@ -98,6 +98,13 @@ def record_key(path: str, memory_id: str) -> str:
 _ROWS_SEEN_NOTES = 8
 
 
+def _meta_bytes(folder: Path) -> bytes | None:
+    try:
+        return (folder / "meta.json").read_bytes()
+    except OSError:
+        return None
+
+
 class Bm25Index:
     """One Tantivy index folder. Writers must hold the vault lock (one writer across processes)."""
 
@@ -126,6 +133,8 @@ class Bm25Index:
         #: a note's rows as the current searcher sees them (`hits_for_path`): a person's editor
         #: saving the day's note many times a second diffs it against the same commit each time
         self._rows_seen: tuple[tantivy.Searcher | None, dict[str, tuple[Bm25Hit, ...]]] = (None, {})
+        #: meta.json as it was when the reader was last reloaded (`refresh`)
+        self._reloaded_at: bytes | None = None
 
     def _open_tantivy(self, folder: Path, create: bool) -> tantivy.Index:
         if not self._read_only:
@@ -145,8 +154,16 @@ class Bm25Index:
     # --- reading -----------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """See commits made since the last search (by this or another process)."""
+        """See commits made since the last search (by this or another process).
+
+        Every commit rewrites Tantivy's meta.json (its opstamp grows): while its bytes stand, the
+        searcher in hand is the current one and is kept, with what was read through it
+        (`hits_for_path`).
+        """
         with self._searcher_lock:
+            meta = _meta_bytes(self.folder)  # before the reload: a commit in between reloads again next time
+            if meta is not None and meta == self._reloaded_at:
+                return
             if self._read_only and meta_stamp(self.folder) != self._snapshot_stamp:
                 self._index = self._open_tantivy(self.folder, create=False)  # committed elsewhere: copy again
             try:
@@ -156,6 +173,7 @@ class Bm25Index:
                     raise
                 return  # the file system went read-only under us: nobody can commit, the index we hold is current
             self._searcher = None
+            self._reloaded_at = meta
 
     def _current_searcher(self) -> tantivy.Searcher:
         # under the lock: a searcher made from the index before a refresh is never kept after it
