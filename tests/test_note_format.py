@@ -273,7 +273,7 @@ def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_p
 
     before = "".join(line + newline for line in head)
     after = before + newline.join(more) + (newline if closed else "")
-    note_module._cache = note_module._ParseCache(4)  # the extension starts from `before`'s parse
+    note_module._cache = note_module._ParseCache(4, smallest=0)  # the extension starts from `before`'s parse
     parse(before)
     extended = parse(after)
     whole = note_module._parse_lines(tuple(after.splitlines(keepends=True))).note
@@ -289,7 +289,7 @@ def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, end
     before it, and must equal a whole parse of it."""
     import memvault.vault.note as note_module
 
-    note_module._cache = note_module._ParseCache(4)
+    note_module._cache = note_module._ParseCache(4, smallest=0)
     for ending in endings:
         text = "".join(line + newline for line in head + ending)
         reparsed = parse(text)
@@ -303,8 +303,10 @@ def test_records_of_a_note_saved_again_at_its_end_equal_records_made_afresh(head
     each version's records equal those made with nothing remembered."""
     from datetime import date
 
+    import memvault.vault.note as note_module
     import memvault.vault.records as records_module
 
+    note_module._cache = note_module._ParseCache(4, smallest=0)  # these notes are small
     for ending in endings:
         text = "".join(line + "\n" for line in head + ending)
         made = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")

@@ -99,7 +99,10 @@ class Note:
 #: editor rewrites the note's last lines on every save, and a day's note of thousands of lines
 #: costs tens of milliseconds to parse whole, which many agents appending to it paid on every write
 _PARSE_CACHE_CHARS = 1 << 20
-_PARSE_CACHE_NOTES = 4
+_PARSE_CACHE_NOTES = 8
+#: smaller texts are parsed whole, in well under a millisecond, and never cached: the small texts an
+#: owner parses between two saves of the day's note (new lines, one-turn notes) evicted its versions
+_PARSE_CACHE_SMALLEST = 4096
 
 
 @dataclass(frozen=True)
@@ -121,12 +124,15 @@ class _Parsed:
 
 
 class _ParseCache:
-    def __init__(self, size: int):
+    def __init__(self, size: int, smallest: int = _PARSE_CACHE_SMALLEST):
         self._size = size
+        self._smallest = smallest
         self._entries: dict[str, _Parsed] = {}  # insertion order: oldest first
         self._lock = threading.Lock()
 
     def parse(self, text: str) -> Note:
+        if len(text) < self._smallest:
+            return _parse_lines(tuple(text.splitlines(keepends=True))).note
         with self._lock:
             hit = self._entries.get(text)
             bases = list(reversed(self._entries.values())) if hit is None else []
