@@ -393,6 +393,7 @@ def test_the_client_path_imports_nothing_heavy(tmp_path, command):
     assert "HEAVY:\n" in done.stdout, (done.stdout, done.stderr)
 
 
+@pytest.mark.both_backends
 def test_a_fresh_owner_answers_its_first_request_from_an_index_of_every_note(fixture_vault):
     """A vault of notes that was never indexed (a git clone): `serve` builds the index before it
     answers anything, so the first search through it finds the notes instead of "no index yet"."""

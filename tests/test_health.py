@@ -47,6 +47,7 @@ def test_a_clean_vault_is_healthy_even_strictly(clean_vault):
     assert result.exit_code == 0 and result.output.startswith("healthy (strict")
 
 
+@pytest.mark.both_backends
 def test_no_index_is_an_error_with_the_rebuild_fix(new_vault):
     (new_vault / "daily/2026-11-30.md").write_text("- 09:00 a hand-written fact\n")
     result = invoke(new_vault, "--json")

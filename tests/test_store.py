@@ -123,6 +123,7 @@ def test_credentials_are_refused_and_nothing_is_written(new_vault):
     "bad, message",
     [("", "empty"), ("   \n\t ", "empty"), ("x" * 5000, "limit is 4096"), ("bell \x07 char", "control characters")],
 )
+@pytest.mark.both_backends
 def test_bad_facts_are_refused_with_a_clear_error(new_vault, bad, message):
     before = snapshot(new_vault)
     with MemoryStore.open(new_vault) as store, pytest.raises(InvalidRecord, match=message):
@@ -130,11 +131,13 @@ def test_bad_facts_are_refused_with_a_clear_error(new_vault, bad, message):
     assert snapshot(new_vault) == before
 
 
+@pytest.mark.both_backends
 def test_naive_datetime_is_refused(new_vault):
     with MemoryStore.open(new_vault) as store, pytest.raises(InvalidRecord, match="timezone-aware"):
         store.remember("a fact", at=datetime(2026, 1, 1, 9, 0))
 
 
+@pytest.mark.both_backends
 def test_symlinked_daily_folder_is_refused(new_vault, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -153,6 +156,7 @@ def test_not_a_vault_names_the_fix(tmp_path):
         MemoryStore.open(tmp_path / "plain")
 
 
+@pytest.mark.both_backends
 def test_vault_is_found_from_env_then_enclosing_folder(new_vault, monkeypatch):
     with MemoryStore.open(env={"MEMVAULT_MEMORY_PATH": str(new_vault)}) as store:
         assert store.layout.root == new_vault.resolve()
@@ -216,6 +220,7 @@ def test_rebuild_from_files_alone_gives_identical_answers(fixture_vault):
     assert snapshot(fixture_vault) == canonical, "rebuild never touches canonical files"
 
 
+@pytest.mark.both_backends
 def test_rebuild_reports_invalid_utf8_and_keeps_going(fixture_vault):
     (fixture_vault / "daily/2026-11-07.md").write_bytes(b"- broken \xff\xfe bytes\n")
     with MemoryStore.open(fixture_vault, sync=False) as store:

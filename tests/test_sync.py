@@ -98,6 +98,7 @@ def test_memvaults_own_write_leaves_the_watcher_nothing_to_do(new_vault):
     assert (generation / "manifest.json").read_bytes() == manifest, "no manifest write"
 
 
+@pytest.mark.both_backends
 def test_same_size_edit_within_the_mtime_tick_is_still_seen(new_vault):
     path = new_vault / "daily/2026-11-30.md"
     path.write_text("- 09:00 The launch colour is red.\n")
@@ -109,6 +110,7 @@ def test_same_size_edit_within_the_mtime_tick_is_still_seen(new_vault):
         assert store.recall("tan").hits and not store.recall("red").hits
 
 
+@pytest.mark.both_backends
 def test_crash_between_bm25_commit_and_manifest_is_repaired_by_the_next_sync(fixture_vault):
     class Crash(Exception):
         pass
@@ -131,6 +133,7 @@ def test_crash_between_bm25_commit_and_manifest_is_repaired_by_the_next_sync(fix
     assert repaired.files == () and repaired.checked == 1, "rows were already right: only the manifest catches up"
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("kind", ["huge", "fifo", "symlink", "folder", "utf8"])
 def test_hostile_note_files_are_reported_not_indexed_and_never_crash(new_vault, tmp_path, kind):
     path = new_vault / "daily/2026-11-30.md"
@@ -251,6 +254,7 @@ def assert_parity(store: MemoryStore) -> None:
     assert answers(store) == compacted
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_edit_sequences_converge_on_the_rebuild(fixture_vault, seed):
     rng = random.Random(seed)
@@ -330,6 +334,7 @@ def test_sync_beside_a_concurrent_writer_stays_exact(new_vault):
         assert_parity(store)
 
 
+@pytest.mark.both_backends
 def test_stat_fast_path_reads_nothing_when_nothing_changed(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         store.sync()

@@ -249,6 +249,7 @@ def test_hand_edit_outcomes_never_crash_the_watcher(watching, fixture_vault):
     assert watching.thread.is_alive()
 
 
+@pytest.mark.both_backends
 def test_deleted_or_corrupt_index_is_rebuilt_by_the_watcher(watching, fixture_vault):
     shutil.rmtree(fixture_vault / ".index")  # gone: the next batch builds a first generation inline
     note = fixture_vault / "daily/2026-11-16.md"
@@ -263,6 +264,7 @@ def test_deleted_or_corrupt_index_is_rebuilt_by_the_watcher(watching, fixture_va
     assert watching.thread.is_alive()
 
 
+@pytest.mark.both_backends
 def test_compaction_after_quiet_makes_scores_match_a_rebuild(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         for day in ("2026-10-20", "2026-10-21"):
@@ -294,6 +296,7 @@ def start_watch(root: Path, env=None) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.both_backends
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):

@@ -75,6 +75,7 @@ def citing_first_and_invented(request_json):
     return openai_reply(json.dumps({"answer": f"Blue. {first['text']}", "citations": citations}))
 
 
+@pytest.mark.both_backends
 def test_openai_answer_keeps_supplied_citations_and_counts_the_rest(fixture_vault, serve):
     with LoopbackServer() as chat:
         chat.route("/v1/chat/completions", citing_first_and_invented)
@@ -97,6 +98,7 @@ def test_openai_answer_keeps_supplied_citations_and_counts_the_rest(fixture_vaul
         assert "ONLY the evidence" in payload["messages"][0]["content"]
 
 
+@pytest.mark.both_backends
 def test_the_page_shows_the_dropped_count(fixture_vault, serve):
     with LoopbackServer() as chat:
         chat.route("/v1/chat/completions", citing_first_and_invented)
@@ -107,6 +109,7 @@ def test_the_page_shows_the_dropped_count(fixture_vault, serve):
         assert "2 citations dropped" in html.decode()
 
 
+@pytest.mark.both_backends
 def test_ollama_protocol(fixture_vault, serve):
     def reply(request_json):
         evidence = json.loads(request_json["messages"][1]["content"])["evidence"]
@@ -129,6 +132,7 @@ def test_ollama_protocol(fixture_vault, serve):
     ["Sure! The color is blue.", '```json\n{"answer": "blue", "citations": []}\n```', '{"answer": 42}',
      '{"answer": "x", "citations": "daily/x"}', "[]", '{"answer": "a", "answer": "b"}'],
 )
+@pytest.mark.both_backends
 def test_a_malformed_model_answer_is_reported_and_the_evidence_stays(fixture_vault, serve, content):
     with LoopbackServer() as chat:
         chat.route("/v1/chat/completions", lambda _request: openai_reply(content))
@@ -139,6 +143,7 @@ def test_a_malformed_model_answer_is_reported_and_the_evidence_stays(fixture_vau
         assert body["hits"]  # the direct search still stands
 
 
+@pytest.mark.both_backends
 def test_an_unreachable_model_is_named(fixture_vault, serve):
     endpoint = closed_port_url()
     server = serve(_vault(fixture_vault, {"provider": "openai", "model": "loopback-chat", "endpoint": endpoint, "timeoutMs": 3000}))
@@ -147,6 +152,7 @@ def test_an_unreachable_model_is_named(fixture_vault, serve):
     assert endpoint.split("//")[1] in body["answer"]["error"] and body["hits"]
 
 
+@pytest.mark.both_backends
 def test_a_server_error_is_named(fixture_vault, serve):
     with LoopbackServer() as chat:
         chat.route("/v1/chat/completions", status=500, body="model crashed")
@@ -155,6 +161,7 @@ def test_a_server_error_is_named(fixture_vault, serve):
         assert status == 200 and "500" in body["answer"]["error"]
 
 
+@pytest.mark.both_backends
 def test_an_unset_api_key_turns_agent_search_off_with_the_reason(fixture_vault, serve):
     llm = {"provider": "openai", "model": "gpt", "endpoint": "http://127.0.0.1:9/v1", "apiKeyEnv": "MEMVAULT_TEST_CHAT_KEY"}
     server = serve(_vault(fixture_vault, llm))
@@ -165,6 +172,7 @@ def test_an_unset_api_key_turns_agent_search_off_with_the_reason(fixture_vault, 
     assert status == 200 and "agent search is off" in answer["answer"]["error"]
 
 
+@pytest.mark.both_backends
 def test_no_evidence_means_no_model_call(fixture_vault, serve):
     with LoopbackServer() as chat:
         chat.route("/v1/chat/completions", citing_first_and_invented)

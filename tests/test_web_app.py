@@ -396,6 +396,7 @@ def test_oversized_and_odd_requests_do_not_crash_the_server(served):
     assert served.get("/status.json", token=TOKEN)[0] == 200  # still serving
 
 
+@pytest.mark.both_backends
 def test_a_taken_port_is_a_clear_error_not_a_traceback(fixture_vault):
     import subprocess
     import sys
@@ -453,6 +454,7 @@ def test_index_md_is_rendered_when_consolidation_wrote_it(served):
     assert content["indexMd"] is True
 
 
+@pytest.mark.both_backends
 def test_memvault_web_owns_the_vault_and_stops_cleanly_on_sigterm(fixture_vault):
     from memvault.vault.locks import LivenessFence
     from tests.web_helpers import WebProcess
@@ -466,6 +468,7 @@ def test_memvault_web_owns_the_vault_and_stops_cleanly_on_sigterm(fixture_vault)
     assert not LivenessFence(fixture_vault).is_held_elsewhere()
 
 
+@pytest.mark.both_backends
 def test_beside_a_running_owner_the_pages_read_through_it(fixture_vault):
     import subprocess
     import sys

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
+
 from tests.web_helpers import REPO, poll
 
 
@@ -17,6 +19,7 @@ def get(url: str, token: str) -> tuple[int, str]:
         return answer.status, answer.read().decode()
 
 
+@pytest.mark.both_backends
 def test_the_owner_serves_the_pages_and_a_client_write_shows_on_them(fixture_vault, tmp_path):
     log = open(tmp_path / "serve.log", "w+")
     owner = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "serve", "--face", "web",
@@ -45,6 +48,7 @@ def test_the_owner_serves_the_pages_and_a_client_write_shows_on_them(fixture_vau
     assert "stopped; the index is consistent" in (tmp_path / "serve.log").read_text()
 
 
+@pytest.mark.both_backends
 def test_an_unknown_face_is_a_usage_error(fixture_vault):
     done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "serve", "--face", "tv"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
