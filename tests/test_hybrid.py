@@ -14,6 +14,7 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.search.hybrid import BM25_WEIGHT, RRF_K, VECTOR_WEIGHT, fuse
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_test_backend
 
 REPO = Path(__file__).resolve().parent.parent
 AMS = ZoneInfo("Europe/Amsterdam")
@@ -27,9 +28,12 @@ FACTS = [
 
 
 @pytest.fixture
-def journal_vault(tmp_path) -> Path:
+def journal_vault(tmp_path, request) -> Path:
     root = tmp_path / "journal"
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
+    if "index_backend" in request.fixturenames:  # a both_backends test: on the test's backend
+        request.getfixturevalue("index_backend")
+        on_test_backend(root)
     with MemoryStore.open(root) as store:
         for minute, fact in enumerate(FACTS):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
@@ -71,6 +75,7 @@ def test_weak_scores_count_less_than_strong_ones_at_the_same_rank():
 # --- the journal tier end to end -------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_vectors_find_a_paraphrase_bm25_cannot(journal_vault):
     with MemoryStore.open(journal_vault) as store:
         result = store.recall("puppy pet", limit=3)
@@ -80,6 +85,7 @@ def test_vectors_find_a_paraphrase_bm25_cannot(journal_vault):
         assert vector_count(store) == len(FACTS)
 
 
+@pytest.mark.both_backends
 def test_remember_does_not_wait_for_embeddings_but_close_drains_them(journal_vault):
     with MemoryStore.open(journal_vault) as store:
         store.remember("Lena speaks fluent Portuguese.", at=datetime(2026, 11, 30, 10, 0, tzinfo=AMS))
@@ -88,6 +94,7 @@ def test_remember_does_not_wait_for_embeddings_but_close_drains_them(journal_vau
         assert vector_count(store) == len(FACTS) + 1
 
 
+@pytest.mark.both_backends
 def test_hand_edits_reach_the_vectors_on_next_open(journal_vault):
     note = journal_vault / "daily/2026-11-30.md"
     note.write_text(note.read_text().replace("rescue dog named Biscuit", "cat named Pixel"))
@@ -98,6 +105,7 @@ def test_hand_edits_reach_the_vectors_on_next_open(journal_vault):
         assert vector_count(store) == len(FACTS)
 
 
+@pytest.mark.both_backends
 def test_a_process_killed_before_its_vectors_landed_is_caught_up(journal_vault):
     script = (
         "import os, signal; from datetime import datetime; from zoneinfo import ZoneInfo\n"
@@ -116,6 +124,7 @@ def test_a_process_killed_before_its_vectors_landed_is_caught_up(journal_vault):
     assert not list((journal_vault / ".index").glob("lag-*")), "dead and drained markers are gone"
 
 
+@pytest.mark.both_backends
 def test_wrong_embedding_identity_is_never_searched(journal_vault):
     config = json.loads((journal_vault / "memvault.json").read_text())
     config["memory"]["embeddings"] = {"provider": "ollama", "model": "nomic-embed-text:v1.5", "dim": 768}
@@ -126,6 +135,7 @@ def test_wrong_embedding_identity_is_never_searched(journal_vault):
         assert result.hits[0].text == "Morgan chose blue as the deployment color."  # BM25 still answers
 
 
+@pytest.mark.both_backends
 def test_provider_outage_degrades_recall_and_keeps_bm25(journal_vault, tmp_path):
     import socket
 
@@ -145,6 +155,7 @@ def test_provider_outage_degrades_recall_and_keeps_bm25(journal_vault, tmp_path)
     assert config["memory"]["embeddings"]["provider"] == "builtin"
 
 
+@pytest.mark.both_backends
 def test_rebuilds_answer_identically(journal_vault):
     queries = ["pet", "where does Priya live", "deployment", "January offsite", "invoice timeouts"]
     with MemoryStore.open(journal_vault) as store:
@@ -162,6 +173,7 @@ def test_rebuilds_answer_identically(journal_vault):
     assert before == [[source for source, _ in hits] for hits in first]
 
 
+@pytest.mark.both_backends
 def test_lite_tier_never_embeds(new_vault):
     with MemoryStore.open(new_vault) as store:
         store.remember("a lite fact", at=datetime(2026, 11, 30, 9, 0, tzinfo=AMS))
@@ -173,6 +185,7 @@ def test_lite_tier_never_embeds(new_vault):
 # --- modes and routing through the store -----------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_auto_mode_injects_only_gated_direct_facts(journal_vault):
     with MemoryStore.open(journal_vault) as store:
         admitted = store.recall("Where does Priya live?", mode="auto")
@@ -196,6 +209,7 @@ def test_active_chat_and_resume_questions_never_touch_the_index(journal_vault):
     assert not (journal_vault / ".index").exists()
 
 
+@pytest.mark.both_backends
 def test_empty_tool_answer_repeats_the_run_history_handoff(new_vault):
     with MemoryStore.open(new_vault) as store:
         store.remember("only fact", at=datetime(2026, 11, 30, 9, 0, tzinfo=AMS))
@@ -203,6 +217,7 @@ def test_empty_tool_answer_repeats_the_run_history_handoff(new_vault):
     assert empty.hits == () and "run history" in empty.guidance and "RunHistory" not in empty.guidance
 
 
+@pytest.mark.both_backends
 def test_broad_period_questions_point_to_the_journal(journal_vault):
     with MemoryStore.open(journal_vault) as store:
         tool = store.recall("What did we work on last week?")
@@ -211,6 +226,7 @@ def test_broad_period_questions_point_to_the_journal(journal_vault):
     assert auto.hits == () and auto.gate["reason"] == "route:broad_period"
 
 
+@pytest.mark.both_backends
 def test_access_telemetry_is_recorded_and_never_changes_ranking(journal_vault):
     queries = ["pet", "Rotterdam", "deployment color"]
     with MemoryStore.open(journal_vault) as store:
@@ -225,6 +241,7 @@ def test_access_telemetry_is_recorded_and_never_changes_ranking(journal_vault):
     assert oct((journal_vault / ".index" / "access.json").stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.both_backends
 def test_strict_health_checks_every_vector_against_its_row(journal_vault):
     from memvault.indexer.maintenance.health import check_health
     from memvault.indexer.maintenance.semantic import SemanticIndex
