@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from memvault.cli.docgen import render
@@ -18,9 +19,17 @@ def run(*args, input=None):
     return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
 
 
-def test_init_remember_search_rebuild_validate(tmp_path):
+def index_flags() -> list[str]:
+    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
+    from tests import postgres_helpers
+
+    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
+
+
+@pytest.mark.both_backends
+def test_init_remember_search_rebuild_validate(tmp_path, index_backend):
     vault = tmp_path / "v"
-    assert run("init", str(vault), "--time-zone", "Europe/Amsterdam").exit_code == 0
+    assert run("init", str(vault), "--time-zone", "Europe/Amsterdam", *index_flags()).exit_code == 0
     ignored = (vault / ".gitignore").read_text().splitlines()
     assert {".index/", ".locks/", ".capture-intake/", ".capture-intake-schema"} <= set(ignored)
     added = run("--vault", str(vault), "remember", "Morgan chose blue as the deployment color.", "--json")
@@ -36,9 +45,10 @@ def test_init_remember_search_rebuild_validate(tmp_path):
     assert run("--vault", str(vault), "validate").exit_code == 0
 
 
-def test_remember_with_explicit_time(tmp_path):
+@pytest.mark.both_backends
+def test_remember_with_explicit_time(tmp_path, index_backend):
     vault = tmp_path / "v"
-    run("init", str(vault), "--time-zone", "Asia/Kolkata")
+    assert run("init", str(vault), "--time-zone", "Asia/Kolkata", *index_flags()).exit_code == 0
     out = run("--vault", str(vault), "remember", "Standup moved to 10:00.", "--at", "2026-11-02T09:30:00+01:00")
     assert out.exit_code == 0
     assert "- 14:00 Standup moved to 10:00. ^m-" in (vault / "daily/2026-11-02.md").read_text()
