@@ -57,8 +57,12 @@ def index_backend(request, monkeypatch):
     backend = getattr(request, "param", "local")
     if backend == "postgres":
         dsn = request.getfixturevalue("postgres_server").new_database()
+        from tests import engine_helpers
+
         for name, value in postgres_helpers.libpq_environment(dsn).items():
             monkeypatch.setenv(name, value)
+            # subprocesses started with engine_helpers.ENV (a copy taken at import) reach it too
+            monkeypatch.setitem(engine_helpers.ENV, name, value)
     monkeypatch.setattr(postgres_helpers, "TEST_BACKEND", backend)
     return backend
 

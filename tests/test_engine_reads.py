@@ -13,9 +13,15 @@ from memvault.indexer.engine.client import find_owner
 from memvault.indexer.maintenance.derived import DerivedIndex
 from memvault.vault.layout import VaultLayout
 from tests.engine_helpers import ENV, REPO, TIMEOUT, OwnerProcess, memvault, pending_count, turn_json, wait_for
-from tests.intake_helpers import make_vault
+from tests.intake_helpers import make_vault as make_local_vault
+from tests.postgres_helpers import on_test_backend
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
+
+
+def make_vault(*args, **kwargs):
+    """A vault on the running test's index backend (tests/postgres_helpers.py)."""
+    return on_test_backend(make_local_vault(*args, **kwargs))
 
 
 def daily_text(root) -> str:
