@@ -1,6 +1,7 @@
 """The recent-writes ledger: a person's save that drops memvault's line gets it back, once, and
 only within the repair window (vault/recent_writes.py). Time is passed in, never waited for."""
 
+import os
 import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -132,3 +133,52 @@ def test_a_line_whose_id_is_the_start_of_another_id_is_still_repaired(new_vault)
         store.sync([NOTE])
         text = note.read_text()
         assert text.count(f"^{receipt.id}\n") == 1 and "A line that a save will drop." in text, text
+
+
+def _saving_over_each_append(monkeypatch, root, saves: int, by_rename: bool) -> list[float]:
+    """The first `saves` appends are each followed at once by a person's save of the note as it
+    was before the append (the line dropped), by rename or in place; returns the pauses taken."""
+    from memvault.vault import note_append
+
+    real = note_append._append_through
+    left = [saves]
+
+    def append_then_saved_over(fd, relpath, bullets, wait_if_empty, match_text):
+        before = os.pread(fd, 1 << 20, 0)
+        result = real(fd, relpath, bullets, wait_if_empty, match_text)
+        if left[0] > 0:
+            left[0] -= 1
+            path = root / relpath
+            if by_rename:  # as most editors save: a new file renamed over the note
+                temp = path.with_name(f".{path.name}.swp")
+                temp.write_bytes(before)
+                os.replace(temp, path)
+            else:  # truncated and written again: the file this append holds open
+                path.write_bytes(before)
+        return result
+
+    pauses: list[float] = []
+    monkeypatch.setattr(note_append, "_append_through", append_then_saved_over)
+    monkeypatch.setattr(note_append.time, "sleep", lambda seconds: pauses.append(seconds))
+    return pauses
+
+
+def test_saves_by_rename_during_appends_are_retried_at_once_then_with_backoff(new_vault, monkeypatch):
+    """A save by rename that lands during an append leaves a whole new file: the append goes
+    again at once (a few times), and only a save that keeps landing meets the backoff; a save in
+    place (the file may be half written) meets it at once."""
+    from memvault.vault.note_append import APPEND_ATTEMPTS, NewBullet, append_bullets_once
+    from memvault.vault.layout import VaultLayout
+
+    layout = VaultLayout(new_vault)
+    with MemoryStore.open(new_vault) as store:
+        store.remember("A line that is there first.", at=AT)
+    for saves, by_rename, backed_off in ((3, True, False), (12, True, True), (2, False, True)):
+        pauses = _saving_over_each_append(monkeypatch, new_vault, saves, by_rename)
+        block_id = f"m-saves{saves:04d}{int(by_rename)}"
+        with VaultLock(new_vault):
+            assert append_bullets_once(layout, NOTE, "2026-11-30", [NewBullet(f"line after {saves} saves", block_id, "09:05")]) == [block_id]
+        text = (new_vault / NOTE).read_text()
+        assert text.count(f"^{block_id}") == 1 and "A line that is there first." in text
+        assert any(pauses) == backed_off, pauses
+        assert len(pauses) < APPEND_ATTEMPTS

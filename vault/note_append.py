@@ -45,6 +45,9 @@ from memvault.vault.paths import resolve_inside
 #: truncate-then-write) can stay open for a good part of every autosave cycle
 APPEND_ATTEMPTS = 20
 _BACKOFF_SECONDS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8) + (1.0,) * 12
+#: attempts beyond those, with no pause, when a save by rename replaced the note during one (an
+#: editor saving at 15 Hz lands in many attempts of a busy owner; backing off held the vault lock)
+_QUICK_RETRIES = 8
 _NOTE_MODE = 0o644
 _ID_MARK_RE = re.compile(rf"\^({BLOCK_ID_PATTERN})(?![A-Za-z0-9-])")
 
@@ -92,16 +95,22 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
     """
     path = note_path_for_writing(layout.root, relpath)
     written: list[str] = []
-    for attempt, pause in enumerate(_BACKOFF_SECONDS):
+    attempt, quick = 0, _QUICK_RETRIES
+    while attempt < APPEND_ATTEMPTS:
+        pause = _BACKOFF_SECONDS[attempt]
         if pause:  # (a sleep of 0 still gives up the GIL, and getting it back costs a busy owner milliseconds)
             time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: never fall into step with a periodic autosave
         # an empty note is most often one an editor has just truncated to write it again in place:
         # wait for its bytes, and only on the last attempt take the emptiness at its word
-        appended, note = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS,
-                                  match_text=match_text)  # fmt: skip
+        appended, note, renamed_over = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS,
+                                                match_text=match_text)  # fmt: skip
         written.extend(block_id for block_id in appended if block_id not in written)
         if not _missing(note, bullets, match_text):
             return [bullet.block_id for bullet in bullets if bullet.block_id in written]
+        if renamed_over and quick:
+            quick -= 1  # a save by rename landed during the attempt: the new file is whole, go at once
+            continue
+        attempt += 1
     raise NoteNotWritable(
         f"{relpath} was saved over memvault's line {APPEND_ATTEMPTS} times in a row (an editor autosaving "
         "an older copy?); nothing was lost on your side. Fix: let the editor reload the note, then retry"
@@ -159,8 +168,9 @@ def _make_folder(folder: Path, relpath: str) -> None:
 
 
 def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
-             wait_if_empty: bool, match_text: bool) -> tuple[list[str], Note]:  # fmt: skip
-    """One attempt: append what the note lacks; the ids appended and the note read back by path."""
+             wait_if_empty: bool, match_text: bool) -> tuple[list[str], Note, bool]:  # fmt: skip
+    """One attempt: append what the note lacks; the ids appended, the note read back by path, and
+    whether another file was renamed over the one this attempt opened."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -172,6 +182,7 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
             before, payload = os.fstat(fd).st_size, b""
             appended, payload = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
             note = _read_back(path)
+            renamed_over = _renamed_over(fd, path)
             if not _missing(note, bullets, match_text):
                 # fsync once the read-back shows the lines landed (also when an earlier attempt wrote
                 # them): a loaded disk's fsync is the slowest step, and a save landing during it
@@ -184,8 +195,15 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
             raise
         finally:
             os.close(fd)
-        return appended, note
-    return appended, _read_back(path)
+        return appended, note, renamed_over
+    return appended, _read_back(path), False
+
+
+def _renamed_over(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino != os.fstat(fd).st_ino
+    except OSError:
+        return False
 
 
 def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_empty: bool,
