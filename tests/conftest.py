@@ -64,7 +64,13 @@ def index_backend(request, monkeypatch):
             # subprocesses started with engine_helpers.ENV (a copy taken at import) reach it too
             monkeypatch.setitem(engine_helpers.ENV, name, value)
     monkeypatch.setattr(postgres_helpers, "TEST_BACKEND", backend)
-    return backend
+    yield backend
+    if backend == "postgres":  # a test's postgres run that never reached the server tested nothing new
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            reached = conn.execute("SELECT to_regclass('memvault_vaults') IS NOT NULL").fetchone()[0]
+        assert reached, "marked both_backends, but no vault of this test reached the server"
 
 
 def _on_index_backend(request, root: Path) -> Path:

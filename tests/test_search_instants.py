@@ -7,6 +7,7 @@ import json
 from datetime import timedelta
 
 import anyio
+import pytest
 from click.testing import CliRunner
 from mcp import Client
 
@@ -14,7 +15,10 @@ from memvault import MemoryStore
 from memvault.cli.main import cli
 from memvault.cli.mcp_tools import RECALL
 from tests.engine_helpers import OwnerProcess, memvault_json
+from tests.postgres_helpers import on_test_backend
 from tests.test_mcp import body_of, make_vault, params
+
+pytestmark = pytest.mark.both_backends
 
 LOCAL = "2026-12-02T00:00:00+01:00"  # the bullet's day starts at local midnight
 TIMED = "2026-12-02T09:30:00+01:00"
@@ -22,7 +26,7 @@ NESTED = "2026-07-01T08:00:00+02:00"  # summer time: the offset follows the date
 
 
 def vault_with_bullets(tmp_path):
-    root = make_vault(tmp_path, "v")  # Europe/Amsterdam
+    root = on_test_backend(make_vault(tmp_path, "v"))  # Europe/Amsterdam
     (root / "daily" / "2026-12-02.md").write_text("# 2026-12-02\n\n- The heating engineer comes back in spring.\n"
                                                   "- 09:30 The boiler pressure is 1.5 bar.\n")  # fmt: skip
     nested = root / "daily" / "2026" / "07"
