@@ -54,6 +54,10 @@ class IndexComponent(Protocol):
     def committed(self, delta: IndexDelta) -> None: ...
 
 
+#: how many notes' rows a DerivedIndex keeps per BM25 reader (`rows_of`)
+_KNOWN_NOTES = 8
+
+
 def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> FileIndexing:
     """Parse one canonical note into records. Never raises for what a file contains.
 
@@ -139,6 +143,10 @@ class DerivedIndex:
         self.bm25 = bm25
         #: extra components (vectors) that follow every delta; BM25 is always last
         self.components: list[IndexComponent] = []
+        #: (BM25 reader, a few notes' rows as it sees them): the day's note is diffed on every
+        #: save and every commit, and reading its thousands of rows back from Tantivy each time
+        #: was the owner's largest cost under many agents (`rows_of`, `apply`)
+        self._known: tuple[object, dict[str, dict[str, Row]]] = (None, {})
 
     @classmethod
     def open_current(cls, layout: VaultLayout) -> "DerivedIndex | None":
@@ -181,6 +189,11 @@ class DerivedIndex:
             for component in self.components:
                 component.apply(delta)
             self._commit_bm25(delta)
+            # the applied files now hold exactly their records: the diffs were against the reader
+            # as refreshed by the one writer (the vault lock's holder, or the owner), so no other
+            # commit came between; a commit by anyone else shows in meta.json, a new reader
+            self._known = (self.bm25.reader(), {item.path: {row.key: row for row in map(Row.of_record, item.records)}
+                                                for item in indexed[:_KNOWN_NOTES]})  # fmt: skip
             for component in self.components:
                 component.committed(delta)
             if hook is not None:
@@ -212,7 +225,17 @@ class DerivedIndex:
 
     def rows_of(self, path: str) -> dict[str, Row]:
         """Every row the index holds for one file, by key (read from BM25, the commit point)."""
-        return {hit.key: Row.of_hit(hit) for hit in self.bm25.hits_for_path(path)}
+        reader = self.bm25.reader()
+        known_by, known = self._known
+        if known_by is reader and path in known:
+            return dict(known[path])
+        rows = {hit.key: Row.of_hit(hit) for hit in self.bm25.hits_for_path(path, reader)}
+        if known_by is not reader:
+            known = {}
+            self._known = (reader, known)  # one swap: a reader on another thread sees either whole
+        if len(known) < _KNOWN_NOTES:
+            known[path] = rows
+        return dict(rows)
 
     def row_counts(self) -> dict[str, int]:
         """Live rows per file path, from the term dictionary (no document is loaded)."""

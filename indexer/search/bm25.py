@@ -94,10 +94,6 @@ def record_key(path: str, memory_id: str) -> str:
     return f"{path}#{memory_id}"
 
 
-#: how many notes' rows one searcher keeps (`hits_for_path`): the day's note and a few others
-_ROWS_SEEN_NOTES = 8
-
-
 def _meta_bytes(folder: Path) -> bytes | None:
     try:
         return (folder / "meta.json").read_bytes()
@@ -130,9 +126,6 @@ class Bm25Index:
         self._searcher: tantivy.Searcher | None = None
         #: reads run on many threads at once (the owner's requests): the searcher is swapped whole
         self._searcher_lock = threading.Lock()
-        #: a note's rows as the current searcher sees them (`hits_for_path`): a person's editor
-        #: saving the day's note many times a second diffs it against the same commit each time
-        self._rows_seen: tuple[tantivy.Searcher | None, dict[str, tuple[Bm25Hit, ...]]] = (None, {})
         #: meta.json as it was when the reader was last reloaded (`refresh`)
         self._reloaded_at: bytes | None = None
 
@@ -157,8 +150,8 @@ class Bm25Index:
         """See commits made since the last search (by this or another process).
 
         Every commit rewrites Tantivy's meta.json (its opstamp grows): while its bytes stand, the
-        searcher in hand is the current one and is kept, with what was read through it
-        (`hits_for_path`).
+        searcher in hand is the current one and is kept (`reader`), with what callers read
+        through it.
         """
         with self._searcher_lock:
             meta = _meta_bytes(self.folder)  # before the reload: a commit in between reloads again next time
@@ -267,21 +260,18 @@ class Bm25Index:
         docs = (searcher.doc(address) for _, address in searcher.search(query, len(keys)).hits)
         return {doc["key"][0]: doc for doc in docs}
 
-    def hits_for_path(self, path: str) -> list[Bm25Hit]:
-        """Every live row of one note file (read once per searcher: a commit makes a new one)."""
-        searcher = self._current_searcher()
-        seen_by, rows = self._rows_seen
-        if seen_by is searcher and path in rows:
-            return list(rows[path])
+    def reader(self) -> tantivy.Searcher:
+        """The searcher reads go through now: the same object until a commit is seen (`refresh`)."""
+        return self._current_searcher()
+
+    def hits_for_path(self, path: str, reader: tantivy.Searcher | None = None) -> list[Bm25Hit]:
+        """Every live row of one note file (through `reader`, or the current searcher)."""
+        searcher = reader or self._current_searcher()
         stored = searcher.doc_freq("path", path)  # counts deleted rows too: an upper bound
+        if stored == 0:
+            return []
         query = tantivy.Query.term_query(self.schema, "path", path)
-        hits = tuple(self._hit(searcher, 0.0, address) for _, address in searcher.search(query, stored).hits) if stored else ()
-        if seen_by is not searcher:
-            rows = {}
-            self._rows_seen = (searcher, rows)  # one swap: a reader on another thread sees either whole
-        if len(rows) < _ROWS_SEEN_NOTES:
-            rows[path] = hits
-        return list(hits)
+        return [self._hit(searcher, 0.0, address) for _, address in searcher.search(query, stored).hits]
 
     def all_hits(self) -> list[Bm25Hit]:
         """Every live row (loads every stored document: for health and tests, not hot paths)."""

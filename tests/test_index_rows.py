@@ -1,0 +1,46 @@
+"""The rows a DerivedIndex knows of a note after applying it (indexer/maintenance/derived.py
+`rows_of`, kept per BM25 reader) are the rows Tantivy holds, through appends, edits by hand
+and another process's commits."""
+
+import subprocess
+import sys
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from memvault import MemoryStore
+from memvault.indexer.maintenance.derived import DerivedIndex
+from memvault.vault.layout import VaultLayout
+
+AT = datetime(2026, 11, 30, 9, 0, tzinfo=ZoneInfo("Europe/Amsterdam"))
+NOTE = "daily/2026-11-30.md"
+
+
+def _as_tantivy_holds(root) -> dict:
+    return DerivedIndex.open_current(VaultLayout(root)).rows_of(NOTE)  # a new object: read from Tantivy
+
+
+def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
+    with MemoryStore.open(new_vault) as store:
+        def check():
+            known = store._writable_index().rows_of(NOTE)
+            assert known == _as_tantivy_holds(new_vault)
+            return known
+
+        for n in range(4):
+            store.remember(f"Memory number {n} about the quince harvest.", at=AT)
+            check()
+        note = new_vault / NOTE
+        note.write_text(note.read_text().replace("number 1 ", "number one ").replace("number 2 ", "number two "))
+        store.sync([NOTE])
+        rows = check()
+        assert {row.text for row in rows.values()} == {f"Memory number {n} about the quince harvest."
+                                                       for n in ("0", "one", "two", "3")}
+        # another process commits to the same index; the next read here sees its rows
+        subprocess.run([sys.executable, "-m", "memvault", "--vault", str(new_vault), "remember",
+                        "--at", "2026-11-30T10:00:00+01:00", "A memory from another process."], check=True,
+                       capture_output=True)
+        store.sync([NOTE])
+        rows = check()
+        assert "A memory from another process." in {row.text for row in rows.values()}
+        store.remember("Memory number 5 after it.", at=AT)
+        assert len(check()) == 6
