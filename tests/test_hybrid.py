@@ -31,7 +31,8 @@ FACTS = [
 def journal_vault(tmp_path, request) -> Path:
     root = tmp_path / "journal"
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
-    if "index_backend" in request.fixturenames:  # a both_backends test: on the test's backend
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "index_backend" in callspec.params:  # a both_backends test
         request.getfixturevalue("index_backend")
         on_test_backend(root)
     with MemoryStore.open(root) as store:

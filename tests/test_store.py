@@ -240,3 +240,15 @@ def test_hand_edit_is_picked_up_on_next_open(fixture_vault):
         hit = store.recall("zeppelin").hits[0]
     assert hit.source.startswith("daily/2026-11-10.md#^d-")
     assert path.read_text() == original + "- The team voted to name the mascot Zeppelin.\n"
+
+
+@pytest.mark.both_backends
+def test_cjk_text_is_found_by_a_word_inside_its_run(new_vault):
+    """CJK has no spaces: a query for a word inside a sentence finds it on either backend
+    (the local engine indexes overlapping bigrams; the server's lexical list must too)."""
+    with MemoryStore.open(new_vault) as store:
+        store.remember("私は東京に住んでいます。", at=datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc))
+        store.remember("The billing service times out.", at=datetime(2026, 11, 30, 9, 1, tzinfo=timezone.utc))
+    with MemoryStore.open(new_vault, sync=False) as store:  # read from the committed index
+        hits = store.recall("東京", limit=5).hits
+    assert [hit.text for hit in hits][:1] == ["私は東京に住んでいます。"]

@@ -97,7 +97,6 @@ def test_external_links_carry_noopener():
     assert 'href="https://status.example.com"' in html and 'rel="noopener noreferrer nofollow"' in html
 
 
-@pytest.mark.both_backends
 def test_every_bullet_gets_the_id_its_index_row_has(fixture_vault):
     text = (fixture_vault / "daily" / "2026-11-02.md").read_text()
     html, note = render_note(text)
@@ -118,7 +117,6 @@ def test_derived_and_explicit_ids_are_both_anchored():
     assert "^m-1f3a9c0d2e" not in html  # the block id is the anchor, not part of the text shown
 
 
-@pytest.mark.both_backends
 def test_conflict_hunks_are_shown_verbatim_and_not_as_bullets(fixture_vault):
     html, note = render_note((fixture_vault / "daily" / "2026-11-05.md").read_text())
     assert '<pre class="conflict"' in html
@@ -126,7 +124,6 @@ def test_conflict_hunks_are_shown_verbatim_and_not_as_bullets(fixture_vault):
     assert "Tuesday evening" in html and html.count('class="bullet ') == len(note.bullets) == 2
 
 
-@pytest.mark.both_backends
 def test_fenced_code_is_not_bullets(fixture_vault):
     html, _ = render_note((fixture_vault / "daily" / "2026-11-02.md").read_text())
     assert "not_a_bullet = True" in html
