@@ -48,7 +48,6 @@ def test_the_owner_serves_the_pages_and_a_client_write_shows_on_them(fixture_vau
     assert "stopped; the index is consistent" in (tmp_path / "serve.log").read_text()
 
 
-@pytest.mark.both_backends
 def test_an_unknown_face_is_a_usage_error(fixture_vault):
     done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "serve", "--face", "tv"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
