@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres_helpers import on_the_tests_backend
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_VAULT = REPO / "fixtures" / "vault"
 if str(REPO) not in sys.path:
@@ -27,7 +29,7 @@ def fixture_vault(tmp_path, request) -> Path:
     """A private copy of fixtures/vault (tests may edit it freely)."""
     target = tmp_path / "vault"
     shutil.copytree(FIXTURE_VAULT, target)
-    return _on_index_backend(request, target)
+    return on_the_tests_backend(request, target)
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def new_vault(tmp_path, request) -> Path:
 
     root = tmp_path / "fresh"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))
-    return _on_index_backend(request, root)
+    return on_the_tests_backend(request, root)
 
 
 def pytest_generate_tests(metafunc):
@@ -71,18 +73,6 @@ def index_backend(request, monkeypatch):
         with psycopg.connect(dsn, autocommit=True) as conn:
             reached = conn.execute("SELECT to_regclass('memvault_vaults') IS NOT NULL").fetchone()[0]
         assert reached, "marked both_backends, but no vault of this test reached the server"
-
-
-def _on_index_backend(request, root: Path) -> Path:
-    # the parametrized name is in the test's callspec, not in a fixture's request.fixturenames
-    # (that check let every both_backends vault fixture run locally twice)
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is None or "index_backend" not in callspec.params:
-        return root
-    request.getfixturevalue("index_backend")
-    from tests.postgres_helpers import on_test_backend
-
-    return on_test_backend(root)
 
 
 @pytest.fixture(scope="session")

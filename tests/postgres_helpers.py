@@ -102,6 +102,17 @@ class PostgresServer:
 TEST_BACKEND = "local"
 
 
+def on_the_tests_backend(request, root: Path) -> Path:
+    """A vault fixture's vault on the backend of the test it serves (a both_backends test's run)."""
+    # the parametrized name is in the test's callspec, not in a fixture's request.fixturenames
+    # (that check let every both_backends vault fixture run locally twice)
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or "index_backend" not in callspec.params:
+        return root
+    request.getfixturevalue("index_backend")
+    return on_test_backend(root)
+
+
 def on_test_backend(root: Path) -> Path:
     """Point a vault made by a test at the test's index backend: for "postgres", add the index
     block (the connection comes from the PG* variables the fixture set, as libpq reads them)."""

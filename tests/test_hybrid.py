@@ -14,7 +14,7 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.search.hybrid import BM25_WEIGHT, RRF_K, VECTOR_WEIGHT, fuse
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
-from tests.postgres_helpers import on_test_backend
+from tests.postgres_helpers import on_the_tests_backend
 
 REPO = Path(__file__).resolve().parent.parent
 AMS = ZoneInfo("Europe/Amsterdam")
@@ -31,10 +31,7 @@ FACTS = [
 def journal_vault(tmp_path, request) -> Path:
     root = tmp_path / "journal"
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is not None and "index_backend" in callspec.params:  # a both_backends test
-        request.getfixturevalue("index_backend")
-        on_test_backend(root)
+    on_the_tests_backend(request, root)
     with MemoryStore.open(root) as store:
         for minute, fact in enumerate(FACTS):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))

@@ -182,8 +182,9 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
             before, payload = os.fstat(fd).st_size, b""
             appended, payload = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
             note = _read_back(path)
-            renamed_over = _renamed_over(fd, path)
-            if not _missing(note, bullets, match_text):
+            missing = _missing(note, bullets, match_text)
+            renamed_over = bool(missing) and _renamed_over(fd, path)
+            if not missing:
                 # fsync once the read-back shows the lines landed (also when an earlier attempt wrote
                 # them): a loaded disk's fsync is the slowest step, and a save landing during it
                 # would otherwise cost the whole attempt

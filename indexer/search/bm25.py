@@ -266,7 +266,7 @@ class Bm25Index:
 
     def hits_for_path(self, path: str, reader: tantivy.Searcher | None = None) -> list[Bm25Hit]:
         """Every live row of one note file (through `reader`, or the current searcher)."""
-        searcher = reader or self._current_searcher()
+        searcher = reader if reader is not None else self._current_searcher()
         stored = searcher.doc_freq("path", path)  # counts deleted rows too: an upper bound
         if stored == 0:
             return []
