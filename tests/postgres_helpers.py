@@ -132,3 +132,19 @@ def libpq_environment(dsn: str) -> dict[str, str]:
     parts = dict(part.split("=", 1) for part in dsn.split())
     names = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}
     return {names[key]: value for key, value in parts.items() if key in names}
+
+
+def lose_the_index(root: Path) -> None:
+    """Lose a vault's derived index, whichever backend holds it: its `.index/` folder, and on
+    the server every memvault table (a lost or emptied database). The files stay."""
+    shutil.rmtree(root / ".index")
+    if TEST_BACKEND == "local":
+        return
+    import psycopg
+
+    with psycopg.connect("", autocommit=True) as conn:  # the PG* variables the fixture set
+        tables = conn.execute("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                              "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition "
+                              "AND c.relname LIKE 'memvault%'").fetchall()  # fmt: skip
+        assert tables, "the vault's index was not on the server"
+        conn.execute("DROP TABLE " + ", ".join(f'"{name}"' for (name,) in tables) + " CASCADE")

@@ -169,3 +169,41 @@ def test_term_frequencies_are_bm25s_own_statistics(backend):
     total, found = backend.term_frequencies(generation, ["blue", "tea", "zeppelin"])
     assert total == len(FACTS)
     assert found == {"blue": 2, "tea": 1, "zeppelin": 0}
+
+
+CJK_FACTS = ["私は東京に住んでいます。", "東京都の天気は晴れです。", "京都に行きました。", "The billing service times out in 東京."]
+
+
+def test_cjk_bigrams_rank_the_same_on_each_backend_and_deletes_keep_their_statistics(tmp_path, postgres_dsn):
+    """A word inside a CJK run is found by its bigrams with the same BM25 scores on both engines,
+    and a row deleted on the server takes its bigrams' statistics along (equal to a fresh build)."""
+    from memvault.indexer.backend.postgres.engine import PostgresBackend
+    from memvault.indexer.maintenance.local_backend import LocalBackend
+
+    local, server = LocalBackend(VaultLayout(tmp_path / "vault")), PostgresBackend(postgres_dsn, "conf-cjk")
+    fresh = PostgresBackend(postgres_dsn, "conf-cjk-fresh")
+    try:
+        records = [record(i, text) for i, text in enumerate(CJK_FACTS)]
+        for engine in (local, server):
+            generation = engine.create_generation(EMBEDDING)
+            engine.apply(generation, BackendDelta((), writes(records), {NOTE: state(len(records))}))
+            engine.activate_generation(generation)
+        for query in ("東京", "京都", "東京の天気", "billing 東京"):
+            mine = server.lexical_candidates(server.serving_generation(), query, 10)
+            theirs = local.lexical_candidates(local.serving_generation(), query, 10)
+            assert [key for key, _ in mine] == [key for key, _ in theirs], query
+            assert [score for _, score in mine] == pytest.approx([score for _, score in theirs], rel=1e-4), query
+        server.apply(server.serving_generation(), BackendDelta((f"{NOTE}#m-0000",), (), {}))
+        generation = fresh.create_generation(EMBEDDING)
+        fresh.apply(generation, BackendDelta((), writes(records)[1:], {}))
+        fresh.activate_generation(generation)
+        for query in ("東京", "京都に"):
+            after = server.lexical_candidates(server.serving_generation(), query, 10)
+            assert after and f"{NOTE}#m-0000" not in {key for key, _ in after}
+            rebuilt = fresh.lexical_candidates(generation, query, 10)
+            assert [key for key, _ in after] == [key for key, _ in rebuilt], query
+            assert [score for _, score in after] == pytest.approx([score for _, score in rebuilt], rel=1e-6), query
+        assert server.term_frequencies(server.serving_generation(), ["東京"], field="cjk") == (3, {"東京": 2})
+    finally:
+        for engine in (local, server, fresh):
+            engine.close()

@@ -11,6 +11,7 @@ import pytest
 from memvault.indexer.engine.store import MemoryStore
 from memvault.vault.errors import CredentialRefused, InvalidRecord, NotAVault, UnsafePath
 from memvault.vault.ids import memory_id
+from tests.postgres_helpers import lose_the_index
 
 AMS = ZoneInfo("Europe/Amsterdam")
 QUERIES = [
@@ -166,7 +167,7 @@ def test_vault_is_found_from_env_then_enclosing_folder(new_vault, monkeypatch):
         assert store.layout.root == new_vault.resolve()
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_fixture_vault_search_respects_format(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         assert store.recall("東京").hits[0].source == "daily/2026-11-04.md#^m-tokyo0001"
@@ -202,13 +203,13 @@ def test_hostile_queries_never_raise(fixture_vault):
             store.recall("x", mode="psychic")
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_rebuild_from_files_alone_gives_identical_answers(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         store.remember("Priya booked the train to Berlin.", at=datetime(2026, 11, 20, 9, 0, tzinfo=AMS))
         before = answers(store)
     canonical = snapshot(fixture_vault)
-    shutil.rmtree(fixture_vault / ".index")
+    lose_the_index(fixture_vault)  # `.index/`, and on the server its tables
     with MemoryStore.open(fixture_vault, sync=False) as store:
         assert store.recall("Berlin").degraded is not None  # no index: said, not silently empty
         first = store.rebuild()
@@ -242,7 +243,7 @@ def test_hand_edit_is_picked_up_on_next_open(fixture_vault):
     assert path.read_text() == original + "- The team voted to name the mascot Zeppelin.\n"
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_cjk_text_is_found_by_a_word_inside_its_run(new_vault):
     """CJK has no spaces: a query for a word inside a sentence finds it on either backend
     (the local engine indexes overlapping bigrams; the server's lexical list must too)."""

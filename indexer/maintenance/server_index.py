@@ -113,7 +113,10 @@ class ServerRows:
         return [as_hit(row) for row in self.backend.all_rows(self.generation)]
 
     def doc_freqs(self, field: str, terms) -> tuple[int, dict[str, int]]:
-        """BM25's statistics for a score computed outside the engine (own text only on a server)."""
+        """BM25's statistics for a score computed outside the engine: a row's own text, or its CJK
+        bigrams (`cjk`), as the local index's fields (its neighbours' words are not asked for)."""
+        if field == "cjk":  # a server backend's own keyword (the seam's call has no field)
+            return self.backend.term_frequencies(self.generation, terms, field="cjk")
         return self.backend.term_frequencies(self.generation, terms)
 
     def count(self) -> int:

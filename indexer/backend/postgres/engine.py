@@ -13,18 +13,20 @@ from datetime import date, datetime, timezone
 from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, require_psycopg
-from memvault.indexer.backend.postgres.lexical import BM25_SQL, IMPACT_SQL, query_words, read_sizes, words
+from memvault.indexer.backend.postgres.lexical import (BM25_SQL, IMPACT_SQL, cjk_bigrams, query_bigrams, query_words,
+                                                       read_sizes, words)
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, line, text, content_hash, context_hash, context"
 _STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS memvault_staging (vault text, generation integer, key text, id text, "
     "path text, kind text, day date, at bigint, line integer, text text, content_hash text, context_hash text, "
-    "context text, own text, around text, text_len integer, ctx_len integer, embedding vector) "
+    "context text, own text, around text, text_len integer, ctx_len integer, embedding vector, grams text[], "
+    "cjk_len integer) "
     "ON COMMIT DELETE ROWS"
 )
 _STAGING_TYPES = ["text", "int4", "text", "text", "text", "text", "date", "int8", "int4", "text", "text", "text",
-                  "text", "text", "text", "int4", "int4", "vector"]
+                  "text", "text", "text", "int4", "int4", "vector", "text[]", "int4"]
 #: rows arrive by COPY into the session's staging table, then one statement analyses each text
 #: once and writes the rows, their postings and the terms' document frequencies
 _INSERT_STAGED = f"""
@@ -46,38 +48,51 @@ lex AS MATERIALIZED (
     SELECT a.vault, a.generation, a.key, a.kind, 1::int2, u.lexeme,
            least(coalesce(array_length(u.positions, 1), 1), 32767), least(a.ctx_len, 32767)
     FROM a CROSS JOIN LATERAL unnest(a.ct) AS u
+    UNION ALL  -- CJK bigrams, as they are (the local `cjk` field's whitespace tokens)
+    SELECT a.vault, a.generation, a.key, a.kind, 2::int2, u.gram, least(count(*), 32767), least(min(a.cjk_len), 32767)
+    FROM a CROSS JOIN LATERAL unnest(a.grams) AS u(gram) GROUP BY a.vault, a.generation, a.key, a.kind, u.gram
 ),
 p AS (
     INSERT INTO {{postings}} (vault, generation, lexeme, field, kind, impact, key, tf, len)
     SELECT vault, generation, lexeme, field, kind, {IMPACT_SQL}, key, tf, len FROM lex
 )
-INSERT INTO {{terms}} AS t (vault, generation, lexeme, df_text, df_ctx)
-SELECT min(vault), min(generation), lexeme, count(*) FILTER (WHERE field = 0), count(*) FILTER (WHERE field = 1)
+INSERT INTO {{terms}} AS t (vault, generation, lexeme, df_text, df_ctx, df_cjk)
+SELECT min(vault), min(generation), lexeme, count(*) FILTER (WHERE field = 0), count(*) FILTER (WHERE field = 1),
+       count(*) FILTER (WHERE field = 2)
 FROM lex GROUP BY lexeme
-ON CONFLICT (lexeme) DO UPDATE SET df_text = t.df_text + EXCLUDED.df_text, df_ctx = t.df_ctx + EXCLUDED.df_ctx
+ON CONFLICT (lexeme) DO UPDATE SET df_text = t.df_text + EXCLUDED.df_text, df_ctx = t.df_ctx + EXCLUDED.df_ctx,
+    df_cjk = t.df_cjk + EXCLUDED.df_cjk
 """
 #: deleting rows takes their postings along and lowers their terms' document frequencies;
-#: returns the rows and tokens gone (the generation's statistics)
+#: returns the rows and tokens gone (the generation's statistics). A row's CJK bigrams are found
+#: in its postings (by key: the `doc` index), its words in its tsvectors
 _DELETE_ROWS = """
 WITH gone AS (
     DELETE FROM memvault_rows WHERE vault = %(vault)s AND generation = %(generation)s AND key = ANY(%(keys)s)
     RETURNING key, text_tsv, ctx_tsv, text_len, ctx_len
 ),
+cjk AS MATERIALIZED (
+    SELECT p.key, p.lexeme, p.tf FROM {postings} p WHERE p.key = ANY(%(keys)s) AND p.field = 2
+),
 lex AS MATERIALIZED (
     SELECT g.key, 0::int2 AS field, u.lexeme FROM gone g CROSS JOIN LATERAL unnest(g.text_tsv) AS u
     UNION ALL
     SELECT g.key, 1::int2, u.lexeme FROM gone g CROSS JOIN LATERAL unnest(g.ctx_tsv) AS u
+    UNION ALL
+    SELECT c.key, 2::int2, c.lexeme FROM cjk c JOIN gone g USING (key)
 ),
 dp AS (
     DELETE FROM {postings} p USING lex WHERE p.lexeme = lex.lexeme AND p.field = lex.field AND p.key = lex.key
 ),
 dt AS (
-    UPDATE {terms} t SET df_text = t.df_text - d.df_text, df_ctx = t.df_ctx - d.df_ctx
-    FROM (SELECT lexeme, count(*) FILTER (WHERE field = 0) AS df_text, count(*) FILTER (WHERE field = 1) AS df_ctx
+    UPDATE {terms} t SET df_text = t.df_text - d.df_text, df_ctx = t.df_ctx - d.df_ctx, df_cjk = t.df_cjk - d.df_cjk
+    FROM (SELECT lexeme, count(*) FILTER (WHERE field = 0) AS df_text, count(*) FILTER (WHERE field = 1) AS df_ctx,
+                 count(*) FILTER (WHERE field = 2) AS df_cjk
           FROM lex GROUP BY lexeme) d
     WHERE t.lexeme = d.lexeme
 )
-SELECT count(*), coalesce(sum(text_len), 0), coalesce(sum(ctx_len), 0) FROM gone
+SELECT count(*), coalesce(sum(text_len), 0), coalesce(sum(ctx_len), 0),
+       (SELECT coalesce(sum(c.tf), 0) FROM cjk c JOIN gone g USING (key)) FROM gone
 """
 #: HNSW's candidate list: pgvector returns at most ef_search rows, so it is the depth asked for
 #: (recall asks 100: the session's setting, no SET per query); its default, 40, would cap the list
@@ -212,10 +227,10 @@ class PostgresBackend:
         params = [self._insert_params(generation, write) for write in delta.writes]
         postings, terms = self._lexical_leaves(generation)
         with self._session() as conn, conn.transaction():
-            gone_rows = gone_text = gone_ctx = 0
+            gone_rows = gone_text = gone_ctx = gone_cjk = 0
             if keys:
                 schema.ensure_postings_indexes(conn, self.vault, generation)  # deletes find postings by key
-                gone_rows, gone_text, gone_ctx = conn.execute(
+                gone_rows, gone_text, gone_ctx, gone_cjk = conn.execute(
                     _DELETE_ROWS.format(postings=postings, terms=terms),
                     {"vault": self.vault, "generation": generation, "keys": keys}).fetchone()  # fmt: skip
             if params:
@@ -231,10 +246,12 @@ class PostgresBackend:
                     schema.ensure_vector_index(conn, self.vault, generation, self._dim(generation))
             added_text = sum(p[15] for p in params)
             added_ctx = sum(p[16] for p in params)
+            added_cjk = sum(p[19] for p in params)
             conn.execute(
                 "UPDATE memvault_generations SET rows = rows + %s, text_tokens = text_tokens + %s, "
-                "ctx_tokens = ctx_tokens + %s WHERE vault = %s AND generation = %s",
-                (len(params) - gone_rows, added_text - gone_text, added_ctx - gone_ctx, self.vault, generation))
+                "ctx_tokens = ctx_tokens + %s, cjk_tokens = cjk_tokens + %s WHERE vault = %s AND generation = %s",
+                (len(params) - gone_rows, added_text - gone_text, added_ctx - gone_ctx, added_cjk - gone_cjk,
+                 self.vault, generation))  # fmt: skip
             self._record_files(conn, generation, delta.files or {})
             conn.execute("UPDATE memvault_vaults SET stamp = stamp + 1 WHERE name = %s", (self.vault,))
 
@@ -263,11 +280,12 @@ class PostgresBackend:
 
     def _insert_params(self, generation: int, write) -> tuple:
         record = write.record
-        own, context = words(record.text), words(record.context)
+        own, context, grams = words(record.text), words(record.context), cjk_bigrams(record.text)
         vector = None if write.vector is None else _as_vector(write.vector)
         return (self.vault, generation, write.key, record.id, record.path, record.kind, record.day,
                 int(record.at.timestamp()), record.line, record.text, record.content_hash, write.context_hash,
-                record.context, " ".join(own), " ".join(context), len(own), len(context), vector)  # fmt: skip
+                record.context, " ".join(own), " ".join(context), len(own), len(context), vector, grams,
+                len(grams))  # fmt: skip
 
     def _record_files(self, conn, generation: int, files: dict) -> None:
         forget = [path for path, state in files.items() if state is None]
@@ -327,24 +345,25 @@ class PostgresBackend:
 
     def lexical_candidates(self, generation: int, query: str, depth: int,
                            kinds: Sequence[str] = ("curated",)) -> list[tuple[str, float]]:
-        found = query_words(query)
-        if not found or depth <= 0:
+        found, grams = query_words(query), query_bigrams(query)
+        if not (found or grams) or depth <= 0:
             return []
         postings, terms = self._lexical_leaves(generation)
-        arguments = {"words": " ".join(found), "vault": self.vault, "generation": generation,
+        arguments = {"words": " ".join(found), "grams": grams, "vault": self.vault, "generation": generation,
                      "kinds": list(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
         with self._session() as conn:
             rows = conn.execute(BM25_SQL.format(postings=postings, terms=terms), arguments).fetchall()
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
-    def term_frequencies(self, generation: int, terms: Iterable[str]) -> tuple[int, dict[str, int]]:
-        """(rows in the generation, rows whose own text holds each already-analysed term): one
-        round trip, from the terms table."""
+    def term_frequencies(self, generation: int, terms: Iterable[str], field: str = "text") -> tuple[int, dict[str, int]]:
+        """(rows in the generation, rows whose own text holds each already-analysed term, or with
+        field "cjk" each CJK bigram): one round trip, from the terms table."""
         terms = sorted(set(terms))
+        column = "df_cjk" if field == "cjk" else "df_text"
         self._require_postings(generation)
         with self._session() as conn:
             found = conn.execute(
-                "SELECT g.rows, t.lexeme, t.df_text FROM memvault_generations g LEFT JOIN memvault_terms t "
+                f"SELECT g.rows, t.lexeme, t.{column} FROM memvault_generations g LEFT JOIN memvault_terms t "
                 "ON t.vault = g.vault AND t.generation = g.generation AND t.lexeme = ANY(%s) "
                 "WHERE g.vault = %s AND g.generation = %s", (terms, self.vault, generation)).fetchall()  # fmt: skip
         total = found[0][0] if found else 0

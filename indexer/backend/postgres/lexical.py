@@ -21,7 +21,9 @@ with the exhaustive ranking).
 Analysis matches the local engine's (`indexer/search/bm25.py`; tests/test_postgres_backend.py
 compares the constants): words are runs of letters and digits, tokens of 40 bytes or more are
 dropped, English is Snowball-stemmed without stop words in documents; queries drop stop words
-when other words remain.
+when other words remain. CJK runs, which have no spaces to split on, are also indexed as
+overlapping character bigrams (field 2, weighted 1, as the local `cjk` field): a query's CJK
+runs are searched by their bigrams alone, so a word inside a sentence is found.
 """
 
 import re
@@ -31,6 +33,7 @@ from memvault.indexer.backend.postgres.schema import TEXT_SEARCH_CONFIG
 K1, B = 1.2, 0.75
 CONTEXT_BOOST = 0.5
 WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
+CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 MAX_TOKEN_BYTES = 40
 MAX_QUERY_WORDS = 64
 STOPWORDS = frozenset(
@@ -46,9 +49,25 @@ def words(text: str) -> list[str]:
 
 
 def query_words(text: str) -> list[str]:
-    found = words(text)
+    """The words a query searches its rows' own and neighbours' words for: a run of CJK alone
+    is searched by its bigrams instead (`query_bigrams`), as the local engine does."""
+    found = [w for w in words(text) if not CJK_RUN_RE.fullmatch(w)]
     content = [w for w in found if w not in STOPWORDS] or found
     return content[:MAX_QUERY_WORDS]
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """Overlapping bigrams of every CJK run (a lone character stands for itself)."""
+    grams: list[str] = []
+    for run in CJK_RUN_RE.findall(text):
+        if len(run) == 1:
+            grams.append(run)
+        grams.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return grams
+
+
+def query_bigrams(text: str) -> list[str]:
+    return cjk_bigrams(text)[:MAX_QUERY_WORDS]
 
 
 #: the constants as float8 literals: a bare 0.75 is numeric in SQL, and numeric arithmetic over
@@ -56,7 +75,9 @@ def query_words(text: str) -> list[str]:
 _K1, _B, _BOOST = (f"{value!r}::float8" for value in (K1, B, CONTEXT_BOOST))
 #: field lengths a posting's impact is computed at (it only orders a list; scores use the
 #: generation's own averages): about a bullet's words and its neighbours'
-REFERENCE_LENGTH = {0: 12.0, 1: 40.0}
+REFERENCE_LENGTH = {0: 12.0, 1: 40.0, 2: 12.0}
+#: the fields of the postings: a row's own words, its neighbours' words, its CJK bigrams
+TEXT, CONTEXT, CJK = 0, 1, 2
 #: how many postings of each list are read, and how many candidates are scored exactly, per
 #: result asked for (and at least): the trade-off bench/bench_postgres.py measures
 PER_LIST, PER_LIST_MIN = 3, 200
@@ -65,21 +86,25 @@ PER_TEXT_LIST, PER_TEXT_LIST_MIN = 20, 2000
 POOL, POOL_MIN = 2, 100
 
 #: a posting's impact: BM25's tf part at the reference length (SQL over tf, len and field)
-IMPACT_SQL = (f"(tf::float8 / (tf + {_K1} * (1 - {_B} + {_B} * len / CASE WHEN field = 0 THEN "
-              f"{REFERENCE_LENGTH[0]!r}::float8 ELSE {REFERENCE_LENGTH[1]!r}::float8 END)))::real")  # fmt: skip
+IMPACT_SQL = (f"(tf::float8 / (tf + {_K1} * (1 - {_B} + {_B} * len / CASE field WHEN 1 THEN "
+              f"{REFERENCE_LENGTH[1]!r}::float8 WHEN 2 THEN {REFERENCE_LENGTH[2]!r}::float8 "
+              f"ELSE {REFERENCE_LENGTH[0]!r}::float8 END)))::real")  # fmt: skip
 
-#: parameters: words (text), vault, generation, kinds, depth, per_text, per_list, pool; returns (key, score).
+#: parameters: words (text), grams (text[]: the query's CJK bigrams), vault, generation, kinds, depth, per_text, per_list, pool; returns (key, score).
 #: {postings} and {terms} name the generation's leaves: read directly, the planner scans their
 #: indexes alone (through the parent, its vault and generation filters need every heap row)
 BM25_SQL = f"""
-WITH q AS MATERIALIZED (
-    SELECT lexeme, coalesce(array_length(positions, 1), 1) AS qtf
+WITH q AS MATERIALIZED (  -- cjk: a bigram, searched in field 2 only (words in fields 0 and 1)
+    SELECT lexeme, coalesce(array_length(positions, 1), 1) AS qtf, false AS cjk
     FROM unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', %(words)s))
+    UNION ALL
+    SELECT gram, count(*), true FROM unnest(%(grams)s::text[]) AS gram GROUP BY gram
 ),
 g AS MATERIALIZED (
     SELECT greatest(rows, 1)::float8 AS n,
            greatest(text_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_text,
-           greatest(ctx_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_ctx
+           greatest(ctx_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_ctx,
+           greatest(cjk_tokens::float8 / greatest(rows, 1), 1e-9) AS avg_cjk
     FROM memvault_generations WHERE vault = %(vault)s AND generation = %(generation)s
 ),
 -- one list per (term, field) the generation holds, with its BM25 weight (idf from the
@@ -90,8 +115,9 @@ l AS MATERIALIZED (
     FROM q JOIN {{terms}} t ON t.lexeme = q.lexeme
     CROSS JOIN g
     CROSS JOIN LATERAL (VALUES (0::int2, 1::float8, t.df_text::float8, g.avg_text),
-                               (1::int2, {_BOOST}, t.df_ctx::float8, g.avg_ctx)) AS f(field, boost, df, avg)
-    WHERE f.df > 0
+                               (1::int2, {_BOOST}, t.df_ctx::float8, g.avg_ctx),
+                               (2::int2, 1::float8, t.df_cjk::float8, g.avg_cjk)) AS f(field, boost, df, avg)
+    WHERE f.df > 0 AND (f.field = 2) = q.cjk
 ),
 -- each list best impact first, at most per_list postings of each kind asked
 top AS MATERIALIZED (
@@ -100,13 +126,13 @@ top AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT p.key, p.tf, p.len FROM {{postings}} p
         WHERE p.lexeme = l.lexeme AND p.field = l.field AND p.kind = k.kind
-        ORDER BY p.impact DESC LIMIT CASE WHEN l.field = 0 THEN %(per_text)s ELSE %(per_list)s END) p
+        ORDER BY p.impact DESC LIMIT CASE WHEN l.field = 1 THEN %(per_list)s ELSE %(per_text)s END) p
 ),
 -- lists read whole are exact already; the others are probed for the pool's rows
 cut AS MATERIALIZED (
     SELECT l.* FROM l
     WHERE (SELECT count(*) FROM top WHERE top.lexeme = l.lexeme AND top.field = l.field)
-          >= CASE WHEN l.field = 0 THEN %(per_text)s ELSE %(per_list)s END
+          >= CASE WHEN l.field = 1 THEN %(per_list)s ELSE %(per_text)s END
 ),
 pool AS MATERIALIZED (
     SELECT key FROM top GROUP BY key ORDER BY sum(s) DESC, key LIMIT %(pool)s

@@ -22,7 +22,8 @@ import re
 
 from memvault.vault.errors import InvalidConfig
 
-SCHEMA_VERSION = 2  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb)
+SCHEMA_VERSION = 3  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
+#                     3: CJK bigrams in the postings (field 2), their document frequency and token count
 TEXT_SEARCH_CONFIG = "memvault_en"
 VAULT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 READER_ROLE_PREFIX = "memvault_read_"
@@ -48,6 +49,7 @@ _DDL = [
         rows bigint NOT NULL DEFAULT 0,
         text_tokens bigint NOT NULL DEFAULT 0,
         ctx_tokens bigint NOT NULL DEFAULT 0,
+        cjk_tokens bigint NOT NULL DEFAULT 0,
         PRIMARY KEY (vault, generation))""",
     """CREATE TABLE IF NOT EXISTS memvault_files (
         vault text NOT NULL,
@@ -77,7 +79,7 @@ _DDL = [
         PRIMARY KEY (vault, generation, key)) PARTITION BY LIST (vault)""",
     "CREATE INDEX IF NOT EXISTS memvault_rows_path ON memvault_rows (vault, generation, path)",
     "CREATE INDEX IF NOT EXISTS memvault_rows_chash ON memvault_rows (vault, generation, content_hash)",
-    # field 0: the row's own words, 1: its neighbours'; impact orders a list (see lexical.py)
+    # field 0: the row's own words, 1: its neighbours', 2: its CJK bigrams; impact orders a list (see lexical.py)
     """CREATE TABLE IF NOT EXISTS memvault_postings (
         vault text NOT NULL,
         generation integer NOT NULL,
@@ -93,13 +95,20 @@ _DDL = [
         generation integer NOT NULL,
         lexeme text NOT NULL,
         df_text integer NOT NULL,
-        df_ctx integer NOT NULL) PARTITION BY LIST (vault)""",
+        df_ctx integer NOT NULL,
+        df_cjk integer NOT NULL DEFAULT 0) PARTITION BY LIST (vault)""",
     *(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY" for table in READ_TABLES),
 ]
 #: from schema 1: BM25 read GIN indexes and per-row term frequencies, now postings and terms
 _MIGRATE_FROM_1 = [
     "DROP INDEX IF EXISTS memvault_rows_text_tsv, memvault_rows_ctx_tsv",
     "ALTER TABLE memvault_rows DROP COLUMN IF EXISTS text_tf, DROP COLUMN IF EXISTS ctx_tf",
+]
+#: from schema 2: CJK bigrams. A generation built before has none of their postings: its lexical
+#: list finds a CJK word inside a run again once `memvault rebuild` made a new generation
+_MIGRATE_FROM_2 = [
+    "ALTER TABLE memvault_generations ADD COLUMN IF NOT EXISTS cjk_tokens bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE memvault_terms ADD COLUMN IF NOT EXISTS df_cjk integer NOT NULL DEFAULT 0",
 ]
 #: created once; `CREATE POLICY` has no IF NOT EXISTS
 _POLICIES = {
@@ -168,6 +177,9 @@ def ensure_schema(conn) -> None:
         version = _schema_version(conn)
         for statement in _DDL:
             conn.execute(statement)
+        if version in (1, 2):  # a server of an earlier memvault gains the CJK columns
+            for statement in _MIGRATE_FROM_2:
+                conn.execute(statement)
         for (table, policy), statement in _POLICIES.items():
             exists = conn.execute("SELECT 1 FROM pg_policies WHERE tablename = %s AND policyname = %s",
                                   (table, policy)).fetchone()  # fmt: skip
