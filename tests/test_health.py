@@ -26,6 +26,16 @@ def health_of(root, strict=False):
         return check_health(store.layout, store.config, strict=strict)
 
 
+def store_health(root, strict=False) -> dict:
+    """The store's own health report (JSON), on whichever backend the vault's index lives."""
+    with MemoryStore.open(root, sync=False) as store:
+        return store.health_report(strict=strict)
+
+
+def json_codes(report: dict) -> dict[str, str]:
+    return {f["code"]: f["severity"] for f in report["findings"]}
+
+
 @pytest.fixture
 def clean_vault(new_vault):
     with MemoryStore.open(new_vault) as store:
@@ -38,11 +48,11 @@ def invoke(root, *args):
     return CliRunner().invoke(cli, ["--vault", str(root), "health", *args])
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_a_clean_vault_is_healthy_even_strictly(clean_vault):
-    report = health_of(clean_vault, strict=True)
-    assert report.healthy and report.findings == ()
-    assert report.details["rows"] == 3 and "rows" in report.checks
+    report = store_health(clean_vault, strict=True)
+    assert report["healthy"] and report["findings"] == []
+    assert report["details"]["rows"] == 3 and "rows" in report["checks"]
     result = invoke(clean_vault, "--strict")
     assert result.exit_code == 0 and result.output.startswith("healthy (strict")
 
@@ -56,21 +66,21 @@ def test_no_index_is_an_error_with_the_rebuild_fix(new_vault):
     assert body["findings"][0]["code"] == "index_unavailable" and body["fixes"][0] == "memvault rebuild"
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_edits_the_index_has_not_seen_are_stale_missing_and_extra_rows(clean_vault):
     note = clean_vault / "daily/2026-11-28.md"
     note.write_text(note.read_text().replace("Morgan chose blue.", "Morgan chose green.") + "- 11:00 brand new\n")
     (clean_vault / "daily/2026-11-29.md").unlink()
     (clean_vault / "daily/2026-11-27.md").write_text("- 09:00 never indexed\n")
-    fast = health_of(clean_vault)
-    assert codes(fast) == {"stale_file": ERROR, "vanished_file": ERROR, "unindexed_file": ERROR}
-    strict = health_of(clean_vault, strict=True)
-    assert {"missing_row", "extra_row", "stale_file"} <= set(codes(strict))
+    fast = store_health(clean_vault)
+    assert json_codes(fast) == {"stale_file": ERROR, "vanished_file": ERROR, "unindexed_file": ERROR}
+    strict = store_health(clean_vault, strict=True)
+    assert {"missing_row", "extra_row", "stale_file"} <= set(json_codes(strict))
     result = invoke(clean_vault)
     assert result.exit_code == 1 and "Fix:\n  memvault rebuild" in result.output
     with MemoryStore.open(clean_vault):  # opening syncs: the fix for lag is any open, or a rebuild
         pass
-    assert health_of(clean_vault, strict=True).healthy
+    assert store_health(clean_vault, strict=True)["healthy"]
 
 
 def test_a_row_changed_behind_the_manifest_is_caught_by_strict_only(clean_vault):
