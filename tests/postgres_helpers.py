@@ -148,3 +148,12 @@ def lose_the_index(root: Path) -> None:
                               "AND c.relname LIKE 'memvault%'").fetchall()  # fmt: skip
         assert tables, "the vault's index was not on the server"
         conn.execute("DROP TABLE " + ", ".join(f'"{name}"' for (name,) in tables) + " CASCADE")
+
+
+def index_commits(store) -> object:
+    """What changes with every commit of a store's serving index: on the local engine its BM25
+    segment files and manifest bytes, on the server the vault's commit stamp."""
+    if TEST_BACKEND == "local":
+        generation = store._readable_index().generation
+        return sorted(p.name for p in (generation / "bm25").iterdir()), (generation / "manifest.json").read_bytes()
+    return store.backend.stamp()

@@ -18,6 +18,7 @@ from memvault.indexer.maintenance.sync import Row, diff_rows
 from memvault.vault.ids import memory_id
 from memvault.vault.layout import VaultLayout
 from memvault.vault.records import MemoryRecord
+from tests.postgres_helpers import index_commits
 
 AMS = ZoneInfo("Europe/Amsterdam")
 QUERIES = ["deployment color", "Morgan", "peanuts allergy lunch", "staging database", "release", "backup",
@@ -82,20 +83,17 @@ def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
 # --- what sync decides to do ---------------------------------------------------------------
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_memvaults_own_write_leaves_the_watcher_nothing_to_do(new_vault):
     with MemoryStore.open(new_vault) as store:
         receipt = store.remember("The pager rota changes on Monday.", at=datetime(2026, 11, 30, 9, tzinfo=AMS))
         path = receipt.source.split("#")[0]
-        generation = store._readable_index().generation
-        bm25_files = sorted(p.name for p in (generation / "bm25").iterdir())
-        manifest = (generation / "manifest.json").read_bytes()
+        committed = index_commits(store)
         outcome = store.sync([path])
         again = store.sync()
+        assert index_commits(store) == committed, "no index commit"
     assert outcome.files == () and outcome.memories == 0 and outcome.checked == 1  # racy: hashed, not trusted
     assert again.files == ()
-    assert sorted(p.name for p in (generation / "bm25").iterdir()) == bm25_files, "no BM25 commit"
-    assert (generation / "manifest.json").read_bytes() == manifest, "no manifest write"
 
 
 @pytest.mark.both_backends
@@ -284,7 +282,7 @@ def test_fixture_vault_incremental_build_equals_rebuild(fixture_vault):
         assert_parity(store)
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_git_checkout_of_an_older_vault_converges(fixture_vault):
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e", *args], cwd=fixture_vault, check=True,
@@ -306,7 +304,7 @@ def test_git_checkout_of_an_older_vault_converges(fixture_vault):
         assert_parity(store)
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_sync_beside_a_concurrent_writer_stays_exact(new_vault):
     """Remember in one thread while another keeps syncing hand edits: nothing is lost or doubled."""
     errors = []
@@ -330,7 +328,7 @@ def test_sync_beside_a_concurrent_writer_stays_exact(new_vault):
         store.sync()
         assert not errors
         assert len(rows(store)) == 50
-        assert check_health(store.layout, store.config, strict=True).healthy
+        assert store.health_report(strict=True)["healthy"]
         assert_parity(store)
 
 

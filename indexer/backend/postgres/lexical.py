@@ -134,20 +134,22 @@ cut AS MATERIALIZED (
     WHERE (SELECT count(*) FROM top WHERE top.lexeme = l.lexeme AND top.field = l.field)
           >= CASE WHEN l.field = 1 THEN %(per_list)s ELSE %(per_text)s END
 ),
+-- every sum in one order (the lists'): floating-point addition is not associative, and rows that
+-- tie in score must tie exactly however their postings were written (incremental or rebuilt)
 pool AS MATERIALIZED (
-    SELECT key FROM top GROUP BY key ORDER BY sum(s) DESC, key LIMIT %(pool)s
+    SELECT key FROM top GROUP BY key ORDER BY sum(s ORDER BY lexeme, field) DESC, key LIMIT %(pool)s
 ),
 exact AS (
-    SELECT t.key, t.s FROM top t JOIN pool USING (key)
+    SELECT t.key, t.lexeme, t.field, t.s FROM top t JOIN pool USING (key)
     WHERE NOT EXISTS (SELECT 1 FROM cut c WHERE c.lexeme = t.lexeme AND c.field = t.field)
     UNION ALL
-    SELECT o.key, c.w * p.tf / (p.tf + c.c0 + c.c1 * p.len)
+    SELECT o.key, c.lexeme, c.field, c.w * p.tf / (p.tf + c.c0 + c.c1 * p.len)
     FROM cut c CROSS JOIN pool o
     CROSS JOIN LATERAL (  -- one index probe per (row, list): never a scan of the lists
         SELECT p.tf, p.len FROM {{postings}} p
         WHERE p.key = o.key AND p.field = c.field AND p.lexeme = c.lexeme LIMIT 1) p
 )
-SELECT key, sum(s) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
+SELECT key, sum(s ORDER BY lexeme, field) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
 """
 
 
