@@ -27,9 +27,9 @@ from watchdog.events import (
 )
 
 from memvault.indexer.engine.store import MemoryStore
-from memvault.indexer.maintenance.health import check_health
 from memvault.indexer.maintenance.watch import ChangeQueue, VaultEventHandler, Watcher
 from memvault.vault.locks import LivenessFence
+from tests import postgres_helpers
 from tests.engine_helpers import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,12 +153,17 @@ def matching(store: MemoryStore, query: str, text: str) -> int:
     return sum(text in hit.text for hit in store.recall(query, limit=50).hits)
 
 
+def health(store: MemoryStore, strict: bool = False) -> dict:
+    """The store's health report, on whichever backend holds its index."""
+    return store.health_report(strict=strict)
+
+
 def rows_equal_rebuild(root: Path) -> None:
     with MemoryStore.open(root, sync=False) as store:
         watched = store._readable_index().all_rows()
         store.rebuild()
         assert store._readable_index().all_rows() == watched
-        assert check_health(store.layout, store.config, strict=False).healthy
+        assert health(store)["healthy"]
 
 
 @pytest.fixture
@@ -168,7 +173,7 @@ def watching(fixture_vault):
     running.stop()
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_editor_save_patterns_are_followed(watching, fixture_vault):
     store, daily = watching.store, fixture_vault / "daily"
     # vim: backup rename, 4913 probe, new inode, backup removed
@@ -203,7 +208,7 @@ def test_editor_save_patterns_are_followed(watching, fixture_vault):
     rows_equal_rebuild(fixture_vault)
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_a_checkout_of_many_files_and_a_burst_of_1000(watching, fixture_vault):
     daily = fixture_vault / "daily"
     for day in range(1000):
@@ -231,7 +236,7 @@ def test_memvaults_own_writes_do_not_make_the_watcher_reindex(watching, fixture_
     assert watching.store.recall("quarterly review").hits[0].source == receipt.source
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_hand_edit_outcomes_never_crash_the_watcher(watching, fixture_vault):
     daily = fixture_vault / "daily"
     (daily / "2026-11-13.md").write_bytes(b"- 09:00 broken \xff utf8 about walruses\n")
@@ -241,9 +246,9 @@ def test_hand_edit_outcomes_never_crash_the_watcher(watching, fixture_vault):
     wait_for(lambda: matching(watching.store, "walrus", "walrus") == 2, what="hand edits")
 
     def settled():
-        report = check_health(watching.store.layout, watching.store.config)
-        codes = {f.code for f in report.findings}
-        return not report.errors and {"invalid_utf8", "conflict_markers", "duplicate_id"} <= codes
+        report = health(watching.store)
+        codes = {f["code"] for f in report["findings"]}
+        return not report["errors"] and {"invalid_utf8", "conflict_markers", "duplicate_id"} <= codes
 
     wait_for(settled, what="health to report each hand edit")
     assert watching.thread.is_alive()
@@ -264,22 +269,37 @@ def test_deleted_or_corrupt_index_is_rebuilt_by_the_watcher(watching, fixture_va
     assert watching.thread.is_alive()
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+def scores(store: MemoryStore) -> list:
+    return [[(h.source, round(h.score, 6)) for h in store.recall(q, limit=50).hits]
+            for q in ("edited", "standup", "deploy window", "team lunch", "export test")]  # fmt: skip
+
+
+@pytest.mark.both_backends
 def test_compaction_after_quiet_makes_scores_match_a_rebuild(fixture_vault):
+    """Edits leave deleted rows in the local engine's BM25 statistics until a compaction after
+    a quiet spell merges them away; the server's statistics drop a row with it (nothing to
+    compact). Either way, once the watcher is quiet, scores are a rebuild's."""
+    local = postgres_helpers.TEST_BACKEND == "local"
     with MemoryStore.open(fixture_vault) as store:
         for day in ("2026-10-20", "2026-10-21"):
             note = fixture_vault / f"daily/{day}.md"
             note.write_text(note.read_text().replace("- ", "- edited ", 2))
         store.sync()
-        assert store._readable_index().deleted_rows() > 0
+        assert (store._readable_index().deleted_rows() > 0) == local
         reports = []
         watcher = Watcher(store, debounce=0.05, compact_after=0.3, on_batch=reports.append)
         thread = threading.Thread(target=watcher.run)
         thread.start()
-        wait_for(lambda: any(r.action == "compacted" for r in reports), what="compaction")
+        if local:
+            wait_for(lambda: any(r.action == "compacted" for r in reports), what="compaction")
+        else:
+            wait_for(lambda: reports, what="the watcher's first rescan")
         watcher.stop()
         thread.join(10)
         assert store._readable_index().deleted_rows() == 0
+        quiet = scores(store)
+        store.rebuild()
+        assert scores(store) == quiet
 
 
 # --- the command, as a process -------------------------------------------------------------
@@ -296,7 +316,7 @@ def start_watch(root: Path, env=None) -> subprocess.Popen:
     return proc
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
@@ -324,16 +344,17 @@ def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
     assert not LivenessFence(fixture_vault).is_held_elsewhere()
     with MemoryStore.open(fixture_vault, sync=False) as store:
         assert store.recall("platypus").hits
-        assert check_health(store.layout, store.config).healthy
+        assert health(store)["healthy"]
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_watcher_keeps_vectors_in_step_on_a_journal_vault(fixture_vault):
     """Journal tier: an edit saved while `watch` runs gets its vector (through the queue), and the
     vectors match the rows exactly once the queue drains (strict health's vector check)."""
     from memvault.vault.config import default_config_data, render_config
 
     (fixture_vault / "memvault.json").write_bytes(render_config(default_config_data("journal", "Europe/Amsterdam")))
+    postgres_helpers.on_test_backend(fixture_vault)  # the new config on the test's backend again
     running = Running(fixture_vault)
     try:
         note = fixture_vault / "daily/2026-11-12.md"
@@ -345,8 +366,9 @@ def test_watcher_keeps_vectors_in_step_on_a_journal_vault(fixture_vault):
         assert any("rescue dog" in h.text and "vector" in h.explain for h in hit)
     finally:
         running.stop()
-    report = check_health(running.store.layout, running.store.config, strict=True)
-    assert [f for f in report.findings if f.check == "vector_rows"] == []
+    with MemoryStore.open(fixture_vault, sync=False) as store:
+        report = health(store, strict=True)
+    assert "vector_rows" in report["checks"] and [f for f in report["findings"] if f["check"] == "vector_rows"] == []
 
 
 def test_watchdogs_harmless_rewatch_warning_is_silenced_and_no_other():
