@@ -157,3 +157,29 @@ def index_commits(store) -> object:
         generation = store._readable_index().generation
         return sorted(p.name for p in (generation / "bm25").iterdir()), (generation / "manifest.json").read_bytes()
     return store.backend.stamp()
+
+
+def vector_count(store) -> int:
+    """Vectors the serving generation holds: the local vector lane's, or the server's curated rows
+    that carry one."""
+    if TEST_BACKEND == "local":
+        return len(store._semantic._serving.vectors)
+    index = store._readable_index()
+    counts = index.backend.counts(index.number)
+    return counts.by_kind.get("curated", 0) - counts.without_vector
+
+
+def replace_embedding_provider(store, provider) -> None:
+    """Make a store embed queries (and writes) with `provider` from now on (an outage test)."""
+    if TEST_BACKEND == "local":
+        store._semantic._lanes[0]._provider = provider
+        return
+    built = store._semantic.embedder().identity  # the generation's model: only the endpoint fails
+
+    class SameModel:
+        identity = built
+
+        def __getattr__(self, name):
+            return getattr(provider, name)
+
+    store._semantic.embedder = SameModel

@@ -14,6 +14,7 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.search.hybrid import BM25_WEIGHT, RRF_K, VECTOR_WEIGHT, fuse
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests import postgres_helpers
 from tests.postgres_helpers import on_the_tests_backend
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,26 +74,26 @@ def test_weak_scores_count_less_than_strong_ones_at_the_same_rank():
 # --- the journal tier end to end -------------------------------------------------------------
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_vectors_find_a_paraphrase_bm25_cannot(journal_vault):
     with MemoryStore.open(journal_vault) as store:
         result = store.recall("puppy pet", limit=3)
         assert result.degraded is None
         assert result.hits[0].text == "Sam adopted a rescue dog named Biscuit."
         assert "vector" in result.hits[0].explain and "bm25" not in result.hits[0].explain
-        assert vector_count(store) == len(FACTS)
+        assert postgres_helpers.vector_count(store) == len(FACTS)
 
 
-# local only for now: it reads the local vector lanes' internals (issue 22: a backend-neutral form is left to do)
+@pytest.mark.both_backends  # on the server a row's vector is written in its own commit: nothing to drain
 def test_remember_does_not_wait_for_embeddings_but_close_drains_them(journal_vault):
     with MemoryStore.open(journal_vault) as store:
         store.remember("Lena speaks fluent Portuguese.", at=datetime(2026, 11, 30, 10, 0, tzinfo=AMS))
         assert store.recall("Portuguese").hits[0].text == "Lena speaks fluent Portuguese."  # BM25 at once
     with MemoryStore.open(journal_vault) as store:
-        assert vector_count(store) == len(FACTS) + 1
+        assert postgres_helpers.vector_count(store) == len(FACTS) + 1
 
 
-# local only for now: it reads the local vector lanes' internals (issue 22: a backend-neutral form is left to do)
+@pytest.mark.both_backends
 def test_hand_edits_reach_the_vectors_on_next_open(journal_vault):
     note = journal_vault / "daily/2026-11-30.md"
     note.write_text(note.read_text().replace("rescue dog named Biscuit", "cat named Pixel"))
@@ -100,10 +101,10 @@ def test_hand_edits_reach_the_vectors_on_next_open(journal_vault):
         store._semantic.drain(10)
         hit = store.recall("kitten", limit=1).hits[0]
         assert hit.text == "Sam adopted a cat named Pixel."
-        assert vector_count(store) == len(FACTS)
+        assert postgres_helpers.vector_count(store) == len(FACTS)
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends  # TRIAL# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
 def test_a_process_killed_before_its_vectors_landed_is_caught_up(journal_vault):
     script = (
         "import os, signal; from datetime import datetime; from zoneinfo import ZoneInfo\n"
@@ -122,7 +123,7 @@ def test_a_process_killed_before_its_vectors_landed_is_caught_up(journal_vault):
     assert not list((journal_vault / ".index").glob("lag-*")), "dead and drained markers are gone"
 
 
-# local only for now: it reads the local vector lanes' internals (issue 22: a backend-neutral form is left to do)
+@pytest.mark.both_backends
 def test_wrong_embedding_identity_is_never_searched(journal_vault):
     config = json.loads((journal_vault / "memvault.json").read_text())
     config["memory"]["embeddings"] = {"provider": "ollama", "model": "nomic-embed-text:v1.5", "dim": 768}
@@ -133,7 +134,7 @@ def test_wrong_embedding_identity_is_never_searched(journal_vault):
         assert result.hits[0].text == "Morgan chose blue as the deployment color."  # BM25 still answers
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_provider_outage_degrades_recall_and_keeps_bm25(journal_vault, tmp_path):
     import socket
 
@@ -146,9 +147,9 @@ def test_provider_outage_degrades_recall_and_keeps_bm25(journal_vault, tmp_path)
     with MemoryStore.open(journal_vault) as store:
         from memvault.indexer.search.embeddings import make_provider
 
-        store._semantic._lanes[0]._provider = make_provider("ollama", "m", 256, f"http://127.0.0.1:{port}", 0.5)
+        postgres_helpers.replace_embedding_provider(store, make_provider("ollama", "m", 256, f"http://127.0.0.1:{port}", 0.5))
         result = store.recall("deployment color")
-    assert result.degraded and "unavailable" in result.degraded
+    assert result.degraded and "unavailable" in result.degraded and f"127.0.0.1:{port}" in result.degraded
     assert result.hits[0].text == "Morgan chose blue as the deployment color."
     assert config["memory"]["embeddings"]["provider"] == "builtin"
 
@@ -239,7 +240,7 @@ def test_access_telemetry_is_recorded_and_never_changes_ranking(journal_vault):
     assert oct((journal_vault / ".index" / "access.json").stat().st_mode & 0o777) == "0o600"
 
 
-# local only for now: it reads the local vector lanes' internals (issue 22: a backend-neutral form is left to do)
+@pytest.mark.both_backends  # TRIAL# local only for now: it reads the local vector lanes' internals (issue 22: a backend-neutral form is left to do)
 def test_strict_health_checks_every_vector_against_its_row(journal_vault):
     from memvault.indexer.maintenance.health import check_health
     from memvault.indexer.maintenance.semantic import SemanticIndex

@@ -303,7 +303,11 @@ class ServerVectors:
         if self.index is None:
             return None, "vector index not loaded"
         try:
-            vector = self.embedder().embed_query(query)
+            provider = self.embedder()
+            mismatch = _identity_mismatch(self.index, provider)
+            if mismatch is not None:  # another model's vectors are never compared with this one's
+                return None, f"vector search unavailable ({mismatch})"
+            vector = provider.embed_query(query)
         except VaultError as exc:
             return None, f"vector search unavailable ({exc})"
         if not vector.any():
@@ -312,3 +316,16 @@ class ServerVectors:
             return self.index.backend.vector_candidates(self.index.number, vector, depth), None
         except IndexUnavailable as exc:
             return None, f"vector search unavailable ({exc})"
+
+
+def _identity_mismatch(index: ServerIndex, provider) -> str | None:
+    """Why the generation's vectors cannot answer this provider's queries, or None."""
+    stored, identity = index.manifest.embedding, getattr(provider, "identity", None)
+    if not stored or identity is None:
+        return None
+    built = f"{stored.get('provider')}/{stored.get('model')}/{stored.get('dim')}"
+    if built == identity.describe():
+        return None
+    vault = getattr(index.backend, "vault", "?")
+    return (f"the vectors of vault {vault!r} on the index server were built with {built} but config says "
+            f"{identity.describe()}: run `memvault rebuild`")
