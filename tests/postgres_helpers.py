@@ -183,3 +183,24 @@ def replace_embedding_provider(store, provider) -> None:
             return getattr(provider, name)
 
     store._semantic.embedder = SameModel
+
+
+def drop_a_vector(store) -> str:
+    """Delete the vector of the first curated row (by key) behind the store's back; its key."""
+    if TEST_BACKEND == "local":
+        from memvault.indexer.maintenance.semantic import SemanticIndex
+
+        semantic = SemanticIndex.open(store._readable_index().generation, store._semantic.identity)
+        victim = sorted(semantic.passages)[0]
+        semantic.vectors.delete([victim])
+        semantic.passages.pop(victim)
+        semantic.save()
+        return victim
+    import psycopg
+
+    index = store._readable_index()
+    victim = min(row.key for row in index.backend.all_rows(index.number) if row.kind == "curated")
+    with psycopg.connect("", autocommit=True) as conn:  # the PG* variables the fixture set
+        conn.execute("UPDATE memvault_rows SET embedding = NULL WHERE vault = %s AND generation = %s AND key = %s",
+                     (index.backend.vault, index.number, victim))
+    return victim

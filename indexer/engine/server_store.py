@@ -135,7 +135,7 @@ class ServerIndexedStore(MemoryStore):
 
         extra = [] if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
         self._commit_acknowledged()  # health compares the files with the index: commit what is put off
-        found, index = server_findings(self.config.index, lambda: self._readable_index())
+        found, index = server_findings(self.config.index, lambda: self._readable_index(), strict=strict)
         report = check_health(self.layout, self.config, strict=strict, extra=[*found, *extra], index=index,
                               index_problem=None if index is not None else "the index server is not usable")
         if getattr(index, "server_details", None):

@@ -15,8 +15,10 @@ SERVER_FIX = ("start the index server, or point MEMVAULT_INDEX_DSN (or a libpq s
               "with pgvector 0.8+ (docs/team.md)")  # fmt: skip
 
 
-def server_findings(index_config, open_index: Callable[[], object]) -> tuple[list[Finding], object | None]:
-    """(findings, the serving generation or None when it cannot be read)."""
+def server_findings(index_config, open_index: Callable[[], object], *,
+                    strict: bool = False) -> tuple[list[Finding], object | None]:
+    """(findings, the serving generation or None when it cannot be read). `strict` names each
+    curated row without a vector, as the local engine's strict vector check does."""
     subject = f"index server ({index_config.backend}, vault {index_config.name})"
     problems = check_server(index_config)
     if problems:
@@ -34,7 +36,11 @@ def server_findings(index_config, open_index: Callable[[], object]) -> tuple[lis
     except VaultError:
         pass
     counts = index.backend.counts(index.number)
-    if counts.without_vector:
-        findings.append(Finding("vector_rows", ERROR, "vectors_missing", subject,
-                                f"{counts.without_vector} curated row(s) on the server have no vector", REBUILD))
+    if counts.without_vector:  # never a lag on a server (a row's vector is in its commit): a fault
+        findings.append(Finding("vector_index", ERROR, "vectors_missing", subject,
+                                f"{counts.without_vector} curated row(s) on the server have no vector: recall "
+                                "finds them by BM25 alone", REBUILD))  # fmt: skip
+        if strict:
+            findings += [Finding("vector_rows", ERROR, "missing_vector", key, f"{key} has no vector", REBUILD)
+                         for key in index.backend.keys_without_vector(index.number)]  # fmt: skip
     return findings, index

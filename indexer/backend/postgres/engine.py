@@ -405,6 +405,16 @@ class PostgresBackend:
         without = missing if self._dim(generation) is not None else 0
         return BackendCounts(sum(by_kind.values()), by_kind, dict(paths), without)
 
+    def keys_without_vector(self, generation: int) -> list[str]:
+        """Curated rows of a generation with vectors that hold none (strict health names them)."""
+        if self._dim(generation) is None:
+            return []
+        with self._session() as conn:
+            found = conn.execute("SELECT key FROM memvault_rows WHERE vault = %s AND generation = %s "
+                                 "AND kind = 'curated' AND embedding IS NULL ORDER BY key",
+                                 (self.vault, generation)).fetchall()  # fmt: skip
+        return [key for (key,) in found]
+
     def stamp(self) -> object:
         with self._session() as conn:
             return conn.execute("SELECT serving, stamp FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()
