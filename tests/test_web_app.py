@@ -204,7 +204,7 @@ def test_note_json_bullets_carry_the_ids_recall_returns(served):
     assert f'<li id="{hit["id"]}"' in note["html"]
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_content_lists_months_with_a_calendar(served):
     _, body = get_json(served, "/content.json?month=2026-10")
     assert [m["month"] for m in body["months"]] == ["2026-11", "2026-10"]
@@ -353,7 +353,7 @@ def test_status_reports_health_index_intake_and_owner(served):
     assert body["chart"]["total"] == sum(b["count"] for b in body["chart"]["bars"]) > 0
 
 
-# local only for now: fails on the PostgreSQL backend (issue 22, left to do; see the closing note)
+@pytest.mark.both_backends
 def test_status_shows_a_broken_note_with_its_fix(served):
     (served.root / "daily" / "2026-11-16.md").write_bytes(b"# 2026-11-16\n\n- \xff\xfe broken bytes\n")
     _, body = get_json(served, "/status.json")

@@ -255,6 +255,8 @@ class VaultReader:
     def health(self):
         from memvault.indexer.maintenance.health import check_health
 
+        if self.config.index.backend != "local":  # the server's rows, not `.index/`: the store's own report
+            return _HealthJson(self.store.health_report(strict=False))
         return check_health(self.store.layout, self.config, strict=False)
 
     def intake(self) -> dict:
@@ -349,6 +351,9 @@ class VaultReader:
         from memvault.indexer.maintenance.derived import DerivedIndex
 
         try:
+            if self.config.index.backend != "local":  # the store's serving generation on the server
+                readable = getattr(self.store, "_readable_index", None)  # (an owner's client has none)
+                return None if readable is None else readable()
             return DerivedIndex.open_current(self.store.layout)
         except (VaultError, OSError, ValueError):
             return None
@@ -382,6 +387,16 @@ def _size(path: Path) -> int:
         return os.lstat(path).st_size
     except OSError:
         return 0
+
+
+class _HealthJson:
+    """A health report the store already turned into JSON (a server-indexed vault's)."""
+
+    def __init__(self, report: dict):
+        self._report = report
+
+    def to_json(self) -> dict:
+        return self._report
 
 
 def _folder_bytes(folder: Path) -> int:
