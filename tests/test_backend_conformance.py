@@ -207,3 +207,63 @@ def test_cjk_bigrams_rank_the_same_on_each_backend_and_deletes_keep_their_statis
     finally:
         for engine in (local, server, fresh):
             engine.close()
+
+
+def _as_an_earlier_schema(dsn: str, vault: str, generation: int, version: int) -> None:
+    """Turn a server made by this memvault back into what schema `version` left: 2 had no CJK
+    bigrams (no field-2 postings, no df_cjk, no cjk_tokens), 1 had no postings or terms at all."""
+    import psycopg
+
+    from memvault.indexer.backend.postgres import schema
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DELETE FROM "{schema.leaf_table(vault, generation, "memvault_postings")}" WHERE field = 2')
+        conn.execute("ALTER TABLE memvault_generations DROP COLUMN cjk_tokens")
+        if version == 1:
+            conn.execute("DROP TABLE memvault_postings, memvault_terms CASCADE")
+        else:
+            conn.execute("ALTER TABLE memvault_terms DROP COLUMN df_cjk")
+        conn.execute("UPDATE memvault_schema SET version = %s", (version,))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_server_of_an_earlier_schema_is_migrated_when_an_owner_opens_it(postgres_dsn, version):
+    """Schema 1 (no postings) and 2 (no CJK bigrams) → 3: the old generation keeps serving what
+    it can (rows, vectors; English BM25 from schema 2), says `run memvault rebuild` for what it
+    cannot, and a new generation serves everything."""
+    import psycopg
+
+    from memvault.indexer.backend.postgres import schema
+    from memvault.indexer.backend.postgres.engine import PostgresBackend
+
+    records = [record(i, text) for i, text in enumerate([*FACTS, *CJK_FACTS])]
+    old = PostgresBackend(postgres_dsn, "migrated")
+    generation = old.create_generation(EMBEDDING)
+    old.apply(generation, BackendDelta((), writes(records), {NOTE: state(len(records))}))
+    old.activate_generation(generation)
+    english = old.lexical_candidates(generation, "blue deployment color", 10)
+    old.close()
+    _as_an_earlier_schema(postgres_dsn, "migrated", generation, version)
+
+    backend = PostgresBackend(postgres_dsn, "migrated")  # the owner's open migrates
+    try:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT version FROM memvault_schema").fetchall() == [(schema.SCHEMA_VERSION,)]
+        assert backend.serving_generation() == generation
+        assert len(backend.all_rows(generation)) == len(records)
+        assert backend.vector_candidates(generation, unit(3), 1)[0][0] == f"{NOTE}#m-0003"
+        if version == 1:
+            with pytest.raises(IndexUnavailable, match="run `memvault rebuild`"):
+                backend.lexical_candidates(generation, "blue deployment color", 10)
+        else:
+            assert backend.lexical_candidates(generation, "blue deployment color", 10) == english
+            assert backend.lexical_candidates(generation, "東京", 10) == []  # its bigrams came with schema 3
+        rebuilt = backend.create_generation(EMBEDDING)
+        backend.apply(rebuilt, BackendDelta((), writes(records), {NOTE: state(len(records))}))
+        backend.activate_generation(rebuilt)
+        assert [key for key, _ in backend.lexical_candidates(rebuilt, "blue deployment color", 10)] == \
+            [key for key, _ in english]  # fmt: skip
+        found = {key for key, _ in backend.lexical_candidates(rebuilt, "東京", 10)}
+        assert found == {f"{NOTE}#m-{i:04d}" for i in (5, 6, 8)}
+    finally:
+        backend.close()
