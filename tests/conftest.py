@@ -90,3 +90,23 @@ def postgres_server():
 def postgres_dsn(postgres_server) -> str:
     """A fresh database on the session's server, with pgvector installed."""
     return postgres_server.new_database()
+
+
+def pytest_xdist_auto_num_workers(config):
+    # `-n auto`: two workers per core. A worker spends about half its time waiting on the processes
+    # it starts (owners, CLI runs, MCP servers, a browser); measured on 2 cores, tests/test_engine.py
+    # with test_operator_findings.py took 94 s on 2 workers and 70 s on 4
+    return 2 * len(os.sched_getaffinity(0))
+
+
+def pytest_configure(config):
+    # xdist hands each worker a first chunk of a quarter of its share, in collection order: all
+    # the long tests (sorted first, below) landed on one worker, which ran 10 minutes while the
+    # others idled after 6. Small chunks let whichever worker is free take the next test.
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 2
+
+
+def pytest_collection_modifyitems(config, items):
+    # the long multi-process tests start first, so none of them is left running alone at the end
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

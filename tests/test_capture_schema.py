@@ -73,6 +73,7 @@ def accepted(parse, value) -> bool:
     return True
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(extraction_answers())
 def test_every_accepted_extraction_is_valid_under_the_schema(answer):

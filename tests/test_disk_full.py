@@ -23,6 +23,7 @@ WRITES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["journal", "lite"])
 def test_full_disk_reads_work_writes_fail_cleanly(tmp_path, mode):
     with small_tmpfs(tmp_path / "disk", "24m") as disk:

@@ -78,6 +78,7 @@ def body_of(result) -> dict:
     return payload
 
 
+@pytest.mark.slow
 def test_tools_offered_under_each_policy(tmp_path):
     policies = {
         "default": ({}, {}, ALL_TOOLS),

@@ -44,16 +44,12 @@ def test_the_inspector_lists_and_calls_the_runtime_tools(tmp_path):
     assert added["status"] == "added" and added["revision"] == 1
     created = call(vault, "DocumentCreate", title="Deploy window", body="Tuesdays 14:00 UTC.")
     assert created["id"] == "deploy-window"
-    with ThreadPoolExecutor(max_workers=2) as pool:  # read-only calls, each its own server process
-        found, recalled, status, spaces, wake = pool.map(lambda job: job(), [
+    # one read-only tool call and one resource read through the Inspector; every other tool's
+    # answers are checked through the MCP SDK's own client (tests/test_mcp_runtime.py, test_mcp.py)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # read-only, each its own server process
+        found, wake = pool.map(lambda job: job(), [
             lambda: call(vault, "DocumentSearch", query="deploy window"),
-            lambda: call(vault, "SpaceRecall", query="deployment color"),
-            lambda: call(vault, "MemoryStatus"),
-            lambda: call(vault, "SpaceList"),
             lambda: inspector(vault, "--method", "resources/read", "--uri", "memvault://wake"),
         ])  # fmt: skip
     assert [record["id"] for record in found["records"]] == ["deploy-window"]
-    assert recalled["attempt"] == "initial" and recalled["degraded"] == ["no active memory space to recall from"]
-    assert status["runtime"]["USER"]["entries"] == 1 and status["documents"] == {"active": 1}
-    assert spaces == {"spaces": []}
     assert "Prefers metric units." in wake["contents"][0]["text"]

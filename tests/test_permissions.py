@@ -79,6 +79,7 @@ def vault(tmp_path):
     set_writable(root, True)
 
 
+@pytest.mark.slow
 def test_a_vault_without_write_permission_reads_and_refuses_every_write_cleanly(vault):
     set_writable(vault, False)
     before = tree_state(vault)

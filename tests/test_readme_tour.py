@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -17,6 +19,7 @@ def tour_blocks() -> list[str]:
     return blocks[:2]
 
 
+@pytest.mark.slow
 def test_the_readme_tour_runs_as_written(tmp_path):
     blocks = tour_blocks()
     assert len(blocks) == 2 and "memvault watch &" in blocks[1]

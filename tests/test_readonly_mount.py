@@ -54,6 +54,7 @@ WRITES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["journal", "lite"])
 def test_reads_work_writes_fail_cleanly_nothing_changes(tmp_path, mode):
     vault = make_vault(tmp_path, mode)

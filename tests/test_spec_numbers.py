@@ -111,6 +111,7 @@ def test_a_runtime_write_landing_exactly_on_the_limit_fits_and_one_byte_more_doe
 # --- "Shutdown gives work up to 10 seconds to drain" -------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_normal_stop_waits_10_seconds_for_stuck_work_then_aborts_and_keeps_it_pending(tmp_path):
     root = intake_vault(tmp_path)
     store = store_for(root)

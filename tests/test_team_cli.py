@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -24,6 +25,7 @@ def remote(dsn, *args, input=None, cwd=None, state=None):
                           capture_output=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_remote_commands_admit_remember_search_journal_inspect_health(home, tmp_path):  # noqa: F811
     root, _owner, dsn = home
     turn = {"runId": "cli-run-1", "answer": "The load balancer now drains connections for 30 seconds."}

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 
 #: what people read, edit and version: at most 0644 (files) / 0755 (folders)
@@ -60,6 +62,7 @@ def wrong_modes(entries: list[tuple[str, str, int]]) -> list[tuple[str, str]]:
     return wrong
 
 
+@pytest.mark.slow
 def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
     vault = tmp_path / "v"
     steps = [

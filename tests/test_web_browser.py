@@ -249,6 +249,7 @@ def test_an_xss_corpus_renders_inert(browser, site):
     assert dialogs == []
 
 
+@pytest.mark.slow
 def test_screenshots_of_each_page(browser, tmp_path):
     """PNGs of every page over the fixture vault (plus a graph, documents and runtime memory);
     with WEB_SCREENSHOTS=docs they are also written where the README links them."""
