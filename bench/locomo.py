@@ -12,8 +12,8 @@ recall@k is the share of its evidence turns in the top k (malformed evidence str
 
 Hybrid is memvault's recall with its defaults (date-aware, relevance floor). Each change is also
 measured switched off in the same run, question by question, with a paired bootstrap interval:
-`no dates` (periods the question names are not read) and `no floor` (the relevance floor is
-off). The floor is also asked about questions the vault cannot answer, the **negatives**: every
+`no dates` (periods the question names are not read), `no floor` (the relevance floor is
+off) and `no asked` (a memory that only asks what the question asks is not discounted). The floor is also asked about questions the vault cannot answer, the **negatives**: every
 question of the next conversation asked of this one's vault, and nonsense words; the share of
 negatives answered empty is printed beside recall@10 with and without the floor.
 
@@ -92,7 +92,7 @@ def dialog_id(key_or_source: str) -> str:
 
 
 #: hybrid as recall answers by default, and with one change switched off (name → recall_tool keywords)
-VARIANTS = {"hybrid": {}, "no dates": {"today": None}, "no floor": {"floor": False}}
+VARIANTS = {"hybrid": {}, "no dates": {"today": None}, "no floor": {"floor": False}, "no asked": {"asked": False}}
 #: "today" for relative periods ("last week"): LoCoMo's own periods are absolute
 TODAY = datetime(2026, 12, 2).date()
 NONSENSE_WORDS = 50
@@ -117,14 +117,14 @@ def rankings(store: MemoryStore, question: str, depth: int) -> dict[str, list[st
 
 
 def hybrid(store: MemoryStore, question: str, depth: int, *, today=TODAY, floor: bool = True, rerank: bool = True,
-           extra: bool = True):
+           extra: bool = True, asked: bool = True):
     """memvault's tool-mode recall on the store's index, with the given settings (the reranker
     when `memory.rerank` is configured, unless `rerank` is False; the extra list when
     memory.extraEmbeddings is, unless `extra` is False)."""
     index = store._readable_index()
     reranker = store._reranker() if rerank else None
     result = recall_tool(index.bm25, store._semantic, question, depth, today=today, floor=floor, reranker=reranker,
-                         extra_list=extra)
+                         extra_list=extra, asked=asked)
     if result.explain and "rerank" in result.explain:
         RERANK_MS.append(result.explain["rerank"]["ms"])
     return result

@@ -135,7 +135,7 @@ def evidence(doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]], 
     total, frequencies = doc_freqs("text", [term for term in terms if term not in bigrams])
     if bigrams:
         frequencies = {**frequencies, **doc_freqs("cjk", bigrams)[1]}
-    weights = {term: max(MIN_WEIGHT, _idf(frequencies.get(term, 0), total)) for term in terms}
+    weights = {term: max(MIN_WEIGHT, idf(frequencies.get(term, 0), total)) for term in terms}
     mass = sum(weights.values())
     passages = passages[:SHARE_HITS] if mass > 0 else []
     soft = _soft_matches(_asked(question, periods), weights, passages) if near_words else {}
@@ -201,6 +201,6 @@ def _soft_matches(asked: str, weights: dict[str, float], passages: list[tuple[st
     return soft
 
 
-def _idf(doc_freq: int, total: int) -> float:
+def idf(doc_freq: int, total: int) -> float:
     """BM25's idf; a term no memory holds gets the largest."""
     return math.log(1.0 + (total - doc_freq + 0.5) / (doc_freq + 0.5))

@@ -13,6 +13,7 @@ import time
 from datetime import date
 
 from memvault.indexer.results import RecallHit, RecallResult
+from memvault.indexer.search.asked import discount_asked
 from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
 from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
 from memvault.indexer.search.coverage import coverage
@@ -37,7 +38,7 @@ def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
 
 def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None,
              *, one_per_text: bool = False, periods: tuple[Period, ...] = (), reranker=None,
-             notes: dict | None = None, extra_list: bool = True):
+             notes: dict | None = None, extra_list: bool = True, asked: bool = True):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
     `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
@@ -50,7 +51,8 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     `periods` (the question's, resolved) favour memories dated in them (`dated.py`); a `reranker`
     re-scores the best candidates as one more ranked list (`rerank.py`), and what it did goes in
     `notes["rerank"]`. With memory.extraEmbeddings, the second model's vectors join the fusion as
-    one more list (`extra_list=False` leaves them out: the bench's "defaults" side).
+    one more list (`extra_list=False` leaves them out: the bench's "defaults" side). A candidate
+    that only asks what the question asks is discounted (`asked.py`; `asked=False`: not).
     """
     lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
@@ -61,6 +63,9 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
         covered, unavailable = _coverage(bm25, query, (lexical, vectors or [], extra or []), docs)
         fused = fuse(lexical, vectors, covered, extra)
         degraded = degraded or extra_degraded or unavailable
+    if asked:
+        fused = discount_asked(fused, {key: passage_of(doc)[0] for key, doc in docs.items()}, query, bm25.doc_freqs,
+                               periods)
     fused = favour_periods(fused, periods)
     fused, retired = exclude_superseded(bm25, fused)
     unranked = None
@@ -159,7 +164,7 @@ def routed_away(query: str, mode: str, run_history: str | None = None) -> Recall
 
 def recall_tool(
     bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None,
-    today: date | None = None, floor: bool = True, reranker=None, extra_list: bool = True,
+    today: date | None = None, floor: bool = True, reranker=None, extra_list: bool = True, asked: bool = True,
 ) -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence.
 
@@ -170,7 +175,7 @@ def recall_tool(
     periods = question_periods(query, today) if today is not None else ()
     notes: dict = {}
     candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True, periods=periods,
-                                    reranker=reranker, notes=notes, extra_list=extra_list)
+                                    reranker=reranker, notes=notes, extra_list=extra_list, asked=asked)
     found = evidence(bm25.doc_freqs, query,
                      [(row.text, row.context) for _, row in candidates], periods, near_words=semantic is not None)
     explain = {"periods": [period.to_json() for period in periods], "evidence": found.to_json(), **notes}
