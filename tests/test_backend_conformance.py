@@ -171,7 +171,8 @@ def test_term_frequencies_are_bm25s_own_statistics(backend):
     assert found == {"blue": 2, "tea": 1, "zeppelin": 0}
 
 
-CJK_FACTS = ["私は東京に住んでいます。", "東京都の天気は晴れです。", "京都に行きました。", "The billing service times out in 東京."]
+CJK_FACTS = ["私は東京に住んでいます。", "東京都の天気は晴れです。", "京都に行きました。",
+             "The billing service times out in 東京."]
 
 
 def test_cjk_bigrams_rank_the_same_on_each_backend_and_deletes_keep_their_statistics(tmp_path, postgres_dsn):

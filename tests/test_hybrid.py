@@ -150,7 +150,8 @@ def test_provider_outage_degrades_recall_and_keeps_bm25(journal_vault, tmp_path)
     with MemoryStore.open(journal_vault) as store:
         from memvault.indexer.search.embeddings import make_provider
 
-        postgres_helpers.replace_embedding_provider(store, make_provider("ollama", "m", 256, f"http://127.0.0.1:{port}", 0.5))
+        outage = make_provider("ollama", "m", 256, f"http://127.0.0.1:{port}", 0.5)
+        postgres_helpers.replace_embedding_provider(store, outage)
         result = store.recall("deployment color")
     assert result.degraded and "unavailable" in result.degraded and f"127.0.0.1:{port}" in result.degraded
     assert result.hits[0].text == "Morgan chose blue as the deployment color."

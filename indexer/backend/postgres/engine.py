@@ -355,7 +355,8 @@ class PostgresBackend:
             rows = conn.execute(BM25_SQL.format(postings=postings, terms=terms), arguments).fetchall()
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
-    def term_frequencies(self, generation: int, terms: Iterable[str], field: str = "text") -> tuple[int, dict[str, int]]:
+    def term_frequencies(self, generation: int, terms: Iterable[str],
+                         field: str = "text") -> tuple[int, dict[str, int]]:
         """(rows in the generation, rows whose own text holds each already-analysed term, or with
         field "cjk" each CJK bigram): one round trip, from the terms table."""
         terms = sorted(set(terms))

@@ -90,7 +90,8 @@ IMPACT_SQL = (f"(tf::float8 / (tf + {_K1} * (1 - {_B} + {_B} * len / CASE field 
               f"{REFERENCE_LENGTH[1]!r}::float8 WHEN 2 THEN {REFERENCE_LENGTH[2]!r}::float8 "
               f"ELSE {REFERENCE_LENGTH[0]!r}::float8 END)))::real")  # fmt: skip
 
-#: parameters: words (text), grams (text[]: the query's CJK bigrams), vault, generation, kinds, depth, per_text, per_list, pool; returns (key, score).
+#: parameters: words (text), grams (text[]: the query's CJK bigrams), vault, generation, kinds, depth,
+#: per_text, per_list, pool; returns (key, score).
 #: {postings} and {terms} name the generation's leaves: read directly, the planner scans their
 #: indexes alone (through the parent, its vault and generation filters need every heap row)
 BM25_SQL = f"""
