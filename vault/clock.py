@@ -63,11 +63,19 @@ def is_ambiguous(local: datetime) -> bool:
     return other.utcoffset() != local.utcoffset()
 
 
+def aware_instant(value: object) -> datetime:
+    """`value` if it is a timezone-aware datetime; otherwise InvalidRecord naming the fix."""
+    if not isinstance(value, datetime):
+        raise InvalidRecord(f"a memory's time must be a timezone-aware datetime, not {type(value).__name__} "
+                            f"{str(value)[:40]!r}: pass datetime.fromisoformat('2026-11-30T14:03:00+01:00')")
+    if value.tzinfo is None:
+        raise InvalidRecord("a memory's time must be timezone-aware: pass tzinfo (e.g. ZoneInfo('UTC'))")
+    return value
+
+
 def local_day_and_time(instant: datetime, tz: ZoneInfo) -> tuple[date, str]:
     """Where an instant is written: its local date, and its bullet time at minute precision."""
-    if instant.tzinfo is None:
-        raise InvalidRecord("a memory's time must be timezone-aware: pass tzinfo (e.g. ZoneInfo('UTC'))")
-    local = instant.astimezone(tz).replace(second=0, microsecond=0)
+    local = aware_instant(instant).astimezone(tz).replace(second=0, microsecond=0)
     text = local.strftime("%H:%M")
     if is_ambiguous(local):
         text += _format_offset(local.utcoffset())

@@ -21,6 +21,7 @@ from pathlib import Path
 from memvault.indexer.engine.client import EngineClient
 from memvault.indexer.engine.protocol import EngineRunning
 from memvault.indexer.results import RecallHit, RecallResult, RememberReceipt
+from memvault.vault.clock import aware_instant
 from memvault.vault.layout import VaultLayout
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
@@ -79,20 +80,24 @@ class RemoteStore:
 
         outcomes = []
         for batch in chunks(items, 2048):
-            wire = []
-            for value in batch:
+            wire, refused = [], {}  # refused here: position in the batch -> the error (nothing sent)
+            for position, value in enumerate(batch):
                 try:
                     item = as_item(value)
                     wire.append({"text": item.text, "at": None if item.at is None else _iso(item.at)})
-                except (InvalidRecord, AttributeError):
-                    wire.append({"text": None})  # refused by the owner with the same message
-            for row in self.client.call("remember_many", {"items": wire})["results"]:
-                position = len(outcomes)
-                if row["status"] == "refused":
-                    outcomes.append(BulkOutcome(position, None, error_from_wire(row["error"])))
+                except InvalidRecord as exc:
+                    refused[position] = exc
+            answers = iter(self.client.call("remember_many", {"items": wire})["results"] if wire else ())
+            for position in range(len(batch)):
+                index = len(outcomes)
+                row = None if position in refused else next(answers)
+                if row is None:
+                    outcomes.append(BulkOutcome(index, None, refused[position]))
+                elif row["status"] == "refused":
+                    outcomes.append(BulkOutcome(index, None, error_from_wire(row["error"])))
                 else:
                     fields = {k: row[k] for k in ("id", "source", "status", "text")}
-                    outcomes.append(BulkOutcome(position, RememberReceipt(**fields)))
+                    outcomes.append(BulkOutcome(index, RememberReceipt(**fields)))
             if progress is not None:
                 progress(len(outcomes), total if total is not None else len(outcomes))
         return outcomes
@@ -241,4 +246,4 @@ def owner_not_answering(exc: BaseException) -> str:
 
 
 def _iso(when: datetime) -> str:
-    return when.isoformat()
+    return aware_instant(when).isoformat()
