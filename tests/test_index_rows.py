@@ -44,3 +44,28 @@ def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
         assert "A memory from another process." in {row.text for row in rows.values()}
         store.remember("Memory number 5 after it.", at=AT)
         assert len(check()) == 6
+
+
+def test_a_records_row_is_made_once_and_always_equals_one_made_afresh(new_vault, monkeypatch):
+    from dataclasses import replace
+
+    from memvault.indexer.maintenance import sync
+    from memvault.indexer.maintenance.derived import read_note_records
+    from memvault.indexer.maintenance.sync import Row
+
+    with MemoryStore.open(new_vault) as store:
+        for n in range(5):
+            store.remember(f"Memory number {n} about the quince harvest.", at=AT)
+        records = read_note_records(VaultLayout(new_vault), NOTE, "Europe/Amsterdam").records
+    fresh = Row._made_of
+    made = []
+    monkeypatch.setattr(Row, "_made_of", lambda record: made.append(record) or fresh(record))
+    sync._ROWS_MADE.clear()
+    for _ in range(3):
+        assert [Row.of_record(record) for record in records] == [fresh(record) for record in records]
+    assert made == records  # each record's row was made once, then found by its record
+    monkeypatch.setattr(sync, "_ROWS_MADE_MOST", 2)  # emptied whenever it fills: still exact
+    for _ in range(3):
+        assert [Row.of_record(record) for record in records] == [fresh(record) for record in records]
+    edited = replace(records[0], text="Memory number zero about the quince harvest.", neighbours=("x",))
+    assert Row.of_record(edited) == fresh(edited) != Row.of_record(records[0])

@@ -32,6 +32,12 @@ from memvault.vault.records import MemoryRecord
 #: a file modified less than this before it was read may change again within the same mtime
 #: tick (ext4 ticks are a few ms; FAT and some network filesystems tick in seconds)
 RACY_WINDOW_NS = 2_000_000_000
+#: rows made lately, by the identity of their record (kept beside it, so an id is never reused
+#: while cached): the records of a note's unchanged bullets are the same objects from one parse
+#: to the next (vault/records.py), and a commit of the day's note turns its thousands of records
+#: into rows up to three times (the diff, the rows it now knows, the keys it deletes)
+_ROWS_MADE: dict[int, tuple[MemoryRecord, "Row"]] = {}
+_ROWS_MADE_MOST = 20_000
 
 
 @dataclass(frozen=True, order=True)
@@ -51,6 +57,17 @@ class Row:
 
     @classmethod
     def of_record(cls, record: MemoryRecord) -> "Row":
+        made = _ROWS_MADE.get(id(record))
+        if made is not None and made[0] is record:
+            return made[1]
+        row = cls._made_of(record)
+        if len(_ROWS_MADE) >= _ROWS_MADE_MOST:
+            _ROWS_MADE.clear()  # threads share it: each call is one atomic dict operation
+        _ROWS_MADE[id(record)] = (record, row)
+        return row
+
+    @classmethod
+    def _made_of(cls, record: MemoryRecord) -> "Row":
         return cls(
             record_key(record.path, record.id),
             record.id,
