@@ -135,10 +135,8 @@ cut AS MATERIALIZED (
     WHERE (SELECT count(*) FROM top WHERE top.lexeme = l.lexeme AND top.field = l.field)
           >= CASE WHEN l.field = 1 THEN %(per_list)s ELSE %(per_text)s END
 ),
--- every sum in one order (the lists'): floating-point addition is not associative, and rows that
--- tie in score must tie exactly however their postings were written (incremental or rebuilt)
 pool AS MATERIALIZED (
-    SELECT key FROM top GROUP BY key ORDER BY sum(s ORDER BY lexeme, field) DESC, key LIMIT %(pool)s
+    SELECT key FROM top GROUP BY key ORDER BY sum(s) DESC, key LIMIT %(pool)s
 ),
 exact AS (
     SELECT t.key, t.lexeme, t.field, t.s FROM top t JOIN pool USING (key)
@@ -150,6 +148,9 @@ exact AS (
         SELECT p.tf, p.len FROM {{postings}} p
         WHERE p.key = o.key AND p.field = c.field AND p.lexeme = c.lexeme LIMIT 1) p
 )
+-- each score summed in one order (its lists'): floating-point addition is not associative, and rows
+-- that tie must tie exactly however their postings were written (one edit at a time or rebuilt).
+-- Only here: ordering the pool's partial sums too cost a tenth to a quarter of a query (10k rows)
 SELECT key, sum(s ORDER BY lexeme, field) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
 """
 
