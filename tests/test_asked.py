@@ -6,7 +6,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from memvault.indexer.engine.store import MemoryStore
-from memvault.indexer.search.asked import ASKED_DISCOUNT, asked_share, discount_asked
+from memvault.indexer.search.asked import ASKED_DISCOUNT, ASKED_HEAD, _terms, asked_share, discount_asked
+from memvault.indexer.search.floor import terms_of
 from memvault.indexer.search.hybrid import Fused
 from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import default_config_data, render_config
@@ -65,3 +66,17 @@ def test_the_answer_outranks_the_memory_that_asks(vault):
     if store._semantic is not None:  # Journal: vectors and coverage also favour the memory that asks
         assert plain.hits[0].text == ASKS  # every question word sits in the memory's own question
         assert found.hits[0].text == TELLS
+
+
+@pytest.mark.parametrize("text", [ASKS, TELLS, "I've known these friends for 4 years, since I moved from Sweden.",
+                                  "Running, biking & surfing: 10km/day? café naïve well-known"])
+def test_words_are_stemmed_as_the_index_stems_them(text):
+    assert _terms(text) == set(terms_of(text))
+
+
+def test_only_the_fused_head_is_read():
+    fused = [Fused(f"k{i:03}", score=1.0 - i / 1000) for i in range(ASKED_HEAD + 1)]
+    texts = {entry.key: "Do you play any instruments?" for entry in fused}
+    discount_asked(fused, texts, "Which instruments do you play?", lambda field, terms: (10, {t: 1 for t in terms}))
+    assert all("asked" in entry.evidence for entry in fused[:ASKED_HEAD])
+    assert [entry.key for entry in fused if "asked" not in entry.evidence] == [f"k{ASKED_HEAD:03}"]

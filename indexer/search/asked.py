@@ -9,9 +9,11 @@ that asks and also tells ("I went camping. Have you?") keeps what its statements
 that only asks about something else loses nothing.
 
 It re-orders what the retrievers found and adds none; `strength` (the auto-mode band's
-evidence) is left as it was. Only candidates whose stored row the retrievers already read are
-looked at (no row is loaded for it), and a text without "?" costs one substring test. The
-question's terms and their idf are the relevance floor's (`floor.py`).
+evidence) is left as it was. Only the fused head (ASKED_HEAD) is looked at, and of it only the
+candidates whose stored row the retrievers already read (no row is loaded for it); a text
+without "?" costs one substring test. Words are stemmed as `en_stem` does, each distinct word
+once (memoised), so a text that asks costs a regular-expression pass and dictionary lookups.
+The question's terms and their idf are the relevance floor's (`floor.py`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from memvault.indexer.search.floor import MIN_WEIGHT, idf, question_terms, terms_of
+from memvault.indexer.search.bm25 import _CJK_RUN_RE, stemmed_terms
+from memvault.indexer.search.floor import MIN_WEIGHT, idf, question_terms
 from memvault.indexer.search.hybrid import Fused
 from memvault.indexer.search.periods import Period
 
 #: the most a memory that only asks loses of its fused score
 ASKED_DISCOUNT = 0.3
+#: fused candidates looked at (a discount of at most 0.3 does not carry one from beyond into the top 25)
+ASKED_HEAD = 50
+#: distinct words whose stem is remembered; the memo starts over when full
+MEMO_LIMIT = 50_000
+_WORD_RE = re.compile(r"[^\W_]+")  # Tantivy's simple tokenizer: runs of letters and digits
+_STEMS: dict[str, str | None] = {}
 _SENTENCE_RE = re.compile(r"[^.!?]*[.!?]+|[^.!?]+$")
 _IMAGE_RE = re.compile(r"\s*\[image:[^\]]*\]\s*$")  # a photo's caption is not the memory asking
 
@@ -37,7 +46,7 @@ def asked_share(text: str, weights: dict[str, float]) -> float:
     asked: set[str] = set()
     told: set[str] = set()
     for sentence in _SENTENCE_RE.findall(_IMAGE_RE.sub("", text)):
-        (asked if sentence.rstrip().endswith("?") else told).update(terms_of(sentence))
+        (asked if sentence.rstrip().endswith("?") else told).update(_terms(sentence))
     matched = [term for term in weights if term in asked or term in told]
     mass = sum(weights[term] for term in matched)
     if not asked or mass <= 0:
@@ -45,16 +54,31 @@ def asked_share(text: str, weights: dict[str, float]) -> float:
     return sum(weights[term] for term in matched if term not in told) / mass
 
 
+def _terms(sentence: str) -> set[str]:
+    """`en_stem`'s terms of a sentence (the index's own analysis, one word at a time, memoised)."""
+    terms = set()
+    for word in _WORD_RE.findall(sentence.lower()):
+        stem = _STEMS.get(word, "")
+        if stem == "":
+            if len(_STEMS) >= MEMO_LIMIT:
+                _STEMS.clear()
+            found = stemmed_terms(word)
+            stem = _STEMS[word] = found[0] if found else None
+        if stem is not None:
+            terms.add(stem)
+    return terms
+
+
 def discount_asked(fused: list[Fused], texts: dict[str, str], question: str,
                    doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]],
                    periods: tuple[Period, ...] = ()) -> list[Fused]:
     """`fused` re-ordered with each asking memory's discount (`texts`: key → the memory's own
     text, for the candidates whose rows are already read; the others are left as they are)."""
-    asking = [entry for entry in fused if "?" in texts.get(entry.key, "")]
+    asking = [entry for entry in fused[:ASKED_HEAD] if "?" in texts.get(entry.key, "")]
     if not asking:
         return fused
-    terms = question_terms(question, periods)
-    total, frequencies = doc_freqs("text", terms)
+    terms = [term for term in question_terms(question, periods) if not _CJK_RUN_RE.match(term)]
+    total, frequencies = doc_freqs("text", terms)  # the floor's own lookup (recall asks it once)
     weights = {term: max(MIN_WEIGHT, idf(frequencies.get(term, 0), total)) for term in terms}
     rank = 0
     for entry in asking:

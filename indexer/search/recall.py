@@ -13,7 +13,7 @@ import time
 from datetime import date
 
 from memvault.indexer.results import RecallHit, RecallResult
-from memvault.indexer.search.asked import discount_asked
+from memvault.indexer.search.asked import ASKED_HEAD, discount_asked
 from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
 from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
 from memvault.indexer.search.coverage import coverage
@@ -38,7 +38,7 @@ def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
 
 def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None,
              *, one_per_text: bool = False, periods: tuple[Period, ...] = (), reranker=None,
-             notes: dict | None = None, extra_list: bool = True, asked: bool = True):
+             notes: dict | None = None, extra_list: bool = True, asked: bool = True, doc_freqs=None):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
     `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
@@ -52,7 +52,8 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     re-scores the best candidates as one more ranked list (`rerank.py`), and what it did goes in
     `notes["rerank"]`. With memory.extraEmbeddings, the second model's vectors join the fusion as
     one more list (`extra_list=False` leaves them out: the bench's "defaults" side). A candidate
-    that only asks what the question asks is discounted (`asked.py`; `asked=False`: not).
+    that only asks what the question asks is discounted (`asked.py`; `asked=False`: not), with
+    `doc_freqs` (default: the index's) for the question terms' idf.
     """
     lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
@@ -64,8 +65,8 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
         fused = fuse(lexical, vectors, covered, extra)
         degraded = degraded or extra_degraded or unavailable
     if asked:
-        fused = discount_asked(fused, {key: passage_of(doc)[0] for key, doc in docs.items()}, query, bm25.doc_freqs,
-                               periods)
+        head = {entry.key: passage_of(docs[entry.key])[0] for entry in fused[:ASKED_HEAD] if entry.key in docs}
+        fused = discount_asked(fused, head, query, doc_freqs or bm25.doc_freqs, periods)
     fused = favour_periods(fused, periods)
     fused, retired = exclude_superseded(bm25, fused)
     unranked = None
@@ -174,9 +175,11 @@ def recall_tool(
     `reranker` (`rerank.py`) re-scores the fused head; if it fails the answer says `degraded`."""
     periods = question_periods(query, today) if today is not None else ()
     notes: dict = {}
+    doc_freqs = _remembered(bm25.doc_freqs)  # the discount and the floor look up the same terms
     candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True, periods=periods,
-                                    reranker=reranker, notes=notes, extra_list=extra_list, asked=asked)
-    found = evidence(bm25.doc_freqs, query,
+                                    reranker=reranker, notes=notes, extra_list=extra_list, asked=asked,
+                                    doc_freqs=doc_freqs)
+    found = evidence(doc_freqs, query,
                      [(row.text, row.context) for _, row in candidates], periods, near_words=semantic is not None)
     explain = {"periods": [period.to_json() for period in periods], "evidence": found.to_json(), **notes}
     empty_reason = None
@@ -190,6 +193,19 @@ def recall_tool(
         empty_reason = empty_reason or EMPTY_REASON
     return RecallResult(query, mode, hits, degraded=degraded, guidance=guidance, empty_reason=empty_reason,
                         explain=explain)
+
+
+def _remembered(doc_freqs):
+    """`doc_freqs` answering a lookup it made before from memory (one recall, one searcher)."""
+    answers: dict = {}
+
+    def lookup(field: str, terms: list[str]):
+        key = (field, tuple(terms))
+        if key not in answers:
+            answers[key] = doc_freqs(field, terms)
+        return answers[key]
+
+    return lookup
 
 
 def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto", today: date | None = None) -> RecallResult:
