@@ -13,8 +13,9 @@ recall@k is the share of its evidence turns in the top k (malformed evidence str
 Hybrid is memvault's recall with its defaults (date-aware, relevance floor). Each change is also
 measured switched off in the same run, question by question, with a paired bootstrap interval:
 `no dates` (periods the question names are not read), `no floor` (the relevance floor is
-off) and `no asked` (a memory that only asks what the question asks is not discounted). The floor is also asked about questions the vault cannot answer, the **negatives**: every
-question of the next conversation asked of this one's vault, and nonsense words; the share of
+off) and `no asked` (a memory that only asks what the question asks is not discounted). The
+floor is also asked about questions the vault cannot answer, the **negatives**: every question
+of the next conversation asked of this one's vault, and nonsense words; the share of
 negatives answered empty is printed beside recall@10 with and without the floor.
 
 With `--extra e5-small` the vaults also hold a second model's vectors (memory.extraEmbeddings)

@@ -146,5 +146,5 @@ def test_the_floor_answers_nonsense_empty_and_each_change_is_measured(scores):
     # one conversation: its negatives are the nonsense words alone
     assert len(scores[("negatives", "nonsense", 0)]) == 50
     assert sum(scores[("negatives", "nonsense", 0)]) >= 45
-    for variant in ("no dates", "no floor"):
+    for variant in ("no dates", "no floor", "no asked"):
         assert len(scores[(variant, "overall", 10)]) == len(scores[("hybrid", "overall", 10)]) == 3
