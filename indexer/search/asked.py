@@ -28,7 +28,7 @@ from memvault.indexer.search.periods import Period
 
 #: the most a memory that only asks loses of its fused score
 ASKED_DISCOUNT = 0.3
-#: fused candidates looked at (a discount of at most 0.3 does not carry one from beyond into the top 25)
+#: fused candidates looked at: the answer's head, twice the deepest cut the bench reads (recall@25)
 ASKED_HEAD = 50
 #: distinct words whose stem is remembered; the memo starts over when full
 MEMO_LIMIT = 50_000
