@@ -12,14 +12,13 @@ plumbing only. Folding the local engine behind the same calls shrinks store.py l
 import dataclasses
 
 from memvault.indexer.backend import open_backend
+from memvault.indexer.engine.generation_methods import REBUILD_BATCH_FILES
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
 from memvault.vault.config import Config
 from memvault.vault.errors import IndexUnavailable, InvalidConfig, VaultError
 from memvault.vault.layout import VaultLayout
-
-_REBUILD_BATCH_FILES = 64
 
 
 class ServerIndexedStore(MemoryStore):
@@ -102,8 +101,8 @@ class ServerIndexedStore(MemoryStore):
         paths = self.layout.note_relpaths()
         progress.phase("notes", total=len(paths))
         try:
-            for start in range(0, len(paths), _REBUILD_BATCH_FILES):
-                batch = paths[start : start + _REBUILD_BATCH_FILES]
+            for start in range(0, len(paths), REBUILD_BATCH_FILES):
+                batch = paths[start : start + REBUILD_BATCH_FILES]
                 self._apply(generation, batch, hook)
                 progress.advance("notes", len(batch))
         except BaseException:
