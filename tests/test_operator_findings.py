@@ -213,13 +213,14 @@ def fill_leaving(folder, leave: int) -> None:
             remaining -= 1 << 20
 
 
+# 800 memories: their vectors (800 KB and more) cannot be saved in the 300 KB left, a fresh remember can
 def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_path):
     from tests.readonly_helpers import small_tmpfs
 
     with small_tmpfs(tmp_path / "disk", "40m") as disk:
         root = disk / "v"
         assert memvault(tmp_path, "init", str(root), "--mode", "journal", "--time-zone", "UTC").returncode == 0
-        lines = "".join(json.dumps({"text": f"Background fact {n}: crane {n} lifts crates."}) + "\n" for n in range(2000))
+        lines = "".join(json.dumps({"text": f"Background fact {n}: crane {n} lifts crates."}) + "\n" for n in range(800))
         assert memvault(root, "remember", "--from", "-", input=lines).returncode == 0
         owner = OwnerProcess(root, "serve").wait_serving()
         try:
