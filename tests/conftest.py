@@ -11,8 +11,8 @@ from tests.postgres_helpers import on_the_tests_backend
 
 # Bytecode is written as Python does by default, also where the environment says not to
 # (PYTHONDONTWRITEBYTECODE, set on this machine): otherwise every xdist worker and every process a
-# test starts compiles memvault from source, a quarter of the suite's CPU (measured: tests/test_engine.py
-# with test_operator_findings.py from a clean checkout, 131 s of CPU without, 99 s with)
+# test starts compiles memvault from source (measured: tests/test_engine.py
+# with test_operator_findings.py from a clean checkout, 131 s of CPU without, 99 s with: a quarter)
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
