@@ -95,15 +95,19 @@ class GenerationMethods:
         if self._semantic is not None:
             self._semantic.attach_building(generation, progress)
         try:
-            for start in range(0, len(paths), REBUILD_BATCH_FILES):
-                batch = paths[start : start + REBUILD_BATCH_FILES]
-                self._apply(generation, batch, hook)
-                progress.advance("notes", len(batch))
+            self._apply_notes(generation, paths, hook, progress)
         except BaseException:
             if self._semantic is not None:  # stop its builder thread; the folder is left for cleanup
                 self._semantic.abandon_building(generation)
             raise
         return generation
+
+    def _apply_notes(self, generation, paths: list[str], hook: BoundaryHook | None, progress: PhaseLog) -> None:
+        """Every note of `paths` into a generation being built, REBUILD_BATCH_FILES per commit."""
+        for start in range(0, len(paths), REBUILD_BATCH_FILES):
+            batch = paths[start : start + REBUILD_BATCH_FILES]
+            self._apply(generation, batch, hook)
+            progress.advance("notes", len(batch))
 
     def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None, progress: PhaseLog | None = None) -> None:
         """Catch up with writes made while building, then point CURRENT at it. Lock held."""

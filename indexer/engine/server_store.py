@@ -12,7 +12,6 @@ plumbing only. Folding the local engine behind the same calls shrinks store.py l
 import dataclasses
 
 from memvault.indexer.backend import open_backend
-from memvault.indexer.engine.generation_methods import REBUILD_BATCH_FILES
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
@@ -101,10 +100,7 @@ class ServerIndexedStore(MemoryStore):
         paths = self.layout.note_relpaths()
         progress.phase("notes", total=len(paths))
         try:
-            for start in range(0, len(paths), REBUILD_BATCH_FILES):
-                batch = paths[start : start + REBUILD_BATCH_FILES]
-                self._apply(generation, batch, hook)
-                progress.advance("notes", len(batch))
+            self._apply_notes(generation, paths, hook, progress)
         except BaseException:
             try:  # the serving generation never saw it; a failure here leaves a stray for the next rebuild
                 self.backend.drop_generation(number)

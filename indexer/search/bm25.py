@@ -20,6 +20,9 @@ from typing import Iterable
 
 import tantivy
 
+from memvault.indexer.backend.analysis import CJK_RUN_RE as _CJK_RUN_RE
+from memvault.indexer.backend.analysis import CONTEXT_BOOST, STOPWORDS, cjk_bigrams  # noqa: F401 - bm25's own names too
+from memvault.indexer.backend.analysis import WORD_RE as _WORD_RE
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, restrict_files
@@ -27,19 +30,8 @@ from memvault.vault.storage_errors import storage_error
 from memvault.vault.records import MemoryRecord
 
 SCHEMA_VERSION = 3  # 2: neighbour context field `ctx`; 3: `ctx` stored, for question coverage
-#: weight of a memory's note neighbours relative to its own words
-CONTEXT_BOOST = 0.5
 _WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
-_WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}
-#: words dropped from queries (not from the index) when other words remain: they match nearly
-#: every memory, add nothing to the ranking and make each search scan the whole posting list
-STOPWORDS = frozenset(
-    "a an and are as at be by did do does for from had has have how i in is it its me my of on or "
-    "our so that the their them they this to was we were what when where which who whom why will "
-    "with you your".split()
-)
 KINDS = ("curated", "audit")
 _MAX_QUERY_WORDS = 64
 
@@ -74,16 +66,6 @@ def _schema() -> tantivy.Schema:
     builder.add_integer_field("at", stored=True, indexed=False, fast=True)
     builder.add_integer_field("line", stored=True, indexed=False)
     return builder.build()
-
-
-def cjk_bigrams(text: str) -> list[str]:
-    """Overlapping bigrams of every CJK run (a lone character stands for itself)."""
-    grams: list[str] = []
-    for run in _CJK_RUN_RE.findall(text):
-        if len(run) == 1:
-            grams.append(run)
-        grams.extend(run[i : i + 2] for i in range(len(run) - 1))
-    return grams
 
 
 def context_hash(context: str) -> str:

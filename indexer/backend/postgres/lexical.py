@@ -26,21 +26,12 @@ overlapping character bigrams (field 2, weighted 1, as the local `cjk` field): a
 runs are searched by their bigrams alone, so a word inside a sentence is found.
 """
 
-import re
-
+from memvault.indexer.backend.analysis import CJK_RUN_RE, CONTEXT_BOOST, STOPWORDS, WORD_RE, cjk_bigrams
 from memvault.indexer.backend.postgres.schema import TEXT_SEARCH_CONFIG
 
 K1, B = 1.2, 0.75
-CONTEXT_BOOST = 0.5
-WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
-CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 MAX_TOKEN_BYTES = 40
 MAX_QUERY_WORDS = 64
-STOPWORDS = frozenset(
-    "a an and are as at be by did do does for from had has have how i in is it its me my of on or "
-    "our so that the their them they this to was we were what when where which who whom why will "
-    "with you your".split()
-)
 
 
 def words(text: str) -> list[str]:
@@ -54,16 +45,6 @@ def query_words(text: str) -> list[str]:
     found = [w for w in words(text) if not CJK_RUN_RE.fullmatch(w)]
     content = [w for w in found if w not in STOPWORDS] or found
     return content[:MAX_QUERY_WORDS]
-
-
-def cjk_bigrams(text: str) -> list[str]:
-    """Overlapping bigrams of every CJK run (a lone character stands for itself)."""
-    grams: list[str] = []
-    for run in CJK_RUN_RE.findall(text):
-        if len(run) == 1:
-            grams.append(run)
-        grams.extend(run[i : i + 2] for i in range(len(run) - 1))
-    return grams
 
 
 def query_bigrams(text: str) -> list[str]:
