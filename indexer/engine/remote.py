@@ -90,10 +90,11 @@ class RemoteStore:
             answers = iter(self.client.call("remember_many", {"items": wire})["results"] if wire else ())
             for position in range(len(batch)):
                 index = len(outcomes)
-                row = None if position in refused else next(answers)
-                if row is None:
+                if position in refused:
                     outcomes.append(BulkOutcome(index, None, refused[position]))
-                elif row["status"] == "refused":
+                    continue
+                row = next(answers)
+                if row["status"] == "refused":
                     outcomes.append(BulkOutcome(index, None, error_from_wire(row["error"])))
                 else:
                     fields = {k: row[k] for k in ("id", "source", "status", "text")}

@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from memvault.indexer.search.bm25 import _CJK_RUN_RE, stemmed_terms
+from memvault.indexer.backend.analysis import CJK_RUN_RE, WORD_RE
+from memvault.indexer.search.bm25 import stemmed_terms
 from memvault.indexer.search.floor import MIN_WEIGHT, idf, question_terms
 from memvault.indexer.search.hybrid import Fused
 from memvault.indexer.search.periods import Period
@@ -32,7 +33,6 @@ ASKED_DISCOUNT = 0.3
 ASKED_HEAD = 50
 #: distinct words whose stem is remembered; the memo starts over when full
 MEMO_LIMIT = 50_000
-_WORD_RE = re.compile(r"[^\W_]+")  # Tantivy's simple tokenizer: runs of letters and digits
 _STEMS: dict[str, str | None] = {}
 _SENTENCE_RE = re.compile(r"[^.!?]*[.!?]+|[^.!?]+$")
 _IMAGE_RE = re.compile(r"\s*\[image:[^\]]*\]\s*$")  # a photo's caption is not the memory asking
@@ -57,7 +57,7 @@ def asked_share(text: str, weights: dict[str, float]) -> float:
 def _terms(sentence: str) -> set[str]:
     """`en_stem`'s terms of a sentence (the index's own analysis, one word at a time, memoised)."""
     terms = set()
-    for word in _WORD_RE.findall(sentence.lower()):
+    for word in WORD_RE.findall(sentence.lower()):
         stem = _STEMS.get(word, "")
         if stem == "":
             if len(_STEMS) >= MEMO_LIMIT:
@@ -77,7 +77,7 @@ def discount_asked(fused: list[Fused], texts: dict[str, str], question: str,
     asking = [entry for entry in fused[:ASKED_HEAD] if "?" in texts.get(entry.key, "")]
     if not asking:
         return fused
-    terms = [term for term in question_terms(question, periods) if not _CJK_RUN_RE.match(term)]
+    terms = [term for term in question_terms(question, periods) if not CJK_RUN_RE.match(term)]
     total, frequencies = doc_freqs("text", terms)  # the floor's own lookup (recall asks it once)
     weights = {term: max(MIN_WEIGHT, idf(frequencies.get(term, 0), total)) for term in terms}
     rank = 0

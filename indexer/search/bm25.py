@@ -20,9 +20,7 @@ from typing import Iterable
 
 import tantivy
 
-from memvault.indexer.backend.analysis import CJK_RUN_RE as _CJK_RUN_RE
-from memvault.indexer.backend.analysis import CONTEXT_BOOST, STOPWORDS, cjk_bigrams  # noqa: F401 - bm25's own names too
-from memvault.indexer.backend.analysis import WORD_RE as _WORD_RE
+from memvault.indexer.backend.analysis import CJK_RUN_RE, CONTEXT_BOOST, STOPWORDS, WORD_RE, cjk_bigrams
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, restrict_files
@@ -316,7 +314,7 @@ def stemmed_terms(text: str) -> list[str]:
 
 def query_words(text: str) -> list[str]:
     """The words of user text a BM25 query searches for (stopwords dropped when others remain)."""
-    words = [w for w in _WORD_RE.findall(text) if not _CJK_RUN_RE.fullmatch(w)]
+    words = [w for w in WORD_RE.findall(text) if not CJK_RUN_RE.fullmatch(w)]
     content = [w for w in words if w.lower() not in STOPWORDS] or words
     return [w.lower() if w in _QUERY_OPERATORS else w for w in content][:_MAX_QUERY_WORDS]
 

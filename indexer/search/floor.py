@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memvault.indexer.search.bm25 import _CJK_RUN_RE, STOPWORDS, cjk_bigrams, stemmed_terms
+from memvault.indexer.backend.analysis import CJK_RUN_RE, STOPWORDS, cjk_bigrams
+from memvault.indexer.search.bm25 import stemmed_terms
 from memvault.indexer.search.coverage import word_matches
 from memvault.indexer.search.periods import Period
 from memvault.indexer.search.routing import normalize_query
@@ -95,9 +96,9 @@ def terms_of(text: str) -> list[str]:
     characters is its bigrams, as BM25's `cjk` field holds it ("東京に" → 東京, 京に)."""
     if not text:
         return []
-    if not _CJK_RUN_RE.search(text):
+    if not CJK_RUN_RE.search(text):
         return stemmed_terms(text)
-    return stemmed_terms(_CJK_RUN_RE.sub(" ", text)) + cjk_bigrams(text)
+    return stemmed_terms(CJK_RUN_RE.sub(" ", text)) + cjk_bigrams(text)
 
 
 def _asked(question: str, periods: tuple[Period, ...]) -> str:
@@ -131,7 +132,7 @@ def evidence(doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]], 
     `near_words` (Lite, which loads no model table) only exact terms count."""
     terms = question_terms(question, periods)
     names = [name for name in question_names(question) if name in terms]
-    bigrams = [term for term in terms if _CJK_RUN_RE.match(term)]
+    bigrams = [term for term in terms if CJK_RUN_RE.match(term)]
     total, frequencies = doc_freqs("text", [term for term in terms if term not in bigrams])
     if bigrams:
         frequencies = {**frequencies, **doc_freqs("cjk", bigrams)[1]}
