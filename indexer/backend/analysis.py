@@ -10,6 +10,10 @@ CONTEXT_BOOST = 0.5
 WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)  # Tantivy's simple tokenizer: runs of letters and digits
 CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 
+#: a query searches at most this many words (and this many CJK bigrams): a pasted page stays one
+#: bounded search
+MAX_QUERY_WORDS = 64
+
 #: words dropped from queries (not from the index) when other words remain: they match nearly
 #: every memory, add nothing to the ranking and make each search scan the whole posting list
 STOPWORDS = frozenset(

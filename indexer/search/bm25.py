@@ -20,7 +20,7 @@ from typing import Iterable
 
 import tantivy
 
-from memvault.indexer.backend.analysis import CJK_RUN_RE, CONTEXT_BOOST, STOPWORDS, WORD_RE, cjk_bigrams
+from memvault.indexer.backend.analysis import CJK_RUN_RE, CONTEXT_BOOST, MAX_QUERY_WORDS, STOPWORDS, WORD_RE, cjk_bigrams
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, restrict_files
@@ -31,7 +31,6 @@ SCHEMA_VERSION = 3  # 2: neighbour context field `ctx`; 3: `ctx` stored, for que
 _WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
 _QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}
 KINDS = ("curated", "audit")
-_MAX_QUERY_WORDS = 64
 
 
 @dataclass(frozen=True)
@@ -316,12 +315,12 @@ def query_words(text: str) -> list[str]:
     """The words of user text a BM25 query searches for (stopwords dropped when others remain)."""
     words = [w for w in WORD_RE.findall(text) if not CJK_RUN_RE.fullmatch(w)]
     content = [w for w in words if w.lower() not in STOPWORDS] or words
-    return [w.lower() if w in _QUERY_OPERATORS else w for w in content][:_MAX_QUERY_WORDS]
+    return [w.lower() if w in _QUERY_OPERATORS else w for w in content][:MAX_QUERY_WORDS]
 
 
 def query_bigrams(text: str) -> list[str]:
     """The CJK bigrams of user text a BM25 query searches for."""
-    return cjk_bigrams(text)[:_MAX_QUERY_WORDS]
+    return cjk_bigrams(text)[:MAX_QUERY_WORDS]
 
 
 def document_of(record: MemoryRecord) -> tantivy.Document:
