@@ -3,7 +3,9 @@
     memvault_vaults       one row per vault: the serving generation (the atomic pointer), a
                           commit stamp, the reader role
     memvault_generations  one row per generation: embedding identity, row and token counts (BM25's
-                          N and average lengths, kept in step by every apply)
+                          N and average lengths, kept in step by every apply), and a BuJo vault's
+                          replay projection (the sidecar's exact bytes and their SHA-256), so it is
+                          switched with the generation and dropped with it
     memvault_files        per generation: each note's state (the manifest, on the server)
     memvault_rows         PARTITION BY LIST (vault), each vault's partition PARTITION BY LIST
                           (generation): one leaf table per (vault, generation), with its own
@@ -22,8 +24,9 @@ import re
 
 from memvault.vault.errors import InvalidConfig
 
-SCHEMA_VERSION = 3  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
-#                     3: CJK bigrams in the postings (field 2), their document frequency and token count
+SCHEMA_VERSION = 4  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
+#                     3: CJK bigrams in the postings (field 2), their document frequency and token count;
+#                     4: each generation's replay projection (BuJo's supersession filter)
 TEXT_SEARCH_CONFIG = "memvault_en"
 VAULT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 READER_ROLE_PREFIX = "memvault_read_"
@@ -50,6 +53,8 @@ _DDL = [
         text_tokens bigint NOT NULL DEFAULT 0,
         ctx_tokens bigint NOT NULL DEFAULT 0,
         cjk_tokens bigint NOT NULL DEFAULT 0,
+        replay bytea,
+        replay_sha256 text,
         PRIMARY KEY (vault, generation))""",
     """CREATE TABLE IF NOT EXISTS memvault_files (
         vault text NOT NULL,
@@ -109,6 +114,12 @@ _MIGRATE_FROM_1 = [
 _MIGRATE_FROM_2 = [
     "ALTER TABLE memvault_generations ADD COLUMN IF NOT EXISTS cjk_tokens bigint NOT NULL DEFAULT 0",
     "ALTER TABLE memvault_terms ADD COLUMN IF NOT EXISTS df_cjk integer NOT NULL DEFAULT 0",
+]
+#: from schema 3: the replay projection. A generation built before holds none, which is right for
+#: Lite and Journal; a BuJo vault was refused on the server before schema 4, so none is missing
+_MIGRATE_FROM_3 = [
+    "ALTER TABLE memvault_generations ADD COLUMN IF NOT EXISTS replay bytea, "
+    "ADD COLUMN IF NOT EXISTS replay_sha256 text",
 ]
 #: created once; `CREATE POLICY` has no IF NOT EXISTS
 _POLICIES = {
@@ -179,6 +190,9 @@ def ensure_schema(conn) -> None:
             conn.execute(statement)
         if version in (1, 2):  # a server of an earlier memvault gains the CJK columns
             for statement in _MIGRATE_FROM_2:
+                conn.execute(statement)
+        if version in (1, 2, 3):  # and the replay projection's columns
+            for statement in _MIGRATE_FROM_3:
                 conn.execute(statement)
         for (table, policy), statement in _POLICIES.items():
             exists = conn.execute("SELECT 1 FROM pg_policies WHERE tablename = %s AND policyname = %s",
