@@ -22,6 +22,7 @@ from memvault.vault.intake.admission import intake_id_for
 from memvault.vault.intake.files import IntakeDirs
 from memvault.vault.intake.snapshot import inspect_run
 from tests.intake_helpers import Clock
+from tests.postgres_helpers import on_test_backend
 
 OLLAMA_PATH, OPENAI_PATH, EMBED_PATH = "/api/chat", "/v1/chat/completions", "/api/embed"
 EMBED_DIM = 32
@@ -42,7 +43,7 @@ def make_capture_vault(tmp_path: Path, endpoint: str, *, provider: str = "ollama
             data["memory"]["llm"]["apiKeyEnv"] = "MEMVAULT_TEST_KEY"
     root = tmp_path / name
     init_vault(root, render_config(data))
-    return root.resolve()
+    return on_test_backend(root.resolve())  # a both_backends test's postgres run: the index on the server
 
 
 def hash_embeddings(body: Any) -> tuple[int, dict]:

@@ -66,6 +66,7 @@ def update_first(memories):
                                       "text": m["text"] + " It replaces the old note."} for m in memories]})  # fmt: skip
 
 
+@pytest.mark.both_backends
 def test_update_never_rewrites_a_persons_line_and_recall_shows_the_replacement(tmp_path, server):
     root, script = vault(tmp_path, server, lambda _t: extraction(memory("The standup is at 10:00 on Mondays.")), update_first)
     (root / "daily").mkdir(exist_ok=True)

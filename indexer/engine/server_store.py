@@ -3,35 +3,39 @@
 Everything a MemoryStore does (remember, sync, watch, the owner's commits, recall, journal,
 health) runs unchanged; only where generations come from differs: the backend's generations
 (`indexer/backend/base.py`) shaped as `ServerIndex`, instead of `.index/gen-*` folders. The files
-stay the truth: a lost database is one `memvault rebuild` away.
+stay the truth: a lost database is one `memvault rebuild` away. BuJo's replay projection of a
+generation is kept in that generation's row on the server (written before the switch, dropped
+with it); this store answers for it where callers name a generation by its path.
 
 This subclass is the narrow first step of the seam: it overrides the store's generation
 plumbing only. Folding the local engine behind the same calls shrinks store.py later.
 """
 
 import dataclasses
+from pathlib import Path
 
 from memvault.indexer.backend import open_backend
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.progress import PhaseLog
-from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
+from memvault.indexer.maintenance.replay_index import project_generation
+from memvault.indexer.maintenance.server_index import ServerIndex, ServerProjection, ServerVectors, generation_number
+from memvault.indexer.search.supersession import keep_elsewhere, stop_keeping
 from memvault.vault.config import Config
-from memvault.vault.errors import IndexUnavailable, InvalidConfig, VaultError
+from memvault.vault.errors import IndexUnavailable, VaultError
 from memvault.vault.layout import VaultLayout
 
 
 class ServerIndexedStore(MemoryStore):
     def __init__(self, layout: VaultLayout, config: Config, *, backend=None, **kwargs):
-        if config.memory.mode == "bujo":
-            raise InvalidConfig('index.backend "postgres" serves memory.mode "lite" and "journal" for now (BuJo '
-                                "capture's replay projection lives beside a local index): remove the index block "
-                                'or choose memory.mode "journal"')  # fmt: skip
         super().__init__(layout, config, **kwargs)
         self._backend = backend
         self._rebuilding = False
         # vectors are written in the rows' commit: no background queue
         self._semantic = None if config.memory.embeddings is None else ServerVectors(self._embedder)
         self._provider = None
+        # BuJo's replay projection of each generation is on the server, beside its rows: readers
+        # that name a generation by its path (capture, health, graph expansion) ask this store
+        keep_elsewhere(layout.index_dir, self)
 
     @property
     def backend(self):
@@ -49,6 +53,7 @@ class ServerIndexedStore(MemoryStore):
         return self._provider
 
     def close(self) -> None:
+        stop_keeping(self.layout.index_dir, self)
         super().close()
         if self._backend is not None:
             self._backend.close()
@@ -59,7 +64,7 @@ class ServerIndexedStore(MemoryStore):
         return ServerIndex(self.backend, number, self.layout, None if self._semantic is None else self._embedder)
 
     def _serving_index(self, create_missing: bool) -> ServerIndex:
-        number = self.backend.serving_generation()
+        number, replay = self.backend.serving_replay()  # the projection's digest comes along
         if number is None:
             if not create_missing:
                 raise IndexUnavailable(f"vault {self.config.index.name!r} has no index on the server yet: "
@@ -71,6 +76,7 @@ class ServerIndexedStore(MemoryStore):
             self._manifest_stamp = self._stamp(self._index)
             if self._semantic is not None:
                 self._semantic.attach_serving(self._index)
+        self._index.replay.seen(replay)
         return self._index
 
     def _writable_index(self) -> ServerIndex:
@@ -114,6 +120,7 @@ class ServerIndexedStore(MemoryStore):
         progress = progress or PhaseLog()
         self._apply(generation, generation.stale_paths(self.layout), hook)
         progress.phase("swap")
+        project_generation(self.layout, self.config, generation.generation)  # BuJo replay sidecar, before the switch
         self.backend.activate_generation(generation.number)
         if hook is not None:
             hook("rebuild.swapped")
@@ -121,6 +128,25 @@ class ServerIndexedStore(MemoryStore):
         self._manifest_stamp = self._stamp(generation)
         if self._semantic is not None:
             self._semantic.attach_serving(generation)
+
+    # --- BuJo's replay projections (supersession.ProjectionKeeper) ------------------------------
+
+    def kept_projection(self, generation: Path) -> ServerProjection | None:
+        """The projection of the server generation `generation` stands for (ServerIndex.generation)."""
+        index = self._index
+        if index is not None and index.generation == generation:
+            return index.replay
+        number = generation_number(self.backend, generation.name)
+        return None if number is None else ServerProjection(self.backend, number)
+
+    def serving_generation_path(self) -> Path | None:
+        """The serving generation as this store last read it (every read reads the pointer)."""
+        if self._index is not None:
+            return self._index.generation
+        try:
+            return self._readable_index().generation
+        except IndexUnavailable:
+            return None
 
     # --- health ----------------------------------------------------------------------------------
 

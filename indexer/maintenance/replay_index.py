@@ -2,6 +2,7 @@
 filter's source, the rebuild guards and the strict health comparison.
 
     .index/gen-000007/replay/projection.json     derived: the sidecar's exact canonical bytes
+    memvault_generations.replay                  the same, for a generation on an index server
 
 The sidecar (`vault/replay.py`) is the authority; the projection is what readers of one index
 generation use (recall excludes ids it retires; MemoryJournal reports their state). A capture
@@ -21,7 +22,8 @@ import os
 from pathlib import Path
 
 from memvault.indexer.maintenance.generations import REBUILD_GUARDS, current_generation
-from memvault.indexer.search.supersession import lifecycle_entries, projection_path, read_projection
+from memvault.indexer.search.supersession import (keeper_of, kept_projection, lifecycle_entries, projection_path,
+                                                   read_projection)
 from memvault.vault.errors import Conflict, IndexUnavailable, InvalidConfig, VaultError
 from memvault.vault.fsio import atomic_write, ensure_private_dir, fsync_dir, read_bytes_nofollow
 from memvault.vault.layout import VaultLayout
@@ -32,8 +34,20 @@ ADOPTION_MARKER = ".replay-adoption-pending"
 ADOPT_FIX = "stop the agent, run `memvault adopt-replay --json`, then `memvault rebuild` (never start the agent between them)"
 
 
+def serving_generation(layout: VaultLayout) -> Path | None:
+    """The serving generation's path: the folder CURRENT names, or for a vault whose generations
+    an index server keeps, the path standing for the server's serving one (supersession.py)."""
+    keeper = keeper_of(layout.index_dir)
+    if keeper is not None:
+        return keeper.serving_generation_path()
+    return current_generation(layout.index_dir)
+
+
 def write_projection(generation: Path, data: bytes | None) -> bool:
     """Make the generation's projection hold exactly `data` (None: no projection). True if changed."""
+    kept = kept_projection(generation)
+    if kept is not None:
+        return kept.write(data)
     path = projection_path(generation)
     try:
         current = read_bytes_nofollow(path)
@@ -65,7 +79,9 @@ def verify_projection(generation: Path, expected: bytes | None) -> None:
     found = read_projection(generation)
     held = None if found is None else found[1]
     if held != expected:
-        raise IndexUnavailable(f"{projection_path(generation)} does not match the replay sidecar just published: "
+        kept = kept_projection(generation)
+        where = projection_path(generation) if kept is None else f"the replay projection of {kept.where}"
+        raise IndexUnavailable(f"{where} does not match the replay sidecar just published: "
                                "the capture stays pending and is retried (or run `memvault rebuild`)")
 
 
@@ -77,7 +93,7 @@ class SupersessionSource:
 
     def lifecycle(self, entry_id: str) -> dict | None:
         """None while the entry is current; else {"state": superseded|updated, "by": id, "at": ts}."""
-        generation = current_generation(self.layout.index_dir)
+        generation = serving_generation(self.layout)
         entry = None if generation is None else lifecycle_entries(generation).get(entry_id)
         return None if entry is None else {"state": entry["state"], "by": entry["by"], "at": entry["at"]}
 
@@ -98,7 +114,7 @@ def unadopted_state(layout: VaultLayout) -> bool:
     if os.path.lexists(sidecar_path(layout.root)):
         return False
     try:
-        generation = current_generation(layout.index_dir)
+        generation = serving_generation(layout)
         found = None if generation is None else read_projection(generation)
     except (IndexUnavailable, VaultError):
         return False  # an unreadable index is rebuilt from the files; it carries no trusted state

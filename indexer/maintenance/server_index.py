@@ -5,9 +5,11 @@ and health run on it unchanged.
 each file's records against the rows the server really holds, embeds the curated rows it
 writes, and hands rows, vectors and file states to the backend in one commit (so on the server
 the manifest can never lag the rows). `rows` (the `bm25` attribute) answers recall's row and
-lexical calls from the backend; `ServerVectors` answers its vector calls.
+lexical calls from the backend; `ServerVectors` answers its vector calls. `ServerProjection`
+is a generation's replay projection (BuJo), kept in the generation's own row on the server.
 """
 
+import hashlib
 from pathlib import Path
 
 from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite, StoredRow
@@ -50,14 +52,54 @@ _RAW_FIELDS = {"key": "key", "id": "id", "path": "path", "kind": "kind", "day": 
                "ctxh": "context_hash"}  # fmt: skip
 
 
+#: a projection's digest not read yet
+_UNSEEN = object()
+
+
+class ServerProjection:
+    """A server generation's replay projection (`supersession.KeptProjection`): the sidecar's
+    bytes in the generation's row, so it switches with the generation and goes with it."""
+
+    def __init__(self, backend: IndexBackend, number: int):
+        self.backend = backend
+        self.number = number
+        self.where = f"generation {number} of vault {getattr(backend, 'vault', '?')!r} on the index server"
+        self._sha256 = _UNSEEN
+
+    def seen(self, sha256: str | None) -> None:
+        """The digest a reader just read with the serving pointer (no round trip of its own)."""
+        self._sha256 = sha256
+
+    def sha256(self) -> str | None:
+        if self._sha256 is _UNSEEN:
+            self._sha256 = self.backend.replay_sha256(self.number)
+        return self._sha256
+
+    def read(self) -> bytes | None:
+        data = self.backend.replay_projection(self.number)
+        self._sha256 = None if data is None else hashlib.sha256(data).hexdigest()
+        return data
+
+    def write(self, data: bytes | None) -> bool:
+        wanted = None if data is None else hashlib.sha256(data).hexdigest()
+        if self.backend.replay_sha256(self.number) == wanted:
+            self._sha256 = wanted
+            return False
+        self.backend.set_replay_projection(self.number, data)
+        self._sha256 = wanted
+        return True
+
+
 class ServerRows:
     """Recall's row and lexical reads (the calls it makes of a Tantivy index), from a backend."""
 
-    def __init__(self, backend: IndexBackend, generation: int, folder: Path):
+    def __init__(self, backend: IndexBackend, generation: int, folder: Path, projection: ServerProjection | None = None):
         self.backend = backend
         self.generation = generation
-        #: where a replay projection would sit (none for a server generation: nothing is retired)
+        #: the path standing for the generation's folder (a server generation has none)
         self.folder = folder
+        #: the generation's replay projection: recall's supersession filter reads it
+        self.kept_projection = projection or ServerProjection(backend, generation)
         #: content hash → first key of every curated row, once a bulk import has asked often
         #: enough that one fetch beats a round trip per fact; dropped at every commit
         self._hash_keys: dict[str, str] | None = None
@@ -154,6 +196,18 @@ class ServerManifest:
         """Nothing to write: `apply` records file states in its own commit."""
 
 
+def generation_name(backend: IndexBackend, number: int) -> str:
+    """The name standing for a server generation where a folder's would be (health, paths)."""
+    return f"{backend.engine}-{getattr(backend, 'vault', 'vault')}-g{number:06d}"
+
+
+def generation_number(backend: IndexBackend, name: str) -> int | None:
+    """The generation a `generation_name` of this backend's vault names, else None."""
+    prefix = f"{backend.engine}-{getattr(backend, 'vault', 'vault')}-g"
+    digits = name[len(prefix):] if name.startswith(prefix) else ""
+    return int(digits) if digits.isdigit() else None
+
+
 class ServerIndex:
     """One generation of a server backend, for MemoryStore, sync, journal and health."""
 
@@ -168,8 +222,10 @@ class ServerIndex:
         self.number = number
         self.layout = layout
         self.embedder = embedder  # () -> EmbeddingProvider, or None for a tier without vectors
-        self.generation = layout.index_dir / f"{backend.engine}-{getattr(backend, 'vault', 'vault')}-g{number:06d}"
-        self.bm25 = ServerRows(backend, number, self.generation / "bm25")
+        self.generation = layout.index_dir / generation_name(backend, number)
+        #: its replay projection (BuJo), on the server beside its rows
+        self.replay = ServerProjection(backend, number)
+        self.bm25 = ServerRows(backend, number, self.generation / "bm25", self.replay)
         self.components: list = []
         self.manifest = ServerManifest({}, None)
         if file_states:  # a reader of other vaults (search across) has no right to them, nor need

@@ -23,7 +23,7 @@ from memvault.indexer.search.floor import EMPTY_REASON, evidence
 from memvault.indexer.search.periods import Period, question_periods
 from memvault.indexer.search.rerank import fuse_rerank
 from memvault.indexer.search.routing import Route, guidance_for, route_query, run_history_handoff
-from memvault.indexer.search.supersession import superseded_ids
+from memvault.indexer.search.supersession import retired_ids
 from memvault.vault.errors import ProviderUnavailable, VaultError
 
 #: rows loaded beyond the limit, to stand in for vectors whose rows were deleted meanwhile
@@ -143,10 +143,11 @@ def _coverage(bm25: Bm25Index, query: str, lists, docs: dict) -> tuple[list | No
 
 def exclude_superseded(bm25: Bm25Index, fused: list[Fused]) -> tuple[list[Fused], str | None]:
     """Curated recall returns current facts only: drop candidates whose memory id a BuJo capture
-    superseded or updated (the generation's replay projection, `indexer/search/supersession.py`).
-    Returns the kept candidates and, if the projection cannot be read, why the answer is degraded."""
+    superseded or updated (the generation's replay projection, `indexer/search/supersession.py`:
+    beside a local generation's folder, or in a server generation's row). Returns the kept
+    candidates and, if the projection cannot be read, why the answer is degraded."""
     try:
-        retired = superseded_ids(bm25.folder.parent)
+        retired = retired_ids(bm25)
     except (VaultError, OSError) as exc:
         return fused, f"replay projection unreadable, superseded memories may show ({exc}): run `memvault rebuild`"
     if not retired:

@@ -6,6 +6,7 @@ the caller's operation fails once with IndexUnavailable, and files stay the trut
 sync catches the server up.
 """
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timezone
@@ -196,6 +197,45 @@ class PostgresBackend:
     def generation_embedding(self, generation: int) -> dict | None:
         with self._session() as conn:
             row = conn.execute("SELECT embedding FROM memvault_generations WHERE vault = %s AND generation = %s",
+                               (self.vault, generation)).fetchone()  # fmt: skip
+        if row is None:
+            raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
+        return row[0]
+
+    # --- the replay projection (BuJo) ----------------------------------------------------------
+
+    def serving_replay(self) -> tuple[int | None, str | None]:
+        """(the serving generation or None, the SHA-256 of its replay projection or None) in one
+        round trip: a reader learns whether the projection changed without fetching it."""
+        with self._session() as conn:
+            row = conn.execute(
+                "SELECT v.serving, g.replay_sha256 FROM memvault_vaults v LEFT JOIN memvault_generations g "
+                "ON g.vault = v.name AND g.generation = v.serving WHERE v.name = %s", (self.vault,)).fetchone()  # fmt: skip
+        if row is None:
+            raise IndexUnavailable(f"vault {self.vault!r} is not on the index server (or this role may not read it)")
+        return row[0], row[1]
+
+    def replay_sha256(self, generation: int) -> str | None:
+        """The SHA-256 of a generation's replay projection, None when it holds none."""
+        return self._replay(generation, "replay_sha256")
+
+    def replay_projection(self, generation: int) -> bytes | None:
+        """A generation's replay projection (the sidecar's exact bytes), None when it holds none."""
+        found = self._replay(generation, "replay")
+        return None if found is None else bytes(found)
+
+    def set_replay_projection(self, generation: int, data: bytes | None) -> None:
+        """Make the generation hold exactly `data` (None: no projection), in one statement."""
+        digest = None if data is None else hashlib.sha256(data).hexdigest()
+        with self._session() as conn:
+            found = conn.execute("UPDATE memvault_generations SET replay = %s, replay_sha256 = %s WHERE vault = %s "
+                                 "AND generation = %s RETURNING 1", (data, digest, self.vault, generation)).fetchone()
+        if found is None:
+            raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
+
+    def _replay(self, generation: int, column: str):
+        with self._session() as conn:
+            row = conn.execute(f"SELECT {column} FROM memvault_generations WHERE vault = %s AND generation = %s",
                                (self.vault, generation)).fetchone()  # fmt: skip
         if row is None:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
