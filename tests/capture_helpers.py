@@ -43,7 +43,8 @@ def make_capture_vault(tmp_path: Path, endpoint: str, *, provider: str = "ollama
             data["memory"]["llm"]["apiKeyEnv"] = "MEMVAULT_TEST_KEY"
     root = tmp_path / name
     init_vault(root, render_config(data))
-    return on_test_backend(root.resolve())  # a both_backends test's postgres run: the index on the server
+    # a both_backends test's postgres run: the index on the server, one vault name per folder
+    return on_test_backend(root.resolve(), f"test-{name.lower().replace('.', '-')}")
 
 
 def hash_embeddings(body: Any) -> tuple[int, dict]:

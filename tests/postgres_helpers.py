@@ -113,16 +113,25 @@ def on_the_tests_backend(request, root: Path) -> Path:
     return on_test_backend(root)
 
 
-def on_test_backend(root: Path) -> Path:
+def set_up_the_tests_backend(request) -> None:
+    """For a fixture that makes vaults before the test's `index_backend` is set up (fixtures run
+    in the order they are named): set it up now, so the vaults follow it."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "index_backend" in callspec.params:
+        request.getfixturevalue("index_backend")
+
+
+def on_test_backend(root: Path, name: str = "test-vault") -> Path:
     """Point a vault made by a test at the test's index backend: for "postgres", add the index
-    block (the connection comes from the PG* variables the fixture set, as libpq reads them)."""
+    block (the connection comes from the PG* variables the fixture set, as libpq reads them).
+    `name`: the vault's name on the server (a test's vaults share one database)."""
     if TEST_BACKEND == "local":
         return root
     import json
 
     config_path = root / "memvault.json"
     data = json.loads(config_path.read_text()) if config_path.exists() else {}
-    data["index"] = {"backend": "postgres", "name": "test-vault"}
+    data["index"] = {"backend": "postgres", "name": name}
     config_path.write_text(json.dumps(data, indent=2) + "\n")
     return root
 

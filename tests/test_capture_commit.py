@@ -93,6 +93,7 @@ def test_update_never_rewrites_a_persons_line_and_recall_shows_the_replacement(t
         assert any("09:45" in h.text for h in store.recall("When is the standup?").hits)
 
 
+@pytest.mark.both_backends
 def test_supersede_of_a_memvault_fact_appends_and_records_the_lifecycle(tmp_path, server):
     turns = iter([extraction(memory("The Atlas deadline is February 1.")), extraction(memory("The Atlas deadline is March 15."))])
     root, script = vault(tmp_path, server, lambda _t: next(turns), supersede_first)
@@ -113,6 +114,7 @@ def test_supersede_of_a_memvault_fact_appends_and_records_the_lifecycle(tmp_path
     assert script.calls == {"extraction": 2, "reconciliation": 1, "other": 0}
 
 
+@pytest.mark.both_backends
 def test_an_exact_duplicate_is_a_noop_without_a_reconciliation_call(tmp_path, server):
     root, script = vault(tmp_path, server, lambda _t: extraction(memory("Morgan chose blue as the deployment color.")), add_only)
     clock = Clock()
@@ -128,6 +130,7 @@ class Boom(Exception):
     pass
 
 
+@pytest.mark.both_backends
 def test_a_retained_plan_replays_without_a_model_call_and_blocks_resolve(tmp_path, server):
     root, script = vault(tmp_path, server, lambda _t: extraction(memory("Dana owns the billing migration.")))
     clock = Clock()
@@ -152,6 +155,7 @@ def test_a_retained_plan_replays_without_a_model_call_and_blocks_resolve(tmp_pat
     store.close()
 
 
+@pytest.mark.both_backends
 def test_an_orphan_plan_of_a_resolved_run_is_retired_on_start(tmp_path, server):
     root, _ = vault(tmp_path, server, lambda _t: extraction(memory("Dana owns the billing migration.")))
     clock = Clock()
@@ -165,6 +169,7 @@ def test_an_orphan_plan_of_a_resolved_run_is_retired_on_start(tmp_path, server):
     assert not orphan.exists()
 
 
+@pytest.mark.both_backends
 def test_rebuilding_a_pending_bujo_capture_into_journal_is_refused_before_any_change(tmp_path, server):
     root, _ = vault(tmp_path, server, lambda _t: (500, "down"))
     clock = Clock()
@@ -181,6 +186,7 @@ def test_rebuilding_a_pending_bujo_capture_into_journal_is_refused_before_any_ch
     assert (root / ".index/CURRENT").read_text().strip() == generation
 
 
+@pytest.mark.both_backends
 def test_captures_are_serialized_per_vault(tmp_path, server):
     in_flight, peak, lock = [0], [0], threading.Lock()
 
@@ -205,6 +211,7 @@ def test_captures_are_serialized_per_vault(tmp_path, server):
     assert daily_text(root).count("^f-") == 3
 
 
+@pytest.mark.both_backends
 def test_legacy_direct_capture_and_the_lazily_created_queue(tmp_path, server):
     root, script = vault(tmp_path, server, lambda turn: extraction(memory(f"Legacy capture says {turn.split()[-1]} matters.")), add_only)
     clock = Clock()
@@ -221,6 +228,7 @@ def test_legacy_direct_capture_and_the_lazily_created_queue(tmp_path, server):
     assert all(f"Legacy capture says {w} matters." in text for w in ("alpha", "beta", "gamma"))
 
 
+@pytest.mark.both_backends
 def test_direct_capture_refuses_credentials_and_other_tiers(tmp_path, server):
     root, script = vault(tmp_path, server, lambda _t: extraction())
     with store_for(root, Clock()) as store:
@@ -236,6 +244,7 @@ def test_direct_capture_refuses_credentials_and_other_tiers(tmp_path, server):
     assert not (lite / "graph.jsonl").exists() and not (lite / ".replay-projection-v1.json").exists()
 
 
+@pytest.mark.both_backends
 def test_an_embedding_outage_leaves_the_turn_pending(tmp_path, server):
     root, script = vault(tmp_path, server, lambda _t: extraction(memory("Dana owns the billing migration.")))
     clock = Clock()
@@ -252,6 +261,7 @@ def test_an_embedding_outage_leaves_the_turn_pending(tmp_path, server):
     assert state(root, "run-1")["outcome"] == "captured" and "Dana owns the billing migration." in daily_text(root)
 
 
+@pytest.mark.both_backends
 def test_a_retained_plan_survives_a_rebuild_that_changes_the_embedding_provider(tmp_path, server):
     root, script = vault(tmp_path, server, lambda _t: extraction(memory("Dana owns the billing migration.")))
     clock = Clock()
@@ -276,6 +286,7 @@ def test_a_retained_plan_survives_a_rebuild_that_changes_the_embedding_provider(
     assert state(root, "run-1")["outcome"] == "captured" and script.calls["extraction"] == 1
 
 
+@pytest.mark.both_backends
 def test_capture_writes_into_the_daily_notes_layout_the_vault_keeps(tmp_path, server):
     """A vault kept in the Daily Notes plugin's `daily/YYYY/MM/` layout gets its captured facts there."""
     root, _script = vault(tmp_path, server, lambda _t: extraction(memory("Priya moved the offsite to Lisbon.")), add_only)

@@ -1,5 +1,6 @@
 """The replay sidecar: strict canonical file, bounds, exact health comparison, adopt-replay."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from memvault.cli.main import cli
-from memvault.indexer.maintenance.health import check_health
-from memvault.indexer.search.supersession import projection_path, read_projection
+from memvault.indexer.maintenance.replay_index import write_projection
+from memvault.indexer.search.supersession import read_projection
 from memvault.indexer.services.intake_worker import IntakeWorker
 from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath
 from memvault.vault.intake.admission import intake_id_for
@@ -39,6 +40,7 @@ from tests.capture_helpers import (
 )
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
+from tests.postgres_helpers import set_up_the_tests_backend
 
 REPO = Path(__file__).resolve().parent.parent
 HOLD_FENCE = "import sys; from pathlib import Path; from memvault.vault.locks import LivenessFence; " \
@@ -139,7 +141,8 @@ def supersede_first(memories):
 
 
 @pytest.fixture
-def captured(tmp_path):
+def captured(tmp_path, request):
+    set_up_the_tests_backend(request)  # its vault follows a both_backends test's backend
     turns = iter([extraction(memory("The Atlas deadline is February 1.")), extraction(memory("The Atlas deadline is March 15.")),
                   extraction(memory("Dana owns the Atlas billing migration."))])  # fmt: skip
     with LoopbackServer() as server:
@@ -158,9 +161,11 @@ def captured(tmp_path):
 
 
 def codes(store, strict=True):
-    return [f.code for f in check_health(store.layout, store.config, strict=strict).findings]
+    """Health's finding codes, as the store's own engine reports them (a folder's or a server's)."""
+    return [f["code"] for f in store.health_report(strict=strict)["findings"]]
 
 
+@pytest.mark.both_backends
 def test_health_compares_sidecar_and_index_exactly(captured):
     root, store, _, _ = captured
     assert codes(store) == [] and codes(store, strict=False) == []
@@ -169,24 +174,24 @@ def test_health_compares_sidecar_and_index_exactly(captured):
     forged = {"at": TS, "authority": next(iter(state.entries.values()))["authority"], "by": "f-0000000009",
               "id": "f-0000000008", "kind": "lifecycle", "state": "superseded"}  # fmt: skip
     state.merge([forged])  # structurally plausible lifecycle written straight into the index
-    projection_path(generation).write_bytes(render_state(state))
-    report = check_health(store.layout, store.config, strict=True)
-    [finding] = [f for f in report.findings if f.check == "replay"]
-    assert (finding.code, finding.severity, finding.fix) == ("canonical_mismatch", "error", "memvault rebuild")
-    assert "1 entries not attested by the sidecar" in finding.message
+    write_projection(generation, render_state(state))  # the index's own copy, whichever backend
+    report = store.health_report(strict=True)
+    [finding] = [f for f in report["findings"] if f["check"] == "replay"]
+    assert (finding["code"], finding["severity"], finding["fix"]) == ("canonical_mismatch", "error", "memvault rebuild")
+    assert "1 entries not attested by the sidecar" in finding["message"]
     store.rebuild()
     assert codes(store) == []
 
 
+@pytest.mark.both_backends
 def test_lite_and_journal_reject_replay_state_in_their_index(captured):
     root, store, _, _ = captured
     journal = store_for(root)
-    journal.config = journal.config.__class__(
-        journal.config.memory.__class__(**{**journal.config.memory.__dict__, "mode": "journal"}),
-        journal.config.tools, journal.config.vault_path, journal.config.source)  # fmt: skip
+    journal.config = dataclasses.replace(journal.config, memory=dataclasses.replace(journal.config.memory, mode="journal"))
     assert "replay_state_in_tier" in codes(journal)
 
 
+@pytest.mark.both_backends
 def test_adopt_replay_then_rebuild_restores_the_exact_sidecar(captured):
     root, store, clock, script = captured
     original = sidecar_path(root).read_bytes()
@@ -226,6 +231,7 @@ def test_adopt_replay_then_rebuild_restores_the_exact_sidecar(captured):
     assert texts[0] == "The Atlas deadline is March 15." and "The Atlas deadline is February 1." not in texts
 
 
+@pytest.mark.both_backends
 def test_an_unattested_entry_refuses_the_whole_adoption(captured):
     root, store, _, _ = captured
     sidecar_path(root).unlink()
@@ -233,13 +239,14 @@ def test_an_unattested_entry_refuses_the_whole_adoption(captured):
     state, _ = read_projection(generation)
     key, entry = next((k, e) for k, e in state.entries.items() if e["kind"] == "capture")
     state.entries[key] = {**entry, "authority": {"digest": "f" * 64, "kind": "capture"}}
-    projection_path(generation).write_bytes(render_state(state))
+    write_projection(generation, render_state(state))  # the index's own copy, whichever backend
     result = CliRunner().invoke(cli, ["--vault", str(root), "adopt-replay", "--json"])
     assert result.exit_code == 1 and json.loads(result.output)["error"]["code"] == "conflict"
     assert "cannot be attested" in json.loads(result.output)["error"]["message"]
     assert not sidecar_path(root).exists() and not (root / ".replay-adoption-pending").exists()
 
 
+@pytest.mark.both_backends
 def test_a_pending_capture_intent_is_attested_and_finished_without_the_model(captured):
     root, store, clock, script = captured
 
@@ -260,6 +267,7 @@ def test_a_pending_capture_intent_is_attested_and_finished_without_the_model(cap
     assert codes(store) == []
 
 
+@pytest.mark.both_backends
 def test_nothing_to_adopt_and_the_wrong_tier(captured, tmp_path):
     root, store, _, _ = captured
     empty = make_capture_vault(tmp_path, "http://127.0.0.1:9", name="empty")

@@ -29,8 +29,7 @@ import hashlib
 import os
 from datetime import datetime
 
-from memvault.indexer.maintenance.generations import current_generation
-from memvault.indexer.maintenance.replay_index import ADOPTION_MARKER
+from memvault.indexer.maintenance.replay_index import ADOPTION_MARKER, serving_generation
 from memvault.indexer.search.supersession import read_projection
 from memvault.vault.errors import Conflict, InvalidConfig
 from memvault.vault.fsio import atomic_write
@@ -47,7 +46,7 @@ def adopt_replay(layout: VaultLayout, config, now: datetime) -> dict:
     with LivenessFence(layout.root), VaultLock(layout.root):
         if os.path.lexists(sidecar_path(layout.root)):
             return {"adopted": False, "reason": "sidecar_present", "next": None}
-        generation = current_generation(layout.index_dir)
+        generation = serving_generation(layout)  # a folder's, or an index server's (the store keeps it)
         found = None if generation is None else read_projection(generation)
         if found is None or not found[0].entries:
             return {"adopted": False, "reason": "no_replay_state", "next": None}

@@ -65,8 +65,8 @@ class ProjectionKeeper(Protocol):
 
 _keepers: dict[Path, list[weakref.ref]] = {}
 _keepers_lock = threading.Lock()
-#: SHA-256 → (state, bytes, lifecycle, retired ids) of kept projections read lately
-_by_digest: OrderedDict[str, tuple[ReplayState, bytes, dict[str, dict], frozenset[str]]] = OrderedDict()
+#: SHA-256 → (lifecycle entries, retired ids) of kept projections read lately
+_by_digest: OrderedDict[str, tuple[dict[str, dict], frozenset[str]]] = OrderedDict()
 _DIGESTS_KEPT = 4
 
 
@@ -111,9 +111,12 @@ def projection_path(generation: Path) -> Path:
 def read_projection(generation: Path) -> tuple[ReplayState, bytes] | None:
     """A generation's replay projection, None if it has none; SidecarInvalid if it is damaged."""
     kept = kept_projection(generation)
-    if kept is not None:
-        found = _parse_kept(kept, None)  # afresh: health and capture's read-back prove what is held
-        return None if found is None else (found[0], found[1])
+    if kept is not None:  # afresh, and parsed anew: health and capture's read-back prove what is held,
+        data = kept.read()  # and a caller may change the state it gets (never the cache's)
+        if data is None:
+            return None
+        _check_size(data, kept)
+        return parse_state(data, f"the replay projection of {kept.where}"), data
     path = projection_path(generation)
     try:
         data = read_bytes_nofollow(path)
@@ -164,12 +167,12 @@ def retired_ids(bm25) -> frozenset[str]:
 
 def kept_lifecycle(kept: KeptProjection) -> dict[str, dict]:
     found = _known(kept)
-    return {} if found is None else found[2]
+    return {} if found is None else found[0]
 
 
 def kept_superseded(kept: KeptProjection) -> frozenset[str]:
     found = _known(kept)
-    return frozenset() if found is None else found[3]
+    return frozenset() if found is None else found[1]
 
 
 def _known(kept: KeptProjection):
@@ -179,9 +182,15 @@ def _known(kept: KeptProjection):
     return None if digest is None else _parse_kept(kept, digest)
 
 
-def _parse_kept(kept: KeptProjection, digest: str | None):
-    """Parsed (state, bytes, lifecycle, retired ids): from the cache for a known `digest`, else
-    read afresh (None when it holds none)."""
+def _check_size(data: bytes, kept: KeptProjection) -> None:
+    if len(data) > MAX_SIDECAR_BYTES:
+        raise SidecarInvalid(f"the replay projection of {kept.where} is over {MAX_SIDECAR_BYTES} bytes: "
+                             "run `memvault rebuild`")  # fmt: skip
+
+
+def _parse_kept(kept: KeptProjection, digest: str):
+    """(lifecycle entries, retired ids) for recall's and the journal's reads: from
+    the cache for a known `digest`, else read afresh (None when it holds none). Shared: read only."""
     if digest is not None:
         with _keepers_lock:
             cached = _by_digest.get(digest)
@@ -191,9 +200,7 @@ def _parse_kept(kept: KeptProjection, digest: str | None):
     data = kept.read()
     if data is None:
         return None
-    if len(data) > MAX_SIDECAR_BYTES:
-        raise SidecarInvalid(f"the replay projection of {kept.where} is over {MAX_SIDECAR_BYTES} bytes: "
-                             "run `memvault rebuild`")  # fmt: skip
+    _check_size(data, kept)
     actual = hashlib.sha256(data).hexdigest()
     with _keepers_lock:
         cached = _by_digest.get(actual)
@@ -201,7 +208,7 @@ def _parse_kept(kept: KeptProjection, digest: str | None):
         return cached
     state = parse_state(data, f"the replay projection of {kept.where}")
     lifecycle = state.superseded()
-    entry = (state, data, lifecycle, frozenset(lifecycle))
+    entry = (lifecycle, frozenset(lifecycle))
     with _keepers_lock:
         _by_digest[actual] = entry
         while len(_by_digest) > _DIGESTS_KEPT:
