@@ -136,6 +136,18 @@ def on_test_backend(root: Path, name: str = "test-vault") -> Path:
     return root
 
 
+def on_server_database(root: Path, dsn: str, name: str) -> Path:
+    """Point a vault at a database with the DSN in its own config (`index.dsn`, no password):
+    for a module's vault, which outlives any one test's `index_backend` and PG* variables."""
+    import json
+
+    config_path = root / "memvault.json"
+    data = json.loads(config_path.read_text())
+    data["index"] = {"backend": "postgres", "name": name, "dsn": dsn}
+    config_path.write_text(json.dumps(data, indent=2) + "\n")
+    return root
+
+
 def libpq_environment(dsn: str) -> dict[str, str]:
     """The PG* variables libpq reads, for a key=value DSN."""
     parts = dict(part.split("=", 1) for part in dsn.split())

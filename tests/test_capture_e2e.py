@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 from memvault.cli.main import cli
 from memvault.indexer.engine.store import MemoryStore
-from memvault.indexer.maintenance.health import check_health
 from memvault.vault.graph import parse_graph
 from memvault.vault.replay import read_sidecar
 from tests.capture_helpers import OLLAMA_PATH, ChatScript, daily_text, entity, extraction, make_capture_vault, memory
 from tests.loopback import LoopbackServer
+from tests.postgres_helpers import on_server_database
 
 ATLAS, MORGAN, DANA = entity("e1", "Project Atlas"), entity("e2", "Morgan", "person"), entity("e3", "Dana", "person")
 #: (the turn the host admits, what the model extracts from it)
@@ -75,12 +75,15 @@ def reconcile(memories: list) -> str:
     return json.dumps({"decisions": decisions})
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
+@pytest.fixture(scope="module", params=["local", "postgres"])
+def project(tmp_path_factory, request):
+    """The project's ten turns captured, with the index in `.index/` and on the test server."""
     with LoopbackServer() as server:
         script = ChatScript(extract, reconcile)
         server.route(OLLAMA_PATH, script)
         root = make_capture_vault(tmp_path_factory.mktemp("atlas"), server.url)
+        if request.param == "postgres":
+            on_server_database(root, request.getfixturevalue("postgres_server").new_database(), "atlas")
         runner = CliRunner()
         for number, (turn, _) in enumerate(TURNS):
             body = {"runId": f"atlas-{number}", "answer": turn, "captureText": turn,
@@ -103,13 +106,13 @@ def test_ten_turns_become_current_curated_facts(project):
         database = top_texts(store, "Which database does Atlas use?")
         launch = top_texts(store, "What is the Atlas launch date?")
         standup = top_texts(store, "When is the Atlas standup?")
-        report = check_health(store.layout, store.config, strict=True)
+        report = store.health_report(strict=True)  # the store's own engine's checks (a folder's or a server's)
     assert database[0] == "Project Atlas uses SQLite as its database for the pilot."
     assert "Project Atlas uses Postgres as its database." not in database
     assert launch[0] == "The Atlas launch date is March 15." and "The Atlas launch date is February 1." not in launch
     assert standup[0] == "The Atlas standup is on Mondays at 10:00 and lasts 15 minutes."
     assert "The Atlas standup is on Mondays at 09:30." not in standup
-    assert report.healthy, [f.message for f in report.findings]
+    assert report["healthy"], [f["message"] for f in report["findings"]]
     # the markdown keeps the whole history, each fact once; the duplicate turn added nothing
     text = daily_text(root)
     assert text.count("^f-") == 9 and text.count("Morgan leads Project Atlas.") == 1

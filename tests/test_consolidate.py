@@ -73,6 +73,7 @@ def canonical_digest(root):
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in parts}
 
 
+@pytest.mark.both_backends
 def test_index_md_is_regenerated_without_a_model_or_a_change_to_memory(tmp_path, server):
     root = bujo_vault(tmp_path, server, FACTS, ENTITIES)
     before = canonical_digest(root)
@@ -92,6 +93,7 @@ def test_index_md_is_regenerated_without_a_model_or_a_change_to_memory(tmp_path,
     assert report.scan_complete and report.scanned_rows == 7 + 4 + 1
 
 
+@pytest.mark.both_backends
 def test_text_outside_the_block_is_kept_and_a_stray_marker_is_refused(tmp_path, server):
     root = bujo_vault(tmp_path, server, FACTS, ENTITIES)
     (root / "index.md").write_text("# My vault\n\nNotes I keep by hand.\n")
@@ -108,6 +110,7 @@ def test_text_outside_the_block_is_kept_and_a_stray_marker_is_refused(tmp_path, 
             store.consolidate()
 
 
+@pytest.mark.both_backends
 def test_duplicate_fact_groups_are_counted_not_merged(tmp_path, server):
     root = bujo_vault(tmp_path, server, FACTS, ENTITIES)
     (root / "daily/2026-11-27.md").write_text("# 2026-11-27\n\n- Orion is the billing service.\n- Orion is the billing service.\n")
@@ -151,6 +154,7 @@ def test_lexical_keys_collapse_only_spelling():
     assert lexical_key("Atlas") != lexical_key("Project Atlas")
 
 
+@pytest.mark.both_backends
 def test_watch_consolidates_on_its_schedule(tmp_path, server):
     root = bujo_vault(tmp_path, server, FACTS, ENTITIES)
     reports = []
@@ -170,6 +174,7 @@ def test_watch_consolidates_on_its_schedule(tmp_path, server):
     assert server.script.calls["extraction"] == 0
 
 
+@pytest.mark.both_backends
 def test_a_lite_vault_gets_days_and_counts_but_no_entity_preview(tmp_path, server):
     root = make_capture_vault(tmp_path, server.url, mode="lite", write_mode="append-host-summary", name="lite")
     with MemoryStore.open(root) as store:

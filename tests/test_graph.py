@@ -11,6 +11,7 @@ from memvault.vault.graph import Entity, FactLink, Graph, GraphInvalid, parse_gr
 from memvault.vault.replay import ReplayState, write_sidecar
 from tests.capture_helpers import EMBED_PATH, hash_embeddings, make_capture_vault
 from tests.loopback import LoopbackServer
+from tests.postgres_helpers import on_server_database
 
 AT = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 
@@ -89,12 +90,16 @@ ENTITIES = [("e-atlas", "Project Atlas", "project"), ("e-morgan", "Morgan", "per
 RELATIONS = [("e-atlas", "depends_on", "e-orion"), ("e-orion", "runs_on", "e-k8s")]
 
 
-@pytest.fixture(scope="module")
-def graph_vault(tmp_path_factory):
-    """A BuJo vault with hand-written facts and graph.jsonl (both are canonical, editable files)."""
+@pytest.fixture(scope="module", params=["local", "postgres"])
+def graph_vault(tmp_path_factory, request):
+    """A BuJo vault with hand-written facts and graph.jsonl (both are canonical, editable files),
+    once with its index in `.index/` and once on the test server (one vault per module, so the
+    server's database comes from the session's server and its DSN sits in the vault's config)."""
     with LoopbackServer() as server:
         server.route(EMBED_PATH, hash_embeddings)
         root = make_capture_vault(tmp_path_factory.mktemp("graph"), server.url, embed_endpoint=server.url)
+        if request.param == "postgres":
+            on_server_database(root, request.getfixturevalue("postgres_server").new_database(), "graph")
         ids = {}
         with MemoryStore.open(root) as store:
             for text, _ in FACTS:
@@ -193,6 +198,7 @@ def test_superseded_facts_are_not_expanded_and_a_broken_graph_degrades(graph_vau
             store.rebuild()
 
 
+@pytest.mark.both_backends
 def test_a_broken_graph_stops_a_capture_before_any_change(tmp_path):
     from memvault.indexer.services.intake_worker import IntakeWorker
     from tests.capture_helpers import OLLAMA_PATH, ChatScript, daily_text, entity, extraction, memory
