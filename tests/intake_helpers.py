@@ -29,7 +29,9 @@ def make_vault(tmp_path: Path, mode: str = "lite", write_mode: str = "append-hos
     data["memory"]["writeMode"] = write_mode
     root = tmp_path / name
     init_vault(root, render_config(data))
-    return root.resolve()
+    from tests.postgres_helpers import on_test_backend
+
+    return on_test_backend(root.resolve(), f"test-{name.lower()}")  # a both_backends test's postgres run: on the server
 
 
 def store_for(root: Path, clock=None):

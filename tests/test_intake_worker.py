@@ -54,6 +54,7 @@ def test_lite_projects_to_daily_on_the_local_date_and_is_searchable_at_once(tmp_
     assert entry["projection"] == f"daily/2026-11-30.md#^{block}"
 
 
+@pytest.mark.both_backends
 def test_bujo_projects_raw_audit_outside_curated_recall(tmp_path):
     root = make_vault(tmp_path, mode="bujo")
     with store_for(root) as store:
@@ -109,6 +110,7 @@ def test_journal_turns_projected_together_fail_only_where_their_own_note_fails(t
     assert worker.transitions["resolved"] == 4 and worker.transitions["retry_scheduled"] == 3
 
 
+@pytest.mark.both_backends
 def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured(tmp_path):
     root = make_vault(tmp_path, mode="bujo", write_mode="capture")
     with store_for(root) as store:
