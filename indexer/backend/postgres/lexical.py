@@ -13,7 +13,8 @@ Early termination, as search engines do it: each (term, field) list is read best
 (its index is ordered by the tf part of BM25 at a reference length), at most `per_text` rows of
 a row's own words and `per_list` of its neighbours'; the union of what was read is ranked by
 those partial scores, and the best `pool` of it are scored exactly (a list that was cut short is
-probed for each of them by key). A list no longer than its limit is read whole, so on a vault whose query terms are rarer than that (every test
+probed by key for each of them it did not hold among the postings read). A list no longer than
+its limit is read whole, so on a vault whose query terms are rarer than that (every test
 corpus, LoCoMo's vaults) the ranking is exactly Tantivy's; on long lists a row whose every
 posting sits in its lists' tails can be passed over (bench/bench_postgres.py prints the overlap
 with the exhaustive ranking).
@@ -73,7 +74,10 @@ IMPACT_SQL = (f"(tf::float8 / (tf + {_K1} * (1 - {_B} + {_B} * len / CASE field 
 #: parameters: words (text), grams (text[]: the query's CJK bigrams), vault, generation, kinds, depth,
 #: per_text, per_list, pool; returns (key, score).
 #: {postings} and {terms} name the generation's leaves: read directly, the planner scans their
-#: indexes alone (through the parent, its vault and generation filters need every heap row)
+#: indexes alone (through the parent, its vault and generation filters need every heap row).
+#: Per query it reads at most per_text postings of each own-words list and per_list of each
+#: neighbours' list (`top`), sums them per row (`pool`), and probes the pool's rows only in the
+#: lists that were cut and did not hold them (bench/bench_postgres.py, docs/team.md)
 BM25_SQL = f"""
 WITH q AS MATERIALIZED (  -- cjk: a bigram, searched in field 2 only (words in fields 0 and 1)
     SELECT lexeme, coalesce(array_length(positions, 1), 1) AS qtf, false AS cjk
@@ -89,10 +93,15 @@ g AS MATERIALIZED (
     FROM memvault_generations WHERE vault = %(vault)s AND generation = %(generation)s
 ),
 -- one list per (term, field) the generation holds, with its BM25 weight (idf from the
--- statistics of every kind) and its length normalisation
-l AS MATERIALIZED (
+-- statistics of every kind) and its length normalisation; n numbers the lists in (term, field)
+-- order, the order each score is summed in. A list is cut when the generation holds at least
+-- its limit of postings (of every kind: one of the kinds asked may hold fewer, and probing a
+-- list read whole finds the postings read, so the scores are the same)
+l0 AS (
     SELECT q.lexeme, f.field, q.qtf * f.boost * ln(1 + (g.n - f.df + 0.5) / (f.df + 0.5)) * ({_K1} + 1) AS w,
-           {_K1} * (1 - {_B}) AS c0, {_K1} * {_B} / f.avg AS c1
+           {_K1} * (1 - {_B}) AS c0, {_K1} * {_B} / f.avg AS c1,
+           f.df >= CASE WHEN f.field = 1 THEN %(per_list)s ELSE %(per_text)s END AS cut,
+           (row_number() OVER (ORDER BY q.lexeme, f.field))::int AS n
     FROM q JOIN {{terms}} t ON t.lexeme = q.lexeme
     CROSS JOIN g
     CROSS JOIN LATERAL (VALUES (0::int2, 1::float8, t.df_text::float8, g.avg_text),
@@ -100,38 +109,39 @@ l AS MATERIALIZED (
                                (2::int2, 1::float8, t.df_cjk::float8, g.avg_cjk)) AS f(field, boost, df, avg)
     WHERE f.df > 0 AND (f.field = 2) = q.cjk
 ),
--- each list best impact first, at most per_list postings of each kind asked
+-- a bit for each of the first 62 lists (a pool row's bits say which of them held it); a list
+-- without one (past 31 words of a question) is probed for every pool row instead
+l AS MATERIALIZED (
+    SELECT l0.*, CASE WHEN n < 63 THEN 1::int8 << n ELSE 0::int8 END AS bit FROM l0
+),
+-- each list best impact first, at most per_list / per_text postings of each kind asked
 top AS MATERIALIZED (
-    SELECT l.lexeme, l.field, p.key, l.w * p.tf / (p.tf + l.c0 + l.c1 * p.len) AS s
+    SELECT l.n, l.cut, l.bit, p.key, l.w * p.tf / (p.tf + l.c0 + l.c1 * p.len) AS s
     FROM l CROSS JOIN unnest(%(kinds)s::text[]) AS k(kind)
     CROSS JOIN LATERAL (
         SELECT p.key, p.tf, p.len FROM {{postings}} p
         WHERE p.lexeme = l.lexeme AND p.field = l.field AND p.kind = k.kind
         ORDER BY p.impact DESC LIMIT CASE WHEN l.field = 1 THEN %(per_list)s ELSE %(per_text)s END) p
 ),
--- lists read whole are exact already; the others are probed for the pool's rows
-cut AS MATERIALIZED (
-    SELECT l.* FROM l
-    WHERE (SELECT count(*) FROM top WHERE top.lexeme = l.lexeme AND top.field = l.field)
-          >= CASE WHEN l.field = 1 THEN %(per_list)s ELSE %(per_text)s END
-),
 pool AS MATERIALIZED (
-    SELECT key FROM top GROUP BY key ORDER BY sum(s) DESC, key LIMIT %(pool)s
+    SELECT key, bit_or(bit) AS seen FROM top GROUP BY key ORDER BY sum(s) DESC, key LIMIT %(pool)s
 ),
+-- a pool row's exact score: the postings read (a row is in a list once), and for each cut list
+-- that did not hold it one index probe by key (never a scan of the lists)
 exact AS (
-    SELECT t.key, t.lexeme, t.field, t.s FROM top t JOIN pool USING (key)
-    WHERE NOT EXISTS (SELECT 1 FROM cut c WHERE c.lexeme = t.lexeme AND c.field = t.field)
+    SELECT t.key, t.n, t.s FROM top t JOIN pool USING (key) WHERE NOT t.cut OR t.bit <> 0
     UNION ALL
-    SELECT o.key, c.lexeme, c.field, c.w * p.tf / (p.tf + c.c0 + c.c1 * p.len)
-    FROM cut c CROSS JOIN pool o
-    CROSS JOIN LATERAL (  -- one index probe per (row, list): never a scan of the lists
+    SELECT o.key, c.n, c.w * p.tf / (p.tf + c.c0 + c.c1 * p.len)
+    FROM l c CROSS JOIN pool o
+    CROSS JOIN LATERAL (
         SELECT p.tf, p.len FROM {{postings}} p
         WHERE p.key = o.key AND p.field = c.field AND p.lexeme = c.lexeme LIMIT 1) p
+    WHERE c.cut AND (o.seen & c.bit) = 0
 )
 -- each score summed in one order (its lists'): floating-point addition is not associative, and rows
 -- that tie must tie exactly however their postings were written (one edit at a time or rebuilt).
 -- Only here: ordering the pool's partial sums too cost a tenth to a quarter of a query (10k rows)
-SELECT key, sum(s ORDER BY lexeme, field) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
+SELECT key, sum(s ORDER BY n) AS score FROM exact GROUP BY key ORDER BY score DESC, key LIMIT %(depth)s
 """
 
 
