@@ -10,7 +10,11 @@ intake_snapshot, health_report) over the index server alone (docs/team.md):
   the server's permanent run ledger behind the spec's fingerprint LRU (`indexer/team/ledger.py`);
   the vault's owner drains it into its files;
 * a remembered fact is acknowledged by one statement on the server, with the id a local
-  remember gives it (`vault.ids.memory_id`), recallable from every machine at once.
+  remember gives it (`vault.ids.memory_id`), recallable from every machine at once;
+* of a BuJo vault, recall excludes superseded memories and MemoryJournal reports their state as
+  on the owner, from the serving generation's replay projection on the server (its digest comes
+  with the serving pointer). One-hop graph expansion does not run here: graph.jsonl stays with
+  the files, and an explicit recall says so in `degraded` (NO_GRAPH_EXPANSION).
 
 The DSN is passed in by the entry point (MEMVAULT_INDEX_DSN, or libpq's own files): this module
 never reads the environment. Messages never carry the DSN's password (backend/postgres/connection.py).
@@ -18,6 +22,7 @@ never reads the environment. Messages never carry the DSN's password (backend/po
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -30,6 +35,7 @@ from memvault.indexer.engine.overlay import PendingRow, overlay_of, pending_reco
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
 from memvault.indexer.results import RecallResult, RememberReceipt
 from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
+from memvault.indexer.search.supersession import kept_lifecycle
 from memvault.indexer.team.ledger import NetworkAdmission
 from memvault.vault.clock import local_day_and_time, utc_now, zone
 from memvault.vault.config import IndexConfig
@@ -45,6 +51,10 @@ MAX_RECALL_LIMIT = 100
 _NO_FOLDER = Path("/nonexistent-memvault-vault")
 #: how often `admit --wait` asks the server whether the owner has projected the turn
 _WAIT_POLL_SECONDS = 0.05
+#: what an explicit recall of a BuJo vault from here leaves out (docs/team.md)
+NO_GRAPH_EXPANSION = ("no graph expansion from a connected client: graph.jsonl stays with the vault's files, so "
+                      "explicit recall here returns direct hits only (superseded memories excluded as on the owner); "
+                      "the owner's recall (`memvault search` on its machine) adds the one-hop graph neighbours")
 
 
 class ConnectedStore:
@@ -61,6 +71,7 @@ class ConnectedStore:
         self._settings: dict | None = None
         self._journal = None
         self._embedders: dict = {}
+        self._last_index: ServerIndex | None = None
 
     @classmethod
     def connect(cls, name: str, dsn: str | None = None, *, env: Mapping[str, str] | None = None) -> ConnectedStore:
@@ -209,30 +220,41 @@ class ConnectedStore:
             index, vectors = self._serving()
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
-        bm25 = overlay_of(index.bm25, self._waiting_rows())
+        bm25 = overlay_of(index.bm25, self._waiting_rows())  # the rows carry their replay projection
         today = self._clock().astimezone(tz).date()
         if mode == "auto":
             result = recall_auto(bm25, vectors, query, today=today)
         else:
             result = recall_tool(bm25, vectors, query, limit, today=today)
+            if self.settings().get("tier") == "bujo":  # superseded memories are excluded as on the owner
+                result = dataclasses.replace(result, degraded="; ".join(filter(None, [result.degraded, NO_GRAPH_EXPANSION])))
         return result.in_zone(tz)
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         return self.recall(query, limit=limit, mode=mode)
 
     def _serving(self):
-        number = self.backend.serving_generation()
+        number, replay = self.backend.serving_replay()  # and its replay projection's digest (BuJo)
         if number is None:
             raise IndexUnavailable(f"vault {self.name!r} has no index on the server yet: its owner builds it "
                                    "(`memvault rebuild` on its home machine)")  # fmt: skip
         embedding = self.backend.generation_embedding(number)
         embedder = None if embedding is None else self._embedder_for(embedding)
         index = ServerIndex(self.backend, number, VaultLayout(_NO_FOLDER), embedder, file_states=False)
+        index.replay.seen(replay)
+        self._last_index = index
         vectors = None
         if embedder is not None:
             vectors = ServerVectors(embedder)
             vectors.attach_serving(index)
         return index, vectors
+
+    def supersession_state(self, entry_id: str) -> str:
+        """MemoryJournal's state of a memory: "superseded" when the serving generation's replay
+        projection (a BuJo vault's, on the server) retires it, else "valid". Read with the page's
+        rows (`_journal_scan`): no round trip per entry while the projection is unchanged."""
+        index = self._last_index if self._last_index is not None else self._serving()[0]
+        return "superseded" if entry_id in kept_lifecycle(index.replay) else "valid"
 
     def _embedder_for(self, embedding: dict):
         key = (embedding["provider"], embedding["model"], int(embedding["dim"]))
@@ -280,7 +302,8 @@ class ConnectedStore:
             if persistent:
                 folder = self.cursor_folder()
                 snapshots = snapshot_store_for(folder, True) if folder is not None else None
-            self._journal = JournalService(self._journal_scan, snapshots=snapshots)
+            self._journal = JournalService(self._journal_scan, snapshots=snapshots,
+                                           supersession_state=self.supersession_state)
         return self._journal
 
     def cursor_folder(self) -> Path | None:
