@@ -106,3 +106,19 @@ def test_a_connected_client_excludes_superseded_memories_and_says_it_does_not_ex
         with psycopg.connect(dsn, autocommit=True) as conn:  # the client reads the server's row too
             conn.execute("UPDATE memvault_generations SET replay = NULL, replay_sha256 = NULL WHERE vault = %s", (NAME,))
         assert OLD in [hit.text for hit in agent.recall("Atlas deadline").hits]
+
+
+def test_search_across_vaults_excludes_a_bujo_vaults_superseded_memories(captured, postgres_server):
+    """A reader role granted the vault reads its projection's digest and bytes too (row-level
+    security on memvault_generations), so a search across vaults drops what was superseded."""
+    from memvault import search_across
+
+    root, store, dsn = captured
+    reader = postgres_server.create_role(dsn, "bujo_reader")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'GRANT "memvault_read_{NAME}" TO bujo_reader')
+    found = [hit.hit.text for hit in search_across([NAME], "Atlas deadline", dsn=reader).hits]
+    assert found[0] == NEW and OLD not in found
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the filter is the server's row
+        conn.execute("UPDATE memvault_generations SET replay = NULL, replay_sha256 = NULL WHERE vault = %s", (NAME,))
+    assert OLD in [hit.hit.text for hit in search_across([NAME], "Atlas deadline", dsn=reader).hits]
