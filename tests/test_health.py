@@ -146,6 +146,7 @@ def test_stray_generation_from_a_killed_rebuild_is_reported_and_swept_by_rebuild
     assert not (stray / "half-built").exists() and health_of(clean_vault, strict=True).healthy
 
 
+@pytest.mark.both_backends
 def test_intake_counts_are_reported(clean_vault):
     with MemoryStore.open(clean_vault) as store:
         store.persist_completed_turn("run-health-1", "We decided the launch colour is teal.")

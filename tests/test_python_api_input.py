@@ -35,11 +35,13 @@ def check_every_bad_time_is_refused(store, root):
     assert "stamped with" not in text and "Refused item" not in text and "naive" not in text
 
 
+@pytest.mark.both_backends
 def test_a_time_that_is_not_a_datetime_is_refused_in_process(new_vault):
     with MemoryStore.open(new_vault) as store:
         check_every_bad_time_is_refused(store, new_vault)
 
 
+@pytest.mark.both_backends
 def test_a_time_that_is_not_a_datetime_is_refused_through_the_owner(new_vault):
     owner = OwnerProcess(new_vault, "serve").wait_serving()
     try:

@@ -178,6 +178,7 @@ def test_journal_view_pages_a_date_range(served):
     assert status == 400 and "already used" in again["error"]["message"]
 
 
+@pytest.mark.both_backends
 def test_journal_rejects_a_bad_zone(served):
     status, body = get_json(served, "/journal.json?from=2026-11-01&through=2026-11-02&tz=Mars/Olympus")
     assert status == 400 and "Mars/Olympus" in body["error"]["message"]
@@ -290,6 +291,7 @@ def test_calendar_nodes_are_left_out_of_the_list(served):
     assert "monday" not in [g["key"] for g in body["groups"]]
 
 
+@pytest.mark.both_backends
 def test_an_entity_page_has_relations_memories_and_a_drawing(served):
     morgan = entity_id("Morgan")
     status, body = get_json(served, f"/entities/{morgan}.json")
@@ -339,14 +341,13 @@ def test_hostile_entity_names_are_escaped(served):
 # --- Status ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_status_reports_health_index_intake_and_owner(served):
     status, body = get_json(served, "/status.json")
     assert status == 200
     assert body["health"]["healthy"] is True
     assert {f["code"] for f in body["health"]["findings"]} == {"conflict_markers", "duplicate_id"}
-    from memvault.indexer.maintenance.derived import DerivedIndex
-
-    index = DerivedIndex.open_current(served.store.layout)
+    index = served.store._readable_index()  # the serving generation, a folder's or the server's
     assert body["index"]["generation"] == index.generation.name and body["index"]["rows"] == index.bm25.count()
     assert body["intake"]["counts"]["pending"] == 0 and body["intake"]["ledger"]["ok"] is True
     assert body["mode"] == "lite" and body["vectors"]["configured"] is None
@@ -373,6 +374,7 @@ def test_concurrent_requests_all_answer(served):
     assert statuses == [200] * len(paths)
 
 
+@pytest.mark.both_backends
 def test_a_remembered_fact_appears_without_a_restart(served):
     served.store.remember("The web page test fact: the kettle is descaled on Sundays.")
     _, body = get_json(served, "/recall.json?q=kettle+descaled")
@@ -421,6 +423,7 @@ def test_the_token_must_be_long_enough():
         Guard(lambda *a: None, token="short", port=1)
 
 
+@pytest.mark.both_backends
 def test_a_memory_space_and_its_notes(served):
     from memvault.indexer.engine.store import MemoryStore
     from memvault.vault.spaces import SpaceCatalog
@@ -507,6 +510,7 @@ def test_a_huge_form_post_is_answered_413_not_a_reset(served):
     assert served.get("/status.json", token=TOKEN)[0] == 200  # still serving
 
 
+@pytest.mark.both_backends
 def test_recall_hit_text_keeps_the_markdown_it_was_written_with(served):
     served.store.remember("Pass *args and **kwargs through; 2 * 3 * 4 is 24.")
     _, body = get_json(served, "/recall.json?q=kwargs+through")
@@ -524,6 +528,7 @@ def test_recall_hit_text_keeps_the_markdown_it_was_written_with(served):
     assert entry["html"] in served.get("/journal", token=TOKEN)[2].decode()
 
 
+@pytest.mark.both_backends
 def test_a_vault_mixing_both_layouts_browses_by_date(served):
     nested = served.root / "daily" / "2026" / "11" / "2026-11-16.md"
     nested.parent.mkdir(parents=True)
