@@ -32,7 +32,7 @@ def test_share_is_the_weight_matched_only_inside_the_memorys_questions():
     assert asked_share("I play violin. Do you play any instruments?", WEIGHTS) == pytest.approx(3 / 5)
     assert asked_share(TELLS, WEIGHTS) == 0.0  # asks nothing
     assert asked_share("Where were you last night?", WEIGHTS) == 0.0  # asks, but none of the question
-    assert asked_share("I play clarinet [image: a photo of what?]", WEIGHTS) == 0.0  # a caption does not ask
+    assert asked_share("I play clarinet. Want to hear?", WEIGHTS) == 0.0  # told before it asks
 
 
 def test_discount_reorders_and_leaves_strength():

@@ -136,6 +136,10 @@ class _Lane:
 
 
 class SemanticService:
+    #: a search may run in another thread beside the BM25 search of the same recall: hnswlib
+    #: queries and the providers take their own locks, and both release the GIL while they work
+    searches_beside_bm25 = True
+
     def __init__(self, layout: VaultLayout, config: Config, provider: EmbeddingProvider | None = None):
         llm = config.memory.llm
         timeout = (llm.timeout_ms / 1000) if llm is not None else 60.0

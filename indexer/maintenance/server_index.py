@@ -329,6 +329,8 @@ class ServerVectors:
     catch_up_source = None
     lag_reason = None
     waiting = 0
+    #: the vector list comes over the same server connection as the lexical one: one at a time
+    searches_beside_bm25 = False
 
     def __init__(self, embedder):
         self.embedder = embedder

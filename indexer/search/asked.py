@@ -35,7 +35,6 @@ ASKED_HEAD = 50
 MEMO_LIMIT = 50_000
 _STEMS: dict[str, str | None] = {}
 _SENTENCE_RE = re.compile(r"[^.!?]*[.!?]+|[^.!?]+$")
-_IMAGE_RE = re.compile(r"\s*\[image:[^\]]*\]\s*$")  # a photo's caption is not the memory asking
 
 
 def asked_share(text: str, weights: dict[str, float]) -> float:
@@ -45,7 +44,7 @@ def asked_share(text: str, weights: dict[str, float]) -> float:
         return 0.0
     asked: set[str] = set()
     told: set[str] = set()
-    for sentence in _SENTENCE_RE.findall(_IMAGE_RE.sub("", text)):
+    for sentence in _SENTENCE_RE.findall(text):
         (asked if sentence.rstrip().endswith("?") else told).update(_terms(sentence))
     matched = [term for term in weights if term in asked or term in told]
     mass = sum(weights[term] for term in matched)

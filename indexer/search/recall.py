@@ -9,7 +9,9 @@ they get guidance instead (`memvault.indexer.search.routing`).
 """
 
 import dataclasses
+import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import date
 
 from memvault.indexer.results import RecallHit, RecallResult
@@ -55,11 +57,12 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     that only asks what the question asks is discounted (`asked.py`; `asked=False`: not), with
     `doc_freqs` (default: the index's) for the question terms' idf.
     """
+    beside = beside_bm25(semantic.search, query, depth) if semantic is not None and semantic.searches_beside_bm25 else None
     lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
         fused, degraded = fuse(lexical, None), None
     else:
-        vectors, degraded = semantic.search(query, depth)
+        vectors, degraded = beside.result() if beside is not None else semantic.search(query, depth)
         extra, extra_degraded = _extra_vectors(semantic, query, depth, extra_list)
         covered, unavailable = _coverage(bm25, query, (lexical, vectors or [], extra or []), docs)
         fused = fuse(lexical, vectors, covered, extra)
@@ -73,6 +76,20 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     if reranker is not None:
         fused, unranked = _reranked(bm25, reranker, query, fused, docs, notes if notes is not None else {})
     return load_rows(bm25, fused, docs, rows_for, one_per_text), degraded or retired or unranked
+
+
+def beside_bm25(search, *args) -> Future:
+    """`search(*args)` started in a worker thread, so the query's embedding and the vector graph
+    run while the calling thread searches BM25 (Tantivy and hnswlib release the GIL: on two
+    cores the slower of the two lists sets a recall's pace, not their sum). The pool belongs to
+    the process that made it: a forked child makes its own."""
+    global _BESIDE
+    if _BESIDE is None or _BESIDE[0] != os.getpid():
+        _BESIDE = (os.getpid(), ThreadPoolExecutor(max_workers=4, thread_name_prefix="memvault-vectors"))
+    return _BESIDE[1].submit(search, *args)
+
+
+_BESIDE: tuple[int, ThreadPoolExecutor] | None = None
 
 
 def _extra_vectors(semantic, query: str, depth: int, wanted: bool):
