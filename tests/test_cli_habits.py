@@ -55,6 +55,7 @@ def test_an_unknown_shell_is_a_usage_error():
     assert done.exit_code == 2 and "'tcsh' is not one of 'bash', 'zsh', 'fish'" in done.output
 
 
+@pytest.mark.both_backends
 def test_journal_takes_the_vaults_zone_when_no_tz_is_given(fixture_vault):
     implicit = CliRunner().invoke(cli, ["--vault", str(fixture_vault), "journal", "2026-11-01", "2026-11-02", "--json"],
                                   catch_exceptions=False)  # fmt: skip
@@ -67,6 +68,7 @@ def test_journal_takes_the_vaults_zone_when_no_tz_is_given(fixture_vault):
     assert body["entries"] == json.loads(explicit.output)["entries"] != []
 
 
+@pytest.mark.both_backends
 def test_an_explicit_zone_still_wins(fixture_vault):
     done = CliRunner().invoke(cli, ["--vault", str(fixture_vault), "journal", "2026-11-01", "2026-11-01",
                                     "--tz", "America/New_York", "--json"], catch_exceptions=False)  # fmt: skip

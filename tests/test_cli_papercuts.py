@@ -32,6 +32,7 @@ def ok(*args: str):
 
 @pytest.mark.parametrize("fact", ["- [ ] Ask Alice about the budget", "- [x] Book the room", "---", "-> ship it",
                                   "-5 degrees at the site"])  # fmt: skip
+@pytest.mark.both_backends
 def test_remember_takes_text_that_starts_with_a_dash_as_the_fact(new_vault, fact):
     receipt = json.loads(ok("--vault", str(new_vault), "remember", fact, "--json").output)
     assert receipt["status"] == "added"
@@ -41,6 +42,7 @@ def test_remember_takes_text_that_starts_with_a_dash_as_the_fact(new_vault, fact
     assert again["status"] == "duplicate" and again["id"] == receipt["id"]
 
 
+@pytest.mark.both_backends
 def test_a_mistyped_option_still_fails_and_says_how_to_store_such_text(new_vault):
     typo = invoke("--vault", str(new_vault), "remember", "--jsn", "Standup moved.")
     assert typo.exit_code == 2 and "No such option '--jsn'" in typo.output
@@ -94,6 +96,7 @@ def test_journal_errors_name_the_cli_arguments_not_the_mcp_fields(new_vault, arg
         assert not any(name in result.output for name in MCP_NAMES), result.output
 
 
+@pytest.mark.both_backends
 def test_journal_of_one_day_needs_its_date_once(new_vault):
     ok("--vault", str(new_vault), "remember", "Standup moved to 10:00.", "--at", "2026-09-01T09:30:00+02:00")
     body = json.loads(ok("--vault", str(new_vault), "journal", "2026-09-01", "--json").output)
@@ -104,6 +107,7 @@ def test_journal_of_one_day_needs_its_date_once(new_vault):
 # --- remember --at a bare date ----------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_remember_at_a_bare_date_is_the_start_of_that_day_in_the_vaults_zone(new_vault):
     out = ok("--vault", str(new_vault), "remember", "Kickoff held.", "--at", "2026-09-01", "--json").output
     receipt = json.loads(out)
@@ -183,6 +187,7 @@ def test_the_python_api_table_names_each_class_where_it_lives():
 # --- health names the file ---------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_health_text_names_the_file_a_not_indexed_warning_is_about(new_vault):
     (new_vault / "daily" / "meeting notes.md").write_text("- 09:00 a person's own page\n", encoding="utf-8")
     result = invoke("--vault", str(new_vault), "health")
@@ -203,6 +208,7 @@ def test_engine_status_exits_1_without_an_owner_and_its_help_says_so(new_vault):
 # --- the fixture vault does not contradict what is indexed ---------------------------------------
 
 
+@pytest.mark.both_backends
 def test_the_fixture_callout_is_a_memory_and_says_so(fixture_vault):
     hits = json.loads(ok("--vault", str(fixture_vault), "search", "callout", "--json").output)["hits"]
     callout = [hit for hit in hits if hit["source"].startswith("daily/2026-11-02.md")]

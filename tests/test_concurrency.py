@@ -32,6 +32,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.both_backends
 @pytest.mark.slow
 def test_two_processes_remembering_lose_nothing_and_duplicate_nothing(new_vault):
     count = 80  # 176 remembers racing for one vault over two days' notes: enough to interleave, without minutes of commits
@@ -55,6 +56,7 @@ def test_two_processes_remembering_lose_nothing_and_duplicate_nothing(new_vault)
         assert store.recall("beta wrote fact number 79").hits[0].text == "beta wrote fact number 79."
 
 
+@pytest.mark.both_backends
 def test_a_failing_note_fsync_leaves_old_bytes_no_temp_and_no_index_row(new_vault, monkeypatch):
     ams = ZoneInfo("Europe/Amsterdam")
     with MemoryStore.open(new_vault) as store:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from bench.generate import make_vault
@@ -67,6 +68,7 @@ def test_off_a_terminal_nothing_is_drawn_and_json_reports_the_phases(tmp_path: P
     assert all(p["seconds"] >= 0 for p in phases)
 
 
+@pytest.mark.both_backends
 def test_a_lite_rebuild_has_no_vector_phases(fixture_vault: Path):
     done = CliRunner().invoke(cli, ["--vault", str(fixture_vault), "rebuild", "--json"], catch_exceptions=False)
     assert [p["phase"] for p in json.loads(done.output)["phases"]] == ["notes", "swap"]
