@@ -34,6 +34,7 @@ def files_of(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".index" not in p.parts)
 
 
+@pytest.mark.both_backends
 def test_capture_test_shows_what_would_be_stored_and_writes_nothing(tmp_path, server):
     script = ChatScript(lambda _turn: GOOD, add_only)
     server.route(OLLAMA_PATH, script)
@@ -50,6 +51,7 @@ def test_capture_test_shows_what_would_be_stored_and_writes_nothing(tmp_path, se
     assert files_of(root) == before and daily_text(root) == ""  # no fact, no plan, no intake record
 
 
+@pytest.mark.both_backends
 def test_capture_test_says_why_nothing_would_be_stored(tmp_path, server):
     answers = iter(['{"memories": []}', '{"memories": [], "entities": []}'])
     server.route(OLLAMA_PATH, ChatScript(lambda _turn: next(answers)))
@@ -59,12 +61,14 @@ def test_capture_test_says_why_nothing_would_be_stored(tmp_path, server):
     assert "would store nothing: invalid_model_output: extraction answer: the answer has unknown fields [] / missing fields ['relations']" in text
 
 
+@pytest.mark.both_backends
 def test_capture_test_needs_a_bujo_vault(tmp_path):
     root = make_capture_vault(tmp_path, "http://127.0.0.1:9", mode="journal", write_mode="append-host-summary")
     result = invoke(root, "capture", "test", ok=False)
     assert result.exit_code == 1 and 'capture needs memory.mode "bujo"' in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.both_backends
 def test_inspect_shows_capture_counts_without_content(tmp_path, server):
     server.route(OLLAMA_PATH, ChatScript(lambda _turn: GOOD))
     root = make_capture_vault(tmp_path, server.url)

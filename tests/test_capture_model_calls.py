@@ -83,6 +83,7 @@ def test_default_config_data_has_no_system_role_key():
     ("model", "system_role", "folded"),
     [("capture-model", None, False), ("gemma3:270m", None, True), ("capture-model", "fold", True), ("gemma3:4b", "system", False)],
 )
+@pytest.mark.both_backends
 def test_the_system_prompt_is_folded_where_configured_and_by_default_for_gemma(tmp_path, server, model, system_role, folded):
     script = ChatScript(lambda _turn: GOOD)
     server.route(OLLAMA_PATH, script)
@@ -101,6 +102,7 @@ def test_the_system_prompt_is_folded_where_configured_and_by_default_for_gemma(t
     store.close()
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
 def test_each_request_carries_the_schema_the_token_cap_and_the_stop_sequence(tmp_path, server, provider):
     script = ChatScript(lambda _turn: GOOD, provider=provider)
@@ -128,6 +130,7 @@ def _cut_off(provider, content='{"memories": [{"text": "Morgan leads'):
     return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}]}
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
 def test_a_cut_off_answer_is_never_parsed_and_gets_one_repair_call(tmp_path, server, provider):
     answers = iter([_cut_off(provider), GOOD])
@@ -143,6 +146,7 @@ def test_a_cut_off_answer_is_never_parsed_and_gets_one_repair_call(tmp_path, ser
     store.close()
 
 
+@pytest.mark.both_backends
 def test_cut_offs_on_both_calls_are_an_invalid_output_attempt(tmp_path, server):
     script = ChatScript(lambda _turn: _cut_off("ollama", GOOD[: len(GOOD) // 2]))
     server.route(OLLAMA_PATH, script)
@@ -154,6 +158,7 @@ def test_cut_offs_on_both_calls_are_an_invalid_output_attempt(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_the_repair_call_hands_the_model_the_parsers_exact_error(tmp_path, server):
     answers = iter([GOOD[:-1] + ', "confidence": 0.9}', GOOD])
     script = ChatScript(lambda _turn: next(answers))
@@ -168,6 +173,7 @@ def test_the_repair_call_hands_the_model_the_parsers_exact_error(tmp_path, serve
     store.close()
 
 
+@pytest.mark.both_backends
 def test_invalid_output_spends_its_own_budget_of_four_attempts(tmp_path, server):
     script = ChatScript(lambda _turn: "I cannot answer in JSON, sorry.")
     server.route(OLLAMA_PATH, script)
@@ -203,6 +209,7 @@ def _format_of(body):
         ({"json_schema", "json_object+schema"}, 400, ["json_schema", "json_object+schema", "json_object"]),
     ],
 )
+@pytest.mark.both_backends
 def test_a_server_that_rejects_the_schema_form_is_asked_again_one_step_down(tmp_path, server, refuses, status, expected):
     script = ChatScript(lambda _turn: GOOD, provider="openai")
 
@@ -229,6 +236,7 @@ def test_a_server_that_rejects_the_schema_form_is_asked_again_one_step_down(tmp_
     store.close()
 
 
+@pytest.mark.both_backends
 def test_ollama_falls_back_from_a_schema_to_plain_json(tmp_path, server):
     script = ChatScript(lambda _turn: GOOD)
     server.route(OLLAMA_PATH, lambda body: (400, {"error": "invalid format"}) if isinstance(body["format"], dict) else script(body))
@@ -239,6 +247,7 @@ def test_ollama_falls_back_from_a_schema_to_plain_json(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_an_outage_is_not_mistaken_for_a_schema_refusal(tmp_path, server):
     model = HttpChatModel("openai", server.url, "m", timeout_ms=5000)
     server.route(OPENAI_PATH, lambda _body: (503, "overloaded"))
@@ -247,6 +256,7 @@ def test_an_outage_is_not_mistaken_for_a_schema_refusal(tmp_path, server):
     assert model.schema_fallback is None and len(server.requests) == 1
 
 
+@pytest.mark.both_backends
 def test_an_empty_extraction_of_a_substantive_turn_is_a_dead_letter_that_retry_revives(tmp_path, server):
     script = ChatScript(lambda _turn: EMPTY)
     server.route(OLLAMA_PATH, script)
@@ -266,6 +276,7 @@ def test_an_empty_extraction_of_a_substantive_turn_is_a_dead_letter_that_retry_r
     store.close()
 
 
+@pytest.mark.both_backends
 def test_an_empty_extraction_of_a_short_turn_is_a_plain_capture(tmp_path, server):
     server.route(OLLAMA_PATH, ChatScript(lambda _turn: EMPTY))
     root, store, clock = vault(tmp_path, server)
@@ -276,6 +287,7 @@ def test_an_empty_extraction_of_a_short_turn_is_a_plain_capture(tmp_path, server
     store.close()
 
 
+@pytest.mark.both_backends
 def test_health_warns_when_the_last_five_substantive_captures_produced_nothing(tmp_path, server):
     server.route(OLLAMA_PATH, ChatScript(lambda _turn: EMPTY))
     root, store, clock = vault(tmp_path, server)
