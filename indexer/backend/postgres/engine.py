@@ -347,6 +347,23 @@ class PostgresBackend:
                                  f"AND {where}", (self.vault, *params)).fetchall()  # fmt: skip
         return [_stored_row(row) for row in found]
 
+    def _leaf_rows(self, generation: int, where: str, params: tuple) -> list[StoredRow]:
+        """Rows of a generation read from its leaf by name, as the lexical and vector lists read
+        theirs: through the parent, pruning the partitions at run time cost a third of recall's
+        100-row reads at 100k rows (1.6 vs 2.3 ms, measured). A generation dropped meanwhile holds
+        no rows, as through the parent."""
+        psycopg = require_psycopg()
+        leaf = _quoted(schema.leaf_table(self.vault, generation))
+        with self._session() as conn:
+            try:
+                # the vault and generation too: the leaf's indexes lead with them (before
+                # PostgreSQL 18 and its skip scans, an index is not searched without them)
+                found = conn.execute(f"SELECT {_ROW_COLUMNS} FROM {leaf} WHERE vault = %s AND generation = %s "
+                                     f"AND {where}", (self.vault, generation, *params)).fetchall()  # fmt: skip
+            except psycopg.errors.UndefinedTable:
+                found = []
+        return [_stored_row(row) for row in found]
+
     def rows_of(self, generation: int, path: str) -> list[StoredRow]:
         return self._rows("path = %s", (generation, path))
 
@@ -354,13 +371,13 @@ class PostgresBackend:
         keys = list(keys)
         if not keys:
             return {}
-        return {row.key: row for row in self._rows("key = ANY(%s)", (generation, keys))}
+        return {row.key: row for row in self._leaf_rows(generation, "key = ANY(%s)", (keys,))}
 
     def rows_by_content_hash(self, generation: int, hashes: Iterable[str], kind: str = "curated") -> list[StoredRow]:
         hashes = list(set(hashes))
         if not hashes:
             return []
-        return self._rows("content_hash = ANY(%s) AND kind = %s", (generation, hashes, kind))
+        return self._leaf_rows(generation, "content_hash = ANY(%s) AND kind = %s", (hashes, kind))
 
     def content_hash_keys(self, generation: int) -> dict[str, str]:
         with self._session() as conn:

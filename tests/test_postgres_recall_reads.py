@@ -1,8 +1,11 @@
-"""The PostgreSQL lexical list's early termination on lists longer than what it reads
+"""Recall's reads on the PostgreSQL backend.
+
+The lexical list's early termination on lists longer than what it reads
 (indexer/backend/postgres/lexical.py): with the read sizes shrunk to a few postings, every list
 of these queries is cut, so the probes for exact scores, the lists that held a pool row already
 and the lists past the per-row bits all run. Every score returned must equal the score of the
-same row with every posting read, and the order must be the engine's (score, then key)."""
+same row with every posting read, and the order must be the engine's (score, then key).
+Rows are read from the generation's leaf by name, and a generation dropped meanwhile holds none."""
 
 import uuid
 from datetime import date, datetime, timezone
@@ -102,3 +105,17 @@ def test_lists_read_whole_rank_as_every_posting_read(served, monkeypatch):
         everything = lists(backend, generation, query, 20, ("curated", "audit"), EVERYTHING, monkeypatch)
         usual = backend.lexical_candidates(generation, query, 20, ("curated", "audit"))  # 73 rows: no list cut
         assert usual == everything
+
+
+def test_rows_are_read_from_the_leaf_and_a_dropped_generation_holds_none(served):
+    backend, generation = served
+    key = f"{NOTE}#m-0305"
+    assert backend.rows_by_keys(generation, [key])[key].text.startswith("eta ")
+    assert [row.key for row in backend.rows_by_content_hash(generation, ["hash-305"])] == [key]
+    assert backend.rows_by_content_hash(generation, ["hash-305"], "audit") == []
+    newer = backend.create_generation(None)
+    backend.apply(newer, BackendDelta((), (RowWrite(key, record(305, "eta again"), "ctx"),), {}))
+    assert backend.rows_by_keys(newer, [key])[key].text == "eta again"  # each generation its own rows
+    backend.drop_generation(newer)
+    assert backend.rows_by_keys(newer, [key]) == {}
+    assert backend.rows_by_content_hash(newer, ["hash-305"]) == []
