@@ -23,7 +23,8 @@ EVERYTHING = {"per_list": 10**9, "per_text": 10**9, "pool": 10**9}
 def record(i: int, text: str, kind: str = "curated", neighbours: tuple[str, ...] = ()) -> MemoryRecord:
     path = NOTE if kind == "curated" else "audit/2026-11-30.md"
     at = datetime(2026, 11, 30, 9, i % 60, tzinfo=timezone.utc)
-    return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), at, text, f"hash-{i}", i + 1, None, True, neighbours)
+    return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), at, text, f"hash-{i}", i + 1, None, True,
+                        neighbours)
 
 
 def corpus() -> list[MemoryRecord]:
@@ -119,3 +120,13 @@ def test_rows_are_read_from_the_leaf_and_a_dropped_generation_holds_none(served)
     backend.drop_generation(newer)
     assert backend.rows_by_keys(newer, [key]) == {}
     assert backend.rows_by_content_hash(newer, ["hash-305"]) == []
+
+
+def test_the_lexical_list_with_its_rows_is_the_list_and_the_rows(served):
+    backend, generation = served
+    asked = [("alpha beta", ("curated",)), ("alpha audit", ("curated", "audit")), ("nothing here", ("curated",))]
+    for query, kinds in asked:
+        hits, rows = backend.lexical_rows(generation, query, 30, kinds)
+        assert hits == backend.lexical_candidates(generation, query, 30, kinds)
+        assert rows == backend.rows_by_keys(generation, [key for key, _ in hits])
+    assert backend.lexical_rows(generation, "", 30) == ([], {})

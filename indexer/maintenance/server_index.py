@@ -113,8 +113,8 @@ class ServerRows:
         """Every read asks the server: nothing to reload."""
 
     def search_docs(self, query: str, limit: int, kinds=("curated",)):
-        hits = self.backend.lexical_candidates(self.generation, query, limit, tuple(kinds))
-        return hits, self.docs_by_keys([key for key, _ in hits])
+        hits, rows = self.backend.lexical_rows(self.generation, query, limit, tuple(kinds))  # one round trip
+        return hits, {key: row_document(row) for key, row in rows.items()}
 
     def search_keys(self, query: str, limit: int, kinds=("curated",)) -> list[tuple[str, float]]:
         return self.backend.lexical_candidates(self.generation, query, limit, tuple(kinds))

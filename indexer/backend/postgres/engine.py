@@ -402,15 +402,33 @@ class PostgresBackend:
 
     def lexical_candidates(self, generation: int, query: str, depth: int,
                            kinds: Sequence[str] = ("curated",)) -> list[tuple[str, float]]:
+        return self._lexical(generation, query, depth, kinds, with_rows=False)[0]
+
+    def lexical_rows(self, generation: int, query: str, depth: int,
+                     kinds: Sequence[str] = ("curated",)) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
+        """`lexical_candidates` and the rows of its hits (`rows_by_keys`), in one statement:
+        recall reads both, and a round trip less is a tenth of a remote recall's time."""
+        return self._lexical(generation, query, depth, kinds, with_rows=True)
+
+    def _lexical(self, generation: int, query: str, depth: int, kinds: Sequence[str], *, with_rows: bool):
         found, grams = query_words(query), query_bigrams(query)
         if not (found or grams) or depth <= 0:
-            return []
+            return [], {}
         postings, terms = self._lexical_leaves(generation)
         arguments = {"words": " ".join(found), "grams": grams, "vault": self.vault, "generation": generation,
                      "kinds": list(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
+        sql = BM25_SQL.format(postings=postings, terms=terms)
+        if with_rows:  # each hit's row from the leaf by its primary key
+            leaf = _quoted(schema.leaf_table(self.vault, generation))
+            sql = (f"SELECT h.score, {', '.join('r.' + c for c in _ROW_COLUMNS.split(', '))} FROM ({sql}) h "
+                   f"JOIN {leaf} r ON r.vault = %(vault)s AND r.generation = %(generation)s AND r.key = h.key")
         with self._session() as conn:
-            rows = conn.execute(BM25_SQL.format(postings=postings, terms=terms), arguments).fetchall()
-        return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
+            found_rows = conn.execute(sql, arguments).fetchall()
+        if not with_rows:
+            return sorted(((key, float(score)) for key, score in found_rows), key=lambda hit: (-hit[1], hit[0])), {}
+        rows = {row.key: row for row in (_stored_row(values[1:]) for values in found_rows)}
+        hits = sorted(((values[1], float(values[0])) for values in found_rows), key=lambda hit: (-hit[1], hit[0]))
+        return hits, rows
 
     def term_frequencies(self, generation: int, terms: Iterable[str],
                          field: str = "text") -> tuple[int, dict[str, int]]:
