@@ -4,10 +4,15 @@
                                [--samples 20] [--remembers 25] [--dsn DSN]   (default: a pgserver under /tmp)
 
 Prints, beside the server's bare `SELECT 1` round trip as the baseline:
-* a remote admit (MemoryStore.connect(...).persist_completed_turn), median and p95;
+* the machine: load averages and a fixed pure-Python loop's time at the start and the end (a
+  shared machine's speed varies; compare runs by it), and the latency of one `fdatasync` of an
+  8 KiB write on the server's data folder's disk (each commit's WAL flush waits for one);
+* a remote admit (MemoryStore.connect(...).persist_completed_turn), median and p95, and the
+  statements it sent on the caller's thread (one: the run ledger's upsert);
 * admissions per second from --clients processes × --admits each (a quarter exact retries, a
   tenth conflicting, the suite's schedule: tests/team_client_driver.py), their loops started
-  together after start-up, with the classification counts checked exactly;
+  together after start-up, with the classification counts checked exactly, and `fdatasync`
+  measured again right after them (the commits' flush, not the client, bounds the rate);
 * remote recall (tool mode) over a vault of --memories, median and p95;
 * admit on one "machine" → searchable from another connected store, and → in the owner's files, p95;
 * the issue's load against the owner (--clients × --admits, + --remembers facts per client): how
@@ -18,10 +23,12 @@ trips. Figures from a loaded machine are labelled so by whoever quotes them.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -51,16 +58,76 @@ def select_one(dsn: str, count: int = 500) -> list[float]:
     return samples
 
 
-def remote_admits(dsn: str, count: int) -> list[float]:
-    samples = []
+def remote_admits(dsn: str, count: int) -> tuple[list[float], float]:
+    """(each admit's time, the statements sent per admit on the caller's thread)."""
+    import psycopg
+
+    samples, sent = [], [0]
+    caller = threading.get_ident()
+    execute = psycopg.Cursor.execute
+
+    def counted(self, *args, **kwargs):
+        if threading.get_ident() == caller:
+            sent[0] += 1
+        return execute(self, *args, **kwargs)
+
     with ConnectedStore(NAME, dsn) as agent:
         agent.settings()
-        for i in range(count):
+        psycopg.Cursor.execute = counted  # Connection.execute goes through a cursor too
+        try:
+            for i in range(count):
+                start = time.perf_counter()
+                result = agent.persist_completed_turn(f"bench-admit-{i}", f"Bench turn {i} chose column{i} for the index.")
+                samples.append((time.perf_counter() - start) * 1000)
+                assert result.status == "admitted", result
+        finally:
+            psycopg.Cursor.execute = execute
+    return samples, sent[0] / count
+
+
+def machine() -> str:
+    """Load averages and a fixed pure-Python loop's time: how busy and how fast the machine is."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(2_000_000):
+        total += i
+    loop_ms = (time.perf_counter() - started) * 1000
+    return f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, CPU probe (2M-step loop) {loop_ms:.0f} ms"
+
+
+def data_folder(dsn: str, given: str | None) -> Path | None:
+    """The server's data folder when this machine can write to it (--fsync-dir, else the
+    server's `data_directory` when it is local), else None."""
+    if given:
+        return Path(given)
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            folder = Path(conn.execute("SHOW data_directory").fetchone()[0])
+    except psycopg.Error:
+        return None
+    return folder if folder.is_dir() and os.access(folder, os.W_OK) else None
+
+
+def fdatasync_ms(folder: Path | None, count: int = 50) -> str:
+    """One `fdatasync` after an 8 KiB write (a WAL page) in the folder, median and p95, as
+    pg_test_fsync times it; the file is removed."""
+    if folder is None:
+        return "not measured (the server's data folder is not on this machine: --fsync-dir)"
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".memvault-bench-fsync-")
+    try:
+        page, samples = os.urandom(8192), []
+        for _ in range(count):
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, page)
             start = time.perf_counter()
-            result = agent.persist_completed_turn(f"bench-admit-{i}", f"Bench turn {i} chose column{i} for the index.")
+            os.fdatasync(fd)
             samples.append((time.perf_counter() - start) * 1000)
-            assert result.status == "admitted", result
-    return samples
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return ms(samples)
 
 
 def many_clients(dsn: str, clients: int, admits: int, remembers: int = 0, tag: str = "rate") -> tuple[float, dict, float]:
@@ -173,6 +240,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--remembers", type=int, default=25, help="per client in the owner load (0: skip it)")
     parser.add_argument("--dsn", default=None)
+    parser.add_argument("--fsync-dir", default=None, help="a folder on the server's data disk (default: its data_directory)")
     args = parser.parse_args()
     server = None
     if args.dsn is None:
@@ -186,10 +254,15 @@ def main() -> int:
 
     versions = server_versions_of(IndexConfig("postgres", NAME, dsn))
     print(f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; clients on this machine over a Unix socket")
+    disk = data_folder(dsn, args.fsync_dir)
     owner = MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn})
+    started = time.perf_counter()
     owner.rebuild()
+    print(f"owner rebuild, {args.memories} memories   {time.perf_counter() - started:7.1f} s")
     owner.start_intake(poll_seconds=0.05)
     try:
+        print(f"machine at the start              {machine()}")
+        print(f"fdatasync, server's data disk     {fdatasync_ms(disk)}")
         print(f"server SELECT 1 (baseline)        {ms(select_one(dsn))}")
         searchable, in_files = admit_to_visible(dsn, root, args.samples)  # first: before any backlog
         print(f"admit → searchable elsewhere      {ms(searchable)}")
@@ -198,12 +271,15 @@ def main() -> int:
         if args.remembers:
             print(f"owner load, {args.clients} × {args.admits} admits + {args.clients * args.remembers} remembers: "
                   f"{owner_load(dsn, root, args.clients, args.admits, args.remembers)}")
-        print(f"remote admit                      {ms(remote_admits(dsn, args.admits))}")
+        admits, statements = remote_admits(dsn, args.admits)
+        print(f"remote admit                      {ms(admits)}  ({statements:.2f} statements per admit)")
         rate, counts, _ = many_clients(dsn, args.clients, args.admits)
         print(f"admissions/s, {args.clients} client processes   {rate:9.0f} /s  ({sum(counts.values())} calls, "
               f"classification exact: {counts[('new', 'admitted', None)]} admitted, "
               f"{counts[('retry', 'duplicate', None)]} duplicate, {counts[('conflict', 'failed', 'conflict')]} conflict)")
+        print(f"fdatasync right after             {fdatasync_ms(disk)}")
         print(f"server SELECT 1 (baseline, again)  {ms(select_one(dsn))}")
+        print(f"machine at the end                {machine()}")
     finally:
         owner.close()
         if server is not None:
