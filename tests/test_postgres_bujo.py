@@ -122,3 +122,19 @@ def test_search_across_vaults_excludes_a_bujo_vaults_superseded_memories(capture
     with psycopg.connect(dsn, autocommit=True) as conn:  # the filter is the server's row
         conn.execute("UPDATE memvault_generations SET replay = NULL, replay_sha256 = NULL WHERE vault = %s", (NAME,))
     assert OLD in [hit.hit.text for hit in search_across([NAME], "Atlas deadline", dsn=reader).hits]
+
+
+def test_captures_read_back_proves_the_bytes_the_server_holds(captured):
+    """verify_projection compares the digest the server computes of the bytes it holds (not the
+    digest column written beside them) with the sidecar's: a changed byte is caught."""
+    from memvault.indexer.maintenance.replay_index import verify_projection
+    from memvault.vault.errors import IndexUnavailable
+
+    root, store, dsn = captured
+    _, sidecar = read_sidecar(root)
+    generation = store._readable_index().generation
+    verify_projection(generation, sidecar)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE memvault_generations SET replay = replay || '\\x20'::bytea WHERE vault = %s", (NAME,))
+    with pytest.raises(IndexUnavailable, match="does not match the replay sidecar"):
+        verify_projection(generation, sidecar)

@@ -18,6 +18,7 @@ vault has no sidecar blocks capture and rebuild until an operator runs the metad
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -75,11 +76,15 @@ def project_generation(layout: VaultLayout, config, generation: Path) -> bytes |
 
 
 def verify_projection(generation: Path, expected: bytes | None) -> None:
-    """Prove the generation holds exactly the published sidecar before the durable intent goes."""
-    found = read_projection(generation)
-    held = None if found is None else found[1]
-    if held != expected:
-        kept = kept_projection(generation)
+    """Prove the generation holds exactly the published sidecar before the durable intent goes
+    (a server proves it by the digest it computes of the bytes it holds: none are sent back)."""
+    kept = kept_projection(generation)
+    if kept is not None:
+        matches = kept.held_sha256() == (None if expected is None else hashlib.sha256(expected).hexdigest())
+    else:
+        found = read_projection(generation)
+        matches = (None if found is None else found[1]) == expected
+    if not matches:
         where = projection_path(generation) if kept is None else f"the replay projection of {kept.where}"
         raise IndexUnavailable(f"{where} does not match the replay sidecar just published: "
                                "the capture stays pending and is retried (or run `memvault rebuild`)")

@@ -80,6 +80,10 @@ class ServerProjection:
         self._sha256 = None if data is None else hashlib.sha256(data).hexdigest()
         return data
 
+    def held_sha256(self) -> str | None:
+        """The digest of the bytes the server holds, computed there (capture's read-back)."""
+        return self.backend.replay_held_sha256(self.number)
+
     def write(self, data: bytes | None) -> bool:
         wanted = None if data is None else hashlib.sha256(data).hexdigest()
         if self.backend.replay_sha256(self.number) == wanted:

@@ -49,6 +49,9 @@ class KeptProjection(Protocol):
     def read(self) -> bytes | None:
         """The projection's exact bytes, asked afresh."""
 
+    def held_sha256(self) -> str | None:
+        """The SHA-256 of the bytes really held, computed where they are kept (None: none held)."""
+
     def write(self, data: bytes | None) -> bool:
         """Make it hold exactly `data` (None: no projection); True if that changed it."""
 

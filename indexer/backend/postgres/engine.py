@@ -219,6 +219,11 @@ class PostgresBackend:
         """The SHA-256 of a generation's replay projection, None when it holds none."""
         return self._replay(generation, "replay_sha256")
 
+    def replay_held_sha256(self, generation: int) -> str | None:
+        """The SHA-256 the server computes of the projection bytes it holds (a read-back that
+        proves them without sending them), None when it holds none."""
+        return self._replay(generation, "encode(sha256(replay), 'hex')")
+
     def replay_projection(self, generation: int) -> bytes | None:
         """A generation's replay projection (the sidecar's exact bytes), None when it holds none."""
         found = self._replay(generation, "replay")
