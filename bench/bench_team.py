@@ -1,7 +1,8 @@
 """Agents on other machines sharing one vault through the index server (docs/team.md), same run.
 
     python -m bench.bench_team [--memories 2000] [--admits 500] [--clients 8] [--queries 100]
-                               [--samples 20] [--remembers 25] [--dsn DSN]   (default: a pgserver under /tmp)
+                               [--samples 20] [--remembers 25] [--dsn DSN] [--fsync-dir DIR]
+                               (default: a pgserver under /tmp, its data folder for the fsync timing)
 
 Prints, beside the server's bare `SELECT 1` round trip as the baseline:
 * the machine: load averages and a fixed pure-Python loop's time at the start and the end (a
@@ -12,7 +13,9 @@ Prints, beside the server's bare `SELECT 1` round trip as the baseline:
 * admissions per second from --clients processes × --admits each (a quarter exact retries, a
   tenth conflicting, the suite's schedule: tests/team_client_driver.py), their loops started
   together after start-up, with the classification counts checked exactly, and `fdatasync`
-  measured again right after them (the commits' flush, not the client, bounds the rate);
+  measured again right after them (a slow flush, not the client, bounds the rate then): once
+  with the owner draining the turns on this same machine, once with no owner running (on a
+  team the owner runs on the vault's home machine, not beside the clients);
 * remote recall (tool mode) over a vault of --memories, median and p95;
 * admit on one "machine" → searchable from another connected store, and → in the owner's files, p95;
 * the issue's load against the owner (--clients × --admits, + --remembers facts per client): how
@@ -130,13 +133,17 @@ def fdatasync_ms(folder: Path | None, count: int = 50) -> str:
     return ms(samples)
 
 
+#: each run's first worker number (the drivers' run ids are made of them: no run repeats another's)
+_FIRST_WORKER = {"rate": 100, "owner": 200, "no-owner": 300}
+
+
 def many_clients(dsn: str, clients: int, admits: int, remembers: int = 0, tag: str = "rate") -> tuple[float, dict, float]:
     """(admissions/s over the clients' loops, run together after their start-up; the answers'
     classification counts, checked exactly; the time the first loop started)."""
     folder = Path(tempfile.mkdtemp(prefix=f"memvault-bench-go-{tag}-"))
     go = folder / "go"
     driver = [sys.executable, str(REPO / "tests" / "team_client_driver.py")]
-    base = 100 if tag == "rate" else 200
+    base = _FIRST_WORKER[tag]
     procs = [subprocess.Popen([*driver, dsn, str(base + w), "load", str(admits), str(remembers), str(go)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
              for w in range(clients)]  # fmt: skip
@@ -278,10 +285,18 @@ def main() -> int:
               f"classification exact: {counts[('new', 'admitted', None)]} admitted, "
               f"{counts[('retry', 'duplicate', None)]} duplicate, {counts[('conflict', 'failed', 'conflict')]} conflict)")
         print(f"fdatasync right after             {fdatasync_ms(disk)}")
+        # the owner drains every turn into its files on this same machine meanwhile; on a team
+        # it runs on the home machine, so the rate is measured again with turns left waiting
+        owner.close()
+        owner = None
+        rate, counts, _ = many_clients(dsn, args.clients, args.admits, tag="no-owner")
+        print(f"admissions/s, no owner running    {rate:9.0f} /s  ({sum(counts.values())} calls, classification exact)")
+        print(f"fdatasync right after             {fdatasync_ms(disk)}")
         print(f"server SELECT 1 (baseline, again)  {ms(select_one(dsn))}")
         print(f"machine at the end                {machine()}")
     finally:
-        owner.close()
+        if owner is not None:
+            owner.close()
         if server is not None:
             server.cleanup()
     return 0
