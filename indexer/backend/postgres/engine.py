@@ -411,8 +411,8 @@ class PostgresBackend:
 
     def lexical_rows(self, generation: int, query: str, depth: int,
                      kinds: Sequence[str] = ("curated",)) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
-        """`lexical_candidates` and the rows of its hits (`rows_by_keys`), in one statement:
-        recall reads both, and a round trip less is a tenth of a remote recall's time."""
+        """`lexical_candidates` and the rows of its hits (`rows_by_keys`), in one statement and one
+        snapshot: recall reads both (a round trip and a statement's planning less per recall)."""
         return self._lexical(generation, query, depth, kinds, with_rows=True)
 
     def _lexical(self, generation: int, query: str, depth: int, kinds: Sequence[str], *, with_rows: bool):
