@@ -181,7 +181,8 @@ def test_killed_at_a_capture_boundary_then_restarted(model, reference, tmp_path,
 #: on the index server: killed just before, at and just after the step that writes the serving
 #: generation's projection on the server and proves it (capture.indexed). The other boundaries
 #: touch only files and the durable intake, the same whichever backend holds the index
-SERVER_MATRIX = [row for row in MATRIX if row[0] in ("capture.sidecar_written", "capture.indexed", "resolve.receipt_written")]
+SERVER_MATRIX = [row for row in MATRIX
+                 if row[0] in ("capture.sidecar_written", "capture.indexed", "resolve.receipt_written")]
 
 
 @pytest.mark.parametrize("index_backend", ["postgres"], indirect=True)

@@ -12,13 +12,15 @@ from memvault import MemoryStore
 from memvault.indexer.engine.connected import NO_GRAPH_EXPANSION
 from memvault.indexer.services.intake_worker import IntakeWorker
 from memvault.vault.replay import read_sidecar
-from tests.capture_helpers import EMBED_PATH, OLLAMA_PATH, ChatScript, extraction, hash_embeddings, make_capture_vault, memory
+from tests.capture_helpers import (EMBED_PATH, OLLAMA_PATH, ChatScript, extraction, hash_embeddings,
+                                   make_capture_vault, memory)
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
 from tests.postgres_helpers import on_server_database
 
 NAME = "bujo-notes"
 OLD, NEW = "The Atlas deadline is February 1.", "The Atlas deadline is March 15."
+FORGET_PROJECTION = "UPDATE memvault_generations SET replay = NULL, replay_sha256 = NULL WHERE vault = %s"
 
 
 def supersede_first(memories):
@@ -33,7 +35,8 @@ def captured(tmp_path, postgres_dsn):
     with LoopbackServer() as server:
         server.route(EMBED_PATH, hash_embeddings)
         server.route(OLLAMA_PATH, ChatScript(lambda _t: next(turns), supersede_first))
-        root = on_server_database(make_capture_vault(tmp_path, server.url, embed_endpoint=server.url), postgres_dsn, NAME)
+        root = make_capture_vault(tmp_path, server.url, embed_endpoint=server.url)
+        on_server_database(root, postgres_dsn, NAME)
         clock = Clock()
         store = store_for(root, clock)
         for run in ("run-1", "run-2"):
@@ -64,7 +67,8 @@ def test_the_projection_is_kept_with_its_generation_on_the_server_and_switched_w
     assert not list((root / ".index").glob("*/replay")), "no projection file beside a server-indexed vault"
     [lifecycle] = read_sidecar(root)[0].superseded().values()
     assert texts(store)[0] == NEW and OLD not in texts(store)
-    assert (store.supersession_state(lifecycle["id"]), store.supersession_state(lifecycle["by"])) == ("superseded", "valid")
+    assert store.supersession_state(lifecycle["id"]) == "superseded"
+    assert store.supersession_state(lifecycle["by"]) == "valid"
     page = store.journal(from_date="2026-11-20", through_date="2026-12-10", time_zone="Europe/Amsterdam")
     states = {entry["text"]: entry["state"] for entry in page.entries}
     assert states[OLD] == "superseded" and states[NEW] == "valid"
@@ -82,7 +86,7 @@ def test_recall_reads_the_servers_projection_and_health_compares_it_with_the_sid
     again and health names the mismatch; a rebuild projects the sidecar again."""
     root, store, dsn = captured
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE memvault_generations SET replay = NULL, replay_sha256 = NULL WHERE vault = %s", (NAME,))
+        conn.execute(FORGET_PROJECTION, (NAME,))
     assert OLD in texts(store)
     codes = [f["code"] for f in store.health_report(strict=True)["findings"]]
     assert "canonical_mismatch" in codes
@@ -99,12 +103,13 @@ def test_a_connected_client_excludes_superseded_memories_and_says_it_does_not_ex
         found = [hit.text for hit in result.hits]
         assert found[0] == NEW and OLD not in found
         assert NO_GRAPH_EXPANSION in result.degraded  # explicit recall from here: direct hits only, said so
-        assert NO_GRAPH_EXPANSION not in (agent.recall("Atlas deadline", mode="auto").degraded or "")  # auto never expands
+        auto = agent.recall("Atlas deadline", mode="auto")
+        assert NO_GRAPH_EXPANSION not in (auto.degraded or "")  # auto recall never expands
         page = agent.journal(from_date="2026-11-20", through_date="2026-12-10", time_zone="Europe/Amsterdam")
         states = {entry["text"]: entry["state"] for entry in page.entries}
         assert states[OLD] == "superseded" and states[NEW] == "valid"
         with psycopg.connect(dsn, autocommit=True) as conn:  # the client reads the server's row too
-            conn.execute("UPDATE memvault_generations SET replay = NULL, replay_sha256 = NULL WHERE vault = %s", (NAME,))
+            conn.execute(FORGET_PROJECTION, (NAME,))
         assert OLD in [hit.text for hit in agent.recall("Atlas deadline").hits]
 
 
@@ -120,7 +125,7 @@ def test_search_across_vaults_excludes_a_bujo_vaults_superseded_memories(capture
     found = [hit.hit.text for hit in search_across([NAME], "Atlas deadline", dsn=reader).hits]
     assert found[0] == NEW and OLD not in found
     with psycopg.connect(dsn, autocommit=True) as conn:  # the filter is the server's row
-        conn.execute("UPDATE memvault_generations SET replay = NULL, replay_sha256 = NULL WHERE vault = %s", (NAME,))
+        conn.execute(FORGET_PROJECTION, (NAME,))
     assert OLD in [hit.hit.text for hit in search_across([NAME], "Atlas deadline", dsn=reader).hits]
 
 

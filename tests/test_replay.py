@@ -187,7 +187,8 @@ def test_health_compares_sidecar_and_index_exactly(captured):
 def test_lite_and_journal_reject_replay_state_in_their_index(captured):
     root, store, _, _ = captured
     journal = store_for(root)
-    journal.config = dataclasses.replace(journal.config, memory=dataclasses.replace(journal.config.memory, mode="journal"))
+    journal.config = dataclasses.replace(journal.config,
+                                         memory=dataclasses.replace(journal.config.memory, mode="journal"))
     assert "replay_state_in_tier" in codes(journal)
 
 

@@ -227,7 +227,8 @@ class ConnectedStore:
         else:
             result = recall_tool(bm25, vectors, query, limit, today=today)
             if self.settings().get("tier") == "bujo":  # superseded memories are excluded as on the owner
-                result = dataclasses.replace(result, degraded="; ".join(filter(None, [result.degraded, NO_GRAPH_EXPANSION])))
+                said = "; ".join(filter(None, [result.degraded, NO_GRAPH_EXPANSION]))
+                result = dataclasses.replace(result, degraded=said)
         return result.in_zone(tz)
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:

@@ -97,7 +97,8 @@ class ServerProjection:
 class ServerRows:
     """Recall's row and lexical reads (the calls it makes of a Tantivy index), from a backend."""
 
-    def __init__(self, backend: IndexBackend, generation: int, folder: Path, projection: ServerProjection | None = None):
+    def __init__(self, backend: IndexBackend, generation: int, folder: Path,
+                 projection: ServerProjection | None = None):
         self.backend = backend
         self.generation = generation
         #: the path standing for the generation's folder (a server generation has none)
