@@ -27,7 +27,6 @@ from memvault.indexer.maintenance.generations import MANIFEST, Manifest, current
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome, diff_rows
 from memvault.indexer.results import RecallResult, RememberReceipt, SyncReport
-from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
 from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now, zone
 from memvault.vault.config import Config, load_config
@@ -269,6 +268,10 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
         if not isinstance(query, str):
             raise InvalidRecord(f"query must be text, not {type(query).__name__}")
+        # recall's ranking pulls numpy (coverage, the floor): imported by the first recall, so a CLI
+        # command that never recalls (journal, admit, health, inspect) starts without it
+        from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
+
         run_history = self.config.tools.host_tools.run_history  # guidance names only the host's own tools
         routed = routed_away(query, mode, run_history)
         if routed is not None:
