@@ -1,6 +1,7 @@
-"""The index backend seam: what the engine needs from a derived index (`base.IndexBackend`),
-and its engines. Tantivy + hnswlib serve by default (`maintenance/local_backend.py` adapts
-them); PostgreSQL + pgvector (`backend/postgres/`) when a vault's config names it."""
+"""The index backend seam: what the engine needs from a derived index (`base.IndexBackend`; a
+server engine also offers `base.ServerIndexBackend`), and its engines. Tantivy + hnswlib serve
+by default (`maintenance/local_backend.py` adapts them); PostgreSQL + pgvector
+(`backend/postgres/`) when a vault's config names it."""
 
 
 def open_backend(index, *, create: bool = True):

@@ -165,3 +165,37 @@ class IndexBackend(Protocol):
 
     def close(self) -> None:
         """Release connections; the backend can be opened again later."""
+
+
+class ServerIndexBackend(IndexBackend, Protocol):
+    """An IndexBackend whose generations live on an index server (`ServerIndex` reads them; the
+    local engine keeps the same things in its generation folders instead): what a server must
+    offer beyond the seam's calls."""
+
+    def lexical_rows(self, generation: int, query: str, depth: int,
+                     kinds: Sequence[str] = ("curated",)) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
+        """`lexical_candidates` and the rows of its hits, in one round trip and one snapshot."""
+
+    def term_frequencies(self, generation: int, terms: Iterable[str],
+                         field: str = "text") -> tuple[int, dict[str, int]]:
+        """As the seam's, and with field "cjk" the rows holding each CJK bigram."""
+
+    def keys_without_vector(self, generation: int) -> list[str]:
+        """Curated rows of a generation with vectors that hold none (strict health names them)."""
+
+    # --- the replay projection (BuJo): the sidecar's exact bytes, kept with its generation ----
+
+    def serving_replay(self) -> tuple[int | None, str | None]:
+        """(the serving generation, the SHA-256 of its projection or None) in one round trip."""
+
+    def replay_sha256(self, generation: int) -> str | None:
+        """The SHA-256 recorded with a generation's projection, None when it holds none."""
+
+    def replay_held_sha256(self, generation: int) -> str | None:
+        """The SHA-256 the server computes of the bytes it holds (proves them without sending them)."""
+
+    def replay_projection(self, generation: int) -> bytes | None:
+        """A generation's projection bytes, None when it holds none."""
+
+    def set_replay_projection(self, generation: int, data: bytes | None) -> None:
+        """Make the generation hold exactly `data` (None: no projection), in one statement."""

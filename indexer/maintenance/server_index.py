@@ -12,7 +12,7 @@ is a generation's replay projection (BuJo), kept in the generation's own row on 
 import hashlib
 from pathlib import Path
 
-from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite, StoredRow
+from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite, ServerIndexBackend, StoredRow
 from memvault.indexer.maintenance.derived import BoundaryHook, FileIndexing
 from memvault.indexer.maintenance.generations import FileState
 from memvault.indexer.maintenance.sync import IndexDelta, Row, diff_rows, needs_reading
@@ -60,7 +60,7 @@ class ServerProjection:
     """A server generation's replay projection (`supersession.KeptProjection`): the sidecar's
     bytes in the generation's row, so it switches with the generation and goes with it."""
 
-    def __init__(self, backend: IndexBackend, number: int):
+    def __init__(self, backend: ServerIndexBackend, number: int):
         self.backend = backend
         self.number = number
         self.where = f"generation {number} of vault {getattr(backend, 'vault', '?')!r} on the index server"
@@ -97,7 +97,7 @@ class ServerProjection:
 class ServerRows:
     """Recall's row and lexical reads (the calls it makes of a Tantivy index), from a backend."""
 
-    def __init__(self, backend: IndexBackend, generation: int, folder: Path,
+    def __init__(self, backend: ServerIndexBackend, generation: int, folder: Path,
                  projection: ServerProjection | None = None):
         self.backend = backend
         self.generation = generation
@@ -221,7 +221,7 @@ class ServerIndex:
     #: the server's versions, vault and generation, once health asked (shown in its details)
     server_details: dict | None = None
 
-    def __init__(self, backend: IndexBackend, number: int, layout: VaultLayout, embedder=None, *,
+    def __init__(self, backend: ServerIndexBackend, number: int, layout: VaultLayout, embedder=None, *,
                  file_states: bool = True):
         self.backend = backend
         self.number = number
