@@ -172,6 +172,10 @@ class ServerIndexBackend(IndexBackend, Protocol):
     local engine keeps the same things in its generation folders instead): what a server must
     offer beyond the seam's calls."""
 
+    #: statements of different threads it runs at once (recall's vector list beside its lexical
+    #: list needs 2; 1: one at a time)
+    concurrent_statements: int
+
     def lexical_rows(self, generation: int, query: str, depth: int,
                      kinds: Sequence[str] = ("curated",)) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
         """`lexical_candidates` and the rows of its hits, in one round trip and one snapshot."""

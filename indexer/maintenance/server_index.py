@@ -334,15 +334,18 @@ class ServerVectors:
     catch_up_source = None
     lag_reason = None
     waiting = 0
-    #: the vector list comes over the same server connection as the lexical one: one at a time
-    searches_beside_bm25 = False
-
     def __init__(self, embedder):
         self.embedder = embedder
         self.index: ServerIndex | None = None
 
     def attach_serving(self, index) -> None:
         self.index = index
+
+    @property
+    def searches_beside_bm25(self) -> bool:
+        """Whether recall may ask for this list while its lexical list runs: when the backend
+        runs statements of different threads at once (each on a connection of its own)."""
+        return self.index is not None and self.index.backend.concurrent_statements >= 2
 
     def attach_building(self, index, progress=None) -> None:
         """Nothing to set up: the rows carry their vectors."""

@@ -125,48 +125,97 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 class ServerSession:
-    """One connection used under a lock, opened on first use; a broken one is dropped so the next
-    call reconnects (the call that met it fails with IndexServerUnavailable). `prepare` runs on
+    """Up to `size` connections, opened on first use and kept for the next call; a broken one is
+    dropped so the next call reconnects (the call that met it fails with IndexServerUnavailable).
+    A thread holds one connection for the whole of a `with`, and a call nested inside it (in the
+    same thread) gets the same connection, so a transaction spans what runs inside it; other
+    threads take another connection, or wait for one when `size` are in use. `prepare` runs on
     each new connection; `refusal` turns a statement error into the caller's own VaultError (or
     None for the generic "refused a statement")."""
 
-    def __init__(self, dsn: str, *, prepare=None, refusal=None):
+    def __init__(self, dsn: str, *, prepare=None, refusal=None, size: int = 1):
         self.dsn = dsn
+        self.size = size
         self._prepare = prepare
         self._refusal = refusal
-        self._lock = threading.RLock()
-        self._conn = None
+        self._lock = threading.Condition()
+        self._idle: list = []
+        self._out = 0  # connections a thread holds now
+        self._epoch = 0  # grows at each close: a connection taken before it is closed when given back
+        self._held = threading.local()
 
     @contextmanager
     def __call__(self):
         psycopg = require_psycopg()
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = connect(self.dsn, autocommit=True)
-                if self._prepare is not None:
-                    self._prepare(self._conn)
-            try:
-                yield self._conn
-            except psycopg.OperationalError as exc:
-                self._drop()
-                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
-            except psycopg.Error as exc:
-                refused = None if self._refusal is None else self._refusal(exc)
-                if refused is not None:
-                    raise refused from None
-                if self._conn is not None and self._conn.broken:
-                    self._drop()
-                    raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
-                raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
+        held = getattr(self._held, "conn", None)
+        if held is not None:  # nested in this thread's own call: its connection, its transaction
+            with self._translated(psycopg, held):
+                yield held
+            return
+        conn, epoch = self._take()
+        self._held.conn = conn
+        try:
+            with self._translated(psycopg, conn):
+                yield conn
+        finally:
+            self._held.conn = None
+            self._give_back(conn, epoch)
 
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - it is already broken
-                pass
+    def _take(self):
+        with self._lock:
+            while not self._idle and self._out >= self.size:
+                self._lock.wait()
+            self._out += 1
+            conn, epoch = (self._idle.pop() if self._idle else None), self._epoch
+        if conn is not None and not conn.closed:
+            return conn, epoch
+        try:
+            conn = connect(self.dsn, autocommit=True)
+            if self._prepare is not None:
+                self._prepare(conn)
+        except BaseException:
+            self._give_back(None, epoch)
+            raise
+        return conn, epoch
+
+    def _give_back(self, conn, epoch: int) -> None:
+        with self._lock:
+            self._out -= 1
+            keep = conn is not None and not conn.closed and not conn.broken and epoch == self._epoch
+            if keep:
+                self._idle.append(conn)
+            self._lock.notify()
+        if conn is not None and not keep:
+            _close_quietly(conn)
+
+    @contextmanager
+    def _translated(self, psycopg, conn):
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            _close_quietly(conn)  # never given back: the next call reconnects
+            raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+        except psycopg.Error as exc:
+            refused = None if self._refusal is None else self._refusal(exc)
+            if refused is not None:
+                raise refused from None
+            if conn.broken:
+                _close_quietly(conn)
+                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+            raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
 
     def close(self) -> None:
+        """Close the idle connections; one in use is closed when its thread gives it back. The
+        session can be used again afterwards (it reconnects)."""
         with self._lock:
-            self._drop()
+            idle, self._idle = self._idle, []
+            self._epoch += 1
+        for conn in idle:
+            _close_quietly(conn)
+
+
+def _close_quietly(conn) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - it is already broken, or going
+        pass

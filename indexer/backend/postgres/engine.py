@@ -103,6 +103,9 @@ _MAX_EF_SEARCH = 1000
 #: a batch of at least this many vectors, and at least as many as the generation holds, rebuilds
 #: its HNSW index after the load instead of inserting into it (bulk imports into small vaults)
 _REBUILD_HNSW_FROM = 256
+#: connections a backend opens at most (each when first needed): a recall's lexical and vector
+#: lists run at once, one on each
+_CONNECTIONS = 2
 
 
 class PostgresBackend:
@@ -115,7 +118,9 @@ class PostgresBackend:
         require_psycopg()
         self.dsn = dsn
         self.vault = schema.check_vault_name(vault)
-        self._session = ServerSession(dsn, prepare=_prepare_session)
+        self._session = ServerSession(dsn, prepare=_prepare_session, size=_CONNECTIONS)
+        #: statements of different threads this backend runs at once
+        self.concurrent_statements = _CONNECTIONS
         self._dims: dict[int, int | None] = {}
         self._with_postings: set[int] = set()
         self._create = create

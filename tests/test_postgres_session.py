@@ -1,0 +1,114 @@
+"""The PostgreSQL backend's connections (`ServerSession`) against a real server: a thread keeps
+its connection through nested calls (so a transaction spans them), other threads run statements
+at the same time on connections of their own, at most `size` of them, and a broken or closed
+connection is never handed out again."""
+
+import threading
+
+import psycopg
+import pytest
+
+from memvault.indexer.backend.base import IndexServerUnavailable
+from memvault.indexer.backend.postgres.connection import ServerSession
+
+
+def backend_pid(conn) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
+def test_a_call_nested_in_a_thread_uses_its_connection_and_transaction(postgres_dsn):
+    session = ServerSession(postgres_dsn, size=2)
+    with session() as outer, outer.transaction():
+        outer.execute("CREATE TEMP TABLE seen (n int) ON COMMIT DROP")
+        with session() as inner:
+            assert inner is outer
+            inner.execute("INSERT INTO seen VALUES (1)")  # inside the outer transaction: the table exists
+        assert outer.execute("SELECT count(*) FROM seen").fetchone()[0] == 1
+    session.close()
+
+
+def test_threads_run_statements_at_once_on_their_own_connections(postgres_dsn):
+    session = ServerSession(postgres_dsn, size=2)
+    both_in = threading.Barrier(2, timeout=30)
+    pids = []
+
+    def hold_and_meet():
+        with session() as conn:
+            pids.append(backend_pid(conn))
+            both_in.wait()  # only passes if the other thread holds a connection at the same time
+
+    threads = [threading.Thread(target=hold_and_meet) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(pids)) == 2 and not both_in.broken
+    with session() as conn:  # kept for the next call, not opened again
+        assert backend_pid(conn) in pids
+    session.close()
+
+
+def test_a_third_thread_waits_for_a_connection_when_two_are_in_use(postgres_dsn):
+    session = ServerSession(postgres_dsn, size=2)
+    holding, release = threading.Barrier(3, timeout=30), threading.Event()
+    got_third = threading.Event()
+    pids = []
+
+    def hold():
+        with session() as conn:
+            pids.append(backend_pid(conn))
+            holding.wait()
+            release.wait(30)
+
+    def third():
+        with session() as conn:
+            pids.append(backend_pid(conn))
+            got_third.set()
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
+    for thread in holders:
+        thread.start()
+    holding.wait()
+    waiter = threading.Thread(target=third)
+    waiter.start()
+    assert not got_third.wait(0.5)  # both connections are held: the third call waits
+    release.set()
+    waiter.join(30)
+    for thread in holders:
+        thread.join()
+    assert got_third.is_set() and len(set(pids)) == 2  # it was given one of the two, not a third
+    session.close()
+
+
+def test_a_connection_the_server_killed_is_not_handed_out_again(postgres_dsn):
+    session = ServerSession(postgres_dsn, size=2)
+    with session() as conn:
+        first = backend_pid(conn)
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+    with pytest.raises(IndexServerUnavailable):
+        with session() as conn:
+            conn.execute("SELECT 1")
+    with session() as conn:  # the next call reconnects
+        assert backend_pid(conn) != first
+    session.close()
+
+
+def test_close_closes_idle_connections_and_the_session_reconnects(postgres_dsn):
+    session = ServerSession(postgres_dsn, size=2)
+    with session() as conn:
+        kept = conn
+    session.close()
+    assert kept.closed
+    with session() as conn:
+        assert conn is not kept and conn.execute("SELECT 1").fetchone() == (1,)
+    session.close()
+
+
+def test_a_connection_in_use_at_close_is_closed_when_given_back(postgres_dsn):
+    session = ServerSession(postgres_dsn, size=2)
+    with session() as conn:
+        session.close()
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # still usable by the thread that holds it
+    assert conn.closed
+    session.close()
