@@ -20,7 +20,8 @@ from typing import Iterable
 
 import tantivy
 
-from memvault.indexer.backend.analysis import CJK_RUN_RE, CONTEXT_BOOST, MAX_QUERY_WORDS, STOPWORDS, WORD_RE, cjk_bigrams
+from memvault.indexer.backend.analysis import (CJK_RUN_RE, CONTEXT_BOOST, MAX_QUERY_WORDS, STOPWORDS, WORD_RE,
+                                              cjk_bigrams)
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, restrict_files

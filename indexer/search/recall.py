@@ -57,7 +57,9 @@ def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH
     that only asks what the question asks is discounted (`asked.py`; `asked=False`: not), with
     `doc_freqs` (default: the index's) for the question terms' idf.
     """
-    beside = beside_bm25(semantic.search, query, depth) if semantic is not None and semantic.searches_beside_bm25 else None
+    beside = None
+    if semantic is not None and semantic.searches_beside_bm25:
+        beside = beside_bm25(semantic.search, query, depth)
     lexical, docs = bm25.search_docs(query, depth)
     if semantic is None:
         fused, degraded = fuse(lexical, None), None

@@ -213,8 +213,9 @@ class PostgresBackend:
         """(the serving generation or None, the SHA-256 of its replay projection or None) in one
         round trip: a reader learns whether the projection changed without fetching it."""
         with self._session() as conn:
-            row = conn.execute("SELECT v.serving, g.replay_sha256 FROM memvault_vaults v LEFT JOIN memvault_generations g "
-                               "ON g.vault = v.name AND g.generation = v.serving WHERE v.name = %s",
+            row = conn.execute("SELECT v.serving, g.replay_sha256 FROM memvault_vaults v "
+                               "LEFT JOIN memvault_generations g ON g.vault = v.name AND g.generation = v.serving "
+                               "WHERE v.name = %s",
                                (self.vault,)).fetchone()  # fmt: skip
         if row is None:
             raise IndexUnavailable(f"vault {self.vault!r} is not on the index server (or this role may not read it)")

@@ -27,7 +27,8 @@ overlapping character bigrams (field 2, weighted 1, as the local `cjk` field): a
 runs are searched by their bigrams alone, so a word inside a sentence is found.
 """
 
-from memvault.indexer.backend.analysis import CJK_RUN_RE, CONTEXT_BOOST, MAX_QUERY_WORDS, STOPWORDS, WORD_RE, cjk_bigrams
+from memvault.indexer.backend.analysis import (CJK_RUN_RE, CONTEXT_BOOST, MAX_QUERY_WORDS, STOPWORDS, WORD_RE,
+                                              cjk_bigrams)
 from memvault.indexer.backend.postgres.schema import TEXT_SEARCH_CONFIG
 
 K1, B = 1.2, 0.75
