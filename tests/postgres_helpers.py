@@ -225,3 +225,85 @@ def drop_a_vector(store) -> str:
         conn.execute("UPDATE memvault_rows SET embedding = NULL WHERE vault = %s AND generation = %s AND key = %s",
                      (index.backend.vault, index.number, victim))
     return victim
+
+
+def tamper_a_row(store) -> str:
+    """Rewrite the first row's text (by key) behind the index's back, its file state untouched
+    (only a strict health compares every field); the row's key."""
+    index = store._writable_index()
+    target = index.all_rows()[0]
+    if TEST_BACKEND == "local":
+        from dataclasses import replace
+
+        with index.bm25.writer() as writer:
+            writer._writer.delete_documents_by_term("key", target.key)
+            writer.add([replace(target.to_record(), text="tampered")])
+            writer.commit()
+        return target.key
+    import psycopg
+
+    with psycopg.connect("", autocommit=True) as conn:  # the PG* variables the fixture set
+        conn.execute("UPDATE memvault_rows SET text = 'tampered' WHERE vault = %s AND generation = %s AND key = %s",
+                     (index.backend.vault, index.number, target.key))
+    return target.key
+
+
+def set_built_embedding(store, identity: dict) -> None:
+    """Say the serving generation's vectors were built by `identity` (another model's index)."""
+    import json
+
+    index = store._readable_index()
+    if TEST_BACKEND == "local":
+        from memvault.indexer.maintenance.generations import MANIFEST, Manifest
+
+        manifest = Manifest.load(index.generation / MANIFEST)
+        manifest.embedding = identity
+        manifest.save(index.generation / MANIFEST)
+        return
+    import psycopg
+
+    with psycopg.connect("", autocommit=True) as conn:
+        conn.execute("UPDATE memvault_generations SET embedding = %s WHERE vault = %s AND generation = %s",
+                     (json.dumps(identity), index.backend.vault, index.number))
+
+
+def leave_a_stray_generation(store) -> str:
+    """What a rebuild killed halfway leaves: a generation beside the serving one that nothing
+    serves (a `.index/gen-*` folder, or a leaf on the server). Health's subject for it."""
+    index = store._readable_index()
+    if TEST_BACKEND == "local":
+        from memvault.indexer.maintenance.generations import new_generation
+
+        stray = new_generation(store.layout.index_dir)
+        (stray / "half-built").write_text("left by a killed rebuild")
+        return f".index/{stray.name}"
+    from memvault.indexer.maintenance.server_index import generation_name
+
+    return generation_name(index.backend, index.backend.create_generation(None))
+
+
+def stray_left(store, subject: str) -> bool:
+    """Whether the stray generation `subject` (leave_a_stray_generation's) is still there (locally
+    its half-built file: a rebuild may reuse the folder's number)."""
+    if TEST_BACKEND == "local":
+        return (store.layout.root / subject / "half-built").exists()
+    from memvault.indexer.maintenance.server_index import generation_number
+
+    backend = store._readable_index().backend
+    return generation_number(backend, subject) in backend.generations()
+
+
+def break_the_serving_index(store) -> None:
+    """Make the serving generation unreadable behind the store's back: locally its manifest
+    holds garbage, on the server its generation's row is gone (the pointer still names it)."""
+    index = store._readable_index()
+    if TEST_BACKEND == "local":
+        from memvault.indexer.maintenance.generations import MANIFEST
+
+        (index.generation / MANIFEST).write_text("[]")
+        return
+    import psycopg
+
+    with psycopg.connect("", autocommit=True) as conn:
+        conn.execute("DELETE FROM memvault_generations WHERE vault = %s AND generation = %s",
+                     (index.backend.vault, index.number))

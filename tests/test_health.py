@@ -1,7 +1,6 @@
 """`memvault health [--strict] [--json]`: every finding, its severity, its fix, and the exit code."""
 
 import json
-import shutil
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -11,8 +10,8 @@ from click.testing import CliRunner
 from memvault.cli.main import cli
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance import health
-from memvault.indexer.maintenance.generations import MANIFEST, Manifest, new_generation
-from memvault.indexer.maintenance.health import ERROR, Finding, check_health, register_check
+from memvault.indexer.maintenance.health import ERROR, Finding, HealthReport, register_check
+from tests import postgres_helpers
 
 AMS = ZoneInfo("Europe/Amsterdam")
 
@@ -21,9 +20,11 @@ def codes(report) -> dict[str, str]:
     return {f.code: f.severity for f in report.findings}
 
 
-def health_of(root, strict=False):
-    with MemoryStore.open(root, sync=False) as store:
-        return check_health(store.layout, store.config, strict=strict)
+def health_of(root, strict=False) -> HealthReport:
+    """The store's own health report, on whichever backend the vault's index lives."""
+    body = store_health(root, strict=strict)
+    return HealthReport(body["strict"], tuple(body["checks"]), tuple(Finding(**f) for f in body["findings"]),
+                        body["details"])
 
 
 def store_health(root, strict=False) -> dict:
@@ -83,20 +84,17 @@ def test_edits_the_index_has_not_seen_are_stale_missing_and_extra_rows(clean_vau
     assert store_health(clean_vault, strict=True)["healthy"]
 
 
+@pytest.mark.both_backends
 def test_a_row_changed_behind_the_manifest_is_caught_by_strict_only(clean_vault):
     with MemoryStore.open(clean_vault) as store:
-        index = store._writable_index()
-        target = index.all_rows()[0]
-        with index.bm25.writer() as writer:  # a row rewritten with other text, stat untouched
-            writer._writer.delete_documents_by_term("key", target.key)
-            from dataclasses import replace
-            writer.add([replace(target.to_record(), text="tampered")])
-            writer.commit()
+        key = postgres_helpers.tamper_a_row(store)  # a row rewritten with other text, stat untouched
     assert health_of(clean_vault).healthy
     strict = health_of(clean_vault, strict=True)
     assert [f.code for f in strict.errors] == ["stale_row"] and "text" in strict.errors[0].message
+    assert strict.errors[0].subject == key
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "content, code, fix",
     [
@@ -120,12 +118,10 @@ def test_hand_edits_are_warnings_that_fail_only_strict(clean_vault, content, cod
         assert "byte 11" in finding.message
 
 
+@pytest.mark.both_backends
 def test_embedding_identity_mismatch_needs_a_rebuild(clean_vault):
     with MemoryStore.open(clean_vault) as store:
-        generation = store._readable_index().generation
-    manifest = Manifest.load(generation / MANIFEST)
-    manifest.embedding = {"provider": "ollama", "model": "nomic-embed-text:v1.5", "dim": 768}
-    manifest.save(generation / MANIFEST)
+        postgres_helpers.set_built_embedding(store, {"provider": "ollama", "model": "nomic-embed-text:v1.5", "dim": 768})
     report = health_of(clean_vault)
     assert codes(report) == {"embedding_mismatch": ERROR}
     assert "ollama/nomic-embed-text:v1.5/768" in report.findings[0].message
@@ -134,16 +130,16 @@ def test_embedding_identity_mismatch_needs_a_rebuild(clean_vault):
     assert health_of(clean_vault).healthy
 
 
+@pytest.mark.both_backends
 def test_stray_generation_from_a_killed_rebuild_is_reported_and_swept_by_rebuild(clean_vault):
-    with MemoryStore.open(clean_vault):
-        pass
-    stray = new_generation(clean_vault / ".index")
-    (stray / "half-built").write_text("left by a killed rebuild")
+    with MemoryStore.open(clean_vault) as store:
+        stray = postgres_helpers.leave_a_stray_generation(store)
     report = health_of(clean_vault)
-    assert codes(report) == {"stray_generation": "warning"} and report.findings[0].subject == f".index/{stray.name}"
+    assert codes(report) == {"stray_generation": "warning"} and report.findings[0].subject == stray
     with MemoryStore.open(clean_vault, sync=False) as store:
         store.rebuild()
-    assert not (stray / "half-built").exists() and health_of(clean_vault, strict=True).healthy
+        assert not postgres_helpers.stray_left(store, stray)
+    assert health_of(clean_vault, strict=True).healthy
 
 
 @pytest.mark.both_backends
@@ -154,6 +150,7 @@ def test_intake_counts_are_reported(clean_vault):
     assert report.details["intake"]["pending"] + report.details["intake"]["resolved"] >= 1
 
 
+@pytest.mark.both_backends
 def test_other_parts_can_register_checks(clean_vault):
     def sidecar(ctx):
         yield Finding("sidecar", ERROR, "canonical_mismatch", ".replay-projection-v1.json", "differs", "memvault rebuild")
@@ -176,11 +173,11 @@ def test_health_never_repairs(clean_vault):
     assert sorted(p.name for p in (clean_vault / ".index").rglob("*")) == before
 
 
+@pytest.mark.both_backends
 def test_corrupt_manifest_is_reported_not_raised(clean_vault):
     with MemoryStore.open(clean_vault) as store:
-        generation = store._readable_index().generation
-    (generation / MANIFEST).write_text("[]")
+        postgres_helpers.break_the_serving_index(store)
     report = health_of(clean_vault)
     assert codes(report)["index_unavailable"] == ERROR and "rebuild" in report.fixes()[0]
-    shutil.rmtree(clean_vault / ".index")
+    postgres_helpers.lose_the_index(clean_vault)
     assert not health_of(clean_vault).healthy
