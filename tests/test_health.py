@@ -121,7 +121,8 @@ def test_hand_edits_are_warnings_that_fail_only_strict(clean_vault, content, cod
 @pytest.mark.both_backends
 def test_embedding_identity_mismatch_needs_a_rebuild(clean_vault):
     with MemoryStore.open(clean_vault) as store:
-        postgres_helpers.set_built_embedding(store, {"provider": "ollama", "model": "nomic-embed-text:v1.5", "dim": 768})
+        other_model = {"provider": "ollama", "model": "nomic-embed-text:v1.5", "dim": 768}
+        postgres_helpers.set_built_embedding(store, other_model)
     report = health_of(clean_vault)
     assert codes(report) == {"embedding_mismatch": ERROR}
     assert "ollama/nomic-embed-text:v1.5/768" in report.findings[0].message

@@ -27,6 +27,9 @@ def _vault(fixture_vault, llm: dict | None):
     return fixture_vault
 
 
+# The unmarked tests check the citation filter and the answer's shape as pure functions: no vault, no index.
+
+
 @pytest.fixture
 def serve():
     """serve(root, env) → a running in-process server over that vault (closed at the end)."""

@@ -10,6 +10,9 @@ import pytest
 
 from tests.web_helpers import InProcessServer, entity_id, write_demo_graph
 
+# Tests marked both_backends read what the index holds (recall, journal, notes' ids, status, an entity's
+# memories); the rest stay local: the guard and HTTP limits, and pages built from the files alone
+# (documents, runtime memory, the graph's entities, index.md, refused paths) never read the index.
 TOKEN = "test-token-0123456789abcdef"
 
 

@@ -58,8 +58,30 @@ def site(tmp_path_factory):
             yield web
 
 
+@pytest.fixture(scope="module")
+def server_site(tmp_path_factory, postgres_server):
+    """The same demo vault and `memvault web` process, with the vault's index on a real PostgreSQL
+    (its DSN in memvault.json: a module's vault outlives any one test's PG* variables)."""
+    with LoopbackServer() as chat:
+        chat.route("/v1/chat/completions", chat_answer)
+        database = postgres_server.new_database()
+        root = demo_vault(tmp_path_factory.mktemp("web-pg"), llm_endpoint=chat.url, index_dsn=database)
+        with WebProcess(root) as web:
+            web.chat = chat
+            yield web
+
+
+@pytest.fixture(params=["local", "postgres"])
+def each_site(request):
+    """For the pages that show what the index holds (recall, the journal, status): each backend's site.
+    The others (an entity's drawing, a document, the month calendar, the XSS corpus, screenshots)
+    render files through the same views, so they run on the local site only (Chromium is slow)."""
+    return request.getfixturevalue("site" if request.param == "local" else "server_site")
+
+
 @pytest.fixture
-def page(browser, site):
+def page(browser, request):
+    site = request.getfixturevalue("each_site" if "each_site" in request.fixturenames else "site")
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     context.set_default_timeout(PAGE_TIMEOUT_MS)
     outside: list[str] = []
@@ -82,7 +104,8 @@ def search(page, query: str) -> None:
     page.wait_for_load_state()
 
 
-def test_search_shows_a_remembered_fact_and_its_link_lands_on_the_bullet(site, page):
+def test_search_shows_a_remembered_fact_and_its_link_lands_on_the_bullet(each_site, page):
+    site = each_site
     fact = "The espresso machine on floor three is descaled every Thursday."
     done = memvault(site.root, "remember", fact, "--json")
     assert done.returncode == 0, done.stderr
@@ -146,13 +169,18 @@ def test_browse_daily_notes_by_month(site, page):
     assert page.locator("h1.path").inner_text() == "daily/2026-10-13.md"
 
 
-def test_status_draws_memories_per_day(site, page):
+def test_status_draws_memories_per_day(each_site, page):
+    site = each_site
     page.goto(site.base + "/status")
     assert page.locator("svg.chart rect.bar").count() >= 30
     assert page.locator("svg.chart rect.bar title").first.text_content().startswith("2026-10-")
+    status, _, body = site.request("GET", "/status.json", token=site.token)
+    vectors = json.loads(body)["vectors"]  # a journal vault: every curated row has its vector, on either backend
+    assert status == 200 and vectors["matches"] and vectors["count"] == vectors["curated"] > 0 and vectors["lag"] == 0
 
 
-def test_status_reports_a_note_broken_by_an_editor(site, page):
+def test_status_reports_a_note_broken_by_an_editor(each_site, page):
+    site = each_site
     page.goto(site.base + "/status")
     note = site.root / "daily" / "2026-10-20.md"
     note.write_bytes(note.read_bytes() + b"- 18:00 half-saved \xff\xfe bytes from a crashed editor\n")
@@ -166,7 +194,8 @@ def test_status_reports_a_note_broken_by_an_editor(site, page):
     assert "memvault rebuild" in page.locator("ol.fixes").inner_text()
 
 
-def test_a_turn_admitted_by_another_process_appears(site, page):
+def test_a_turn_admitted_by_another_process_appears(each_site, page):
+    site = each_site
     text = "Deployed Heron 2.4 to staging; the smoke tests pass on the new ingress."
     run = memvault(site.root, "admit", stdin=json.dumps({"runId": "web-test-run-1", "answer": text}))
     assert run.returncode == 0, run.stdout + run.stderr

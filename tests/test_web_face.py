@@ -19,6 +19,9 @@ def get(url: str, token: str) -> tuple[int, str]:
         return answer.status, answer.read().decode()
 
 
+# An unknown face is refused before any vault or index is opened: that test stays local.
+
+
 @pytest.mark.both_backends
 def test_the_owner_serves_the_pages_and_a_client_write_shows_on_them(fixture_vault, tmp_path):
     log = open(tmp_path / "serve.log", "w+")

@@ -68,8 +68,10 @@ def write_demo_graph(root: Path) -> None:
     (root / "graph.jsonl").write_bytes(render_graph(graph))
 
 
-def demo_vault(tmp_path: Path, *, mode: str = "journal", llm_endpoint: str | None = None, name: str = "demo") -> Path:
-    """A copy of fixtures/vault in `mode`, with a graph, two documents, runtime memory and a space."""
+def demo_vault(tmp_path: Path, *, mode: str = "journal", llm_endpoint: str | None = None, name: str = "demo",
+               index_dsn: str | None = None) -> Path:
+    """A copy of fixtures/vault in `mode`, with a graph, two documents, runtime memory and a space;
+    with `index_dsn`, its index on that PostgreSQL database (vault name `name`)."""
     from memvault.indexer.engine.store import MemoryStore
     from memvault.vault.config import default_config_data, render_config
     from memvault.vault.documents import DocumentStore
@@ -82,6 +84,10 @@ def demo_vault(tmp_path: Path, *, mode: str = "journal", llm_endpoint: str | Non
     if llm_endpoint is not None:
         data["memory"]["llm"] = {"provider": "openai", "model": "loopback-chat", "endpoint": llm_endpoint, "timeoutMs": 20000}
     (root / "memvault.json").write_bytes(render_config(data))
+    if index_dsn is not None:
+        from tests.postgres_helpers import on_server_database
+
+        on_server_database(root, index_dsn, name)
     write_demo_graph(root)
     with MemoryStore.open(root) as store:
         store.rebuild()

@@ -294,6 +294,14 @@ class VaultReader:
                        "curatedRows": None, "configuredEmbedding": self._configured_embedding()}  # fmt: skip
         if index is None:
             return facts
+        if not getattr(index, "has_local_vectors", True):  # a server's generation: no folder here
+            counts = index.backend.counts(index.number)
+            curated = counts.by_kind.get("curated", 0)
+            built = index.manifest.embedding
+            facts.update(generation=index.generation.name, rows=counts.rows, deletedRows=index.deleted_rows(),
+                         embedding=built, curatedRows=curated,
+                         vectors=None if built is None else curated - counts.without_vector)  # fmt: skip
+            return facts
         facts.update(
             generation=index.generation.name, rows=index.bm25.count(), deletedRows=index.deleted_rows(),
             bytes=_folder_bytes(index.generation), embedding=index.manifest.embedding,
