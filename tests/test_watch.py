@@ -254,14 +254,13 @@ def test_hand_edit_outcomes_never_crash_the_watcher(watching, fixture_vault):
     assert watching.thread.is_alive()
 
 
-# local only: it deletes and corrupts the local .index folder (the server's faults: test_postgres_faults.py)
+@pytest.mark.both_backends
 def test_deleted_or_corrupt_index_is_rebuilt_by_the_watcher(watching, fixture_vault):
-    shutil.rmtree(fixture_vault / ".index")  # gone: the next batch builds a first generation inline
+    postgres_helpers.lose_the_index(fixture_vault)  # gone: the next batch builds a first generation inline
     note = fixture_vault / "daily/2026-11-16.md"
     note.write_text(note.read_text() + "- 10:00 The index came back for the narwhal.\n")
     wait_for(lambda: searchable(watching.store, "narwhal", "narwhal"), what="index after deletion")
-    generation = watching.store._readable_index().generation
-    (generation / "manifest.json").write_text("{not json")  # corrupt: the watcher rebuilds
+    postgres_helpers.break_the_serving_index(watching.store)  # corrupt: the watcher rebuilds
     note.write_text(note.read_text() + "- 10:05 And again for the dugong.\n")
     wait_for(lambda: searchable(watching.store, "dugong", "dugong"), what="index after corruption")
     # the swap makes the note searchable before the batch's report is appended: wait for both

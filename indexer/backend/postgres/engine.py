@@ -137,11 +137,34 @@ class PostgresBackend:
     # --- generations ---------------------------------------------------------------------------
 
     def serving_generation(self) -> int | None:
-        with self._session() as conn:
-            row = conn.execute("SELECT serving FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()
+        try:
+            with self._session() as conn:
+                row = conn.execute("SELECT serving FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()
+        except IndexUnavailable:
+            if self._made_again():
+                return None
+            raise
         if row is None:
+            if self._made_again():
+                return None
             raise IndexUnavailable(f"vault {self.vault!r} is not on the index server (or this role may not read it)")
         return row[0]
+
+    def _made_again(self) -> bool:
+        """An owner's database lost memvault's tables or this vault's row (emptied, restored
+        without them): make them again and forget what was cached of the old generations, so no
+        generation serves and the next write builds one, as after a lost `.index/`. True if so."""
+        if not self._create:
+            return False
+        with self._session() as conn:
+            if schema.tables_present(conn) and conn.execute("SELECT 1 FROM memvault_vaults WHERE name = %s",
+                                                            (self.vault,)).fetchone() is not None:  # fmt: skip
+                return False
+            schema.ensure_schema(conn)
+            schema.ensure_vault(conn, self.vault)
+        self._dims.clear()
+        self._with_postings.clear()
+        return True
 
     def generations(self) -> list[int]:
         with self._session() as conn:
@@ -212,12 +235,19 @@ class PostgresBackend:
     def serving_replay(self) -> tuple[int | None, str | None]:
         """(the serving generation or None, the SHA-256 of its replay projection or None) in one
         round trip: a reader learns whether the projection changed without fetching it."""
-        with self._session() as conn:
-            row = conn.execute("SELECT v.serving, g.replay_sha256 FROM memvault_vaults v "
-                               "LEFT JOIN memvault_generations g ON g.vault = v.name AND g.generation = v.serving "
-                               "WHERE v.name = %s",
-                               (self.vault,)).fetchone()  # fmt: skip
+        try:
+            with self._session() as conn:
+                row = conn.execute("SELECT v.serving, g.replay_sha256 FROM memvault_vaults v "
+                                   "LEFT JOIN memvault_generations g ON g.vault = v.name AND g.generation = v.serving "
+                                   "WHERE v.name = %s",
+                                   (self.vault,)).fetchone()  # fmt: skip
+        except IndexUnavailable:
+            if self._made_again():
+                return None, None
+            raise
         if row is None:
+            if self._made_again():
+                return None, None
             raise IndexUnavailable(f"vault {self.vault!r} is not on the index server (or this role may not read it)")
         return row[0], row[1]
 
@@ -298,11 +328,14 @@ class PostgresBackend:
             added_text = sum(p[15] for p in params)
             added_ctx = sum(p[16] for p in params)
             added_cjk = sum(p[19] for p in params)
-            conn.execute(
+            counted = conn.execute(
                 "UPDATE memvault_generations SET rows = rows + %s, text_tokens = text_tokens + %s, "
                 "ctx_tokens = ctx_tokens + %s, cjk_tokens = cjk_tokens + %s WHERE vault = %s AND generation = %s",
                 (len(params) - gone_rows, added_text - gone_text, added_ctx - gone_ctx, added_cjk - gone_cjk,
                  self.vault, generation))  # fmt: skip
+            if counted.rowcount != 1:  # its statistics are gone: a write there would serve nothing (rolled back)
+                raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone from the index "
+                                       "server: run `memvault rebuild`")  # fmt: skip
             self._record_files(conn, generation, delta.files or {})
             conn.execute("UPDATE memvault_vaults SET stamp = stamp + 1 WHERE name = %s", (self.vault,))
 

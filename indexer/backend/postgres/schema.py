@@ -177,7 +177,7 @@ def vault_table(vault: str, table: str = "memvault_rows") -> str:
 def ensure_schema(conn) -> None:
     """Create what is missing, idempotently, under an advisory lock (concurrent owners). A
     server already at this schema version is left alone: the DDL takes table locks."""
-    if _schema_version(conn) == SCHEMA_VERSION and _tables_present(conn):
+    if _schema_version(conn) == SCHEMA_VERSION and tables_present(conn):
         return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -212,7 +212,7 @@ def _schema_version(conn) -> int | None:
     return None if row is None else row[0]
 
 
-def _tables_present(conn) -> bool:
+def tables_present(conn) -> bool:
     """Every table of this schema exists (a dropped one, a lost database, is created again)."""
     names = ["memvault_files", *READ_TABLES]
     found = conn.execute("SELECT count(to_regclass(name)) FROM unnest(%s::text[]) AS name", (names,)).fetchone()[0]
