@@ -35,9 +35,14 @@ def texts(store: MemoryStore, query: str) -> list[str]:
     return [hit.text for hit in store.recall(query, limit=50).hits]
 
 
+# Tests marked both_backends remember, recall, sync or consolidate through the index. The others stay
+# local: what they check is decided before the index (refusals of a note, the written bytes, health's
+# check of the files under daily/).
+
 # --- 1. concurrent edits ------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 @pytest.mark.slow
 def test_1_sed_in_place_loop_during_remembers_loses_nothing_and_never_conflicts(new_vault):
     note = write(new_vault, NOTE, "# 2026-11-30\n\n")
@@ -64,6 +69,7 @@ def test_1_sed_in_place_loop_during_remembers_loses_nothing_and_never_conflicts(
 # --- 2. a receipt is a promise ------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "body, problem",
     [
@@ -98,6 +104,7 @@ def test_2_oversized_note_is_refused_without_writing(new_vault):
     assert note.stat().st_size == 16 * 1024 * 1024 + 1
 
 
+@pytest.mark.both_backends
 def test_2_remembering_text_inside_a_resolved_looking_hunk_never_writes_a_second_id(new_vault):
     with MemoryStore.open(new_vault) as store:
         first = store.remember("The release is on Friday.", at=AT)
@@ -111,6 +118,7 @@ def test_2_remembering_text_inside_a_resolved_looking_hunk_never_writes_a_second
     assert note.read_text().count(f"^{first.id}") == 2  # the person's two copies, and no third
 
 
+@pytest.mark.both_backends
 def test_2_remembering_text_whose_id_sits_in_a_code_fence_never_writes_a_second_id(new_vault):
     with MemoryStore.open(new_vault) as store:
         first = store.remember("The release is on Friday.", at=AT)
@@ -123,6 +131,7 @@ def test_2_remembering_text_whose_id_sits_in_a_code_fence_never_writes_a_second_
     assert note.read_text().count(f"^{first.id}") == 1
 
 
+@pytest.mark.both_backends
 def test_2_after_a_person_edits_a_remembered_line_the_original_is_written_again_and_found(new_vault):
     with MemoryStore.open(new_vault) as store:
         first = store.remember("The office closes at six.", at=AT)
@@ -135,6 +144,7 @@ def test_2_after_a_person_edits_a_remembered_line_the_original_is_written_again_
         assert note.read_text().count(f"^{first.id}") == 1
 
 
+@pytest.mark.both_backends
 def test_2_duplicate_means_findable_now(new_vault):
     with MemoryStore.open(new_vault) as store:
         store.remember("Parking is on level two.", at=AT)
@@ -148,6 +158,7 @@ def test_2_duplicate_means_findable_now(new_vault):
 # --- 3. instants from the files ------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_3_frontmatter_zone_decides_the_written_wall_time(new_vault):
     write(new_vault, NOTE, "---\ntimeZone: America/New_York\n---\n# 2026-11-30\n\n")
     at = datetime(2026, 11, 30, 17, 0, tzinfo=timezone.utc)  # 18:00 in Amsterdam, 12:00 in New York
@@ -158,6 +169,7 @@ def test_3_frontmatter_zone_decides_the_written_wall_time(new_vault):
     assert "- 12:00 Lunch with the New York team." in (new_vault / NOTE).read_text()
 
 
+@pytest.mark.both_backends
 def test_3_frontmatter_zone_on_another_date_writes_an_exact_offset(new_vault):
     write(new_vault, NOTE, "---\ntimeZone: America/New_York\n---\n")
     at = datetime(2026, 11, 30, 2, 30, tzinfo=timezone.utc)  # 03:30 on the 30th in Amsterdam, the 29th in New York
@@ -167,6 +179,7 @@ def test_3_frontmatter_zone_on_another_date_writes_an_exact_offset(new_vault):
     assert "- 03:30+01:00 Late call with New York." in (new_vault / NOTE).read_text()
 
 
+@pytest.mark.both_backends
 def test_3_bom_before_frontmatter_still_reads_the_zone(new_vault):
     write(new_vault, NOTE, "\ufeff---\ntimeZone: America/New_York\n---\n- 12:00 Standup with New York.\n")
     with MemoryStore.open(new_vault) as store:
@@ -187,6 +200,7 @@ def test_3_crlf_note_gets_a_crlf_line(new_vault):
 # --- 4. index what a person sees -----------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_4_comments_are_hidden_and_prose_callouts_and_continuations_are_memories(new_vault):
     body = (
         "# 2026-11-30\n\nWe walked the pier after the offsite and talked about hiring.\n\n"
@@ -207,6 +221,7 @@ def test_4_comments_are_hidden_and_prose_callouts_and_continuations_are_memories
 # --- 5. daily notes where people keep them -------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_5_daily_notes_plugin_layout_is_indexed_and_written_to(new_vault):
     write(new_vault, "daily/2026/11/2026-11-21.md", "- 10:00 Nested layout note.\n")
     with MemoryStore.open(new_vault) as store:
@@ -242,6 +257,7 @@ def test_5_health_names_a_symlinked_daily_folder(new_vault, tmp_path):
 # --- 6. change detection mtime cannot fool -------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_6_same_size_edit_with_restored_mtime_is_seen(new_vault):
     note = write(new_vault, NOTE, "- 10:00 The cat is grey.\n")
     old = note.stat()
@@ -271,6 +287,7 @@ def test_7_note_path_that_is_a_directory_is_a_clear_error(new_vault):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.both_backends
 def test_7_daily_that_is_a_file_is_a_clear_error_and_old_rows_go(new_vault):
     with MemoryStore.open(new_vault) as store:
         store.remember("Rows from before.", at=AT)
@@ -280,8 +297,8 @@ def test_7_daily_that_is_a_file_is_a_clear_error_and_old_rows_go(new_vault):
     assert result.exit_code == 1 and "daily is a file" in result.output and "Traceback" not in result.output
     with MemoryStore.open(new_vault) as store:
         assert texts(store, "Rows from before") == []  # the reported watcher kept every old row
-        findings = [f for f in check_health(store.layout, store.config).findings if f.check == "unindexed"]
-        assert [f.subject for f in findings] == ["daily"]
+        findings = [f for f in store.health_report()["findings"] if f["check"] == "unindexed"]
+        assert [f["subject"] for f in findings] == ["daily"]
 
 
 # --- 8. git-clean by default ---------------------------------------------------------------------
@@ -296,6 +313,7 @@ def test_8_watch_schedule_never_creates_index_md_in_a_vault_without_one(fixture_
     assert not (fixture_vault / "index.md").exists()
 
 
+@pytest.mark.both_backends
 def test_8_an_opted_in_index_md_is_rewritten_only_when_what_it_shows_changes(new_vault):
     from memvault.indexer.maintenance.watch import Watcher
 
@@ -313,6 +331,7 @@ def test_8_an_opted_in_index_md_is_rewritten_only_when_what_it_shows_changes(new
 # --- the engine's batch writer (remember_many, and Remember through a running owner) ----------
 
 
+@pytest.mark.both_backends
 def test_3_and_5_batch_writer_uses_the_notes_zone_and_the_nested_layout(new_vault):
     write(new_vault, "daily/2026/11/2026-11-29.md", "---\ntimeZone: America/New_York\n---\n- 09:00 older\n")
     write(new_vault, "daily/2026/11/2026-11-30.md", "---\ntimeZone: America/New_York\n---\n")
@@ -326,6 +345,7 @@ def test_3_and_5_batch_writer_uses_the_notes_zone_and_the_nested_layout(new_vaul
     assert (new_vault / "daily/2026/12/2026-12-01.md").read_text().startswith("# 2026-12-01\n")
 
 
+@pytest.mark.both_backends
 def test_2_batch_writer_never_reuses_an_id_a_person_edited(new_vault):
     with MemoryStore.open(new_vault) as store:
         [first] = store.remember_many([{"text": "The gate code is 4411.", "at": AT}])

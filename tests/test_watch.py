@@ -38,6 +38,8 @@ MEMVAULT = [sys.executable, "-m", "memvault"]
 
 
 # --- synthetic events ------------------------------------------------------------------------
+# These (and the rewatch-warning test at the end) exercise the event handler and the change queue
+# alone, with no store and no index: they stay local. The real-file tests below run on both backends.
 
 
 @pytest.fixture
