@@ -6,6 +6,8 @@ import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from memvault import MemoryStore
 from memvault.vault.locks import VaultLock
 from memvault.vault.recent_writes import repair_lost_lines
@@ -13,7 +15,11 @@ from memvault.vault.recent_writes import repair_lost_lines
 AT = datetime(2026, 11, 30, 9, 0, tzinfo=ZoneInfo("Europe/Amsterdam"))
 NOTE = "daily/2026-11-30.md"
 
+# Tests marked both_backends repair through a sync and read the index back. The others stay local: the
+# ledger lives in the vault's folder on either backend, and the append retries touch the note alone.
 
+
+@pytest.mark.both_backends
 def test_a_save_of_an_older_copy_is_kept_and_the_dropped_line_comes_back(new_vault):
     note = new_vault / NOTE
     note.parent.mkdir(exist_ok=True)
@@ -42,6 +48,7 @@ def test_after_the_window_a_missing_line_is_the_persons_decision(new_vault):
     assert note.read_text() == "# 2026-11-30\n\n"
 
 
+@pytest.mark.both_backends
 def test_an_id_removed_by_the_person_while_keeping_the_line_is_not_doubled(new_vault):
     with MemoryStore.open(new_vault) as store:
         receipt = store.remember("Keep the text, drop the id.", at=AT)
@@ -51,6 +58,7 @@ def test_an_id_removed_by_the_person_while_keeping_the_line_is_not_doubled(new_v
         assert note.read_text().count("Keep the text, drop the id.") == 1
 
 
+@pytest.mark.both_backends
 def test_a_line_commented_out_by_the_person_is_not_repaired(new_vault):
     with MemoryStore.open(new_vault) as store:
         receipt = store.remember("Comment this out.", at=AT)
@@ -123,6 +131,7 @@ def test_the_ledger_read_after_appends_a_take_back_and_a_rewrite_holds_exactly_t
     assert live() == [entry["id"] for entry in recent_writes._load(layout, now)]
 
 
+@pytest.mark.both_backends
 def test_a_line_whose_id_is_the_start_of_another_id_is_still_repaired(new_vault):
     """Presence is the whole `^id`, not a prefix of a longer one that happens to be there."""
     with MemoryStore.open(new_vault) as store:
