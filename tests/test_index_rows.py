@@ -7,18 +7,28 @@ import sys
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from memvault import MemoryStore
 from memvault.indexer.maintenance.derived import DerivedIndex
 from memvault.vault.layout import VaultLayout
+from tests import postgres_helpers
 
 AT = datetime(2026, 11, 30, 9, 0, tzinfo=ZoneInfo("Europe/Amsterdam"))
 NOTE = "daily/2026-11-30.md"
 
 
 def _as_tantivy_holds(root) -> dict:
-    return DerivedIndex.open_current(VaultLayout(root)).rows_of(NOTE)  # a new object: read from Tantivy
+    """The note's rows as the index holds them, read by a new object: from Tantivy, or from the
+    server by another store's connection."""
+    if postgres_helpers.TEST_BACKEND == "local":
+        return DerivedIndex.open_current(VaultLayout(root)).rows_of(NOTE)
+    with MemoryStore.open(root, sync=False) as other:
+        return other._readable_index().rows_of(NOTE)
 
 
+# The second test checks the row cache of records (a pure function of a record): it stays local.
+@pytest.mark.both_backends
 def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
     with MemoryStore.open(new_vault) as store:
         def check():
