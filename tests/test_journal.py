@@ -25,7 +25,8 @@ from memvault.indexer.journal.query import (
 from memvault.indexer.maintenance.sync import Row
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
-from tests.postgres_helpers import on_test_backend
+from tests import postgres_helpers
+from tests.postgres_helpers import on_test_backend, set_up_the_tests_backend
 
 #: the spec's journal caps ("limit defaults to 10"; "A snapshot caps at 1,000 entries and 2 MiB; each
 #: page caps at 25 entries/8 KiB and each text at 2 KiB"), written here as the spec states them
@@ -36,6 +37,11 @@ SPEC_SNAPSHOT_MAX_ENTRIES = 1_000
 SPEC_TEXT_MAX_BYTES = 2 * 1024
 
 AMS = "Europe/Amsterdam"
+
+# Tests marked both_backends read the journal's rows and coverage from the index. The others stay local:
+# ranges and arguments are checked before any read, the caps and the cursors (HMAC, expiry, races,
+# snapshot files) work on the snapshot memvault already took, and the other conflicted-note zones and
+# the snapshot caps' 1,000-row vaults repeat the rows path the marked tests cover.
 
 
 def make_vault(tmp_path: Path, zone: str = AMS) -> Path:
@@ -161,6 +167,7 @@ def test_only_curated_daily_rows_with_their_source_and_state(tmp_path):
     assert str(root) not in json.dumps(body)  # no memory-root path anywhere
 
 
+@pytest.mark.both_backends
 def test_unsafe_text_and_ids_are_replaced_by_fixed_markers(tmp_path):
     root = make_vault(tmp_path)
     write_note(root, "2026-09-01", [
@@ -191,6 +198,7 @@ def test_complete_empty_range_is_no_data(tmp_path):
     assert body["coverage"]["complete"] is True and body["coverage"]["stoppedBy"] is None
 
 
+@pytest.mark.both_backends
 def test_a_note_that_cannot_be_read_makes_coverage_incomplete(tmp_path):
     root = make_vault(tmp_path)
     write_note(root, "2026-09-01", ["09:00 readable ^r1"])
@@ -218,6 +226,7 @@ def test_a_conflicted_note_two_days_outside_the_range_leaves_it_complete(tmp_pat
     assert body["coverage"]["complete"] is True and body["coverage"]["incompleteNotes"] == []
 
 
+@pytest.mark.both_backends
 def test_a_conflicted_note_one_day_outside_still_makes_the_range_incomplete(tmp_path):
     root = make_vault(tmp_path)
     write_note(root, "2026-09-10", ["09:00 inside ^in"])
@@ -227,6 +236,7 @@ def test_a_conflicted_note_one_day_outside_still_makes_the_range_incomplete(tmp_
     assert body["coverage"]["complete"] is False and body["coverage"]["incompleteNotes"] == ["2026-09-11"]
 
 
+@pytest.mark.both_backends
 def test_backend_failure_is_the_generic_journal_unavailable(tmp_path):
     def broken(_paths):
         raise OSError(5, "Input/output error", "/home/someone/private/vault/.index/gen-000001")
@@ -238,7 +248,7 @@ def test_backend_failure_is_the_generic_journal_unavailable(tmp_path):
     root = make_vault(tmp_path)
     write_note(root, "2026-09-01", ["09:00 fact ^f1"])
     with MemoryStore.open(root) as store:
-        (root / ".index" / "CURRENT").write_text("gen-999999\n")  # the serving generation is gone
+        postgres_helpers.break_the_serving_index(store)  # the serving generation is unreadable
         with pytest.raises(JournalUnavailable):
             store.journal(from_date="2026-09-01", through_date="2026-09-01", time_zone=AMS)
 
@@ -260,6 +270,7 @@ def test_limit_defaults_to_ten_and_caps_at_twenty_five(tmp_path):
                 store.journal(from_date="2026-09-01", through_date="2026-09-01", time_zone=AMS, limit=bad)
 
 
+@pytest.mark.both_backends
 def test_texts_are_cut_at_2_kib_and_pages_at_8_kib(tmp_path):
     root = make_vault(tmp_path)
     long_text = "é" * 3000  # 6,000 bytes
@@ -316,7 +327,8 @@ def test_snapshot_stops_at_the_byte_cap_and_says_so(tmp_path):
 
 
 @pytest.fixture
-def forty(tmp_path):
+def forty(tmp_path, request):
+    set_up_the_tests_backend(request)  # a both_backends test's vault on its backend
     root = make_vault(tmp_path)
     write_note(root, "2026-09-01", [f"{h:02d}:{m:02d} entry {h}:{m}" for h in range(8, 12) for m in range(0, 60, 6)])
     with MemoryStore.open(root) as store:
@@ -326,6 +338,7 @@ def forty(tmp_path):
 FIRST = {"fromDate": "2026-09-01", "throughDate": "2026-09-01", "timeZone": AMS, "limit": 10}
 
 
+@pytest.mark.both_backends
 def test_cursor_pages_through_the_frozen_snapshot_exactly_once(forty):
     service = forty.journal_service()
     page = service.query(FIRST)
@@ -428,6 +441,7 @@ def test_file_snapshots_continue_across_processes_and_stay_private(forty):
     assert len(FileSnapshots(root).held()) == 4
 
 
+@pytest.mark.both_backends
 def test_cli_journal_pages_with_a_cursor_between_calls(forty):
     root = str(forty.layout.root)
     runner = CliRunner()
