@@ -8,6 +8,7 @@ import pytest
 from memvault.cli.web.markdown import render_markdown, render_note, safe_href, source_url
 from memvault.vault.note import parse
 
+# Markdown rendering is a pure function of the text: no vault, no index, so these tests stay local.
 XSS_CORPUS = [
     "<script>alert(1)</script>",
     '<img src=x onerror="alert(2)">',

@@ -7,6 +7,9 @@ from memvault.cli.web.snapshots import StaleWhileRevalidate
 from tests.web_helpers import poll
 
 
+# The snapshot cache is tested with a fake compute function: no vault, no index, so these stay local.
+
+
 class Clock:
     def __init__(self):
         self.now = 100.0
