@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memvault.vault.ids import derived_id, memory_id, normalize_text
-from memvault.vault.note import append_line, format_bullet, new_note_text, parse, region_left_open, render
+from memvault.vault.note import (append_line, bullet_region_left_open, format_bullet, new_note_text, parse,
+                                 region_left_open, render)
 from memvault.vault.plaintext import plain_text
 
 
@@ -253,6 +254,13 @@ def test_a_fact_that_would_open_a_comment_is_refused_and_nothing_is_written(tmp_
     assert {p.name: p.read_bytes() for p in (root / "daily").glob("*.md")} == before
     assert region_left_open("a <!-- b --> c") is None and region_left_open("%% x %%") is None
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_line_text, st.text(alphabet="-%<!>`~ \n\r\u2028ab=", max_size=24)))
+def test_the_open_region_shortcut_answers_as_the_parse_does(text):
+    # region_left_open skips the parse for one line holding no comment opener: it must never differ
+    assert region_left_open(text) == bullet_region_left_open(text)
 
 # --- a note parsed from where an earlier parse of its first lines ended --------------------------
 

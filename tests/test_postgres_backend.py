@@ -294,16 +294,31 @@ def test_a_lost_database_is_one_rebuild_away(tmp_path, postgres_dsn):
         assert store.health_report(strict=True)["healthy"]
 
 
+def _leaf_indexes(dsn: str, vault: str, generation: int) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        return {name for (name,) in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename IN (%s, %s)",
+            (f"memvault_rows_{vault}_g{generation}", f"memvault_post_{vault}_g{generation}")).fetchall()}  # fmt: skip
+
+
 def test_a_bulk_import_into_a_new_vault_rebuilds_its_vector_index_after_the_load(tmp_path, postgres_dsn):
-    # 300 vectors into an empty generation: the HNSW index is dropped and built again after the
-    # rows are in, in the same transaction, so the serving leaf never lacks it
+    # 300 rows into an empty generation: the HNSW index and the postings' two indexes are dropped
+    # and built again after the rows are in, in the same transaction, so the serving leaf never
+    # lacks them; a smaller batch into the vault then inserts into them as they are
     root = make_vault(tmp_path, "bulk")
     facts = [f"Shipment {i} left the harbour of town {i % 17} on a barge." for i in range(300)]
     with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
         assert [o.receipt.status for o in store.remember_many(facts)] == ["added"] * 300
         generation = store.backend.serving_generation()
+        wanted = {f"memvault_rows_bulk_g{generation}_hnsw", f"mvpl_bulk_g{generation}", f"mvpd_bulk_g{generation}"}
+        assert wanted <= _leaf_indexes(postgres_dsn, "bulk", generation)
         vector = store._embedder().embed_query("barge from the harbour")
         assert len(store.backend.vector_candidates(generation, vector, 50)) == 50
+        assert store.recall("shipment 123 harbour barge").hits[0].text == facts[123]
+        more = [f"Crate {i} reached the depot on a lorry." for i in range(40)]
+        assert [o.receipt.status for o in store.remember_many(more)] == ["added"] * 40
+        assert wanted <= _leaf_indexes(postgres_dsn, "bulk", generation)
+        assert store.recall("crate 7 depot lorry").hits[0].text == more[7]
         assert store.health_report(strict=True)["healthy"]
     with psycopg.connect(postgres_dsn) as conn:
         conn.execute("SET enable_seqscan = off")  # 300 rows: the planner would rather sort them

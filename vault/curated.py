@@ -88,16 +88,20 @@ def append_bullet_once(
 
 def plan_bullet(
     layout: VaultLayout, folder: str, text: str, block_id: str, at: datetime, vault_zone: str,
-    *, content_identity: bool = False, notes: dict | None = None,
+    *, content_identity: bool = False, notes: dict | None = None, places: dict | None = None,
 ) -> tuple[str, str, NewBullet]:  # fmt: skip
     """Where and how a memory is written: (note relpath, title for a new note, the bullet).
 
     Reads the note as it is now (its zone, the ids in it); batch writers (the engine's group
-    commit) plan every item with it, passing one `notes` dict so each note is read once, and
-    then append per note in one go.
+    commit) plan every item with it, passing one `notes` dict so each note is read once (and one
+    `places` dict so each day's note is looked for once), and then append per note in one go.
     """
     day, _ = local_day_and_time(at, zone(vault_zone))
-    relpath = layout.note_relpath(folder, day)
+    relpath = places.get((folder, day)) if places is not None else None
+    if relpath is None:
+        relpath = layout.note_relpath(folder, day)
+        if places is not None:
+            places[(folder, day)] = relpath
     if notes is None or relpath not in notes:
         note = read_note_if_any(layout.root, relpath)
         if notes is not None:

@@ -534,5 +534,12 @@ def region_left_open(text: str) -> str | None:
     """What a memvault bullet holding `text` would leave open at its end, or None. A fact such as
     "<!--" parses as its own bullet, but opens an HTML comment that hides every line after it, so
     memvault never writes one (Remember refuses it; capture's parser refuses it)."""
+    if len(text.splitlines()) <= 1 and not any(opener in text for opener in _COMMENT_CLOSE):
+        return None  # one line starting "- " opens no fence or conflict hunk: only a comment could
+    return bullet_region_left_open(text)
+
+
+def bullet_region_left_open(text: str) -> str | None:
+    """`region_left_open` found by parsing the bullet in a note (what the shortcut above stands for)."""
     left_open = parse(new_note_text("t") + format_bullet(text, "m-0000000000", "00:00")).open_at_end
     return None if left_open is None else re.sub(r" on line \d+", "", left_open)

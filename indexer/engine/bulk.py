@@ -81,6 +81,7 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
         per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)
         titles: dict[str, str] = {}
         notes: dict = {}  # each note read once per batch
+        places: dict = {}  # each day's note looked for once per batch
         for position, fact, when in prepared:
             digest = content_hash(fact)
             earlier = seen.get(digest) or store._deferred.receipt(digest)
@@ -97,7 +98,8 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
                 continue
             try:  # the note's zone decides the wall time; an id a person edited is not reused (vault/curated.py)
                 relpath, title, bullet = plan_bullet(store.layout, DAILY, fact, memory_id(fact), when,
-                                                     store.time_zone, content_identity=True, notes=notes)  # fmt: skip
+                                                     store.time_zone, content_identity=True, notes=notes,
+                                                     places=places)  # fmt: skip
             except VaultError as exc:
                 results[position] = exc
                 continue

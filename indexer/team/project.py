@@ -69,6 +69,7 @@ def _noted_turns(store, records: list[IntakeRecord], log) -> tuple[list[str], li
     done, refused = [], []
     with store._lock:
         notes: dict = {}
+        places: dict = {}
         per_note: dict[str, list] = defaultdict(list)
         titles: dict[str, str] = {}
         for record in records:
@@ -76,7 +77,7 @@ def _noted_turns(store, records: list[IntakeRecord], log) -> tuple[list[str], li
             try:
                 relpath, title, bullet = plan_bullet(store.layout, folder, projected_text(record.payload.summary),
                                                      turn_block_id(record.id), record.completed_at, store.time_zone,
-                                                     notes=notes)  # fmt: skip
+                                                     notes=notes, places=places)  # fmt: skip
             except VaultError as exc:
                 log(f"team drain: turn {record.id} goes to the local intake: {exc}")
                 refused.append(record)

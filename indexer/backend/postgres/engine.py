@@ -100,9 +100,10 @@ SELECT count(*), coalesce(sum(text_len), 0), coalesce(sum(ctx_len), 0),
 _MIN_EF_SEARCH = 40
 _SESSION_EF_SEARCH = 100
 _MAX_EF_SEARCH = 1000
-#: a batch of at least this many vectors, and at least as many as the generation holds, rebuilds
-#: its HNSW index after the load instead of inserting into it (bulk imports into small vaults)
-_REBUILD_HNSW_FROM = 256
+#: a batch of at least this many rows, and at least as many as the generation holds, builds its
+#: HNSW and postings indexes again after the load instead of inserting into them (bulk imports
+#: into small vaults)
+_REBUILD_INDEXES_FROM = 256
 #: connections a backend opens at most (each when first needed): a recall's lexical and vector
 #: lists run at once, one on each
 _CONNECTIONS = 2
@@ -309,6 +310,7 @@ class PostgresBackend:
         postings, terms = self._lexical_leaves(generation)
         with self._session() as conn, conn.transaction():
             gone_rows = gone_text = gone_ctx = gone_cjk = 0
+            keys = self._held_keys(conn, generation, keys)
             if keys:
                 schema.ensure_postings_indexes(conn, self.vault, generation)  # deletes find postings by key
                 gone_rows, gone_text, gone_ctx, gone_cjk = conn.execute(
@@ -321,9 +323,11 @@ class PostgresBackend:
                         copy.set_types(_STAGING_TYPES)
                         for row in params:
                             copy.write_row(row)
-                rebuilt = self._drop_vector_index_for(conn, generation, params)
+                dropped = self._drop_indexes_for_load(conn, generation, params)
                 conn.execute(_INSERT_STAGED.format(postings=postings, terms=terms))
-                if rebuilt:
+                if "postings" in dropped:
+                    schema.ensure_postings_indexes(conn, self.vault, generation)
+                if "vectors" in dropped:
                     schema.ensure_vector_index(conn, self.vault, generation, self._dim(generation))
             added_text = sum(p[15] for p in params)
             added_ctx = sum(p[16] for p in params)
@@ -339,21 +343,41 @@ class PostgresBackend:
             self._record_files(conn, generation, delta.files or {})
             conn.execute("UPDATE memvault_vaults SET stamp = stamp + 1 WHERE name = %s", (self.vault,))
 
-    def _drop_vector_index_for(self, conn, generation: int, params: list[tuple]) -> bool:
-        """Drop the generation's HNSW index, in this transaction, when the batch's vectors are at
-        least as many as the rows it holds (and enough to matter): rebuilding the graph after the
-        load costs less than inserting each vector into it (a bulk import into a new or small
-        vault). Readers of the leaf wait for the commit meanwhile, and then see the new index."""
-        vectors = sum(1 for row in params if row[17] is not None)
-        if vectors < _REBUILD_HNSW_FROM:
-            return False
+    def _held_keys(self, conn, generation: int, keys: list[str]) -> list[str]:
+        """Those of `keys` the generation holds rows for (from its primary key): only they are
+        deleted, so a batch of new rows (a rebuild's load, an import) never needs the postings'
+        key index, which a rebuild builds once after its load."""
+        if not keys:
+            return []
+        leaf = _quoted(schema.leaf_table(self.vault, generation))
+        held = conn.execute(f"SELECT key FROM {leaf} WHERE vault = %s AND generation = %s AND key = ANY(%s)",
+                            (self.vault, generation, keys)).fetchall()  # fmt: skip
+        return [key for (key,) in held]
+
+    def _drop_indexes_for_load(self, conn, generation: int, params: list[tuple]) -> set[str]:
+        """Drop the generation's HNSW index and its postings' two indexes, in this transaction,
+        when the batch holds at least as many rows as the generation (and enough to matter);
+        returns which were dropped ("vectors", "postings"), to build again after the load.
+        Building an index once over the loaded rows costs less than inserting each row's
+        vector and its forty postings into them one by one (a bulk import into a new or small
+        vault). Readers of the leaf wait for the commit meanwhile, and then see the new indexes."""
+        if len(params) < _REBUILD_INDEXES_FROM:
+            return set()
         held = conn.execute("SELECT rows FROM memvault_generations WHERE vault = %s AND generation = %s",
                             (self.vault, generation)).fetchone()  # fmt: skip
-        name = f"{schema.leaf_table(self.vault, generation)}_hnsw"
-        if held is None or held[0] > vectors or conn.execute("SELECT to_regclass(%s)", (_quoted(name),)).fetchone()[0] is None:
-            return False
-        conn.execute(f"DROP INDEX {_quoted(name)}")
-        return True
+        if held is None or held[0] > len(params):
+            return set()
+        leaf = schema.leaf_table(self.vault, generation)
+        indexes = {"vectors": [f"{leaf}_hnsw"] if any(row[17] is not None for row in params) else [],
+                   "postings": [f"mvpl_{self.vault}_g{generation}", f"mvpd_{self.vault}_g{generation}"]}
+        dropped = set()
+        for part, names in indexes.items():
+            present = [name for name in names
+                       if conn.execute("SELECT to_regclass(%s)", (_quoted(name),)).fetchone()[0] is not None]
+            if present and len(present) == len(names):
+                conn.execute(f"DROP INDEX {', '.join(_quoted(name) for name in present)}")
+                dropped.add(part)
+        return dropped
 
     def _lexical_leaves(self, generation: int) -> tuple[str, str]:
         """The quoted names of a generation's postings and terms leaves (statements write them

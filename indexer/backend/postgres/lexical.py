@@ -37,7 +37,9 @@ MAX_TOKEN_BYTES = 40
 
 def words(text: str) -> list[str]:
     """The tokens BM25 counts, lower-cased, before stemming (the server stems them)."""
-    return [w.lower() for w in WORD_RE.findall(text) if len(w.encode("utf-8")) < MAX_TOKEN_BYTES]
+    # a character is at most 4 bytes in UTF-8: a word shorter than a quarter of the limit is kept unencoded
+    return [w.lower() for w in WORD_RE.findall(text)
+            if len(w) * 4 < MAX_TOKEN_BYTES or len(w.encode("utf-8")) < MAX_TOKEN_BYTES]
 
 
 def query_words(text: str) -> list[str]:
