@@ -11,6 +11,7 @@ import pytest
 
 from memvault import MemoryStore
 from memvault.vault.config import default_config_data, render_config
+from memvault.vault.errors import IndexUnavailable
 from memvault.vault.init import init_vault
 from tests.engine_helpers import ENV, MEMVAULT, REPO, OwnerProcess, memvault, wait_for
 from tests.postgres_helpers import PostgresServer
@@ -159,3 +160,51 @@ def test_init_with_the_server_away_makes_the_vault_and_says_so(tmp_path):
     assert "127.0.0.1" in done.stderr and "memvault rebuild" in done.stderr and SECRET not in done.stderr
     assert json.loads((tmp_path / "notes" / "memvault.json").read_text())["index"] == {"backend": "postgres",
                                                                                        "name": "notes"}
+
+
+def _notes(root, count: int) -> None:
+    for n in range(count):  # more notes than one rebuild batch (REBUILD_BATCH_FILES) holds
+        day = f"2025-{1 + n // 28:02d}-{1 + n % 28:02d}"
+        add_bullets(root, day, [f"Ledger entry {n}.{i} about the granary." for i in range(2)])
+
+
+def _rows(dsn: str, vault: str) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT key, text, context, embedding::text FROM memvault_rows WHERE vault = %s AND "
+                            "generation = (SELECT serving FROM memvault_vaults WHERE name = %s) ORDER BY key",
+                            (vault, vault)).fetchall()  # fmt: skip
+
+
+def test_a_rebuild_writes_batches_while_reading_the_next_and_ends_as_the_files_say(tmp_path, postgres_dsn):
+    # the server writes one batch of notes while the next is read and embedded: the rows it ends
+    # with are those the notes give when kept one edit at a time
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    root = make_vault(tmp_path)
+    _notes(root, 150)
+    with MemoryStore.open(root, env=env) as store:  # the open's sync: the rows kept incrementally
+        kept = _rows(postgres_dsn, "team-a")
+        seen = []
+        report = store.rebuild(hook=seen.append)
+    assert report.memories == 300 and seen.count("apply.committed") == 3
+    assert _rows(postgres_dsn, "team-a") == kept
+
+
+def test_a_write_the_server_refuses_mid_rebuild_stops_it_and_the_old_generation_serves(tmp_path, postgres_dsn):
+    env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
+    root = make_vault(tmp_path)
+    _notes(root, 150)
+    with MemoryStore.open(root, env=env) as store:
+        serving = store.backend.serving_generation()
+
+        def refuse_the_rest(point: str) -> None:  # after the first batch: the building leaf takes no more rows
+            if point == "apply.committed":
+                building = max(store.backend.generations())
+                with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                    conn.execute(f'ALTER TABLE "memvault_rows_team-a_g{building}" ADD CONSTRAINT refuse CHECK (false) NOT VALID')
+
+        with pytest.raises(IndexUnavailable, match="the index server refused a statement .*\"refuse\""):
+            store.rebuild(hook=refuse_the_rest)
+        assert store.backend.serving_generation() == serving
+        assert store.backend.generations() == [serving]  # the failed build was dropped
+        assert store.recall("ledger entry 7 granary").hits
+    assert len(_rows(postgres_dsn, "team-a")) == 300

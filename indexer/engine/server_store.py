@@ -12,10 +12,13 @@ plumbing only. Folding the local engine behind the same calls shrinks store.py l
 """
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from memvault.indexer.backend import open_backend
+from memvault.indexer.engine.generation_methods import REBUILD_BATCH_FILES
 from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.derived import read_note_records
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.replay_index import project_generation
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerProjection, ServerVectors, generation_number
@@ -114,6 +117,30 @@ class ServerIndexedStore(MemoryStore):
                 pass
             raise
         return generation
+
+    def _apply_notes(self, generation: ServerIndex, paths: list[str], hook, progress: PhaseLog) -> None:
+        """Every note of `paths` into the generation being built, REBUILD_BATCH_FILES per commit,
+        with one commit in flight: the server inserts a batch (its own process, its own core)
+        while this thread reads and embeds the next. Batches hold different notes, so the next
+        one's diff never waits for the one being written."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memvault-rebuild-writer") as writer:
+            in_flight = None
+            for start in range(0, len(paths), REBUILD_BATCH_FILES):
+                batch = paths[start : start + REBUILD_BATCH_FILES]
+                prepared = generation.prepare([read_note_records(self.layout, path, self.time_zone) for path in batch])
+                if in_flight is not None:
+                    self._finish_write(generation, *in_flight, hook, progress)
+                in_flight = (writer.submit(generation.write, prepared) if prepared is not None else None,
+                             prepared, len(batch))
+            if in_flight is not None:
+                self._finish_write(generation, *in_flight, hook, progress)
+
+    @staticmethod
+    def _finish_write(generation: ServerIndex, future, prepared, notes: int, hook, progress: PhaseLog) -> None:
+        if future is not None:
+            future.result()  # a failed write raises here, and the build stops as it would have
+            generation.written(prepared, hook)
+        progress.advance("notes", notes)
 
     def _swap_in(self, generation: ServerIndex, hook=None, progress: PhaseLog | None = None) -> None:
         """Catch up with writes made while building, then switch the server's pointer. Lock held."""

@@ -10,6 +10,7 @@ is a generation's replay projection (BuJo), kept in the generation's own row on 
 """
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite, ServerIndexBackend, StoredRow
@@ -213,6 +214,15 @@ def generation_number(backend: IndexBackend, name: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+@dataclass(frozen=True)
+class PreparedApply:
+    """One `ServerIndex.apply` between its halves: the diff, the file states, the backend's delta."""
+
+    delta: IndexDelta
+    files: dict[str, FileState | None]
+    backend_delta: BackendDelta
+
+
 class ServerIndex:
     """One generation of a server backend, for MemoryStore, sync, journal and health."""
 
@@ -245,30 +255,44 @@ class ServerIndex:
     # --- writing -------------------------------------------------------------------------------
 
     def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None) -> IndexDelta:
+        prepared = self.prepare(indexed)
+        if prepared is not None:
+            self.write(prepared)
+            self.written(prepared, hook)
+        return IndexDelta() if prepared is None else prepared.delta
+
+    def prepare(self, indexed: list[FileIndexing]) -> PreparedApply | None:
+        """`apply`'s first half, on the calling thread: the diff against the rows the server holds
+        and the vectors of the rows to write; None when nothing changes."""
         delta = IndexDelta()
         if not indexed:
-            return delta
+            return None
         held = self._rows_by_path([item.path for item in indexed])
         for item in indexed:
             delta.extend(diff_rows(item.path, held.get(item.path, {}), item.records))
         files = self._changed_states(indexed)
         if delta.is_empty and not files:
-            return delta
-        writes = self._writes(delta)
-        deleted = tuple(sorted(delta.deleted))
+            return None
+        return PreparedApply(delta, files, BackendDelta(tuple(sorted(delta.deleted)), self._writes(delta),
+                                                        {p: (s.to_json() if s else None) for p, s in files.items()}))
+
+    def write(self, prepared: PreparedApply) -> None:
+        """`apply`'s commit on the server (safe on another thread than `prepare`'s: a rebuild's
+        load writes one batch while it reads and embeds the next)."""
         try:
-            self.backend.apply(self.number, BackendDelta(deleted, writes, {p: (s.to_json() if s else None)
-                                                                           for p, s in files.items()}))  # fmt: skip
+            self.backend.apply(self.number, prepared.backend_delta)
         finally:
             self.bm25.forget_cached()
-        if hook is not None and not delta.is_empty:
+
+    def written(self, prepared: PreparedApply, hook: BoundaryHook | None = None) -> None:
+        """After `write`, on the thread that prepares: the file states it recorded."""
+        if hook is not None and not prepared.delta.is_empty:
             hook("apply.committed")
-        for path, state in files.items():
+        for path, state in prepared.files.items():
             if state is None:
                 self.manifest.files.pop(path, None)
             else:
                 self.manifest.files[path] = state
-        return delta
 
     def _rows_by_path(self, paths: list[str]) -> dict[str, dict[str, Row]]:
         held: dict[str, dict[str, Row]] = {}
