@@ -16,7 +16,8 @@ Prints, beside the server's bare `SELECT 1` round trip as the baseline:
   measured again right after them (a slow flush, not the client, bounds the rate then): once
   with the owner draining the turns on this same machine, once with no owner running (on a
   team the owner runs on the vault's home machine, not beside the clients);
-* remote recall (tool mode) over a vault of --memories, median and p95;
+* remote recall (tool mode) over a vault of --memories, median and p95, and (after the rest) how
+  much of the exhaustive BM25 top 10 / top 100 its early-terminated lexical list keeps at that size;
 * admit on one "machine" → searchable from another connected store, and → in the owner's files, p95;
 * the issue's load against the owner (--clients × --admits, + --remembers facts per client): how
   long until every turn and fact is in its files, and how many were lost or duplicated (0, 0).
@@ -35,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.bench_postgres import on_server, start_server
+from bench.bench_postgres import bench_pruning, on_server, start_server
 from bench.bench_search import percentile, queries
 from bench.generate import make_vault
 from memvault.indexer.engine.connected import ConnectedStore
@@ -246,6 +247,8 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--remembers", type=int, default=25, help="per client in the owner load (0: skip it)")
+    parser.add_argument("--pruning-queries", type=int, default=50,
+                        help="questions whose BM25 list is compared with every posting read (0: skip)")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--fsync-dir", default=None, help="a folder on the server's data disk (default: its data_directory)")
     args = parser.parse_args()
@@ -292,6 +295,8 @@ def main() -> int:
         rate, counts, _ = many_clients(dsn, args.clients, args.admits, tag="no-owner")
         print(f"admissions/s, no owner running    {rate:9.0f} /s  ({sum(counts.values())} calls, classification exact)")
         print(f"fdatasync right after             {fdatasync_ms(disk)}")
+        if args.pruning_queries:  # what remote recall's lexical list gives up for its speed at this size
+            bench_pruning(root, {"MEMVAULT_INDEX_DSN": dsn}, args.pruning_queries)
         print(f"server SELECT 1 (baseline, again)  {ms(select_one(dsn))}")
         print(f"machine at the end                {machine()}")
     finally:
