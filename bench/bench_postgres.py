@@ -1,6 +1,7 @@
 """The PostgreSQL + pgvector index backend beside the local one (Tantivy + hnswlib), same run.
 
     python -m bench.bench_postgres [--memories 10000] [--vaults 10] [--queries 200] [--locomo N]
+                                   [--locomo-filler M]   (--memories 0: LoCoMo alone)
                                    [--dsn DSN]   (default: MEMVAULT_INDEX_DSN, else a pgserver under /tmp)
 
 Prints the server's PostgreSQL and pgvector versions, then for both backends:
@@ -9,7 +10,8 @@ Prints the server's PostgreSQL and pgvector versions, then for both backends:
   in-process over all vaults, and through a running owner (`memvault watch`) for one vault;
 * BM25's early termination on the server against reading every posting (overlap, time);
 * `remember` through the owner (median, p95), and bulk import (`remember_many`) in memories/s;
-* LoCoMo evidence recall@5/10/25 for hybrid recall and BM25 alone (bench/locomo.py's vaults).
+* LoCoMo evidence recall@5/10/25 for hybrid recall and BM25 alone (bench/locomo.py's vaults),
+  with --locomo-filler each conversation beside that many generated memories in its vault.
 Figures from a loaded machine are labelled so by whoever quotes them.
 """
 
@@ -180,7 +182,11 @@ def bench_import(tmp: Path, env: dict, items: int) -> None:
         print(f"{backend:8s} bulk import  {items} memories in {seconds:6.1f} s ({items / seconds:,.0f}/s)")
 
 
-def bench_locomo(tmp: Path, env: dict, conversations: int) -> None:
+def bench_locomo(tmp: Path, env: dict, conversations: int, filler: int = 0) -> None:
+    """LoCoMo evidence recall on both backends; with `filler`, each conversation's vault also
+    holds that many generated memories (bench/generate.py), so the server's lexical lists are
+    long enough to be cut where a question's words are common."""
+    from bench.generate import write_memories
     from bench.locomo import DEFAULT_DATA, KS, _EVIDENCE_RE, dialog_id, write_vault
 
     data = json.loads(DEFAULT_DATA.read_text())[:conversations]
@@ -189,6 +195,8 @@ def bench_locomo(tmp: Path, env: dict, conversations: int) -> None:
         for backend in BACKENDS:
             root = tmp / f"locomo-{backend}-{number}"
             write_vault(root, sample["conversation"], "builtin")
+            if filler:
+                write_memories(root, filler)
             if backend == "postgres":
                 on_server(root, f"locomo-{number}")
             with MemoryStore.open(root, env=env, sync=False) as store:
@@ -204,7 +212,8 @@ def bench_locomo(tmp: Path, env: dict, conversations: int) -> None:
                         for k in KS:
                             share = len(evidence & set(found[:k])) / len(evidence)
                             scores.setdefault((backend, retriever, k), []).append(share)
-    print(f"LoCoMo evidence recall ({len(data)} conversations, builtin embeddings):")
+    beside = f", each beside {filler:,} generated memories" if filler else ""
+    print(f"LoCoMo evidence recall ({len(data)} conversations{beside}, builtin embeddings):")
     for retriever in ("hybrid", "bm25"):
         for backend in BACKENDS:
             shown = "  ".join(f"@{k} {100 * statistics.mean(scores[(backend, retriever, k)]):5.1f}" for k in KS)
@@ -221,6 +230,8 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=100)
     parser.add_argument("--import-items", type=int, default=2_000)
     parser.add_argument("--locomo", type=int, default=10, help="LoCoMo conversations (0: skip)")
+    parser.add_argument("--locomo-filler", type=int, default=0,
+                        help="generated memories beside each LoCoMo conversation in its vault")
     parser.add_argument("--dsn", default=os.environ.get("MEMVAULT_INDEX_DSN", ""))
     args = parser.parse_args()
     server = None
@@ -235,14 +246,15 @@ def main() -> None:
         print(f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; cores: {os.cpu_count()}")
         with tempfile.TemporaryDirectory(prefix="memvault-bench-", dir="/tmp") as tmp:
             tmp_path = Path(tmp)
-            roots = build_vaults(tmp_path, args.memories, args.vaults)
-            print(f"{args.memories} memories over {args.vaults} vaults, 256-d builtin embeddings")
-            bench_scale(roots, env, args.queries)
-            bench_pruning(roots["postgres"][0], env, min(args.queries, 100))
-            bench_owner(roots, env, min(args.queries, 100), args.writes)
-            bench_import(tmp_path, env, args.import_items)
+            if args.memories:  # 0: LoCoMo alone
+                roots = build_vaults(tmp_path, args.memories, args.vaults)
+                print(f"{args.memories} memories over {args.vaults} vaults, 256-d builtin embeddings")
+                bench_scale(roots, env, args.queries)
+                bench_pruning(roots["postgres"][0], env, min(args.queries, 100))
+                bench_owner(roots, env, min(args.queries, 100), args.writes)
+                bench_import(tmp_path, env, args.import_items)
             if args.locomo:
-                bench_locomo(tmp_path, env, args.locomo)
+                bench_locomo(tmp_path, env, args.locomo, args.locomo_filler)
     finally:
         if server is not None:
             server.cleanup()

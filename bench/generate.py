@@ -27,6 +27,11 @@ def sentence(rng: random.Random, n: int) -> str:
 def make_vault(root: Path, memories: int, per_day: int = 100, mode: str = "lite", seed: int = 1) -> Path:
     data = default_config_data(mode=mode, time_zone="Europe/Amsterdam")
     init_vault(root, render_config(data))
+    return write_memories(root, memories, per_day, seed)
+
+
+def write_memories(root: Path, memories: int, per_day: int = 100, seed: int = 1) -> Path:
+    """`memories` generated bullets in daily notes from 2020-01-01 on, into an existing vault."""
     rng = random.Random(seed)
     start = date(2020, 1, 1)
     written = 0
