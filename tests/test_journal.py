@@ -39,9 +39,9 @@ SPEC_TEXT_MAX_BYTES = 2 * 1024
 AMS = "Europe/Amsterdam"
 
 # Tests marked both_backends read the journal's rows and coverage from the index. The others stay local:
-# ranges and arguments are checked before any read, the caps and the cursors (HMAC, expiry, races,
-# snapshot files) work on the snapshot memvault already took, and the other conflicted-note zones and
-# the snapshot caps' 1,000-row vaults repeat the rows path the marked tests cover.
+# ranges and arguments are checked before any read, the cursors (HMAC, expiry, races, snapshot files)
+# work on the snapshot memvault already took, and the other conflicted-note zones repeat the rows path
+# the marked tests cover.
 
 
 def make_vault(tmp_path: Path, zone: str = AMS) -> Path:
@@ -300,6 +300,7 @@ def _many_bullets(root: Path, count: int, text_bytes: int) -> None:
         write_note(root, f"2026-09-{day + 1:02d}" if day < 30 else "2026-10-01", bullets)
 
 
+@pytest.mark.both_backends
 def test_snapshot_stops_at_the_entry_cap_and_says_so(tmp_path):
     root = make_vault(tmp_path, zone="UTC")
     _many_bullets(root, 1100, 10)
@@ -312,6 +313,7 @@ def test_snapshot_stops_at_the_entry_cap_and_says_so(tmp_path):
     assert body["noData"] is False
 
 
+@pytest.mark.both_backends
 def test_snapshot_stops_at_the_byte_cap_and_says_so(tmp_path):
     root = make_vault(tmp_path, zone="UTC")
     _many_bullets(root, 1000, 2000)
