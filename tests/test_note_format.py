@@ -282,10 +282,11 @@ def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_p
     before = "".join(line + newline for line in head)
     after = before + newline.join(more) + (newline if closed else "")
     note_module._cache = note_module._ParseCache(4, smallest=0)  # the extension starts from `before`'s parse
-    parse(before)
+    parse(before).by_block_id  # made on the earlier parse: the extension carries it on
     extended = parse(after)
     whole = note_module._parse_lines(tuple(after.splitlines(keepends=True))).note
     assert extended == whole
+    assert extended.by_block_id == whole.by_block_id
 
 
 @settings(max_examples=600, deadline=None)

@@ -123,7 +123,7 @@ def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: 
     A new note starts with `# title`. Caller holds the vault lock.
     """
     note = read_note_if_any(layout.root, relpath)
-    held = set() if note is None else {memory.block_id for memory in note.bullets}
+    held = {} if note is None else note.by_block_id
     pending = [bullet for bullet in bullets if bullet.block_id not in held]
     if not pending:
         return []
@@ -189,7 +189,7 @@ def _refuse_if_in_a_conflict(note: Note, relpath: str, text: str) -> None:
 
 def _unused_id_for(note: Note, text: str, block_id: str) -> str:
     wanted = content_hash(text)
-    by_id = {memory.block_id: memory for memory in note.bullets if memory.block_id}
+    by_id = note.by_block_id
     candidate = block_id
     for variant in range(_MAX_ID_VARIANTS):
         existing = by_id.get(candidate)

@@ -22,6 +22,7 @@ import bisect
 import re
 import threading
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from memvault.vault.clock import TIME_PATTERN
 from memvault.vault.ids import BLOCK_ID_PATTERN, derived_id, is_valid_block_id
@@ -81,6 +82,17 @@ class Note:
     def has_conflicts(self) -> bool:
         return bool(self.conflicts)
 
+    @cached_property
+    def by_block_id(self) -> dict[str, Bullet]:
+        """Each memory with an explicit block id, by that id (the first, where a person repeated
+        one). Made once per parsed note: a batch of appends to a day's note of thousands of
+        memories asks it for every item."""
+        found: dict[str, Bullet] = {}
+        for memory in self.bullets:
+            if memory.block_id:
+                found.setdefault(memory.block_id, memory)
+        return found
+
     @property
     def newline(self) -> str:
         """The note's line ending (its first line's), so an appended line matches the person's."""
@@ -135,11 +147,11 @@ class _ParseCache:
             return _parse_lines(tuple(text.splitlines(keepends=True))).note
         with self._lock:
             hit = self._entries.get(text)
-            bases = list(reversed(self._entries.values())) if hit is None else []
+            bases = list(reversed(self._entries.items())) if hit is None else []
         if hit is not None:
             return hit.note
         lines = tuple(text.splitlines(keepends=True))
-        entry = _reparse_from_best(bases, lines) or _parse_lines(lines)
+        entry = _reparse_from_best(bases, text, lines) or _parse_lines(lines)
         with self._lock:
             self._entries.pop(text, None)
             self._entries[text] = entry
@@ -168,10 +180,13 @@ def _parse_lines(lines: tuple[str, ...]) -> _Parsed:
     return _Parsed(note, tail, bytes(region_open))
 
 
-def _reparse_from_best(bases: list[_Parsed], lines: tuple[str, ...]) -> _Parsed | None:
+def _reparse_from_best(bases: list[tuple[str, _Parsed]], text: str, lines: tuple[str, ...]) -> _Parsed | None:
     """`lines` parsed from the cached parse sharing the most first lines with it, or None."""
+    for base_text, base in bases:  # the usual case, an append of whole lines: one C comparison
+        if base_text.endswith("\n") and text.startswith(base_text):
+            return _reparse(base, lines, len(base.note.lines))
     best, shared = None, 0
-    for base in bases:
+    for _, base in bases:
         common = _common_prefix(base.note.lines, lines)
         if common > shared:
             best, shared = base, common
@@ -210,11 +225,19 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | No
     hidden, open_at_end, region_open = _hidden_lines(lines, line, conflicts)
     bullets, duplicates, new_tail = _parse_blocks(lines, line, hidden, tail)
     kept_bullets = note.bullets[:kept]
-    kept_duplicates = tuple(b.block_id for b in kept_bullets if b.block_id is not None and b.id != b.block_id)
+    kept_duplicates = note.duplicate_ids if kept == len(note.bullets) else tuple(
+        b.block_id for b in kept_bullets if b.block_id is not None and b.id != b.block_id)
     kept_hidden = note.hidden_lines if line == len(note.lines) else frozenset(i for i in note.hidden_lines if i < line)
     reparsed = Note(lines, note.body_start, note.frontmatter, kept_bullets + tuple(bullets),
                     prefix_conflicts + conflicts, kept_duplicates + tuple(duplicates), open_at_end,
                     kept_hidden | frozenset(i for i in range(line, len(lines)) if hidden[i]))  # fmt: skip
+    known = note.__dict__.get("by_block_id") if kept == len(note.bullets) else None
+    if known is not None:  # an append: the ids known so far, plus the new lines' (a C-speed copy)
+        found = dict(known)
+        for memory in bullets:
+            if memory.block_id:
+                found.setdefault(memory.block_id, memory)
+        reparsed.__dict__["by_block_id"] = found
     return _Parsed(reparsed, new_tail, base.region_open[:line] + bytes(region_open[line:]))
 
 
@@ -318,7 +341,8 @@ def _conflict_hunks(lines: tuple[str, ...], start: int) -> tuple[tuple[int, int]
 def _hidden_lines(lines, start: int, conflicts) -> tuple[list[bool], str | None, bytearray]:
     """Mark fence, comment and conflict lines; say which region (if any) is still open at the end,
     and where one is open as a line starts (from `start` on)."""
-    hidden = [index < start for index in range(len(lines))]
+    start = min(start, len(lines))
+    hidden = [True] * start + [False] * (len(lines) - start)
     region_open = bytearray(len(lines))
     for first, end in conflicts:
         for index in range(first, end):

@@ -278,9 +278,9 @@ def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size
             f"{relpath} ends inside {note.open_at_end}, so a line appended there ({ids}) would not be "
             "searchable; nothing was written. Fix: close or resolve that region in the note, then retry"
         )
-    marked = marked_ids("".join(note.lines))
-    for bullet in bullets:
-        if bullet.block_id in marked:
+    text = "".join(note.lines)
+    for bullet in bullets:  # a substring test first: the whole-id pattern only where the id appears
+        if f"^{bullet.block_id}" in text and bullet.block_id in marked_ids(text):
             raise NoteNotWritable(
                 f"{relpath} already holds ^{bullet.block_id} where search does not look (a code fence, a comment "
                 "or a merge-conflict hunk); writing a second copy would duplicate the id. "
@@ -307,7 +307,7 @@ def refuse_opening_a_region(note: Note, relpath: str, bullets: list[NewBullet], 
 
 def _missing(note: Note, bullets: list[NewBullet], match_text: bool) -> list[NewBullet]:
     """The bullets the note lacks, with one pass over the note (a batch of thousands stays linear)."""
-    ids = {memory.block_id for memory in note.bullets}
+    ids = note.by_block_id
     texts = {normalize_text(m.text) for m in note.bullets if m.block_id is None} if match_text else set()
     return [b for b in bullets if b.block_id not in ids and normalize_text(b.text) not in texts]
 
