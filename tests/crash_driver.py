@@ -1,12 +1,13 @@
 """The subprocess the intake crash matrix kills: it SIGKILLs itself at a named commit boundary.
 
     python tests/crash_driver.py VAULT --runs 4 [--offset 0] [--crash BOUNDARY [--nth K]]
-                                 [--op admit|retry|resolve] [--poison] [--fast-clock]
+                                 [--op admit|retry|resolve] [--poison] [--fast-clock] [--together]
 
 `--op admit` (default) opens the store, starts the intake worker (recovering any earlier crash),
 admits runs `crash-run-<offset>` ... `crash-run-<offset+N-1>` (a host retrying every turn it
 handed over) and
-stops with the 10 s drain. `--op retry` / `--op resolve` run the operator commands on every
+stops with the 10 s drain; `--together` admits them all before the worker starts, so it projects
+and resolves them as one batch (vault/intake/resolve_together.py). `--op retry` / `--op resolve` run the operator commands on every
 active run. `--poison` makes projection fail (an invalid-UTF-8 daily note on the turns' date);
 `--fast-clock` moves the store's clock 7 hours per reading, so backoff never waits and a
 poisoned run reaches its 16th attempt at once. This file is the only place a crash hook becomes
@@ -70,10 +71,13 @@ def open_store(vault: Path, fast: bool):
     return store
 
 
-def admit(vault: Path, runs: range, hook, fast: bool) -> dict:
+def admit(vault: Path, runs: range, hook, fast: bool, together: bool = False) -> dict:
     with open_store(vault, fast) as store:
-        store.start_intake(crash_hook=hook, poll_seconds=0.05)
+        if not together:
+            store.start_intake(crash_hook=hook, poll_seconds=0.05)
         results = [store.persist_completed_turn(run_id(i), answer(i), completed_at=COMPLETED_AT) for i in runs]
+        if together:  # every turn due at once: the worker projects and resolves them as one batch
+            store.start_intake(crash_hook=hook, poll_seconds=0.05)
         report = store.stop(timeout=10.0)
     return {"results": [r.to_json() for r in results], "drained": report.drained}
 
@@ -100,12 +104,13 @@ def main() -> int:
     parser.add_argument("--op", choices=("admit", "retry", "resolve"), default="admit")
     parser.add_argument("--poison", action="store_true")
     parser.add_argument("--fast-clock", action="store_true")
+    parser.add_argument("--together", action="store_true", help="admit every run before the worker starts")
     args = parser.parse_args()
     if args.poison:
         (args.vault / POISONED_NOTE).write_bytes(b"# 2026-11-30\n\n- \xff\xfe not UTF-8\n")
     hook = crash_hook(args.crash, args.nth)
     if args.op == "admit":
-        summary = admit(args.vault, range(args.offset, args.offset + args.runs), hook, args.fast_clock)
+        summary = admit(args.vault, range(args.offset, args.offset + args.runs), hook, args.fast_clock, args.together)
     else:
         summary = operate(args.vault, args.op, hook)
     print(json.dumps(summary))

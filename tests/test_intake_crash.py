@@ -45,12 +45,14 @@ def bullet_counts(vault: Path, total: int) -> dict[str, int]:
     return {i: text.count(f"^t-{i[:10]}\n") for i in run_ids(total)}
 
 
-def assert_consistent(vault: Path, total: int = RUNS) -> None:
+def assert_consistent(vault: Path, total: int = RUNS, projected: bool = True) -> None:
+    """`projected`: each run's bullet carries its run's id (Lite); a Journal turn's is its content's."""
     dirs = IntakeDirs(vault)
     report = Ledger(dirs, create=False).report()
     assert (report.uncommitted, report.torn_bytes) == (0, 0)
     assert report.entries == total
-    assert bullet_counts(vault, total) == dict.fromkeys(run_ids(total), 1)
+    if projected:
+        assert bullet_counts(vault, total) == dict.fromkeys(run_ids(total), 1)
     for intake_id in run_ids(total):
         entry = inspect_run(dirs, intake_id, utc_now())
         assert [e["state"] for e in entry["entries"]] == ["resolved"] and entry["ledgerCommitted"] is True
@@ -99,6 +101,38 @@ def test_killed_at_each_boundary_then_restarted(new_vault, chain):
     statuses = {r["status"] for r in json.loads(restarted.stdout)["results"]}
     assert statuses <= {"admitted", "duplicate"}
     assert_consistent(new_vault, total)
+
+
+#: the resolution boundaries met by Journal turns resolved as one batch (vault/intake/resolve_together.py):
+#: every run of the batch is in the same step when the kill comes (nth 1: its first run; 2, 3: inside it)
+TOGETHER = [
+    ("resolve.receipt_written", 3),
+    ("resolve.shard_torn", 1),
+    ("resolve.shard_appended", 2),
+    ("resolve.catalog_committed", 1),
+    ("resolve.active_removed", 3),
+]
+
+
+def test_a_batch_resolved_together_killed_at_each_boundary_then_restarted(tmp_path):
+    """A Journal vault: the worker projects the turns due together in one write and resolves them
+    together. Each step kills it at one boundary, the next start recovers it while new turns
+    arrive, and in the end every turn is in the notes once, resolved, and committed once."""
+    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.init import init_vault
+
+    vault = tmp_path / "journal"
+    init_vault(vault, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
+    for step, (boundary, nth) in enumerate(TOGETHER):
+        killed = drive(vault, "--offset", str(step * RUNS), "--crash", boundary, "--nth", str(nth), "--together")
+        assert killed.returncode == -signal.SIGKILL, f"boundary {boundary} never reached: {killed.stderr[-2000:]}"
+    total = len(TOGETHER) * RUNS
+    restarted = drive(vault, "--runs", str(total), "--together")
+    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    assert {r["status"] for r in json.loads(restarted.stdout)["results"]} == {"duplicate"}
+    text = "".join(p.read_text() for p in sorted((vault / "daily").rglob("*.md")))
+    assert {i: text.count(f"topic{i} ") for i in range(total)} == dict.fromkeys(range(total), 1)
+    assert_consistent(vault, total, projected=False)
 
 
 def test_killed_while_dead_lettering_then_retried(new_vault):

@@ -211,6 +211,47 @@ def test_editor_save_patterns_are_followed(watching, fixture_vault):
 
 
 @pytest.mark.both_backends
+def test_only_note_folders_are_watched_and_one_made_or_replaced_later_is_followed(new_vault):
+    """The kernel watches the vault's top and its note folders only: files the intake, git or
+    documents write cost the owner no event. A note folder that appears after the start (the
+    nested layout's, with its year and month folders) or is replaced by another is followed."""
+    shutil.rmtree(new_vault / "daily")  # as a vault whose first memory is still to come
+    store = MemoryStore.open(new_vault)
+    reports, seen = [], []
+    watcher = Watcher(store, debounce=0.05, max_delay=0.5, compact_after=None, on_batch=reports.append)
+    handle = watcher.handler.dispatch
+    watcher.handler.dispatch = lambda event: (seen.append(os.fsdecode(event.src_path)), handle(event))
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: reports, what="the first rescan")
+        for folder in (".capture-intake/pending", ".git/objects", "documents/drafts"):
+            (new_vault / folder).mkdir(parents=True, exist_ok=True)
+            for n in range(20):
+                (new_vault / folder / f"file-{n}.md").write_text("written by a tool, not a note\n")
+        note = new_vault / "daily/2026/11/2026-11-30.md"
+        note.parent.mkdir(parents=True)
+        note.write_text("- 09:00 The lighthouse keeper chose teal.\n")
+        wait_for(lambda: searchable(store, "lighthouse teal", "lighthouse keeper"), what="a note in a new folder")
+        other = new_vault / "elsewhere/2026/11"
+        other.mkdir(parents=True)
+        (other / "2026-11-29.md").write_text("- 10:00 The ferry captain prefers amber.\n")
+        shutil.rmtree(new_vault / "daily")
+        os.rename(new_vault / "elsewhere", new_vault / "daily")
+        wait_for(lambda: searchable(store, "ferry amber", "ferry captain"), what="a replaced note folder")
+        (new_vault / "daily/2026/11/2026-11-28.md").write_text("- 11:00 The harbour pilot likes coral.\n")
+        wait_for(lambda: searchable(store, "harbour coral", "harbour pilot"), what="a note in the replaced folder")
+        assert not searchable(store, "lighthouse teal", "lighthouse keeper")  # its folder went
+        assert watcher._watches.watched() == ["daily"]
+        assert not [p for p in seen if any(f"/{top}/" in p for top in (".capture-intake", ".git", "documents"))]
+    finally:
+        watcher.stop()
+        thread.join(timeout=10)
+        store.close()
+    assert not thread.is_alive()
+
+
+@pytest.mark.both_backends
 def test_a_checkout_of_many_files_and_a_burst_of_1000(watching, fixture_vault):
     daily = fixture_vault / "daily"
     for day in range(1000):

@@ -17,8 +17,9 @@ the handler only ever *names* paths: what changed is decided by reading the file
   their contents. A folder event under `daily/` or `audit/` turns the batch into a rescan (the
   stat fast path makes that cheap), as does overflowing the bounded queue.
 
-Hidden names (`.index/`, `.locks/`, `.capture-intake/`, `.git/`, `.obsidian/`) and editor
-temp/backup names never reach the queue (`vault.paths.is_ignored_name`).
+Only the note folders are watched below the vault's top (indexer/maintenance/note_watches.py):
+the intake, the index and `.git/` never cost an event. Editor temp/backup names never reach the
+queue (`vault.paths.is_ignored_name`).
 
 Writes made by memvault itself index the note inline, under the vault lock, and record its
 new stat and hash; when their events arrive the watcher reads the file, finds every row
@@ -48,6 +49,7 @@ from watchdog.events import (
 )
 
 from memvault.indexer.maintenance.derived import BoundaryHook
+from memvault.indexer.maintenance.note_watches import NoteWatches
 from memvault.indexer.maintenance.sync import SyncOutcome
 from memvault.vault.errors import IndexUnavailable, UnsafePath, VaultError
 from memvault.vault.layout import NOTE_KINDS, parse_note_relpath
@@ -248,6 +250,8 @@ class Watcher:
     consolidate_every: float | None = None
     queue: ChangeQueue = field(init=False)
     _stop: threading.Event = field(init=False, default_factory=threading.Event)
+    #: the kernel watches, while `run` runs (indexer/maintenance/note_watches.py)
+    _watches: NoteWatches | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.queue = ChangeQueue(self.debounce, self.max_delay)
@@ -268,14 +272,16 @@ class Watcher:
         _quiet_watchdog_rewatch_warning()
         with LivenessFence(self.store.layout.root):
             observer = Observer()
-            observer.schedule(self.handler, str(self.store.layout.root), recursive=True, event_filter=WATCHED_EVENTS)
+            self._watches = NoteWatches(observer, self.handler, self.store.layout.root, WATCHED_EVENTS)
             observer.start()
             try:
+                self._watches.refresh()
                 if self.on_ready is not None:
                     self.on_ready()
                 self.queue.request_rescan()  # catch up with what changed while nobody watched
                 self._loop(stop)
             finally:
+                self._watches = None
                 observer.stop()
                 observer.join(timeout=10)
 
@@ -316,6 +322,8 @@ class Watcher:
 
     def process(self, batch: Batch) -> BatchReport:
         """Apply one batch; on failure requeue it and back off. Never raises for vault state."""
+        if batch.rescan and self._watches is not None:
+            self._watches.refresh()  # a note folder that came (or came back) is watched before it is read
         report = self._apply(batch)
         if report.error:
             self.queue.requeue(batch)

@@ -43,6 +43,7 @@ from memvault.vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, hi
 from memvault.vault.intake.ledger import Ledger
 from memvault.vault.intake.projection import project_turn, projected_text
 from memvault.vault.intake.record import AWAITING_CAPTURE, CAPTURED, PROJECTED, IntakeRecord
+from memvault.vault.intake.resolve_together import resolve_projected_together
 from memvault.vault.intake.state import (
     RecoveryReport,
     intake_lock,
@@ -59,6 +60,8 @@ POLL_SECONDS = 2.0
 _MAX_ROUNDS = 64
 #: Journal turns projected in one write per daily note (`_journal_batches`)
 _PROJECTION_BATCH = 64
+#: projected turns resolved under one hold of the intake lock (a bound: every admission waits for it)
+_FINISH_TOGETHER = 8
 
 #: called after every durable transition with (transition, intake id); failures are ignored
 TransitionListener = Callable[[str, str], None]
@@ -181,6 +184,7 @@ class IntakeWorker:
     def process_due(self) -> int:
         """Process every due pending record (oldest due first); returns how many were attempted."""
         attempted = 0
+        self.dirs = IntakeDirs(self.store.layout.root)  # its folders checked afresh each round
         for _ in range(_MAX_ROUNDS):
             due = self._due_ids()
             if not due:
@@ -231,19 +235,48 @@ class IntakeWorker:
             return
         except Exception as exc:  # the whole batch failed (the lock, the index): each attempt is recorded
             projections = [exc] * len(records)
+        projected = []
         for record, projection in zip(records, projections):
             if self._abort.is_set():
                 self.transitions["aborted"] += 1
-                continue
-            if isinstance(projection, Exception):
+            elif isinstance(projection, Exception):
                 self._fail(record, projection)
-                continue
-            try:
-                hit(self._hook, "project.note_written")
-                hit(self._hook, "project.indexed")
-                self._finish(record, projection.source)
-            except Exception as exc:  # as in `_process`: recorded, never fatal to the worker
-                self._fail(record, exc)
+            else:
+                try:
+                    hit(self._hook, "project.note_written")
+                    hit(self._hook, "project.indexed")
+                except Exception as exc:  # as in `_process`: recorded, never fatal to the worker
+                    self._fail(record, exc)
+                    continue
+                projected.append((record, projection.source))
+        for start in range(0, len(projected), _FINISH_TOGETHER):
+            self._finish_together(projected[start:start + _FINISH_TOGETHER])
+
+    def _finish_together(self, projected: list[tuple[IntakeRecord, str]]) -> None:
+        """`_finish` for the turns of one batch under one hold of the intake lock, their durable
+        steps shared (vault/intake/resolve_together.py); a turn that fails fails alone."""
+        if self._abort.is_set():
+            self.transitions["aborted"] += len(projected)
+            return
+        plain = [(record, source) for record, source in projected if record.payload.write_mode != "capture"]
+        try:
+            with intake_lock(self.dirs):
+                for record, source in projected:
+                    if record.payload.write_mode == "capture":  # on to capture, not resolved here
+                        try:
+                            self._finish_locked(record, source)
+                        except Exception as exc:  # as in `_process`: recorded, never fatal to the worker
+                            self._fail(record, exc)
+                ledger = Ledger(self.dirs, create=True, hook=self._hook)
+                outcomes = resolve_projected_together(self.dirs, ledger, [(r.id, source) for r, source in plain],
+                                                      now=self._clock(), hook=self._hook)  # fmt: skip
+        except Exception as exc:  # the lock, the ledger, a full disk: each turn's attempt is recorded
+            outcomes = [exc] * len(plain)
+        for (record, _), outcome in zip(plain, outcomes):
+            if isinstance(outcome, Exception):
+                self._fail(record, outcome)
+            else:
+                self._transition("resolved", record.id)
 
     def _due_ids(self) -> list[str]:
         now = self._clock()
@@ -313,15 +346,22 @@ class IntakeWorker:
             self._fail(record, exc)
 
     def _finish(self, record: IntakeRecord, source: str) -> None:
-        now = self._clock()
         with intake_lock(self.dirs):
-            if record.payload.write_mode == "capture":
-                if mark_awaiting_capture(self.dirs, record.id, record.revision, source, now) is not None:
-                    self._transition("awaiting_capture", record.id)
-                return
-            ledger = Ledger(self.dirs, create=True, hook=self._hook)
-            resolve_run(self.dirs, ledger, record.id, outcome=PROJECTED, projection=source, now=now, hook=self._hook)
-        self._transition("resolved", record.id)
+            resolved = self._finish_locked(record, source)
+        if resolved:
+            self._transition("resolved", record.id)
+
+    def _finish_locked(self, record: IntakeRecord, source: str) -> bool:
+        """Resolve a projected turn (True), or hand a capture-mode one on to capture (False).
+        Caller holds the intake lock."""
+        now = self._clock()
+        if record.payload.write_mode == "capture":
+            if mark_awaiting_capture(self.dirs, record.id, record.revision, source, now) is not None:
+                self._transition("awaiting_capture", record.id)
+            return False
+        ledger = Ledger(self.dirs, create=True, hook=self._hook)
+        resolve_run(self.dirs, ledger, record.id, outcome=PROJECTED, projection=source, now=now, hook=self._hook)
+        return True
 
     def _fail(self, record: IntakeRecord, exc: BaseException) -> None:
         category = failure_category(exc)

@@ -20,10 +20,11 @@ import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from memvault.vault.errors import InvalidRecord, UnsafePath
-from memvault.vault.fsio import check_private_file, ensure_private_dir, fsync_dir
+from memvault.vault.fsio import ensure_private_dir, fsync_dir, open_private
 from memvault.vault.paths import resolve_inside
 
 INTAKE_DIR = ".capture-intake"
@@ -55,16 +56,25 @@ def is_intake_id(value: object) -> bool:
 
 @dataclass(frozen=True)
 class IntakeDirs:
-    """The intake paths of one vault. Nothing is created until `ensure()` is called."""
+    """The intake paths of one vault. Nothing is created until `ensure()` is called.
+
+    The intake folder is checked for links (`resolve_inside`) once per instance: an admission
+    makes one, and the worker one per round, so a link planted meanwhile is met by the next;
+    every folder read and every file read checks its own target as well (`list_folder`,
+    `read_private`)."""
 
     root: Path
 
-    @property
+    @cached_property
     def intake(self) -> Path:
         return resolve_inside(self.root, INTAKE_DIR)
 
     def folder(self, name: str) -> Path:
-        return self.intake / name
+        folders = self.__dict__.setdefault("_folders", {})
+        found = folders.get(name)
+        if found is None:
+            found = folders[name] = self.intake / name
+        return found
 
     @property
     def ledger(self) -> Path:
@@ -146,12 +156,9 @@ def read_private(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
     `FileNotFoundError` passes through so callers can tell "absent" from "unsafe". The size is
     checked on the open descriptor before reading, so a huge planted file costs nothing.
     """
-    check_private_file(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = open_private(path)
     with os.fdopen(fd, "rb", buffering=0) as handle:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath(f"{path} is not a regular file. Fix: move it aside.")
         if st.st_size > limit:
             raise InvalidRecord(
                 f"{path} is {st.st_size} bytes; intake files are at most {limit} bytes. "

@@ -21,13 +21,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memvault.vault.errors import Conflict, UnsafePath
-from memvault.vault.fsio import append_durable, check_private_file
+from memvault.vault.errors import Conflict
+from memvault.vault.fsio import append_durable, open_private
 from memvault.vault.intake.catalog import (
     SHARD_COUNT,
     Catalog,
@@ -82,6 +81,9 @@ class Ledger:
         self.dirs = dirs
         self.catalog: Catalog = load_catalog(dirs, ENTRY_BYTES, create=create, hook=hook)
         self._folder = dirs.ledger  # checked once (resolve_inside): every admission looks at all 256 shards
+        #: shard -> (its slot when read, the view): a writer holding the intake lock reads a shard
+        #: once however often it looks (lookup, recovery, append); every write here drops it
+        self._views: dict[int, tuple[Slot, ShardView]] = {}
 
     def shard_path(self, shard: int) -> Path:
         return self._folder / shard_name(shard)
@@ -90,7 +92,16 @@ class Ledger:
 
     def read_shard(self, shard: int) -> ShardView:
         """The shard checked against its catalog slot (see the module docstring)."""
-        path, slot = self.shard_path(shard), self.catalog.slots[shard]
+        slot = self.catalog.slots[shard]
+        known = self._views.get(shard)
+        if known is not None and known[0] == slot:
+            return known[1]
+        view = self._read_shard(shard, slot)
+        self._views[shard] = (slot, view)
+        return view
+
+    def _read_shard(self, shard: int, slot: Slot) -> ShardView:
+        path = self.shard_path(shard)
         try:
             data = _read_checked(path)
         except FileNotFoundError:
@@ -121,16 +132,16 @@ class Ledger:
         Hashing all 256 shards on every admission would cost O(ledger); the full comparison runs
         for the admitted run's own shard, at worker start, and in `inspect`.
         """
+        folder = os.fspath(self._folder)  # plain strings: 256 lstat calls, no path objects built
         for shard, slot in enumerate(self.catalog.slots):
             if not slot.size:
                 continue
-            path = self.shard_path(shard)
             try:
-                size = os.lstat(path).st_size
+                size = os.lstat(f"{folder}/{shard_name(shard)}").st_size
             except FileNotFoundError:
-                raise _broken(path, f"the shard is missing but the catalog committed {slot.size} bytes") from None
+                raise _broken(self.shard_path(shard), f"the shard is missing but the catalog committed {slot.size} bytes") from None
             if size < slot.size:
-                raise _broken(path, f"the shard is truncated: {size} bytes, the catalog committed {slot.size}")
+                raise _broken(self.shard_path(shard), f"the shard is truncated: {size} bytes, the catalog committed {slot.size}")
 
     def report(self, receipts: ReceiptLookup | None = None) -> LedgerReport:
         """Read-only verification of every shard (inspect, health).
@@ -166,6 +177,7 @@ class Ledger:
                 f"(first: {orphans[0][:16]}…), so the catalog cannot be advanced",
             )
         new_size = len(view.committed_bytes) + len(view.suffix) * ENTRY_BYTES
+        self._views.pop(shard, None)
         data = _cut_and_fsync(path, new_size)
         if len(data) != new_size or not data.startswith(view.committed_bytes):
             raise _broken(path, "the shard changed while it was being recovered")
@@ -187,6 +199,7 @@ class Ledger:
             return False
         entry, path = render_entry(intake_id, payload_sha256), self.shard_path(shard)
         expected = len(view.committed_bytes)
+        self._views.pop(shard, None)
         if hook is None:
             offset = append_durable(path, entry, mode=0o600)
         else:  # the crash tests stop between two halves to leave a torn entry behind
@@ -199,6 +212,41 @@ class Ledger:
         data = view.committed_bytes + entry
         self._commit(shard, Slot(len(data), hashlib.sha256(data).hexdigest()))
         return True
+
+    def append_together(self, entries: list[tuple[str, str]], receipts: ReceiptLookup,
+                        hook: CrashHook | None = None) -> None:  # fmt: skip
+        """`append` for many runs: each shard's new entries in one append and one fsync, then one
+        catalog commit for every shard that grew. Runs already committed with the same payload
+        are skipped; the caller checked that none is committed with another (`lookup`)."""
+        by_shard: dict[int, dict[str, str]] = {}
+        for intake_id, payload_sha256 in entries:
+            by_shard.setdefault(shard_of(intake_id), {}).setdefault(intake_id, payload_sha256)
+        grown: dict[int, Slot] = {}
+        for shard, runs in sorted(by_shard.items()):
+            self.recover_shard(shard, receipts)
+            view = self.read_shard(shard)
+            fresh = b"".join(render_entry(i, sha) for i, sha in runs.items() if i not in view.committed)
+            if not fresh:
+                continue
+            path, expected = self.shard_path(shard), len(view.committed_bytes)
+            self._views.pop(shard, None)
+            if hook is None:
+                offset = append_durable(path, fresh, mode=0o600)
+            else:  # the crash tests stop between two halves to leave a torn entry behind
+                offset = append_durable(path, fresh[:64], mode=0o600)
+                hit(hook, "resolve.shard_torn")
+                append_durable(path, fresh[64:], mode=0o600)
+            if offset != expected:
+                raise _broken(path, f"the shard grew behind the intake lock (append landed at {offset}, expected {expected})")
+            hit(hook, "resolve.shard_appended")
+            data = view.committed_bytes + fresh
+            grown[shard] = Slot(len(data), hashlib.sha256(data).hexdigest())
+        if grown:
+            catalog = self.catalog
+            for shard, slot in grown.items():
+                catalog = catalog.with_slot(shard, slot)
+            commit_catalog(self.dirs, catalog)
+            self.catalog = catalog
 
     def _commit(self, shard: int, slot: Slot) -> None:
         catalog = self.catalog.with_slot(shard, slot)
@@ -229,15 +277,8 @@ def _parse_entries(data: bytes, shard: int, path: Path, already: dict[str, str])
 
 
 def _open_checked(path: Path, flags: int) -> int:
-    """Open an existing shard that passed the private-file checks, refusing a swap in between."""
-    check_private_file(path)
-    before = os.lstat(path)
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
-        os.close(fd)
-        raise UnsafePath(f"{path} was replaced while being opened. Fix: stop other writers and retry.")
-    return fd
+    """Open an existing shard, the private-file checks made on the open descriptor itself."""
+    return open_private(path, flags)
 
 
 def _read_fd(fd: int) -> bytes:

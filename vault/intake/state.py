@@ -17,6 +17,8 @@ amortised. Duplicate protection survives pruning: admission checks the ledger fi
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -226,6 +228,15 @@ def resolve_run(
 
 def prune_receipts(dirs: IntakeDirs, ledger: Ledger, room: int = 0) -> int:
     """Keep at most MAX_RECEIPTS - room receipts, dropping the oldest committed ones."""
+    folder = dirs.folder(RESOLVED)
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return 0
+    # every name counted, receipts or not: while even that fits, nothing is parsed (a link or a
+    # file in the folder's place goes on to list_folder, which refuses it)
+    if stat.S_ISDIR(info.st_mode) and len(os.listdir(folder)) + room <= MAX_RECEIPTS:
+        return 0
     ids = dirs.list_folder(RESOLVED).ids
     if len(ids) + room <= MAX_RECEIPTS:
         return 0

@@ -1,0 +1,112 @@
+"""Resolve many projected runs at once: `resolve_run` for a batch, with its fsyncs shared.
+
+The owner's worker projects the Journal turns that are due together, then resolves them. One by
+one, each run cost six fsyncs (receipt and its folder, ledger shard, catalog and its folder,
+the active record's folder) while holding the intake lock, and under load each fsync waits for
+the disk's journal: every admission of every agent queued behind that lock. Together, the same
+durable steps run in the same order for the whole batch:
+
+    receipts written (each file fsynced, their folder once)      -> resolve.receipt_written
+    ledger entries appended (each shard once), catalog committed -> resolve.catalog_committed
+    active records removed (their folder fsynced once)           -> resolve.active_removed
+
+so a crash between two steps leaves every run of the batch where `resolve_run` would leave one
+(a receipt without a committed entry, or an entry without its active record removed), and
+recovery finishes each exactly as it does for one. Caller holds the intake lock.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from memvault.vault.errors import Conflict
+from memvault.vault.fsio import fsync_dir, remove_quietly, write_temp
+from memvault.vault.intake.files import RESOLVED, CrashHook, IntakeDirs, hit
+from memvault.vault.intake.ledger import Ledger
+from memvault.vault.intake.record import PROJECTED, IntakeRecord, Receipt, render_receipt
+from memvault.vault.intake.state import find_active, prune_receipts, read_receipt, receipt_lookup, resolve_run
+from memvault.vault.intake.backoff import MAX_ATTEMPTS
+
+
+def resolve_projected_together(dirs: IntakeDirs, ledger: Ledger, runs: list[tuple[str, str]], *, now: datetime,
+                               hook: CrashHook | None = None) -> list[Receipt | Exception]:  # fmt: skip
+    """(intake id, projection) of projected runs -> each one's receipt, or the error that left it
+    unresolved (the others go on). As `resolve_run(outcome=PROJECTED)` for each."""
+    outcomes: list[Receipt | Exception | None] = [None] * len(runs)
+    batch: list[tuple[int, str, IntakeRecord, Receipt, bool]] = []  # position, folder, record, receipt, new
+    for position, (intake_id, projection) in enumerate(runs):
+        try:
+            found = _active_and_settled(dirs, ledger, intake_id)
+            if found is None:  # resolved already (a crash after its receipt): the single path finishes it
+                outcomes[position] = resolve_run(dirs, ledger, intake_id, outcome=PROJECTED, projection=projection,
+                                                 now=now, hook=hook)  # fmt: skip
+                continue
+            folder, record, receipt = found
+            new = receipt is None
+            if new:
+                attempts = min(record.attempts + 1, MAX_ATTEMPTS)  # the attempt that succeeded
+                receipt = Receipt(intake_id, record.payload_sha256, PROJECTED, record.admitted_at, now, attempts,
+                                  projection, None)  # fmt: skip
+            batch.append((position, folder, record, receipt, new))
+        except Exception as exc:  # this run stays pending; the worker records the failed attempt
+            outcomes[position] = exc
+    if batch:
+        _write_receipts(dirs, [receipt for _, _, _, receipt, new in batch if new], ledger, hook)
+        ledger.append_together([(r.id, r.payload_sha256) for _, _, r, _, _ in batch], receipt_lookup(dirs), hook)
+        for _ in batch:
+            hit(hook, "resolve.catalog_committed")
+        _remove_active(dirs, [(folder, record.id) for _, folder, record, _, _ in batch])
+        for position, _, _, receipt, _ in batch:
+            hit(hook, "resolve.active_removed")
+            outcomes[position] = receipt
+    return outcomes  # type: ignore[return-value]
+
+
+def _active_and_settled(dirs: IntakeDirs, ledger: Ledger, intake_id: str):
+    """(folder, active record, its receipt or None), None when the run has no active record;
+    raises Conflict where `resolve_run` would (a receipt or a ledger entry for another payload)."""
+    found = find_active(dirs, intake_id)
+    if found is None:
+        return None
+    folder, record = found
+    receipt = read_receipt(dirs, intake_id)
+    committed = ledger.lookup(intake_id)
+    if (receipt is not None and receipt.payload_sha256 != record.payload_sha256) or (
+            committed is not None and committed != record.payload_sha256):  # fmt: skip
+        raise Conflict(
+            f"run {intake_id} has a receipt or ledger entry for another payload than its active record; "
+            "nothing was changed. Fix: inspect both files in .capture-intake/ and remove the wrong one."
+        )
+    return folder, record, receipt
+
+
+def _write_receipts(dirs: IntakeDirs, receipts: list[Receipt], ledger: Ledger, hook: CrashHook | None) -> None:
+    """Every receipt durable before any ledger entry: each file fsynced, the folder once."""
+    if not receipts:
+        return
+    prune_receipts(dirs, ledger, room=len(receipts))
+    folder = dirs.folder(RESOLVED)
+    for receipt in receipts:
+        path = dirs.record_path(RESOLVED, receipt.id)
+        temp = write_temp(folder, path.name, render_receipt(receipt), mode=0o600)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            remove_quietly(temp)
+            raise
+    fsync_dir(folder)
+    for _ in receipts:
+        hit(hook, "resolve.receipt_written")
+
+
+def _remove_active(dirs: IntakeDirs, records: list[tuple[str, str]]) -> None:
+    folders = set()
+    for folder, intake_id in records:
+        try:
+            os.unlink(dirs.record_path(folder, intake_id))
+        except FileNotFoundError:
+            continue
+        folders.add(folder)
+    for folder in sorted(folders):
+        fsync_dir(dirs.folder(folder))
