@@ -106,6 +106,7 @@ def test_killed_at_each_boundary_then_restarted(new_vault, chain):
 #: the resolution boundaries met by Journal turns resolved as one batch (vault/intake/resolve_together.py):
 #: every run of the batch is in the same step when the kill comes (nth 1: its first run; 2, 3: inside it)
 TOGETHER = [
+    ("resolve.receipts_prepared", 1),
     ("resolve.receipt_written", 3),
     ("resolve.shard_torn", 1),
     ("resolve.shard_appended", 2),
@@ -172,5 +173,5 @@ def test_operator_resolve_killed_then_finished(new_vault):
 
 
 def test_every_boundary_is_in_the_matrix():
-    covered = {b for chain in CHAINS.values() for b, _ in chain} | {"dead.rewritten", "retry.rewritten"}
+    covered = {b for chain in [*CHAINS.values(), TOGETHER] for b, _ in chain} | {"dead.rewritten", "retry.rewritten"}
     assert covered == set(BOUNDARIES)

@@ -163,19 +163,20 @@ def remove_quietly(name: str | Path) -> None:
 def _open_for_append(path: Path, mode: int) -> tuple[int, bool]:
     """Open for appending without following a final symlink; report whether we created it.
 
-    Exclusive create first, so "newly created" is known exactly rather than guessed from a
-    racy stat; a file deleted between the two opens sends us round again. O_NONBLOCK makes a
-    FIFO planted at the path fail (ENXIO) instead of hanging; regular files ignore it.
+    The existing file first (the usual case: one open), else an exclusive create, so "newly
+    created" is known exactly rather than guessed from a racy stat; a file that appears or
+    disappears between the two opens sends us round again. O_NONBLOCK makes a FIFO planted at
+    the path fail (ENXIO) instead of hanging; regular files ignore it.
     """
     base = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK
     for _ in range(8):
         try:
-            return _open_nofollow(path, base | os.O_CREAT | os.O_EXCL, mode), True
-        except FileExistsError:
-            pass
-        try:
             return _open_nofollow(path, base), False
         except FileNotFoundError:
+            pass
+        try:
+            return _open_nofollow(path, base | os.O_CREAT | os.O_EXCL, mode), True
+        except FileExistsError:
             continue
     raise OSError(errno.EAGAIN, "file kept appearing and disappearing while opening", str(path))
 

@@ -43,7 +43,7 @@ from memvault.vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, hi
 from memvault.vault.intake.ledger import Ledger
 from memvault.vault.intake.projection import project_turn, projected_text
 from memvault.vault.intake.record import AWAITING_CAPTURE, CAPTURED, PROJECTED, IntakeRecord
-from memvault.vault.intake.resolve_together import resolve_projected_together
+from memvault.vault.intake.resolve_together import discard, prepare_receipts, resolve_projected_together
 from memvault.vault.intake.state import (
     RecoveryReport,
     intake_lock,
@@ -259,7 +259,10 @@ class IntakeWorker:
             self.transitions["aborted"] += len(projected)
             return
         plain = [(record, source) for record, source in projected if record.payload.write_mode != "capture"]
+        now, prepared = self._clock(), {}
         try:
+            prepared = prepare_receipts(self.dirs, plain, now)  # files made and fsynced before the lock
+            hit(self._hook, "resolve.receipts_prepared")
             with intake_lock(self.dirs):
                 for record, source in projected:
                     if record.payload.write_mode == "capture":  # on to capture, not resolved here
@@ -269,9 +272,11 @@ class IntakeWorker:
                             self._fail(record, exc)
                 ledger = Ledger(self.dirs, create=True, hook=self._hook)
                 outcomes = resolve_projected_together(self.dirs, ledger, [(r.id, source) for r, source in plain],
-                                                      now=self._clock(), hook=self._hook)  # fmt: skip
+                                                      now=now, hook=self._hook, prepared=prepared)  # fmt: skip
         except Exception as exc:  # the lock, the ledger, a full disk: each turn's attempt is recorded
             outcomes = [exc] * len(plain)
+        finally:
+            discard(prepared)
         for (record, _), outcome in zip(plain, outcomes):
             if isinstance(outcome, Exception):
                 self._fail(record, outcome)

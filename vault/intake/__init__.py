@@ -29,6 +29,7 @@ BOUNDARIES = (
     "admit.committed",
     "project.note_written",
     "project.indexed",
+    "resolve.receipts_prepared",
     "resolve.receipt_written",
     "resolve.shard_torn",
     "resolve.shard_appended",

@@ -13,12 +13,18 @@ durable steps run in the same order for the whole batch:
 so a crash between two steps leaves every run of the batch where `resolve_run` would leave one
 (a receipt without a committed entry, or an entry without its active record removed), and
 recovery finishes each exactly as it does for one. Caller holds the intake lock.
+
+The slowest part, making and fsyncing a file per receipt, can run before the lock is taken
+(`prepare_receipts`): temp files in `resolved/`, renamed into place under the lock when the run
+is still as it was. Only the worker writes there while it owns the vault, and a temp file a
+crash leaves behind is removed by the next worker's recovery, as any write's.
 """
 
 from __future__ import annotations
 
 import os
 from datetime import datetime
+from pathlib import Path
 
 from memvault.vault.errors import Conflict
 from memvault.vault.fsio import fsync_dir, remove_quietly, write_temp
@@ -29,10 +35,39 @@ from memvault.vault.intake.state import find_active, prune_receipts, read_receip
 from memvault.vault.intake.backoff import MAX_ATTEMPTS
 
 
+def projected_receipt(record: IntakeRecord, projection: str, now: datetime) -> Receipt:
+    attempts = min(record.attempts + 1, MAX_ATTEMPTS)  # the attempt that succeeded
+    return Receipt(record.id, record.payload_sha256, PROJECTED, record.admitted_at, now, attempts, projection, None)
+
+
+def prepare_receipts(dirs: IntakeDirs, runs: list[tuple[IntakeRecord, str]], now: datetime) -> dict[str, tuple[Receipt, Path]]:
+    """Before the intake lock: each run's receipt in a fsynced temp file in `resolved/`, by id.
+    Pass them to `resolve_projected_together` (with the same `now`), then `discard` what is left."""
+    folder, prepared = dirs.folder(RESOLVED), {}
+    try:
+        for record, projection in runs:
+            receipt = projected_receipt(record, projection, now)
+            name = dirs.record_path(RESOLVED, record.id).name
+            prepared[record.id] = (receipt, write_temp(folder, name, render_receipt(receipt), mode=0o600))
+    except BaseException:
+        discard(prepared)
+        raise
+    return prepared
+
+
+def discard(prepared: dict[str, tuple[Receipt, Path]]) -> None:
+    """Remove prepared temp files that were not renamed into place."""
+    for _, temp in prepared.values():
+        remove_quietly(temp)
+    prepared.clear()
+
+
 def resolve_projected_together(dirs: IntakeDirs, ledger: Ledger, runs: list[tuple[str, str]], *, now: datetime,
-                               hook: CrashHook | None = None) -> list[Receipt | Exception]:  # fmt: skip
+                               hook: CrashHook | None = None,
+                               prepared: dict[str, tuple[Receipt, Path]] | None = None) -> list[Receipt | Exception]:  # fmt: skip
     """(intake id, projection) of projected runs -> each one's receipt, or the error that left it
-    unresolved (the others go on). As `resolve_run(outcome=PROJECTED)` for each."""
+    unresolved (the others go on). As `resolve_run(outcome=PROJECTED)` for each. `prepared`
+    (from `prepare_receipts`): temp files used where they hold the receipt due, popped as used."""
     outcomes: list[Receipt | Exception | None] = [None] * len(runs)
     batch: list[tuple[int, str, IntakeRecord, Receipt, bool]] = []  # position, folder, record, receipt, new
     for position, (intake_id, projection) in enumerate(runs):
@@ -45,14 +80,12 @@ def resolve_projected_together(dirs: IntakeDirs, ledger: Ledger, runs: list[tupl
             folder, record, receipt = found
             new = receipt is None
             if new:
-                attempts = min(record.attempts + 1, MAX_ATTEMPTS)  # the attempt that succeeded
-                receipt = Receipt(intake_id, record.payload_sha256, PROJECTED, record.admitted_at, now, attempts,
-                                  projection, None)  # fmt: skip
+                receipt = projected_receipt(record, projection, now)
             batch.append((position, folder, record, receipt, new))
         except Exception as exc:  # this run stays pending; the worker records the failed attempt
             outcomes[position] = exc
     if batch:
-        _write_receipts(dirs, [receipt for _, _, _, receipt, new in batch if new], ledger, hook)
+        _write_receipts(dirs, [receipt for _, _, _, receipt, new in batch if new], ledger, hook, prepared or {})
         ledger.append_together([(r.id, r.payload_sha256) for _, _, r, _, _ in batch], receipt_lookup(dirs), hook)
         for _ in batch:
             hit(hook, "resolve.catalog_committed")
@@ -81,7 +114,8 @@ def _active_and_settled(dirs: IntakeDirs, ledger: Ledger, intake_id: str):
     return folder, record, receipt
 
 
-def _write_receipts(dirs: IntakeDirs, receipts: list[Receipt], ledger: Ledger, hook: CrashHook | None) -> None:
+def _write_receipts(dirs: IntakeDirs, receipts: list[Receipt], ledger: Ledger, hook: CrashHook | None,
+                    prepared: dict[str, tuple[Receipt, Path]]) -> None:  # fmt: skip
     """Every receipt durable before any ledger entry: each file fsynced, the folder once."""
     if not receipts:
         return
@@ -89,7 +123,11 @@ def _write_receipts(dirs: IntakeDirs, receipts: list[Receipt], ledger: Ledger, h
     folder = dirs.folder(RESOLVED)
     for receipt in receipts:
         path = dirs.record_path(RESOLVED, receipt.id)
-        temp = write_temp(folder, path.name, render_receipt(receipt), mode=0o600)
+        ready = prepared.pop(receipt.id, None)
+        if ready is not None and ready[0] != receipt:  # the run changed since: write what is due now
+            remove_quietly(ready[1])
+            ready = None
+        temp = ready[1] if ready is not None else write_temp(folder, path.name, render_receipt(receipt), mode=0o600)
         try:
             os.replace(temp, path)
         except BaseException:
