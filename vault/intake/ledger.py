@@ -197,20 +197,7 @@ class Ledger:
             if known != payload_sha256:
                 raise Conflict(f"run {intake_id[:16]}… is already in the ledger with another payload; nothing was changed.")
             return False
-        entry, path = render_entry(intake_id, payload_sha256), self.shard_path(shard)
-        expected = len(view.committed_bytes)
-        self._views.pop(shard, None)
-        if hook is None:
-            offset = append_durable(path, entry, mode=0o600)
-        else:  # the crash tests stop between two halves to leave a torn entry behind
-            offset = append_durable(path, entry[:64], mode=0o600)
-            hit(hook, "resolve.shard_torn")
-            append_durable(path, entry[64:], mode=0o600)
-        if offset != expected:
-            raise _broken(path, f"the shard grew behind the intake lock (append landed at {offset}, expected {expected})")
-        hit(hook, "resolve.shard_appended")
-        data = view.committed_bytes + entry
-        self._commit(shard, Slot(len(data), hashlib.sha256(data).hexdigest()))
+        self._commit(shard, self._append_entries(view, render_entry(intake_id, payload_sha256), hook))
         return True
 
     def append_together(self, entries: list[tuple[str, str]], receipts: ReceiptLookup,
@@ -226,27 +213,30 @@ class Ledger:
             self.recover_shard(shard, receipts)
             view = self.read_shard(shard)
             fresh = b"".join(render_entry(i, sha) for i, sha in runs.items() if i not in view.committed)
-            if not fresh:
-                continue
-            path, expected = self.shard_path(shard), len(view.committed_bytes)
-            self._views.pop(shard, None)
-            if hook is None:
-                offset = append_durable(path, fresh, mode=0o600)
-            else:  # the crash tests stop between two halves to leave a torn entry behind
-                offset = append_durable(path, fresh[:64], mode=0o600)
-                hit(hook, "resolve.shard_torn")
-                append_durable(path, fresh[64:], mode=0o600)
-            if offset != expected:
-                raise _broken(path, f"the shard grew behind the intake lock (append landed at {offset}, expected {expected})")
-            hit(hook, "resolve.shard_appended")
-            data = view.committed_bytes + fresh
-            grown[shard] = Slot(len(data), hashlib.sha256(data).hexdigest())
+            if fresh:
+                grown[shard] = self._append_entries(view, fresh, hook)
         if grown:
             catalog = self.catalog
             for shard, slot in grown.items():
                 catalog = catalog.with_slot(shard, slot)
             commit_catalog(self.dirs, catalog)
             self.catalog = catalog
+
+    def _append_entries(self, view: ShardView, entries: bytes, hook: CrashHook | None) -> Slot:
+        """Append whole entries to a shard and fsync it; the slot that commits them."""
+        path, expected = self.shard_path(view.shard), len(view.committed_bytes)
+        self._views.pop(view.shard, None)
+        if hook is None:
+            offset = append_durable(path, entries, mode=0o600)
+        else:  # the crash tests stop between two halves to leave a torn entry behind
+            offset = append_durable(path, entries[:64], mode=0o600)
+            hit(hook, "resolve.shard_torn")
+            append_durable(path, entries[64:], mode=0o600)
+        if offset != expected:
+            raise _broken(path, f"the shard grew behind the intake lock (append landed at {offset}, expected {expected})")
+        hit(hook, "resolve.shard_appended")
+        data = view.committed_bytes + entries
+        return Slot(len(data), hashlib.sha256(data).hexdigest())
 
     def _commit(self, shard: int, slot: Slot) -> None:
         catalog = self.catalog.with_slot(shard, slot)
