@@ -271,3 +271,44 @@ def test_the_watchers_event_for_memvaults_own_append_costs_no_reread(tmp_path, m
             assert "The tug captain retired today." in [h.text for h in store.recall("tug captain").hits]
         finally:
             owner.stop()
+
+
+def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path):
+    """A client's admission is durable once its record is fsynced; the owner is told (the
+    request lands in its socket) but not waited for, so a busy owner never holds an agent's
+    completed turn up. A socket that takes requests and never answers stands for that owner."""
+    import os
+    import socket
+    import threading
+    import time
+
+    from memvault.indexer.engine.client import EngineClient
+    from memvault.indexer.engine.remote import RemoteStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    path = tmp_path / "silent.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.fspath(path))
+    listener.listen(8)
+    received = []
+
+    def take_and_never_answer():
+        connection, _ = listener.accept()
+        with connection:
+            received.append(connection.makefile("rb").readline())
+            time.sleep(30)  # busy: an answer would come far too late for anyone waiting on it
+
+    threading.Thread(target=take_and_never_answer, daemon=True).start()
+    store = RemoteStore(root, EngineClient(path, {"pid": 4242}))
+    result, worker = store.admit_turn("run-told", "The navigator charted the northern passage.")
+    assert result.status == "admitted" and pending_count(root) == 1
+    # the owner never answers, so a client that waited for it would report that it did not
+    assert worker == "queued: the engine (pid 4242) projects it"
+    wait_for(lambda: received, what="the owner's socket to have the news")
+    told = json.loads(received[0])
+    assert (told["op"], told["args"]["id"]) == ("admitted", result.id)
+    listener.close()
+    path.unlink()
+    _, worker = store.admit_turn("run-nobody", "The cook counted the barrels.")
+    assert "did not answer" in worker or "did not take" in worker  # nothing listens: the turn is saved all the same
+    assert pending_count(root) == 2

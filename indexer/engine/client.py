@@ -23,6 +23,8 @@ from memvault.indexer.engine.protocol import EngineStuck, ProtocolError
 PROBE_TIMEOUT_SECONDS = 10.0
 #: the longest one request may take (a strict health of a large vault, a rebuild's wait for the lock)
 REQUEST_TIMEOUT_SECONDS = 300.0
+#: how long `tell` waits for the owner's socket to take a request (its backlog full: a stuck owner)
+TELL_TIMEOUT_SECONDS = 1.0
 _STOP_HINT = "`memvault engine stop --force`"
 
 
@@ -59,6 +61,24 @@ class EngineClient:
             return response.get("result")
         protocol.raise_error(response.get("error"))
         raise AssertionError("unreachable")
+
+
+    def tell(self, op: str, args: dict | None = None, *, timeout: float = TELL_TIMEOUT_SECONDS) -> None:
+        """Send one request and do not wait for its answer: it is in the owner's socket once this
+        returns, and the owner handles it when it reads it (its answer goes unread). For news
+        the owner acts on by itself (`admitted`), so a client never queues behind a busy owner.
+        Raises EngineStuck when nothing listens or the socket does not take the request."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(os.fspath(self.path))
+                sock.sendall(protocol.encode(protocol.request(op, args)))
+                sock.shutdown(socket.SHUT_WR)
+        except (ConnectionRefusedError, FileNotFoundError, BrokenPipeError, ConnectionResetError, TimeoutError) as exc:
+            raise EngineStuck(
+                f"the engine (pid {self.pid}) did not take {op!r} ({exc.__class__.__name__}): "
+                "retry; if it keeps failing run `memvault engine status`"
+            ) from None
 
 
 def find_owner(vault_root: Path, *, timeout: float = PROBE_TIMEOUT_SECONDS) -> EngineClient | None:

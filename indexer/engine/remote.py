@@ -132,9 +132,10 @@ class RemoteStore:
         from memvault.vault.errors import VaultError
 
         try:
-            self.client.call("admitted", {"id": intake_id}, timeout=HAND_OVER_SECONDS)
-            if not wait:
+            if not wait:  # told, not asked: the turn is durable, and a busy owner never holds this up
+                self.client.tell("admitted", {"id": intake_id})
                 return f"queued: the engine (pid {self.client.pid}) projects it"
+            self.client.call("admitted", {"id": intake_id}, timeout=HAND_OVER_SECONDS)
             settled = self.client.call("wait", {"id": intake_id}, timeout=HAND_OVER_SECONDS + ADMIT_WAIT_SECONDS)
         except VaultError as exc:  # stuck, gone, or an owner without these operations
             return owner_not_answering(exc)

@@ -69,12 +69,12 @@ class IntakeDirs:
     def intake(self) -> Path:
         return resolve_inside(self.root, INTAKE_DIR)
 
+    @cached_property
+    def _folders(self) -> dict[str, Path]:
+        return {name: self.intake / name for name in (PENDING, DEAD, RESOLVED, LEDGER)}
+
     def folder(self, name: str) -> Path:
-        folders = self.__dict__.setdefault("_folders", {})
-        found = folders.get(name)
-        if found is None:
-            found = folders[name] = self.intake / name
-        return found
+        return self._folders.get(name) or self.intake / name
 
     @property
     def ledger(self) -> Path:
