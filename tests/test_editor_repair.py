@@ -69,8 +69,8 @@ def test_a_line_commented_out_by_the_person_is_not_repaired(new_vault):
         assert note.read_text().count(f"^{receipt.id}") == 1 and store.recall("Comment this out").hits == ()
 
 
-def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_expired(new_vault):
-    """Each write appends only its own lines; once the oldest entry is past the repair window
+def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_is_two_windows_old(new_vault):
+    """Each write appends only its own lines; once the oldest entry is two repair windows old
     (and the ledger is past MIN_COMPACT_BYTES) the next write keeps only the live entries."""
     from memvault.vault.layout import VaultLayout
     from memvault.vault.note_append import NewBullet
@@ -86,10 +86,39 @@ def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_expired(n
         note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet(text, f"m-{count:010d}", "09:00")], now=start)
         assert ledger.stat().st_size > size_before  # appended, never rewritten while all are live
         count += 1
-    later = start + REPAIR_WINDOW_SECONDS + 1
-    note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet("the live one", "m-live000001", "09:01")], now=later)
-    lines = ledger.read_text().splitlines()
-    assert len(lines) == 1 and "m-live000001" in lines[0]  # the expired entries are gone
+    expired = start + REPAIR_WINDOW_SECONDS + 1  # every entry expired, none two windows old
+    note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet("one", "m-live000001", "09:01")], now=expired)
+    assert len(ledger.read_text().splitlines()) == count + 1
+    later = start + 2 * REPAIR_WINDOW_SECONDS
+    note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet("two", "m-live000002", "09:02")], now=later)
+    ids = [line.split('"id":"')[1].split('"')[0] for line in ledger.read_text().splitlines()]
+    assert ids == ["m-live000001", "m-live000002"]  # the expired entries are gone, the live ones kept
+
+
+def test_a_steady_stream_of_writes_compacts_the_ledger_once_a_window_and_keeps_every_live_line(new_vault, monkeypatch):
+    """Many agents writing for minutes: the ledger is rewritten about once a repair window, not
+    on every write once its oldest entry expired, and after every write it holds exactly the
+    lines of the last window."""
+    from memvault.vault import recent_writes
+    from memvault.vault.layout import VaultLayout
+    from memvault.vault.note_append import NewBullet
+
+    layout = VaultLayout(new_vault)
+    window, start, step = recent_writes.REPAIR_WINDOW_SECONDS, 1_000_000.0, 0.25
+    rewrites, written = [], []
+    write_file = recent_writes.atomic_write
+    monkeypatch.setattr(recent_writes, "atomic_write", lambda path, data, **kw: (rewrites.append(len(data)),
+                                                                                  write_file(path, data, **kw)))
+    for n in range(int(5 * window / step)):  # five windows, four writes a second
+        now = start + n * step
+        block_id = f"m-{n:010d}"
+        recent_writes.note_written(layout, NOTE, "2026-11-30", [NewBullet(f"fact {n} " + "y" * 200, block_id, "09:00")],
+                                   now=now)  # fmt: skip
+        written.append((now, block_id))
+        if n % 40 == 0:
+            live = [entry["id"] for entry in recent_writes._load(layout, now)]
+            assert live == [i for at, i in written if now - at < window]
+    assert 1 <= len(rewrites) <= 4  # about once a window after the first two
 
 
 def test_the_ledger_read_after_appends_a_take_back_and_a_rewrite_holds_exactly_the_live_lines(new_vault):

@@ -4,8 +4,7 @@ An editor that read a note just before memvault appended to it and saves just af
 older copy back, without memvault's line: neither side did anything wrong, and the person's
 save must stay. memvault notes every line it appends here (`.index/recent-writes.jsonl`, one JSON
 object a line, appended under the vault lock, so a write costs what it adds, not what the ledger
-holds; rewritten with only the live entries once its oldest entry has expired, or it passes
-MAX_BYTES) and every sync looks again: a line written less than REPAIR_WINDOW_SECONDS ago
+holds) and every sync looks again: a line written less than REPAIR_WINDOW_SECONDS ago
 that is gone from its note (neither its `^id` nor its text is there) is appended again, once
 per sync, through the same protocol (`vault/note_append.py`).
 
@@ -14,7 +13,11 @@ wrote the note's new version and keeps the line elsewhere (`vault/git_state.py`)
 back would make `git stash pop` abort on a dirty note.
 
 After the window, a missing line is taken as the person's decision (they deleted it) and is
-left alone. The ledger is derived state: deleting it (or a crash tearing its last line, which
+left alone. Expired entries are dropped by copying the ledger's live tail, as bytes, to a new
+file once its oldest entry is two windows old: under a steady stream of writes that happens
+once a window, not on every write (the oldest entry expires a moment after any compaction, and
+rewriting a minute of a busy owner's entries on each append cost it two thirds of its time).
+Past MAX_BYTES (a long burst) it is rewritten with its newest live entries. The ledger is derived state: deleting it (or a crash tearing its last line, which
 is skipped) only gives up repairs for the last minute, so it is not fsynced.
 """
 
@@ -35,8 +38,9 @@ from memvault.vault.strict_json import loads_strict
 #: how long after memvault wrote a line it puts the line back if a save dropped it
 REPAIR_WINDOW_SECONDS = 60.0
 MAX_ENTRIES = 10_000
-#: the ledger is rewritten with only its live entries when its oldest has expired and it holds
+#: the ledger drops its expired entries when its oldest is COMPACT_AFTER_SECONDS old and it holds
 #: more than MIN_COMPACT_BYTES, or whenever it passes MAX_BYTES (a long burst of writes)
+COMPACT_AFTER_SECONDS = 2 * REPAIR_WINDOW_SECONDS
 MIN_COMPACT_BYTES = 64 * 1024
 MAX_BYTES = 16 * 1024 * 1024
 LEDGER_NAME = "recent-writes.jsonl"
@@ -140,8 +144,11 @@ def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet],
         size += len(data)
     finally:
         os.close(fd)
-    if size > MAX_BYTES or (size > MIN_COMPACT_BYTES and _oldest_expired(path, now)):
+    if size > MAX_BYTES:
         _rewrite(layout, _load(layout, now))
+        return None
+    if size > MIN_COMPACT_BYTES and _oldest_older_than(path, now, COMPACT_AFTER_SECONDS):
+        _keep_live_tail(layout, now)
         return None
     return before
 
@@ -153,14 +160,31 @@ def take_back_noted(layout, before: int) -> None:
     os.truncate(_ledger_path(layout), before)
 
 
-def _oldest_expired(path, now: float) -> bool:
-    """Whether the ledger's first entry is past the window (read from its first line alone)."""
+def _oldest_older_than(path, now: float, seconds: float) -> bool:
+    """Whether the ledger's first entry is `seconds` old (read from its first line alone)."""
     try:
         with open(path, "rb") as handle:
             first = loads_strict(handle.readline(64 * 1024))
-        return now - float(first.get("at", 0)) >= REPAIR_WINDOW_SECONDS
+        return now - float(first.get("at", 0)) >= seconds
     except (OSError, ValueError, TypeError, AttributeError):
-        return True  # unreadable: rewriting it keeps only what parses
+        return True  # unreadable: compacting it keeps only what follows the damage
+
+
+def _keep_live_tail(layout, now: float) -> None:
+    """A new ledger holding the bytes from the first entry still inside the window on (entries
+    are appended in time order under the vault lock); the lines before it are parsed, the rest
+    copied. A damaged line before it is dropped, one after it stays and is skipped when read."""
+    path = _ledger_path(layout)
+    data = read_bytes_nofollow(path)
+    start = 0
+    for line in data.splitlines(keepends=True):
+        try:
+            if now - float(loads_strict(line).get("at", 0)) < REPAIR_WINDOW_SECONDS:
+                break
+        except (ValueError, TypeError, AttributeError):
+            pass
+        start += len(line)
+    atomic_write(path, data[start:], mode=MACHINE_FILE_MODE)
 
 
 def forget_written(layout, relpath: str, block_ids: list[str], now: float | None = None) -> None:
