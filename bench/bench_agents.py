@@ -49,7 +49,7 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
     store = MemoryStore.open(root)
     assert isinstance(store, RemoteStore), "the bench needs a running owner"
     samples = {op: [] for op in OPERATIONS}
-    misses, errors, remembered, admitted = 0, 0, [], []
+    misses, errors, remembered, admitted, missed = 0, 0, [], [], []
     out.with_suffix(".ready").touch()  # started and connected: the parent starts every client at once
     go = out.parent / f"go-{out.name.rsplit('-', 1)[0]}"
     while not go.exists():
@@ -75,9 +75,11 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
                 target = _target(rng, remembered, shared)
                 if target is None:
                     continue
-                hits = store.recall(target, limit=10).hits
-                if not any(target in hit.text for hit in hits):
+                result = store.recall(target, limit=10)
+                if not any(target in hit.text for hit in result.hits):
                     misses += 1
+                    missed.append({"word": target, "own": target in remembered, "hits": len(result.hits),
+                                   "empty": result.empty_reason, "degraded": result.degraded})
         except Exception as exc:  # the crash variant: the owner went away; wait for the next one
             errors += 1
             print(f"{name}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
@@ -89,7 +91,7 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
                 time.sleep(0.1)
             continue
         samples[op].append((time.perf_counter() - started) * 1000)
-    out.write_text(json.dumps({"samples": samples, "misses": misses, "errors": errors,
+    out.write_text(json.dumps({"samples": samples, "misses": misses, "errors": errors, "missed": missed,
                                "remembered": remembered, "admitted": admitted}))
 
 
@@ -239,6 +241,14 @@ def report(label: str, results: list[dict], elapsed: float, saves: int, projecti
     if projections:
         print(f"  admit → projected (probe, 1/s): n={len(projections)}  p50 {percentile(projections, 0.5):7.1f} ms"
               f"  p95 {percentile(projections, 0.95):7.1f} ms")
+    for miss in [m for r in results for m in r.get("missed", ())][:5]:
+        print(f"  missed: {miss}; found when asked again after the phase: {_found_later(miss['word'])}")
+
+
+def _found_later(word: str) -> bool:
+    from memvault import MemoryStore
+
+    return any(word in hit.text for hit in MemoryStore.open(ROOT).recall(word, limit=10).hits)
 
 
 def verify_after_crash(root: Path, results: list[dict]) -> None:

@@ -312,3 +312,58 @@ def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path):
     _, worker = store.admit_turn("run-nobody", "The cook counted the barrels.")
     assert "did not answer" in worker or "did not take" in worker  # nothing listens: the turn is saved all the same
     assert pending_count(root) == 2
+
+
+def test_a_commit_landing_as_a_read_refreshes_its_searcher_hides_no_acknowledged_write(tmp_path):
+    """The owner's committer drops a memory's pending row once Tantivy holds it. A read that
+    refreshed its searcher just before that commit must still find the memory: the commit
+    reloads the shared reader before it drops the rows, and a read takes its searcher when it
+    searches, so the memory is in the rows it took or in the searcher, never in neither."""
+    from memvault import MemoryStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        store.defers_index_commits = True  # as an owner: remembers wait for the committer
+        store.remember("The purser locked the ledger in the chart room.")
+        index = store._readable_index()
+        refresh = index.bm25.refresh
+
+        def refresh_then_commit():
+            refresh()
+            index.bm25.refresh = refresh  # once
+            store.flush_deferred()  # the committer, landing right after this read's refresh
+
+        index.bm25.refresh = refresh_then_commit
+        hits = store.recall("where is the ledger locked?").hits
+        assert not store._deferred.pending  # the commit did land during the read
+        assert any("purser locked the ledger" in hit.text for hit in hits), [hit.text for hit in hits]
+
+
+def test_a_save_landing_between_a_commits_repair_and_its_read_hides_no_acknowledged_write(tmp_path, monkeypatch):
+    """A person's editor saving many times a second can write its older copy of the day's note
+    (without memvault's new line) right after the committer repaired the note and before it
+    read it. The commit must not take that read: the memory would leave the pending rows before
+    the index had it. It repairs and reads again, and every read finds the memory."""
+    import memvault.indexer.engine.store as store_module
+    from memvault import MemoryStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        store.defers_index_commits = True  # as an owner: remembers wait for the committer
+        receipt = store.remember("The purser locked the ledger in the chart room.")
+        note = root / receipt.source.partition("#")[0]
+        older_copy = "".join(line for line in note.read_text().splitlines(keepends=True) if receipt.id not in line)
+        repair, saves = store_module.repair_lost_lines, []
+
+        def repair_then_a_save_lands(layout, paths=None, now=None):
+            repaired = repair(layout, paths, now)
+            if not saves:
+                saves.append(note.write_text(older_copy))  # the editor's save, just after the repair
+            return repaired
+
+        monkeypatch.setattr(store_module, "repair_lost_lines", repair_then_a_save_lands)
+        store.flush_deferred()
+        assert saves and not store._deferred.pending  # the save landed, and the commit went through
+        assert note.read_text().count(f"^{receipt.id}") == 1  # put back once
+        hits = store.recall("where is the ledger locked?").hits
+        assert any("purser locked the ledger" in hit.text for hit in hits), [hit.text for hit in hits]

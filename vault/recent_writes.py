@@ -216,6 +216,14 @@ def repair_lost_lines(layout, relpaths: Iterable[str] | None = None, now: float 
     return repaired
 
 
+def lines_lost_since(layout, relpath: str, present_ids: Iterable[str], now: float | None = None) -> bool:
+    """Whether a line memvault wrote to `relpath` within the window is not among `present_ids`
+    (the ids of a read of the note): a save landed between a repair and that read."""
+    now = time.time() if now is None else now
+    present = set(present_ids)
+    return any(entry.get("path") == relpath and entry.get("id") not in present for entry in _load(layout, now))
+
+
 def _restore(layout, relpath: str, entries: list[dict]) -> bool:
     try:
         data = read_bytes_nofollow(resolve_inside(layout.root, relpath))

@@ -38,11 +38,13 @@ from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 from memvault.vault.note_append import written_last_by_us
 from memvault.vault.paths import resolve_inside
-from memvault.vault.recent_writes import repair_lost_lines
+from memvault.vault.recent_writes import lines_lost_since, repair_lost_lines
 from memvault.vault.storage_errors import translates_storage_errors
 
 RECALL_MODES = ("tool", "auto")
 MAX_RECALL_LIMIT = 100
+#: how often a commit repairs and reads its notes again while saves keep dropping memvault's lines
+_REPAIRED_READ_ATTEMPTS = 4
 #: why an index commit failed, said in recall's `degraded` (by StorageError code)
 _LAG_REASONS = {"disk_full": "no space left on the device", "read_only": "the vault is read-only",
                 "permission_denied": "permission denied"}  # fmt: skip
@@ -417,10 +419,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                 paths, through = self._deferred.paths(), self._deferred.version
             if not paths:
                 return
-            repair_lost_lines(self.layout, paths)  # a save that dropped our lines never hides them
             self._index_lock.acquire()  # before the vault lock is let go: no other index write between
             try:
-                indexed = [read_note_records(self.layout, path, self.time_zone) for path in paths]
+                indexed = self._read_repaired(paths)
                 index = self._writable_index()
             except BaseException:
                 self._index_lock.release()
@@ -433,6 +434,19 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             self._apply(index, paths, self._intake_hook, indexed=indexed, through=through)
         finally:
             self._index_lock.release()
+
+    def _read_repaired(self, paths: list[str]) -> list:
+        """The notes as a commit reads them, with every line memvault wrote lately: a save that
+        dropped one is repaired first, and a save landing between that repair and the read
+        (an editor saving many times a second) is repaired and read again, a few times at most.
+        Committed without its line, a memory would leave the pending rows before the index
+        had it, and for the moment until the watcher's repair no read would find it."""
+        for _ in range(_REPAIRED_READ_ATTEMPTS):
+            repair_lost_lines(self.layout, paths)
+            indexed = [read_note_records(self.layout, path, self.time_zone) for path in paths]
+            if not any(lines_lost_since(self.layout, item.path, (r.id for r in item.records)) for item in indexed):
+                break
+        return indexed
 
     def _index_written(self, index: DerivedIndex, relpaths: list[str], receipts: dict, records=()) -> None:
         """Index notes that now durably hold new lines. The note is the commit point: in an owner
