@@ -302,7 +302,9 @@ def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, end
     for ending in endings:
         text = "".join(line + newline for line in head + ending)
         reparsed = parse(text)
-        assert reparsed == note_module._parse_lines(tuple(text.splitlines(keepends=True))).note
+        whole = note_module._parse_lines(tuple(text.splitlines(keepends=True))).note
+        assert reparsed == whole
+        assert reparsed.by_block_id == whole.by_block_id  # carried on from the version before
 
 
 @settings(max_examples=300, deadline=None)

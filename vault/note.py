@@ -115,6 +115,8 @@ _PARSE_CACHE_NOTES = 8
 #: smaller texts are parsed whole, in well under a millisecond, and never cached: the small texts an
 #: owner parses between two saves of the day's note (new lines, one-turn notes) evicted its versions
 _PARSE_CACHE_SMALLEST = 4096
+#: how many of the newest cached parses a changed text is compared with, line by line
+_PREFIX_BASES = 3
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ def _reparse_from_best(bases: list[tuple[str, _Parsed]], text: str, lines: tuple
         if base_text.endswith("\n") and text.startswith(base_text):
             return _reparse(base, lines, len(base.note.lines))
     best, shared = None, 0
-    for _, base in bases:
+    for _, base in bases[:_PREFIX_BASES]:  # newest first: an editor saves over a version just read
         common = _common_prefix(base.note.lines, lines)
         if common > shared:
             best, shared = base, common
@@ -231,9 +233,12 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | No
     reparsed = Note(lines, note.body_start, note.frontmatter, kept_bullets + tuple(bullets),
                     prefix_conflicts + conflicts, kept_duplicates + tuple(duplicates), open_at_end,
                     kept_hidden | frozenset(i for i in range(line, len(lines)) if hidden[i]))  # fmt: skip
-    known = note.__dict__.get("by_block_id") if kept == len(note.bullets) else None
-    if known is not None:  # an append: the ids known so far, plus the new lines' (a C-speed copy)
+    known = note.__dict__.get("by_block_id")
+    if known is not None:  # carried on: the kept memories' ids (a C-speed copy), then the new lines'
         found = dict(known)
+        for memory in note.bullets[kept:]:
+            if found.get(memory.block_id) is memory:
+                del found[memory.block_id]
         for memory in bullets:
             if memory.block_id:
                 found.setdefault(memory.block_id, memory)
@@ -261,18 +266,23 @@ def _cut_line(base: _Parsed, lines: tuple[str, ...], shared: int) -> tuple[int, 
     for kept in range(starting_inside - 1, max(starting_inside - 8, 0) - 1, -1):  # a few memories back at most
         line = note.bullets[kept].first_line
         if line >= note.body_start and not base.region_open[line] and ends_the_block_above(line):
-            return line, kept, _tail_before(note.bullets[:kept], note.bullets[kept].heading)
+            return line, kept, _tail_at(base, kept, note.bullets[kept].heading)
     return None
 
 
-def _tail_before(bullets: tuple[Bullet, ...], heading: str | None) -> _Tail:
-    """The state after `bullets`, from their assigned ids: an id differing from the bullet's own
+def _tail_at(base: _Parsed, kept: int, heading: str | None) -> _Tail:
+    """The state after base's first `kept` memories: the state at its end less what its later
+    memories added, which is little when an editor rewrote the note's last lines. Every assigned
+    id is unique within a note (`_assign_ids`), and an id differing from the memory's own
     (absent or repeated) was derived from its text's occurrence count."""
-    occurrences: dict[str, int] = {}
-    for bullet in bullets:
+    later = base.note.bullets[kept:]
+    occurrences = dict(base.tail.occurrences)
+    for bullet in later:
         if bullet.id != bullet.block_id:
-            occurrences[bullet.text] = occurrences.get(bullet.text, 0) + 1
-    return _Tail(heading, frozenset(bullet.id for bullet in bullets), occurrences)
+            occurrences[bullet.text] -= 1
+            if not occurrences[bullet.text]:
+                del occurrences[bullet.text]
+    return _Tail(heading, base.tail.seen.difference(bullet.id for bullet in later), occurrences)
 
 
 def render(note: Note) -> str:
