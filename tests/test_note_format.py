@@ -1,7 +1,7 @@
 """Format v1: parse/render round trips, bullets, ids, frontmatter, fences and conflict hunks."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memvault.vault.ids import derived_id, memory_id, normalize_text
@@ -326,3 +326,20 @@ def test_records_of_a_note_saved_again_at_its_end_equal_records_made_afresh(head
         assert made == fresh
         records_module._made.clear()
         records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_NOTE_LINES, max_size=14), st.lists(st.sampled_from(["plain fact", "opens <!-- here", "closes --> here",
+                                                                     "%% both %%", "opens %% here", "a `tick`"]),
+                                                    min_size=1, max_size=4),
+       st.booleans())
+def test_lines_appended_to_a_note_ending_in_the_open_leave_it_as_they_leave_themselves(head, facts, last_newline):
+    """refuse_opening_a_region parses an append's lines alone when the note ends outside every
+    fence, comment and conflict hunk: what they leave open must be what the whole would."""
+    from memvault.vault.note_append import NewBullet, _payload
+
+    text = "\n".join(head) + ("\n" if last_newline and head else "")
+    note = parse(text)
+    assume(note.open_at_end is None)
+    payload = _payload(note, [NewBullet(fact, f"m-{n:010d}", "09:00") for n, fact in enumerate(facts)]).decode()
+    assert (parse(text + payload).open_at_end is None) == (parse(payload).open_at_end is None)

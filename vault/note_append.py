@@ -295,7 +295,13 @@ def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size
 
 def refuse_opening_a_region(note: Note, relpath: str, bullets: list[NewBullet], payload: bytes) -> None:
     """Raise NoteNotWritable when the lines would leave the note inside a comment (a line such as
-    "<!--"), which would hide every line written after them; nothing is written."""
+    "<!--"), which would hide every line written after them; nothing is written.
+
+    A note that ends in the open (no fence, comment or conflict hunk left open: the appends'
+    case) is in the same state after the lines as the lines are alone, so they are parsed alone
+    (not the whole day's note again for every append); the whole is parsed only to name the line."""
+    if note.open_at_end is None and parse(payload.decode("utf-8")).open_at_end is None:
+        return
     after = parse("".join(note.lines) + payload.decode("utf-8"))
     if after.open_at_end is not None:
         ids = ", ".join(f"^{b.block_id}" for b in bullets)
