@@ -49,7 +49,7 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
     store = MemoryStore.open(root)
     assert isinstance(store, RemoteStore), "the bench needs a running owner"
     samples = {op: [] for op in OPERATIONS}
-    misses, errors, remembered, admitted, missed = 0, 0, [], [], []
+    misses, errors, remembered, admitted, missed, acknowledged = 0, 0, [], [], [], {}
     out.with_suffix(".ready").touch()  # started and connected: the parent starts every client at once
     go = out.parent / f"go-{out.name.rsplit('-', 1)[0]}"
     while not go.exists():
@@ -65,21 +65,24 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
             if op == "remember":
                 store.remember(f"Agent {name} noted item {word} for the harbour log.")
                 remembered.append(word)
+                acknowledged[word] = time.time()
                 with open(shared, "a") as log:  # after the acknowledgement: others may look for it now
-                    log.write(word + "\n")
+                    log.write(f"{word} {acknowledged[word]:.6f}\n")
             elif op == "admit":
                 result = store.persist_completed_turn(f"{name}-run-{n}", f"Agent {name} finished turn {word} on the pier.")
                 if result.status == "admitted":
                     admitted.append(word)
             else:
-                target = _target(rng, remembered, shared)
-                if target is None:
+                found = _target(rng, remembered, shared, acknowledged)
+                if found is None:
                     continue
+                target, acknowledged_at = found
                 result = store.recall(target, limit=10)
                 if not any(target in hit.text for hit in result.hits):
                     misses += 1
                     missed.append({"word": target, "own": target in remembered, "hits": len(result.hits),
-                                   "empty": result.empty_reason, "degraded": result.degraded})
+                                   "empty": result.empty_reason, "degraded": result.degraded,
+                                   "ms since acknowledged": round((time.time() - acknowledged_at) * 1000)})
         except Exception as exc:  # the crash variant: the owner went away; wait for the next one
             errors += 1
             print(f"{name}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
@@ -102,9 +105,10 @@ def _owner(find_owner, root):
         return None
 
 
-def _target(rng: random.Random, own: list[str], shared: Path) -> str | None:
+def _target(rng: random.Random, own: list[str], shared: Path, acknowledged: dict) -> tuple[str, float] | None:
+    """A word acknowledged already (this client's last, or another's of late) and when it was."""
     if rng.random() < 0.5 and own:
-        return own[-1]
+        return own[-1], acknowledged[own[-1]]
     try:
         with open(shared, "rb") as log:
             log.seek(0, os.SEEK_END)
@@ -113,7 +117,10 @@ def _target(rng: random.Random, own: list[str], shared: Path) -> str | None:
             words = log.read().decode().split("\n")[1:-1]  # whole lines only
     except OSError:
         words = []
-    return rng.choice(words[-50:]) if words else (own[-1] if own else None)
+    if words:
+        word, at = rng.choice(words[-50:]).split()
+        return word, float(at)
+    return (own[-1], acknowledged[own[-1]]) if own else None
 
 
 # --- the person's editor ------------------------------------------------------------------------
