@@ -7,7 +7,8 @@
 admits runs `crash-run-<offset>` ... `crash-run-<offset+N-1>` (a host retrying every turn it
 handed over) and
 stops with the 10 s drain; `--together` admits them all before the worker starts, so it projects
-and resolves them as one batch (vault/intake/resolve_together.py). `--op retry` / `--op resolve` run the operator commands on every
+and resolves them as one batch (vault/intake/resolve_together.py). `--op retry` / `--op resolve`
+run the operator commands on every
 active run. `--poison` makes projection fail (an invalid-UTF-8 daily note on the turns' date);
 `--fast-clock` moves the store's clock 7 hours per reading, so backoff never waits and a
 poisoned run reaches its 16th attempt at once. This file is the only place a crash hook becomes

@@ -17,8 +17,9 @@ left alone. Expired entries are dropped by copying the ledger's live tail, as by
 file once its oldest entry is two windows old: under a steady stream of writes that happens
 once a window, not on every write (the oldest entry expires a moment after any compaction, and
 rewriting a minute of a busy owner's entries on each append cost it two thirds of its time).
-Past MAX_BYTES (a long burst) it is rewritten with its newest live entries. The ledger is derived state: deleting it (or a crash tearing its last line, which
-is skipped) only gives up repairs for the last minute, so it is not fsynced.
+Past MAX_BYTES (a long burst) it is rewritten with its newest live entries. The ledger is
+derived state: deleting it (or a crash tearing its last line, which is skipped) only gives up
+repairs for the last minute, so it is not fsynced.
 """
 
 from __future__ import annotations

@@ -139,9 +139,12 @@ class Ledger:
             try:
                 size = os.lstat(f"{folder}/{shard_name(shard)}").st_size
             except FileNotFoundError:
-                raise _broken(self.shard_path(shard), f"the shard is missing but the catalog committed {slot.size} bytes") from None
+                size = None
+            path = self.shard_path(shard)
+            if size is None:
+                raise _broken(path, f"the shard is missing but the catalog committed {slot.size} bytes")
             if size < slot.size:
-                raise _broken(self.shard_path(shard), f"the shard is truncated: {size} bytes, the catalog committed {slot.size}")
+                raise _broken(path, f"the shard is truncated: {size} bytes, the catalog committed {slot.size}")
 
     def report(self, receipts: ReceiptLookup | None = None) -> LedgerReport:
         """Read-only verification of every shard (inspect, health).

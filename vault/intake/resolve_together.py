@@ -40,7 +40,10 @@ def projected_receipt(record: IntakeRecord, projection: str, now: datetime) -> R
     return Receipt(record.id, record.payload_sha256, PROJECTED, record.admitted_at, now, attempts, projection, None)
 
 
-def prepare_receipts(dirs: IntakeDirs, runs: list[tuple[IntakeRecord, str]], now: datetime) -> dict[str, tuple[Receipt, Path]]:
+Prepared = dict[str, tuple[Receipt, Path]]  # intake id -> (its receipt, a fsynced temp file holding it)
+
+
+def prepare_receipts(dirs: IntakeDirs, runs: list[tuple[IntakeRecord, str]], now: datetime) -> Prepared:
     """Before the intake lock: each run's receipt in a fsynced temp file in `resolved/`, by id.
     Pass them to `resolve_projected_together` (with the same `now`), then `discard` what is left."""
     folder, prepared = dirs.folder(RESOLVED), {}
@@ -55,7 +58,7 @@ def prepare_receipts(dirs: IntakeDirs, runs: list[tuple[IntakeRecord, str]], now
     return prepared
 
 
-def discard(prepared: dict[str, tuple[Receipt, Path]]) -> None:
+def discard(prepared: Prepared) -> None:
     """Remove prepared temp files that were not renamed into place."""
     for _, temp in prepared.values():
         remove_quietly(temp)
@@ -63,8 +66,8 @@ def discard(prepared: dict[str, tuple[Receipt, Path]]) -> None:
 
 
 def resolve_projected_together(dirs: IntakeDirs, ledger: Ledger, runs: list[tuple[str, str]], *, now: datetime,
-                               hook: CrashHook | None = None,
-                               prepared: dict[str, tuple[Receipt, Path]] | None = None) -> list[Receipt | Exception]:  # fmt: skip
+                               hook: CrashHook | None = None, prepared: Prepared | None = None,
+                               ) -> list[Receipt | Exception]:  # fmt: skip
     """(intake id, projection) of projected runs -> each one's receipt, or the error that left it
     unresolved (the others go on). As `resolve_run(outcome=PROJECTED)` for each. `prepared`
     (from `prepare_receipts`): temp files used where they hold the receipt due, popped as used."""
@@ -115,7 +118,7 @@ def _active_and_settled(dirs: IntakeDirs, ledger: Ledger, intake_id: str):
 
 
 def _write_receipts(dirs: IntakeDirs, receipts: list[Receipt], ledger: Ledger, hook: CrashHook | None,
-                    prepared: dict[str, tuple[Receipt, Path]]) -> None:  # fmt: skip
+                    prepared: Prepared) -> None:  # fmt: skip
     """Every receipt durable before any ledger entry: each file fsynced, the folder once."""
     if not receipts:
         return
