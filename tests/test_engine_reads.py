@@ -367,3 +367,25 @@ def test_a_save_landing_between_a_commits_repair_and_its_read_hides_no_acknowled
         assert note.read_text().count(f"^{receipt.id}") == 1  # put back once
         hits = store.recall("where is the ledger locked?").hits
         assert any("purser locked the ledger" in hit.text for hit in hits), [hit.text for hit in hits]
+
+
+def test_a_duplicate_remember_beside_a_persons_save_hides_no_acknowledged_write(tmp_path):
+    """A repeated remember checks its memory's note before answering `duplicate`, which commits
+    that note at once. Beside a person's save that dropped a line memvault had just written
+    there, the commit must not take the note as saved: the dropped memory's pending row would go
+    and the index would not have it. It repairs the note first, so every read finds both."""
+    from memvault import MemoryStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        store.defers_index_commits = True  # as an owner: remembers wait for the committer
+        first = store.remember("The bosun painted the dinghy green.")
+        store.flush_deferred()
+        note = root / first.source.partition("#")[0]
+        older_copy = note.read_text()  # a person's editor read the note...
+        second = store.remember("The cook stored the flour in the dry hold.")
+        note.write_text(older_copy)  # ...and saved it after memvault appended: the line is dropped
+        assert store.remember("The bosun painted the dinghy green.").status == "duplicate"
+        assert note.read_text().count(f"^{second.id}") == 1  # put back
+        hits = store.recall("where is the flour stored?").hits
+        assert any("stored the flour" in hit.text for hit in hits), [hit.text for hit in hits]

@@ -217,12 +217,14 @@ def repair_lost_lines(layout, relpaths: Iterable[str] | None = None, now: float 
     return repaired
 
 
-def lines_lost_since(layout, relpath: str, present_ids: Iterable[str], now: float | None = None) -> bool:
-    """Whether a line memvault wrote to `relpath` within the window is not among `present_ids`
-    (the ids of a read of the note): a save landed between a repair and that read."""
+def lines_lost_from(layout, read: dict[str, Iterable[str]], now: float | None = None) -> bool:
+    """Whether a line memvault wrote within the window to one of these notes is not among the
+    ids a read of that note found (`read`: note -> ids): a save landed between a repair and
+    that read."""
     now = time.time() if now is None else now
-    present = set(present_ids)
-    return any(entry.get("path") == relpath and entry.get("id") not in present for entry in _load(layout, now))
+    present = {relpath: set(ids) for relpath, ids in read.items()}
+    return any(entry.get("path") in present and entry.get("id") not in present[entry["path"]]
+               for entry in _load(layout, now))  # fmt: skip
 
 
 def _restore(layout, relpath: str, entries: list[dict]) -> bool:

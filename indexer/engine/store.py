@@ -38,7 +38,7 @@ from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 from memvault.vault.note_append import written_last_by_us
 from memvault.vault.paths import resolve_inside
-from memvault.vault.recent_writes import lines_lost_since, repair_lost_lines
+from memvault.vault.recent_writes import lines_lost_from, repair_lost_lines
 from memvault.vault.storage_errors import translates_storage_errors
 
 RECALL_MODES = ("tool", "auto")
@@ -444,7 +444,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         for _ in range(_REPAIRED_READ_ATTEMPTS):
             repair_lost_lines(self.layout, paths)
             indexed = [read_note_records(self.layout, path, self.time_zone) for path in paths]
-            if not any(lines_lost_since(self.layout, item.path, (r.id for r in item.records)) for item in indexed):
+            if not lines_lost_from(self.layout, {item.path: [r.id for r in item.records] for item in indexed}):
                 break
         return indexed
 
@@ -484,7 +484,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         vault lock, `through` that version of the deferred set). Vault lock held, or the index
         lock taken while it was."""
         with self._index_lock:
-            if indexed is None:
+            if indexed is None and index is self._index and self._deferred.pending:
+                indexed = self._read_repaired(relpaths)  # its commit drops pending rows (an owner's)
+            elif indexed is None:
                 indexed = [read_note_records(self.layout, path, self.time_zone) for path in relpaths]
             delta = index.apply(indexed, hook)
             if index is self._index:
