@@ -62,7 +62,6 @@ class EngineClient:
         protocol.raise_error(response.get("error"))
         raise AssertionError("unreachable")
 
-
     def tell(self, op: str, args: dict | None = None, *, timeout: float = TELL_TIMEOUT_SECONDS) -> None:
         """Send one request and do not wait for its answer: it is in the owner's socket once this
         returns, and the owner handles it when it reads it (its answer goes unread). For news

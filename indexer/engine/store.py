@@ -482,7 +482,8 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                indexed=None, through: int | None = None) -> IndexDelta:
         """Make `index` hold these notes as they are (`indexed`: as they were read, under the
         vault lock, `through` that version of the deferred set). Vault lock held, or the index
-        lock taken while it was."""
+        lock taken while it was and `indexed` given: reading the serving index's notes here
+        repairs them first (`_read_repaired`), which writes."""
         with self._index_lock:
             if indexed is None and index is self._index and self._deferred.pending:
                 indexed = self._read_repaired(relpaths)  # its commit drops pending rows (an owner's)

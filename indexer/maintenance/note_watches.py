@@ -34,14 +34,13 @@ class NoteWatches:
         self._handler = handler
         self._root = Path(root)
         self._filter = event_filter
-        self._top = observer.schedule(handler, str(self._root), recursive=False, event_filter=event_filter)
+        observer.schedule(handler, str(self._root), recursive=False, event_filter=event_filter)
         #: note folder -> (its watch, the folder's (device, inode) when it was scheduled)
         self._folders: dict[str, tuple[object, tuple[int, int]]] = {}
 
-    def refresh(self) -> bool:
-        """Watch each note folder that exists, drop watches of folders that went; True if a
-        folder is watched afresh (its events from before the watch came are the rescan's)."""
-        fresh = False
+    def refresh(self) -> None:
+        """Watch each note folder that exists and drop the watches of folders that went (a
+        folder watched afresh: its events from before the watch came are the rescan's)."""
         for kind in sorted(NOTE_KINDS):
             identity = _folder_identity(self._root / kind)
             known = self._folders.get(kind)
@@ -53,8 +52,6 @@ class NoteWatches:
                 watch = self._observer.schedule(self._handler, str(self._root / kind), recursive=True,
                                                 event_filter=self._filter)  # fmt: skip
                 self._folders[kind] = (watch, identity)
-                fresh = True
-        return fresh
 
     def watched(self) -> list[str]:
         """The note folders watched now (for tests and status)."""
