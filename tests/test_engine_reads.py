@@ -174,6 +174,30 @@ def test_sigkill_with_acknowledged_uncommitted_writes_loses_and_doubles_nothing(
     assert memvault(root, "health", "--strict").returncode == 0
 
 
+def test_a_rescan_that_takes_acknowledged_writes_passes_their_commit_boundary(tmp_path, monkeypatch):
+    """`deferred.committing`, where the crash test above kills the owner, is passed by whichever
+    commit takes the acknowledged rows first: the committer's timer, or (here) the watcher's
+    rescan that came before it (on a busy machine it does, and the owner outlived the test)."""
+    from memvault import MemoryStore
+    from memvault.indexer.engine import deferred, group_commit
+    from memvault.indexer.engine.owner import Owner
+
+    monkeypatch.setattr(group_commit, "IDLE_SECONDS", 3600.0)  # no timed commit during the test
+    monkeypatch.setattr(deferred, "MAX_DELAY_SECONDS", 3600.0)
+    root = make_vault(tmp_path, mode="journal")
+    boundaries = []
+    with MemoryStore.open(root, engine=False) as store:
+        owner = Owner(store, role="python", crash_hook=boundaries.append).start()
+        try:
+            owner.group_commit().remember("The pilot boat left at dawn.", None)
+            assert store._deferred.pending and "deferred.committing" not in boundaries
+            store.sync()  # what the watcher's rescan runs
+            assert not store._deferred.pending and "deferred.committing" in boundaries
+        finally:
+            owner.stop()
+    assert "The pilot boat left at dawn." in committed_texts(root, "pilot boat dawn")
+
+
 @pytest.mark.both_backends
 def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
     """Near-real-time reads in one owner process: memories waiting for their commit are found by
