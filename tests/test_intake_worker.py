@@ -18,7 +18,7 @@ from memvault.vault.intake.operator import resolve_run_as_operator, retry_runs
 from memvault.vault.intake.snapshot import inspect_run, runtime_snapshot
 from memvault.vault.intake.state import read_record
 from memvault.vault.locks import VaultLock
-from tests.intake_helpers import START, Clock, make_vault, store_for
+from tests.intake_helpers import START, Clock, admit, make_vault, store_for
 
 ANSWER = "Deployed the fix and closed the incident."
 POISON = b"# 2026-11-30\n\n- \xff broken bytes\n"
@@ -111,6 +111,40 @@ def test_journal_turns_projected_together_fail_only_where_their_own_note_fails(t
 
 
 @pytest.mark.both_backends
+@pytest.mark.parametrize("boundary", ["resolve.receipt_written", "resolve.catalog_committed"])
+def test_admissions_go_on_while_a_batch_is_resolved_outside_its_ledger_step(tmp_path, boundary):
+    """The worker holds the intake lock for a batch's ledger step alone (every admission waits on
+    that lock). Paused after the batch's receipts are written, or after its ledger commit, it
+    lets another thread admit a new turn at once, and the same turn again answers duplicate;
+    then every turn is resolved and in the notes once."""
+    root = make_vault(tmp_path, mode="journal")
+    clock = Clock()
+    store = store_for(root, clock)
+    for n in range(3):
+        store.persist_completed_turn(f"batch-{n}", f"Turn {n} of the batch.")
+    answers = []
+
+    def admit_beside() -> None:  # another thread: within one the intake lock is re-entrant
+        for run_id, answer in (("late-0", "A late turn arrived."), ("batch-1", "Turn 1 of the batch.")):
+            result = admit(root, run_id, answer, tier="journal", lock_timeout=5.0)
+            answers.append((run_id, result.status, result.reason))
+
+    def pause(name: str) -> None:
+        if name == boundary and not answers:
+            beside = threading.Thread(target=admit_beside)
+            beside.start()
+            beside.join(60)
+
+    worker = IntakeWorker(store, clock=clock, crash_hook=pause)
+    assert worker.process_due() == 4  # the batch, then (its next round) the turn admitted meanwhile
+    assert answers == [("late-0", "admitted", None), ("batch-1", "duplicate", None)]
+    note = (root / "daily/2026-11-30.md").read_text()
+    for run_id, answer in [*((f"batch-{n}", f"Turn {n} of the batch.") for n in range(3)), ("late-0", "A late turn arrived.")]:
+        assert note.count(answer) == 1
+        assert (state_of(root, run_id)["state"], state_of(root, run_id)["outcome"]) == ("resolved", "projected")
+    assert Ledger(IntakeDirs(root), create=False).report().entries == 4
+
+
 def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured(tmp_path):
     root = make_vault(tmp_path, mode="bujo", write_mode="capture")
     with store_for(root) as store:

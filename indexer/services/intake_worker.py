@@ -192,7 +192,8 @@ class IntakeWorker:
             for batch in self._journal_batches(due):
                 if self._abort.is_set():
                     return attempted
-                if len(batch) > 1:
+                first = batch[0][1]
+                if first is not None and self._projects_as_journal(first):  # one turn or many
                     self._project_journal_batch(batch)
                 else:
                     self._process(batch[0][0])
@@ -253,26 +254,24 @@ class IntakeWorker:
             self._finish_together(projected[start:start + _FINISH_TOGETHER])
 
     def _finish_together(self, projected: list[tuple[IntakeRecord, str]]) -> None:
-        """`_finish` for the turns of one batch under one hold of the intake lock, their durable
-        steps shared (vault/intake/resolve_together.py); a turn that fails fails alone."""
+        """`_finish` for the turns of one batch, their durable steps shared and the intake lock
+        held for the ledger alone (vault/intake/resolve_together.py); a turn that fails fails alone."""
         if self._abort.is_set():
             self.transitions["aborted"] += len(projected)
             return
         plain = [(record, source) for record, source in projected if record.payload.write_mode != "capture"]
+        for record, source in projected:
+            if record.payload.write_mode == "capture":  # on to capture, not resolved here
+                try:
+                    self._finish(record, source)
+                except Exception as exc:  # as in `_process`: recorded, never fatal to the worker
+                    self._fail(record, exc)
         now, prepared = self._clock(), {}
         try:
             prepared = prepare_receipts(self.dirs, plain, now)  # files made and fsynced before the lock
             hit(self._hook, "resolve.receipts_prepared")
-            with intake_lock(self.dirs):
-                for record, source in projected:
-                    if record.payload.write_mode == "capture":  # on to capture, not resolved here
-                        try:
-                            self._finish_locked(record, source)
-                        except Exception as exc:  # as in `_process`: recorded, never fatal to the worker
-                            self._fail(record, exc)
-                ledger = Ledger(self.dirs, create=True, hook=self._hook)
-                outcomes = resolve_projected_together(self.dirs, ledger, [(r.id, source) for r, source in plain],
-                                                      now=now, hook=self._hook, prepared=prepared)  # fmt: skip
+            outcomes = resolve_projected_together(self.dirs, [(r.id, source) for r, source in plain],
+                                                  now=now, hook=self._hook, prepared=prepared)  # fmt: skip
         except Exception as exc:  # the lock, the ledger, a full disk: each turn's attempt is recorded
             outcomes = [exc] * len(plain)
         finally:

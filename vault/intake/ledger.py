@@ -85,6 +85,13 @@ class Ledger:
         #: once however often it looks (lookup, recovery, append); every write here drops it
         self._views: dict[int, tuple[Slot, ShardView]] = {}
 
+    def reloaded(self, hook: CrashHook | None = None) -> Ledger:
+        """This ledger read again by a writer that has just taken the intake lock: the catalog
+        loaded afresh (created if missing), the shard views kept where their slot is unchanged."""
+        fresh = Ledger(self.dirs, create=True, hook=hook)
+        fresh._views = {shard: known for shard, known in self._views.items() if fresh.catalog.slots[shard] == known[0]}
+        return fresh
+
     def shard_path(self, shard: int) -> Path:
         return self._folder / shard_name(shard)
 

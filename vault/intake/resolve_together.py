@@ -12,12 +12,21 @@ durable steps run in the same order for the whole batch:
 
 so a crash between two steps leaves every run of the batch where `resolve_run` would leave one
 (a receipt without a committed entry, or an entry without its active record removed), and
-recovery finishes each exactly as it does for one. Caller holds the intake lock.
+recovery finishes each exactly as it does for one.
 
-The slowest part, making and fsyncing a file per receipt, can run before the lock is taken
-(`prepare_receipts`): temp files in `resolved/`, renamed into place under the lock when the run
-is still as it was. Only the worker writes there while it owns the vault, and a temp file a
-crash leaves behind is removed by the next worker's recovery, as any write's.
+Only the ledger step takes the intake lock. The caller holds the liveness fence, so it is the
+vault's one resolver: no other process moves a run out of the active folders, writes a receipt
+or appends to the ledger meanwhile, and admissions only add new runs. A run being resolved stays
+active until its ledger entry is committed (an admission of it answers `duplicate` from its
+active record, then from the ledger), its receipt lands before that entry as before, and an
+admission reading the ledger sees whole commits only (the appends and the catalog commit are one
+hold). Every admission waits on that lock: under many agents the worker held it for most of each
+batch (checks, receipts, ledger, removals), and admissions queued behind it.
+
+The slowest part, making and fsyncing a file per receipt, runs first (`prepare_receipts`):
+temp files in `resolved/`, renamed into place when the run is still as it was. Only the worker
+writes there while it owns the vault, and a temp file a crash leaves behind is removed by the
+next worker's recovery, as any write's.
 """
 
 from __future__ import annotations
@@ -32,7 +41,8 @@ from memvault.vault.intake.backoff import MAX_ATTEMPTS
 from memvault.vault.intake.files import RESOLVED, CrashHook, IntakeDirs, hit
 from memvault.vault.intake.ledger import Ledger
 from memvault.vault.intake.record import PROJECTED, IntakeRecord, Receipt, render_receipt
-from memvault.vault.intake.state import find_active, prune_receipts, read_receipt, receipt_lookup, resolve_run
+from memvault.vault.intake.state import (find_active, intake_lock, prune_receipts, read_receipt, receipt_lookup,
+                                         resolve_run)
 
 
 def projected_receipt(record: IntakeRecord, projection: str, now: datetime) -> Receipt:
@@ -65,31 +75,46 @@ def discard(prepared: Prepared) -> None:
     prepared.clear()
 
 
-def resolve_projected_together(dirs: IntakeDirs, ledger: Ledger, runs: list[tuple[str, str]], *, now: datetime,
+def resolve_projected_together(dirs: IntakeDirs, runs: list[tuple[str, str]], *, now: datetime,
                                hook: CrashHook | None = None, prepared: Prepared | None = None,
                                ) -> list[Receipt | Exception]:  # fmt: skip
     """(intake id, projection) of projected runs -> each one's receipt, or the error that left it
     unresolved (the others go on). As `resolve_run(outcome=PROJECTED)` for each. `prepared`
-    (from `prepare_receipts`): temp files used where they hold the receipt due, popped as used."""
+    (from `prepare_receipts`): temp files used where they hold the receipt due, popped as used.
+    Caller holds the liveness fence and not the intake lock (taken here for the ledger alone)."""
     outcomes: list[Receipt | Exception | None] = [None] * len(runs)
     batch: list[tuple[int, str, IntakeRecord, Receipt, bool]] = []  # position, folder, record, receipt, new
-    for position, (intake_id, projection) in enumerate(runs):
+    settled: list[int] = []  # runs without an active record: resolved already, but for their ledger entry
+    ledger = Ledger(dirs, create=False, hook=hook)  # read without the lock: only this resolver writes it
+    for position, (intake_id, _) in enumerate(runs):
         try:
             found = _active_and_settled(dirs, ledger, intake_id)
             if found is None:  # resolved already (a crash after its receipt): the single path finishes it
-                outcomes[position] = resolve_run(dirs, ledger, intake_id, outcome=PROJECTED, projection=projection,
-                                                 now=now, hook=hook)  # fmt: skip
+                settled.append(position)
                 continue
             folder, record, receipt = found
             new = receipt is None
             if new:
-                receipt = projected_receipt(record, projection, now)
+                receipt = projected_receipt(record, runs[position][1], now)
             batch.append((position, folder, record, receipt, new))
         except Exception as exc:  # this run stays pending; the worker records the failed attempt
             outcomes[position] = exc
+    if not batch and not settled:
+        return outcomes  # type: ignore[return-value]
     if batch:
         _write_receipts(dirs, [receipt for _, _, _, receipt, new in batch if new], ledger, hook, prepared or {})
-        ledger.append_together([(r.id, r.payload_sha256) for _, _, r, _, _ in batch], receipt_lookup(dirs), hook)
+    with intake_lock(dirs):
+        ledger = ledger.reloaded(hook)
+        for position in settled:
+            intake_id, projection = runs[position]
+            try:
+                outcomes[position] = resolve_run(dirs, ledger, intake_id, outcome=PROJECTED, projection=projection,
+                                                 now=now, hook=hook)  # fmt: skip
+            except Exception as exc:
+                outcomes[position] = exc
+        if batch:
+            ledger.append_together([(r.id, r.payload_sha256) for _, _, r, _, _ in batch], receipt_lookup(dirs), hook)
+    if batch:
         for _ in batch:
             hit(hook, "resolve.catalog_committed")
         _remove_active(dirs, [(folder, record.id) for _, folder, record, _, _ in batch])
