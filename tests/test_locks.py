@@ -47,6 +47,17 @@ with VaultLock(Path(sys.argv[1])):
     sys.stdin.readline()
 """
 
+LOOPER = """
+import select
+from pathlib import Path
+from memvault.vault.locks import VaultLock
+lock = VaultLock(Path(sys.argv[1]), timeout=-1)
+print("looping", flush=True)
+while not select.select([sys.stdin], [], [], 0)[0]:
+    with lock:
+        pass
+"""
+
 FENCE_HOLDER = """
 import time
 from pathlib import Path
@@ -184,6 +195,77 @@ def test_vault_lock_timeout_names_lock_holder_and_fix_and_file_stays(root: Path)
     with VaultLock(root, timeout=0):
         pass
     assert lock_file.is_file()
+
+
+LOCK_PROBE = """
+from pathlib import Path
+from memvault.vault.locks import VaultLock
+with VaultLock(Path(sys.argv[1]), timeout=float(sys.argv[2])):
+    print("taken", flush=True)
+"""
+
+
+def test_a_forked_child_neither_holds_nor_pins_its_parents_lock(root: Path) -> None:
+    """A host that forks while holding the lock (a pre-fork server): the child does not hold it,
+    and its copy of the lock's descriptor does not keep it held once the parent lets go."""
+    lock = VaultLock(root)
+    go = root / "child-may-lock"
+    with lock:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 3
+            try:
+                code = 1 if lock.held_by_me else 2
+                while not go.exists():
+                    threading.Event().wait(0.01)
+                with VaultLock(root, timeout=HANG_GUARD):
+                    code = 0
+            finally:
+                os._exit(code)
+    try:
+        probe = subprocess.run([sys.executable, "-c", PRELUDE + LOCK_PROBE, str(root), "60"],
+                               capture_output=True, text=True, timeout=HANG_GUARD)
+        assert probe.stdout.strip() == "taken", probe.stderr  # the child, still alive, did not pin it
+    finally:
+        go.touch()
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # and it took the lock itself afterwards
+
+
+@pytest.mark.slow
+def test_a_waiter_that_timed_out_leaves_the_lock_free_once_its_holder_lets_go(root: Path) -> None:
+    """A wait given up on stays queued in the kernel and lets the lock go the moment it gets it:
+    after the holder exits, the lock is free at once, to this process and to others."""
+    holder = _spawn(LOCK_HOLDER, str(root))
+    try:
+        _expect_line(holder, "held")
+        for _ in range(3):  # three abandoned waits queued behind the holder
+            with pytest.raises(VaultLocked):
+                with VaultLock(root, timeout=0.2):
+                    pass
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=HANG_GUARD)
+    with VaultLock(root, timeout=0):
+        pass
+    probe = subprocess.run([sys.executable, "-c", PRELUDE + LOCK_PROBE, str(root), "60"],
+                           capture_output=True, text=True, timeout=HANG_GUARD)
+    assert probe.stdout.strip() == "taken", probe.stderr
+
+
+def test_a_process_taking_the_lock_in_a_loop_does_not_starve_a_waiter(root: Path) -> None:
+    """Another process releases and re-takes the lock as fast as it can; a waiter queued in the
+    kernel is handed the lock on one of those releases, well within its timeout."""
+    looper = _spawn(LOOPER, str(root))
+    try:
+        _expect_line(looper, "looping")
+        for _ in range(5):
+            with VaultLock(root, timeout=60):
+                pass
+    finally:
+        looper.stdin.close()
+        looper.wait(timeout=HANG_GUARD)
+    assert looper.returncode == 0, looper.stderr.read()
 
 
 def test_named_locks_are_independent(root: Path) -> None:

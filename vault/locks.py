@@ -31,8 +31,6 @@ _LOCK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _LOCK_FILE_MODE = 0o600
 
 _registry: dict[Path, FileLock] = {}
-#: lock file -> this process's gate in front of it (see VaultLock.acquire)
-_gates: dict[Path, threading.RLock] = {}
 #: fence path -> inode of the fence file this process locked (see LivenessFence.intact)
 _held_inodes: dict[Path, int] = {}
 #: fence path -> descriptors locking fence files re-created after a deletion
@@ -68,9 +66,112 @@ def _shared_lock(path: Path, *, thread_local: bool) -> FileLock:
         return lock
 
 
-def _process_gate(path: Path) -> threading.RLock:
+class _ProcessFlock:
+    """The kernel lock on one lock file, held by whichever thread of this process holds its gate
+    (so one holder at a time, and nesting is a count). Taking it is an open and a flock, letting
+    it go a close: the lock file is opened afresh each time, so a deleted one is made again, and
+    nothing else touches the disk. filelock did the same with a dozen system calls more, each a
+    moment a busy owner's thread waits to get the interpreter back, on every write's path."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        #: this process's gate in front of the kernel lock (see VaultLock.acquire)
+        self.gate = threading.RLock()
+        self._fd: int | None = None
+        self._depth = 0
+        #: kernel waits given up on (`_KernelWait`) that have not let go yet: each takes the lock
+        #: for a moment once the kernel hands it over
+        self._abandoned = 0
+        self._abandoned_guard = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        return self._depth > 0
+
+    def try_acquire(self) -> bool:
+        """Take it without waiting (or nest); False while another process holds it. Gate held."""
+        if self._depth:
+            self._depth += 1
+            return True
+        fd = self.open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._depth = fd, 1
+        return True
+
+    def try_after_abandoned_waits(self, grace: float = 0.05) -> bool:
+        """`try_acquire`, waiting (at most `grace` seconds) for this process's own abandoned
+        waits to let go first: a timeout must not be caused by our own helper's moment."""
+        deadline = time.monotonic() + grace
+        while self._abandoned and time.monotonic() < deadline:
+            if self.try_acquire():
+                return True
+            time.sleep(0.001)
+        return self.try_acquire()
+
+    def count_abandoned(self, change: int) -> None:
+        with self._abandoned_guard:
+            self._abandoned += change
+
+    def adopt(self, fd: int) -> None:
+        """Hold the lock through `fd`, which has just taken it (`_KernelWait`)."""
+        self._fd, self._depth = fd, 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the only descriptor of this open file lets the flock go
+
+    def open(self) -> int:
+        """A new descriptor of the lock file (made, 0600, if it is missing)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(self.path, flags, _LOCK_FILE_MODE)
+        except FileNotFoundError:  # `.locks/` was removed (git clean): made again, private
+            ensure_private_dir(self.path.parent)
+            return os.open(self.path, flags, _LOCK_FILE_MODE)
+
+
+    def forget_in_child(self) -> None:
+        """After a fork, in the child: the parent's holds are not the child's. Its copy of a held
+        descriptor is closed (while it stayed open, the parent's release would not free the
+        kernel lock), and the gate, which a parent's thread may hold, is made anew."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self.gate, self._fd, self._depth, self._abandoned = threading.RLock(), None, 0, 0
+        self._abandoned_guard = threading.Lock()
+
+
+#: lock file -> this process's kernel lock on it (see VaultLock.acquire)
+_flocks: dict[Path, _ProcessFlock] = {}
+
+
+def _process_flock(path: Path) -> _ProcessFlock:
     with _registry_guard:
-        return _gates.setdefault(path, threading.RLock())
+        flock = _flocks.get(path)
+        if flock is None:
+            flock = _flocks[path] = _ProcessFlock(path)
+        return flock
+
+
+def _forget_flocks_in_child() -> None:
+    global _registry_guard
+    _registry_guard = threading.Lock()  # a parent's thread may have held it at the fork
+    for flock in _flocks.values():
+        flock.forget_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_flocks_in_child)
 
 
 class VaultLock:
@@ -87,13 +188,17 @@ class VaultLock:
         self.path = _lock_path(vault_root, name)
         self.name = name
         self.timeout = timeout
-        self._lock = _shared_lock(self.path, thread_local=True)
-        self._gate = _process_gate(self.path)
+        self._flock = _process_flock(self.path)
 
     @property
     def held_by_me(self) -> bool:
         """True while the calling thread holds this lock (at any nesting depth)."""
-        return self._lock.is_locked
+        if not self._flock.gate.acquire(blocking=False):
+            return False  # another thread of this process holds it
+        try:
+            return self._flock.held
+        finally:
+            self._flock.gate.release()
 
     def acquire(self) -> None:
         """Take the lock: first this process's gate, then the file lock.
@@ -104,36 +209,29 @@ class VaultLock:
         waiting thread polled the file lock, and under load each acquisition cost tens of
         milliseconds of polling.
 
-        Between processes filelock polls; a process that releases and re-takes the lock in a
-        loop (many `remember` calls) would then starve a poller for as long as it runs. So a
-        waiter also blocks in `flock` on a second descriptor: the kernel wakes it the moment the
-        holder lets go, it hands its place over to the shared lock at once, and the loop cannot
-        win every gap.
+        Between processes, a waiter does not poll: a process that releases and re-takes the lock
+        in a loop (many `remember` calls) would starve a poller for as long as it runs. It queues
+        in the kernel's `flock` wait instead, on a descriptor that becomes the holder's the moment
+        the kernel hands the lock over, so the loop cannot win the gap (`_KernelWait`).
         """
         deadline = None if self.timeout < 0 else time.monotonic() + self.timeout
-        if not self._gate.acquire(timeout=-1 if deadline is None else self.timeout):
+        if not self._flock.gate.acquire(timeout=-1 if deadline is None else self.timeout):
             self._raise_timeout()
         try:
             self._acquire_file_lock(deadline)
         except BaseException:
-            self._gate.release()
+            self._flock.gate.release()
             raise
 
     def _acquire_file_lock(self, deadline: float | None) -> None:
-        if self._lock.is_locked:  # re-entrant: this thread already holds it
-            self._lock.acquire()
-            return
-        while True:
-            try:
-                self._lock.acquire(timeout=0.05, poll_interval=0.001)
-                return
-            except Timeout:
-                pass
+        while not self._flock.try_acquire():
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                break
-            _wait_for_release(self.path, remaining)
-        self._raise_timeout()
+                if self._flock.try_after_abandoned_waits():
+                    return
+                self._raise_timeout()
+            if _KernelWait(self._flock).taken(remaining):
+                return
 
     def _raise_timeout(self) -> None:
         raise VaultLocked(
@@ -143,8 +241,8 @@ class VaultLock:
         )
 
     def release(self) -> None:
-        self._lock.release()
-        self._gate.release()
+        self._flock.release()
+        self._flock.gate.release()
 
     def __enter__(self) -> VaultLock:
         self.acquire()
@@ -156,26 +254,47 @@ class VaultLock:
         self.release()
 
 
-def _wait_for_release(path: Path, timeout: float | None) -> None:
-    """Block (up to `timeout`) until the lock file is free, queued in the kernel's flock wait.
+class _KernelWait:
+    """A helper thread queued in the kernel's flock wait on a fresh descriptor of the lock file.
+    Once the kernel hands the lock over, that descriptor becomes the holder's: no gap for a
+    process that lets go and takes it again in a loop to win. A wait its caller gives up on
+    (`taken` timed out) lets the lock go the moment the kernel finally hands it over."""
 
-    The wait runs on a helper thread holding its own descriptor; when it gets the lock it lets
-    go at once (the caller then takes the shared lock). A wait that outlives `timeout` is
-    abandoned and cleans up after itself whenever the kernel finally wakes it.
-    """
-    woke = threading.Event()
+    def __init__(self, flock: _ProcessFlock):
+        self._flock = flock
+        self._fd = flock.open()
+        self._guard = threading.Lock()
+        self._settled = threading.Event()
+        self._state = "waiting"  # then "taken", "failed" or "abandoned"
+        threading.Thread(target=self._wait, name="memvault-lock-wait", daemon=True).start()
 
-    def wait() -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    def _wait(self) -> None:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-            woke.set()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            outcome = "taken"
+        except OSError:
+            outcome = "failed"
+        with self._guard:
+            if self._state == "abandoned":
+                os.close(self._fd)  # the waiter gave up: let go at once
+                self._flock.count_abandoned(-1)
+                return
+            if outcome == "failed":
+                os.close(self._fd)
+            self._state = outcome
+        self._settled.set()
 
-    threading.Thread(target=wait, name="memvault-lock-wait", daemon=True).start()
-    woke.wait(timeout)
+    def taken(self, timeout: float | None) -> bool:
+        """True once the lock is held through this wait's descriptor (adopted by the flock)."""
+        self._settled.wait(timeout)
+        with self._guard:
+            if self._state == "taken":
+                self._flock.adopt(self._fd)
+                return True
+            if self._state == "waiting":
+                self._state = "abandoned"
+                self._flock.count_abandoned(+1)
+            return False
 
 
 def replace_if_unchanged(path: Path, expected: bytes | None, new: bytes, *, mode: int = 0o644,
