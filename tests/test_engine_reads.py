@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -230,6 +231,36 @@ def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
     for before, after in zip(pending, committed):
         assert fresh <= set(before) and fresh <= set(after)
         assert "The harbour crane 2 lifted crates of copper." in before  # committed rows beside them
+
+
+def test_projected_turns_are_written_by_the_owners_group_commit(tmp_path):
+    """In an owner, Journal turns the intake worker projects are written by the group commit's
+    writer, in the batches of the remembers that arrive with them (one append and one fsync of
+    the day's note for both), not in a vault-lock section of the worker's own: held behind the
+    owner's request lock, as the writer is, a projection waits and writes nothing until it is
+    let go. (Written directly, it would be in the note before the join below gives up.)"""
+    from memvault import MemoryStore
+    from memvault.indexer.engine.owner import Owner
+
+    root = make_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        owner = Owner(store, role="python", intake=False).start()
+        owner.group_commit()
+        outcomes = {}
+        try:
+            with owner._calls:  # the writer waits for the request lock: nothing queued is written
+                turn = threading.Thread(target=lambda: outcomes.update(
+                    turn=store.project_journal_turns([("The ferry left on the hour.", None)])))
+                turn.start()
+                turn.join(2.0)
+                assert turn.is_alive() and "ferry" not in daily_text(root)
+            turn.join(TIMEOUT)
+            fact = owner.group_commit().remember("The harbour lights were repaired.", None)
+        finally:
+            owner.stop()
+    [projection] = outcomes["turn"]
+    assert projection.source.startswith("daily/") and fact.status == "added"
+    assert daily_text(root).count("The ferry left on the hour.") == 1
 
 
 @pytest.mark.both_backends

@@ -6,6 +6,10 @@ watcher's hand edits), and a second thread commits them when no write came for `
 at least every `MAX_DELAY_SECONDS`, and when too many wait; never for a read (reads search the
 pending rows beside the index, indexer/engine/overlay.py).
 
+The intake worker's projected Journal turns join the same batches (`remember_together`), so a
+turn and the remembers beside it cost one append and one fsync of the day's note, and the
+worker holds no vault lock of its own while they wait.
+
 The writer thread takes every Remember waiting, writes it as one batch, and wakes the callers.
 While a batch is being written the next one gathers, so under load batches grow by themselves
 and an idle owner adds no delay (a lone call is written at once). The committer thread runs
@@ -49,6 +53,7 @@ class GroupCommit:
         self._waiting: list[_Waiting] = []
         self._closed = False
         store._deferred.on_add = self.poke
+        store.group_commit = self  # the intake worker's projected turns join the batches
         self._writer = threading.Thread(target=self._write_batches, name="memvault-group-commit", daemon=True)
         self._committer = threading.Thread(target=self._commit_when_due, name="memvault-index-commit", daemon=True)
         self._writer.start()
@@ -67,6 +72,23 @@ class GroupCommit:
             raise waiting.result
         return waiting.result
 
+    def remember_together(self, facts: list[tuple[str, datetime | None]]) -> list:
+        """Queue many Remembers at once (the intake worker's projected turns) and wait until they
+        are durable: one RememberReceipt, or the error that refused it, per fact, in order. Once
+        the group commit is closing, written directly (`MemoryStore.remember_together`)."""
+        waiting = [_Waiting(RememberItem(text, at)) for text, at in facts]
+        with self._cond:
+            queued = not self._closed
+            if queued:
+                self._waiting.extend(waiting)
+                self._cond.notify_all()
+        if not queued:
+            with self._store._lock:
+                return self._store.remember_together(facts)
+        for each in waiting:
+            each.done.wait()
+        return [each.result for each in waiting]
+
     def poke(self) -> None:
         """Something joined the deferred set: the committer schedules its commit."""
         with self._cond:
@@ -77,6 +99,8 @@ class GroupCommit:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        if self._store.group_commit is self:
+            self._store.group_commit = None
         self._writer.join(30)
         self._committer.join(30)
         if self._store._deferred.on_add == self.poke:

@@ -369,10 +369,27 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         converges on one bullet and one index row (BM25 now, vectors through the queue)."""
         return _projection(self.remember(summary, at=completed_at))
 
-    def project_journal_turns(self, turns: list[tuple[str, datetime]]) -> list:
+    #: set by the owner while it runs: its group commit (indexer/engine/group_commit.py)
+    group_commit = None
+
+    def project_journal_turns(self, turns: list[tuple[str, datetime]], *,
+                              checkpoint: Callable[[], None] | None = None) -> list:
         """`project_journal_turn` for many turns in one write per daily note: one Projection, or
-        the VaultError that refused it, per turn, in order."""
-        return [result if isinstance(result, VaultError) else _projection(result) for result in self.remember_together(turns)]
+        the error that refused it, per turn, in order. In an owner the turns join its group
+        commit, one append per note with the remembers that arrive meanwhile; elsewhere they are
+        written here under the vault lock. `checkpoint` (the worker's abort check) runs last
+        before anything is written, and may raise to write nothing."""
+        group = self.group_commit
+        if group is not None and not self._lock.held_by_me:
+            if checkpoint is not None:
+                checkpoint()
+            results = group.remember_together(turns)
+        else:
+            with self._lock:
+                if checkpoint is not None:
+                    checkpoint()
+                results = self.remember_together(turns)
+        return [result if isinstance(result, Exception) else _projection(result) for result in results]
 
     @translates_storage_errors
     def remember_together(self, facts: list[tuple[str, datetime | None]]) -> list:

@@ -227,10 +227,9 @@ class IntakeWorker:
         records = [record for _, record in batch]
         try:
             self._check_abort()
-            with VaultLock(self.dirs.root):
-                self._check_abort()
-                projections = self.store.project_journal_turns(
-                    [(projected_text(record.payload.summary), record.completed_at) for record in records])
+            projections = self.store.project_journal_turns(
+                [(projected_text(record.payload.summary), record.completed_at) for record in records],
+                checkpoint=self._check_abort)  # fmt: skip
         except _Aborted:
             self.transitions["aborted"] += len(records)
             return
