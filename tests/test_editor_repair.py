@@ -7,6 +7,8 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memvault import MemoryStore
 from memvault.vault.locks import VaultLock
@@ -220,3 +222,35 @@ def test_saves_by_rename_during_appends_are_retried_at_once_then_with_backoff(ne
         assert text.count(f"^{block_id}") == 1 and "A line that is there first." in text
         assert any(pauses) == backed_off, pauses
         assert len(pauses) < APPEND_ATTEMPTS
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["daily/2026-11-30.md", "daily/2026-12-01.md"]),
+                          st.sampled_from([f"m-e00000000{n}" for n in range(6)]),
+                          st.floats(min_value=0.0, max_value=45.0)), max_size=30))
+def test_the_ledgers_lines_by_note_kept_up_as_entries_come_and_expire_equal_them_made_afresh(writes):
+    """A sync asks the ledger for its live lines by note and block id, kept up from the last read
+    as entries are appended and leave the window (the same id written again keeps its newest
+    entry): after every write, what it holds equals what a fresh read of the ledger makes."""
+    import tempfile
+    from pathlib import Path
+
+    from memvault.vault import recent_writes
+    from memvault.vault.layout import VaultLayout
+    from memvault.vault.note_append import NewBullet
+
+    layout = VaultLayout(Path(tempfile.mkdtemp()))
+    now = 1_000_000.0
+    for path, block_id, gap in writes:
+        now += gap
+        recent_writes.note_written(layout, path, "title", [NewBullet(f"text {block_id}", block_id, "09:00")], now=now)
+        kept_up = recent_writes._live_state(layout, now).by_path
+        read_so_far = dict(recent_writes._read_so_far)
+        recent_writes._read_so_far.clear()
+        fresh = recent_writes._live_state(layout, now).by_path
+        recent_writes._read_so_far.clear()
+        recent_writes._read_so_far.update(read_so_far)  # the next write is read on from here
+        newest = {}
+        for entry in recent_writes._load(layout, now):  # oldest first: a later one replaces
+            newest.setdefault(entry["path"], {})[entry["id"]] = entry
+        assert kept_up == fresh == newest

@@ -117,7 +117,9 @@ def start_watch(root: Path, env: dict | None = None) -> subprocess.Popen:
     proc = subprocess.Popen([*MEMVAULT, "--vault", str(root), "watch", "--debounce", "0.05"], cwd=REPO,
                             env={**ENV, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     line = proc.stderr.readline()
-    assert line.startswith("watching"), line
+    if not line.startswith("watching"):
+        proc.kill()  # what it printed in full, to see why
+        raise AssertionError(line + proc.stderr.read())
     return proc
 
 

@@ -189,13 +189,15 @@ def _reparse_from_best(bases: list[tuple[str, _Parsed]], text: str, lines: tuple
             return _reparse(base, lines, len(base.note.lines))
     best, shared = None, 0
     for _, base in bases[:_PREFIX_BASES]:  # newest first: an editor saves over a version just read
-        common = _common_prefix(base.note.lines, lines)
+        common = common_prefix(base.note.lines, lines)
         if common > shared:
             best, shared = base, common
     return None if best is None else _reparse(best, lines, shared)
 
 
-def _common_prefix(old: tuple[str, ...], new: tuple[str, ...]) -> int:
+def common_prefix(old: tuple, new: tuple) -> int:
+    """How many leading items two tuples share, by halving: each step is one C comparison of
+    slices (an item identical in both compares equal without a call)."""
     limit = min(len(old), len(new))
     if old[:limit] == new[:limit]:
         return limit

@@ -53,10 +53,26 @@ def _ledger_path(layout):
 
 class _Parsed:
     """The ledger as last read by this process: the file's inode, how many bytes were read, the
-    last whole line read (to see the file was not cut and written again since), the entries."""
+    last whole line read (to see the file was not cut and written again since), the entries, and
+    the same entries by note and block id (`by_path`), kept up as entries come and expire."""
 
-    def __init__(self, inode: int, size: int, last_line: bytes, entries: list[dict]):
+    def __init__(self, inode: int, size: int, last_line: bytes, entries: list[dict], by_path: dict):
         self.inode, self.size, self.last_line, self.entries = inode, size, last_line, entries
+        self.by_path: dict[str, dict[str, dict]] = by_path
+
+
+def _index_by_path(by_path: dict, added: Iterable[dict], gone: Iterable[dict]) -> dict:
+    """`by_path` (note -> block id -> its newest live entry) with `added`, less the entries `gone`
+    (an entry gone whose id was written again since leaves the newer one)."""
+    for entry in added:
+        by_path.setdefault(str(entry.get("path")), {})[str(entry.get("id"))] = entry
+    for entry in gone:
+        ids = by_path.get(str(entry.get("path")))
+        if ids is not None and ids.get(str(entry.get("id"))) is entry:
+            del ids[str(entry.get("id"))]
+            if not ids:
+                del by_path[str(entry.get("path"))]
+    return by_path
 
 
 #: ledger path -> what was read of it: the ledger only grows by appends between rewrites (a new
@@ -67,12 +83,17 @@ _read_so_far: dict[str, _Parsed] = {}
 
 def _load(layout, now: float) -> list[dict]:
     """The live entries (written less than REPAIR_WINDOW_SECONDS ago), oldest first."""
+    return list(_live_state(layout, now).entries)
+
+
+def _live_state(layout, now: float) -> _Parsed:
+    """The ledger's live entries as this process last read them, read on from where that stopped."""
     path = _ledger_path(layout)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         _read_so_far.pop(str(path), None)
-        return []  # absent: only the last minute's repairs are given up
+        return _Parsed(0, 0, b"", [], {})  # absent: only the last minute's repairs are given up
     try:
         info = os.fstat(fd)
         known = _read_so_far.get(str(path))
@@ -83,21 +104,40 @@ def _load(layout, now: float) -> list[dict]:
     finally:
         os.close(fd)
     whole = data[: data.rfind(b"\n") + 1]  # a line still being appended is read next time
-    entries = [] if known is None else [e for e in known.entries if now - float(e.get("at", 0)) < REPAIR_WINDOW_SECONDS]
+    expired = 0 if known is None else _expired(known.entries, now)
+    entries = [] if known is None else known.entries[expired:]
+    added = []
     for line in whole.splitlines():
         try:
             entry = loads_strict(line)
             if isinstance(entry, dict) and now - float(entry.get("at", 0)) < REPAIR_WINDOW_SECONDS:
-                entries.append(entry)
+                added.append(entry)
         except (ValueError, TypeError):
             continue  # a torn or hand-damaged line: that one repair is given up
-    entries = entries[-MAX_ENTRIES:]
+    entries += added
+    over = max(0, len(entries) - MAX_ENTRIES)
+    gone = ([] if known is None else known.entries[:expired]) + entries[:over]
+    entries = entries[over:]
+    by_path = _index_by_path({} if known is None else known.by_path, entries if known is None else added, gone)
     if whole:
         last = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1:]
-        _read_so_far[str(path)] = _Parsed(info.st_ino, start + len(whole), last, entries)
-    elif known is not None:
-        known.entries = entries
-    return list(entries)
+        state = _Parsed(info.st_ino, start + len(whole), last, entries, by_path)
+        _read_so_far[str(path)] = state
+        return state
+    if known is not None:
+        known.entries, known.by_path = entries, by_path
+        return known
+    return _Parsed(info.st_ino, 0, b"", entries, by_path)
+
+
+def _expired(entries: list[dict], now: float) -> int:
+    """How many of `entries` (appended oldest first) have left the window: a prefix, so a sync
+    costs what expired since the last one, not the minute's thousands of entries. An entry out
+    of order (another process's clock a moment behind) leaves with the ones after it."""
+    first = 0
+    while first < len(entries) and now - float(entries[first].get("at", 0)) >= REPAIR_WINDOW_SECONDS:
+        first += 1
+    return first
 
 
 def _still_a_prefix(fd: int, info: os.stat_result, known: _Parsed) -> bool:
@@ -204,17 +244,10 @@ def repair_lost_lines(layout, relpaths: Iterable[str] | None = None, now: float 
     sync; the ledger keeps the entry until its window ends.
     """
     now = time.time() if now is None else now
-    entries = _load(layout, now)
-    wanted = None if relpaths is None else set(relpaths)
-    by_note: dict[str, list[dict]] = {}
-    for entry in entries:
-        if wanted is None or entry.get("path") in wanted:
-            by_note.setdefault(str(entry["path"]), []).append(entry)
-    repaired = []
-    for relpath, lost in sorted(by_note.items()):
-        if _restore(layout, relpath, lost):
-            repaired.append(relpath)
-    return repaired
+    by_path = _live_state(layout, now).by_path
+    wanted = by_path.keys() if relpaths is None else set(relpaths) & by_path.keys()
+    notes = {relpath: dict(by_path[relpath]) for relpath in wanted}  # a repair's own writes change the ledger
+    return [relpath for relpath in sorted(notes) if _restore(layout, relpath, notes[relpath])]
 
 
 def lines_lost_from(layout, read: dict[str, Iterable[str]], now: float | None = None) -> bool:
@@ -222,22 +255,23 @@ def lines_lost_from(layout, read: dict[str, Iterable[str]], now: float | None = 
     ids a read of that note found (`read`: note -> ids): a save landed between a repair and
     that read."""
     now = time.time() if now is None else now
-    present = {relpath: set(ids) for relpath, ids in read.items()}
-    return any(entry.get("path") in present and entry.get("id") not in present[entry["path"]]
-               for entry in _load(layout, now))  # fmt: skip
+    by_path = _live_state(layout, now).by_path
+    return any(by_path.get(relpath, {}).keys() - set(ids) for relpath, ids in read.items())
 
 
-def _restore(layout, relpath: str, entries: list[dict]) -> bool:
+def _restore(layout, relpath: str, entries: dict[str, dict]) -> bool:
+    """Append again the lines of `entries` (block id -> entry) the note lacks; True if it did."""
     try:
         data = read_bytes_nofollow(resolve_inside(layout.root, relpath))
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return False  # the note itself was deleted or renamed: that is a person's decision
     except (OSError, ValueError, VaultError):
         return False  # unreadable or a symlink now: health names it; nothing is written there
-    present = marked_ids(data.decode("utf-8", errors="replace"))
-    lost = [NewBullet(e["text"], e["id"], e.get("time")) for e in entries if e["id"] not in present]
-    if not lost:
+    missing = entries.keys() - marked_ids(data.decode("utf-8", errors="replace"))
+    if not missing:
         return False
+    lost_entries = sorted((entries[block_id] for block_id in missing), key=lambda entry: float(entry.get("at", 0)))
+    lost = [NewBullet(e["text"], e["id"], e.get("time")) for e in lost_entries]
     verdict = judge(layout.root, relpath, data, [bullet.block_id for bullet in lost])
     if verdict.busy:
         return False  # a git command is writing or waits on a conflict: the next sync looks again
@@ -250,6 +284,6 @@ def _restore(layout, relpath: str, entries: list[dict]) -> bool:
         if not lost:
             return False
     try:
-        return bool(append_bullets_once(layout, relpath, str(entries[0].get("title", "")), lost, match_text=True))
+        return bool(append_bullets_once(layout, relpath, str(lost_entries[0].get("title", "")), lost, match_text=True))
     except (VaultError, OSError, ValueError):
         return False  # cannot take the line right now (an open fence, bad bytes): the next sync

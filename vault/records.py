@@ -1,6 +1,7 @@
 """From a parsed note to the memory records the indexes hold. Pure: no I/O."""
 
 import threading
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 
@@ -8,7 +9,7 @@ from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import NOTE_KINDS
-from memvault.vault.note import Bullet, Note
+from memvault.vault.note import Bullet, Note, common_prefix
 from memvault.vault.plaintext import plain_text, task_state
 
 #: frontmatter keys that set a note's own zone (for a person who travels)
@@ -66,7 +67,10 @@ class _Made:
     basis: tuple
     bullets: tuple[Bullet, ...]
     texts: list[str]  # each bullet's plain text ("" for one that holds none)
-    records: list[MemoryRecord]
+    kept: list[tuple[Bullet, str]]  # the bullets that hold text, with it
+    kept_texts: list[str]  # their texts alone (the neighbours' list)
+    positions: list[int]  # each kept bullet's place among `bullets`, ascending
+    records: list[MemoryRecord]  # one per kept bullet
 
 
 #: note path -> the records last made of it: a note that grew or was saved again at its end keeps
@@ -86,13 +90,24 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
         tz = zone(vault_zone)  # a bad frontmatter zone is reported by health, not fatal to indexing
     basis = (folder, day, tz.key)
     last = _made.get(relpath)
-    shared = _shared_bullets(last.bullets, note.bullets) if last is not None and last.basis == basis else 0
+    shared = common_prefix(last.bullets, note.bullets) if last is not None and last.basis == basis else 0
+    # what the shared bullets had stands as it was (slices: a note of thousands of memories that
+    # grew by a few costs what the few cost), and what follows them is made now
+    held = bisect_left(last.positions, shared) if shared else 0  # kept bullets among the shared
     texts = last.texts[:shared] if shared else []
-    texts += [plain_text(bullet.text) for bullet in note.bullets[shared:]]
-    kept = [(bullet, text) for bullet, text in zip(note.bullets, texts) if text]
+    kept = last.kept[:held] if held else []
+    kept_texts = last.kept_texts[:held] if held else []
+    positions = last.positions[:held] if held else []
+    for place in range(shared, len(note.bullets)):
+        bullet = note.bullets[place]
+        text = plain_text(bullet.text)
+        texts.append(text)
+        if text:
+            kept.append((bullet, text))
+            kept_texts.append(text)
+            positions.append(place)
     # the records of shared bullets stand, but for the last few: a new bullet may be their neighbour
-    unchanged = max(0, sum(1 for text in texts[:shared] if text) - CONTEXT_NEIGHBOURS)
-    all_texts = [text for _, text in kept]
+    unchanged = max(0, held - CONTEXT_NEIGHBOURS)
     kind = NOTE_KINDS[folder]
     records = last.records[:unchanged] if unchanged else []
     records += [
@@ -107,25 +122,15 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
             line=bullet.first_line + 1,
             heading=bullet.heading,
             explicit_id=bullet.has_explicit_id,
-            neighbours=neighbour_texts(all_texts, index),
+            neighbours=neighbour_texts(kept_texts, index),
         )
         for index, (bullet, text) in enumerate(kept[unchanged:], start=unchanged)
     ]
     with _made_lock:
         if len(_made) >= _MADE_NOTES and relpath not in _made:
             _made.pop(next(iter(_made)))
-        _made[relpath] = _Made(basis, note.bullets, texts, records)
+        _made[relpath] = _Made(basis, note.bullets, texts, kept, kept_texts, positions, records)
     return list(records)
-
-
-def _shared_bullets(old: tuple[Bullet, ...], new: tuple[Bullet, ...]) -> int:
-    """How many leading bullets the two parses share (the same objects: vault/note.py reuses them)."""
-    count = 0
-    for before, after in zip(old, new):
-        if before is not after:
-            break
-        count += 1
-    return count
 
 
 def neighbour_texts(texts: list[str], index: int) -> tuple[str, ...]:

@@ -156,7 +156,7 @@ def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord]) -> In
         row = Row.of_record(record)
         new_keys.add(row.key)
         before = old.get(row.key)
-        if before == row:
+        if before is row or before == row:  # the same Row object: the record was reused (vault/records.py)
             delta.unchanged += 1
             continue
         if before is not None:
