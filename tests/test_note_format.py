@@ -275,12 +275,15 @@ _NOTE_LINES = st.sampled_from([
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_NOTE_LINES, min_size=1, max_size=14), st.lists(_NOTE_LINES, min_size=1, max_size=8),
-       st.sampled_from(["\n", "\r\n"]), st.booleans())
-def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_parse(head, more, newline, closed):
+       st.sampled_from(["\n", "\r\n"]), st.booleans(), st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\x0c", "\x85"]))
+def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_parse(head, more, newline, closed,
+                                                                                     breaks):
+    """Only the appended text is split into lines (whatever breaks it holds): with the earlier
+    lines, they are the whole's lines, and the parse equals a whole parse."""
     import memvault.vault.note as note_module
 
     before = "".join(line + newline for line in head)
-    after = before + newline.join(more) + (newline if closed else "")
+    after = before + breaks.join(more) + (newline if closed else "")
     note_module._cache = note_module._ParseCache(4, smallest=0)  # the extension starts from `before`'s parse
     parse(before).by_block_id  # made on the earlier parse: the extension carries it on
     extended = parse(after)

@@ -152,8 +152,7 @@ class _ParseCache:
             bases = list(reversed(self._entries.items())) if hit is None else []
         if hit is not None:
             return hit.note
-        lines = tuple(text.splitlines(keepends=True))
-        entry = _reparse_from_best(bases, text, lines) or _parse_lines(lines)
+        entry = _reparse_from_best(bases, text) or _parse_lines(tuple(text.splitlines(keepends=True)))
         with self._lock:
             self._entries.pop(text, None)
             self._entries[text] = entry
@@ -182,11 +181,23 @@ def _parse_lines(lines: tuple[str, ...]) -> _Parsed:
     return _Parsed(note, tail, bytes(region_open))
 
 
-def _reparse_from_best(bases: list[tuple[str, _Parsed]], text: str, lines: tuple[str, ...]) -> _Parsed | None:
-    """`lines` parsed from the cached parse sharing the most first lines with it, or None."""
+#: line breaks other than CR and LF (str.splitlines splits at them): a note holding one is parsed
+#: whole, never from an earlier parse (the block rules meet them rarely enough not to be taught
+#: them: a property test found a parse from an earlier one that differed at U+2028)
+_RARE_BREAKS = "\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _reparse_from_best(bases: list[tuple[str, _Parsed]], text: str) -> _Parsed | None:
+    """`text` parsed from the cached parse sharing the most first lines with it, or None."""
+    if any(rare in text for rare in _RARE_BREAKS):  # a C scan each, not a regular expression's loop
+        return None
     for base_text, base in bases:  # the usual case, an append of whole lines: one C comparison
         if base_text.endswith("\n") and text.startswith(base_text):
+            # a line break ends the base, so its lines and the new ones' are the whole's (only
+            # what was appended is split: a note of thousands of lines costs what it gained)
+            lines = base.note.lines + tuple(text[len(base_text):].splitlines(keepends=True))
             return _reparse(base, lines, len(base.note.lines))
+    lines = tuple(text.splitlines(keepends=True))
     best, shared = None, 0
     for _, base in bases[:_PREFIX_BASES]:  # newest first: an editor saves over a version just read
         common = common_prefix(base.note.lines, lines)
