@@ -138,7 +138,6 @@ class _ProcessFlock:
             ensure_private_dir(self.path.parent)
             return os.open(self.path, flags, _LOCK_FILE_MODE)
 
-
     def forget_in_child(self) -> None:
         """After a fork, in the child: the parent's holds are not the child's. Its copy of a held
         descriptor is closed (while it stayed open, the parent's release would not free the
