@@ -213,11 +213,12 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
     data = _read_fd(fd, relpath)
     if not data and wait_if_empty:
         return [], b""
-    note = parse(decode_note(data, relpath))
+    text = decode_note(data, relpath)
+    note = parse(text)
     missing = _missing(note, bullets, match_text)
     if not missing:
         return [], b""
-    refuse_unsearchable(note, relpath, missing, len(data))
+    refuse_unsearchable(note, text, relpath, missing, len(data))
     payload = _payload(note, missing)
     refuse_opening_a_region(note, relpath, missing, payload)
     if os.fstat(fd).st_size != len(data):
@@ -270,15 +271,15 @@ def marked_ids(text: str) -> set[str]:
     return set(_ID_MARK_RE.findall(text))
 
 
-def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size: int) -> None:
-    """Raise NoteNotWritable when a line appended to `note` would not be found by search."""
+def refuse_unsearchable(note: Note, text: str, relpath: str, bullets: list[NewBullet], size: int) -> None:
+    """Raise NoteNotWritable when a line appended to `note` (parsed from `text`) would not be
+    found by search."""
     ids = ", ".join(f"^{b.block_id}" for b in bullets)
     if note.open_at_end is not None:
         raise NoteNotWritable(
             f"{relpath} ends inside {note.open_at_end}, so a line appended there ({ids}) would not be "
             "searchable; nothing was written. Fix: close or resolve that region in the note, then retry"
         )
-    text = "".join(note.lines)
     for bullet in bullets:  # a substring test first: the whole-id pattern only where the id appears
         if f"^{bullet.block_id}" in text and bullet.block_id in marked_ids(text):
             raise NoteNotWritable(
