@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -228,8 +230,21 @@ def test_a_forked_child_neither_holds_nor_pins_its_parents_lock(root: Path) -> N
         assert probe.stdout.strip() == "taken", probe.stderr  # the child, still alive, did not pin it
     finally:
         go.touch()
-        _, status = os.waitpid(pid, 0)
+        status = _reap(pid)
     assert os.waitstatus_to_exitcode(status) == 0  # and it took the lock itself afterwards
+
+
+def _reap(pid: int) -> int:
+    """The forked child's wait status; killed after HANG_GUARD seconds (a hung child fails the
+    test instead of hanging the run)."""
+    deadline = time.monotonic() + HANG_GUARD
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
 
 
 @pytest.mark.slow
