@@ -66,9 +66,8 @@ class _Made:
 
     basis: tuple
     bullets: tuple[Bullet, ...]
-    texts: list[str]  # each bullet's plain text ("" for one that holds none)
-    kept: list[tuple[Bullet, str]]  # the bullets that hold text, with it
-    kept_texts: list[str]  # their texts alone (the neighbours' list)
+    kept: list[Bullet]  # the bullets that hold text
+    kept_texts: list[str]  # their texts (the neighbours' list)
     positions: list[int]  # each kept bullet's place among `bullets`, ascending
     records: list[MemoryRecord]  # one per kept bullet
 
@@ -94,16 +93,14 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
     # what the shared bullets had stands as it was (slices: a note of thousands of memories that
     # grew by a few costs what the few cost), and what follows them is made now
     held = bisect_left(last.positions, shared) if shared else 0  # kept bullets among the shared
-    texts = last.texts[:shared] if shared else []
     kept = last.kept[:held] if held else []
     kept_texts = last.kept_texts[:held] if held else []
     positions = last.positions[:held] if held else []
     for place in range(shared, len(note.bullets)):
         bullet = note.bullets[place]
         text = plain_text(bullet.text)
-        texts.append(text)
         if text:
-            kept.append((bullet, text))
+            kept.append(bullet)
             kept_texts.append(text)
             positions.append(place)
     # the records of shared bullets stand, but for the last few: a new bullet may be their neighbour
@@ -124,12 +121,12 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
             explicit_id=bullet.has_explicit_id,
             neighbours=neighbour_texts(kept_texts, index),
         )
-        for index, (bullet, text) in enumerate(kept[unchanged:], start=unchanged)
+        for index, (bullet, text) in enumerate(zip(kept[unchanged:], kept_texts[unchanged:]), start=unchanged)
     ]
     with _made_lock:
         if len(_made) >= _MADE_NOTES and relpath not in _made:
             _made.pop(next(iter(_made)))
-        _made[relpath] = _Made(basis, note.bullets, texts, kept, kept_texts, positions, records)
+        _made[relpath] = _Made(basis, note.bullets, kept, kept_texts, positions, records)
     return list(records)
 
 
