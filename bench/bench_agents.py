@@ -168,7 +168,8 @@ class Owner:
 
 
 def projection_probe(root: Path, stop: threading.Event, samples: list[float]) -> None:
-    """Once a second: admit a turn and time until its pending record is resolved (projected)."""
+    """Once a second: admit a turn and time until its pending record is resolved (projected).
+    Each turn's text is new (a repeated text is a duplicate: projected without a write)."""
     from memvault import MemoryStore
     from memvault.vault.intake.admission import intake_id_for
 
@@ -179,7 +180,7 @@ def projection_probe(root: Path, stop: threading.Event, samples: list[float]) ->
         run_id = f"probe-{time.time_ns()}-{n}"
         started = time.perf_counter()
         try:
-            result = store.persist_completed_turn(run_id, f"Probe turn {n} reached the harbour master.")
+            result = store.persist_completed_turn(run_id, f"Probe turn {run_id} reached the harbour master.")
         except Exception:
             continue
         if result.status != "admitted":

@@ -12,6 +12,7 @@ import pytest
 
 from memvault.indexer.engine.client import find_owner
 from memvault.indexer.maintenance.derived import DerivedIndex
+from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout
 from tests.engine_helpers import ENV, REPO, TIMEOUT, OwnerProcess, memvault, pending_count, turn_json, wait_for
 from tests.intake_helpers import make_vault as make_local_vault
@@ -441,6 +442,44 @@ def test_a_duplicate_remember_beside_a_persons_save_hides_no_acknowledged_write(
         second = store.remember("The cook stored the flour in the dry hold.")
         note.write_text(older_copy)  # ...and saved it after memvault appended: the line is dropped
         assert store.remember("The bosun painted the dinghy green.").status == "duplicate"
+        hits = store.recall("where is the flour stored?").hits
+        assert any("stored the flour" in hit.text for hit in hits), [hit.text for hit in hits]
+        store.flush_deferred()  # the commit repairs the note before it reads it
         assert note.read_text().count(f"^{second.id}") == 1  # put back
         hits = store.recall("where is the flour stored?").hits
         assert any("stored the flour" in hit.text for hit in hits), [hit.text for hit in hits]
+
+
+def test_a_duplicate_remember_in_an_owner_commits_nothing(tmp_path):
+    """A text said again is answered `duplicate` from its note, which still holds it: the note's
+    other acknowledged writes stay pending for the committer (a commit per repeated text stalled
+    every writer behind the vault lock)."""
+    from memvault import MemoryStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        store.defers_index_commits = True
+        first = store.remember("The bosun painted the dinghy green.")
+        store.flush_deferred()
+        second = store.remember("The cook stored the flour in the dry hold.")
+        again = store.remember("The bosun painted the dinghy green.")
+        assert (again.status, again.id) == ("duplicate", first.id)
+        assert store._deferred.receipt(content_hash(second.text)) is not None  # still pending: no commit
+        assert [hit.text for hit in store.recall("where is the flour stored?").hits][:1] == [second.text]
+
+
+def test_a_duplicate_remember_in_an_owner_rewrites_a_memory_a_person_changed(tmp_path):
+    """The committed row is the duplicate only while its note holds the same text under its id."""
+    from memvault import MemoryStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        store.defers_index_commits = True
+        first = store.remember("The bosun painted the dinghy green.")
+        store.flush_deferred()
+        note = root / first.source.partition("#")[0]
+        note.write_text(note.read_text().replace("dinghy green", "dinghy red"))  # same ^id, new text
+        again = store.remember("The bosun painted the dinghy green.")
+        assert again.status == "added" and again.id != first.id
+        texts = [hit.text for hit in store.recall("what colour is the dinghy?").hits]
+        assert set(texts[:2]) == {"The bosun painted the dinghy green.", "The bosun painted the dinghy red."}

@@ -86,10 +86,7 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
             digest = content_hash(fact)
             earlier = seen.get(digest) or store._deferred.receipt(digest)
             if earlier is None:
-                existing = index.bm25.find_by_content_hash(digest)
-                if existing is not None:  # "duplicate" promises findable now: look at its note first
-                    store._apply(index, [existing.path])
-                    existing = index.bm25.find_by_content_hash(digest)
+                existing = store._indexed_copy(index, digest)  # findable now, or None
                 if existing is not None:
                     earlier = RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
             if earlier is not None:

@@ -160,10 +160,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             pending = self._deferred.receipt(content_hash(fact))
             if pending is not None:  # written and acknowledged, its index commit still to come
                 return RememberReceipt(pending.id, pending.source, "duplicate", pending.text)
-            existing = index.bm25.find_by_content_hash(content_hash(fact))
-            if existing is not None:  # "duplicate" promises it is findable now: check its note first
-                self._apply(index, [existing.path])
-                existing = index.bm25.find_by_content_hash(content_hash(fact))
+            existing = self._indexed_copy(index, content_hash(fact))
             if existing is not None:
                 return RememberReceipt(existing.id, existing.source, "duplicate", existing.text)
             written = write_fact(self.layout, fact, when, self.time_zone)
@@ -302,6 +299,18 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         if behind and not result.degraded:
             result = dataclasses.replace(result, degraded=behind)
         return result.in_zone(zone(self.time_zone))  # shown in the zone the notes are written in
+
+    def _indexed_copy(self, index: DerivedIndex, digest: str):
+        """The committed row holding this text, or None. "Duplicate" promises the memory is
+        findable now and stays so: the row counts only while its note still holds that memory
+        with that text. The note is read (its appended versions are parsed from the last one,
+        `vault/note.py`); the note is committed at once only when it disagrees with the row (a
+        person removed or changed the line), never for the common case, a text said again."""
+        existing = index.bm25.find_by_content_hash(digest)
+        if existing is None or _note_holds(read_note_records(self.layout, existing.path, self.time_zone), existing):
+            return existing
+        self._apply(index, [existing.path])
+        return index.bm25.find_by_content_hash(digest)
 
     _rerank = None
 
@@ -577,6 +586,12 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         except OSError as exc:
             raise IndexUnavailable(f"index generation {index.generation} vanished ({exc.strerror}): retry") from exc
         return (str(info.st_ino), info.st_mtime_ns)
+
+
+def _note_holds(note, row) -> bool:
+    """True when the note (as read) holds the row's memory: the same id and the same text."""
+    return any(record.id == row.id and record.content_hash == row.content_hash and record.kind == row.kind
+               for record in note.records)
 
 
 def _projection(receipt: RememberReceipt):
