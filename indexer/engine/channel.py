@@ -1,6 +1,11 @@
 """The owner's end of the channel: a Unix socket (0600, in a 0700 folder) answering one JSON line
 per request. Each connection gets its own thread, so `hello` is answered at once even while a
 long request runs; what a request does is the owner's business (`Owner.handle`).
+
+A connection carries requests one after another (a client keeps it for its next call, as HTTP
+keep-alive does: no connect, accept and thread per request). It is closed when the client
+closes it, after `IDLE_SECONDS` without a request, and after a line that is not a request (its
+stream can no longer be trusted to start the next line where this one ended).
 """
 
 from __future__ import annotations
@@ -15,31 +20,39 @@ from memvault.indexer.engine import protocol
 from memvault.indexer.engine.address import ensure_socket_dir
 
 Handler = Callable[[dict], dict]
-_READ_TIMEOUT_SECONDS = 30.0
+#: how long a connection may wait for its next request line (or the rest of one) before it is closed
+IDLE_SECONDS = 30.0
 
 
 def _serve_connection(connection: socket.socket, handle_message: Handler) -> None:
-    with connection:
-        connection.settimeout(_READ_TIMEOUT_SECONDS)
-        try:
-            with connection.makefile("rb") as reader:
-                line = reader.readline(protocol.MAX_MESSAGE_BYTES + 1)
-        except (TimeoutError, OSError):
-            return  # a client that never finishes its request line is dropped, not waited for
-        if not line:
-            return
-        try:
-            response = handle_message(protocol.decode(line.rstrip(b"\n")))
-        except protocol.ProtocolError as exc:
-            response = protocol.failure(exc)
-        try:
-            data = protocol.encode(response)
-        except protocol.ProtocolError as exc:
-            data = protocol.encode(protocol.failure(exc))
-        try:
-            connection.sendall(data)
-        except OSError:
-            pass  # the client went away; its request was still carried out
+    with connection, connection.makefile("rb") as reader:
+        connection.settimeout(IDLE_SECONDS)
+        while _serve_one(connection, reader, handle_message):
+            pass
+
+
+def _serve_one(connection: socket.socket, reader, handle_message: Handler) -> bool:
+    """Answer the next request line; False once the connection is done."""
+    try:
+        line = reader.readline(protocol.MAX_MESSAGE_BYTES + 1)
+    except (TimeoutError, OSError):
+        return False  # idle too long, or a client that never finishes its line: dropped, not waited for
+    if not line:
+        return False
+    whole = line.endswith(b"\n")
+    try:
+        response = handle_message(protocol.decode(line.rstrip(b"\n")))
+    except protocol.ProtocolError as exc:
+        response, whole = protocol.failure(exc), False
+    try:
+        data = protocol.encode(response)
+    except protocol.ProtocolError as exc:
+        data = protocol.encode(protocol.failure(exc))
+    try:
+        connection.sendall(data)
+    except OSError:
+        return False  # the client went away; its request was still carried out
+    return whole
 
 
 class ChannelServer:
@@ -52,6 +65,8 @@ class ChannelServer:
         self._listener: socket.socket | None = None
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
+        self._open: set[socket.socket] = set()  # connections kept for their next request
+        self._open_lock = threading.Lock()
         self.inode: int | None = None
 
     def start(self) -> None:
@@ -83,8 +98,20 @@ class ChannelServer:
                 if self._closing.is_set():
                     return
                 continue
-            threading.Thread(target=_serve_connection, args=(connection, self._handle),
-                             name="memvault-engine-request", daemon=True).start()
+            with self._open_lock:
+                if self._closing.is_set():
+                    connection.close()
+                    return
+                self._open.add(connection)
+            threading.Thread(target=self._serve, args=(connection,), name="memvault-engine-connection",
+                             daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        try:
+            _serve_connection(connection, self._handle)
+        finally:
+            with self._open_lock:
+                self._open.discard(connection)
 
     def intact(self) -> bool:
         """True while the socket file at `path` is still the one this server listens on."""
@@ -107,3 +134,10 @@ class ChannelServer:
         listener.close()
         if self._thread is not None:
             self._thread.join(10)
+        with self._open_lock:
+            kept = list(self._open)
+        for connection in kept:  # no next request is read; one in flight still sends its answer
+            try:
+                connection.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass

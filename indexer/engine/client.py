@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from pathlib import Path
 
 from memvault.indexer.engine import protocol
@@ -26,14 +27,24 @@ REQUEST_TIMEOUT_SECONDS = 300.0
 #: how long `tell` waits for the owner's socket to take a request (its backlog full: a stuck owner)
 TELL_TIMEOUT_SECONDS = 1.0
 _STOP_HINT = "`memvault engine stop --force`"
+#: idle connections a client keeps for its next calls (one per thread calling at the same moment)
+_KEPT_CONNECTIONS = 8
 
 
 class EngineClient:
-    """Requests to one owner: each call is one connection, one request line, one response line."""
+    """Requests to one owner: each call is one request line and one response line, on a
+    connection kept for the next call (thread-safe: a call takes an idle connection or opens
+    one). A kept connection the owner closed meanwhile (idle too long, or stopped) is noticed
+    before use, or by its first read, and the call goes once more on a new connection: the
+    owner closes a connection only before it reads a request, or when it dies (then nothing
+    answers the new connection either)."""
 
     def __init__(self, path: Path, hello: dict):
         self.path = path
         self.hello = hello  # the owner's pid, start time, vault, protocol, version
+        self._idle: list[socket.socket] = []
+        self._idle_lock = threading.Lock()
+        self._idle_pid = os.getpid()  # a forked child never shares its parent's connections
 
     @property
     def pid(self) -> int | None:
@@ -46,7 +57,7 @@ class EngineClient:
     def call(self, op: str, args: dict | None = None, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> object:
         """Send one request; return its result or raise the owner's error as the same class."""
         try:
-            response = _exchange(self.path, protocol.request(op, args), timeout)
+            response = self._exchange(protocol.encode(protocol.request(op, args)), timeout)
         except (ConnectionRefusedError, FileNotFoundError, BrokenPipeError, ConnectionResetError) as exc:
             raise EngineStuck(
                 f"the engine (pid {self.pid}) went away during {op!r} ({exc.__class__.__name__}): "
@@ -61,6 +72,49 @@ class EngineClient:
             return response.get("result")
         protocol.raise_error(response.get("error"))
         raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Close the kept connections (a later call opens a new one)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for sock in idle:
+            sock.close()
+
+    def _exchange(self, data: bytes, timeout: float) -> dict:
+        sock, kept = self._take()
+        try:
+            try:
+                response = _send_and_read(sock, data, timeout)
+            except (BrokenPipeError, ConnectionResetError):
+                if not kept:
+                    raise
+                sock.close()  # closed by the owner before it read the request: once more, afresh
+                sock, kept = _connect(self.path, timeout), False
+                response = _send_and_read(sock, data, timeout)
+        except BaseException:
+            sock.close()  # a timeout or an error mid-answer: the stream is out of step
+            raise
+        self._give_back(sock)
+        return response
+
+    def _take(self) -> tuple[socket.socket, bool]:
+        """An idle kept connection the owner has not closed, or a new one; and whether it was kept."""
+        with self._idle_lock:
+            if self._idle_pid != os.getpid():
+                self._idle, self._idle_pid = [], os.getpid()
+            while self._idle:
+                sock = self._idle.pop()
+                if _still_open(sock):
+                    return sock, True
+                sock.close()
+        return _connect(self.path, PROBE_TIMEOUT_SECONDS), False
+
+    def _give_back(self, sock: socket.socket) -> None:
+        with self._idle_lock:
+            if self._idle_pid == os.getpid() and len(self._idle) < _KEPT_CONNECTIONS:
+                self._idle.append(sock)
+                return
+        sock.close()
 
     def tell(self, op: str, args: dict | None = None, *, timeout: float = TELL_TIMEOUT_SECONDS) -> None:
         """Send one request and do not wait for its answer: it is in the owner's socket once this
@@ -100,12 +154,42 @@ def find_owner(vault_root: Path, *, timeout: float = PROBE_TIMEOUT_SECONDS) -> E
 
 
 def _exchange(path: Path, message: dict, timeout: float) -> dict:
+    """One request on a connection of its own (a probe: `hello`)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(os.fspath(path))
         sock.sendall(protocol.encode(message))
         sock.shutdown(socket.SHUT_WR)
         return protocol.decode(_read_line(sock))
+
+
+def _connect(path: Path, timeout: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(os.fspath(path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _send_and_read(sock: socket.socket, data: bytes, timeout: float) -> dict:
+    sock.settimeout(timeout)
+    sock.sendall(data)
+    return protocol.decode(_read_line(sock))
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """False when the owner closed this idle connection (its end reads as closed, or sent anything)."""
+    try:
+        sock.settimeout(0)  # a look, never a wait (the call sets its own timeout again)
+        sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return True  # nothing to read: open, and quiet as an idle connection is
+    except OSError:
+        return False
+    return False
 
 
 def _read_line(sock: socket.socket) -> bytes:

@@ -41,7 +41,7 @@ class RemoteStore:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def close(self) -> None:
-        pass  # nothing held: every call is its own connection
+        self.client.close()  # the connections kept for the next call
 
     def __enter__(self) -> RemoteStore:
         return self
