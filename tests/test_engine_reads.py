@@ -483,3 +483,46 @@ def test_a_duplicate_remember_in_an_owner_rewrites_a_memory_a_person_changed(tmp
         assert again.status == "added" and again.id != first.id
         texts = [hit.text for hit in store.recall("what colour is the dinghy?").hits]
         assert set(texts[:2]) == {"The bosun painted the dinghy green.", "The bosun painted the dinghy red."}
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_commit_under_a_steady_stream_of_writes_is_next_due_a_full_delay_after_its_read():
+    """The committer commits at least every MAX_DELAY_SECONDS under a steady stream. Writes that
+    arrive while a commit runs are newer than its read: the next commit is due a full delay after
+    that read, not at once (the committer ran back to back, a commit every ~0.1 s, under load)."""
+    from memvault.indexer.engine.deferred import MAX_DELAY_SECONDS, DeferredIndexing
+
+    clock = _Clock()
+    deferred = DeferredIndexing(clock)
+    deferred.add(["daily/a.md"], {})
+    clock.now += MAX_DELAY_SECONDS  # the oldest write has waited the whole delay: due
+    assert deferred.due()
+    paths, through, read_at = deferred.read_point()
+    clock.now += 0.1  # the commit runs; a write lands meanwhile
+    deferred.add(["daily/a.md"], {})
+    deferred.committed(paths, through, read_at)
+    assert deferred.pending and not deferred.due()
+    assert deferred.seconds_until_due() == pytest.approx(MAX_DELAY_SECONDS - 0.1)
+    clock.now = read_at + MAX_DELAY_SECONDS
+    assert deferred.due()  # and never later than a full delay after the read
+
+
+def test_a_partial_commit_of_other_notes_keeps_the_oldest_write_due():
+    """A commit of some notes (a sync of one path) never delays what waited longer elsewhere."""
+    from memvault.indexer.engine.deferred import MAX_DELAY_SECONDS, DeferredIndexing
+
+    clock = _Clock()
+    deferred = DeferredIndexing(clock)
+    deferred.add(["daily/a.md"], {})
+    clock.now += 0.5
+    deferred.add(["daily/b.md"], {})
+    deferred.committed(["daily/b.md"])  # as they are now: b is done, a still waits since 100.0
+    clock.now = 100.0 + MAX_DELAY_SECONDS
+    assert deferred.due()

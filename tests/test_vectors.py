@@ -353,3 +353,43 @@ def test_with_real_builtin_embeddings(tmp_path: Path) -> None:
     index.save()
     reopened = VectorIndex.open(tmp_path, provider.identity)
     assert reopened.search(provider.embed_query("which deployment color did Morgan pick?"), 1)[0][0] == "m-blue"
+
+
+def test_a_search_and_a_write_go_on_while_a_save_writes_its_files(tmp_path: Path, monkeypatch) -> None:
+    """Issue 26: an owner saves its vectors every few seconds; a search must not wait for the
+    save's fsyncs, checksum and renames (only for the graph's snapshot), nor must a new vector.
+    The save, paused at its first fsync, still puts a consistent pair of files in place."""
+    import threading
+
+    index = saved_index(tmp_path, n=40)
+    paused, resume = threading.Event(), threading.Event()
+    real_fsync = vectors_module.fsync_file
+
+    def pausing_fsync(path):
+        paused.set()
+        resume.wait(60)
+        real_fsync(path)
+
+    monkeypatch.setattr(vectors_module, "fsync_file", pausing_fsync)
+    saver = threading.Thread(target=index.save)
+    saver.start()
+    try:
+        assert paused.wait(60), "the save never reached its fsync"
+        done = threading.Event()
+        found: list = []
+
+        def search_and_add():
+            found.extend(index.search(random_vectors(40)[7], 1))
+            index.add(["late-1"], random_vectors(1, seed=9))
+            done.set()
+
+        threading.Thread(target=search_and_add, daemon=True).start()
+        assert done.wait(30), "a search or a write waited for the save's files"
+        assert found[0][0] == "m-00007"
+    finally:
+        resume.set()
+        saver.join(60)
+    reopened = VectorIndex.open(tmp_path, IDENTITY)
+    assert len(reopened) == 40 and "late-1" not in reopened  # the snapshot before the write
+    index.save()
+    assert "late-1" in VectorIndex.open(tmp_path, IDENTITY)

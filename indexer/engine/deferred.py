@@ -36,7 +36,8 @@ MAX_PENDING_MEMORIES = 4096
 
 
 class DeferredIndexing:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         #: held while the pending set changes; taken last, after any other lock, and held briefly
         self.lock = threading.RLock()
         self._paths: set[str] = set()
@@ -66,9 +67,9 @@ class DeferredIndexing:
         if not relpaths:
             return
         if relpaths and self._since is None:
-            self._since = time.monotonic()
+            self._since = self._clock()
         self.version += 1
-        self.last_add = time.monotonic()
+        self.last_add = self._clock()
         self._paths.update(relpaths)
         self._path_versions.update(dict.fromkeys(relpaths, self.version))
         self._receipts.update({digest: (receipt, self.version) for digest, receipt in receipts.items()})
@@ -90,19 +91,28 @@ class DeferredIndexing:
         """True when the oldest pending write has waited `MAX_DELAY_SECONDS`, or too many wait."""
         if self._since is None:
             return False
-        return time.monotonic() - self._since >= MAX_DELAY_SECONDS or len(self._receipts) >= MAX_PENDING_MEMORIES
+        return self._clock() - self._since >= MAX_DELAY_SECONDS or len(self._receipts) >= MAX_PENDING_MEMORIES
 
     def seconds_until_due(self) -> float | None:
         if self._since is None:
             return None
-        return max(0.0, MAX_DELAY_SECONDS - (time.monotonic() - self._since))
+        return max(0.0, MAX_DELAY_SECONDS - (self._clock() - self._since))
 
     def paths(self) -> list[str]:
         return sorted(self._paths)
 
-    def committed(self, relpaths: list[str], through: int | None = None) -> None:
+    def read_point(self) -> tuple[list[str], int, float]:
+        """What a commit of everything pending reads: the notes, the version and the time it
+        reads them at (`committed` takes the latter two back). Caller holds `lock`."""
+        return self.paths(), self.version, self._clock()
+
+    def committed(self, relpaths: list[str], through: int | None = None, read_at: float | None = None) -> None:
         """These notes were just committed as read at version `through` (None: as they are now,
-        the vault lock held): what was added for them by then is in the index."""
+        the vault lock held): what was added for them by then is in the index. With `read_at`
+        (`read_point`: every note pending then was read), what still waits was added after it,
+        so the next commit is due `MAX_DELAY_SECONDS` after the read, not after the oldest add
+        (a commit under a steady stream of writes was otherwise due again at once, and the
+        committer never paused)."""
         through = self.version if through is None else through
         done = {path for path in relpaths if path in self._paths and self._path_versions.get(path, 0) <= through}
         if done:
@@ -115,6 +125,8 @@ class DeferredIndexing:
         self.rows = {key: row for key, row in self.rows.items() if not (row.version <= through and row.record.path in paths)}
         if not self._paths:
             self._since, self.problem = None, None
+        elif read_at is not None and self._since is not None:
+            self._since = max(self._since, read_at)
 
     def clear(self) -> None:
         """After a successful commit of `paths()` (a failed one leaves everything pending)."""

@@ -442,7 +442,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         self._lock.acquire()
         try:
             with self._deferred.lock:
-                paths, through = self._deferred.paths(), self._deferred.version
+                paths, through, read_at = self._deferred.read_point()
             if not paths:
                 return
             self._index_lock.acquire()  # before the vault lock is let go: no other index write between
@@ -455,7 +455,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         finally:
             self._lock.release()
         try:
-            self._apply(index, paths, self._intake_hook, indexed=indexed, through=through)
+            self._apply(index, paths, self._intake_hook, indexed=indexed, through=through, read_at=read_at)
         finally:
             self._index_lock.release()
 
@@ -503,7 +503,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     # --- index plumbing ----------------------------------------------------------------------
 
     def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None, *,
-               indexed=None, through: int | None = None) -> IndexDelta:
+               indexed=None, through: int | None = None, read_at: float | None = None) -> IndexDelta:
         """Make `index` hold these notes as they are (`indexed`: as they were read, under the
         vault lock, `through` that version of the deferred set). Vault lock held, or the index
         lock taken while it was and `indexed` given: reading the serving index's notes here
@@ -523,7 +523,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                 self._manifest_stamp = self._stamp(index)
                 if self._deferred.pending:  # committed now: what waited for these notes steps aside
                     with self._deferred.lock:
-                        self._deferred.committed(relpaths, through)
+                        self._deferred.committed(relpaths, through, read_at)
         return delta
 
     def _writable_index(self) -> DerivedIndex:

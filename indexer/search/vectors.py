@@ -80,6 +80,7 @@ class VectorIndex:
         self._ids_by_label = {label: id_ for id_, label in labels.items()}
         self._next_label = next_label
         self._lock = threading.RLock()
+        self._save_lock = threading.Lock()  # one save's files at a time (the renames pair them)
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -272,10 +273,22 @@ class VectorIndex:
             self._index.resize_index(max(needed, 2 * capacity, MIN_CAPACITY))
 
     def save(self) -> None:
-        """Write both files atomically (see the module docstring for the crash story)."""
-        with self._lock:
+        """Write both files atomically (see the module docstring for the crash story).
+
+        The graph and its labels are taken as one snapshot under the index's lock, which a search
+        waits for; the slow rest (fsync, checksum, meta, renames) runs beside searches and writes,
+        one save at a time."""
+        with self._save_lock:
             make_dir(self.folder, MACHINE_DIR_MODE, parents=True)
-            _save_files(self.folder, self._index, self._meta_without_checksum())
+            index_tmp = _temp_path(self.folder, INDEX_FILE)
+            try:
+                with self._lock:
+                    self._index.save_index(str(index_tmp))
+                    meta = self._meta_without_checksum()
+                _save_files(self.folder, index_tmp, meta)
+            except BaseException:
+                remove_quietly(index_tmp)  # a failed save leaves no temp file behind
+                raise
 
     def _meta_without_checksum(self) -> dict[str, Any]:
         return {
@@ -305,13 +318,12 @@ def read_identity(folder: Path) -> EmbeddingIdentity | None:
 # -- files ---------------------------------------------------------------------------------------
 
 
-def _save_files(folder: Path, index: hnswlib.Index, meta: dict[str, Any]) -> None:
+def _save_files(folder: Path, index_tmp: Path, meta: dict[str, Any]) -> None:
+    """Put the graph saved at `index_tmp` and its meta in place."""
     index_path, meta_path = folder / INDEX_FILE, folder / META_FILE
-    index_tmp = _temp_path(folder, INDEX_FILE)
     meta_tmp: Path | None = None
     backup: Path | None = None
     try:
-        index.save_index(str(index_tmp))
         fsync_file(index_tmp)
         meta["checksum"] = _sha256_of(index_tmp)
         meta_tmp = write_temp(folder, META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
@@ -326,7 +338,7 @@ def _save_files(folder: Path, index: hnswlib.Index, meta: dict[str, Any]) -> Non
             raise
         fsync_dir(folder)
     finally:
-        for leftover in (index_tmp, meta_tmp, backup):
+        for leftover in (meta_tmp, backup):
             if leftover is not None:
                 remove_quietly(leftover)
 
