@@ -147,11 +147,9 @@ class Ledger:
                 size = os.lstat(f"{folder}/{shard_name(shard)}").st_size
             except FileNotFoundError:
                 size = None
-            path = self.shard_path(shard)
-            if size is None:
-                raise _broken(path, f"the shard is missing but the catalog committed {slot.size} bytes")
-            if size < slot.size:
-                raise _broken(path, f"the shard is truncated: {size} bytes, the catalog committed {slot.size}")
+            if size is None or size < slot.size:  # the path object is made only to name a broken shard
+                found = "missing" if size is None else f"truncated: {size} bytes,"
+                raise _broken(self.shard_path(shard), f"the shard is {found} but the catalog committed {slot.size} bytes")
 
     def report(self, receipts: ReceiptLookup | None = None) -> LedgerReport:
         """Read-only verification of every shard (inspect, health).
