@@ -269,7 +269,7 @@ _NOTE_LINES = st.sampled_from([
     "- an id-less fact", "  deeper continuation", "lazy continuation", "", "# Heading", "## Other heading",
     "```", "~~~", "<!--", "-->", "%% hidden %%", "%%", "<<<<<<< HEAD", "=======", ">>>>>>> branch", "---",
     "title: x", "> a quote", "> [!note] a callout", "| a | table |", "* * *", "1. numbered item", "-",
-    "   - nested item ^m-00000000b2", "\ufeff---", "a paragraph line",
+    "   - nested item ^m-00000000b2", "\ufeff---", "a paragraph line", "see ^m-00000000c3 in prose",
 ])
 
 
@@ -286,10 +286,31 @@ def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_p
     after = before + breaks.join(more) + (newline if closed else "")
     note_module._cache = note_module._ParseCache(4, smallest=0)  # the extension starts from `before`'s parse
     parse(before).by_block_id  # made on the earlier parse: the extension carries it on
+    parse(before).marked_ids
     extended = parse(after)
     whole = note_module._parse_lines(tuple(after.splitlines(keepends=True))).note
     assert extended == whole
     assert extended.by_block_id == whole.by_block_id
+    assert extended.marked_ids == note_module.marked_ids(after)  # hidden copies of ids included
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_NOTE_LINES, st.sampled_from(["\n", "\r\n", "\u2028", "\x0c", "\x85"])), min_size=1,
+                max_size=10),
+       st.lists(st.lists(_NOTE_LINES, min_size=1, max_size=4), min_size=1, max_size=4))
+def test_appends_to_a_note_holding_a_rare_line_break_parse_as_a_whole_parse_would(head, appends):
+    """A note holding a rare line break anywhere (not only in what was appended last) is parsed
+    whole: the flag is kept with each cached parse, and an append looks only at what it added."""
+    import memvault.vault.note as note_module
+
+    note_module._cache = note_module._ParseCache(4, smallest=0)
+    text = "".join(line + brk for line, brk in head) + "\n"
+    parse(text).marked_ids
+    for lines in appends:
+        text += "".join(line + "\n" for line in lines)
+        reparsed = parse(text)
+        assert reparsed == note_module._parse_lines(tuple(text.splitlines(keepends=True))).note
+        assert reparsed.marked_ids == note_module.marked_ids(text)
 
 
 @settings(max_examples=600, deadline=None)
@@ -346,3 +367,25 @@ def test_lines_appended_to_a_note_ending_in_the_open_leave_it_as_they_leave_them
     assume(note.open_at_end is None)
     payload = _payload(note, [NewBullet(fact, f"m-{n:010d}", "09:00") for n, fact in enumerate(facts)]).decode()
     assert (parse(text + payload).open_at_end is None) == (parse(payload).open_at_end is None)
+
+
+def test_a_day_note_of_megabytes_is_parsed_from_its_last_version():
+    """A busy day's note passes a mebibyte (agents appending all day): each read of it, a few per
+    append, must not parse its thousands of lines whole (it did above 1 MiB). The cache keeps a
+    few such versions at most, bounded by their size in all."""
+    import memvault.vault.note as note_module
+
+    note_module._cache = note_module._ParseCache(8)
+    line = "- 10:00 Agent 3 noted the harbour master's new schedule for the eastern pier ^m-{:010x}\n"
+    text = "# 2026-12-04\n" + "".join(line.format(n) for n in range(30_000))
+    assert len(text) > 2 << 20
+    first = parse(text)
+    assert parse(text[:-1] + text[-1]) is first  # an equal text read again (a new string): the same parse
+    grown = text + line.format(30_000)
+    assert parse(grown).bullets[0] is first.bullets[0]  # parsed from the last version: its memories kept
+    assert parse(grown).bullets[-1].block_id == f"m-{30_000:010x}"
+    for n in range(12):  # versions enough to pass the total bound
+        grown += line.format(40_000 + n)
+        parse(grown)
+    cached = sum(len(known[0]) for known in note_module._cache._entries)
+    assert cached <= note_module._PARSE_CACHE_TOTAL_CHARS and len(note_module._cache._entries) >= 2

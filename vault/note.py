@@ -93,6 +93,13 @@ class Note:
                 found.setdefault(memory.block_id, memory)
         return found
 
+    @cached_property
+    def marked_ids(self) -> frozenset[str]:
+        """Every block id the note carries as `^id` anywhere, searchable or not (`marked_ids`).
+        Made once per parsed note, and carried on to a note parsed as this one plus appended
+        lines: an append checks that no hidden copy of its id is there, on every append."""
+        return marked_ids("".join(self.lines))
+
     @property
     def newline(self) -> str:
         """The note's line ending (its first line's), so an appended line matches the person's."""
@@ -110,8 +117,10 @@ class Note:
 #: it plans with, writes, and reads it back, the index commit reads it once more, a person's
 #: editor rewrites the note's last lines on every save, and a day's note of thousands of lines
 #: costs tens of milliseconds to parse whole, which many agents appending to it paid on every write
-_PARSE_CACHE_CHARS = 1 << 20
+_PARSE_CACHE_CHARS = 4 << 20
 _PARSE_CACHE_NOTES = 8
+#: and the cached texts hold at most this many characters in all (a few versions of a big note)
+_PARSE_CACHE_TOTAL_CHARS = 16 << 20
 #: smaller texts are parsed whole, in well under a millisecond, and never cached: the small texts an
 #: owner parses between two saves of the day's note (new lines, one-turn notes) evicted its versions
 _PARSE_CACHE_SMALLEST = 4096
@@ -138,26 +147,37 @@ class _Parsed:
 
 
 class _ParseCache:
+    """The last few parses, newest first. Found by comparing texts (a length, then one C
+    comparison), never by hashing them: a day's note read a few times per append would
+    otherwise be hashed whole on every read."""
+
     def __init__(self, size: int, smallest: int = _PARSE_CACHE_SMALLEST):
         self._size = size
         self._smallest = smallest
-        self._entries: dict[str, _Parsed] = {}  # insertion order: oldest first
+        #: (text, its parse, whether it holds a rare line break), newest first
+        self._entries: list[tuple[str, _Parsed, bool]] = []
         self._lock = threading.Lock()
 
     def parse(self, text: str) -> Note:
         if len(text) < self._smallest:
             return _parse_lines(tuple(text.splitlines(keepends=True))).note
         with self._lock:
-            hit = self._entries.get(text)
-            bases = list(reversed(self._entries.items())) if hit is None else []
-        if hit is not None:
-            return hit.note
-        entry = _reparse_from_best(bases, text) or _parse_lines(tuple(text.splitlines(keepends=True)))
+            bases = list(self._entries)
+        for cached, parsed, _ in bases:
+            if len(cached) == len(text) and cached == text:
+                return parsed.note
+        entry, rare = _reparse_from_best(bases, text)
+        if entry is None:
+            entry = _parse_lines(tuple(text.splitlines(keepends=True)))
         with self._lock:
-            self._entries.pop(text, None)
-            self._entries[text] = entry
-            while len(self._entries) > self._size:
-                del self._entries[next(iter(self._entries))]
+            entries, total = [(text, entry, rare)], len(text)
+            for known in self._entries:
+                if len(entries) == self._size or total + len(known[0]) > _PARSE_CACHE_TOTAL_CHARS:
+                    break
+                if known[0] != text:
+                    entries.append(known)
+                    total += len(known[0])
+            self._entries = entries
         return entry.note
 
 
@@ -187,23 +207,33 @@ def _parse_lines(lines: tuple[str, ...]) -> _Parsed:
 _RARE_BREAKS = "\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
-def _reparse_from_best(bases: list[tuple[str, _Parsed]], text: str) -> _Parsed | None:
-    """`text` parsed from the cached parse sharing the most first lines with it, or None."""
-    if any(rare in text for rare in _RARE_BREAKS):  # a C scan each, not a regular expression's loop
-        return None
-    for base_text, base in bases:  # the usual case, an append of whole lines: one C comparison
+def _reparse_from_best(bases: list[tuple[str, _Parsed, bool]], text: str) -> tuple[_Parsed | None, bool]:
+    """`text` parsed from the cached parse sharing the most first lines with it (or None), and
+    whether `text` holds a rare line break (such a text is never parsed from an earlier parse).
+    `bases`: (text, its parse, whether it holds a rare line break), newest first."""
+    for base_text, base, base_rare in bases:  # the usual case, an append of whole lines: one C comparison
         if base_text.endswith("\n") and text.startswith(base_text):
             # a line break ends the base, so its lines and the new ones' are the whole's (only
-            # what was appended is split: a note of thousands of lines costs what it gained)
-            lines = base.note.lines + tuple(text[len(base_text):].splitlines(keepends=True))
-            return _reparse(base, lines, len(base.note.lines))
+            # what was appended is split, and looked at for rare breaks: a note of thousands of
+            # lines costs what it gained)
+            added = text[len(base_text):]
+            if base_rare or _has_rare_break(added):
+                return None, True
+            lines = base.note.lines + tuple(added.splitlines(keepends=True))
+            return _reparse(base, lines, len(base.note.lines)), False
+    if _has_rare_break(text):
+        return None, True
     lines = tuple(text.splitlines(keepends=True))
     best, shared = None, 0
-    for _, base in bases[:_PREFIX_BASES]:  # newest first: an editor saves over a version just read
+    for _, base, _ in bases[:_PREFIX_BASES]:  # newest first: an editor saves over a version just read
         common = common_prefix(base.note.lines, lines)
         if common > shared:
             best, shared = base, common
-    return None if best is None else _reparse(best, lines, shared)
+    return (None if best is None else _reparse(best, lines, shared)), False
+
+
+def _has_rare_break(text: str) -> bool:
+    return any(rare in text for rare in _RARE_BREAKS)  # a C scan each, not a regular expression's loop
 
 
 def common_prefix(old: tuple, new: tuple) -> int:
@@ -256,6 +286,9 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | No
             if memory.block_id:
                 found.setdefault(memory.block_id, memory)
         reparsed.__dict__["by_block_id"] = found
+    marks = note.__dict__.get("marked_ids")
+    if marks is not None and line == len(note.lines):  # whole lines appended: their marks join the note's
+        reparsed.__dict__["marked_ids"] = marks | marked_ids("".join(lines[line:]))
     return _Parsed(reparsed, new_tail, base.region_open[:line] + bytes(region_open[line:]))
 
 
@@ -575,6 +608,14 @@ def _assign_ids(bullets: list[Bullet], seen: set[str], occurrences: dict[str, in
         seen.add(chosen)
         result.append(replace(bullet, id=chosen))
     return result, duplicates
+
+
+_ID_MARK_RE = re.compile(rf"\^({BLOCK_ID_PATTERN})(?![A-Za-z0-9-])")
+
+
+def marked_ids(text: str) -> frozenset[str]:
+    """Every block id the text carries as `^id` (whole ids: `^m-1` is not in `^m-12`), searchable or not."""
+    return frozenset(_ID_MARK_RE.findall(text))
 
 
 def region_left_open(text: str) -> str | None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import os
 import random
-import re
 import stat
 import time
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from pathlib import Path
 
 from memvault.vault.errors import InvalidRecord, UnsafePath
 from memvault.vault.fsio import PUBLIC_DIR_MODE, fsync_dir, make_dir, read_bytes_nofollow, remove_quietly, write_temp
-from memvault.vault.ids import BLOCK_ID_PATTERN, normalize_text
+from memvault.vault.ids import normalize_text
 from memvault.vault.note import MAX_NOTE_BYTES, Note, format_bullet, new_note_text, parse
 from memvault.vault.paths import resolve_inside
 
@@ -49,7 +48,6 @@ _BACKOFF_SECONDS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8) + (1.0,) * 12
 #: editor saving at 15 Hz lands in many attempts of a busy owner; backing off held the vault lock)
 _QUICK_RETRIES = 8
 _NOTE_MODE = 0o644
-_ID_MARK_RE = re.compile(rf"\^({BLOCK_ID_PATTERN})(?![A-Za-z0-9-])")
 
 
 #: note path -> (inode, size, mtime) right after this process's last append to it: the watcher's
@@ -218,7 +216,7 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
     missing = _missing(note, bullets, match_text)
     if not missing:
         return [], b""
-    refuse_unsearchable(note, text, relpath, missing, len(data))
+    refuse_unsearchable(note, relpath, missing, len(data))
     payload = _payload(note, missing)
     refuse_opening_a_region(note, relpath, missing, payload)
     if os.fstat(fd).st_size != len(data):
@@ -266,22 +264,16 @@ def _payload(note: Note, bullets: list[NewBullet]) -> bytes:
     return (prefix + "".join(lines)).encode("utf-8")
 
 
-def marked_ids(text: str) -> set[str]:
-    """Every block id the text carries as `^id` (whole ids: `^m-1` is not in `^m-12`), searchable or not."""
-    return set(_ID_MARK_RE.findall(text))
-
-
-def refuse_unsearchable(note: Note, text: str, relpath: str, bullets: list[NewBullet], size: int) -> None:
-    """Raise NoteNotWritable when a line appended to `note` (parsed from `text`) would not be
-    found by search."""
+def refuse_unsearchable(note: Note, relpath: str, bullets: list[NewBullet], size: int) -> None:
+    """Raise NoteNotWritable when a line appended to `note` (`size` bytes) would not be found by search."""
     ids = ", ".join(f"^{b.block_id}" for b in bullets)
     if note.open_at_end is not None:
         raise NoteNotWritable(
             f"{relpath} ends inside {note.open_at_end}, so a line appended there ({ids}) would not be "
             "searchable; nothing was written. Fix: close or resolve that region in the note, then retry"
         )
-    for bullet in bullets:  # a substring test first: the whole-id pattern only where the id appears
-        if f"^{bullet.block_id}" in text and bullet.block_id in marked_ids(text):
+    for bullet in bullets:  # the note's marks: made once per note, carried on across appends
+        if bullet.block_id in note.marked_ids:
             raise NoteNotWritable(
                 f"{relpath} already holds ^{bullet.block_id} where search does not look (a code fence, a comment "
                 "or a merge-conflict hunk); writing a second copy would duplicate the id. "

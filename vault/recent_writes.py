@@ -32,7 +32,8 @@ from collections.abc import Iterable
 from memvault.vault.errors import VaultError
 from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, make_dir, read_bytes_nofollow
 from memvault.vault.git_state import judge
-from memvault.vault.note_append import NewBullet, append_bullets_once, marked_ids
+from memvault.vault.note import marked_ids
+from memvault.vault.note_append import NewBullet, append_bullets_once
 from memvault.vault.paths import resolve_inside
 from memvault.vault.strict_json import loads_strict
 
