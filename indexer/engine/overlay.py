@@ -129,15 +129,15 @@ class OverlayBm25:
 
     def sources_by_content_hash(self, hashes: list[str], kind: str = "curated") -> dict[str, list[str]]:
         found = {digest: set(sources) for digest, sources in self._base.sources_by_content_hash(hashes, kind).items()}
-        wanted = set(hashes)
-        for row in self._rows.values():
-            if row.record.kind == kind and row.record.content_hash in wanted:
-                found.setdefault(row.record.content_hash, set()).add(row.record.source)
+        by_hash = _snapshot(self._rows).by_hash
+        for digest in set(hashes):
+            for row in by_hash.get(digest, ()):
+                if row.record.kind == kind:
+                    found.setdefault(digest, set()).add(row.record.source)
         return {digest: sorted(sources) for digest, sources in found.items()}
 
     def find_by_content_hash(self, digest: str, kind: str = "curated"):
-        hits = [row_of(row.document) for row in self._rows.values()
-                if row.record.kind == kind and row.record.content_hash == digest]  # fmt: skip
+        hits = [row_of(row.document) for row in _snapshot(self._rows).by_hash.get(digest, ()) if row.record.kind == kind]
         committed = self._base.find_by_content_hash(digest, kind)
         if committed is not None:
             hits.append(committed)
@@ -146,43 +146,83 @@ class OverlayBm25:
     # --- scoring -------------------------------------------------------------------------------
 
     def _scores(self, query: str, kinds: tuple[str, ...]) -> list[tuple[str, float]]:
-        rows = [row for row in self._rows.values() if row.record.kind in kinds]
-        if not rows:
+        """BM25 of the pending rows of these kinds that hold a query term, in the rows' order.
+        Only the rows in a term's postings are visited; each row's terms are added in the same
+        order as a loop over every row would add them, so the sums are the same to the bit."""
+        fields = _snapshot(self._rows).fields(kinds)
+        if fields is None:
             return []
         words = [term for word in query_words(query) for term in _terms(word)]
         grams = query_bigrams(query)
         if not words and not grams:
             return []
-        scored = []
-        fields = (("text", "text_terms", 1.0, words), ("ctx", "ctx_terms", CONTEXT_BOOST, words),
-                  ("cjk", "cjk_terms", 1.0, grams))  # fmt: skip
-        weights = [self._field_weights(rows, name, attribute, terms) for name, attribute, _, terms in fields]
-        for row in rows:
-            score = 0.0
-            for (_, attribute, boost, terms), (idf, average) in zip(fields, weights):
-                counts = getattr(row, attribute)
-                length = sum(counts.values())
-                for term in terms:
-                    tf = counts.get(term, 0)
-                    if tf:
-                        norm = K1 * (1 - B + B * length / average)
-                        score += boost * idf[term] * (1 + K1) * tf / (tf + norm)
-            if score > 0:
-                scored.append((row.key, score))
-        return scored
+        rows, postings_by_field = fields
+        scores = [0.0] * len(rows)
+        for (name, boost, terms), (postings, lengths, total) in zip(
+                (("text", 1.0, words), ("ctx", CONTEXT_BOOST, words), ("cjk", 1.0, grams)), postings_by_field):
+            if not terms:
+                continue
+            committed, frequencies = self._base.doc_freqs(name, terms)
+            count = committed + len(self._rows)
+            idf = {term: math.log(1 + (count - (frequencies.get(term, 0) + len(postings.get(term, ())))  + 0.5)
+                                  / (frequencies.get(term, 0) + len(postings.get(term, ())) + 0.5))
+                   for term in set(terms)}  # fmt: skip
+            average = max(1.0, total / len(rows))
+            for term in terms:
+                for position, tf in postings.get(term, ()):
+                    norm = K1 * (1 - B + B * lengths[position] / average)
+                    scores[position] += boost * idf[term] * (1 + K1) * tf / (tf + norm)
+        return [(row.key, score) for row, score in zip(rows, scores) if score > 0]
 
-    def _field_weights(self, rows: list[PendingRow], name: str, attribute: str, terms: list[str]):
-        """Each term's idf over committed and pending rows together, and the pending rows' mean length."""
-        if not terms:
-            return {}, 1.0
-        total, frequencies = self._base.doc_freqs(name, terms)
-        total += len(self._rows)
-        idf = {}
-        for term in set(terms):
-            frequency = frequencies.get(term, 0) + sum(1 for row in rows if getattr(row, attribute).get(term))
-            idf[term] = math.log(1 + (total - frequency + 0.5) / (frequency + 0.5))
-        average = max(1.0, sum(sum(getattr(row, attribute).values()) for row in rows) / len(rows))
-        return idf, average
+
+class _Snapshot:
+    """What reads need of one set of pending rows, made once per set (the deferred set replaces
+    its dict on every change, never edits it): the rows by content hash, and per kinds asked the
+    rows' term postings, so a search visits the rows holding its terms, not every pending row."""
+
+    _FIELDS = ("text_terms", "ctx_terms", "cjk_terms")
+
+    def __init__(self, rows: dict[str, PendingRow]):
+        by_hash: dict[str, list[PendingRow]] = {}
+        for row in rows.values():
+            by_hash.setdefault(row.record.content_hash, []).append(row)
+        self.by_hash = by_hash
+        self._rows = rows
+        self._fields: dict[tuple[str, ...], tuple | None] = {}
+
+    def fields(self, kinds: tuple[str, ...]):
+        """(rows of these kinds, per field (postings term → [(row position, tf)], row lengths,
+        their total)), or None when no row is of these kinds."""
+        if kinds not in self._fields:
+            rows = [row for row in self._rows.values() if row.record.kind in kinds]
+            self._fields[kinds] = (rows, [_postings(rows, attribute) for attribute in self._FIELDS]) if rows else None
+        return self._fields[kinds]
+
+
+def _postings(rows: list[PendingRow], attribute: str):
+    postings: dict[str, list[tuple[int, int]]] = {}
+    lengths = []
+    for position, row in enumerate(rows):
+        counts = getattr(row, attribute)
+        lengths.append(sum(counts.values()))
+        for term, tf in counts.items():
+            if tf:
+                postings.setdefault(term, []).append((position, tf))
+    return postings, lengths, sum(lengths)
+
+
+#: the snapshot of the newest pending rows: (those rows, their snapshot), replaced as one
+_latest: tuple[dict, _Snapshot] | None = None
+
+
+def _snapshot(rows: dict[str, PendingRow]) -> _Snapshot:
+    global _latest
+    latest = _latest
+    if latest is not None and latest[0] is rows:
+        return latest[1]
+    made = _Snapshot(rows)
+    _latest = (rows, made)
+    return made
 
 
 def overlay_of(base, rows: dict[str, PendingRow]):
