@@ -164,9 +164,10 @@ class OverlayBm25:
                 continue
             committed, frequencies = self._base.doc_freqs(name, terms)
             count = committed + len(self._rows)
-            idf = {term: math.log(1 + (count - (frequencies.get(term, 0) + len(postings.get(term, ())))  + 0.5)
-                                  / (frequencies.get(term, 0) + len(postings.get(term, ())) + 0.5))
-                   for term in set(terms)}  # fmt: skip
+            idf = {}
+            for term in set(terms):  # over committed and pending rows together
+                frequency = frequencies.get(term, 0) + len(postings.get(term, ()))
+                idf[term] = math.log(1 + (count - frequency + 0.5) / (frequency + 0.5))
             average = max(1.0, total / len(rows))
             for term in terms:
                 for position, tf in postings.get(term, ()):
