@@ -588,10 +588,10 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         return (str(info.st_ino), info.st_mtime_ns)
 
 
-def _note_holds(note, row) -> bool:
-    """True when the note (as read) holds the row's memory: the same id and the same text."""
+def _note_holds(indexed, row) -> bool:
+    """True when the note, as read (`read_note_records`), holds the row's memory: the same id and text."""
     return any(record.id == row.id and record.content_hash == row.content_hash and record.kind == row.kind
-               for record in note.records)
+               for record in indexed.records)
 
 
 def _projection(receipt: RememberReceipt):
