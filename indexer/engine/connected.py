@@ -35,6 +35,7 @@ from memvault.indexer.engine.overlay import PendingRow, overlay_of, pending_reco
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
 from memvault.indexer.results import RecallResult, RememberReceipt
 from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
+from memvault.indexer.search.recall_request import check_recall_request
 from memvault.indexer.search.supersession import kept_lifecycle
 from memvault.indexer.team.ledger import NetworkAdmission
 from memvault.vault.clock import local_day_and_time, utc_now, zone
@@ -45,8 +46,6 @@ from memvault.vault.ids import content_hash, memory_id
 from memvault.vault.intake.admission import FAILED, AdmissionResult, prepare_turn
 from memvault.vault.layout import DAILY, VaultLayout, note_relpath_candidates
 
-RECALL_MODES = ("tool", "auto")
-MAX_RECALL_LIMIT = 100
 #: a connected store has no vault folder: only rows on the server are read, never files
 _NO_FOLDER = Path("/nonexistent-memvault-vault")
 #: how often `admit --wait` asks the server whether the owner has projected the turn
@@ -206,12 +205,7 @@ class ConnectedStore:
     # --- reads ----------------------------------------------------------------------------------
 
     def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
-        if mode not in RECALL_MODES:
-            raise InvalidRecord(f"recall mode {mode!r} is not one of {', '.join(RECALL_MODES)}")
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECALL_LIMIT:
-            raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
-        if not isinstance(query, str):
-            raise InvalidRecord(f"query must be text, not {type(query).__name__}")
+        check_recall_request(query, limit, mode)
         routed = routed_away(query, mode, None)
         if routed is not None:
             return routed

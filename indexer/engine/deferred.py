@@ -19,6 +19,7 @@ index would once committed.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -52,6 +53,8 @@ class DeferredIndexing:
         self.on_add: Callable[[], None] | None = None
         #: counts adds; a commit of the notes as read at version v settles what was added by then
         self.version = 0
+        #: names this count: a client holding rows up to a version of another epoch starts over
+        self.epoch = secrets.token_hex(8)
         self._path_versions: dict[str, int] = {}
         #: monotonic time of the latest add (the committer waits for a pause after it)
         self.last_add = 0.0

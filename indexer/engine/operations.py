@@ -46,6 +46,20 @@ def _recall(owner, args: dict) -> dict:
     return result.to_json(explain=True)
 
 
+def _read_view(owner, args: dict) -> dict:
+    """What a client needs to answer a recall in its own process (indexer/engine/client_reads.py)."""
+    from memvault.indexer.engine.client_reads import read_view
+
+    return read_view(owner.store, args)
+
+
+def _found(owner, args: dict) -> dict:
+    """The memories a client's own recalls found, for the access log."""
+    from memvault.indexer.engine.client_reads import record_found
+
+    return record_found(owner.store, args)
+
+
 def _remember(owner, args: dict) -> dict:
     """Through the owner's group commit: remembers arriving together share one index commit."""
     return owner.group_commit().remember(args.get("text"), _instant(args.get("at"), "at")).to_json()
@@ -158,6 +172,8 @@ OPERATIONS = {
     "hello": _hello,
     "status": _status,
     "recall": _recall,
+    "read_view": _read_view,
+    "found": _found,
     "remember": _remember,
     "remember_many": _remember_many,
     "admit": _admit,
@@ -169,5 +185,5 @@ OPERATIONS = {
     "rebuild": _rebuild,
     "stop": _stop,
 }
-UNLOCKED = frozenset({"hello", "admit", "admitted", "wait", "stop", "remember", "remember_many"})
-CONCURRENT = frozenset({"recall"})
+UNLOCKED = frozenset({"hello", "admit", "admitted", "wait", "stop", "remember", "remember_many", "found"})
+CONCURRENT = frozenset({"recall", "read_view"})

@@ -41,6 +41,8 @@ class RemoteStore:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._reads:
+            self._reads.flush()  # what this process's recalls found, for the owner's access log
         self.client.close()  # the connections kept for the next call
 
     def __enter__(self) -> RemoteStore:
@@ -104,7 +106,31 @@ class RemoteStore:
         return outcomes
 
     def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+        """Ranked in this process from the second recall on (indexer/engine/client_reads.py): the
+        owner hands over what only it holds, and its lock is not every search's pace. The first
+        recall, and any the owner must answer itself, go through the owner."""
+        reads = self._reads_here()
+        if reads is not None:
+            from memvault.indexer.engine.client_reads import ReadsThroughOwner
+
+            try:
+                return reads.recall(query, limit, mode)
+            except ReadsThroughOwner as exc:
+                if exc.lasting:
+                    self._reads = False
+        self._recalls += 1
         return recall_result_from_json(self.client.call("recall", {"query": query, "limit": limit, "mode": mode}))
+
+    _recalls = 0
+    #: ClientReads once made; False when this owner answers every recall itself
+    _reads = None
+
+    def _reads_here(self):
+        if self._reads is None and self._recalls:
+            from memvault.indexer.engine.client_reads import ClientReads
+
+            self._reads = ClientReads(self.layout, self.config, self.env, self.client)
+        return self._reads or None
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         return self.recall(query, limit=limit, mode=mode)

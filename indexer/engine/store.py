@@ -27,6 +27,7 @@ from memvault.indexer.maintenance.generations import MANIFEST, Manifest, current
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome, diff_rows
 from memvault.indexer.results import RecallResult, RememberReceipt, SyncReport
+from memvault.indexer.search.recall_request import check_recall_request
 from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now, zone
 from memvault.vault.config import Config, load_config
@@ -41,8 +42,6 @@ from memvault.vault.paths import resolve_inside
 from memvault.vault.recent_writes import lines_lost_from, repair_lost_lines
 from memvault.vault.storage_errors import translates_storage_errors
 
-RECALL_MODES = ("tool", "auto")
-MAX_RECALL_LIMIT = 100
 #: how often a commit repairs and reads its notes again while saves keep dropping memvault's lines
 _REPAIRED_READ_ATTEMPTS = 4
 #: why an index commit failed, said in recall's `degraded` (by StorageError code)
@@ -261,15 +260,10 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     # --- reads -------------------------------------------------------------------------------
 
     def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
-        if mode not in RECALL_MODES:
-            raise InvalidRecord(f"recall mode {mode!r} is not one of {', '.join(RECALL_MODES)}")
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECALL_LIMIT:
-            raise InvalidRecord(f"limit must be an integer from 1 to {MAX_RECALL_LIMIT} (got {limit!r})")
-        if not isinstance(query, str):
-            raise InvalidRecord(f"query must be text, not {type(query).__name__}")
+        check_recall_request(query, limit, mode)
         # recall's ranking pulls numpy (coverage, the floor): imported by the first recall, so a CLI
         # command that never recalls (journal, admit, health, inspect) starts without it
-        from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
+        from memvault.indexer.search.recall import answer_recall, routed_away
 
         run_history = self.config.tools.host_tools.run_history  # guidance names only the host's own tools
         routed = routed_away(query, mode, run_history)
@@ -281,19 +275,8 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             return RecallResult(query, mode, (), degraded=str(exc))
         bm25 = self._deferred.view(index.bm25)  # acknowledged writes not yet committed, beside the index
         today = self._clock().astimezone(zone(self.time_zone)).date()  # "last week" is the vault's week
-        if mode == "auto":
-            result = recall_auto(bm25, self._semantic, query, today=today)
-        else:
-            if self.config.memory.mode == "bujo":  # explicit recall only: one-hop graph expansion
-                from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
-
-                depth = direct_depth(limit)
-                result = recall_tool(bm25, self._semantic, query, depth, run_history=run_history, today=today,
-                                     reranker=self._reranker())
-                result = expand_recall(self.layout.root, bm25, result, limit)
-            else:
-                result = recall_tool(bm25, self._semantic, query, limit, run_history=run_history, today=today,
-                                     reranker=self._reranker())
+        result = answer_recall(bm25, self._semantic, query, limit, mode, tier=self.config.memory.mode,
+                               root=self.layout.root, run_history=run_history, today=today, reranker=self._reranker())
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
         behind = self.unsynced or self._deferred.problem
         if behind and not result.degraded:

@@ -183,6 +183,22 @@ def routed_away(query: str, mode: str, run_history: str | None = None) -> Recall
     return None
 
 
+def answer_recall(bm25: Bm25Index, semantic, query: str, limit: int, mode: str, *, tier: str, root,
+                  run_history: str | None, today: date, reranker=None) -> RecallResult:
+    """A checked recall request answered over `bm25` (the committed index, pending rows beside
+    it) and `semantic`, as the vault's tier asks: `auto` gates; BuJo's explicit recall adds
+    one-hop graph neighbours of the direct hits (graph.jsonl under `root`)."""
+    if mode == "auto":
+        return recall_auto(bm25, semantic, query, today=today)
+    if tier != "bujo":
+        return recall_tool(bm25, semantic, query, limit, run_history=run_history, today=today, reranker=reranker)
+    from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
+
+    result = recall_tool(bm25, semantic, query, direct_depth(limit), run_history=run_history, today=today,
+                         reranker=reranker)
+    return expand_recall(root, bm25, result, limit)
+
+
 def recall_tool(
     bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None,
     today: date | None = None, floor: bool = True, reranker=None, extra_list: bool = True, asked: bool = True,

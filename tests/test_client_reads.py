@@ -1,0 +1,217 @@
+"""Recall ranked in a client's own process (indexer/engine/client_reads.py), with a real owner
+process: the answers equal the owner's, every acknowledged write is found whichever client wrote
+it and whether or not its commit happened, pending rows travel once, found memories reach the
+owner's access log, and malformed read-view requests are refused with the owner still serving."""
+
+import json
+
+import pytest
+
+from memvault import MemoryStore
+from memvault.indexer.engine.client_reads import ClientReads, ReadsThroughOwner
+from memvault.indexer.engine.remote import recall_result_from_json
+from memvault.indexer.search.telemetry import AccessLog
+from memvault.vault.config import load_config
+from memvault.vault.errors import InvalidRecord
+from memvault.vault.layout import VaultLayout
+from tests.engine_helpers import OwnerProcess, memvault, wait_for
+from tests.intake_helpers import make_vault
+from tests.test_engine_reads import HeldOwner, committed_texts
+
+pytestmark = pytest.mark.slow
+
+FACTS = [
+    "Morgan chose blue as the deployment color for the staging cluster.",
+    "The harbour crane lifted crates of copper on Tuesday.",
+    "Priya moved the weekly sync to Thursday mornings.",
+    "The backup job writes to the cold storage bucket every night.",
+    "Morgan prefers green tea over coffee during reviews.",
+    "The release train leaves every second Wednesday.",
+]
+
+
+def owners_answer(store, query: str, limit: int = 10, mode: str = "tool") -> dict:
+    """What the owner itself answers for this recall (its JSON, as a client gets it)."""
+    body = store.client.call("recall", {"query": query, "limit": limit, "mode": mode})
+    return recall_result_from_json(body).to_json(explain=True)
+
+
+def warm(store) -> None:
+    """A RemoteStore ranks here from its second recall on: pass the first."""
+    store.recall("warm up", limit=1)
+    assert isinstance(store._reads_here(), ClientReads)
+
+
+@pytest.mark.parametrize("tier", ["journal", "bujo"])
+def test_a_long_lived_client_ranks_recalls_itself_and_answers_as_the_owner(tmp_path, tier):
+    root = make_vault(tmp_path, mode=tier)
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        with MemoryStore.open(root) as store:
+            assert type(store).__name__ == "RemoteStore"
+            store.remember_many(FACTS)
+            store.recall("which color did Morgan choose?")  # the first recall: through the owner
+            assert store._reads is None
+            asked = [("which color did Morgan choose?", 10, "tool"), ("Morgan", 3, "tool"), ("copper crane", 25, "tool"),
+                     ("when is the weekly sync?", 10, "auto"), ("what did we decide last week?", 10, "tool"),
+                     ("zzz unknown words qqq", 10, "tool")]  # fmt: skip
+            for query, limit, mode in asked:
+                here = store.recall(query, limit=limit, mode=mode).to_json(explain=True)
+                assert here == owners_answer(store, query, limit, mode), query
+            assert store._reads.answered == len(asked)
+            for bad in ({"limit": 0}, {"limit": True}, {"mode": "psychic"}, {"query": None}):
+                args = {"query": "Morgan", "limit": 10, "mode": "tool", **bad}
+                with pytest.raises(InvalidRecord) as here:
+                    store.recall(**args)
+                with pytest.raises(InvalidRecord) as there:
+                    store.client.call("recall", args)
+                assert str(here.value) == str(there.value)
+    finally:
+        owner.stop()
+
+
+def test_another_clients_write_is_found_here_before_and_after_its_commit(tmp_path):
+    """Client A (a CLI process) remembers; the owner's commit of it is held. This client, ranking
+    in its own process, finds it among the owner's pending rows; once the commit lands it finds
+    it in the committed index (its reader refreshed after the owner's answer), once."""
+    root = make_vault(tmp_path, mode="journal")
+    owner = HeldOwner(root, tmp_path / "flags")
+    try:
+        with MemoryStore.open(root) as store:
+            warm(store)
+            fact = "The quartermaster moved the spare sails to locker nine."
+            assert memvault(root, "remember", fact).returncode == 0
+            wait_for(lambda: (owner.flags / "blocked").exists(), what="the owner's commit to start (and be held)")
+            assert fact not in committed_texts(root, "quartermaster sails locker")
+            before = [hit.text for hit in store.recall("where are the spare sails?").hits]
+            assert before[:1] == [fact] and store._reads.answered == 1
+            (owner.flags / "release").touch()
+            wait_for(lambda: fact in committed_texts(root, "quartermaster sails locker"), what="the commit")
+            wait_for(lambda: not store.client.call("read_view", {"query": "x"})["keys"], what="no pending rows")
+            after = [hit.text for hit in store.recall("where are the spare sails?").hits]
+            assert after.count(fact) == 1 and after[0] == fact and store._reads.answered == 2
+    finally:
+        owner.release_and_stop()
+
+
+def test_pending_rows_travel_once_within_an_epoch(tmp_path):
+    """The owner sends the rows added after the version a client holds, and every pending key;
+    a client of another epoch (a restarted owner) gets every row again."""
+    root = make_vault(tmp_path, mode="journal")
+    owner = HeldOwner(root, tmp_path / "flags")
+    try:
+        with MemoryStore.open(root) as store:
+            store.remember("The first pending memory is about anchors.")
+            wait_for(lambda: (owner.flags / "blocked").exists(), what="the held commit")
+            first = store.client.call("read_view", {"query": "anchors"})
+            assert [row["text"] for row in first["rows"]] == ["The first pending memory is about anchors."]
+            store.remember("The second pending memory is about rudders.")
+            since = max(row["version"] for row in first["rows"])
+            second = store.client.call("read_view", {"query": "rudders", "since": since, "epoch": first["epoch"]})
+            assert [row["text"] for row in second["rows"]] == ["The second pending memory is about rudders."]
+            assert set(second["keys"]) == set(first["keys"]) | {second["rows"][0]["path"] + "#" + second["rows"][0]["id"]}
+            other = store.client.call("read_view", {"query": "rudders", "since": since, "epoch": "another-owner"})
+            assert len(other["rows"]) == 2 and other["epoch"] == first["epoch"]
+            warm(store)
+            found = [hit.text for hit in store.recall("anchors rudders", limit=5).hits]
+            assert {"The first pending memory is about anchors.", "The second pending memory is about rudders."} <= set(found)
+    finally:
+        owner.release_and_stop()
+
+
+def test_found_memories_reach_the_owners_access_log(tmp_path):
+    root = make_vault(tmp_path, mode="journal")
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        with MemoryStore.open(root) as store:
+            receipt = store.remember(FACTS[0])
+            warm(store)
+            assert store.recall("deployment color").hits[0].source == receipt.source
+    finally:
+        owner.stop()  # the owner writes its access log when it closes
+    counts = AccessLog(root, VaultLayout(root).index_dir).read()
+    assert counts.get(receipt.source.replace("#^", "#"), {}).get("count", 0) >= 1, counts
+
+
+def test_a_rebuild_moves_the_client_to_the_new_generation(tmp_path):
+    root = make_vault(tmp_path, mode="journal")
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        with MemoryStore.open(root) as store:
+            store.remember_many(FACTS)
+            warm(store)
+            store.recall("Morgan")
+            old = store._reads._bm25[0]
+            assert memvault(root, "rebuild").returncode == 0
+            here = store.recall("which color did Morgan choose?").to_json(explain=True)
+            assert store._reads._bm25[0] != old
+            assert here == owners_answer(store, "which color did Morgan choose?")
+            assert here["hits"][0]["text"] == FACTS[0]
+    finally:
+        owner.stop()
+
+
+@pytest.mark.both_backends
+def test_every_backend_answers_a_warm_client_and_a_server_index_keeps_recalls_in_the_owner(tmp_path):
+    """Lite vault. On the local index the client ranks here; on an index server the owner says
+    so (`reads: owner`) and every recall goes through it, with the same answers."""
+    root = make_vault(tmp_path)
+    local = load_config(root, {}).index.backend == "local"
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        with MemoryStore.open(root) as store:
+            store.remember_many(FACTS)
+            warm(store)
+            for query in ("Morgan", "copper crane", "weekly sync"):
+                assert store.recall(query).to_json(explain=True) == owners_answer(store, query)
+            assert bool(store._reads) is local
+            if local:
+                assert store._reads.answered == 3
+    finally:
+        owner.stop()
+
+
+def test_malformed_read_view_and_found_requests_are_refused_and_the_owner_keeps_serving(tmp_path):
+    root = make_vault(tmp_path, mode="journal")
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        with MemoryStore.open(root) as store:
+            store.remember(FACTS[0])
+            refused = [
+                ("read_view", {}, "query must be text"),
+                ("read_view", {"query": 7}, "query must be text"),
+                ("read_view", {"query": "x", "since": True}, "since must be an integer"),
+                ("read_view", {"query": "x", "since": -2}, "since must be an integer"),
+                ("read_view", {"query": "x", "since": "9" * 5000}, "since must be an integer"),
+                ("read_view", {"query": "x", "epoch": ["a"]}, "epoch must be text"),
+                ("read_view", {"query": "x", "found": "daily/x.md#m-1"}, "found must be a list"),
+                ("found", {"found": ["daily/x.md#m-1"] * 1001}, "at most 1000 sources"),
+                ("found", {"found": [None]}, "each found source must be text"),
+                ("found", {"found": ["x" * 5000]}, "at most 1024 characters"),
+            ]
+            for op, args, said in refused:
+                with pytest.raises(InvalidRecord, match=said):
+                    store.client.call(op, args)
+            assert store.client.call("found", {"found": ["daily/x.md#m-1"]}) == {"recorded": 1}
+            warm(store)
+            assert store.recall("deployment color").hits[0].text == FACTS[0]
+            assert store._reads.answered == 1
+    finally:
+        assert "Traceback" not in owner.stop()
+
+
+def test_a_view_naming_a_generation_outside_the_index_folder_is_not_followed(tmp_path):
+    """The client opens only a folder directly under the vault's index folder."""
+    root = make_vault(tmp_path, mode="journal")
+    reads = ClientReads(VaultLayout(root), load_config(root, {}), {}, client=None)
+    for generation in ("../../etc", "a/b", "..", "", None):
+        view = {"generation": generation, "epoch": "e", "keys": [], "rows": []}
+        with pytest.raises(ReadsThroughOwner):
+            reads._take(view)
+    malformed = {"generation": "g1", "epoch": "e", "keys": ["daily/x.md#m-1"], "rows": [{"id": "m-1"}]}
+    with pytest.raises(ReadsThroughOwner, match="pending row could not be read"):
+        reads._take(malformed)
+    missing = {"generation": "g1", "epoch": "e", "keys": ["daily/x.md#m-1"], "rows": []}
+    with pytest.raises(ReadsThroughOwner, match="missing"):
+        reads._take(missing)
+    assert json.dumps(reads._rows) == "{}"
