@@ -36,6 +36,11 @@ def owners_answer(store, query: str, limit: int = 10, mode: str = "tool") -> dic
     return recall_result_from_json(body).to_json(explain=True)
 
 
+def settled(store) -> None:
+    """Vectors follow writes in the owner's background: drain them, so two answers compare."""
+    store.client.call("health", {"strict": True})
+
+
 def warm(store) -> None:
     """A RemoteStore ranks here from its second recall on: pass the first."""
     store.recall("warm up", limit=1)
@@ -50,6 +55,7 @@ def test_a_long_lived_client_ranks_recalls_itself_and_answers_as_the_owner(tmp_p
         with MemoryStore.open(root) as store:
             assert type(store).__name__ == "RemoteStore"
             store.remember_many(FACTS)
+            settled(store)
             store.recall("which color did Morgan choose?")  # the first recall: through the owner
             assert store._reads is None
             asked = [("which color did Morgan choose?", 10, "tool"), ("Morgan", 3, "tool"), ("copper crane", 25, "tool"),
@@ -143,6 +149,7 @@ def test_a_rebuild_moves_the_client_to_the_new_generation(tmp_path):
             store.recall("Morgan")
             old = store._reads._bm25[0]
             assert memvault(root, "rebuild").returncode == 0
+            settled(store)
             here = store.recall("which color did Morgan choose?").to_json(explain=True)
             assert store._reads._bm25[0] != old
             assert here == owners_answer(store, "which color did Morgan choose?")
@@ -161,6 +168,7 @@ def test_every_backend_answers_a_warm_client_and_a_server_index_keeps_recalls_in
     try:
         with MemoryStore.open(root) as store:
             store.remember_many(FACTS)
+            settled(store)
             warm(store)
             for query in ("Morgan", "copper crane", "weekly sync"):
                 assert store.recall(query).to_json(explain=True) == owners_answer(store, query)
