@@ -117,6 +117,73 @@ def write_temp(folder: Path, name: str, data: bytes | Writer, *, mode: int,
     return Path(tmp_name)
 
 
+class StagedWrite:
+    """The slow half of an `atomic_write` done before the caller's lock: the bytes in a fsynced
+    temp file (`write_temp`'s name and mode), kept open under an exclusive `flock` so a sweep of
+    stray temp files (`sweepable`) leaves it alone while it lives. `publish` renames it into place
+    and fsyncs the folder (the half that must run under the lock); `discard` (or leaving the
+    `with` block) removes it if it was not published. A crash drops the flock with the process."""
+
+    def __init__(self, folder: Path, name: str, data: bytes, *, mode: int,
+                 boundary: Callable[[str], None] | None = None):  # fmt: skip
+        import fcntl
+
+        self._stage = boundary or (lambda _name: None)
+        self._fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        self.tmp: Path | None = Path(tmp_name)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            _write_all(self._fd, data)
+            self._stage("written")
+            os.fchmod(self._fd, mode)
+            os.fsync(self._fd)
+        except BaseException:
+            self.discard()
+            raise
+        self._stage("fsynced")
+
+    def publish(self, path: Path) -> None:
+        """Rename into `path` (never through a symlink) and fsync its folder."""
+        if _is_symlink(path):
+            raise _symlink_refused(path)
+        os.replace(self.tmp, path)
+        self.tmp = None
+        self._stage("renamed")
+        fsync_dir(path.parent)
+        self._stage("committed")
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            remove_quietly(self.tmp)
+            self.tmp = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "StagedWrite":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+
+def sweepable(path: Path) -> bool:
+    """True when a temp file is no live `StagedWrite`'s (nobody holds its flock): a crash's leftover."""
+    import fcntl
+
+    try:
+        fd = _open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # gone already: published or discarded
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def atomic_write(path: Path, data: bytes | Writer, *, mode: int = 0o644,
                  boundary: Callable[[str], None] | None = None) -> None:  # fmt: skip
     """Replace ``path`` with ``data`` so that readers and crashes see old or new bytes only.

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
 from memvault.vault.credentials import find_credential
 from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
-from memvault.vault.fsio import atomic_write, undone_if_failed
+from memvault.vault.fsio import StagedWrite, atomic_write, ensure_private_dir, undone_if_failed
 from memvault.vault.ids import normalize_text
 from memvault.vault.intake.catalog import LedgerIntegrityError
 from memvault.vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHook, IntakeDirs, hit
@@ -160,8 +161,11 @@ def admit_record(dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | No
     """Write a prepared record durably (admitted), or answer duplicate / conflict by its id and
     payload hash. Idempotent: the owner admits turns claimed from the team server through here."""
     try:
-        with intake_lock(dirs, lock_timeout):
-            return _admit_locked(dirs, record, render_record(record), hook)
+        data = render_record(record)
+        _check_record_size(data)
+        with _staged(dirs, record, data, hook) as staged:  # the record's fsync before the lock, not under it
+            with intake_lock(dirs, lock_timeout):
+                return _admit_locked(dirs, record, data, staged, hook)
     except _Refused as refused:
         return AdmissionResult(FAILED, record.id, refused.category, str(refused))
     except (VaultError, OSError) as exc:
@@ -262,13 +266,30 @@ def _refuse_secrets(answer: str, capture: str | None) -> None:
             )
 
 
-def _admit_locked(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None) -> AdmissionResult:
-    _check_record_size(data)
+def _staged(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None):
+    """The record written and fsynced into a temp file of the pending folder before the intake
+    lock is taken: under the lock an admission then only checks, renames and fsyncs the folder
+    (many agents admit at once, and the owner's resolver takes the same lock). A vault's first
+    admission, whose folders do not exist yet, writes everything under the lock (`nullcontext`)."""
+    pending = dirs.folder(PENDING)
+    if not pending.is_dir() or pending.is_symlink():
+        return nullcontext()
+    try:
+        ensure_private_dir(pending)  # vetted (ours, 0700, no symlink) before a byte goes in
+        return StagedWrite(pending, record.id, data, mode=0o600,
+                           boundary=lambda stage: hit(hook, _ADMIT_BOUNDARIES[stage]))
+    except FileNotFoundError:  # the folder went away meanwhile (a first admission undone): all under the lock
+        return nullcontext()
+
+
+def _admit_locked(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: StagedWrite | None,
+                  hook: CrashHook | None) -> AdmissionResult:  # fmt: skip
     with undone_if_failed(dirs.all_folders()):  # a refused or failed first admission leaves no folder
-        return _admit_into(dirs, record, data, hook)
+        return _admit_into(dirs, record, data, staged, hook)
 
 
-def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None) -> AdmissionResult:
+def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: StagedWrite | None,
+                hook: CrashHook | None) -> AdmissionResult:  # fmt: skip
     dirs.ensure()
     ledger = Ledger(dirs, create=True, hook=hook)
     ledger.check_sizes()
@@ -289,7 +310,10 @@ def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: Crash
             f"the intake holds {active} active records (limit {MAX_ACTIVE}); the turn was NOT saved. "
             f"Fix: start the agent so pending work drains, or `memvault inspect` and retry/resolve dead letters.",
         )
-    _write_new(dirs.record_path(PENDING, record.id), data, hook)
+    if staged is not None:
+        staged.publish(dirs.record_path(PENDING, record.id))
+    else:
+        _write_new(dirs.record_path(PENDING, record.id), data, hook)
     return AdmissionResult(ADMITTED, record.id, None, None, record.state)
 
 
