@@ -58,9 +58,9 @@ def test_a_long_lived_client_ranks_recalls_itself_and_answers_as_the_owner(tmp_p
             settled(store)
             store.recall("which color did Morgan choose?")  # the first recall: through the owner
             assert store._reads is None
-            asked = [("which color did Morgan choose?", 10, "tool"), ("Morgan", 3, "tool"), ("copper crane", 25, "tool"),
-                     ("when is the weekly sync?", 10, "auto"), ("what did we decide last week?", 10, "tool"),
-                     ("zzz unknown words qqq", 10, "tool")]  # fmt: skip
+            asked = [("which color did Morgan choose?", 10, "tool"), ("Morgan", 3, "tool"),
+                     ("copper crane", 25, "tool"), ("when is the weekly sync?", 10, "auto"),
+                     ("what did we decide last week?", 10, "tool"), ("zzz unknown words qqq", 10, "tool")]
             for query, limit, mode in asked:
                 here = store.recall(query, limit=limit, mode=mode).to_json(explain=True)
                 assert here == owners_answer(store, query, limit, mode), query
@@ -115,12 +115,14 @@ def test_pending_rows_travel_once_within_an_epoch(tmp_path):
             since = max(row["version"] for row in first["rows"])
             second = store.client.call("read_view", {"query": "rudders", "since": since, "epoch": first["epoch"]})
             assert [row["text"] for row in second["rows"]] == ["The second pending memory is about rudders."]
-            assert set(second["keys"]) == set(first["keys"]) | {second["rows"][0]["path"] + "#" + second["rows"][0]["id"]}
+            added = second["rows"][0]
+            assert set(second["keys"]) == set(first["keys"]) | {added["path"] + "#" + added["id"]}
             other = store.client.call("read_view", {"query": "rudders", "since": since, "epoch": "another-owner"})
             assert len(other["rows"]) == 2 and other["epoch"] == first["epoch"]
             warm(store)
-            found = [hit.text for hit in store.recall("anchors rudders", limit=5).hits]
-            assert {"The first pending memory is about anchors.", "The second pending memory is about rudders."} <= set(found)
+            found = {hit.text for hit in store.recall("anchors rudders", limit=5).hits}
+            assert {"The first pending memory is about anchors.",
+                    "The second pending memory is about rudders."} <= found
     finally:
         owner.release_and_stop()
 

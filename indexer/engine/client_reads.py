@@ -211,7 +211,8 @@ class ClientReads:
         with self._lock:
             try:
                 generation, epoch, keys, fresh = view["generation"], view["epoch"], view["keys"], view["rows"]
-                if not isinstance(generation, str) or Path(generation).name != generation or generation in ("", ".", ".."):
+                named = isinstance(generation, str) and generation not in ("", ".", "..")
+                if not named or Path(generation).name != generation:
                     raise ReadsThroughOwner(f"the owner named an index generation {str(generation)[:60]!r}")
                 same_epoch = epoch == self._epoch
                 known = self._rows if same_epoch else {}
