@@ -18,6 +18,7 @@ from memvault.vault.intake.operator import resolve_run_as_operator, retry_runs
 from memvault.vault.intake.snapshot import inspect_run, runtime_snapshot
 from memvault.vault.intake.state import read_record
 from memvault.vault.locks import VaultLock
+from tests.engine_helpers import ENV, REPO
 from tests.intake_helpers import START, Clock, admit, make_vault, store_for
 
 ANSWER = "Deployed the fix and closed the incident."
@@ -143,6 +144,47 @@ def test_admissions_go_on_while_a_batch_is_resolved_outside_its_ledger_step(tmp_
         assert note.count(answer) == 1
         assert (state_of(root, run_id)["state"], state_of(root, run_id)["outcome"]) == ("resolved", "projected")
     assert Ledger(IntakeDirs(root), create=False).report().entries == 4
+
+
+@pytest.mark.parametrize("boundary", ["resolve.shard_torn", "resolve.shard_appended"])
+def test_an_admission_to_the_shard_a_live_resolver_is_appending_to_leaves_it_alone(tmp_path, boundary):
+    """The worker (holding the liveness fence) appends a batch's ledger entries without the intake
+    lock. Paused with an entry half written (`shard_torn`) or whole but uncommitted, an admission
+    from another process to that very shard is admitted at once, and the same run again answers
+    duplicate; it never cuts or adopts the resolver's bytes (recovery is the resolver's while it
+    lives), so the batch commits and the ledger verifies."""
+    from memvault.vault.intake.ledger import shard_of
+    from memvault.vault.locks import LivenessFence
+
+    root = make_vault(tmp_path, mode="journal")
+    clock = Clock()
+    store = store_for(root, clock)
+    for n in range(3):
+        store.persist_completed_turn(f"batch-{n}", f"Turn {n} of the batch.")
+    first_shard = min(shard_of(intake_id_for(f"batch-{n}")) for n in range(3))
+    same_shard = next(f"late-{k}" for k in range(10_000) if shard_of(intake_id_for(f"late-{k}")) == first_shard)
+    script = ("import sys\nfrom tests.intake_helpers import admit\n"
+              "for run_id, answer in ((sys.argv[2], 'A late turn arrived.'), ('batch-0', 'Turn 0 of the batch.')):\n"
+              "    result = admit(__import__('pathlib').Path(sys.argv[1]), run_id, answer, tier='journal', lock_timeout=5.0)\n"
+              "    print(result.status, flush=True)\n")
+    answers = []
+
+    def pause(name: str) -> None:
+        if name == boundary and not answers:
+            done = subprocess.run([sys.executable, "-c", script, str(root), same_shard], capture_output=True,
+                                  text=True, timeout=120, cwd=REPO, env=ENV)
+            answers.append((done.stdout.split(), done.stderr[-2000:]))
+
+    fence = LivenessFence(root).hold()
+    try:
+        worker = IntakeWorker(store, clock=clock, crash_hook=pause)
+        assert worker.process_due() == 4  # the batch, then the turn admitted meanwhile
+    finally:
+        fence.release()
+    assert answers[0][0] == ["admitted", "duplicate"], answers
+    report = Ledger(IntakeDirs(root), create=False).report()
+    assert (report.entries, report.uncommitted, report.torn_bytes) == (4, 0, 0)
+    assert (state_of(root, same_shard)["state"], state_of(root, "batch-0")["state"]) == ("resolved", "resolved")
 
 
 def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured(tmp_path):

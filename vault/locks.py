@@ -461,6 +461,10 @@ class LivenessFence:
         _held_inodes[self.path] = os.fstat(fd).st_ino
         self._write_note()
 
+    def is_held(self) -> bool:
+        """True while any process holds the fence, this one included."""
+        return self._lock.is_locked or self.is_held_elsewhere()
+
     def is_held_elsewhere(self) -> bool:
         """True if another process holds the fence (probe: a non-blocking acquire, then release)."""
         if self._lock.is_locked:

@@ -36,6 +36,7 @@ from memvault.vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHo
 from memvault.vault.intake.ledger import Ledger, shard_of
 from memvault.vault.intake.record import ADMITTING_WRITE_MODES, TIERS, TRIGGERS, IntakeRecord, Payload, render_record
 from memvault.vault.intake.state import MAX_ACTIVE, find_active, intake_lock, read_receipt, receipt_lookup
+from memvault.vault.locks import LivenessFence
 from memvault.vault.storage_errors import storage_error
 
 MAX_SUMMARY_BYTES = 2048
@@ -293,7 +294,8 @@ def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: Sta
     dirs.ensure()
     ledger = Ledger(dirs, create=True, hook=hook)
     ledger.check_sizes()
-    ledger.recover_shard(shard_of(record.id), receipt_lookup(dirs))
+    if not LivenessFence(dirs.root).is_held():  # a live resolver appends beside us: its own start recovered
+        ledger.recover_shard(shard_of(record.id), receipt_lookup(dirs))
     existing = _existing(dirs, ledger, record.id)
     if existing is not None:
         state, payload_sha = existing

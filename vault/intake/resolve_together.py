@@ -14,14 +14,18 @@ so a crash between two steps leaves every run of the batch where `resolve_run` w
 (a receipt without a committed entry, or an entry without its active record removed), and
 recovery finishes each exactly as it does for one.
 
-Only the ledger step takes the intake lock. The caller holds the liveness fence, so it is the
-vault's one resolver: no other process moves a run out of the active folders, writes a receipt
-or appends to the ledger meanwhile, and admissions only add new runs. A run being resolved stays
-active until its ledger entry is committed (an admission of it answers `duplicate` from its
-active record, then from the ledger), its receipt lands before that entry as before, and an
-admission reading the ledger sees whole commits only (the appends and the catalog commit are one
-hold). Every admission waits on that lock: under many agents the worker held it for most of each
-batch (checks, receipts, ledger, removals), and admissions queued behind it.
+No step takes the intake lock (only runs resolved already but for their ledger entry, a crash's
+leftovers, are finished under it by `resolve_run`). The caller holds the liveness fence, so it
+is the vault's one resolver: no other process moves a run out of the active folders, writes a
+receipt or appends to the ledger meanwhile (operator commands refuse to run beside a live fence,
+and an admission leaves the ledger to a live resolver: it recovers its shard only while nobody
+holds the fence), and admissions only add new runs. A run being resolved stays active until its
+ledger entry is committed (an admission of it answers `duplicate` from its active record, then
+from the ledger), its receipt lands before that entry as before, and an admission reading the
+ledger counts committed entries only: bytes past a shard's committed mark (an append in flight)
+are read as the uncommitted suffix they are. Every admission used to wait on that lock while the
+worker appended and fsynced each shard and committed the catalog: with eight agents, holds of
+17 ms (p50) to 41 ms (p95) in a loaded owner, most of an admission's wait.
 
 The slowest part, making and fsyncing a file per receipt, runs first (`prepare_receipts`):
 temp files in `resolved/`, renamed into place when the run is still as it was. Only the worker
@@ -32,6 +36,7 @@ next worker's recovery, as any write's.
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 
@@ -81,7 +86,7 @@ def resolve_projected_together(dirs: IntakeDirs, runs: list[tuple[str, str]], *,
     """(intake id, projection) of projected runs -> each one's receipt, or the error that left it
     unresolved (the others go on). As `resolve_run(outcome=PROJECTED)` for each. `prepared`
     (from `prepare_receipts`): temp files used where they hold the receipt due, popped as used.
-    Caller holds the liveness fence and not the intake lock (taken here for the ledger alone)."""
+    Caller holds the liveness fence and not the intake lock."""
     outcomes: list[Receipt | Exception | None] = [None] * len(runs)
     batch: list[tuple[int, str, IntakeRecord, Receipt, bool]] = []  # position, folder, record, receipt, new
     settled: list[int] = []  # runs without an active record: resolved already, but for their ledger entry
@@ -103,7 +108,7 @@ def resolve_projected_together(dirs: IntakeDirs, runs: list[tuple[str, str]], *,
         return outcomes  # type: ignore[return-value]
     if batch:
         _write_receipts(dirs, [receipt for _, _, _, receipt, new in batch if new], ledger, hook, prepared or {})
-    with intake_lock(dirs):
+    with intake_lock(dirs) if settled else nullcontext():  # `resolve_run` (settled runs) moves records: locked
         ledger = ledger.reloaded(hook)
         for position in settled:
             intake_id, projection = runs[position]
