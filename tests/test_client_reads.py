@@ -4,6 +4,7 @@ it and whether or not its commit happened, pending rows travel once, found memor
 owner's access log, and malformed read-view requests are refused with the owner still serving."""
 
 import json
+from contextlib import contextmanager
 
 import pytest
 
@@ -30,6 +31,20 @@ FACTS = [
 ]
 
 
+@contextmanager
+def client_of_an_owner(tmp_path, tier: str = "journal", vault=None):
+    """(vault, this process's RemoteStore of it) while `memvault serve` owns it; the owner's
+    stderr must hold no traceback when it stops."""
+    root = vault or make_vault(tmp_path, mode=tier)
+    owner = OwnerProcess(root, "serve").wait_serving()
+    try:
+        with MemoryStore.open(root) as store:
+            assert type(store).__name__ == "RemoteStore"
+            yield root, store
+    finally:
+        assert "Traceback" not in owner.stop()
+
+
 def owners_answer(store, query: str, limit: int = 10, mode: str = "tool") -> dict:
     """What the owner itself answers for this recall (its JSON, as a client gets it)."""
     body = store.client.call("recall", {"query": query, "limit": limit, "mode": mode})
@@ -49,31 +64,25 @@ def warm(store) -> None:
 
 @pytest.mark.parametrize("tier", ["journal", "bujo"])
 def test_a_long_lived_client_ranks_recalls_itself_and_answers_as_the_owner(tmp_path, tier):
-    root = make_vault(tmp_path, mode=tier)
-    owner = OwnerProcess(root, "serve").wait_serving()
-    try:
-        with MemoryStore.open(root) as store:
-            assert type(store).__name__ == "RemoteStore"
-            store.remember_many(FACTS)
-            settled(store)
-            store.recall("which color did Morgan choose?")  # the first recall: through the owner
-            assert store._reads is None
-            asked = [("which color did Morgan choose?", 10, "tool"), ("Morgan", 3, "tool"),
-                     ("copper crane", 25, "tool"), ("when is the weekly sync?", 10, "auto"),
-                     ("what did we decide last week?", 10, "tool"), ("zzz unknown words qqq", 10, "tool")]
-            for query, limit, mode in asked:
-                here = store.recall(query, limit=limit, mode=mode).to_json(explain=True)
-                assert here == owners_answer(store, query, limit, mode), query
-            assert store._reads.answered == len(asked)
-            for bad in ({"limit": 0}, {"limit": True}, {"mode": "psychic"}, {"query": None}):
-                args = {"query": "Morgan", "limit": 10, "mode": "tool", **bad}
-                with pytest.raises(InvalidRecord) as here:
-                    store.recall(**args)
-                with pytest.raises(InvalidRecord) as there:
-                    store.client.call("recall", args)
-                assert str(here.value) == str(there.value)
-    finally:
-        owner.stop()
+    with client_of_an_owner(tmp_path, tier) as (_, store):
+        store.remember_many(FACTS)
+        settled(store)
+        store.recall("which color did Morgan choose?")  # the first recall: through the owner
+        assert store._reads is None
+        asked = [("which color did Morgan choose?", 10, "tool"), ("Morgan", 3, "tool"),
+                 ("copper crane", 25, "tool"), ("when is the weekly sync?", 10, "auto"),
+                 ("what did we decide last week?", 10, "tool"), ("zzz unknown words qqq", 10, "tool")]
+        for query, limit, mode in asked:
+            here = store.recall(query, limit=limit, mode=mode).to_json(explain=True)
+            assert here == owners_answer(store, query, limit, mode), query
+        assert store._reads.answered == len(asked)
+        for bad in ({"limit": 0}, {"limit": True}, {"mode": "psychic"}, {"query": None}):
+            args = {"query": "Morgan", "limit": 10, "mode": "tool", **bad}
+            with pytest.raises(InvalidRecord) as here:
+                store.recall(**args)
+            with pytest.raises(InvalidRecord) as there:
+                store.client.call("recall", args)
+            assert str(here.value) == str(there.value)
 
 
 def test_another_clients_write_is_found_here_before_and_after_its_commit(tmp_path):
@@ -128,36 +137,26 @@ def test_pending_rows_travel_once_within_an_epoch(tmp_path):
 
 
 def test_found_memories_reach_the_owners_access_log(tmp_path):
-    root = make_vault(tmp_path, mode="journal")
-    owner = OwnerProcess(root, "serve").wait_serving()
-    try:
-        with MemoryStore.open(root) as store:
-            receipt = store.remember(FACTS[0])
-            warm(store)
-            assert store.recall("deployment color").hits[0].source == receipt.source
-    finally:
-        owner.stop()  # the owner writes its access log when it closes
-    counts = AccessLog(root, VaultLayout(root).index_dir).read()
+    with client_of_an_owner(tmp_path) as (root, store):
+        receipt = store.remember(FACTS[0])
+        warm(store)
+        assert store.recall("deployment color").hits[0].source == receipt.source
+    counts = AccessLog(root, VaultLayout(root).index_dir).read()  # the owner wrote it as it stopped
     assert counts.get(receipt.source.replace("#^", "#"), {}).get("count", 0) >= 1, counts
 
 
 def test_a_rebuild_moves_the_client_to_the_new_generation(tmp_path):
-    root = make_vault(tmp_path, mode="journal")
-    owner = OwnerProcess(root, "serve").wait_serving()
-    try:
-        with MemoryStore.open(root) as store:
-            store.remember_many(FACTS)
-            warm(store)
-            store.recall("Morgan")
-            old = store._reads._bm25[0]
-            assert memvault(root, "rebuild").returncode == 0
-            settled(store)
-            here = store.recall("which color did Morgan choose?").to_json(explain=True)
-            assert store._reads._bm25[0] != old
-            assert here == owners_answer(store, "which color did Morgan choose?")
-            assert here["hits"][0]["text"] == FACTS[0]
-    finally:
-        owner.stop()
+    with client_of_an_owner(tmp_path) as (root, store):
+        store.remember_many(FACTS)
+        warm(store)
+        store.recall("Morgan")
+        old = store._reads._bm25[0]
+        assert memvault(root, "rebuild").returncode == 0
+        settled(store)
+        here = store.recall("which color did Morgan choose?").to_json(explain=True)
+        assert store._reads._bm25[0] != old
+        assert here == owners_answer(store, "which color did Morgan choose?")
+        assert here["hits"][0]["text"] == FACTS[0]
 
 
 @pytest.mark.both_backends
@@ -166,48 +165,39 @@ def test_every_backend_answers_a_warm_client_and_a_server_index_keeps_recalls_in
     so (`reads: owner`) and every recall goes through it, with the same answers."""
     root = make_vault(tmp_path)
     local = load_config(root, {}).index.backend == "local"
-    owner = OwnerProcess(root, "serve").wait_serving()
-    try:
-        with MemoryStore.open(root) as store:
-            store.remember_many(FACTS)
-            settled(store)
-            warm(store)
-            for query in ("Morgan", "copper crane", "weekly sync"):
-                assert store.recall(query).to_json(explain=True) == owners_answer(store, query)
-            assert bool(store._reads) is local
-            if local:
-                assert store._reads.answered == 3
-    finally:
-        owner.stop()
+    with client_of_an_owner(tmp_path, vault=root) as (_, store):
+        store.remember_many(FACTS)
+        settled(store)
+        warm(store)
+        for query in ("Morgan", "copper crane", "weekly sync"):
+            assert store.recall(query).to_json(explain=True) == owners_answer(store, query)
+        assert bool(store._reads) is local
+        if local:
+            assert store._reads.answered == 3
 
 
 def test_malformed_read_view_and_found_requests_are_refused_and_the_owner_keeps_serving(tmp_path):
-    root = make_vault(tmp_path, mode="journal")
-    owner = OwnerProcess(root, "serve").wait_serving()
-    try:
-        with MemoryStore.open(root) as store:
-            store.remember(FACTS[0])
-            refused = [
-                ("read_view", {}, "query must be text"),
-                ("read_view", {"query": 7}, "query must be text"),
-                ("read_view", {"query": "x", "since": True}, "since must be an integer"),
-                ("read_view", {"query": "x", "since": -2}, "since must be an integer"),
-                ("read_view", {"query": "x", "since": "9" * 5000}, "since must be an integer"),
-                ("read_view", {"query": "x", "epoch": ["a"]}, "epoch must be text"),
-                ("read_view", {"query": "x", "found": "daily/x.md#m-1"}, "found must be a list"),
-                ("found", {"found": ["daily/x.md#m-1"] * 1001}, "at most 1000 sources"),
-                ("found", {"found": [None]}, "each found source must be text"),
-                ("found", {"found": ["x" * 5000]}, "at most 1024 characters"),
-            ]
-            for op, args, said in refused:
-                with pytest.raises(InvalidRecord, match=said):
-                    store.client.call(op, args)
-            assert store.client.call("found", {"found": ["daily/x.md#m-1"]}) == {"recorded": 1}
-            warm(store)
-            assert store.recall("deployment color").hits[0].text == FACTS[0]
-            assert store._reads.answered == 1
-    finally:
-        assert "Traceback" not in owner.stop()
+    with client_of_an_owner(tmp_path) as (_, store):
+        store.remember(FACTS[0])
+        refused = [
+            ("read_view", {}, "query must be text"),
+            ("read_view", {"query": 7}, "query must be text"),
+            ("read_view", {"query": "x", "since": True}, "since must be an integer"),
+            ("read_view", {"query": "x", "since": -2}, "since must be an integer"),
+            ("read_view", {"query": "x", "since": "9" * 5000}, "since must be an integer"),
+            ("read_view", {"query": "x", "epoch": ["a"]}, "epoch must be text"),
+            ("read_view", {"query": "x", "found": "daily/x.md#m-1"}, "found must be a list"),
+            ("found", {"found": ["daily/x.md#m-1"] * 1001}, "at most 1000 sources"),
+            ("found", {"found": [None]}, "each found source must be text"),
+            ("found", {"found": ["x" * 5000]}, "at most 1024 characters"),
+        ]
+        for op, args, said in refused:
+            with pytest.raises(InvalidRecord, match=said):
+                store.client.call(op, args)
+        assert store.client.call("found", {"found": ["daily/x.md#m-1"]}) == {"recorded": 1}
+        warm(store)
+        assert store.recall("deployment color").hits[0].text == FACTS[0]
+        assert store._reads.answered == 1
 
 
 def test_a_view_naming_a_generation_outside_the_index_folder_is_not_followed(tmp_path):
