@@ -3,7 +3,8 @@
 It has the engine's everyday API (remember, recall/search, persist_completed_turn, journal,
 health, sync) and hands each call to the owner over the channel; results come back as the same
 objects (rebuilt from the same JSON the owner's objects produce) and errors as the same
-`VaultError` classes. Light: standard library, vault/ and `indexer/results.py` only.
+`VaultError` classes. Light: standard library, vault/ and `indexer/results.py` only, until
+its second recall, which opens the index here to rank in this process (client_reads.py).
 
 It never writes notes or the index itself: owner-only work (start_intake, compact) is refused
 with the owner named, so there is never a second writer beside a live owner. The one write it

@@ -270,14 +270,14 @@ def _refuse_secrets(answer: str, capture: str | None) -> None:
 def _staged(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None):
     """The record written and fsynced into a temp file of the pending folder before the intake
     lock is taken: under the lock an admission then only checks, renames and fsyncs the folder
-    (many agents admit at once, and the owner's resolver takes the same lock). A vault's first
-    admission, whose folders do not exist yet, writes everything under the lock (`nullcontext`)."""
+    (every agent's admission takes that lock). A vault's first admission, whose folders do not
+    exist yet, writes everything under the lock (`nullcontext`)."""
     pending = dirs.folder(PENDING)
     if not pending.is_dir() or pending.is_symlink():
         return nullcontext()
     try:
         ensure_private_dir(pending)  # vetted (ours, 0700, no symlink) before a byte goes in
-        return StagedWrite(pending, record.id, data, mode=0o600,
+        return StagedWrite(pending, dirs.record_path(PENDING, record.id).name, data, mode=0o600,
                            boundary=lambda stage: hit(hook, _ADMIT_BOUNDARIES[stage]))
     except FileNotFoundError:  # the folder went away meanwhile (a first admission undone): all under the lock
         return nullcontext()
