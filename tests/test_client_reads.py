@@ -176,6 +176,23 @@ def test_every_backend_answers_a_warm_client_and_a_server_index_keeps_recalls_in
             assert store._reads.answered == 3
 
 
+def test_a_vault_with_a_reranker_keeps_every_recall_in_the_owner(tmp_path):
+    """The second stage calls a model with the owner's credentials (its environment), so the owner
+    answers `reads: owner` and ranks every recall itself."""
+    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.init import init_vault
+
+    data = default_config_data(mode="journal", time_zone="Europe/Amsterdam")
+    data["memory"]["rerank"] = {"provider": "http", "endpoint": "http://127.0.0.1:9/v1/rerank", "model": "m"}
+    init_vault(tmp_path / "v", render_config(data))
+    with client_of_an_owner(tmp_path, vault=tmp_path / "v") as (_, store):
+        store.remember(FACTS[0])
+        assert store.client.call("read_view", {"query": "x"}) == {"reads": "owner"}
+        warm(store)
+        found = store.recall("deployment color")
+        assert store._reads is False and found.hits[0].text == FACTS[0]
+
+
 def test_malformed_read_view_and_found_requests_are_refused_and_the_owner_keeps_serving(tmp_path):
     with client_of_an_owner(tmp_path) as (_, store):
         store.remember(FACTS[0])
@@ -203,7 +220,7 @@ def test_malformed_read_view_and_found_requests_are_refused_and_the_owner_keeps_
 def test_a_view_naming_a_generation_outside_the_index_folder_is_not_followed(tmp_path):
     """The client opens only a folder directly under the vault's index folder."""
     root = make_vault(tmp_path, mode="journal")
-    reads = ClientReads(VaultLayout(root), load_config(root, {}), {}, client=None)
+    reads = ClientReads(VaultLayout(root), load_config(root, {}), client=None)
     for generation in ("../../etc", "a/b", "..", "", None):
         view = {"generation": generation, "epoch": "e", "keys": [], "rows": []}
         with pytest.raises(ReadsThroughOwner):

@@ -20,8 +20,9 @@ ranks in its own process, on its own core:
 
 The answer equals the owner's own: the same function ranks it (`answer_recall`) over the same
 rows and the same vector hits. Anything that keeps a client from reading here (an owner without
-`read_view`, a vault indexed on a server, a generation swapped away by a rebuild) sends that
-recall through the owner, as before.
+`read_view`, a vault indexed on a server, a configured reranker, whose model the owner calls
+with its own credentials, a generation swapped away by a rebuild) sends that recall through
+the owner, as before.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def read_view(store, args: dict) -> dict:
     index = store._readable_index()
     if type(index) is not DerivedIndex or not isinstance(index.bm25, Bm25Index):
         return {"reads": "owner"}  # a vault indexed on a server: its owner answers recalls
+    if store.config.memory.rerank is not None:
+        return {"reads": "owner"}  # the second stage calls a model with the owner's credentials
     record_found(store, args)
     deferred = store._deferred
     rows = deferred.rows  # one snapshot: the set replaces its dict whole, never edits it
@@ -141,10 +144,9 @@ def row_from_wire(body: dict) -> PendingRow:
 class ClientReads:
     """A client's recall, answered here over the owner's read view (one per RemoteStore)."""
 
-    def __init__(self, layout, config, env: dict, client):
+    def __init__(self, layout, config, client):
         self.layout = layout
         self.config = config
-        self.env = env
         self.client = client
         #: every view update and index swap happens under it; searches run outside it
         self._lock = threading.Lock()
@@ -153,7 +155,6 @@ class ClientReads:
         self._rows: dict[str, PendingRow] = {}
         self._bm25 = None  # (generation name, Bm25Index)
         self._found: list[str] = []  # told to the owner with the next request
-        self._reranker = None
         self._pid = os.getpid()  # a forked child starts its own reader (Tantivy's threads stay behind)
         #: recalls answered here (tests and `memvault engine status` read it)
         self.answered = 0
@@ -174,8 +175,7 @@ class ClientReads:
             today = date.fromisoformat(view["today"])
             tz = zone(view["time_zone"])
             result = answer_recall(overlay_of(bm25, rows), vectors, query, limit, mode, tier=view["tier"],
-                                   root=self.layout.root, run_history=run_history, today=today,
-                                   reranker=self._rerank())
+                                   root=self.layout.root, run_history=run_history, today=today)
         except (KeyError, TypeError, ValueError, IndexUnavailable) as exc:
             raise ReadsThroughOwner(f"this recall could not be answered here ({exc})") from None
         with self._lock:
@@ -238,13 +238,6 @@ class ClientReads:
         except (ValueError, OSError) as exc:  # a segment merged away between meta.json and its files
             raise ReadsThroughOwner(f"the index could not be reloaded here ({exc})") from None
         return bm25, rows
-
-    def _rerank(self):
-        if self._reranker is None and self.config.memory.rerank is not None:
-            from memvault.indexer.search.rerank import reranker_from_config
-
-            self._reranker = reranker_from_config(self.config.memory.rerank, self.env)
-        return self._reranker
 
     def flush(self) -> None:
         """Tell the owner what was found since the last request (closing)."""

@@ -130,7 +130,7 @@ class RemoteStore:
         if self._reads is None and self._recalls:
             from memvault.indexer.engine.client_reads import ClientReads
 
-            self._reads = ClientReads(self.layout, self.config, self.env, self.client)
+            self._reads = ClientReads(self.layout, self.config, self.client)
         return self._reads or None
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
