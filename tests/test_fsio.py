@@ -18,6 +18,7 @@ from memvault.vault.fsio import (
     ensure_private_dir,
     fsync_dir,
     read_bytes_nofollow,
+    read_small,
 )
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
@@ -207,6 +208,24 @@ def test_append_durable_refuses_fifo_without_hanging(tmp_path: Path) -> None:
 
 def test_read_bytes_nofollow_reads(note: Path) -> None:
     assert read_bytes_nofollow(note) == b"old bytes\n"
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 65536, (1 << 20) + 5, 3 * (1 << 20) + 7])
+def test_read_bytes_nofollow_and_read_small_read_every_byte(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "file"
+    data = os.urandom(size)
+    path.write_bytes(data)
+    assert read_bytes_nofollow(path) == data and read_small(path) == data
+
+
+def test_read_bytes_nofollow_reads_on_past_the_size_it_stated(tmp_path: Path, monkeypatch) -> None:
+    """A file that grew between the stat and the read is read to its end, not to the stated size."""
+    path = tmp_path / "growing"
+    data = os.urandom(300_000)
+    path.write_bytes(data)
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 10, *real_fstat(fd)[7:])))
+    assert read_bytes_nofollow(path) == data
 
 
 def test_read_bytes_nofollow_missing_is_file_not_found(tmp_path: Path) -> None:

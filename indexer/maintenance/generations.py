@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, fsync_dir, make_dir
+from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, fsync_dir, make_dir, read_small
 
 #: checks run by `rebuild` before it touches anything; each raises a VaultError to refuse.
 #: Called as guard(layout, config). The intake registers the spec's refusal here (a retained
@@ -141,7 +141,7 @@ def current_generation(index_dir: Path) -> Path | None:
     """The serving generation, or None when there is none yet (a rebuild creates one)."""
     pointer = index_dir / POINTER
     try:
-        name = pointer.read_text("utf-8").strip()
+        name = read_small(pointer).decode("utf-8").strip()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

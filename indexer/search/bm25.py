@@ -24,7 +24,7 @@ from memvault.indexer.backend.analysis import (CJK_RUN_RE, CONTEXT_BOOST, MAX_QU
                                               cjk_bigrams)
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, restrict_files
+from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, read_small, restrict_files
 from memvault.vault.storage_errors import storage_error
 from memvault.vault.records import MemoryRecord
 
@@ -76,7 +76,7 @@ def record_key(path: str, memory_id: str) -> str:
 
 def _meta_bytes(folder: Path) -> bytes | None:
     try:
-        return (folder / "meta.json").read_bytes()
+        return read_small(folder / "meta.json")  # every refresh reads it: the fewest system calls
     except OSError:
         return None
 
