@@ -228,6 +228,12 @@ def test_read_bytes_nofollow_reads_on_past_the_size_it_stated(tmp_path: Path, mo
     assert read_bytes_nofollow(path) == data
 
 
+def test_read_bytes_nofollow_of_a_folder_is_is_a_directory_error(tmp_path: Path) -> None:
+    """Callers name a folder where a note goes (`NoteNotWritable`, admit, health) from this error."""
+    with pytest.raises(IsADirectoryError):
+        read_bytes_nofollow(tmp_path)
+
+
 def test_read_bytes_nofollow_missing_is_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         read_bytes_nofollow(tmp_path / "absent")

@@ -313,6 +313,8 @@ def read_bytes_nofollow(path: Path) -> bytes:
     fd = _open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):  # as opening it as a file says: callers name the folder
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(info.st_mode):
             raise UnsafePath(f"{path} is not a regular file. Fix: move it aside; memvault reads only regular files.")
         # ask for a byte more than the file holds: a short read is a regular file's end, so a
