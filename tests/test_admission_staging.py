@@ -60,6 +60,29 @@ def test_a_staged_record_is_left_alone_by_the_stray_sweep_and_a_dead_writers_is_
     assert (pending / "live.json").read_bytes() == b"a whole record\n"
 
 
+def test_a_sweep_between_a_staged_files_creation_and_its_flock_costs_no_record(tmp_path, monkeypatch):
+    """The sweep may take the flock of a temp file created a moment before its writer locks it,
+    and remove it: the writer then finds its file unlinked and stages a new one."""
+    import tempfile
+
+    from memvault.vault.fsio import remove_if_unlocked
+
+    real_mkstemp, swept = tempfile.mkstemp, []
+
+    def mkstemp_then_sweep(*args, **kwargs):
+        fd, name = real_mkstemp(*args, **kwargs)
+        if not swept:
+            swept.append(remove_if_unlocked(name))  # the sweep wins the race for the first file
+        return fd, name
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_sweep)
+    with StagedWrite(tmp_path, "record.json", b"the whole record\n", mode=0o600) as staged:
+        staged.publish(tmp_path / "record.json")
+    assert swept == [True]
+    assert (tmp_path / "record.json").read_bytes() == b"the whole record\n"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 def test_a_staged_record_left_by_a_killed_writer_is_swept(tmp_path):
     """The flock goes with the process: a SIGKILLed writer's staged temp file is a leftover."""
     root = make_vault(tmp_path)

@@ -29,7 +29,10 @@ __all__ = [
     "fsync_file",
     "open_private",
     "read_bytes_nofollow",
+    "read_small",
+    "remove_if_unlocked",
     "remove_quietly",
+    "StagedWrite",
     "write_temp",
 ]
 
@@ -120,7 +123,7 @@ def write_temp(folder: Path, name: str, data: bytes | Writer, *, mode: int,
 class StagedWrite:
     """The slow half of an `atomic_write` done before the caller's lock: the bytes in a fsynced
     temp file (`write_temp`'s name and mode), kept open under an exclusive `flock` so a sweep of
-    stray temp files (`sweepable`) leaves it alone while it lives. `publish` renames it into place
+    stray temp files (`remove_if_unlocked`) leaves it alone while it lives. `publish` renames it into place
     and fsyncs the folder (the half that must run under the lock); `discard` (or leaving the
     `with` block) removes it if it was not published. A crash drops the flock with the process."""
 
@@ -129,10 +132,14 @@ class StagedWrite:
         import fcntl
 
         self._stage = boundary or (lambda _name: None)
-        self._fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        while True:
+            self._fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if os.fstat(self._fd).st_nlink:
+                break
+            os.close(self._fd)  # swept between its creation and our flock (`remove_if_unlocked`): anew
         self.tmp: Path | None = Path(tmp_name)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
             _write_all(self._fd, data)
             self._stage("written")
             os.fchmod(self._fd, mode)
@@ -167,8 +174,10 @@ class StagedWrite:
         self.discard()
 
 
-def sweepable(path: Path) -> bool:
-    """True when a temp file is no live `StagedWrite`'s (nobody holds its flock): a crash's leftover."""
+def remove_if_unlocked(path: Path) -> bool:
+    """Remove a temp file no live `StagedWrite` holds (a crash's leftover); False if one does or
+    it is gone. It is removed while its flock is held here, and a `StagedWrite` that locks it
+    after that sees it unlinked and starts a new one: never a record lost to the sweep."""
     import fcntl
 
     try:
@@ -177,7 +186,8 @@ def sweepable(path: Path) -> bool:
         return False  # gone already: published or discarded
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        os.unlink(path)
+    except (BlockingIOError, FileNotFoundError):
         return False
     finally:
         os.close(fd)

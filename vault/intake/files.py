@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 
 from memvault.vault.errors import InvalidRecord, UnsafePath
-from memvault.vault.fsio import ensure_private_dir, fsync_dir, open_private, remove_quietly, sweepable
+from memvault.vault.fsio import ensure_private_dir, fsync_dir, open_private, remove_if_unlocked
 from memvault.vault.paths import resolve_inside
 
 INTAKE_DIR = ".capture-intake"
@@ -130,17 +130,15 @@ class IntakeDirs:
         Every intake writer holds that lock while it writes, so a temp file seen under it belongs
         to no live write (its rename never happened, its bytes were never part of the intake),
         except an admission's record staged before the lock (`StagedWrite`), which holds a flock
-        on its temp file while it lives: such a file is left alone (`sweepable`).
+        on its temp file while it lives: such a file is left alone (`remove_if_unlocked`).
         """
         removed = 0
         for directory in (self.intake, *(self.folder(n) for n in (PENDING, DEAD, RESOLVED, LEDGER))):
             if not directory.is_dir() or directory.is_symlink():
                 continue
             names = [n for n in os.listdir(directory) if n.startswith(".") and n.endswith(".tmp")]
-            swept = [name for name in names if sweepable(directory / name)]
-            for name in swept:
-                remove_quietly(directory / name)
-                removed += 1
+            swept = sum(remove_if_unlocked(directory / name) for name in names)
+            removed += swept
             if swept:
                 fsync_dir(directory)
         return removed
