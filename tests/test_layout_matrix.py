@@ -149,6 +149,38 @@ def test_mcp_tools(tmp_path, layout):
     assert re.search(TODAY_NOTE_RE[layout] + r"#\^m-", source), source
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_mcp_beside_a_running_owner_ranks_recalls_itself_in_either_layout(tmp_path, layout):
+    """`memvault mcp` beside `memvault watch` is the owner's client: from its second recall on it
+    ranks in its own process (indexer/engine/client_reads.py), over the committed index and the
+    owner's pending rows, and finds the same memories in either layout."""
+    from mcp import Client
+
+    from memvault.cli.mcp_tools import RECALL, REMEMBER
+    from tests.engine_helpers import OwnerProcess
+    from tests.test_mcp import body_of, params
+
+    root = make_vault(tmp_path, layout, mode="journal")
+    run(root, "rebuild")
+    owner = OwnerProcess(root, "watch").wait_serving()
+
+    async def session():
+        async with Client(params(root), read_timeout_seconds=120) as client:
+            answers = [body_of(await client.call_tool(RECALL, {"query": "which deployment color did Morgan choose?"}))]
+            await client.call_tool(REMEMBER, {"text": "The offsite moved to Haarlem in the spring."})
+            for query in ("which deployment color did Morgan choose?", "where is the offsite?"):
+                answers.append(body_of(await client.call_tool(RECALL, {"query": query})))
+            return answers
+
+    try:
+        first, again, fresh = anyio.run(session)
+    finally:
+        assert "Traceback" not in owner.stop()
+    assert first["hits"][0]["source"] == again["hits"][0]["source"] == f"{NOTE[layout]}#^{BLUE}"
+    found = [hit for hit in fresh["hits"] if hit["text"] == "The offsite moved to Haarlem in the spring."]
+    assert len(found) == 1 and re.fullmatch(TODAY_NOTE_RE[layout] + r"#\^m-[0-9a-f]+", found[0]["source"]), fresh
+
+
 # --- the web pages: Status, Recall, Content and a note ---------------------------------------------
 
 
