@@ -4,6 +4,8 @@ it and whether or not its commit happened, pending rows travel once, found memor
 owner's access log, and malformed read-view requests are refused with the owner still serving."""
 
 import json
+import subprocess
+import sys
 from contextlib import contextmanager
 
 import pytest
@@ -15,7 +17,7 @@ from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.config import load_config
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.layout import VaultLayout
-from tests.engine_helpers import OwnerProcess, memvault, wait_for
+from tests.engine_helpers import ENV, REPO, TIMEOUT, OwnerProcess, memvault, wait_for
 from tests.intake_helpers import make_vault
 from tests.test_engine_reads import HeldOwner, committed_texts
 
@@ -107,6 +109,36 @@ def test_another_clients_write_is_found_here_before_and_after_its_commit(tmp_pat
             assert after.count(fact) == 1 and after[0] == fact and store._reads.answered == 2
     finally:
         owner.release_and_stop()
+
+
+WRITER = """
+import sys
+from memvault import MemoryStore
+store = MemoryStore.open(sys.argv[1])
+for n in range(int(sys.argv[2])):
+    word = f"zeppelin{n}kestrel"
+    store.remember(f"The hangar log notes {word} docked at bay {n}.")
+    print(word, flush=True)
+"""
+
+
+def test_threads_of_a_client_find_every_write_another_process_acknowledged(tmp_path):
+    """Another process remembers and prints each word once its remember is acknowledged; four
+    threads of this client then search for it at once, ranking here: none misses it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with client_of_an_owner(tmp_path) as (root, store):
+        warm(store)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), "15"], env=ENV, cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        misses = []
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for line in writer.stdout:
+                word = line.strip()
+                found = pool.map(lambda _: any(word in hit.text for hit in store.recall(word, limit=5).hits), range(4))
+                misses += [word for hit in found if not hit]
+        assert writer.wait(timeout=TIMEOUT) == 0, writer.stderr.read()
+        assert misses == [] and store._reads.answered == 15 * 4
 
 
 def test_pending_rows_travel_once_within_an_epoch(tmp_path):
