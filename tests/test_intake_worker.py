@@ -163,9 +163,9 @@ def test_an_admission_to_the_shard_a_live_resolver_is_appending_to_leaves_it_alo
         store.persist_completed_turn(f"batch-{n}", f"Turn {n} of the batch.")
     first_shard = min(shard_of(intake_id_for(f"batch-{n}")) for n in range(3))
     same_shard = next(f"late-{k}" for k in range(10_000) if shard_of(intake_id_for(f"late-{k}")) == first_shard)
-    script = ("import sys\nfrom tests.intake_helpers import admit\n"
+    script = ("import sys\nfrom pathlib import Path\nfrom tests.intake_helpers import admit\n"
               "for run_id, answer in ((sys.argv[2], 'A late turn arrived.'), ('batch-0', 'Turn 0 of the batch.')):\n"
-              "    result = admit(__import__('pathlib').Path(sys.argv[1]), run_id, answer, tier='journal', lock_timeout=5.0)\n"
+              "    result = admit(Path(sys.argv[1]), run_id, answer, tier='journal', lock_timeout=5.0)\n"
               "    print(result.status, flush=True)\n")
     answers = []
 
