@@ -138,7 +138,7 @@ def test_threads_of_a_client_find_every_write_another_process_acknowledged(tmp_p
                 found = pool.map(lambda _: any(word in hit.text for hit in store.recall(word, limit=5).hits), range(4))
                 misses += [word for hit in found if not hit]
         assert writer.wait(timeout=TIMEOUT) == 0, writer.stderr.read()
-        assert misses == [] and store._reads.answered == 15 * 4
+        assert misses == [] and store._reads.answered > 0  # a recall may go through the owner (a merge)
 
 
 def test_pending_rows_travel_once_within_an_epoch(tmp_path):
@@ -247,6 +247,34 @@ def test_malformed_read_view_and_found_requests_are_refused_and_the_owner_keeps_
         warm(store)
         assert store.recall("deployment color").hits[0].text == FACTS[0]
         assert store._reads.answered == 1
+
+
+def test_an_older_view_arriving_after_a_newer_one_leaves_no_row_unasked_for(tmp_path):
+    """Two threads' views cross: the newer one (three pending rows) is taken first, the older
+    (two) after it. The client then asks for what is past the rows it kept, so the next view
+    brings the third row again instead of leaving it missing."""
+    from memvault.indexer.maintenance.generations import current_generation
+
+    root = make_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        store.remember(FACTS[0])  # builds the index
+    reads = ClientReads(VaultLayout(root), load_config(root, {}), client=None)
+    generation = current_generation(VaultLayout(root).index_dir).name
+    wire = [{"version": n, "id": f"m-{n:010x}", "path": "daily/2026-12-04.md", "kind": "curated",
+             "day": "2026-12-04", "at": "2026-12-04T10:00:00+00:00", "text": f"Pending memory {n}.",
+             "content_hash": f"{n:064x}", "line": 0, "heading": None, "explicit_id": True, "neighbours": []}
+            for n in (1, 2, 3)]  # fmt: skip
+    keys = [f"daily/2026-12-04.md#m-{n:010x}" for n in (1, 2, 3)]
+
+    def view(held: int, since: int) -> dict:
+        return {"generation": generation, "epoch": "e", "keys": keys[:held],
+                "rows": [row for row in wire[:held] if row["version"] > since]}
+
+    reads._take(view(3, -1))  # the newer view
+    reads._take(view(2, -1))  # the older one, asked for at the same time, answered after
+    _, rows = reads._take(view(3, reads._since))  # the next view: rows past what is held
+    assert sorted(row.record.text for row in rows.values()) == ["Pending memory 1.", "Pending memory 2.",
+                                                                 "Pending memory 3."]
 
 
 def test_a_view_naming_a_generation_outside_the_index_folder_is_not_followed(tmp_path):

@@ -214,8 +214,7 @@ class ClientReads:
                 named = isinstance(generation, str) and generation not in ("", ".", "..")
                 if not named or Path(generation).name != generation:
                     raise ReadsThroughOwner(f"the owner named an index generation {str(generation)[:60]!r}")
-                same_epoch = epoch == self._epoch
-                known = self._rows if same_epoch else {}
+                known = self._rows if epoch == self._epoch else {}
                 added = {row.key: row for row in map(row_from_wire, fresh)}
                 rows = {key: added.get(key) or known.get(key) for key in keys}
             except (KeyError, TypeError) as exc:
@@ -225,8 +224,11 @@ class ClientReads:
                 raise ReadsThroughOwner("a pending row was missing from the owner's read view")
             if rows.keys() == self._rows.keys() and not added:
                 rows = self._rows  # unchanged: the same dict, so its postings are reused (overlay.py)
+            # the version held is the newest row kept: a view answered before another thread's
+            # newer one may arrive after it, and then the rows only the newer one held are asked
+            # for again (rows are added in version order, so none older than that can be missing)
             self._rows, self._epoch = rows, epoch
-            self._since = max([self._since if same_epoch else -1, *(row.version for row in added.values())])
+            self._since = max((row.version for row in rows.values()), default=-1)
             if self._bm25 is None or self._bm25[0] != generation:
                 try:
                     self._bm25 = (generation, Bm25Index(self.layout.index_dir / generation / "bm25"))
