@@ -156,7 +156,7 @@ class ClientReads:
         self._bm25 = None  # (generation name, Bm25Index)
         self._found: list[str] = []  # told to the owner with the next request
         self._pid = os.getpid()  # a forked child starts its own reader (Tantivy's threads stay behind)
-        #: recalls answered here (tests and `memvault engine status` read it)
+        #: recalls answered here (the tests read it)
         self.answered = 0
 
     def recall(self, query: str, limit: int, mode: str) -> RecallResult:

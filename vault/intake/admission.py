@@ -294,7 +294,9 @@ def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: Sta
     dirs.ensure()
     ledger = Ledger(dirs, create=True, hook=hook)
     ledger.check_sizes()
-    if not LivenessFence(dirs.root).is_held():  # a live resolver appends beside us: its own start recovered
+    # a live resolver appends beside us (its own start recovered every shard). Probed under the
+    # intake lock: a worker starting now recovers under that lock before it resolves anything
+    if not LivenessFence(dirs.root).is_held():
         ledger.recover_shard(shard_of(record.id), receipt_lookup(dirs))
     existing = _existing(dirs, ledger, record.id)
     if existing is not None:
