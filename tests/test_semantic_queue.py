@@ -11,8 +11,8 @@ SPEC_ITEMS = 256
 SPEC_BYTES = 2 * 1024 * 1024
 
 
-def record(n: int, text: str) -> MemoryRecord:
-    return MemoryRecord(id=f"m-{n:010d}", path="daily/2026-11-30.md", kind="curated", day=date(2026, 11, 30),
+def record(n: int, text: str, path: str = "daily/2026-11-30.md") -> MemoryRecord:
+    return MemoryRecord(id=f"m-{n:010d}", path=path, kind="curated", day=date(2026, 11, 30),
                         at=datetime(2026, 11, 30, 12, tzinfo=timezone.utc), text=text, content_hash=f"h{n}",
                         line=n + 1, heading=None, explicit_id=True)  # fmt: skip
 
@@ -105,3 +105,49 @@ def test_vectors_are_saved_once_for_many_batches_and_at_once_when_drained(tmp_pa
     poll(lambda: len(saves) == 2, what="the timed save")
     assert queue.stop(60)
     assert len(saves) == 2 and not marker_path(tmp_path / ".index").exists()
+
+
+def test_the_catch_up_after_an_overflow_is_told_which_notes_overflowed_and_a_retry_is_too(tmp_path):
+    from tests.web_helpers import poll
+
+    worker, calls = HeldWorker(), []
+
+    def catch_up(notes):
+        calls.append(notes)
+        if len(calls) == 1:
+            raise OSError("No space left on device")
+
+    queue = SemanticQueue(tmp_path / ".index", worker, catch_up)
+    assert queue.offer(IndexDelta(upserts=[record(10**6, "first, taken by the worker")]))
+    assert worker.took_first.wait(60)
+    edited = IndexDelta(upserts=[record(n, f"memory {n}", path="daily/2026-12-01.md") for n in range(SPEC_ITEMS)],
+                        removed={"daily/2026-12-02.md#m-0000000001"})
+    try:
+        assert not queue.offer(edited)
+        assert queue.overflowed == SPEC_ITEMS + 1
+    finally:
+        worker.release.set()
+    poll(lambda: len(calls) == 2, what="the catch-up, retried after its failure")
+    assert calls == [{"daily/2026-12-01.md", "daily/2026-12-02.md"}] * 2
+    poll(lambda: queue.overflowed == 0, what="the overflow to be caught up")
+    assert queue.stop(60)
+
+
+def test_past_the_bound_of_notes_the_catch_up_compares_every_row(tmp_path, monkeypatch):
+    from memvault.indexer.maintenance import semantic_queue
+    from tests.web_helpers import poll
+
+    monkeypatch.setattr(semantic_queue, "MAX_LAGGING_NOTES", 2)
+    worker, calls = HeldWorker(), []
+    queue = SemanticQueue(tmp_path / ".index", worker, calls.append)
+    assert queue.offer(IndexDelta(upserts=[record(10**6, "first, taken by the worker")]))
+    assert worker.took_first.wait(60)
+    try:
+        for day in (1, 2, 3):
+            many = [record(n, f"memory {n}", path=f"daily/2026-12-0{day}.md") for n in range(SPEC_ITEMS + 1)]
+            assert not queue.offer(IndexDelta(upserts=many))
+    finally:
+        worker.release.set()
+    poll(lambda: calls, what="the catch-up")
+    assert calls == [None]
+    assert queue.stop(60)

@@ -12,7 +12,8 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -393,11 +394,16 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         items = [RememberItem(text, at) for text, at in facts]
         return remember_batch(self, items, self._clock, defer_index=self.defers_index_commits)
 
-    def _catch_up_vectors(self) -> None:
-        """Embed every vector the serving generation misses or holds stale (the semantic queue's
-        thread calls this after an overflow)."""
+    def _catch_up_vectors(self, paths: set[str] | None) -> None:
+        """Embed every vector the serving generation misses or holds stale in these notes (None:
+        in any note); the semantic queue's thread calls this after an overflow. The embedding
+        runs outside the vault lock."""
+        self._semantic.catch_up_beside_writers(self._locked_writable_index, self.time_zone, paths)
+
+    @contextmanager
+    def _locked_writable_index(self) -> Iterator[DerivedIndex]:
         with VaultLock(self.layout.root, timeout=60.0):  # VaultLocked: the queue retries shortly
-            self._semantic.catch_up(self._writable_index(), self.time_zone, thorough=True)
+            yield self._writable_index()
 
     #: set by the owner: index commits of memvault's own writes (and the watcher's) run on its
     #: commit timer, and reads search the pending rows beside the index (indexer/engine/deferred.py)

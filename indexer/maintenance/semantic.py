@@ -74,6 +74,8 @@ class SemanticIndex:
         self.passages = passages
         self._stamp = _stamp(folder)
         self._unsaved = False  # True after a failed save: memory holds what the files do not
+        #: commits applied in memory so far: a catch-up planned at one version commits at that one only
+        self.version = 0
 
     @classmethod
     def create(cls, generation: Path, identity: EmbeddingIdentity, name: str = FOLDER) -> "SemanticIndex":
@@ -119,6 +121,7 @@ class SemanticIndex:
         if prepared.keys:
             self.vectors.add(prepared.keys, prepared.vectors)
             self.passages.update(zip(prepared.keys, prepared.hashes))
+        self.version += 1
 
     def save(self) -> None:
         """Persist vectors, then passage hashes: a crash between leaves hashes that under-claim.
@@ -149,8 +152,9 @@ class SemanticIndex:
     def search(self, query_vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         return self.vectors.search(query_vector, k)
 
-    def lagging_paths(self, rows: Iterable[Row]) -> tuple[set[str], set[str]]:
-        """(notes with a missing or stale vector, keys with a vector but no curated row)."""
+    def lagging_paths(self, rows: Iterable[Row], within: set[str] | None = None) -> tuple[set[str], set[str]]:
+        """(notes with a missing or stale vector, keys with a vector but no curated row). With
+        `within` (note paths), `rows` are those notes' rows and only their keys can be extra."""
         stale: set[str] = set()
         curated: set[str] = set()
         for row in rows:
@@ -160,6 +164,8 @@ class SemanticIndex:
             if self.passages.get(row.key) != row_passage_hash(row):
                 stale.add(row.path)
         extra = set(self.passages) - curated
+        if within is not None:
+            extra = {key for key in extra if key.rpartition("#")[0] in within}
         return stale, extra
 
 

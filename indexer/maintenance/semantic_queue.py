@@ -27,6 +27,8 @@ from memvault.vault.locks import pid_alive
 
 MAX_QUEUE_ITEMS = 256
 MAX_QUEUE_BYTES = 2 * 1024 * 1024
+#: past this many notes waiting for a catch-up (a big checkout), the catch-up compares every row
+MAX_LAGGING_NOTES = 1024
 MARKER_PREFIX = "lag-"
 MARKER_MODE = 0o600
 #: the pause after a failed catch-up, doubled after each further failure up to the cap
@@ -81,6 +83,8 @@ class SemanticQueue:
         self._save_wanted = False  # a drain or stop asked for the save now
         #: memories whose vectors did not fit in the queue and wait for the catch-up (0: none)
         self.overflowed = 0
+        #: the notes those memories are in, for the catch-up to read (None: any note may lag)
+        self._lagging_notes: set[str] | None = set()
         self._items: list[IndexDelta] = []
         self._counts = (0, 0)
         self._cond = threading.Condition()
@@ -103,6 +107,7 @@ class SemanticQueue:
             count, total = self._counts
             if count + items > MAX_QUEUE_ITEMS or total + size > MAX_QUEUE_BYTES:
                 self.overflowed += items
+                self._note_lagging([delta])
                 if self._catch_up is None:
                     self.lag_reason = "semantic queue full: vectors catch up on the next open"
                 else:  # this process catches up from the files once the queue is empty
@@ -182,6 +187,7 @@ class SemanticQueue:
                 elif not self._items and self._catch_up_due() and not self._stopping:
                     self._busy = True
                     work, waiting, batch = "catch_up", self.overflowed, None
+                    notes, self._lagging_notes = self._lagging_notes, set()
                 elif not self._items:
                     if self._stopping:
                         return
@@ -194,12 +200,12 @@ class SemanticQueue:
                 if work == "save":
                     self._save()
                 elif work == "catch_up":
-                    self._run_catch_up(waiting)
+                    self._run_catch_up(waiting, notes)
                 else:
                     self._run_batch(batch)
-                    if self._save is not None:
-                        with self._cond:
-                            self._unsaved_since = self._unsaved_since or time.monotonic()
+                if work != "save" and self._save is not None:
+                    with self._cond:
+                        self._unsaved_since = self._unsaved_since or time.monotonic()
             except Exception as exc:  # the worker must survive provider outages; the marker stays
                 self._batch_failed(batch, exc, unsaved=work == "save")
             finally:
@@ -215,19 +221,36 @@ class SemanticQueue:
         with self._cond:
             if batch is not None and self._catch_up is not None:
                 self.overflowed += sum(delta_size(delta)[0] for delta in batch)
+                self._note_lagging(batch)
             if unsaved and self._catch_up is not None:
                 self.overflowed = max(self.overflowed, 1)
+                self._lagging_notes = None  # the disk lacks what memory held: compare every row
             if self._catch_up is not None:
                 reason += f": {self.overflowed} memories wait for vectors, retried"
             self.lag_reason = reason
 
-    def _run_catch_up(self, waiting: int) -> None:
-        """Embed what the overflow (or a failed batch) left out, from the files. Memories that
-        overflowed while it ran stay counted, so another catch-up follows."""
+    def _note_lagging(self, deltas: list[IndexDelta]) -> None:
+        """Remember which notes these deltas' memories are in (cond held)."""
+        if self._lagging_notes is None:
+            return
+        for delta in deltas:
+            self._lagging_notes |= {record.path for record in delta.upserts}
+            self._lagging_notes |= {key.rpartition("#")[0] for key in delta.removed}
+        if len(self._lagging_notes) > MAX_LAGGING_NOTES:
+            self._lagging_notes = None
+
+    def _run_catch_up(self, waiting: int, notes: set[str] | None) -> None:
+        """Embed what the overflow (or a failed batch) left out, from the files: `notes`, or any
+        note when None. Memories that overflowed while it ran stay counted, so another catch-up
+        follows."""
         try:
-            self._catch_up()
+            self._catch_up(notes)
         except Exception:
             with self._cond:  # a pause before the retry (provider outage, full disk, held lock)
+                if notes is None or self._lagging_notes is None:
+                    self._lagging_notes = None
+                else:
+                    self._lagging_notes |= notes
                 self._cond.wait_for(lambda: self._stopping, self._retry_pause)
                 self._retry_pause = min(self._retry_pause * 2, RETRY_MAX_SECONDS)
             raise

@@ -19,12 +19,17 @@ fails (its model cannot load) leaves the other one working; recall says which is
 import queue
 import threading
 from collections.abc import Callable
+from typing import ContextManager
 
 import numpy as np
 
-from memvault.indexer.maintenance.derived import DerivedIndex, read_note_records
+from memvault.indexer.maintenance.derived import DerivedIndex
 from memvault.indexer.maintenance.progress import PhaseLog
-from memvault.indexer.maintenance.semantic import EXTRA_FOLDER, FOLDER, SemanticIndex, record_passage_hash
+from memvault.indexer.maintenance.semantic import EXTRA_FOLDER, FOLDER, SemanticIndex
+from memvault.indexer.maintenance.semantic_catch_up import commit as commit_plans
+from memvault.indexer.maintenance.semantic_catch_up import overtaken
+from memvault.indexer.maintenance.semantic_catch_up import plan as catch_up_plan
+from memvault.indexer.maintenance.semantic_catch_up import prepare as prepare_plans
 from memvault.indexer.maintenance.semantic_queue import SemanticQueue, dead_markers
 from memvault.indexer.maintenance.sync import IndexDelta
 from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider, make_provider
@@ -153,9 +158,9 @@ class SemanticService:
             self._lanes.append(self._extra)
         self.identity = self._lanes[0].identity
         self._queue = SemanticQueue(layout.index_dir, self._run_batch, self._catch_up_live, self.save_serving)
-        #: set by the store: embeds what the serving vectors miss, under the vault lock (a live
-        #: process's catch-up after a queue overflow)
-        self.catch_up_source: Callable[[], None] | None = None
+        #: set by the store: embeds what the serving vectors miss in the notes named (None: in any
+        #: note), taking the vault lock itself (a live process's catch-up after a queue overflow)
+        self.catch_up_source: Callable[[set[str] | None], None] | None = None
 
     def provider(self) -> EmbeddingProvider:
         return self._lanes[0].provider()
@@ -247,49 +252,59 @@ class SemanticService:
                     lane.serving.save()
             self._unsaved = False
 
-    def _catch_up_live(self) -> None:
+    def _catch_up_live(self, paths: set[str] | None) -> None:
         if self.catch_up_source is not None:
-            self.catch_up_source()
+            self.catch_up_source(paths)
 
-    def catch_up(self, index: DerivedIndex, vault_zone: str, *, thorough: bool = False) -> int:
-        """Embed what the serving vectors miss; returns how many notes were redone. Lock held.
+    def catch_up(self, index: DerivedIndex, vault_zone: str, *, thorough: bool = False,
+                 paths: set[str] | None = None) -> int:
+        """Embed what the serving vectors miss, and save; returns how many notes were redone.
+        Lock held (indexer/maintenance/semantic_catch_up.py).
 
         Without `thorough`, a vector count equal to the curated row count (and no dead process's
         lag marker) is trusted; after an overflow it is not (the lost deltas may be edits).
+        `paths` limits it to those notes (unless a dead process's marker asks for every row).
         Every list is caught up before the markers go; one whose model fails raises after the
         others are done."""
         markers = dead_markers(self.layout.index_dir)
         if all(lane.serving is None for lane in self._lanes):
             return 0  # nothing to catch up into: the markers stay for the open that has vectors
-        redone, failure = 0, None
-        for lane in self._lanes:
-            try:
-                redone = max(redone, self._catch_up_lane(lane, index, vault_zone, thorough or bool(markers)))
-            except (ProviderUnavailable, IndexUnavailable) as exc:
-                failure = failure or exc
+        if markers:
+            thorough, paths = True, None
+        plans, failure = catch_up_plan(self._lanes, self.layout, index, vault_zone, paths=paths, thorough=thorough)
+        embedding_failure = prepare_plans(plans)
+        failure = failure or embedding_failure
+        for plan in commit_plans(plans):
+            plan.semantic.save()
         if failure is not None:
             raise failure
         for marker in markers:
             marker.unlink(missing_ok=True)
-        return redone
+        return max((plan.stale_notes for plan in plans), default=0)
 
-    def _catch_up_lane(self, lane: _Lane, index: DerivedIndex, vault_zone: str, thorough: bool) -> int:
-        semantic = lane.serving
-        if semantic is None:
-            return 0
-        if not thorough and len(semantic.vectors) == _curated_rows(index):
-            return 0
-        semantic = semantic.reload_if_changed()
-        stale_paths, extra = semantic.lagging_paths(index.all_rows())
-        delta = IndexDelta(removed=set(extra))
-        for path in sorted(stale_paths):
-            records = read_note_records(self.layout, path, vault_zone).records
-            delta.upserts += [r for r in records if semantic.passages.get(f"{r.path}#{r.id}") != record_passage_hash(r)]
-        if not delta.is_empty or extra:
-            semantic.commit(semantic.prepare(delta, lane.provider()))
-            semantic.save()
-        lane.serving = semantic
-        return len(stale_paths)
+    def catch_up_beside_writers(self, locked_index: Callable[[], ContextManager[DerivedIndex]], vault_zone: str,
+                                paths: set[str] | None) -> None:
+        """A live owner's catch-up after its queue overflowed: plan and commit under the vault
+        lock (`locked_index()` holds it and gives the serving index), embed between the two, so
+        writers never wait for the embedding. `paths`: the notes that overflowed (None: any). The
+        vectors are saved on the queue's timer, like a batch's; a plan another commit overtook
+        meanwhile is done again under one lock hold."""
+        if paths is None:
+            with locked_index() as index:
+                self.catch_up(index, vault_zone, thorough=True)
+            return
+        with locked_index() as index:
+            plans, failure = catch_up_plan(self._lanes, self.layout, index, vault_zone, paths=paths)
+        embedding_failure = prepare_plans(plans)
+        failure = failure or embedding_failure
+        with locked_index() as index:
+            if overtaken(plans):
+                self.catch_up(index, vault_zone, paths=paths)
+                return
+            if commit_plans(plans):
+                self._unsaved = True
+        if failure is not None:
+            raise failure
 
     def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         return self._queue.stop(timeout)
@@ -357,7 +372,3 @@ def merge_deltas(deltas: list[IndexDelta]) -> IndexDelta:
             latest[key] = record
             removed.discard(key)
     return IndexDelta(upserts=list(latest.values()), removed=removed)
-
-
-def _curated_rows(index: DerivedIndex) -> int:
-    return index.bm25.count_kind("curated")
