@@ -329,10 +329,12 @@ def test_the_watchers_event_for_memvaults_own_append_costs_no_reread(tmp_path, m
             owner.stop()
 
 
-def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path):
+@pytest.mark.parametrize("hello", [{"pid": 4242}, {"pid": 4242, "unanswered": True}], ids=["earlier", "news"])
+def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path, hello):
     """A client's admission is durable once its record is fsynced; the owner is told (the
     request lands in its socket) but not waited for, so a busy owner never holds an agent's
-    completed turn up. A socket that takes requests and never answers stands for that owner."""
+    completed turn up. A socket that takes requests and never answers stands for that owner:
+    an earlier one (told on a connection of its own) or one that takes news on a kept connection."""
     import os
     import socket
     import threading
@@ -350,12 +352,12 @@ def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path):
 
     def take_and_never_answer():
         connection, _ = listener.accept()
-        with connection:
-            received.append(connection.makefile("rb").readline())
-            time.sleep(30)  # busy: an answer would come far too late for anyone waiting on it
+        with connection, connection.makefile("rb") as lines:
+            for line in lines:
+                received.append(line)  # busy: an answer would come far too late for anyone waiting on it
 
     threading.Thread(target=take_and_never_answer, daemon=True).start()
-    store = RemoteStore(root, EngineClient(path, {"pid": 4242}))
+    store = RemoteStore(root, EngineClient(path, hello))
     result, worker = store.admit_turn("run-told", "The navigator charted the northern passage.")
     assert result.status == "admitted" and pending_count(root) == 1
     # the owner never answers, so a client that waited for it would report that it did not
@@ -363,11 +365,35 @@ def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path):
     wait_for(lambda: received, what="the owner's socket to have the news")
     told = json.loads(received[0])
     assert (told["op"], told["args"]["id"]) == ("admitted", result.id)
+    assert told.get("answer") is (False if "unanswered" in hello else None)
+    if "unanswered" in hello:  # the same connection carries the next news: the one listener thread hears it
+        second, _ = store.admit_turn("run-told-2", "The navigator charted the southern passage.")
+        wait_for(lambda: len(received) == 2, what="the second news on the kept connection")
+        assert json.loads(received[1])["args"]["id"] == second.id
     listener.close()
     path.unlink()
+    store.client.close()  # nothing listens now: a kept connection would still take the news
     _, worker = store.admit_turn("run-nobody", "The cook counted the barrels.")
     assert "did not answer" in worker or "did not take" in worker  # nothing listens: the turn is saved all the same
-    assert pending_count(root) == 2
+    assert pending_count(root) == 2 + ("unanswered" in hello)
+
+
+def test_a_real_owner_is_woken_by_news_from_another_process(tmp_path):
+    """`memvault admit` in another process tells the owner on a kept connection and exits at
+    once; the owner (polling its intake only once an hour here) projects the turn all the same."""
+    from memvault.indexer.engine.store import MemoryStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    store = MemoryStore.open(root, engine=False)
+    try:
+        store.start_intake(poll_seconds=3600)
+        assert find_owner(root).hello.get("unanswered") is True
+        done = memvault(root, "admit", input=turn_json("run-news", "The heron chose the north pond."))
+        assert done.returncode == 0 and json.loads(done.stdout)["status"] == "admitted", done.stderr
+        wait_for(lambda: pending_count(root) == 0, what="the owner to project the turn it was told of")
+        assert any("heron" in hit.text for hit in store.recall("heron north pond").hits)
+    finally:
+        store.close()
 
 
 def test_a_commit_landing_as_a_read_refreshes_its_searcher_hides_no_acknowledged_write(tmp_path):

@@ -3,7 +3,8 @@ per request. Each connection gets its own thread, so `hello` is answered at once
 long request runs; what a request does is the owner's business (`Owner.handle`).
 
 A connection carries requests one after another (a client keeps it for its next call, as HTTP
-keep-alive does: no connect, accept and thread per request). It is closed when the client
+keep-alive does: no connect, accept and thread per request), and news (`protocol.news`: a
+request carried out and not answered, such as a client's `admitted`). It is closed when the client
 closes it, after `IDLE_SECONDS` without a request, and after a line that is not a request (its
 stream can no longer be trusted to start the next line where this one ended).
 """
@@ -41,9 +42,13 @@ def _serve_one(connection: socket.socket, reader, handle_message: Handler) -> bo
         return False
     whole = line.endswith(b"\n")
     try:
-        response = handle_message(protocol.decode(line.rstrip(b"\n")))
+        message = protocol.decode(line.rstrip(b"\n"))
     except protocol.ProtocolError as exc:
         response, whole = protocol.failure(exc), False
+    else:
+        response = handle_message(message)
+        if protocol.is_news(message):
+            return whole  # carried out; its sender reads no answer
     try:
         data = protocol.encode(response)
     except protocol.ProtocolError as exc:

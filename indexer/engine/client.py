@@ -80,24 +80,24 @@ class EngineClient:
         for sock in idle:
             sock.close()
 
-    def _exchange(self, data: bytes, timeout: float) -> dict:
-        sock, kept = self._take()
+    def _exchange(self, data: bytes, timeout: float, *, answered: bool = True) -> dict | None:
+        sock, kept = self._take(timeout)
         try:
             try:
-                response = _send_and_read(sock, data, timeout)
+                response = _send(sock, data, timeout, answered)
             except (BrokenPipeError, ConnectionResetError):
                 if not kept:
                     raise
                 sock.close()  # closed by the owner before it read the request: once more, afresh
                 sock, kept = _connect(self.path, timeout), False
-                response = _send_and_read(sock, data, timeout)
+                response = _send(sock, data, timeout, answered)
         except BaseException:
             sock.close()  # a timeout or an error mid-answer: the stream is out of step
             raise
         self._give_back(sock)
         return response
 
-    def _take(self) -> tuple[socket.socket, bool]:
+    def _take(self, timeout: float) -> tuple[socket.socket, bool]:
         """An idle kept connection the owner has not closed, or a new one; and whether it was kept."""
         with self._idle_lock:
             if self._idle_pid != os.getpid():
@@ -107,7 +107,7 @@ class EngineClient:
                 if _still_open(sock):
                     return sock, True
                 sock.close()
-        return _connect(self.path, PROBE_TIMEOUT_SECONDS), False
+        return _connect(self.path, min(timeout, PROBE_TIMEOUT_SECONDS)), False
 
     def _give_back(self, sock: socket.socket) -> None:
         with self._idle_lock:
@@ -118,10 +118,14 @@ class EngineClient:
 
     def tell(self, op: str, args: dict | None = None, *, timeout: float = TELL_TIMEOUT_SECONDS) -> None:
         """Send one request and do not wait for its answer: it is in the owner's socket once this
-        returns, and the owner handles it when it reads it (its answer goes unread). For news
-        the owner acts on by itself (`admitted`), so a client never queues behind a busy owner.
-        Raises EngineStuck when nothing listens or the socket does not take the request."""
+        returns, and the owner handles it when it reads it. For news the owner acts on by itself
+        (`admitted`), so a client never queues behind a busy owner. On a kept connection when the
+        owner takes news there (`protocol.news`), else on a connection of its own whose answer
+        goes unread. Raises EngineStuck when nothing listens or the socket does not take it."""
         try:
+            if self.hello.get("unanswered") is True:
+                self._exchange(protocol.encode(protocol.news(op, args)), timeout, answered=False)
+                return
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(timeout)
                 sock.connect(os.fspath(self.path))
@@ -174,10 +178,11 @@ def _connect(path: Path, timeout: float) -> socket.socket:
     return sock
 
 
-def _send_and_read(sock: socket.socket, data: bytes, timeout: float) -> dict:
+def _send(sock: socket.socket, data: bytes, timeout: float, answered: bool) -> dict | None:
+    """Send one request line; its answer (None for news, which has none)."""
     sock.settimeout(timeout)
     sock.sendall(data)
-    return protocol.decode(_read_line(sock))
+    return protocol.decode(_read_line(sock)) if answered else None
 
 
 def _still_open(sock: socket.socket) -> bool:

@@ -173,7 +173,7 @@ class Owner:
 
         return {"pid": os.getpid(), "role": self.role, "startedAt": self.started_at, "vault": str(self.root),
                 "protocol": protocol.PROTOCOL_VERSION, "version": package_version(),
-                "socket": str(socket_path(self.root))}
+                "socket": str(socket_path(self.root)), "unanswered": True}
 
     def _write_status(self) -> None:
         body = self.identity() | {"fenceInode": os.stat(self._fence.path).st_ino}

@@ -3,6 +3,11 @@
     request   {"v": 1, "op": "recall", "args": {...}}
     response  {"v": 1, "ok": true, "result": {...}}
            or {"v": 1, "ok": false, "error": {"type": "CredentialRefused", "code": "...", "message": "..."}}
+    news      {"v": 1, "op": "admitted", "args": {...}, "answer": false}   carried out, never answered
+
+News (a client telling the owner something it acts on by itself) goes on a kept connection only
+to an owner whose hello says `"unanswered": true`; an older owner would answer it, and that
+answer would be read as the next call's.
 
 Standard library only: thin clients import this before anything heavy. Errors travel as their
 class name and code, so a client raises the same `VaultError` subclass the owner raised and
@@ -67,6 +72,15 @@ def decode(line: bytes) -> dict:
 
 def request(op: str, args: dict | None = None) -> dict:
     return {"v": PROTOCOL_VERSION, "op": op, "args": args or {}}
+
+
+def news(op: str, args: dict | None = None) -> dict:
+    """A request the owner carries out without answering (see the module docstring)."""
+    return request(op, args) | {"answer": False}
+
+
+def is_news(message: dict) -> bool:
+    return message.get("answer") is False
 
 
 def success(result: object) -> dict:

@@ -6,8 +6,9 @@ of passage text, the spec's bounds) and a worker embeds them in batches of 32 an
 What does not fit, or fails, is not lost: the process's lag marker stays on disk and the next
 open catches the vectors up from the files. A process that stays up (the vault's owner) does not
 wait for that: an overflow schedules a catch-up from the files on this queue's own thread, run as
-soon as the queued batches are in (`catch_up`, supplied by the store); until it has run, recall
-says `degraded` with the number of memories waiting. A batch that fails (a full disk refusing the
+soon as the queued batches are in (`catch_up`, supplied by the store, told which notes overflowed
+so it reads only those, or None past `MAX_LAGGING_NOTES`); until it has run, recall says
+`degraded` with the number of memories waiting. A batch that fails (a full disk refusing the
 vector file, an embedding server that is down) is handled the same way: its memories are counted
 as waiting and the catch-up retries, pausing 1 s after a failure and doubling up to a minute, so
 vectors are never left missing while the owner runs and recall says so meanwhile.
