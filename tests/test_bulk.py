@@ -60,6 +60,24 @@ def test_remember_many_writes_each_note_once_and_commits_the_batch_once(tmp_path
     assert "AKIAIOSFODNN7EXAMPLE" not in text and "Naive time." not in text
 
 
+
+def test_a_batch_reads_each_note_once_before_its_append(tmp_path, monkeypatch):
+    """A batch plans every memory from one read of its note (ids, zone, wall time); the append
+    step used to read the note whole again a moment later, in the same hold of the vault lock.
+    (The append itself decides from the note's bytes as they are then: vault/note_append.py.)"""
+    from memvault.vault import curated
+
+    root = make_vault(tmp_path)
+    with MemoryStore.open(root) as store:
+        store.remember("Fact before the batch.", datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc))
+        real, reads = curated.read_note_if_any, []
+        monkeypatch.setattr(curated, "read_note_if_any", lambda root, relpath: reads.append(relpath) or real(root, relpath))
+        days = [datetime(2026, 11, d, 9, 0, tzinfo=timezone.utc) for d in (2, 3)]
+        outcomes = store.remember_many([RememberItem(f"Batch fact {n}.", days[n % 2]) for n in range(6)])
+        assert [o.receipt.status for o in outcomes] == ["added"] * 6
+    assert sorted(reads) == ["daily/2026-11-02.md", "daily/2026-11-03.md"]
+    assert all(daily_text(root).count(f"Batch fact {n}.") == 1 for n in range(6))
+
 def test_remember_many_receipts_match_single_remembers(tmp_path):
     one, many = make_vault(tmp_path, name="one"), make_vault(tmp_path, name="many")
     at = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)

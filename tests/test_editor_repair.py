@@ -254,3 +254,51 @@ def test_the_ledgers_lines_by_note_kept_up_as_entries_come_and_expire_equal_them
         for entry in recent_writes._load(layout, now):  # oldest first: a later one replaces
             newest.setdefault(entry["path"], {})[entry["id"]] = entry
         assert kept_up == fresh == newest
+
+
+def test_an_append_nobody_touched_is_not_read_back_and_one_a_save_touched_is(new_vault, monkeypatch):
+    """Verifying an append by reading the whole day's note back cost a busy owner a read and a
+    parse of thousands of lines per batch: when the note's path still names the file written and
+    it grew by exactly the bytes appended, which it ends with, the lines are there. A save in
+    place of the same size as the note with the line (so only the bytes tell) is read back, and
+    the line written again."""
+    from memvault.vault import note_append
+    from memvault.vault.layout import VaultLayout
+    from memvault.vault.note_append import NewBullet, append_bullets_once
+
+    layout = VaultLayout(new_vault)
+    with MemoryStore.open(new_vault) as store:
+        store.remember("A line that is there first.", at=AT)
+    real_read_back, read_back = note_append._read_back, []
+    monkeypatch.setattr(note_append, "_read_back", lambda path: read_back.append(path) or real_read_back(path))
+    with VaultLock(new_vault):
+        assert append_bullets_once(layout, NOTE, "2026-11-30", [NewBullet("untouched line", "m-alone0001", "09:05")])
+    assert read_back == []
+    real_append = note_append._append_through
+
+    def append_then_same_size_save(fd, relpath, bullets, wait_if_empty, match_text):
+        appended, payload = real_append(fd, relpath, bullets, wait_if_empty, match_text)
+        if not read_back:  # the first attempt: a save in place, as long as the note with the line
+            path = new_vault / relpath
+            data = path.read_bytes()
+            path.write_bytes(data[: len(data) - len(payload)] + b"- 09:06 a person's line".ljust(len(payload) - 1) + b"\n")
+        return appended, payload
+
+    monkeypatch.setattr(note_append, "_append_through", append_then_same_size_save)
+    with VaultLock(new_vault):
+        assert append_bullets_once(layout, NOTE, "2026-11-30", [NewBullet("line a save overwrote", "m-touch0001", "09:07")])
+    text = (new_vault / NOTE).read_text()
+    assert read_back and text.count("^m-touch0001") == 1 and "a person's line" in text
+
+
+def test_the_recent_writes_ledger_is_owner_only_whoever_made_it(new_vault):
+    """Opened as it is on every write; one found readable by others is made owner-only."""
+    with MemoryStore.open(new_vault) as store:
+        ledger = new_vault / ".index" / "recent-writes.jsonl"
+        ledger.unlink(missing_ok=True)
+        store.remember("A line that makes the ledger.", at=AT)
+        assert ledger.stat().st_mode & 0o777 == 0o600
+        os.chmod(ledger, 0o644)
+        store.remember("A second line, appended to it.", at=AT)
+    assert ledger.stat().st_mode & 0o777 == 0o600
+    assert ledger.read_text().count('"path"') == 2

@@ -115,14 +115,20 @@ def plan_bullet(
     return relpath, day.isoformat(), NewBullet(text, block_id, wall_time)
 
 
-def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: list[NewBullet]) -> list[str]:
+_UNREAD = object()
+
+
+def append_bullets_once(layout: VaultLayout, relpath: str, title: str, bullets: list[NewBullet], *,
+                        as_read: Note | None | object = _UNREAD) -> list[str]:  # fmt: skip
     """Append, in one in-place write, every bullet whose block id the note lacks; the ids written.
 
     The lines are noted in the recent-writes ledger *before* the append: a failure there leaves
     the note untouched, and a line whose append fails half-way is finished by the next sync.
-    A new note starts with `# title`. Caller holds the vault lock.
+    A new note starts with `# title`. Caller holds the vault lock. `as_read`: the note as the
+    caller read it in this same lock hold (None: it was absent), so it is not read again here;
+    the append itself still decides from the note's bytes as they are (vault/note_append.py).
     """
-    note = read_note_if_any(layout.root, relpath)
+    note = read_note_if_any(layout.root, relpath) if as_read is _UNREAD else as_read
     held = {} if note is None else note.by_block_id
     pending = [bullet for bullet in bullets if bullet.block_id not in held]
     if not pending:

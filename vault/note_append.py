@@ -10,10 +10,12 @@ The protocol (docs/durability.md, "Notes a person edits"):
    be searchable (not inside an unclosed fence, comment or conflict hunk; under 16 MiB), and
    the note's line ending.
 3. Append only the missing lines in one ``write``.
-4. Verify: read the note again *by path* and check each line is there; then fsync it. A person's
-   save that landed in between (their editor read the note before our write and wrote after it)
-   may have dropped our line; then the lines still missing are appended again, with backoff,
-   up to ``APPEND_ATTEMPTS`` times. Nothing is ever handed to the agent as a Conflict.
+4. Verify, then fsync: when the note's path still names the inode written and it grew by our
+   bytes exactly, it holds what we read and then our lines; otherwise read it again *by path*
+   and check each line is there. A person's save that landed in between (their editor read the
+   note before our write and wrote after it) may have dropped our line; then the lines still
+   missing are appended again, with backoff, up to ``APPEND_ATTEMPTS`` times. Nothing is ever
+   handed to the agent as a Conflict.
 5. What was written is noted in the recent-writes ledger (`vault/recent_writes.py`), so a save
    that drops a line *after* the verify is repaired by the next sync (the watcher runs one on
    that very save).
@@ -100,10 +102,10 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
             time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: never fall into step with a periodic autosave
         # an empty note is most often one an editor has just truncated to write it again in place:
         # wait for its bytes, and only on the last attempt take the emptiness at its word
-        appended, note, renamed_over = _attempt(path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS,
-                                                match_text=match_text)  # fmt: skip
+        appended, missing, renamed_over = _attempt(path, relpath, title, bullets,
+                                                   wait_if_empty=attempt + 1 < APPEND_ATTEMPTS, match_text=match_text)
         written.extend(block_id for block_id in appended if block_id not in written)
-        if not _missing(note, bullets, match_text):
+        if not missing:
             return [bullet.block_id for bullet in bullets if bullet.block_id in written]
         if renamed_over and quick:
             quick -= 1  # a save by rename landed during the attempt: the new file is whole, go at once
@@ -166,9 +168,9 @@ def _make_folder(folder: Path, relpath: str) -> None:
 
 
 def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
-             wait_if_empty: bool, match_text: bool) -> tuple[list[str], Note, bool]:  # fmt: skip
-    """One attempt: append what the note lacks; the ids appended, the note read back by path, and
-    whether another file was renamed over the one this attempt opened."""
+             wait_if_empty: bool, match_text: bool) -> tuple[list[str], list[NewBullet], bool]:  # fmt: skip
+    """One attempt: append what the note lacks; the ids appended, the bullets the note lacks
+    afterwards, and whether another file was renamed over the one this attempt opened."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -179,23 +181,37 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
         try:
             before, payload = os.fstat(fd).st_size, b""
             appended, payload = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
-            note = _read_back(path)
-            missing = _missing(note, bullets, match_text)
+            alone = _landed_alone(fd, path, before, payload) if appended else None
+            missing = [] if alone is not None else _missing(_read_back(path), bullets, match_text)
             renamed_over = bool(missing) and _renamed_over(fd, path)
             if not missing:
-                # fsync once the read-back shows the lines landed (also when an earlier attempt wrote
+                # fsync once the lines are seen to have landed (also when an earlier attempt wrote
                 # them): a loaded disk's fsync is the slowest step, and a save landing during it
                 # would otherwise cost the whole attempt
                 os.fsync(fd)
                 if appended:
-                    _remember_own_write(path, os.fstat(fd))
+                    _remember_own_write(path, alone or os.fstat(fd))
         except OSError:
             _take_back(fd, before, payload)  # a full disk, a failing fsync: the call fails, the note is as it was
             raise
         finally:
             os.close(fd)
-        return appended, note, renamed_over
-    return appended, _read_back(path), False
+        return appended, missing, renamed_over
+    return appended, _missing(_read_back(path), bullets, match_text), False
+
+
+def _landed_alone(fd: int, path: Path, before: int, payload: bytes) -> os.stat_result | None:
+    """The note's stat when nothing but this append touched it since it was read: its path still
+    names the inode written, and it grew by the payload exactly and ends with it, so it holds the
+    bytes read and then ours, every line there without reading the whole note back. None
+    otherwise (read it back)."""
+    info = os.fstat(fd)
+    if info.st_size != before + len(payload) or os.pread(fd, len(payload), before) != payload:
+        return None
+    try:
+        return info if os.stat(path, follow_symlinks=False).st_ino == info.st_ino else None
+    except OSError:
+        return None
 
 
 def _renamed_over(fd: int, path: Path) -> bool:

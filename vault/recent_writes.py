@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Iterable
 
@@ -165,13 +166,13 @@ def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet],
     now = time.time() if now is None else now
     added = [{"at": now, "path": relpath, "title": title, "id": bullet.block_id, "text": bullet.text,
               "time": bullet.wall_time} for bullet in bullets]  # fmt: skip
-    make_dir(layout.index_dir, MACHINE_DIR_MODE, parents=True)
     path = _ledger_path(layout)
-    existed = os.path.lexists(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, MACHINE_FILE_MODE)
+    fd, existed = _open_for_append(layout, path)
     try:
-        os.fchmod(fd, MACHINE_FILE_MODE)  # machine state: owner-only whatever the umask
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if stat.S_IMODE(info.st_mode) != MACHINE_FILE_MODE:
+            os.fchmod(fd, MACHINE_FILE_MODE)  # machine state: owner-only, whoever made the file
+        size = info.st_size
         data = _lines(added)
         try:
             written = 0
@@ -193,6 +194,17 @@ def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet],
         _keep_live_tail(layout, now)
         return None
     return before
+
+
+def _open_for_append(layout, path) -> tuple[int, bool]:
+    """The ledger opened for appending, and whether it existed (its folder is made if missing)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags), True
+    except FileNotFoundError:
+        pass
+    make_dir(layout.index_dir, MACHINE_DIR_MODE, parents=True)
+    return os.open(path, flags | os.O_CREAT, MACHINE_FILE_MODE), False
 
 
 def take_back_noted(layout, before: int) -> None:

@@ -106,7 +106,7 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
         for relpath, entries in sorted(per_note.items()):
             try:
                 written = set(append_bullets_once(store.layout, relpath, titles[relpath],
-                                                  [bullet for _, bullet, _ in entries]))
+                                                  [bullet for _, bullet, _ in entries], as_read=notes[relpath]))
             except VaultError as exc:  # this note (a conflict, bad bytes): its items fail, others go on
                 for position, _, _ in entries:
                     results[position] = exc
