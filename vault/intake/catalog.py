@@ -87,7 +87,7 @@ _RESTORE = "restore .capture-intake/ and .capture-intake-schema from a backup (o
 
 
 _SLOTS_RE = re.compile(rb"(?:[0-9a-f]{2} [0-9a-f]{16} [0-9a-f]{64}\n){%d}" % SHARD_COUNT)
-_last_parsed: tuple[bytes, Catalog] | None = None  # admissions re-read an unchanged catalog
+_last_parsed: tuple[bytes, Catalog] | None = None  # admissions re-read an unchanged catalog, the worker its own
 
 
 def parse_catalog(data: bytes, where: object, entry_bytes: int) -> Catalog:
@@ -118,7 +118,10 @@ def parse_catalog(data: bytes, where: object, entry_bytes: int) -> Catalog:
 
 def commit_catalog(dirs: IntakeDirs, catalog: Catalog) -> None:
     """Replace the catalog atomically. Caller holds the intake lock and fsynced the shard first."""
-    atomic_write(dirs.catalog, render_catalog(catalog), mode=0o600)
+    global _last_parsed
+    data = render_catalog(catalog)
+    atomic_write(dirs.catalog, data, mode=0o600)
+    _last_parsed = (data, Catalog(catalog.slots))  # the next load of these very bytes (the worker's) parses nothing
 
 
 def load_catalog(dirs: IntakeDirs, entry_bytes: int, *, create: bool, hook: CrashHook | None = None) -> Catalog:
