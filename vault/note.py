@@ -26,6 +26,7 @@ from functools import cached_property
 
 from memvault.vault.clock import TIME_PATTERN
 from memvault.vault.ids import BLOCK_ID_PATTERN, derived_id, is_valid_block_id
+from memvault.vault.layered_set import LayeredSet
 
 #: a daily note is prose; a bigger file is not indexed (health says so) and memvault refuses to
 #: append to it, since a line written there would not be searchable
@@ -94,11 +95,11 @@ class Note:
         return found
 
     @cached_property
-    def marked_ids(self) -> frozenset[str]:
+    def marked_ids(self) -> LayeredSet:
         """Every block id the note carries as `^id` anywhere, searchable or not (`marked_ids`).
         Made once per parsed note, and carried on to a note parsed as this one plus appended
         lines: an append checks that no hidden copy of its id is there, on every append."""
-        return marked_ids("".join(self.lines))
+        return LayeredSet(marked_ids("".join(self.lines)))
 
     @property
     def newline(self) -> str:
@@ -134,7 +135,7 @@ class _Tail:
     the ids given so far (explicit and derived, and how often each id-less text was seen)."""
 
     heading: str | None
-    seen: frozenset[str]
+    seen: LayeredSet  # extended by a parse of appended lines without being copied
     occurrences: dict[str, int]
 
 
@@ -515,10 +516,25 @@ def _parse_blocks(lines, start: int, hidden: list[bool],
         if block is not None:
             bullets.append(block)
         index = end
-    seen = set() if tail is None else set(tail.seen)
+    seen = _Growing(LayeredSet() if tail is None else tail.seen)
     occurrences = {} if tail is None else dict(tail.occurrences)
     bullets, duplicates = _assign_ids(bullets, seen, occurrences)
-    return bullets, duplicates, _Tail(heading, frozenset(seen), occurrences)
+    return bullets, duplicates, _Tail(heading, seen.base | seen.added, occurrences)
+
+
+class _Growing:
+    """The ids given before (`base`) and those given since (`added`), as one set to `_assign_ids`."""
+
+    __slots__ = ("base", "added")
+
+    def __init__(self, base: LayeredSet):
+        self.base, self.added = base, set()
+
+    def __contains__(self, item: str) -> bool:
+        return item in self.added or item in self.base
+
+    def add(self, item: str) -> None:
+        self.added.add(item)
 
 
 def _continuation_end(lines, index: int, indent: int, hidden) -> int:
@@ -588,7 +604,7 @@ def _make_block(lines, index: int, end: int, kind: str, heading: str | None) -> 
     return Bullet(index, end, "", None, text, block_id, id="", heading=heading, kind=kind)
 
 
-def _assign_ids(bullets: list[Bullet], seen: set[str], occurrences: dict[str, int]) -> tuple[list[Bullet], list[str]]:
+def _assign_ids(bullets: list[Bullet], seen: _Growing, occurrences: dict[str, int]) -> tuple[list[Bullet], list[str]]:
     """Explicit ids stay; a repeated explicit id and id-less memories get derived ids. `seen` and
     `occurrences` (the ids given so far, how often each id-less text came) are updated."""
     duplicates: list[str] = []
