@@ -45,6 +45,26 @@ def test_the_records_fsync_happens_before_the_intake_lock_and_its_rename_under_i
     assert not list((root / ".capture-intake").rglob(".*.tmp"))
 
 
+
+def test_the_ledgers_shard_sizes_are_checked_before_the_intake_lock(tmp_path, monkeypatch):
+    """Every admission checks that no committed shard is missing or short: 256 lstat calls, once
+    held under the intake lock every other admission waits for. Shards only grow past what a
+    catalog committed, so the check runs before the lock (a truncated shard is still refused:
+    test_intake_ledger.py)."""
+    from memvault.vault.intake.ledger import Ledger
+
+    root = make_vault(tmp_path)
+    assert admit(root, "run-first").status == "admitted"
+    real, seen = Ledger.check_sizes, []
+
+    def check_sizes(ledger):
+        seen.append(lock_seen_from_another_process(root))
+        return real(ledger)
+
+    monkeypatch.setattr(Ledger, "check_sizes", check_sizes)
+    assert admit(root, "run-second").status == "admitted"
+    assert seen == ["free"]
+
 def test_a_staged_record_is_left_alone_by_the_stray_sweep_and_a_dead_writers_is_not(tmp_path):
     root = make_vault(tmp_path)
     assert admit(root, "run-first").status == "admitted"

@@ -164,6 +164,9 @@ def admit_record(dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | No
     try:
         data = render_record(record)
         _check_record_size(data)
+        # no committed shard missing or short: checked before the lock (256 lstat calls), since a
+        # shard only ever grows past what a catalog committed, and the catalog only grows
+        Ledger(dirs, create=False, hook=hook).check_sizes()
         with _staged(dirs, record, data, hook) as staged:  # the record's fsync before the lock, not under it
             with intake_lock(dirs, lock_timeout):
                 return _admit_locked(dirs, record, data, staged, hook)
@@ -293,7 +296,6 @@ def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: Sta
                 hook: CrashHook | None) -> AdmissionResult:  # fmt: skip
     dirs.ensure()
     ledger = Ledger(dirs, create=True, hook=hook)
-    ledger.check_sizes()
     # a live resolver appends beside us (its own start recovered every shard). Probed under the
     # intake lock: a worker starting now recovers under that lock before it resolves anything
     if not LivenessFence(dirs.root).is_held():
