@@ -10,9 +10,9 @@ The protocol (docs/durability.md, "Notes a person edits"):
    be searchable (not inside an unclosed fence, comment or conflict hunk; under 16 MiB), and
    the note's line ending.
 3. Append only the missing lines in one ``write``.
-4. Verify, then fsync: when the note's path still names the inode written and it grew by our
-   bytes exactly, it holds what we read and then our lines; otherwise read it again *by path*
-   and check each line is there. A person's save that landed in between (their editor read the
+4. Verify, then fsync: when the note's path still names the inode written, and it grew by our
+   bytes exactly and ends with them, it holds what we read and then our lines; otherwise read
+   it again *by path* and check each line is there. A person's save that landed in between (their editor read the
    note before our write and wrote after it) may have dropped our line; then the lines still
    missing are appended again, with backoff, up to ``APPEND_ATTEMPTS`` times. Nothing is ever
    handed to the agent as a Conflict.
