@@ -5,6 +5,8 @@ never swept as a crash's leftover while its writer lives, and a dead writer's is
 import subprocess
 import sys
 
+import pytest
+
 from memvault.vault.fsio import StagedWrite
 from memvault.vault.intake.files import PENDING, IntakeDirs
 from memvault.vault.intake.state import INTAKE_LOCK, intake_lock, read_record
@@ -160,3 +162,27 @@ def test_admissions_in_many_processes_beside_a_sweeping_recovery_all_land(tmp_pa
     dirs = IntakeDirs(root)
     assert len(dirs.list_folder(PENDING).ids) == 1 + 4 * 40
     assert not list((root / ".capture-intake").rglob(".*.tmp"))
+
+
+@pytest.mark.parametrize("resolver_live", [True, False])
+def test_beside_a_live_resolver_the_ledger_is_read_once_per_admission(tmp_path, monkeypatch, resolver_live):
+    """A live worker writes the ledger without the intake lock, so the catalog read before the
+    lock is as current as one read under it: an admission reads it once. Without a live
+    resolver one may have held the lock meanwhile, and it is read again under the lock."""
+    from memvault.vault.intake import ledger as ledger_module
+    from memvault.vault.locks import LivenessFence
+
+    root = make_vault(tmp_path)
+    assert admit(root, "run-first").status == "admitted"
+    fence = LivenessFence(root)
+    if resolver_live:
+        fence.hold()
+    real, loads = ledger_module.load_catalog, []
+    monkeypatch.setattr(ledger_module, "load_catalog", lambda *args, **kwargs: loads.append(1) or real(*args, **kwargs))
+    try:
+        assert admit(root, "run-second").status == "admitted"
+        assert admit(root, "run-second").status == "duplicate"
+    finally:
+        if resolver_live:
+            fence.release()
+    assert len(loads) == (2 if resolver_live else 4)

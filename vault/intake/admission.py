@@ -166,10 +166,11 @@ def admit_record(dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | No
         _check_record_size(data)
         # no committed shard missing or short: checked before the lock (256 lstat calls), since a
         # shard only ever grows past what a catalog committed, and the catalog only grows
-        Ledger(dirs, create=False, hook=hook).check_sizes()
+        checked = Ledger(dirs, create=False, hook=hook)
+        checked.check_sizes()
         with _staged(dirs, record, data, hook) as staged:  # the record's fsync before the lock, not under it
             with intake_lock(dirs, lock_timeout):
-                return _admit_locked(dirs, record, data, staged, hook)
+                return _admit_locked(dirs, record, data, staged, hook, checked)
     except _Refused as refused:
         return AdmissionResult(FAILED, record.id, refused.category, str(refused))
     except (VaultError, OSError) as exc:
@@ -287,18 +288,23 @@ def _staged(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook
 
 
 def _admit_locked(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: StagedWrite | None,
-                  hook: CrashHook | None) -> AdmissionResult:  # fmt: skip
+                  hook: CrashHook | None, checked: Ledger) -> AdmissionResult:  # fmt: skip
     with undone_if_failed(dirs.all_folders()):  # a refused or failed first admission leaves no folder
-        return _admit_into(dirs, record, data, staged, hook)
+        return _admit_into(dirs, record, data, staged, hook, checked)
 
 
 def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: StagedWrite | None,
-                hook: CrashHook | None) -> AdmissionResult:  # fmt: skip
+                hook: CrashHook | None, checked: Ledger) -> AdmissionResult:  # fmt: skip
+    """Admit under the intake lock; `checked`: the ledger as read (and checked) just before it."""
     dirs.ensure()
-    ledger = Ledger(dirs, create=True, hook=hook)
-    # a live resolver appends beside us (its own start recovered every shard). Probed under the
-    # intake lock: a worker starting now recovers under that lock before it resolves anything
-    if not LivenessFence(dirs.root).is_held():
+    # a live resolver appends beside us without this lock (its own start recovered every shard),
+    # so the ledger read before the lock is as current as one read now. Probed under the intake
+    # lock: a worker starting now recovers under that lock before it resolves anything. Without
+    # one, a resolver may have held the lock meanwhile: the ledger is read again (made, on a
+    # vault's first admission) and this run's shard recovered
+    resolver_live = LivenessFence(dirs.root).is_held()
+    ledger = checked if resolver_live and checked.catalog.on_disk else Ledger(dirs, create=True, hook=hook)
+    if not resolver_live:
         ledger.recover_shard(shard_of(record.id), receipt_lookup(dirs))
     existing = _existing(dirs, ledger, record.id)
     if existing is not None:
