@@ -1,5 +1,5 @@
 """An admission writes and fsyncs its record before it takes the intake lock (vault/fsio.py
-`StagedWrite`): under the lock it only checks, renames and fsyncs the folder. A staged record is
+`StagedWrite`): under the lock it only checks and renames; the folder's fsync follows the lock. A staged record is
 never swept as a crash's leftover while its writer lives, and a dead writer's is."""
 
 import subprocess
@@ -32,17 +32,20 @@ def lock_seen_from_another_process(root) -> str:
     return done.stdout.strip()
 
 
-def test_the_records_fsync_happens_before_the_intake_lock_and_its_rename_under_it(tmp_path):
+def test_the_records_fsync_happens_before_the_intake_lock_its_rename_under_it_and_the_folders_after(tmp_path):
+    """Under the intake lock an admission only checks and renames: the record's fsync comes
+    before the lock and the folder's after it (both before the answer), so no admission waits
+    for another's fsyncs."""
     root = make_vault(tmp_path)
     assert admit(root, "run-first").status == "admitted"  # the vault's first admission makes the folders
     seen = {}
 
     def hook(boundary):
-        if boundary in ("admit.record_fsynced", "admit.record_renamed"):
+        if boundary in ("admit.record_fsynced", "admit.record_renamed", "admit.committed"):
             seen[boundary] = lock_seen_from_another_process(root)
 
     assert admit(root, "run-second", hook=hook).status == "admitted"
-    assert seen == {"admit.record_fsynced": "free", "admit.record_renamed": "held"}
+    assert seen == {"admit.record_fsynced": "free", "admit.record_renamed": "held", "admit.committed": "free"}
     assert read_record(IntakeDirs(root), PENDING, admit(root, "run-second").id).id  # duplicate: the record is there
     assert not list((root / ".capture-intake").rglob(".*.tmp"))
 
@@ -78,7 +81,8 @@ def test_a_staged_record_is_left_alone_by_the_stray_sweep_and_a_dead_writers_is_
         with intake_lock(dirs):
             assert dirs.remove_strays() == 1
         assert live.tmp.exists() and not leftover.exists()
-        live.publish(pending / "live.json")
+        live.rename_into(pending / "live.json")
+        live.fsync_folder()
     assert (pending / "live.json").read_bytes() == b"a whole record\n"
 
 
@@ -99,7 +103,8 @@ def test_a_sweep_between_a_staged_files_creation_and_its_flock_costs_no_record(t
 
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_sweep)
     with StagedWrite(tmp_path, "record.json", b"the whole record\n", mode=0o600) as staged:
-        staged.publish(tmp_path / "record.json")
+        staged.rename_into(tmp_path / "record.json")
+        staged.fsync_folder()
     assert swept == [True]
     assert (tmp_path / "record.json").read_bytes() == b"the whole record\n"
     assert not list(tmp_path.glob(".*.tmp"))
@@ -186,3 +191,18 @@ def test_beside_a_live_resolver_the_ledger_is_read_once_per_admission(tmp_path, 
         if resolver_live:
             fence.release()
     assert len(loads) == (2 if resolver_live else 4)
+
+
+
+def test_a_duplicate_of_a_record_still_pending_fsyncs_its_folder_before_it_answers(tmp_path, monkeypatch):
+    """The admission that renamed a record fsyncs its folder after the intake lock; a retry of
+    the same run that finds the record meanwhile must not answer "duplicate" (saved) before
+    that rename is durable, so it fsyncs the folder itself."""
+    from memvault.vault.intake import admission
+
+    root = make_vault(tmp_path)
+    assert admit(root, "run-first").status == "admitted"
+    real, synced = admission.fsync_dir, []
+    monkeypatch.setattr(admission, "fsync_dir", lambda folder: synced.append(folder) or real(folder))
+    assert admit(root, "run-first").status == "duplicate"
+    assert synced == [IntakeDirs(root).folder(PENDING)]

@@ -123,9 +123,10 @@ def write_temp(folder: Path, name: str, data: bytes | Writer, *, mode: int,
 class StagedWrite:
     """The slow half of an `atomic_write` done before the caller's lock: the bytes in a fsynced
     temp file (`write_temp`'s name and mode), kept open under an exclusive `flock` so a sweep of
-    stray temp files (`remove_if_unlocked`) leaves it alone while it lives. `publish` renames it into place
-    and fsyncs the folder (the half that must run under the lock); `discard` (or leaving the
-    `with` block) removes it if it was not published. A crash drops the flock with the process."""
+    stray temp files (`remove_if_unlocked`) leaves it alone while it lives. `rename_into` puts it in
+    place (the half that must run under the lock) and `fsync_folder` makes that durable; `discard`
+    (or leaving the `with` block) removes it if it was not renamed. A crash drops the flock with
+    the process."""
 
     def __init__(self, folder: Path, name: str, data: bytes, *, mode: int,
                  boundary: Callable[[str], None] | None = None):  # fmt: skip
@@ -139,6 +140,7 @@ class StagedWrite:
                 break
             os.close(self._fd)  # swept between its creation and our flock (`remove_if_unlocked`): anew
         self.tmp: Path | None = Path(tmp_name)
+        self._published: Path | None = None
         try:
             _write_all(self._fd, data)
             self._stage("written")
@@ -149,14 +151,19 @@ class StagedWrite:
             raise
         self._stage("fsynced")
 
-    def publish(self, path: Path) -> None:
-        """Rename into `path` (never through a symlink) and fsync its folder."""
+    def rename_into(self, path: Path) -> None:
+        """Rename into `path` (never through a symlink); `fsync_folder` makes the rename durable."""
         if _is_symlink(path):
             raise _symlink_refused(path)
         os.replace(self.tmp, path)
         self.tmp = None
+        self._published = path
         self._stage("renamed")
-        fsync_dir(path.parent)
+
+    def fsync_folder(self) -> None:
+        """fsync the folder renamed into (it may follow the caller's lock: the rename is visible
+        to the lock's other holders at once, and durable once this returns)."""
+        fsync_dir(self._published.parent)
         self._stage("committed")
 
     def discard(self) -> None:

@@ -29,13 +29,13 @@ from pathlib import Path
 
 from memvault.vault.credentials import find_credential
 from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath, VaultError, VaultLocked
-from memvault.vault.fsio import StagedWrite, atomic_write, ensure_private_dir, undone_if_failed
+from memvault.vault.fsio import StagedWrite, atomic_write, ensure_private_dir, fsync_dir, undone_if_failed
 from memvault.vault.ids import normalize_text
 from memvault.vault.intake.catalog import LedgerIntegrityError
 from memvault.vault.intake.files import DEAD, MAX_RECORD_BYTES, PENDING, CrashHook, IntakeDirs, hit
 from memvault.vault.intake.ledger import Ledger, shard_of
 from memvault.vault.intake.record import ADMITTING_WRITE_MODES, TIERS, TRIGGERS, IntakeRecord, Payload, render_record
-from memvault.vault.intake.state import MAX_ACTIVE, find_active, intake_lock, read_receipt, receipt_lookup
+from memvault.vault.intake.state import MAX_ACTIVE, find_active, folder_for, intake_lock, read_receipt, receipt_lookup
 from memvault.vault.locks import LivenessFence
 from memvault.vault.storage_errors import storage_error
 
@@ -170,7 +170,9 @@ def admit_record(dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | No
         checked.check_sizes()
         with _staged(dirs, record, data, hook) as staged:  # the record's fsync before the lock, not under it
             with intake_lock(dirs, lock_timeout):
-                return _admit_locked(dirs, record, data, staged, hook, checked)
+                result = _admit_locked(dirs, record, data, staged, hook, checked)
+            _make_durable(dirs, result, staged)  # the folder's fsync after the lock, before the answer
+            return result
     except _Refused as refused:
         return AdmissionResult(FAILED, record.id, refused.category, str(refused))
     except (VaultError, OSError) as exc:
@@ -273,9 +275,9 @@ def _refuse_secrets(answer: str, capture: str | None) -> None:
 
 def _staged(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook | None):
     """The record written and fsynced into a temp file of the pending folder before the intake
-    lock is taken: under the lock an admission then only checks, renames and fsyncs the folder
-    (every agent's admission takes that lock). A vault's first admission, whose folders do not
-    exist yet, writes everything under the lock (`nullcontext`)."""
+    lock is taken (every agent's admission takes that lock): under it an admission then only
+    checks and renames, and the folder's fsync follows it. A vault's first admission, whose
+    folders do not exist yet, writes everything under the lock (`nullcontext`)."""
     pending = dirs.folder(PENDING)
     if not pending.is_dir() or pending.is_symlink():
         return nullcontext()
@@ -323,10 +325,21 @@ def _admit_into(dirs: IntakeDirs, record: IntakeRecord, data: bytes, staged: Sta
             f"Fix: start the agent so pending work drains, or `memvault inspect` and retry/resolve dead letters.",
         )
     if staged is not None:
-        staged.publish(dirs.record_path(PENDING, record.id))
+        staged.rename_into(dirs.record_path(PENDING, record.id))  # its folder is fsynced after the lock
     else:
         _write_new(dirs.record_path(PENDING, record.id), data, hook)
     return AdmissionResult(ADMITTED, record.id, None, None, record.state)
+
+
+def _make_durable(dirs: IntakeDirs, result: AdmissionResult, staged: StagedWrite | None) -> None:
+    """The fsync of the folder a record was renamed into, after the intake lock: the next
+    admission does not wait for it, and this one answers only once it is done. A duplicate of a
+    record still active fsyncs its folder too: the admission that renamed it there (a retry of
+    the same run, racing this one) may not have yet."""
+    if result.status == ADMITTED and staged is not None and staged.tmp is None:
+        staged.fsync_folder()
+    elif result.status == DUPLICATE and result.state not in (None, "resolved"):
+        fsync_dir(dirs.folder(folder_for(result.state)))
 
 
 def _existing(dirs: IntakeDirs, ledger: Ledger, intake_id: str) -> tuple[str, str] | None:
