@@ -81,3 +81,39 @@ def test_pending_rows_score_as_a_scan_of_every_row_would(tmp_path, seed):
         for digest in digests[:5]:
             assert overlay.find_by_content_hash(digest).content_hash == digest
         assert overlay.find_by_content_hash("0" * 64) is None
+
+
+def test_a_save_that_moves_pending_lines_keeps_their_terms_and_scores_as_a_scan_would(tmp_path):
+    """A person's save of the day's note hands its pending rows to the deferred set again (their
+    lines moved): a row whose words and neighbours are the same keeps the terms counted when it
+    was added (a save at 15 Hz counted every pending row's words again), one whose text changed
+    is counted afresh, and scores still equal a scan of every row."""
+    from memvault import MemoryStore
+
+    root = make_local_vault(tmp_path, mode="journal")
+    with MemoryStore.open(root, engine=False) as store:
+        store.remember_many([f"stored flour in the eastern log {n}." for n in range(10)])
+        store.defers_index_commits = True
+        for n in range(8):
+            store.remember(f"harbour pier {n} ledger")
+        [path] = {row.record.path for row in store._deferred.rows.values()}
+        note = root / path
+        note.write_text(note.read_text() + "- 08:30 a person's own line\n")
+        store.sync([path], defer=True)  # the rows as read from the note, their neighbours with them
+        before = dict(store._deferred.rows)
+        lines = note.read_text().splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.startswith("- "))
+        lines.insert(first, "- 08:00 the captain painted the dinghy green\n")  # every line below moves
+        lines = [line.replace("harbour pier 7 ledger", "harbour pier 7 ledger cook") for line in lines]
+        note.write_text("".join(lines))
+        store.sync([path], defer=True)
+        after = store._deferred.rows
+        kept = [key for key, row in before.items()
+                if after[key].record.text == row.record.text and after[key].record.context == row.record.context]
+        assert len(kept) >= 4 and all(after[key].record.line != before[key].record.line for key in kept)
+        assert all(after[key].text_terms is before[key].text_terms for key in kept)
+        [edited] = [row for row in after.values() if row.record.text.startswith("harbour pier 7")]
+        assert edited.text_terms["cook"] == 1
+        overlay = store._deferred.view(store._readable_index().bm25)
+        for query in ("harbour pier", "cook ledger", "captain dinghy", "pier 7"):
+            assert overlay._scores(query, ("curated",)) == reference_scores(overlay, query, ("curated",))

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from memvault.indexer.engine.overlay import PendingRow, overlay_of
+from memvault.indexer.search.bm25 import record_key
 from memvault.indexer.results import RememberReceipt
 from memvault.vault.records import MemoryRecord
 
@@ -76,7 +77,8 @@ class DeferredIndexing:
         self._paths.update(relpaths)
         self._path_versions.update(dict.fromkeys(relpaths, self.version))
         self._receipts.update({digest: (receipt, self.version) for digest, receipt in receipts.items()})
-        fresh = [PendingRow.of(record, self.version) for record in records]
+        fresh = [PendingRow.again(self.rows.get(record_key(record.path, record.id)), record, self.version)
+                 for record in records]  # a person's save of the day's note reads the pending rows again
         if fresh:
             self.rows = {**self.rows, **{row.key: row for row in fresh}}
         if self.on_add is not None:

@@ -22,6 +22,7 @@ the note is durable first, and a restarted owner's sync indexes what a crash lef
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -85,6 +86,13 @@ class PendingRow:
     def of(cls, record: MemoryRecord, version: int = 0) -> PendingRow:
         return cls(record, document_of(record), Counter(_terms(record.text)), Counter(_terms(record.context)),
                    Counter(cjk_bigrams(record.text)), version)
+
+    @classmethod
+    def again(cls, before: PendingRow | None, record: MemoryRecord, version: int) -> PendingRow:
+        """`of`, keeping `before`'s terms when its record has the same words (a line that moved)."""
+        if before is None or before.record.text != record.text or before.record.context != record.context:
+            return cls.of(record, version)
+        return dataclasses.replace(before, record=record, document=document_of(record), version=version)
 
     @property
     def key(self) -> str:

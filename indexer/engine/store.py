@@ -26,7 +26,7 @@ from memvault.indexer.engine.overlay import pending_record
 from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import MANIFEST, Manifest, current_generation
 from memvault.indexer.maintenance.progress import PhaseLog
-from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome, diff_rows
+from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome
 from memvault.indexer.results import RecallResult, RememberReceipt, SyncReport
 from memvault.indexer.search.recall_request import check_recall_request
 from memvault.indexer.search.telemetry import AccessLog
@@ -246,7 +246,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             stale = [path for path in stale if not written_last_by_us(resolve_inside(self.layout.root, path))]
         delta = IndexDelta()
         for item in (read_note_records(self.layout, path, self.time_zone) for path in stale):
-            delta.extend(diff_rows(item.path, index.rows_of(item.path), item.records))
+            delta.extend(index.diff_note(item.path, item.records)[0])
         with self._deferred.lock:
             self._deferred.add(stale, {}, delta.upserts)
         return delta, stale

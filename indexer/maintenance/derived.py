@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from memvault.indexer.maintenance.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
-from memvault.indexer.maintenance.sync import IndexDelta, Row, diff_rows, is_racy, needs_reading
+from memvault.indexer.maintenance.sync import IndexDelta, KnownRows, Row, diff_known, is_racy, needs_reading
 from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index
 from memvault.vault.clock import zone
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
@@ -122,7 +122,7 @@ def _lstat(path: Path) -> os.stat_result | None:
 def note_issues(note: Note, vault_zone: str) -> tuple[str, ...]:
     """Hand-edit findings that do not stop indexing: a pasted duplicate id, a bad frontmatter zone."""
     issues = []
-    for bullet in note.bullets:
+    for bullet in note.bullets if note.duplicate_ids else ():  # a note of thousands seldom repeats an id
         if bullet.block_id is not None and bullet.id != bullet.block_id:
             issues.append(f"duplicate id ^{bullet.block_id} on line {bullet.first_line + 1} (indexed as {bullet.id})")
     zone_name = note_zone_name(note, vault_zone)
@@ -146,7 +146,9 @@ class DerivedIndex:
         #: (BM25 reader, a few notes' rows as it sees them): the day's note is diffed on every
         #: save and every commit, and reading its thousands of rows back from Tantivy each time
         #: was the owner's largest cost under many agents (`rows_of`, `apply`)
-        self._known: tuple[object, dict[str, dict[str, Row]]] = (None, {})
+        #: The rows are kept with the records they were made of, so a diff looks only past the
+        #: records a new read shares with them (`diff_known`)
+        self._known: tuple[object, dict[str, KnownRows]] = (None, {})
 
     @classmethod
     def open_current(cls, layout: VaultLayout) -> "DerivedIndex | None":
@@ -183,17 +185,20 @@ class DerivedIndex:
         delta = IndexDelta()
         if not indexed:
             return delta
+        after = {}
         for item in indexed:
-            delta.extend(diff_rows(item.path, self.rows_of(item.path), item.records))
-        if not delta.is_empty:
+            note_delta, after[item.path] = self.diff_note(item.path, item.records)
+            delta.extend(note_delta)
+        if delta.is_empty:
+            self._remember_rows(after)  # the same rows, now known with the records just read
+        else:
             for component in self.components:
                 component.apply(delta)
             self._commit_bm25(delta)
             # the applied files now hold exactly their records: the diffs were against the reader
             # as refreshed by the one writer (the vault lock's holder, or the owner), so no other
             # commit came between; a commit by anyone else shows in meta.json, a new reader
-            self._known = (self.bm25.reader(), {item.path: {row.key: row for row in map(Row.of_record, item.records)}
-                                                for item in indexed[:_KNOWN_NOTES]})  # fmt: skip
+            self._known = (self.bm25.reader(), dict(list(after.items())[:_KNOWN_NOTES]))
             for component in self.components:
                 component.committed(delta)
             if hook is not None:
@@ -225,17 +230,32 @@ class DerivedIndex:
 
     def rows_of(self, path: str) -> dict[str, Row]:
         """Every row the index holds for one file, by key (read from BM25, the commit point)."""
+        return dict(self._known_rows(path).rows)
+
+    def diff_note(self, path: str, records: list[MemoryRecord]) -> tuple[IndexDelta, KnownRows]:
+        """What turns this file's rows into `records`, and its rows once that is applied."""
+        return diff_known(path, self._known_rows(path), records)
+
+    def _known_rows(self, path: str) -> KnownRows:
         reader = self.bm25.reader()
         known_by, known = self._known
         if known_by is reader and path in known:
-            return dict(known[path])
-        rows = {hit.key: Row.of_hit(hit) for hit in self.bm25.hits_for_path(path, reader)}
+            return known[path]
+        rows = KnownRows({hit.key: Row.of_hit(hit) for hit in self.bm25.hits_for_path(path, reader)})
         if known_by is not reader:
             known = {}
             self._known = (reader, known)  # one swap: a reader on another thread sees either whole
         if len(known) < _KNOWN_NOTES:
             known[path] = rows
-        return dict(rows)
+        return rows
+
+    def _remember_rows(self, after: dict[str, KnownRows]) -> None:
+        """Keep the rows of notes found unchanged, now with the records they were made of."""
+        known_by, known = self._known
+        if known_by is self.bm25.reader():
+            for path, rows in after.items():
+                if path in known:
+                    known[path] = rows
 
     def row_counts(self) -> dict[str, int]:
         """Live rows per file path, from the term dictionary (no document is loaded)."""

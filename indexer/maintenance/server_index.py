@@ -16,11 +16,12 @@ from pathlib import Path
 from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite, ServerIndexBackend, StoredRow
 from memvault.indexer.maintenance.derived import BoundaryHook, FileIndexing
 from memvault.indexer.maintenance.generations import FileState
-from memvault.indexer.maintenance.sync import IndexDelta, Row, diff_rows, needs_reading
+from memvault.indexer.maintenance.sync import IndexDelta, KnownRows, Row, diff_known, diff_rows, needs_reading
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.errors import IndexUnavailable, ProviderUnavailable, VaultError
 from memvault.vault.layout import VaultLayout, parse_note_relpath
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
+from memvault.vault.records import MemoryRecord
 
 
 class RowDocument(dict):
@@ -330,6 +331,10 @@ class ServerIndex:
 
     def rows_of(self, path: str) -> dict[str, Row]:
         return {row.key: as_row(row) for row in self.backend.rows_of(self.number, path)}
+
+    def diff_note(self, path: str, records: list[MemoryRecord]) -> tuple[IndexDelta, KnownRows]:
+        """What turns this file's rows on the server into `records` (`DerivedIndex.diff_note`)."""
+        return diff_known(path, KnownRows(self.rows_of(path)), records)
 
     def row_counts(self) -> dict[str, int]:
         return self.backend.counts(self.number).by_path

@@ -27,6 +27,7 @@ from memvault.indexer.maintenance.generations import FileState
 from memvault.indexer.results import SyncReport
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.ids import DERIVED_ID_PREFIX
+from memvault.vault.note import common_prefix
 from memvault.vault.records import MemoryRecord
 
 #: a file modified less than this before it was read may change again within the same mtime
@@ -169,6 +170,40 @@ def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord]) -> In
     if not delta.is_empty:
         delta.files.append(path)
     return delta
+
+
+@dataclass(frozen=True)
+class KnownRows:
+    """The rows the index holds for one note, by key, and the records they were made of, in the
+    note's order (None when they were read back from the index, not made of records)."""
+
+    rows: dict[str, Row]
+    records: tuple[MemoryRecord, ...] | None = None
+
+
+def diff_known(path: str, known: KnownRows, records: list[MemoryRecord]) -> tuple[IndexDelta, KnownRows]:
+    """`diff_rows` against rows made of records, and the rows the index holds once it is applied.
+
+    The records of a note's unchanged first bullets are the same objects from one parse to the
+    next (vault/records.py), so the first records the two lists share are found by halving (C
+    comparisons of slices, `common_prefix`) and only what follows them is diffed: a person's save
+    of the last lines of a day's note of 20,000 memories costs what those lines cost. A key is
+    never in both parts (ids are unique within a note), so the shared records' rows stand."""
+    now = tuple(records)
+    if known.records is None:
+        delta = diff_rows(path, known.rows, records)
+        return delta, KnownRows({row.key: row for row in map(Row.of_record, now)}, now)
+    shared = common_prefix(known.records, now)
+    before = {row.key: row for row in map(Row.of_record, known.records[shared:])}
+    delta = diff_rows(path, before, now[shared:])
+    delta.unchanged += shared
+    if not before and shared == len(now):
+        return delta, KnownRows(known.rows, now)
+    rows = dict(known.rows)  # a C copy; then the rows of the records after the shared ones are put right
+    for key in before:
+        del rows[key]
+    rows.update((row.key, row) for row in map(Row.of_record, now[shared:]))
+    return delta, KnownRows(rows, now)
 
 
 def stat_state(path: Path) -> os.stat_result | None:
