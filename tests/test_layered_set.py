@@ -31,3 +31,14 @@ def test_growing_one_id_at_a_time_copies_each_id_a_few_times_not_the_whole_set_e
     assert len(grown) == 13000 and "m-0" in grown and "m-12999" in grown and "m-13000" not in grown
     assert copied < 12000 * 15  # a frozenset grown by copying would have copied 84 million ids
     assert grown | {"m-5"} is grown  # nothing new: the same set
+
+
+def test_a_difference_copies_only_the_layers_holding_what_leaves():
+    """A person's save drops the ids of a day's note's last lines: they are in its newest, small
+    layers, and the large layers below stay the very same sets (nothing of them is copied)."""
+    grown = LayeredSet([f"m-{n}" for n in range(16_384)])
+    for n in range(16_384, 16_400):
+        grown = grown | {f"m-{n}"}
+    largest = grown._layers[0]
+    less = grown.difference({"m-16399", "m-16398", "absent"})
+    assert less._layers[0] is largest and len(less) == 16_398 and "m-16399" not in less and "m-16397" in less

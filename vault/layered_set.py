@@ -72,5 +72,8 @@ class LayeredSet:
         return LayeredSet._of(tuple(layers))
 
     def difference(self, other: Iterable[str]) -> LayeredSet:
-        """This set less `other`'s items (made whole again: rare, an edit inside a note)."""
-        return LayeredSet(self.whole().difference(other))
+        """This set less `other`'s items: only the layers holding one are copied (the ids of a
+        note's last lines, which a person's save rewrote, are in its newest, smallest layers)."""
+        gone = frozenset(other)
+        layers = (layer if layer.isdisjoint(gone) else layer.difference(gone) for layer in self._layers)
+        return LayeredSet._of(tuple(layer for layer in layers if layer))

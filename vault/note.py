@@ -21,6 +21,7 @@ each memory's inline markdown into the plain text that is indexed (see `plain_te
 import bisect
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -97,9 +98,13 @@ class Note:
     @cached_property
     def marked_ids(self) -> LayeredSet:
         """Every block id the note carries as `^id` anywhere, searchable or not (`marked_ids`).
-        Made once per parsed note, and carried on to a note parsed as this one plus appended
-        lines: an append checks that no hidden copy of its id is there, on every append."""
-        return LayeredSet(marked_ids("".join(self.lines)))
+        Made once per parsed note, and carried on to a note parsed from this one (`_reparse`):
+        an append checks that no hidden copy of its id is there, on every append, and the repair
+        after a person's save of the day's note asks which of memvault's lines it dropped."""
+        found = _ID_MARK_RE.findall("".join(self.lines))
+        marks = frozenset(found)
+        self.__dict__["_marked_twice"] = _repeated(found, ())
+        return LayeredSet(marks)
 
     @property
     def newline(self) -> str:
@@ -125,8 +130,10 @@ _PARSE_CACHE_TOTAL_CHARS = 16 << 20
 #: smaller texts are parsed whole, in well under a millisecond, and never cached: the small texts an
 #: owner parses between two saves of the day's note (new lines, one-turn notes) evicted its versions
 _PARSE_CACHE_SMALLEST = 4096
-#: how many of the newest cached parses a changed text is compared with, line by line
+#: how many of the newest cached parses a changed text is compared with, line by line, and how
+#: few lines past the shared ones end the search (each comparison costs a day's note's lines)
 _PREFIX_BASES = 3
+_CLOSE_ENOUGH_LINES = 64
 
 
 @dataclass(frozen=True)
@@ -230,6 +237,8 @@ def _reparse_from_best(bases: list[tuple[str, _Parsed, bool]], text: str) -> tup
         common = common_prefix(base.note.lines, lines)
         if common > shared:
             best, shared = base, common
+        if len(lines) - shared <= _CLOSE_ENOUGH_LINES:
+            break  # no older version can save more than parsing these few lines
     return (None if best is None else _reparse(best, lines, shared)), False
 
 
@@ -271,8 +280,9 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | No
     hidden, open_at_end, region_open = _hidden_lines(lines, line, conflicts)
     bullets, duplicates, new_tail = _parse_blocks(lines, line, hidden, tail)
     kept_bullets = note.bullets[:kept]
-    kept_duplicates = note.duplicate_ids if kept == len(note.bullets) else tuple(
-        b.block_id for b in kept_bullets if b.block_id is not None and b.id != b.block_id)
+    # the repeated ids are in their memories' order: those of the memories left behind are the last
+    left_behind = sum(1 for b in note.bullets[kept:] if b.block_id is not None and b.id != b.block_id)
+    kept_duplicates = note.duplicate_ids[: len(note.duplicate_ids) - left_behind]
     kept_hidden = note.hidden_lines if line == len(note.lines) else frozenset(i for i in note.hidden_lines if i < line)
     reparsed = Note(lines, note.body_start, note.frontmatter, kept_bullets + tuple(bullets),
                     prefix_conflicts + conflicts, kept_duplicates + tuple(duplicates), open_at_end,
@@ -287,9 +297,8 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | No
             if memory.block_id:
                 found.setdefault(memory.block_id, memory)
         reparsed.__dict__["by_block_id"] = found
-    marks = note.__dict__.get("marked_ids")
-    if marks is not None and line == len(note.lines):  # whole lines appended: their marks join the note's
-        reparsed.__dict__["marked_ids"] = marks | marked_ids("".join(lines[line:]))
+    if "marked_ids" in note.__dict__:
+        reparsed.__dict__["marked_ids"], reparsed.__dict__["_marked_twice"] = _marks_carried_on(note, lines, line)
     return _Parsed(reparsed, new_tail, base.region_open[:line] + bytes(region_open[line:]))
 
 
@@ -627,6 +636,40 @@ def _assign_ids(bullets: list[Bullet], seen: _Growing, occurrences: dict[str, in
 
 
 _ID_MARK_RE = re.compile(rf"\^({BLOCK_ID_PATTERN})(?![A-Za-z0-9-])")
+
+
+def _repeated(found: list[str], known: Iterable[str]) -> frozenset[str]:
+    """The ids `found` holds more than once, or holds and `known` holds too."""
+    if len(set(found)) == len(found) and not known:
+        return frozenset()
+    seen, repeated = set(), set()
+    for block_id in found:
+        if block_id in seen or block_id in known:
+            repeated.add(block_id)
+        seen.add(block_id)
+    return frozenset(repeated)
+
+
+def _marks_carried_on(note: Note, lines: tuple[str, ...], line: int) -> tuple[LayeredSet, frozenset[str]]:
+    """The marked ids of `lines`, whose first `line` lines are `note`'s, from `note`'s own marks:
+    the marks of its lines from `line` on leave, the new lines' marks join. A mark is within one
+    line, so the marks of a text are those of its first lines and of the rest together.
+
+    Which marks leave costs what the changed lines cost, because the note also knows which ids
+    it marks more than once (`_marked_twice`, a superset: it only asks for a look): an id its
+    changed lines held once is in none of the lines kept. Only an id marked more than once is
+    looked for in the kept lines, and a person seldom repeats one."""
+    marks, twice = note.__dict__["marked_ids"], note.__dict__["_marked_twice"]
+    added = _ID_MARK_RE.findall("".join(lines[line:]))
+    if line < len(note.lines):
+        gone = frozenset(_ID_MARK_RE.findall("".join(note.lines[line:])))
+        unsure = gone & twice
+        if unsure:
+            kept = marked_ids("".join(lines[:line]))
+            gone = (gone - unsure) | (unsure - kept)
+        if gone:
+            marks = marks.difference(gone)
+    return marks | added, twice | _repeated(added, marks)
 
 
 def marked_ids(text: str) -> frozenset[str]:

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from memvault.vault.errors import VaultError
 from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, atomic_write, make_dir, read_bytes_nofollow
 from memvault.vault.git_state import judge
-from memvault.vault.note import marked_ids
+from memvault.vault.note import marked_ids, parse
 from memvault.vault.note_append import NewBullet, append_bullets_once
 from memvault.vault.paths import resolve_inside
 from memvault.vault.strict_json import loads_strict
@@ -272,6 +272,16 @@ def lines_lost_from(layout, read: dict[str, Iterable[str]], now: float | None = 
     return any(by_path.get(relpath, {}).keys() - set(ids) for relpath, ids in read.items())
 
 
+def _marked_ids(data: bytes) -> Iterable[str]:
+    """The ids a note's bytes mark. Parsed (`parse`), since the append that follows parses the
+    same text and the parse of a day's note is carried on from its last version, marks too: a
+    person's save costs the lines it changed, not the note's thousands."""
+    try:
+        return parse(data.decode("utf-8")).marked_ids
+    except UnicodeDecodeError:
+        return marked_ids(data.decode("utf-8", errors="replace"))  # the append names the bad byte
+
+
 def _restore(layout, relpath: str, entries: dict[str, dict]) -> bool:
     """Append again the lines of `entries` (block id -> entry) the note lacks; True if it did."""
     try:
@@ -280,7 +290,8 @@ def _restore(layout, relpath: str, entries: dict[str, dict]) -> bool:
         return False  # the note itself was deleted or renamed: that is a person's decision
     except (OSError, ValueError, VaultError):
         return False  # unreadable or a symlink now: health names it; nothing is written there
-    missing = entries.keys() - marked_ids(data.decode("utf-8", errors="replace"))
+    marked = _marked_ids(data)
+    missing = [block_id for block_id in entries if block_id not in marked]
     if not missing:
         return False
     lost_entries = sorted((entries[block_id] for block_id in missing), key=lambda entry: float(entry.get("at", 0)))
