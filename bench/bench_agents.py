@@ -1,6 +1,7 @@
 """Many agents, one owner: N client processes against a running `memvault serve` (issue 26).
 
     python -m bench.bench_agents [--clients 8] [--seconds 30] [--memories 2000] [--saves 0,1,15] [--crash]
+                                 [--day-lines 0]
 
 Each client process holds `MemoryStore.open(V)` (a RemoteStore) and loops 40% remember, 30%
 admit, 30% search. Every search asks for the unique word of a memory already acknowledged, by
@@ -10,6 +11,8 @@ do, from a buffer read just before: a save may drop a line memvault appended, wh
 puts back). Figures are printed for one client first (the baseline of the same run), then for N.
 `--crash` SIGKILLs the owner mid-run, starts a new one, and checks that every acknowledged
 remember and admitted turn is in the notes exactly once and every remember is found.
+`--day-lines N` starts today's note with N memories, so the saves are measured on a day's note of
+a known size (otherwise it is as big as the earlier phases made it, which moves with the machine).
 
 Targets (issue 26): 8 clients ≥ 200 operations/s in total; p95 ≤ 100 ms for remember and search,
 ≤ 50 ms for admit; with saves at 1 Hz remember p50 ≤ 30 ms; 0 read-your-writes misses; projection
@@ -31,7 +34,9 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from bench.bench_engine import ENV, MEMVAULT, REPO, percentile
-from bench.generate import make_vault
+from bench.generate import make_vault, sentence
+from memvault.vault.ids import memory_id
+from memvault.vault.note import format_bullet, new_note_text
 
 OPERATIONS = ("remember", "admit", "search")
 MIX = (0.4, 0.3, 0.3)
@@ -143,6 +148,17 @@ def editor(root: Path, hertz: float, stop: threading.Event, counts: dict) -> Non
         temp.write_text("".join(lines))
         os.replace(temp, path)
         counts["saves"] = n
+
+
+def start_todays_note(root: Path, memories: int) -> None:
+    """Today's note (in the vault's zone, as the editor saves it) with `memories` generated lines."""
+    today = datetime.now(ZoneInfo("Europe/Amsterdam")).date().isoformat()
+    rng = random.Random(today)
+    lines = [new_note_text(today)]
+    for n in range(memories):
+        text = sentence(rng, n)
+        lines.append(format_bullet(text, memory_id(text), "07:00"))
+    (root / "daily" / f"{today}.md").write_text("".join(lines))
 
 
 # --- one phase ------------------------------------------------------------------------------------
@@ -295,12 +311,16 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--saves", default="0,1,15", help="editor save rates to run, in Hz (0: none)")
     parser.add_argument("--crash", action="store_true", help="also run the SIGKILL variant")
+    parser.add_argument("--day-lines", type=int, default=0, help="memories today's note starts with")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="memvault-agents-"))
     ROOT = make_vault(work / "v", args.memories, mode="journal")
+    if args.day_lines:
+        start_todays_note(ROOT, args.day_lines)
     subprocess.run([*MEMVAULT, "--vault", str(ROOT), "rebuild"], env=ENV, cwd=REPO, check=True, capture_output=True)
-    print(f"vault: {args.memories} memories (Journal tier, builtin embeddings); {os.cpu_count()} cores; "
-          "measured on a shared, busy machine")
+    today = f"; today's note starts with {args.day_lines} of them" if args.day_lines else ""
+    print(f"vault: {args.memories + args.day_lines} memories{today} (Journal tier, builtin embeddings); "
+          f"{os.cpu_count()} cores; measured on a shared, busy machine")
     restart()
     try:
         report("1 client (baseline, same run)", *phase(ROOT, 1, args.seconds, 0.0, work))
