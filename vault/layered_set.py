@@ -16,6 +16,10 @@ from collections.abc import Iterable, Iterator
 from itertools import chain
 
 
+#: up to this many items are added by looking each up in the layers
+_FEW = 64
+
+
 class LayeredSet:
     __slots__ = ("_layers",)
 
@@ -62,7 +66,11 @@ class LayeredSet:
 
     def __or__(self, other: Iterable[str]) -> LayeredSet:
         """This set with `other`'s items added; only the new ones are stored again."""
-        top = frozenset(other).difference(*self._layers)  # the new items, at C speed
+        top = frozenset(other)
+        if len(top) <= _FEW:  # an append's few ids: looked up (a difference walks each layer but the first whole)
+            top = frozenset(item for item in top if item not in self)
+        else:
+            top = top.difference(*self._layers)  # many new items (a first parse), at C speed
         if not top:
             return self
         layers = list(self._layers)
