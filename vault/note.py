@@ -21,7 +21,7 @@ each memory's inline markdown into the plain text that is indexed (see `plain_te
 import bisect
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -103,7 +103,7 @@ class Note:
         after a person's save of the day's note asks which of memvault's lines it dropped."""
         found = _ID_MARK_RE.findall("".join(self.lines))
         marks = frozenset(found)
-        self.__dict__["_marked_twice"] = _repeated(found, ())
+        self.__dict__["_marked_twice"] = frozenset() if len(marks) == len(found) else _repeated(found)
         return LayeredSet(marks)
 
     @property
@@ -638,10 +638,8 @@ def _assign_ids(bullets: list[Bullet], seen: _Growing, occurrences: dict[str, in
 _ID_MARK_RE = re.compile(rf"\^({BLOCK_ID_PATTERN})(?![A-Za-z0-9-])")
 
 
-def _repeated(found: list[str], known: Iterable[str]) -> frozenset[str]:
+def _repeated(found: list[str], known: Container[str] = ()) -> frozenset[str]:
     """The ids `found` holds more than once, or holds and `known` holds too."""
-    if len(set(found)) == len(found) and not known:
-        return frozenset()
     seen, repeated = set(), set()
     for block_id in found:
         if block_id in seen or block_id in known:
