@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memvault.indexer.maintenance.sync as sync_module
-from memvault.indexer.maintenance.sync import KnownRows, Row, diff_known, diff_rows
+from memvault.indexer.maintenance.sync import KnownRows, Row, diff_known, diff_rows, edits_to_show
 from memvault.vault.ids import memory_id
 from memvault.vault.layout import VaultLayout
 from memvault.vault.records import MemoryRecord
@@ -92,6 +92,27 @@ def test_a_diff_past_the_records_two_reads_share_equals_the_whole_diff(texts, ke
     delta, held = diff_known("daily/2026-11-30.md", known, after)
     assert _delta_fields(delta) == _delta_fields(diff_rows("daily/2026-11-30.md", dict(rows), after))
     assert held.rows == {row.key: row for row in map(Row.of_record, after)} and held.records == tuple(after)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), max_size=8), st.integers(0, 8),
+       st.lists(st.sampled_from(["alpha", "beta", "zeta", "eta", "gamma"]), max_size=6), st.integers(0, 3))
+def test_what_a_search_must_see_is_the_diff_less_the_memories_that_only_moved(texts, kept, ending, shift):
+    """The owner's watcher puts beside the index what a save changed (`edits_to_show`), not the
+    memories that only moved to another line: they are found where the index has them, and the
+    commit's diff (`diff_known`) moves them."""
+    before = [record(text, line) for line, text in enumerate(dict.fromkeys(texts), start=1)]
+    after = before[:kept] + [record(text, line + shift) for line, text in enumerate(dict.fromkeys(ending), start=kept + 1)]
+    after = list({r.id: r for r in after}.values())
+    known = KnownRows({row.key: row for row in map(Row.of_record, before)}, tuple(before))
+    whole, _ = diff_known("daily/2026-11-30.md", known, after)
+    shown = edits_to_show("daily/2026-11-30.md", known, after)
+    old = {r.id: r for r in before}
+    moved = [r for r in whole.upserts if r.id in old and old[r.id].line != r.line and old[r.id].text == r.text]
+    assert sorted(map(repr, shown.upserts)) == sorted(map(repr, (r for r in whole.upserts if r not in moved)))
+    assert shown.removed == whole.removed and shown.unchanged == whole.unchanged + len(moved)
+    assert set(shown.deleted) == set(whole.deleted) - {Row.of_record(r).key for r in moved}
+    assert edits_to_show("daily/2026-11-30.md", KnownRows(known.rows), after) is None  # rows read back: no records
 
 
 def test_a_save_of_a_big_notes_last_line_makes_rows_of_the_last_records_only(monkeypatch):
@@ -383,3 +404,32 @@ def test_stat_fast_path_reads_nothing_when_nothing_changed(fixture_vault):
             os.utime(fixture_vault / path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
         store.sync()
         assert store.sync().checked == 0
+
+
+def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves_the_rest(new_vault):
+    """A person adds a line at the top of the day's note in an owner: the watcher puts beside the
+    index the new line and the memories whose neighbours changed, not every memory that moved one
+    line down (they are found where the index has them); the commit then holds exactly what a
+    rebuild would, line numbers included."""
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.defers_index_commits = True
+        for n in range(40):
+            store.remember(f"harbour log entry {n} kept by the quartermaster")
+        store.flush_deferred()
+        [note] = (new_vault / "daily").glob("*.md")
+        relpath = f"daily/{note.name}"
+        lines = note.read_text().splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.startswith("- "))
+        note.write_text("".join(lines[:first] + ["- 06:00 the zeppelin quokka arrived early\n"] + lines[first:]))
+        store.sync([relpath], defer=True)
+        pending = [row.record.text for row in store._deferred.rows.values()]
+        assert "the zeppelin quokka arrived early" in pending and len(pending) <= 1 + 2  # and its new neighbours
+        assert store.recall("zeppelin quokka").hits[0].text == "the zeppelin quokka arrived early"
+        found = store.recall("harbour log entry 31").hits[0]
+        assert found.text == "harbour log entry 31 kept by the quartermaster"
+        store.flush_deferred()
+        committed = rows(store)
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.rebuild()
+        assert rows(store) == committed
+        assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}

@@ -2,8 +2,9 @@
 
 import threading
 from bisect import bisect_left
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import date, datetime
+from operator import attrgetter
 
 from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
@@ -51,6 +52,15 @@ class MemoryRecord:
     @property
     def source(self) -> str:
         return f"{self.path}#^{self.id}"
+
+
+#: every field of a record but its line, as one tuple (C speed)
+_ALL_BUT_LINE = attrgetter(*(f.name for f in fields(MemoryRecord) if f.name != "line"))
+
+
+def same_but_line(old: MemoryRecord, new: MemoryRecord) -> bool:
+    """Whether two records differ in their line at most (a memory that moved within its note)."""
+    return old is new or _ALL_BUT_LINE(old) == _ALL_BUT_LINE(new)
 
 
 def note_zone_name(note: Note, vault_zone: str) -> str:

@@ -235,7 +235,8 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
 
     def _defer_edits(self, paths: list[str], *, skip_own_appends: bool = False) -> tuple[IndexDelta, list[str]]:
         """The owner's watcher: what a save changed in these notes, searchable at once beside the
-        index (new and edited rows; a removed row stays until the commit) and committed on the
+        index (new and edited rows; a removed row stays until the commit, and a row that only
+        moved is found where the index has it until the commit moves it) and committed on the
         committer's timer. Vault lock held; the index lock is not taken, so a save never waits
         for a commit in flight (reading rows beside it is safe). With `skip_own_appends` (the
         watcher), a note exactly as this process's own last append left it is skipped: its new
@@ -246,7 +247,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             stale = [path for path in stale if not written_last_by_us(resolve_inside(self.layout.root, path))]
         delta = IndexDelta()
         for item in (read_note_records(self.layout, path, self.time_zone) for path in stale):
-            delta.extend(index.diff_note(item.path, item.records)[0])
+            delta.extend(index.edits_to_show(item.path, item.records))
         with self._deferred.lock:
             self._deferred.add(stale, {}, delta.upserts)
         return delta, stale

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Protocol
 
 from memvault.indexer.maintenance.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
-from memvault.indexer.maintenance.sync import IndexDelta, KnownRows, Row, diff_known, is_racy, needs_reading
+from memvault.indexer.maintenance.sync import (IndexDelta, KnownRows, Row, diff_known, edits_to_show, is_racy,
+                                               needs_reading)
 from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index
 from memvault.vault.clock import zone
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
@@ -235,6 +236,13 @@ class DerivedIndex:
     def diff_note(self, path: str, records: list[MemoryRecord]) -> tuple[IndexDelta, KnownRows]:
         """What turns this file's rows into `records`, and its rows once that is applied."""
         return diff_known(path, self._known_rows(path), records)
+
+    def edits_to_show(self, path: str, records: list[MemoryRecord]) -> IndexDelta:
+        """What a search must see of this file before the next commit (`edits_to_show`): its
+        memories that are new, gone or changed, not those that only moved."""
+        known = self._known_rows(path)
+        shown = edits_to_show(path, known, records)
+        return diff_known(path, known, records)[0] if shown is None else shown
 
     def _known_rows(self, path: str) -> KnownRows:
         reader = self.bm25.reader()

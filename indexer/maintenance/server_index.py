@@ -336,6 +336,11 @@ class ServerIndex:
         """What turns this file's rows on the server into `records` (`DerivedIndex.diff_note`)."""
         return diff_known(path, KnownRows(self.rows_of(path)), records)
 
+    def edits_to_show(self, path: str, records: list[MemoryRecord]) -> IndexDelta:
+        """What a search must see of this file before the next commit (`DerivedIndex.edits_to_show`);
+        the server keeps no records, so every changed row."""
+        return self.diff_note(path, records)[0]
+
     def row_counts(self) -> dict[str, int]:
         return self.backend.counts(self.number).by_path
 

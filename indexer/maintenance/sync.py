@@ -28,7 +28,7 @@ from memvault.indexer.results import SyncReport
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.ids import DERIVED_ID_PREFIX
 from memvault.vault.note import common_prefix
-from memvault.vault.records import MemoryRecord
+from memvault.vault.records import MemoryRecord, same_but_line
 
 #: a file modified less than this before it was read may change again within the same mtime
 #: tick (ext4 ticks are a few ms; FAT and some network filesystems tick in seconds)
@@ -204,6 +204,35 @@ def diff_known(path: str, known: KnownRows, records: list[MemoryRecord]) -> tupl
         del rows[key]
     rows.update((row.key, row) for row in map(Row.of_record, now[shared:]))
     return delta, KnownRows(rows, now)
+
+
+def edits_to_show(path: str, known: KnownRows, records: list[MemoryRecord]) -> IndexDelta | None:
+    """What a read of a note changed that a search must see before the next commit: memories that
+    are new, gone, or changed (words, time, neighbours). One that only moved (its line number) is
+    found as the index holds it, and the commit moves it (`diff_known`): a person who adds a line
+    above a day's 20,000 memories moves them all, and putting them all beside the index again
+    held the vault lock for two seconds. None when the known rows were not made of records."""
+    if known.records is None:
+        return None
+    now = tuple(records)
+    shared = common_prefix(known.records, now)
+    before = {record.id: record for record in known.records[shared:]}
+    delta = IndexDelta(unchanged=shared)
+    for record in now[shared:]:
+        old = before.pop(record.id, None)
+        if old is not None and same_but_line(old, record):
+            delta.unchanged += 1
+            continue
+        if old is not None:
+            delta.deleted[record_key(path, old.id)] = old.content_hash
+        delta.upserts.append(record)
+    for old in before.values():
+        key = record_key(path, old.id)
+        delta.deleted[key] = old.content_hash
+        delta.removed.add(key)
+    if not delta.is_empty:
+        delta.files.append(path)
+    return delta
 
 
 def stat_state(path: Path) -> os.stat_result | None:
