@@ -35,7 +35,7 @@ from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultError, VaultLocked
 from memvault.vault.ids import content_hash
-from memvault.vault.layout import VaultLayout
+from memvault.vault.layout import VaultLayout, parse_note_relpath
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 from memvault.vault.note_append import written_last_by_us
@@ -217,6 +217,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         if not os.access(self.layout.root, os.W_OK):
             return SyncOutcome.skipped_because("vault is read-only")
         started = time.monotonic()
+        if defer and paths is not None and self.defers_index_commits:
+            paths = list(paths)
+            self._read_ahead(paths)
         try:
             with VaultLock(self.layout.root, timeout=5.0):
                 repair_lost_lines(self.layout, None if paths is None else list(paths))  # a save dropped ours
@@ -232,6 +235,23 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         except VaultLocked:
             return SyncOutcome.skipped_because("another memvault process holds the vault lock")
         return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
+
+    def _read_ahead(self, paths: list[str]) -> None:
+        """Read and parse the notes a save changed before the vault lock is taken. A person who
+        adds a line above a day's 20,000 memories makes the note parse whole (0.9 s): under the
+        lock, the repair and the read then find this parse and these records kept (vault/note.py,
+        vault/records.py), and every writer waits only for what changed since, seldom anything.
+        A note exactly as this process's last append left it (the watcher's event for that
+        append) is not read."""
+        for path in paths:
+            if parse_note_relpath(path) is None:
+                continue
+            try:
+                if written_last_by_us(resolve_inside(self.layout.root, path)):
+                    continue
+            except VaultError:
+                continue  # a symlinked folder: the sync under the lock says so
+            read_note_records(self.layout, path, self.time_zone)
 
     def _defer_edits(self, paths: list[str], *, skip_own_appends: bool = False) -> tuple[IndexDelta, list[str]]:
         """The owner's watcher: what a save changed in these notes, searchable at once beside the
