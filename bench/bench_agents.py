@@ -1,7 +1,7 @@
 """Many agents, one owner: N client processes against a running `memvault serve` (issue 26).
 
     python -m bench.bench_agents [--clients 8] [--seconds 30] [--memories 2000] [--saves 0,1,15] [--crash]
-                                 [--day-lines 0]
+                                 [--day-lines 0] [--edit end|top]
 
 Each client process holds `MemoryStore.open(V)` (a RemoteStore) and loops 40% remember, 30%
 admit, 30% search. Every search asks for the unique word of a memory already acknowledged, by
@@ -11,7 +11,8 @@ do, from a buffer read just before: a save may drop a line memvault appended, wh
 puts back). Figures are printed for one client first (the baseline of the same run), then for N.
 `--crash` SIGKILLs the owner mid-run, starts a new one, and checks that every acknowledged
 remember and admitted turn is in the notes exactly once and every remember is found.
-`--day-lines N` starts today's note with N memories, so the saves are measured on a day's note of
+`--edit top` has the person add a line at the top on every save instead (every memory moves
+down a line). `--day-lines N` starts today's note with N memories, so the saves are measured on a day's note of
 a known size (otherwise it is as big as the earlier phases made it, which moves with the machine).
 
 Targets (issue 26): 8 clients ≥ 200 operations/s in total; p95 ≤ 100 ms for remember and search,
@@ -131,9 +132,14 @@ def _target(rng: random.Random, own: list[str], shared: Path, acknowledged: dict
 # --- the person's editor ------------------------------------------------------------------------
 
 
+#: where the person's editor writes: "end" moves their one scratch line below the lines memvault
+#: appended; "top" adds a line of theirs above the day's memories on every save (moving them all)
+EDIT = "end"
+
+
 def editor(root: Path, hertz: float, stop: threading.Event, counts: dict) -> None:
     """Save today's note `hertz` times a second from a buffer read just before, with the person's
-    own scratch line changed each time (temp file + rename, no fsync: as editors save)."""
+    own lines changed each time (temp file + rename, no fsync: as editors save)."""
     today = datetime.now(ZoneInfo("Europe/Amsterdam")).date().isoformat()
     path = root / "daily" / f"{today}.md"
     n = 0
@@ -143,7 +149,10 @@ def editor(root: Path, hertz: float, stop: threading.Event, counts: dict) -> Non
         except FileNotFoundError:
             continue
         n += 1
-        lines = [line for line in lines if "person scratch" not in line] + [f"- 07:00 person scratch {n}\n"]
+        if EDIT == "top":  # under the title: "# day" and a blank line
+            lines = lines[:2] + [f"- 06:00 person top line {n}\n"] + lines[2:]
+        else:
+            lines = [line for line in lines if "person scratch" not in line] + [f"- 07:00 person scratch {n}\n"]
         temp = path.with_name(f".{path.name}.swp")
         temp.write_text("".join(lines))
         os.replace(temp, path)
@@ -304,7 +313,7 @@ ROOT: Path
 
 
 def main() -> None:
-    global ROOT
+    global ROOT, EDIT
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30.0)
@@ -312,7 +321,10 @@ def main() -> None:
     parser.add_argument("--saves", default="0,1,15", help="editor save rates to run, in Hz (0: none)")
     parser.add_argument("--crash", action="store_true", help="also run the SIGKILL variant")
     parser.add_argument("--day-lines", type=int, default=0, help="memories today's note starts with")
+    parser.add_argument("--edit", choices=("end", "top"), default="end",
+                        help="the person's saves: their line moved to the end, or a new line at the top")
     args = parser.parse_args()
+    EDIT = args.edit
     work = Path(tempfile.mkdtemp(prefix="memvault-agents-"))
     ROOT = make_vault(work / "v", args.memories, mode="journal")
     if args.day_lines:
