@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from memvault.indexer.engine.overlay import PendingRow, overlay_of
-from memvault.indexer.search.bm25 import record_key
 from memvault.indexer.results import RememberReceipt
+from memvault.indexer.search.bm25 import record_key
 from memvault.vault.records import MemoryRecord
 
 #: commit once no write has arrived for this long (reads do not need the commit: a pause suffices)

@@ -238,9 +238,10 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
 
     def _read_ahead(self, paths: list[str]) -> None:
         """Read and parse the notes a save changed before the vault lock is taken. A person who
-        adds a line above a day's 20,000 memories makes the note parse whole (0.9 s): under the
-        lock, the repair and the read then find this parse and these records kept (vault/note.py,
-        vault/records.py), and every writer waits only for what changed since, seldom anything.
+        adds a line above a day's 20,000 memories makes every memory below it parse again (0.9 s):
+        under the lock, the repair and the read then find this parse and these records kept
+        (vault/note.py, vault/records.py), and every writer waits only for what changed since,
+        seldom anything.
         A note exactly as this process's last append left it (the watcher's event for that
         append) is not read."""
         for path in paths:
