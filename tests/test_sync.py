@@ -406,21 +406,27 @@ def test_stat_fast_path_reads_nothing_when_nothing_changed(fixture_vault):
         assert store.sync().checked == 0
 
 
+def _add_a_line_above_the_days_memories(store: MemoryStore, root: Path, memories: int) -> tuple[str, int]:
+    """In an owner (commits put off): `memories` remembered and committed, then a person's line
+    added above them. The note's path, and the line (0-based) the first memory was on."""
+    store.defers_index_commits = True
+    for n in range(memories):
+        store.remember(f"harbour log entry {n} kept by the quartermaster")
+    store.flush_deferred()
+    [note] = (root / "daily").glob("*.md")
+    lines = note.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith("- "))
+    note.write_text("".join(lines[:first] + ["- 06:00 the zeppelin quokka arrived early\n"] + lines[first:]))
+    return f"daily/{note.name}", first
+
+
 def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves_the_rest(new_vault):
     """A person adds a line at the top of the day's note in an owner: the watcher puts beside the
     index the new line and the memories whose neighbours changed, not every memory that moved one
     line down (they are found where the index has them); the commit then holds exactly what a
     rebuild would, line numbers included."""
     with MemoryStore.open(new_vault, engine=False) as store:
-        store.defers_index_commits = True
-        for n in range(40):
-            store.remember(f"harbour log entry {n} kept by the quartermaster")
-        store.flush_deferred()
-        [note] = (new_vault / "daily").glob("*.md")
-        relpath = f"daily/{note.name}"
-        lines = note.read_text().splitlines(keepends=True)
-        first = next(i for i, line in enumerate(lines) if line.startswith("- "))
-        note.write_text("".join(lines[:first] + ["- 06:00 the zeppelin quokka arrived early\n"] + lines[first:]))
+        relpath, first = _add_a_line_above_the_days_memories(store, new_vault, 40)
         store.sync([relpath], defer=True)
         pending = [row.record.text for row in store._deferred.rows.values()]
         assert "the zeppelin quokka arrived early" in pending and len(pending) <= 1 + 2  # and its new neighbours
@@ -435,7 +441,7 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves
         assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
 
 
-def test_a_save_that_makes_a_big_note_parse_whole_is_parsed_before_the_vault_lock(new_vault, monkeypatch):
+def test_a_save_that_moves_every_memory_is_parsed_before_the_vault_lock(new_vault, monkeypatch):
     """A line added at the top of a day's note makes every memory below it parse again (0.9 s at
     20,000 lines): the owner's watcher reads and parses the note before it takes the vault lock,
     and under the lock finds that parse and its records kept, so writers wait for none of it."""
@@ -444,14 +450,7 @@ def test_a_save_that_makes_a_big_note_parse_whole_is_parsed_before_the_vault_loc
 
     monkeypatch.setattr(note_module, "_cache", note_module._ParseCache(8, smallest=0))  # keep small notes' parses too
     with MemoryStore.open(new_vault, engine=False) as store:
-        store.defers_index_commits = True
-        for n in range(30):
-            store.remember(f"harbour log entry {n} kept by the quartermaster")
-        store.flush_deferred()
-        [note] = (new_vault / "daily").glob("*.md")
-        lines = note.read_text().splitlines(keepends=True)
-        first = next(i for i, line in enumerate(lines) if line.startswith("- "))
-        note.write_text("".join(lines[:first] + ["- 06:00 the zeppelin quokka arrived early\n"] + lines[first:]))
+        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 30)
         held, made, real_make, real_lock = [], [], note_module._make_bullet, store_module.VaultLock
 
         class Watched(real_lock):
@@ -465,6 +464,6 @@ def test_a_save_that_makes_a_big_note_parse_whole_is_parsed_before_the_vault_loc
 
         monkeypatch.setattr(store_module, "VaultLock", Watched)
         monkeypatch.setattr(note_module, "_make_bullet", lambda *a, **k: made.append(bool(held)) or real_make(*a, **k))
-        store.sync([f"daily/{note.name}"], defer=True)
+        store.sync([relpath], defer=True)
         assert made.count(False) >= 31 and made.count(True) == 0  # every memory parsed again, before the lock
         assert store.recall("zeppelin quokka").hits[0].text == "the zeppelin quokka arrived early"
