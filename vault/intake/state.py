@@ -249,14 +249,17 @@ def prune_receipts(dirs: IntakeDirs, ledger: Ledger, room: int = 0) -> int:
         if intake_id in active:
             continue
         try:
-            receipt = _receipt_facts(dirs, intake_id)
+            facts = _receipt_facts(dirs, intake_id)
         except VaultError:
             continue  # a damaged receipt is left for the operator, never silently dropped
+        if facts is None:
+            continue
+        resolved_at, payload_sha256 = facts
         shard = shard_of(intake_id)
         if shard not in committed:
             committed[shard] = ledger.read_shard(shard).committed
-        if receipt is not None and committed[shard].get(intake_id) == receipt[1]:
-            candidates.append((receipt[0], intake_id))
+        if committed[shard].get(intake_id) == payload_sha256:
+            candidates.append((resolved_at, intake_id))
     excess = len(ids) + room - min(PRUNE_TO, MAX_RECEIPTS - room)
     for _, intake_id in sorted(candidates)[:excess]:
         path = dirs.record_path(RESOLVED, intake_id)
