@@ -1,7 +1,7 @@
 """Format v1: parse/render round trips, bullets, ids, frontmatter, fences and conflict hunks."""
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from memvault.vault.ids import derived_id, memory_id, normalize_text
@@ -270,6 +270,7 @@ _NOTE_LINES = st.sampled_from([
     "```", "~~~", "<!--", "-->", "%% hidden %%", "%%", "<<<<<<< HEAD", "=======", ">>>>>>> branch", "---",
     "title: x", "> a quote", "> [!note] a callout", "| a | table |", "* * *", "1. numbered item", "-",
     "   - nested item ^m-00000000b2", "\ufeff---", "a paragraph line", "see ^m-00000000c3 in prose",
+    "--> text after a comment",
 ])
 
 
@@ -333,6 +334,60 @@ def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, end
         assert reparsed.marked_ids == note_module.marked_ids(text)
 
 
+def _whole_parse(text: str):
+    import memvault.vault.note as note_module
+
+    return note_module._parse_lines(tuple(text.splitlines(keepends=True)))
+
+
+@settings(max_examples=800, deadline=None)
+# a comment opened in the changed lines closes on the first line kept: it starts in a comment there
+@example(["- an id-less fact", ""], [["<!--"], []], ["--> text after a comment"], "\n")
+@given(st.lists(_NOTE_LINES, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=5),
+       st.lists(_NOTE_LINES, min_size=1, max_size=10), st.sampled_from(["\n", "\r\n"]))
+def test_a_note_whose_lines_changed_between_kept_ones_parses_as_a_whole_parse_would(head, middles, tail, newline):
+    """A person adds, edits or drops lines above memories that stay: each version is parsed from
+    one parsed before it, taking the memories below the change up again where they would parse
+    the same (vault/note.py, `_reparse_between`), and must equal a whole parse of it, with the
+    state a later version is parsed from (ids given, id-less texts counted, open regions)."""
+    import memvault.vault.note as note_module
+
+    note_module._cache = note_module._ParseCache(4, smallest=0)
+    for version, middle in enumerate(middles):
+        text = "".join(line + newline for line in head + middle + tail)
+        reparsed = parse(text)
+        if version == 0:
+            reparsed.by_block_id, reparsed.marked_ids  # made here, carried on to the versions after
+        whole = _whole_parse(text)
+        assert reparsed == whole.note
+        assert reparsed.by_block_id == whole.note.by_block_id
+        assert reparsed.marked_ids == note_module.marked_ids(text)
+        kept = next(parsed for cached, parsed, _ in note_module._cache._entries if cached == text)
+        assert kept.region_open == whole.region_open
+        assert (kept.tail.heading, kept.tail.seen, kept.tail.occurrences) == (
+            whole.tail.heading, whole.tail.seen, whole.tail.occurrences)
+
+
+def test_a_line_added_above_a_big_notes_memories_parses_that_line_only(monkeypatch):
+    """A person adds a line at the top of a day's note of 20,000 memories: the memories below it
+    are taken up again, one line further down, not parsed again (that cost the owner 0.9 s)."""
+    import memvault.vault.note as note_module
+
+    note_module._cache = note_module._ParseCache(4)
+    lines = [f"- 10:00 agent fact {n} ^m-{n:010x}\n" for n in range(20_000)]
+    before = parse("# 2026-12-04\n\n" + "".join(lines))
+    made = []
+    make_bullet = note_module._make_bullet
+    monkeypatch.setattr(note_module, "_make_bullet", lambda *args: made.append(args[1]) or make_bullet(*args))
+    text = "# 2026-12-04\n\n- a line of the person's, at the top\n" + "".join(lines)
+    after = parse(text)
+    assert len(made) < 10
+    assert after.bullets[1].first_line == before.bullets[0].first_line + 1 and after.bullets[1].id == "m-0000000000"
+    assert after.moved is not None and after.moved.before is before.bullets
+    monkeypatch.setattr(note_module, "_make_bullet", make_bullet)
+    assert after == _whole_parse(text).note
+
+
 def test_a_save_of_a_big_notes_last_lines_looks_for_marks_in_those_lines_only(monkeypatch):
     """The repair after a person's save asks which of memvault's lines the save dropped: the
     marks of a day's note of 20,000 lines are carried on from its version before the save, and
@@ -380,6 +435,55 @@ def test_records_of_a_note_saved_again_at_its_end_equal_records_made_afresh(head
         assert made == fresh
         records_module._made.clear()
         records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
+
+
+@settings(max_examples=400, deadline=None)
+# a changed line between memories that stay where they were: every memory equals the one before
+@example(["- an id-less fact"], [[""], ["%% hidden %%"]], ["a paragraph line"])
+@given(st.lists(_NOTE_LINES, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=4),
+       st.lists(_NOTE_LINES, min_size=1, max_size=10))
+def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_made_afresh(head, middles, tail):
+    """The records of memories taken up again below a change are moved with them (vault/records.py):
+    each version's records equal those made with nothing remembered, lines and neighbours included."""
+    from datetime import date
+
+    import memvault.vault.note as note_module
+    import memvault.vault.records as records_module
+
+    note_module._cache = note_module._ParseCache(4, smallest=0)
+    records_module._made.clear()
+    for middle in middles:
+        text = "".join(line + "\n" for line in head + middle + tail)
+        made = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
+        records_module._made.clear()
+        fresh = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30),
+                                                 _whole_parse(text).note, "UTC")  # fmt: skip
+        assert made == fresh
+        records_module._made.clear()  # the next version's records are made from this one's
+        records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
+
+
+def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_made(monkeypatch):
+    """A line added above a day's 20,000 memories: their records are the ones made before, one line
+    further down (making them again cost 0.2 s, under the vault lock for the first writer after)."""
+    from datetime import date
+
+    import memvault.vault.note as note_module
+    import memvault.vault.records as records_module
+
+    note_module._cache = note_module._ParseCache(4)
+    lines = "".join(f"- 10:00 agent fact {n} ^m-{n:010x}\n" for n in range(20_000))
+    day = date(2026, 12, 4)
+    before = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse("# t\n\n" + lines), "UTC")
+    made = []
+    instant = records_module.bullet_instant
+    monkeypatch.setattr(records_module, "bullet_instant", lambda *args: made.append(args) or instant(*args))
+    text = "# t\n\n- the person's line\n" + lines
+    after = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
+    assert len(made) <= 1 + records_module.CONTEXT_NEIGHBOURS
+    assert [record.line for record in after[1:4]] == [record.line + 1 for record in before[:3]]
+    records_module._made.clear()
+    assert after == records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
 
 
 @settings(max_examples=400, deadline=None)

@@ -21,6 +21,7 @@ each memory's inline markdown into the plain text that is indexed (see `plain_te
 import bisect
 import re
 import threading
+from collections import Counter
 from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -79,6 +80,9 @@ class Note:
     open_at_end: str | None = None
     #: 0-based indexes of lines hidden from a reader (fences, comments, conflict hunks)
     hidden_lines: frozenset[int] = frozenset()
+    #: for a note parsed from an earlier version of it: which of that version's memories it took
+    #: up again below the lines that changed, moved but otherwise the same (`Moved`), or None
+    moved: "Moved | None" = field(default=None, compare=False, repr=False)
 
     @property
     def has_conflicts(self) -> bool:
@@ -117,6 +121,17 @@ class Note:
         return "\n"
 
 
+@dataclass(frozen=True)
+class Moved:
+    """A note's memories from its `to`-th on are an earlier version's from its `first`-th on
+    (`before`: that version's memories), each `by` lines further down (up when negative)."""
+
+    before: tuple[Bullet, ...]
+    first: int
+    to: int
+    by: int
+
+
 #: notes up to this many characters are parsed once per distinct text (`parse` is pure and a Note
 #: is frozen), and a text that shares its first lines with one parsed lately is parsed only from
 #: the last memory that starts inside those shared lines (`_reparse`): an append reads the note
@@ -144,6 +159,10 @@ class _Tail:
     heading: str | None
     seen: LayeredSet  # extended by a parse of appended lines without being copied
     occurrences: dict[str, int]
+    #: whether a derived id anywhere in the note was taken already and the next one given instead
+    #: (astronomically rare, and then its memories below an edit are never taken up again as
+    #: they were: `_reparse_between`)
+    bumped: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,7 +258,9 @@ def _reparse_from_best(bases: list[tuple[str, _Parsed, bool]], text: str) -> tup
             best, shared = base, common
         if len(lines) - shared <= _CLOSE_ENOUGH_LINES:
             break  # no older version can save more than parsing these few lines
-    return (None if best is None else _reparse(best, lines, shared)), False
+    if best is None:
+        return None, False
+    return _reparse(best, lines, shared, common_suffix(best.note.lines, lines, shared)), False
 
 
 def _has_rare_break(text: str) -> bool:
@@ -262,10 +283,30 @@ def common_prefix(old: tuple, new: tuple) -> int:
     return low
 
 
-def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | None:
-    """Parse `lines`, whose first `shared` lines are `base`'s, from a line where parsing `base`
-    stood in the open (outside every fence, comment and conflict hunk, between two blocks) and
-    whose state is known, or None when there is no such line: the result equals a whole parse."""
+def common_suffix(old: tuple, new: tuple, prefix: int = 0) -> int:
+    """How many trailing items two tuples share beyond the `prefix` leading ones they share, by
+    halving as `common_prefix` does."""
+    limit, old_end, new_end = min(len(old), len(new)) - prefix, len(old), len(new)
+    if limit <= 0:
+        return 0
+    if old[old_end - limit:] == new[new_end - limit:]:
+        return limit
+    low, high = 0, limit  # the last `low` items are shared, the last `high` are not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if old[old_end - middle:old_end - low] == new[new_end - middle:new_end - low]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int, suffix: int = 0) -> _Parsed | None:
+    """Parse `lines`, whose first `shared` and last `suffix` lines are `base`'s, from a line where
+    parsing `base` stood in the open (outside every fence, comment and conflict hunk, between two
+    blocks) and whose state is known, or None when there is no such line: the result equals a
+    whole parse. Where it can, the parse stops below the lines that changed and takes base's
+    memories there up again (`_reparse_between`)."""
     note = base.note
     frontmatter_settled = (note.body_start > 0 or not note.lines or len(note.lines) >= _FRONTMATTER_SCAN_LIMIT
                            or note.lines[0].removeprefix(BOM).rstrip("\r\n") != "---")  # fmt: skip
@@ -275,6 +316,8 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | No
     if cut is None:
         return None
     line, kept, tail = cut
+    if suffix and (between := _reparse_between(base, lines, line, kept, tail, suffix)) is not None:
+        return between
     prefix_conflicts = tuple(hunk for hunk in note.conflicts if hunk[0] < line)
     conflicts = _conflict_hunks(lines, line)
     hidden, open_at_end, region_open = _hidden_lines(lines, line, conflicts)
@@ -287,19 +330,118 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int) -> _Parsed | No
     reparsed = Note(lines, note.body_start, note.frontmatter, kept_bullets + tuple(bullets),
                     prefix_conflicts + conflicts, kept_duplicates + tuple(duplicates), open_at_end,
                     kept_hidden | frozenset(i for i in range(line, len(lines)) if hidden[i]))  # fmt: skip
-    known = note.__dict__.get("by_block_id")
-    if known is not None:  # carried on: the kept memories' ids (a C-speed copy), then the new lines'
-        found = dict(known)
-        for memory in note.bullets[kept:]:
-            if found.get(memory.block_id) is memory:
-                del found[memory.block_id]
-        for memory in bullets:
-            if memory.block_id:
-                found.setdefault(memory.block_id, memory)
-        reparsed.__dict__["by_block_id"] = found
+    _carry_ids_on(note, reparsed, note.bullets[kept:], bullets)
     if "marked_ids" in note.__dict__:
         reparsed.__dict__["marked_ids"], reparsed.__dict__["_marked_twice"] = _marks_carried_on(note, lines, line)
     return _Parsed(reparsed, new_tail, base.region_open[:line] + bytes(region_open[line:]))
+
+
+def _carry_ids_on(note: Note, reparsed: Note, left: tuple[Bullet, ...], added: list[Bullet]) -> None:
+    """`by_block_id` of a note parsed from `note`, when `note` has it: `note`'s but for the
+    memories `left` behind (a C-speed copy, then a step each), with the `added` ones'."""
+    known = note.__dict__.get("by_block_id")
+    if known is None:
+        return
+    found = dict(known)
+    for memory in left:
+        if found.get(memory.block_id) is memory:
+            del found[memory.block_id]
+    for memory in added:
+        if memory.block_id:
+            found.setdefault(memory.block_id, memory)
+    reparsed.__dict__["by_block_id"] = found
+
+
+def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int, tail: _Tail,
+                     suffix: int) -> _Parsed | None:  # fmt: skip
+    """`_reparse` of `lines` from `line` (after base's first `kept` memories, in state `tail`)
+    that stops at the first of base's memories within the last `suffix` lines and takes them up
+    again, moved by the lines gained or lost above them, or None when they would not parse the
+    same there: a person who adds a line above a day's 20,000 memories costs the lines changed.
+
+    They parse the same when both parses stand there between blocks, in the open, under the same
+    heading, and their ids come out the same: no id given to the changed lines' memories is one
+    base gives anywhere else, no id that base's changed lines gave (and these do not) is one a
+    memory below repeats, and no id-less text counted a different number of times in the changed
+    lines is counted below (each text's count, at base's end and here, says so without a walk).
+    A note where a derived id was ever taken already (astronomically rare) is parsed on."""
+    note = base.note
+    if note.open_at_end is not None or tail.bumped:
+        return None  # what is left open is named by its line
+    by = len(lines) - len(note.lines)
+    first = bisect.bisect_left(note.bullets, len(note.lines) - suffix, key=lambda bullet: bullet.first_line)
+    if first == len(note.bullets) or base.region_open[note.bullets[first].first_line]:
+        return None
+    old_stop = note.bullets[first].first_line
+    stop = old_stop + by
+    conflicts = _conflict_hunks(lines[:stop], line)
+    hidden, open_at_stop, region_open = _hidden_lines(lines[:stop], line, conflicts)
+    if open_at_stop is not None:
+        return None
+    hidden.extend([False] * (len(lines) - stop))  # read below `stop` only by a block running on over it
+    found, heading, end = _find_blocks(lines, line, stop, hidden, tail.heading)
+    if end != stop or heading != note.bullets[first].heading:
+        return None
+    seen, occurrences = _Growing(tail.seen), dict(tail.occurrences)
+    bullets, duplicates, bumped = _assign_ids(found, seen, occurrences)
+    left = note.bullets[kept:first]
+    gone = {memory.id for memory in left}
+    if any(given in base.tail.seen for given in seen.added - gone):
+        return None  # a memory below holds it (or a repeated id there was given it)
+    if note.duplicate_ids and not (gone - seen.added).isdisjoint(note.duplicate_ids):
+        return None  # a memory below repeats it, and would now keep it
+    # how many more times each id-less text came in base's changed lines than in these
+    counted_left = Counter(memory.text for memory in left if memory.id != memory.block_id)
+    counted = Counter(counted_left)
+    counted.subtract(memory.text for memory in bullets if memory.id != memory.block_id)
+    for text, more in counted.items():
+        below = base.tail.occurrences.get(text, 0) - tail.occurrences.get(text, 0) - counted_left[text]
+        if more and below:
+            return None  # a memory below derives its id from how often its text came before it
+    moved = note.bullets[first:] if by == 0 else tuple(_moved(memory, by) for memory in note.bullets[first:])
+    duplicates_left = duplicates_below = 0
+    if note.duplicate_ids:
+        duplicates_left = sum(1 for memory in left if memory.block_id is not None and memory.id != memory.block_id)
+        duplicates_below = sum(1 for memory in moved if memory.block_id is not None and memory.id != memory.block_id)
+    above = len(note.duplicate_ids) - duplicates_left - duplicates_below
+    reparsed = Note(
+        lines, note.body_start, note.frontmatter, note.bullets[:kept] + tuple(bullets) + moved,
+        tuple(hunk for hunk in note.conflicts if hunk[0] < line) + conflicts
+        + tuple((start + by, end + by) for start, end in note.conflicts if start >= old_stop),
+        note.duplicate_ids[:above] + tuple(duplicates) + note.duplicate_ids[len(note.duplicate_ids) - duplicates_below:],
+        None,
+        frozenset(i for i in note.hidden_lines if i < line) | frozenset(i for i in range(line, stop) if hidden[i])
+        | frozenset(i + by for i in note.hidden_lines if i >= old_stop),
+        Moved(note.bullets, first, kept + len(bullets), by),
+    )  # fmt: skip
+    if by == 0:  # the memories below are base's own: they keep their places in by_block_id
+        _carry_ids_on(note, reparsed, left, bullets)
+    if "marked_ids" in note.__dict__:
+        reparsed.__dict__["marked_ids"], reparsed.__dict__["_marked_twice"] = _marks_carried_on(
+            note, lines, line, old_stop, stop)
+    occurrences = dict(base.tail.occurrences)
+    for text, more in counted.items():
+        if more:
+            occurrences[text] = occurrences.get(text, 0) - more
+            if not occurrences[text]:
+                del occurrences[text]
+    new_tail = _Tail(base.tail.heading, base.tail.seen.difference(gone - seen.added) | (seen.added - gone),
+                     occurrences, bumped)  # fmt: skip
+    region_open = base.region_open[:line] + bytes(region_open[line:stop]) + base.region_open[old_stop:]
+    return _Parsed(reparsed, new_tail, region_open)
+
+
+def _moved(memory: Bullet, by: int) -> Bullet:
+    return Bullet(memory.first_line + by, memory.end_line + by, memory.indent, memory.time, memory.text,
+                  memory.block_id, memory.id, memory.heading, memory.kind)  # fmt: skip
+    if note.duplicate_ids and not gone.isdisjoint(seen.added.symmetric_difference(gone) & set(note.duplicate_ids)):
+        return None
+    counted = Counter(memory.text for memory in left if memory.id != memory.block_id)
+    counted.subtract(memory.text for memory in bullets if memory.id != memory.block_id)
+    for text, difference in counted.items():
+        if difference and base.tail.occurrences.get(text, 0) - tail.occurrences.get(text, 0) - counted_left(text):
+            return None
+    return None
 
 
 def _cut_line(base: _Parsed, lines: tuple[str, ...], shared: int) -> tuple[int, int, _Tail] | None:
@@ -338,7 +480,7 @@ def _tail_at(base: _Parsed, kept: int, heading: str | None) -> _Tail:
             occurrences[bullet.text] -= 1
             if not occurrences[bullet.text]:
                 del occurrences[bullet.text]
-    return _Tail(heading, base.tail.seen.difference(bullet.id for bullet in later), occurrences)
+    return _Tail(heading, base.tail.seen.difference(bullet.id for bullet in later), occurrences, base.tail.bumped)
 
 
 def render(note: Note) -> str:
@@ -497,10 +639,22 @@ def _is_block_start(line: str) -> bool:
 def _parse_blocks(lines, start: int, hidden: list[bool],
                   tail: "_Tail | None" = None) -> tuple[list[Bullet], list[str], _Tail]:  # fmt: skip
     """The memories from line `start` on (after `tail`: the note's lines before `start`)."""
+    bullets, heading, _ = _find_blocks(lines, start, len(lines), hidden, None if tail is None else tail.heading)
+    seen = _Growing(LayeredSet() if tail is None else tail.seen)
+    occurrences = {} if tail is None else dict(tail.occurrences)
+    bullets, duplicates, bumped = _assign_ids(bullets, seen, occurrences)
+    return bullets, duplicates, _Tail(heading, seen.base | seen.added, occurrences,
+                                      bumped or (tail is not None and tail.bumped))  # fmt: skip
+
+
+def _find_blocks(lines, start: int, stop: int, hidden: list[bool],
+                 heading: str | None) -> tuple[list[Bullet], str | None, int]:  # fmt: skip
+    """The memories that start from line `start` up to `stop`, without ids yet, the heading in
+    force after them, and the line the next block would start on (`stop`, or past it when the
+    last block runs on over `stop`)."""
     bullets: list[Bullet] = []
-    heading: str | None = None if tail is None else tail.heading
     index = start
-    while index < len(lines):
+    while index < stop:
         line = lines[index].rstrip("\r\n")
         if hidden[index] or not line.strip():
             index += 1
@@ -525,10 +679,7 @@ def _parse_blocks(lines, start: int, hidden: list[bool],
         if block is not None:
             bullets.append(block)
         index = end
-    seen = _Growing(LayeredSet() if tail is None else tail.seen)
-    occurrences = {} if tail is None else dict(tail.occurrences)
-    bullets, duplicates = _assign_ids(bullets, seen, occurrences)
-    return bullets, duplicates, _Tail(heading, seen.base | seen.added, occurrences)
+    return bullets, heading, index
 
 
 class _Growing:
@@ -613,11 +764,14 @@ def _make_block(lines, index: int, end: int, kind: str, heading: str | None) -> 
     return Bullet(index, end, "", None, text, block_id, id="", heading=heading, kind=kind)
 
 
-def _assign_ids(bullets: list[Bullet], seen: _Growing, occurrences: dict[str, int]) -> tuple[list[Bullet], list[str]]:
+def _assign_ids(bullets: list[Bullet], seen: _Growing,
+                occurrences: dict[str, int]) -> tuple[list[Bullet], list[str], bool]:  # fmt: skip
     """Explicit ids stay; a repeated explicit id and id-less memories get derived ids. `seen` and
-    `occurrences` (the ids given so far, how often each id-less text came) are updated."""
+    `occurrences` (the ids given so far, how often each id-less text came) are updated. Also says
+    whether a derived id was taken already, so that the next one was given instead."""
     duplicates: list[str] = []
     result = []
+    bumped = False
     for bullet in bullets:
         chosen = bullet.block_id
         if chosen is not None and chosen in seen:
@@ -630,9 +784,10 @@ def _assign_ids(bullets: list[Bullet], seen: _Growing, occurrences: dict[str, in
             while chosen in seen:  # astronomically rare; keeps ids unique within the file
                 count += 1
                 chosen = derived_id(bullet.text, count)
+                bumped = True
         seen.add(chosen)
         result.append(replace(bullet, id=chosen))
-    return result, duplicates
+    return result, duplicates, bumped
 
 
 _ID_MARK_RE = re.compile(rf"\^({BLOCK_ID_PATTERN})(?![A-Za-z0-9-])")
@@ -648,22 +803,24 @@ def _repeated(found: list[str], known: Container[str] = ()) -> frozenset[str]:
     return frozenset(repeated)
 
 
-def _marks_carried_on(note: Note, lines: tuple[str, ...], line: int) -> tuple[LayeredSet, frozenset[str]]:
-    """The marked ids of `lines`, whose first `line` lines are `note`'s, from `note`'s own marks:
-    the marks of its lines from `line` on leave, the new lines' marks join. A mark is within one
-    line, so the marks of a text are those of its first lines and of the rest together.
+def _marks_carried_on(note: Note, lines: tuple[str, ...], line: int, old_stop: int | None = None,
+                      stop: int | None = None) -> tuple[LayeredSet, frozenset[str]]:  # fmt: skip
+    """The marked ids of `lines`, which are `note`'s but from `line` up to `stop` (`old_stop` in
+    `note`; both None: to the end), from `note`'s own marks: the marks of its changed lines leave,
+    the new lines' marks join. A mark is within one line, so the marks of a text are those of its
+    parts together.
 
     Which marks leave costs what the changed lines cost, because the note also knows which ids
     it marks more than once (`_marked_twice`, a superset: it only asks for a look): an id its
     changed lines held once is in none of the lines kept. Only an id marked more than once is
     looked for in the kept lines, and a person seldom repeats one."""
     marks, twice = note.__dict__["marked_ids"], note.__dict__["_marked_twice"]
-    added = _ID_MARK_RE.findall("".join(lines[line:]))
-    if line < len(note.lines):
-        gone = frozenset(_ID_MARK_RE.findall("".join(note.lines[line:])))
+    added = _ID_MARK_RE.findall("".join(lines[line:stop]))
+    if line < (len(note.lines) if old_stop is None else old_stop):
+        gone = frozenset(_ID_MARK_RE.findall("".join(note.lines[line:old_stop])))
         unsure = gone & twice
         if unsure:
-            kept = marked_ids("".join(lines[:line]))
+            kept = marked_ids("".join(lines[:line]) + ("".join(lines[stop:]) if stop is not None else ""))
             gone = (gone - unsure) | (unsure - kept)
         if gone:
             marks = marks.difference(gone)

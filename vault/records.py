@@ -99,22 +99,36 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
         tz = zone(vault_zone)  # a bad frontmatter zone is reported by health, not fatal to indexing
     basis = (folder, day, tz.key)
     last = _made.get(relpath)
-    shared = common_prefix(last.bullets, note.bullets) if last is not None and last.basis == basis else 0
+    if last is not None and last.basis != basis:
+        last = None
+    shared = common_prefix(last.bullets, note.bullets) if last is not None else 0
     # what the shared bullets had stands as it was (slices: a note of thousands of memories that
     # grew by a few costs what the few cost), and what follows them is made now
     held = bisect_left(last.positions, shared) if shared else 0  # kept bullets among the shared
     kept = last.kept[:held] if held else []
     kept_texts = last.kept_texts[:held] if held else []
     positions = last.positions[:held] if held else []
-    for place in range(shared, len(note.bullets)):
+    moved = note.moved if last is not None and note.moved is not None and note.moved.before is last.bullets else None
+    if moved is not None and shared > moved.to:
+        moved = None  # bullets equal to those they replaced (the same lines rewritten): made from `shared` on
+    for place in range(shared, len(note.bullets) if moved is None else moved.to):
         bullet = note.bullets[place]
         text = plain_text(bullet.text)
         if text:
             kept.append(bullet)
             kept_texts.append(text)
             positions.append(place)
-    # the records of shared bullets stand, but for the last few: a new bullet may be their neighbour
+    below = len(kept)  # where the bullets taken up again from the version before start, if any
+    if moved is not None:  # their texts are what they were, each in a new place
+        was_below = bisect_left(last.positions, moved.first)
+        shift = moved.to - moved.first
+        positions += [place + shift for place in last.positions[was_below:]]
+        kept += [note.bullets[place] for place in positions[below:]]
+        kept_texts += last.kept_texts[was_below:]
+    # the records of kept bullets stand (those below the change, moved with it), but for those
+    # near a change: a new bullet may be their neighbour
     unchanged = max(0, held - CONTEXT_NEIGHBOURS)
+    remade_to = len(kept) if moved is None else min(len(kept), below + CONTEXT_NEIGHBOURS)
     kind = NOTE_KINDS[folder]
     records = last.records[:unchanged] if unchanged else []
     records += [
@@ -131,13 +145,22 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
             explicit_id=bullet.has_explicit_id,
             neighbours=neighbour_texts(kept_texts, index),
         )
-        for index, (bullet, text) in enumerate(zip(kept[unchanged:], kept_texts[unchanged:]), start=unchanged)
+        for index, (bullet, text) in enumerate(zip(kept[unchanged:remade_to], kept_texts[unchanged:remade_to]),
+                                               start=unchanged)
     ]
+    if moved is not None:
+        taken_up = last.records[was_below + remade_to - below:]
+        records += taken_up if moved.by == 0 else [_moved(record, moved.by) for record in taken_up]
     with _made_lock:
         if len(_made) >= _MADE_NOTES and relpath not in _made:
             _made.pop(next(iter(_made)))
         _made[relpath] = _Made(basis, note.bullets, kept, kept_texts, positions, records)
     return list(records)
+
+
+def _moved(record: MemoryRecord, by: int) -> MemoryRecord:
+    return MemoryRecord(record.id, record.path, record.kind, record.day, record.at, record.text, record.content_hash,
+                        record.line + by, record.heading, record.explicit_id, record.neighbours)  # fmt: skip
 
 
 def neighbour_texts(texts: list[str], index: int) -> tuple[str, ...]:
