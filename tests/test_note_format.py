@@ -439,12 +439,14 @@ def test_records_of_a_note_saved_again_at_its_end_equal_records_made_afresh(head
 
 @settings(max_examples=400, deadline=None)
 # a changed line between memories that stay where they were: every memory equals the one before
-@example(["- an id-less fact"], [[""], ["%% hidden %%"]], ["a paragraph line"])
+@example(["- an id-less fact"], [[""], ["%% hidden %%"]], ["a paragraph line"], [])
 @given(st.lists(_NOTE_LINES, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=4),
-       st.lists(_NOTE_LINES, min_size=1, max_size=10))
-def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_made_afresh(head, middles, tail):
+       st.lists(_NOTE_LINES, min_size=1, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=3), max_size=3))
+def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_made_afresh(head, middles, tail,
+                                                                                          appends):
     """The records of memories taken up again below a change are moved with them (vault/records.py):
-    each version's records equal those made with nothing remembered, lines and neighbours included."""
+    each version's records equal those made with nothing remembered, lines and neighbours included.
+    Before each version, lines may have been appended to the one before (parsed, no records made)."""
     from datetime import date
 
     import memvault.vault.note as note_module
@@ -452,7 +454,10 @@ def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_m
 
     note_module._cache = note_module._ParseCache(4, smallest=0)
     records_module._made.clear()
-    for middle in middles:
+    for version, middle in enumerate(middles):
+        if version and version <= len(appends):
+            tail = tail + appends[version - 1]
+            parse("".join(line + "\n" for line in head + middles[version - 1] + tail))
         text = "".join(line + "\n" for line in head + middle + tail)
         made = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
         records_module._made.clear()
@@ -475,12 +480,15 @@ def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_mad
     lines = "".join(f"- 10:00 agent fact {n} ^m-{n:010x}\n" for n in range(20_000))
     day = date(2026, 12, 4)
     before = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse("# t\n\n" + lines), "UTC")
+    # an agent appends two lines (parsed, no records made of that version), then the person saves
+    lines += "- 10:01 appended one ^m-a000000001\n- 10:01 appended two ^m-a000000002\n"
+    parse("# t\n\n" + lines)
     made = []
     instant = records_module.bullet_instant
     monkeypatch.setattr(records_module, "bullet_instant", lambda *args: made.append(args) or instant(*args))
     text = "# t\n\n- the person's line\n" + lines
     after = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
-    assert len(made) <= 1 + records_module.CONTEXT_NEIGHBOURS
+    assert len(made) <= 1 + 2 * records_module.CONTEXT_NEIGHBOURS + 2
     assert [record.line for record in after[1:4]] == [record.line + 1 for record in before[:3]]
     records_module._made.clear()
     assert after == records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")

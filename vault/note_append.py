@@ -180,8 +180,13 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
     else:
         try:
             before, payload = os.fstat(fd).st_size, b""
-            appended, payload = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
+            appended, payload, text = _append_through(fd, relpath, bullets, wait_if_empty, match_text)
             alone = _landed_alone(fd, path, before, payload) if appended else None
+            if alone is not None:
+                # the note as this append left it, parsed from the parse it was planned with (the
+                # new lines' cost): a person's save of it next is parsed from this version
+                # (vault/note.py), not from the one before, which lacks these lines at its end
+                parse(text + payload.decode("utf-8"))
             missing = [] if alone is not None else _missing(_read_back(path), bullets, match_text)
             renamed_over = bool(missing) and _renamed_over(fd, path)
             if not missing:
@@ -222,27 +227,28 @@ def _renamed_over(fd: int, path: Path) -> bool:
 
 
 def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_empty: bool,
-                    match_text: bool) -> tuple[list[str], bytes]:  # fmt: skip
-    """The ids appended and the bytes written (nothing when the note needs nothing or changed)."""
+                    match_text: bool) -> tuple[list[str], bytes, str]:  # fmt: skip
+    """The ids appended, the bytes written (nothing when the note needs nothing or changed) and
+    the note's text they were written after."""
     data = _read_fd(fd, relpath)
     if not data and wait_if_empty:
-        return [], b""
+        return [], b"", ""
     text = decode_note(data, relpath)
     note = parse(text)
     missing = _missing(note, bullets, match_text)
     if not missing:
-        return [], b""
+        return [], b"", text
     refuse_unsearchable(note, relpath, missing, len(data))
     payload = _payload(note, missing)
     refuse_opening_a_region(note, relpath, missing, payload)
     if os.fstat(fd).st_size != len(data):
-        return [], b""  # a save landed while we decided: the caller's next attempt reads it afresh
+        return [], b"", text  # a save landed while we decided: the caller's next attempt reads it afresh
     try:
         _write_all(fd, payload)  # fsynced by the caller once the read-back shows it landed
     except OSError:
         _take_back(fd, len(data), payload)  # a partial write on a full disk: no torn line is left
         raise
-    return [bullet.block_id for bullet in missing], payload
+    return [bullet.block_id for bullet in missing], payload, text
 
 
 def _take_back(fd: int, before: int, payload: bytes) -> None:

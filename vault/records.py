@@ -82,9 +82,9 @@ class _Made:
     records: list[MemoryRecord]  # one per kept bullet
 
 
-#: note path -> the records last made of it: a note that grew or was saved again at its end keeps
-#: its earlier Bullet objects (vault/note.py parses from the last memory the versions share), and
-#: their records are made again only where a neighbour changed
+#: note path -> the records last made of it: a note that grew or was saved again keeps its earlier
+#: Bullet objects (vault/note.py parses from the last memory the versions share, and takes those
+#: below a change up again, moved), and their records are made again only where a neighbour changed
 _made: dict[str, _Made] = {}
 _MADE_NOTES = 16
 _made_lock = threading.Lock()  # the owner indexes on several threads
@@ -99,63 +99,92 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
         tz = zone(vault_zone)  # a bad frontmatter zone is reported by health, not fatal to indexing
     basis = (folder, day, tz.key)
     last = _made.get(relpath)
-    if last is not None and last.basis != basis:
-        last = None
-    shared = common_prefix(last.bullets, note.bullets) if last is not None else 0
-    # what the shared bullets had stands as it was (slices: a note of thousands of memories that
-    # grew by a few costs what the few cost), and what follows them is made now
-    held = bisect_left(last.positions, shared) if shared else 0  # kept bullets among the shared
-    kept = last.kept[:held] if held else []
-    kept_texts = last.kept_texts[:held] if held else []
-    positions = last.positions[:held] if held else []
-    moved = note.moved if last is not None and note.moved is not None and note.moved.before is last.bullets else None
-    if moved is not None and shared > moved.to:
-        moved = None  # bullets equal to those they replaced (the same lines rewritten): made from `shared` on
-    for place in range(shared, len(note.bullets) if moved is None else moved.to):
-        bullet = note.bullets[place]
-        text = plain_text(bullet.text)
-        if text:
-            kept.append(bullet)
-            kept_texts.append(text)
-            positions.append(place)
-    below = len(kept)  # where the bullets taken up again from the version before start, if any
-    if moved is not None:  # their texts are what they were, each in a new place
-        was_below = bisect_left(last.positions, moved.first)
-        shift = moved.to - moved.first
-        positions += [place + shift for place in last.positions[was_below:]]
-        kept += [note.bullets[place] for place in positions[below:]]
-        kept_texts += last.kept_texts[was_below:]
-    # the records of kept bullets stand (those below the change, moved with it), but for those
-    # near a change: a new bullet may be their neighbour
-    unchanged = max(0, held - CONTEXT_NEIGHBOURS)
-    remade_to = len(kept) if moved is None else min(len(kept), below + CONTEXT_NEIGHBOURS)
+    made = _Made(basis, note.bullets, [], [], [], [])
+    runs = _runs(made, note, None if last is None or last.basis != basis else last)
     kind = NOTE_KINDS[folder]
-    records = last.records[:unchanged] if unchanged else []
-    records += [
-        MemoryRecord(
+
+    def record(index: int) -> MemoryRecord:
+        bullet = made.kept[index]
+        return MemoryRecord(
             id=bullet.id,
             path=relpath,
             kind=kind,
             day=day,
             at=bullet_instant(day, bullet.time, tz),
-            text=text,
+            text=made.kept_texts[index],
             content_hash=content_hash(bullet.text),
             line=bullet.first_line + 1,
             heading=bullet.heading,
             explicit_id=bullet.has_explicit_id,
-            neighbours=neighbour_texts(kept_texts, index),
+            neighbours=neighbour_texts(made.kept_texts, index),
         )
-        for index, (bullet, text) in enumerate(zip(kept[unchanged:remade_to], kept_texts[unchanged:remade_to]),
-                                               start=unchanged)
-    ]
-    if moved is not None:
-        taken_up = last.records[was_below + remade_to - below:]
-        records += taken_up if moved.by == 0 else [_moved(record, moved.by) for record in taken_up]
+
+    records = made.records
+    for start, end, since, by in runs:
+        if since is None:
+            records += [record(index) for index in range(start, end)]
+            continue
+        # a record stands where its neighbours are what they were: inside the run, and at an end
+        # of the note that was the same end before
+        inner_from = start if start == since == 0 else min(start + CONTEXT_NEIGHBOURS, end)
+        at_both_ends = end == len(made.kept) and since + end - start == len(last.kept)
+        inner_to = max(inner_from, end if at_both_ends else end - CONTEXT_NEIGHBOURS)
+        records += [record(index) for index in range(start, inner_from)]
+        taken = last.records[since + inner_from - start:since + inner_to - start]
+        records += taken if by == 0 else [_moved(taken_up, by) for taken_up in taken]
+        records += [record(index) for index in range(inner_to, end)]
     with _made_lock:
         if len(_made) >= _MADE_NOTES and relpath not in _made:
             _made.pop(next(iter(_made)))
-        _made[relpath] = _Made(basis, note.bullets, kept, kept_texts, positions, records)
+        _made[relpath] = made
     return list(records)
+
+
+def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, int | None, int]]:
+    """Fill `made`'s kept bullets, their texts and places, in runs of the note's bullets: each run
+    is (its first kept bullet, the one past it, and for bullets that `last` has, shared or taken
+    up again below a change, the index of the first among `last`'s kept ones and how many lines
+    they moved; None for bullets whose text is read now).
+    Slices: a note of thousands of memories that grew or changed by a few costs what the few cost."""
+    runs: list[tuple[int, int, int | None, int]] = []
+
+    def take(start: int, end: int, shift: int, by: int) -> None:  # last's kept bullets [start, end)
+        first = len(made.kept)
+        places = last.positions[start:end] if shift == 0 else [place + shift for place in last.positions[start:end]]
+        made.kept.extend(last.kept[start:end] if by == 0 and shift == 0 else [note.bullets[place] for place in places])
+        made.kept_texts.extend(last.kept_texts[start:end])
+        made.positions.extend(places)
+        if end > start:
+            runs.append((first, len(made.kept), start, by))
+
+    def read(start: int, end: int) -> None:  # the bullets [start, end) of the note, read now
+        first = len(made.kept)
+        for place in range(start, end):
+            bullet = note.bullets[place]
+            text = plain_text(bullet.text)
+            if text:
+                made.kept.append(bullet)
+                made.kept_texts.append(text)
+                made.positions.append(place)
+        if len(made.kept) > first:
+            runs.append((first, len(made.kept), None, 0))
+
+    shared = common_prefix(last.bullets, note.bullets) if last is not None else 0
+    if shared:
+        take(0, bisect_left(last.positions, shared), 0, 0)
+    moved = note.moved
+    if last is None or moved is None or moved.to < shared:
+        read(shared, len(note.bullets))  # (memories equal to those they replaced: read from `shared` on)
+        return runs
+    # the memories taken up again are the parsed version's: last has those of them its own version shares
+    along = len(last.bullets) if moved.before is last.bullets else common_prefix(last.bullets, moved.before)
+    shift = moved.to - moved.first
+    read(shared, moved.to if along > moved.first else len(note.bullets))
+    if along > moved.first:
+        take(bisect_left(last.positions, moved.first), bisect_left(last.positions, min(along, len(moved.before))),
+             shift, moved.by)  # fmt: skip
+        read(min(along, len(moved.before)) + shift, len(note.bullets))
+    return runs
 
 
 def _moved(record: MemoryRecord, by: int) -> MemoryRecord:
