@@ -277,12 +277,12 @@ def test_an_append_nobody_touched_is_not_read_back_and_one_a_save_touched_is(new
     real_append = note_append._append_through
 
     def append_then_same_size_save(fd, relpath, bullets, wait_if_empty, match_text):
-        appended, payload = real_append(fd, relpath, bullets, wait_if_empty, match_text)
+        appended, payload, text = real_append(fd, relpath, bullets, wait_if_empty, match_text)
         if not read_back:  # the first attempt: a save in place, as long as the note with the line
             path = new_vault / relpath
             data = path.read_bytes()
             path.write_bytes(data[: len(data) - len(payload)] + b"- 09:06 a person's line".ljust(len(payload) - 1) + b"\n")
-        return appended, payload
+        return appended, payload, text
 
     monkeypatch.setattr(note_append, "_append_through", append_then_same_size_save)
     with VaultLock(new_vault):

@@ -406,9 +406,11 @@ def test_stat_fast_path_reads_nothing_when_nothing_changed(fixture_vault):
         assert store.sync().checked == 0
 
 
-def _add_a_line_above_the_days_memories(store: MemoryStore, root: Path, memories: int) -> tuple[str, int]:
+def _add_a_line_above_the_days_memories(store: MemoryStore, root: Path, memories: int,
+                                       heading: str = "") -> tuple[str, int]:  # fmt: skip
     """In an owner (commits put off): `memories` remembered and committed, then a person's line
-    added above them. The note's path, and the line (0-based) the first memory was on."""
+    added above them (after a `heading` line, if given). The note's path, and the line (0-based)
+    the first memory was on."""
     store.defers_index_commits = True
     for n in range(memories):
         store.remember(f"harbour log entry {n} kept by the quartermaster")
@@ -416,7 +418,8 @@ def _add_a_line_above_the_days_memories(store: MemoryStore, root: Path, memories
     [note] = (root / "daily").glob("*.md")
     lines = note.read_text().splitlines(keepends=True)
     first = next(i for i, line in enumerate(lines) if line.startswith("- "))
-    note.write_text("".join(lines[:first] + ["- 06:00 the zeppelin quokka arrived early\n"] + lines[first:]))
+    added = [f"{heading}\n"] if heading else []
+    note.write_text("".join(lines[:first] + added + ["- 06:00 the zeppelin quokka arrived early\n"] + lines[first:]))
     return f"daily/{note.name}", first
 
 
@@ -442,15 +445,16 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves
 
 
 def test_a_save_that_moves_every_memory_is_parsed_before_the_vault_lock(new_vault, monkeypatch):
-    """A line added at the top of a day's note makes every memory below it parse again (0.9 s at
-    20,000 lines): the owner's watcher reads and parses the note before it takes the vault lock,
-    and under the lock finds that parse and its records kept, so writers wait for none of it."""
+    """A heading added at the top of a day's note makes every memory below it parse again (0.9 s
+    at 20,000 lines: each memory's heading changed): the owner's watcher reads and parses the note
+    before it takes the vault lock, and under the lock finds that parse and its records kept, so
+    writers wait for none of it."""
     import memvault.indexer.engine.store as store_module
     import memvault.vault.note as note_module
 
     monkeypatch.setattr(note_module, "_cache", note_module._ParseCache(8, smallest=0))  # keep small notes' parses too
     with MemoryStore.open(new_vault, engine=False) as store:
-        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 30)
+        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 30, heading="## Morning")
         held, made, real_make, real_lock = [], [], note_module._make_bullet, store_module.VaultLock
 
         class Watched(real_lock):
