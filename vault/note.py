@@ -192,6 +192,9 @@ class _ParseCache:
             bases = list(self._entries)
         for cached, parsed, _ in bases:
             if len(cached) == len(text) and cached == text:
+                if parsed is not bases[0][1]:
+                    with self._lock:  # read last, first: a person's save is most likely of the version read last
+                        self._entries.sort(key=lambda entry: entry[1] is not parsed)
                 return parsed.note
         entry, rare = _reparse_from_best(bases, text)
         if entry is None:
@@ -251,16 +254,17 @@ def _reparse_from_best(bases: list[tuple[str, _Parsed, bool]], text: str) -> tup
     if _has_rare_break(text):
         return None, True
     lines = tuple(text.splitlines(keepends=True))
-    best, shared = None, 0
+    best, shared, suffix = None, 0, 0
     for _, base, _ in bases[:_PREFIX_BASES]:  # newest first: an editor saves over a version just read
         common = common_prefix(base.note.lines, lines)
-        if common > shared:
-            best, shared = base, common
-        if len(lines) - shared <= _CLOSE_ENOUGH_LINES:
+        if common == 0:
+            continue
+        common_end = common_suffix(base.note.lines, lines, common)
+        if common + common_end > shared + suffix:
+            best, shared, suffix = base, common, common_end
+        if len(lines) - shared - suffix <= _CLOSE_ENOUGH_LINES:
             break  # no older version can save more than parsing these few lines
-    if best is None:
-        return None, False
-    return _reparse(best, lines, shared, common_suffix(best.note.lines, lines, shared)), False
+    return (None if best is None else _reparse(best, lines, shared, suffix)), False
 
 
 def _has_rare_break(text: str) -> bool:
