@@ -5,6 +5,7 @@ import random
 import shutil
 import subprocess
 import threading
+import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -442,6 +443,105 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves
         store.rebuild()
         assert rows(store) == committed
         assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
+
+
+def _physical_lines(store: MemoryStore, relpath: str) -> dict[str, tuple[str, int]]:
+    """Each row's (text, line) as the index's own documents hold them (not the rows it knows)."""
+    return {hit.key: (hit.text, hit.line) for hit in store._readable_index().bm25.hits_for_path(relpath)}
+
+
+def test_memories_that_only_moved_wait_for_a_later_commit_and_reads_take_their_lines_from_the_note(new_vault):
+    """A person adds a line above 300 memories in an owner: the commit on the owner's timer writes
+    the new line and leaves the 300 rows that only moved as they are (rewritten once they have
+    waited MOVES_WAIT_SECONDS, not by every commit while the person keeps saving). Meanwhile the
+    note counts as changed since its commit, so a journal reads its lines from the file; once the
+    wait is over the next commit writes them, and the index equals a rebuild."""
+    from memvault.indexer.engine.deferred import MOVES_WAIT_SECONDS
+
+    with MemoryStore.open(new_vault, engine=False) as store:
+        relpath, first = _add_a_line_above_the_days_memories(store, new_vault, 300)
+        before = _physical_lines(store, relpath)
+        store.sync([relpath], defer=True)
+        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
+        held = _physical_lines(store, relpath)
+        assert ("the zeppelin quokka arrived early", first + 1) in held.values()  # written, at its line
+        rewritten = [key for key, row in before.items() if held[key] != row]
+        assert len(rewritten) == 2  # the new line's neighbours (their context changed); the 298 others as they were
+        assert relpath in store._index.moves_owed() and not store._deferred.pending
+        assert store._index.manifest.files[relpath] != read_note_records(store.layout, relpath, store.time_zone).state
+        note = read_note_records(store.layout, relpath, store.time_zone).records
+        assert {row.id: row.line for row in store.journal_scan([relpath]).rows} == {r.id: r.line for r in note}
+        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)  # another commit before the wait is over
+        assert _physical_lines(store, relpath) == held
+        store.flush_deferred(moves_wait=0.0)  # the wait is over
+        assert not store._index.moves_owed()
+        assert store._index.manifest.files[relpath] == read_note_records(store.layout, relpath, store.time_zone).state
+        committed = rows(store)
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.rebuild()
+        assert rows(store) == committed
+        assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
+
+
+@pytest.mark.parametrize("finish", ["health", "close"])
+def test_rows_that_wait_to_move_are_written_by_health_and_by_close(new_vault, finish):
+    """Health compares the files with the index, and a closing owner leaves an index that needs
+    no sync: both write the rows that wait to move first."""
+    from memvault.indexer.engine.deferred import MOVES_WAIT_SECONDS
+    from memvault.indexer.maintenance.derived import DerivedIndex
+
+    with MemoryStore.open(new_vault, engine=False) as store:
+        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
+        store.sync([relpath], defer=True)
+        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
+        assert relpath in store._index.moves_owed()
+        if finish == "health":
+            report = store.health_report(strict=True)
+            assert report["healthy"] and not store._index.moves_owed(), report
+    closed = DerivedIndex.open_current(VaultLayout(new_vault))  # as the close left it: no sync
+    assert closed.manifest.files[relpath] == read_note_records(VaultLayout(new_vault), relpath, "Europe/Amsterdam").state
+    committed = closed.all_rows()
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.rebuild()
+        assert rows(store) == committed
+
+
+def test_the_owners_committer_writes_rows_that_waited_to_move_with_nothing_else_to_commit(new_vault, monkeypatch):
+    """The owner's committer commits when the wait of a note's moved rows is over, though nothing
+    else waits for a commit: a person's last save above the day's memories is written whole."""
+    from memvault.indexer.engine import group_commit
+    from memvault.indexer.engine.owner import Owner
+    from memvault.indexer.maintenance.derived import DerivedIndex
+
+    monkeypatch.setattr(group_commit, "MOVES_WAIT_SECONDS", 0.5)
+    owed_after_each: list[dict] = []
+    real_apply = DerivedIndex.apply
+
+    def watched(index, *args, **kwargs):
+        delta = real_apply(index, *args, **kwargs)
+        owed_after_each.append(index.moves_owed())
+        return delta
+
+    monkeypatch.setattr(DerivedIndex, "apply", watched)
+    store = MemoryStore.open(new_vault, engine=False)
+    owner = Owner(store, role="python", intake=False).start()
+    try:
+        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
+        store.sync([relpath], defer=True)
+        deadline = time.monotonic() + 60
+        while (not owed_after_each or owed_after_each[-1] or store._deferred.pending) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(relpath in owed for owed in owed_after_each)  # put off by the timer's first commit
+        assert not store._index.moves_owed()  # and written by a later one
+        assert _physical_lines(store, relpath) == {row.key: (row.text, row.line) for row in rows(store)
+                                                   if row.path == relpath}  # fmt: skip
+    finally:
+        owner.stop()
+        store.close()
+    committed = DerivedIndex.open_current(VaultLayout(new_vault)).all_rows()
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.rebuild()
+        assert rows(store) == committed
 
 
 def test_a_save_that_moves_every_memory_is_parsed_before_the_vault_lock(new_vault, monkeypatch):

@@ -35,6 +35,10 @@ IDLE_SECONDS = 0.2
 MAX_DELAY_SECONDS = 1.0
 #: at most this many memories wait for a commit (a bound on what one flush re-reads)
 MAX_PENDING_MEMORIES = 4096
+#: rows that only moved (a line added above them) wait at most this long for the commit that
+#: rewrites them (`DerivedIndex.apply`): a person saving every second above a day's 20,000
+#: memories otherwise had all of them rewritten by every commit
+MOVES_WAIT_SECONDS = 10.0
 
 
 class DeferredIndexing:

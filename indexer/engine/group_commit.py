@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from memvault.indexer.engine.bulk import BATCH_ITEMS, RememberItem, remember_batch
-from memvault.indexer.engine.deferred import IDLE_SECONDS
+from memvault.indexer.engine.deferred import IDLE_SECONDS, MOVES_WAIT_SECONDS
 from memvault.indexer.results import RememberReceipt
 from memvault.vault.errors import VaultError
 
@@ -137,7 +137,7 @@ class GroupCommit:
                 closing = self._closed
             if closing:
                 self._writer.join(30)  # its last batch is in the deferred set before the last commit
-            self._commit()
+            self._commit(closing)
             if closing:
                 return
 
@@ -145,7 +145,7 @@ class GroupCommit:
         """Seconds until the next commit is due (0: now), None while nothing waits for one."""
         deferred = self._store._deferred
         if not deferred.pending:
-            return None
+            return self._store.moves_due_in(MOVES_WAIT_SECONDS)
         now = time.monotonic()
         if now < self._retry_at:
             return self._retry_at - now
@@ -154,11 +154,9 @@ class GroupCommit:
             return 0.0
         return min(IDLE_SECONDS - idle, deferred.seconds_until_due())
 
-    def _commit(self) -> None:
-        if not self._store._deferred.pending:
-            return
+    def _commit(self, closing: bool = False) -> None:
         try:
-            self._store.flush_deferred()
+            self._store.flush_deferred(moves_wait=None if closing else MOVES_WAIT_SECONDS)
         except Exception as exc:  # kept pending: a later pause retries; the notes are durable
             self._retry_at = time.monotonic() + RETRY_SECONDS
             self._log(f"index commit of acknowledged writes failed, retrying in {RETRY_SECONDS:g} s: {exc}")

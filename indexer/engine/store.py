@@ -441,19 +441,22 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                 return
             self._apply(self._writable_index(), list(relpaths))
 
-    def flush_deferred(self) -> None:
+    def flush_deferred(self, *, moves_wait: float | None = None) -> None:
         """Commit to the index the notes the owner acknowledged meanwhile (indexer/engine/deferred.py).
         A failure leaves them pending; raises it.
 
         The notes are read under the vault lock (an append is never seen half-written); the
         commit itself, the costly part, runs under the index lock alone, so writers go on
-        appending to notes meanwhile. What they add after the read stays pending for the next."""
-        if not self._deferred.pending:
+        appending to notes meanwhile. What they add after the read stays pending for the next.
+        With `moves_wait` (the owner's committer), a note's rows that only moved may wait that
+        long to be rewritten (`DerivedIndex.apply`); without it, every waiting row is written."""
+        if not self._deferred.pending and not self._moves_to_write(moves_wait):
             return
         self._lock.acquire()
         try:
             with self._deferred.lock:
                 paths, through, read_at = self._deferred.read_point()
+            paths = sorted(set(paths).union(self._moves_to_write(moves_wait)))
             if not paths:
                 return
             self._index_lock.acquire()  # before the vault lock is let go: no other index write between
@@ -466,9 +469,23 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         finally:
             self._lock.release()
         try:
-            self._apply(index, paths, self._intake_hook, indexed=indexed, through=through, read_at=read_at)
+            self._apply(index, paths, self._intake_hook, indexed=indexed, through=through, read_at=read_at,
+                        moves_wait=moves_wait)  # fmt: skip
         finally:
             self._index_lock.release()
+
+    def _moves_to_write(self, moves_wait: float | None) -> list[str]:
+        """The notes whose rows that only moved have waited `moves_wait` seconds (every such
+        note when None): a commit writes them now."""
+        owed = {} if self._index is None else self._index.moves_owed()
+        now = time.monotonic()
+        return [path for path, since in owed.items() if moves_wait is None or now - since >= moves_wait]
+
+    def moves_due_in(self, moves_wait: float) -> float | None:
+        """Seconds until a note's rows that only moved have waited `moves_wait` (the owner's
+        committer commits then), None while none wait."""
+        owed = {} if self._index is None else self._index.moves_owed()
+        return None if not owed else max(0.0, min(owed.values()) + moves_wait - time.monotonic())
 
     def _read_repaired(self, paths: list[str]) -> list:
         """The notes as a commit reads them, with every line memvault wrote lately: a save that
@@ -504,7 +521,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     def _commit_acknowledged(self) -> None:
         """Before a read: commit what the owner acknowledged and put off. Never raises: the read
         is served, and says in recall's `degraded` what it may miss (until a commit succeeds)."""
-        if not self._deferred.pending:
+        if not self._deferred.pending and not self._moves_to_write(None):
             return
         try:
             self.flush_deferred()
@@ -513,8 +530,8 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
 
     # --- index plumbing ----------------------------------------------------------------------
 
-    def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None, *,
-               indexed=None, through: int | None = None, read_at: float | None = None) -> IndexDelta:
+    def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None, *, indexed=None,
+               through: int | None = None, read_at: float | None = None, moves_wait: float | None = None) -> IndexDelta:
         """Make `index` hold these notes as they are (`indexed`: as they were read, under the
         vault lock, `through` that version of the deferred set). Vault lock held, or the index
         lock taken while it was and `indexed` given: reading the serving index's notes here
@@ -529,7 +546,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                     # crash tests: acknowledged, not committed (whichever commit takes them: the
                     # committer's timer, or a rescan of the watcher's that came first)
                     self._intake_hook("deferred.committing")
-            delta = index.apply(indexed, hook)
+            delta = index.apply(indexed, hook, moves_wait=moves_wait)
             if index is self._index:
                 self._manifest_stamp = self._stamp(index)
                 if self._deferred.pending:  # committed now: what waited for these notes steps aside

@@ -11,6 +11,7 @@ the same files again.
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Protocol
 from memvault.indexer.maintenance.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
 from memvault.indexer.maintenance.sync import (IndexDelta, KnownRows, Row, diff_known, edits_to_show, is_racy,
                                                needs_reading)
-from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index
+from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index, record_key
 from memvault.vault.clock import zone
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, read_bytes_nofollow
@@ -57,6 +58,9 @@ class IndexComponent(Protocol):
 
 #: how many notes' rows a DerivedIndex keeps per BM25 reader (`rows_of`)
 _KNOWN_NOTES = 8
+#: a note with at least this many rows that only moved (a line added above them) may have them
+#: rewritten later (`DerivedIndex.apply`'s `moves_wait`); fewer cost little, and are written at once
+MOVES_PUT_OFF_FROM = 256
 
 
 def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> FileIndexing:
@@ -150,6 +154,9 @@ class DerivedIndex:
         #: The rows are kept with the records they were made of, so a diff looks only past the
         #: records a new read shares with them (`diff_known`)
         self._known: tuple[object, dict[str, KnownRows]] = (None, {})
+        #: note path -> when its rows that only moved were first left as they are (monotonic
+        #: seconds): its manifest entry is left as it was until they are written
+        self._moves_owed: dict[str, float] = {}
 
     @classmethod
     def open_current(cls, layout: VaultLayout) -> "DerivedIndex | None":
@@ -177,18 +184,36 @@ class DerivedIndex:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None) -> IndexDelta:
+    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None, *,
+              moves_wait: float | None = None) -> IndexDelta:  # fmt: skip
         """Make the index hold exactly the given files' records; return what changed.
 
         Caller holds the vault lock. Nothing is committed when no row changed, so a file
         memvault itself just wrote and indexed costs the watcher a read and a diff, nothing more.
+
+        With `moves_wait` (the owner's commit timer), a note whose rows only moved by the hundred
+        (a person adding a line above a day's 20,000 memories, saving every second) has those
+        rows rewritten once they have waited `moves_wait` seconds, not on every commit: the rest
+        of its rows are written now. Its manifest entry stays as it was meanwhile, so every read
+        takes the note as changed since its commit (from the file), and a crash leaves a note the
+        next sync puts right. Without `moves_wait`, every note is written whole (`moves_owed`).
         """
         delta = IndexDelta()
         if not indexed:
             return delta
-        after = {}
+        after, put_off, now = {}, set(), time.monotonic()
         for item in indexed:
+            owed_since = self._moves_owed.get(item.path)
+            may_wait = moves_wait is not None and (owed_since is None or now - owed_since < moves_wait)
+            if owed_since is not None and not may_wait:
+                self._forget_known(item.path)  # diffed against the rows as the index holds them, lines too
             note_delta, after[item.path] = self.diff_note(item.path, item.records)
+            if may_wait and (owed_since is not None or len(note_delta.moved) >= MOVES_PUT_OFF_FROM):
+                note_delta = note_delta.without_moves()
+                self._moves_owed.setdefault(item.path, now)
+                put_off.add(item.path)
+            else:
+                self._moves_owed.pop(item.path, None)
             delta.extend(note_delta)
         if delta.is_empty:
             self._remember_rows(after)  # the same rows, now known with the records just read
@@ -198,20 +223,29 @@ class DerivedIndex:
             self._commit_bm25(delta)
             # the applied files now hold exactly their records: the diffs were against the reader
             # as refreshed by the one writer (the vault lock's holder, or the owner), so no other
-            # commit came between; a commit by anyone else shows in meta.json, a new reader
-            self._known = (self.bm25.reader(), dict(list(after.items())[:_KNOWN_NOTES]))
+            # commit came between; a commit by anyone else shows in meta.json, a new reader. The
+            # rows known of a note whose moves wait are kept: they hold its memories' lines now,
+            # and the index's old lines are the moves still owed
+            _, before = self._known
+            known = dict(list(after.items())[:_KNOWN_NOTES])
+            known.update((path, before[path]) for path in self._moves_owed if path in before and path not in known)
+            self._known = (self.bm25.reader(), known)
             for component in self.components:
                 component.committed(delta)
             if hook is not None:
                 hook("apply.committed")
-        if self._record_states(indexed):
+        if self._record_states([item for item in indexed if item.path not in put_off]):
             self.manifest.save(self.generation / MANIFEST)
         return delta
+
+    def moves_owed(self) -> dict[str, float]:
+        """Notes whose rows that only moved wait to be rewritten (`apply`), with when they began to."""
+        return dict(self._moves_owed)
 
     def _commit_bm25(self, delta: IndexDelta) -> None:
         with self.bm25.writer() as writer:
             # deleting every upserted key too makes a stale diff harmless: a key is never doubled
-            for key in set(delta.deleted) | {Row.of_record(r).key for r in delta.upserts}:
+            for key in set(delta.deleted) | {record_key(record.path, record.id) for record in delta.upserts}:
                 writer.delete_key(key)
             writer.add(delta.upserts)
             writer.commit()
@@ -256,6 +290,11 @@ class DerivedIndex:
         if len(known) < _KNOWN_NOTES:
             known[path] = rows
         return rows
+
+    def _forget_known(self, path: str) -> None:
+        known_by, known = self._known
+        if path in known:
+            self._known = (known_by, {other: rows for other, rows in known.items() if other != path})  # one swap
 
     def _remember_rows(self, after: dict[str, KnownRows]) -> None:
         """Keep the rows of notes found unchanged, now with the records they were made of."""

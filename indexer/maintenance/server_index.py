@@ -255,12 +255,19 @@ class ServerIndex:
 
     # --- writing -------------------------------------------------------------------------------
 
-    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None) -> IndexDelta:
+    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None, *,
+              moves_wait: float | None = None) -> IndexDelta:  # fmt: skip
+        """`DerivedIndex.apply` on the server. Rows that only moved are written at once
+        (`moves_wait` is not used): a team's readers on other machines order a journal by the
+        lines the server holds, and have no file to read them from."""
         prepared = self.prepare(indexed)
         if prepared is not None:
             self.write(prepared)
             self.written(prepared, hook)
         return IndexDelta() if prepared is None else prepared.delta
+
+    def moves_owed(self) -> dict[str, float]:
+        return {}  # `apply` writes every row at once
 
     def prepare(self, indexed: list[FileIndexing]) -> PreparedApply | None:
         """`apply`'s first half, on the calling thread: the diff against the rows the server holds

@@ -19,8 +19,9 @@ Two levels of content hash decide the work:
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime, timezone
+from operator import attrgetter
 from pathlib import Path
 
 from memvault.indexer.maintenance.generations import FileState
@@ -38,7 +39,7 @@ RACY_WINDOW_NS = 2_000_000_000
 #: to the next (vault/records.py), and a commit of the day's note turns its thousands of records
 #: into rows up to three times (the diff, the rows it now knows, the keys it deletes)
 _ROWS_MADE: dict[int, tuple[MemoryRecord, "Row"]] = {}
-_ROWS_MADE_MOST = 20_000
+_ROWS_MADE_MOST = 64_000
 
 
 @dataclass(frozen=True, order=True)
@@ -98,6 +99,10 @@ class Row:
         )
 
 
+#: every field of a row but its line, as one tuple (C speed)
+_ALL_BUT_LINE = attrgetter(*(f.name for f in fields(Row) if f.name != "line"))
+
+
 @dataclass
 class IndexDelta:
     """What one apply changes in the index, row by row.
@@ -117,6 +122,8 @@ class IndexDelta:
     unchanged: int = 0
     #: files whose rows changed
     files: list[str] = field(default_factory=list)
+    #: keys among the upserts whose rows changed in their line alone (a line added above them)
+    moved: set[str] = field(default_factory=set)
 
     @property
     def is_empty(self) -> bool:
@@ -147,6 +154,15 @@ class IndexDelta:
         self.removed |= other.removed
         self.unchanged += other.unchanged
         self.files.extend(other.files)
+        self.moved |= other.moved
+
+    def without_moves(self) -> "IndexDelta":
+        """This delta less the rows that only moved: they stay in the index as they are."""
+        moved = self.moved
+        upserts = [record for record in self.upserts if record_key(record.path, record.id) not in moved]
+        deleted = {key: digest for key, digest in self.deleted.items() if key not in moved}
+        files = self.files if upserts or deleted else []
+        return IndexDelta(deleted, upserts, self.removed, self.unchanged + len(moved), files)
 
 
 def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord]) -> IndexDelta:
@@ -162,6 +178,8 @@ def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord]) -> In
             continue
         if before is not None:
             delta.deleted[row.key] = before.content_hash
+            if _ALL_BUT_LINE(before) == _ALL_BUT_LINE(row):
+                delta.moved.add(row.key)
         delta.upserts.append(record)
     for key, row in old.items():
         if key not in new_keys:
