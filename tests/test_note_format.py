@@ -383,7 +383,7 @@ def test_a_line_added_above_a_big_notes_memories_parses_that_line_only(monkeypat
     after = parse(text)
     assert len(made) < 10
     assert after.bullets[1].first_line == before.bullets[0].first_line + 1 and after.bullets[1].id == "m-0000000000"
-    assert after.moved is not None and after.moved.before is before.bullets
+    assert after.moved and after.moved[0].before is before.bullets
     monkeypatch.setattr(note_module, "_make_bullet", make_bullet)
     assert after == _whole_parse(text).note
 
@@ -439,14 +439,16 @@ def test_records_of_a_note_saved_again_at_its_end_equal_records_made_afresh(head
 
 @settings(max_examples=400, deadline=None)
 # a changed line between memories that stay where they were: every memory equals the one before
-@example(["- an id-less fact"], [[""], ["%% hidden %%"]], ["a paragraph line"], [])
+@example(["- an id-less fact"], [[""], ["%% hidden %%"]], ["a paragraph line"], [], set())
 @given(st.lists(_NOTE_LINES, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=4),
-       st.lists(_NOTE_LINES, min_size=1, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=3), max_size=3))
+       st.lists(_NOTE_LINES, min_size=1, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=3), max_size=3),
+       st.sets(st.integers(1, 3)))
 def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_made_afresh(head, middles, tail,
-                                                                                          appends):
+                                                                                          appends, unread):
     """The records of memories taken up again below a change are moved with them (vault/records.py):
     each version's records equal those made with nothing remembered, lines and neighbours included.
-    Before each version, lines may have been appended to the one before (parsed, no records made)."""
+    Before each version, lines may have been appended to the one before (parsed, no records made),
+    and of some versions no records are made at all (the next is made from an older one's)."""
     from datetime import date
 
     import memvault.vault.note as note_module
@@ -459,6 +461,9 @@ def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_m
             tail = tail + appends[version - 1]
             parse("".join(line + "\n" for line in head + middles[version - 1] + tail))
         text = "".join(line + "\n" for line in head + middle + tail)
+        if version in unread:
+            parse(text)  # parsed (by a writer), no records made of this version
+            continue
         made = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30), parse(text), "UTC")
         records_module._made.clear()
         fresh = records_module.records_from_note("daily/2026-11-30.md", "daily", date(2026, 11, 30),
@@ -488,10 +493,25 @@ def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_mad
     monkeypatch.setattr(records_module, "bullet_instant", lambda *args: made.append(args) or instant(*args))
     text = "# t\n\n- the person's line\n" + lines
     after = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
+    after_text = text
     assert len(made) <= 1 + 2 * records_module.CONTEXT_NEIGHBOURS + 2
     assert [record.line for record in after[1:4]] == [record.line + 1 for record in before[:3]]
-    records_module._made.clear()
-    assert after == records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
+    # the person saves twice more, a line above each time, and an agent appends between: no
+    # records are made of the versions between (a writer parsed them), only of the last
+    text = "# t\n\n- the person's second line\n" + text.removeprefix("# t\n\n")
+    parse(text)
+    text += "- 10:02 three ^m-a000000003\n"
+    parse(text)
+    text = "# t\n\n- the person's third line\n" + text.removeprefix("# t\n\n")
+    made.clear()
+    latest = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
+    assert len(made) <= 3 + 2 * records_module.CONTEXT_NEIGHBOURS + 1
+    assert [record.line for record in latest[3:6]] == [record.line + 2 for record in after[1:4]]
+    monkeypatch.setattr(records_module, "bullet_instant", instant)
+    for made_then, its_text in ((after, after_text), (latest, text)):
+        records_module._made.clear()
+        assert made_then == records_module.records_from_note("daily/2026-12-04.md", "daily", day,
+                                                             _whole_parse(its_text).note, "UTC")  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)

@@ -80,9 +80,9 @@ class Note:
     open_at_end: str | None = None
     #: 0-based indexes of lines hidden from a reader (fences, comments, conflict hunks)
     hidden_lines: frozenset[int] = frozenset()
-    #: for a note parsed from an earlier version of it: which of that version's memories it took
-    #: up again below the lines that changed, moved but otherwise the same (`Moved`), or None
-    moved: "Moved | None" = field(default=None, compare=False, repr=False)
+    #: for a note parsed from earlier versions of it: runs of their memories it holds, moved but
+    #: otherwise the same (`Moved`), the newest version's first, a few at most
+    moved: "tuple[Moved, ...]" = field(default=(), compare=False, repr=False)
 
     @property
     def has_conflicts(self) -> bool:
@@ -123,13 +123,37 @@ class Note:
 
 @dataclass(frozen=True)
 class Moved:
-    """A note's memories from its `to`-th on are an earlier version's from its `first`-th on
-    (`before`: that version's memories), each `by` lines further down (up when negative)."""
+    """`count` of a note's memories from its `to`-th on are an earlier version's from its
+    `first`-th on (`before`: that version's memories), each `by` lines further down (up when
+    negative), otherwise the same."""
 
     before: tuple[Bullet, ...]
     first: int
     to: int
     by: int
+    count: int
+
+    def within(self, kept: int) -> "Moved | None":
+        """This run, for a note that keeps only the first `kept` memories of this one's."""
+        count = min(self.count, kept - self.to)
+        return None if count <= 0 else Moved(self.before, self.first, self.to, self.by, count)
+
+    def then(self, later: "Moved") -> "Moved | None":
+        """The run of this one's earlier memories in a later version (`later`: run of this
+        note's memories there), or None when none is in both."""
+        start, end = max(self.to, later.first), min(self.to + self.count, later.first + later.count)
+        if start >= end:
+            return None
+        return Moved(self.before, self.first + start - self.to, later.to + start - later.first, self.by + later.by,
+                     end - start)  # fmt: skip
+
+
+#: how many earlier versions a note keeps runs of (`Note.moved`)
+_MOVED_VERSIONS = 3
+
+
+def _runs_kept(runs) -> tuple[Moved, ...]:
+    return tuple(run for run in runs if run is not None)[:_MOVED_VERSIONS]
 
 
 #: notes up to this many characters are parsed once per distinct text (`parse` is pure and a Note
@@ -333,7 +357,8 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int, suffix: int = 0
     kept_hidden = note.hidden_lines if line == len(note.lines) else frozenset(i for i in note.hidden_lines if i < line)
     reparsed = Note(lines, note.body_start, note.frontmatter, kept_bullets + tuple(bullets),
                     prefix_conflicts + conflicts, kept_duplicates + tuple(duplicates), open_at_end,
-                    kept_hidden | frozenset(i for i in range(line, len(lines)) if hidden[i]))  # fmt: skip
+                    kept_hidden | frozenset(i for i in range(line, len(lines)) if hidden[i]),
+                    _runs_kept(run.within(kept) for run in note.moved))  # fmt: skip
     _carry_ids_on(note, reparsed, note.bullets[kept:], bullets)
     if "marked_ids" in note.__dict__:
         reparsed.__dict__["marked_ids"], reparsed.__dict__["_marked_twice"] = _marks_carried_on(note, lines, line)
@@ -416,7 +441,8 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
         None,
         frozenset(i for i in note.hidden_lines if i < line) | frozenset(i for i in range(line, stop) if hidden[i])
         | frozenset(i + by for i in note.hidden_lines if i >= old_stop),
-        Moved(note.bullets, first, kept + len(bullets), by),
+        _runs_kept(_runs_on(note, Moved(note.bullets, first, kept + len(bullets), by, len(note.bullets) - first),
+                            kept)),
     )  # fmt: skip
     if by == 0:  # the memories below are base's own: they keep their places in by_block_id
         _carry_ids_on(note, reparsed, left, bullets)
@@ -433,6 +459,15 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
                      occurrences, bumped)  # fmt: skip
     region_open = base.region_open[:line] + bytes(region_open[line:stop]) + base.region_open[old_stop:]
     return _Parsed(reparsed, new_tail, region_open)
+
+
+def _runs_on(note: Note, below: Moved, kept: int):
+    """The runs of earlier versions' memories in a note parsed from `note`, which keeps `note`'s
+    first `kept` memories as they are and takes those of run `below` up again, moved."""
+    yield below
+    for run in note.moved:
+        yield run.within(kept)
+        yield run.then(below)
 
 
 def _moved(memory: Bullet, by: int) -> Bullet:

@@ -10,7 +10,7 @@ from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import NOTE_KINDS
-from memvault.vault.note import Bullet, Note, common_prefix
+from memvault.vault.note import Bullet, Moved, Note, common_prefix
 from memvault.vault.plaintext import plain_text, task_state
 
 #: frontmatter keys that set a note's own zone (for a person who travels)
@@ -172,19 +172,30 @@ def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, i
     shared = common_prefix(last.bullets, note.bullets) if last is not None else 0
     if shared:
         take(0, bisect_left(last.positions, shared), 0, 0)
-    moved = note.moved
-    if last is None or moved is None or moved.to < shared:
+    moved = None if last is None else _run_from(last, note, shared)
+    if moved is None:
         read(shared, len(note.bullets))  # (memories equal to those they replaced: read from `shared` on)
         return runs
-    # the memories taken up again are the parsed version's: last has those of them its own version shares
-    along = len(last.bullets) if moved.before is last.bullets else common_prefix(last.bullets, moved.before)
-    shift = moved.to - moved.first
-    read(shared, moved.to if along > moved.first else len(note.bullets))
-    if along > moved.first:
-        take(bisect_left(last.positions, moved.first), bisect_left(last.positions, min(along, len(moved.before))),
-             shift, moved.by)  # fmt: skip
-        read(min(along, len(moved.before)) + shift, len(note.bullets))
+    run, end = moved  # the run's memories from its version that last has too: before[run.first:end]
+    shift = run.to - run.first
+    read(shared, run.to)
+    take(bisect_left(last.positions, run.first), bisect_left(last.positions, end), shift, run.by)
+    read(end + shift, len(note.bullets))
     return runs
+
+
+def _run_from(last: _Made, note: Note, shared: int) -> tuple[Moved, int] | None:
+    """A run of an earlier version's memories in `note` (vault/note.py, `Note.moved`) that `last`
+    has records of, below the first `shared`, and where in that version the memories `last`
+    shares with it end (its versions share its first memories: appends), or None."""
+    for run in note.moved:
+        if run.to < shared:
+            continue  # (memories equal to those they replaced: read from `shared` on)
+        along = len(last.bullets) if run.before is last.bullets else common_prefix(last.bullets, run.before)
+        end = min(along, run.first + run.count)
+        if end > run.first:
+            return run, end
+    return None
 
 
 def _moved(record: MemoryRecord, by: int) -> MemoryRecord:
