@@ -445,6 +445,20 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves
         assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
 
 
+def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
+    """A commit keeps the rows it wrote for the next diff of their notes, for a few notes at most:
+    a day's note of hundreds of memories committed beside a batch of small notes (the intake's
+    one-turn notes) is one of them (reading its rows back from the index cost every commit)."""
+    for day in range(1, 12):
+        (new_vault / "daily" / f"2026-11-{day:02d}.md").write_text(f"# 2026-11-{day:02d}\n\n- a small note's fact {day}\n")
+    lines = "".join(f"- 10:00 fact {n} of a busy day\n" for n in range(500))
+    (new_vault / "daily" / "2026-11-30.md").write_text("# 2026-11-30\n\n" + lines)
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.sync()
+        _, known = store._index._known
+        assert "daily/2026-11-30.md" in known and len(known) == 8
+
+
 def _physical_lines(store: MemoryStore, relpath: str) -> dict[str, tuple[str, int]]:
     """Each row's (text, line) as the index's own documents hold them (not the rows it knows)."""
     return {hit.key: (hit.text, hit.line) for hit in store._readable_index().bm25.hits_for_path(relpath)}

@@ -56,7 +56,8 @@ class IndexComponent(Protocol):
     def committed(self, delta: IndexDelta) -> None: ...
 
 
-#: how many notes' rows a DerivedIndex keeps per BM25 reader (`rows_of`)
+#: how many notes' rows a DerivedIndex keeps per BM25 reader (`rows_of`): those with the most rows
+#: of a commit, which cost the most to read again (the day's note beside a batch of one-turn notes)
 _KNOWN_NOTES = 8
 #: a note with at least this many rows that only moved (a line added above them) may have them
 #: rewritten later (`DerivedIndex.apply`'s `moves_wait`); fewer cost little, and are written at once
@@ -227,7 +228,7 @@ class DerivedIndex:
             # rows known of a note whose moves wait are kept: they hold its memories' lines now,
             # and the index's old lines are the moves still owed
             _, before = self._known
-            known = dict(list(after.items())[:_KNOWN_NOTES])
+            known = dict(sorted(after.items(), key=lambda item: -len(item[1].rows))[:_KNOWN_NOTES])  # the costliest
             known.update((path, before[path]) for path in self._moves_owed if path in before and path not in known)
             self._known = (self.bm25.reader(), known)
             for component in self.components:
