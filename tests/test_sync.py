@@ -1,5 +1,6 @@
 """Incremental sync: per-file and per-bullet hashes, and parity with a full rebuild."""
 
+import dataclasses
 import os
 import random
 import shutil
@@ -130,6 +131,21 @@ def test_a_save_of_a_big_notes_last_line_makes_rows_of_the_last_records_only(mon
     delta, held = diff_known("daily/2026-11-30.md", known, after)
     assert (delta.added, delta.updated, len(delta.removed), delta.unchanged) == (1, 0, 1, 19_999)
     assert len(made) <= 6 and len(held.rows) == 20_000
+
+
+def test_the_rows_of_memories_that_only_moved_are_made_from_their_earlier_rows(monkeypatch):
+    """A line added above a day's 20,000 memories moves every one of them: the commit's diff makes
+    their rows from the rows it knows (their line alone changes), not from their records again
+    (a context hash each: 0.16 s a commit), and says which rows only moved (`IndexDelta.moved`)."""
+    before = [record(f"fact {n}", n + 2, id_=f"m-{n:010x}") for n in range(20_000)]
+    known = KnownRows({row.key: row for row in map(Row.of_record, before)}, tuple(before))
+    made = []
+    real = Row._made_of.__func__
+    monkeypatch.setattr(Row, "_made_of", classmethod(lambda cls, r: made.append(r) or real(cls, r)))
+    after = [record("the person's line", 2)] + [dataclasses.replace(r, line=r.line + 1) for r in before]
+    delta, held = diff_known("daily/2026-11-30.md", known, after)
+    assert (delta.added, delta.updated, len(delta.moved)) == (1, 20_000, 20_000) and len(made) == 1
+    assert held.rows == {row.key: row for row in map(Row._made_of, after)}
 
 
 def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
