@@ -513,6 +513,37 @@ def test_memories_that_only_moved_wait_for_a_later_commit_and_reads_take_their_l
         assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
 
 
+def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_vault):
+    """A person's first save adds a line in the middle (the 300 memories below it move), the next
+    a line at the top (all of them move): once the wait is over, every row is where the note has
+    it, also those the first save left in place."""
+    from memvault.indexer.engine.deferred import MOVES_WAIT_SECONDS
+
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.defers_index_commits = True
+        for n in range(600):
+            store.remember(f"harbour log entry {n} kept by the quartermaster")
+        store.flush_deferred()
+        [note] = (new_vault / "daily").glob("*.md")
+        relpath = f"daily/{note.name}"
+        lines = note.read_text().splitlines(keepends=True)
+        middle = next(i for i, line in enumerate(lines) if "harbour log entry 300 " in line)
+        note.write_text("".join(lines[:middle] + ["- 06:00 a line in the middle\n"] + lines[middle:]))
+        store.sync([relpath], defer=True)
+        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
+        lines = note.read_text().splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.startswith("- "))
+        note.write_text("".join(lines[:first] + ["- 06:00 a line at the top\n"] + lines[first:]))
+        store.sync([relpath], defer=True)
+        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
+        assert relpath in store._index.moves_owed()
+        store.flush_deferred(moves_wait=0.0)
+        committed = rows(store)
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.rebuild()
+        assert rows(store) == committed
+
+
 @pytest.mark.parametrize("finish", ["health", "close"])
 def test_rows_that_wait_to_move_are_written_by_health_and_by_close(new_vault, finish):
     """Health compares the files with the index, and a closing owner leaves an index that needs

@@ -155,9 +155,10 @@ class DerivedIndex:
         #: The rows are kept with the records they were made of, so a diff looks only past the
         #: records a new read shares with them (`diff_known`)
         self._known: tuple[object, dict[str, KnownRows]] = (None, {})
-        #: note path -> when its rows that only moved were first left as they are (monotonic
-        #: seconds): its manifest entry is left as it was until they are written
-        self._moves_owed: dict[str, float] = {}
+        #: note path -> (when its rows that only moved were first left as they are, in monotonic
+        #: seconds; the keys of those rows): its manifest entry is left as it was until they are
+        #: written (the rows known of it meanwhile hold the lines the note holds)
+        self._moves_owed: dict[str, tuple[float, set[str]]] = {}
 
     @classmethod
     def open_current(cls, layout: VaultLayout) -> "DerivedIndex | None":
@@ -204,17 +205,16 @@ class DerivedIndex:
             return delta
         after, put_off, now = {}, set(), time.monotonic()
         for item in indexed:
-            owed_since = self._moves_owed.get(item.path)
-            may_wait = moves_wait is not None and (owed_since is None or now - owed_since < moves_wait)
-            if owed_since is not None and not may_wait:
-                self._forget_known(item.path)  # diffed against the rows as the index holds them, lines too
+            since, owed = self._moves_owed.get(item.path, (now, set()))
+            may_wait = moves_wait is not None and now - since < moves_wait
             note_delta, after[item.path] = self.diff_note(item.path, item.records)
-            if may_wait and (owed_since is not None or len(note_delta.moved) >= MOVES_PUT_OFF_FROM):
+            if may_wait and (owed or len(note_delta.moved) >= MOVES_PUT_OFF_FROM):
+                self._moves_owed[item.path] = (since, owed | note_delta.moved)
                 note_delta = note_delta.without_moves()
-                self._moves_owed.setdefault(item.path, now)
                 put_off.add(item.path)
-            else:
-                self._moves_owed.pop(item.path, None)
+            elif owed:
+                note_delta = note_delta.with_rows_again(item.path, item.records, owed)
+                del self._moves_owed[item.path]
             delta.extend(note_delta)
         if delta.is_empty:
             self._remember_rows(after)  # the same rows, now known with the records just read
@@ -241,7 +241,7 @@ class DerivedIndex:
 
     def moves_owed(self) -> dict[str, float]:
         """Notes whose rows that only moved wait to be rewritten (`apply`), with when they began to."""
-        return dict(self._moves_owed)
+        return {path: since for path, (since, _) in self._moves_owed.items()}
 
     def _commit_bm25(self, delta: IndexDelta) -> None:
         with self.bm25.writer() as writer:
@@ -291,11 +291,6 @@ class DerivedIndex:
         if len(known) < _KNOWN_NOTES:
             known[path] = rows
         return rows
-
-    def _forget_known(self, path: str) -> None:
-        known_by, known = self._known
-        if path in known:
-            self._known = (known_by, {other: rows for other, rows in known.items() if other != path})  # one swap
 
     def _remember_rows(self, after: dict[str, KnownRows]) -> None:
         """Keep the rows of notes found unchanged, now with the records they were made of."""

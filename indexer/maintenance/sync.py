@@ -172,6 +172,18 @@ class IndexDelta:
         files = self.files if upserts or deleted else []
         return IndexDelta(deleted, upserts, self.removed, self.unchanged + len(moved), files)
 
+    def with_rows_again(self, path: str, records: list[MemoryRecord], keys: set[str]) -> "IndexDelta":
+        """This delta of one note (`records`: what it holds now) with the rows of `keys` written
+        again as the note holds them, where it does not write them already: rows whose moves
+        were left for later (`without_moves`), which the index holds with their old lines."""
+        written = {record_key(record.path, record.id) for record in self.upserts}
+        again = [record for record in records if (key := record_key(path, record.id)) in keys and key not in written]
+        if not again:
+            return self
+        deleted = {**self.deleted, **{record_key(path, record.id): record.content_hash for record in again}}
+        files = self.files if self.files else [path]
+        return IndexDelta(deleted, self.upserts + again, self.removed, self.unchanged - len(again), files, self.moved)
+
 
 def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord],
               row_of: Callable[[MemoryRecord], Row] = Row.of_record) -> IndexDelta:  # fmt: skip
