@@ -415,18 +415,9 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
     bullets, duplicates, bumped = _assign_ids(found, seen, occurrences)
     left = note.bullets[kept:first]
     gone = {memory.id for memory in left}
-    if any(given in base.tail.seen for given in seen.added - gone):
-        return None  # a memory below holds it (or a repeated id there was given it)
-    if note.duplicate_ids and not (gone - seen.added).isdisjoint(note.duplicate_ids):
-        return None  # a memory below repeats it, and would now keep it
-    # how many more times each id-less text came in base's changed lines than in these
-    counted_left = Counter(memory.text for memory in left if memory.id != memory.block_id)
-    counted = Counter(counted_left)
-    counted.subtract(memory.text for memory in bullets if memory.id != memory.block_id)
-    for text, more in counted.items():
-        below = base.tail.occurrences.get(text, 0) - tail.occurrences.get(text, 0) - counted_left[text]
-        if more and below:
-            return None  # a memory below derives its id from how often its text came before it
+    counted = _ids_below_stand(base, tail, left, bullets, gone, seen.added)
+    if counted is None:
+        return None
     moved = note.bullets[first:] if by == 0 else tuple(_moved(memory, by) for memory in note.bullets[first:])
     duplicates_left = duplicates_below = 0
     if note.duplicate_ids:
@@ -461,6 +452,26 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
     return _Parsed(reparsed, new_tail, region_open)
 
 
+def _ids_below_stand(base: _Parsed, tail: _Tail, left: tuple[Bullet, ...], bullets: list[Bullet], gone: set[str],
+                     given: set[str]) -> Counter | None:  # fmt: skip
+    """Whether base's memories below its changed memories (`left`, which gave the ids `gone`)
+    keep their ids below the new lines' memories (`bullets`, which gave `given`; `tail`: the
+    state above both): how many more times each id-less text came in `left` than in `bullets`,
+    or None when an id below would change."""
+    if any(new_id in base.tail.seen for new_id in given - gone):
+        return None  # a memory below holds it (or a repeated id there was given it)
+    if base.note.duplicate_ids and not (gone - given).isdisjoint(base.note.duplicate_ids):
+        return None  # a memory below repeats it, and would now keep it
+    counted_left = Counter(memory.text for memory in left if memory.id != memory.block_id)
+    counted = Counter(counted_left)
+    counted.subtract(memory.text for memory in bullets if memory.id != memory.block_id)
+    for text, more in counted.items():
+        below = base.tail.occurrences.get(text, 0) - tail.occurrences.get(text, 0) - counted_left[text]
+        if more and below:
+            return None  # a memory below derives its id from how often its text came before it
+    return counted
+
+
 def _runs_on(note: Note, below: Moved, kept: int):
     """The runs of earlier versions' memories in a note parsed from `note`, which keeps `note`'s
     first `kept` memories as they are and takes those of run `below` up again, moved."""
@@ -473,14 +484,6 @@ def _runs_on(note: Note, below: Moved, kept: int):
 def _moved(memory: Bullet, by: int) -> Bullet:
     return Bullet(memory.first_line + by, memory.end_line + by, memory.indent, memory.time, memory.text,
                   memory.block_id, memory.id, memory.heading, memory.kind)  # fmt: skip
-    if note.duplicate_ids and not gone.isdisjoint(seen.added.symmetric_difference(gone) & set(note.duplicate_ids)):
-        return None
-    counted = Counter(memory.text for memory in left if memory.id != memory.block_id)
-    counted.subtract(memory.text for memory in bullets if memory.id != memory.block_id)
-    for text, difference in counted.items():
-        if difference and base.tail.occurrences.get(text, 0) - tail.occurrences.get(text, 0) - counted_left(text):
-            return None
-    return None
 
 
 def _cut_line(base: _Parsed, lines: tuple[str, ...], shared: int) -> tuple[int, int, _Tail] | None:
