@@ -475,6 +475,27 @@ def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
         assert "daily/2026-11-30.md" in known and len(known) == 8
 
 
+def test_a_persons_save_after_an_append_is_parsed_from_the_note_the_append_left(new_vault, monkeypatch):
+    """An append parses the note as it left it (from the parse it was planned with), so a
+    person's save of that note next, a line added above its memories, parses that line only:
+    the version before the append lacks its line at the end, and nothing below the new line
+    could be taken up from it."""
+    import memvault.vault.note as note_module
+
+    monkeypatch.setattr(note_module, "_cache", note_module._ParseCache(8))
+    with MemoryStore.open(new_vault, engine=False) as store:
+        store.defers_index_commits = True  # no commit reads the note after the appends
+        for n in range(300):
+            store.remember(f"harbour log entry {n} kept by the quartermaster")
+        [note] = (new_vault / "daily").glob("*.md")
+        lines = note.read_text().splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.startswith("- "))
+        made, real_make = [], note_module._make_bullet
+        monkeypatch.setattr(note_module, "_make_bullet", lambda *a, **k: made.append(a[1]) or real_make(*a, **k))
+        saved = note_module.parse("".join(lines[:first] + ["- 06:00 the person's line\n"] + lines[first:]))
+        assert len(made) == 1 and len(saved.bullets) == 301
+
+
 def _physical_lines(store: MemoryStore, relpath: str) -> dict[str, tuple[str, int]]:
     """Each row's (text, line) as the index's own documents hold them (not the rows it knows)."""
     return {hit.key: (hit.text, hit.line) for hit in store._readable_index().bm25.hits_for_path(relpath)}

@@ -204,13 +204,13 @@ class _ParseCache:
 
     def __init__(self, size: int, smallest: int = _PARSE_CACHE_SMALLEST):
         self._size = size
-        self._smallest = smallest
+        self.smallest = smallest
         #: (text, its parse, whether it holds a rare line break), newest first
         self._entries: list[tuple[str, _Parsed, bool]] = []
         self._lock = threading.Lock()
 
     def parse(self, text: str) -> Note:
-        if len(text) < self._smallest:
+        if len(text) < self.smallest:
             return _parse_lines(tuple(text.splitlines(keepends=True))).note
         with self._lock:
             bases = list(self._entries)
@@ -243,6 +243,14 @@ def parse(text: str) -> Note:
     if len(text) <= _PARSE_CACHE_CHARS:
         return _cache.parse(text)
     return _parse_lines(tuple(text.splitlines(keepends=True))).note
+
+
+def parse_ahead(text: str) -> None:
+    """Parse the text of a note memvault just wrote, when a text of its size is cached, so that a
+    later version of it (a person's save) is parsed from this one: a note bigger than the cache
+    takes would be parsed whole, and a small one costs little either way."""
+    if _cache.smallest <= len(text) <= _PARSE_CACHE_CHARS:
+        parse(text)
 
 
 def _parse_lines(lines: tuple[str, ...]) -> _Parsed:

@@ -38,7 +38,7 @@ from pathlib import Path
 from memvault.vault.errors import InvalidRecord, UnsafePath
 from memvault.vault.fsio import PUBLIC_DIR_MODE, fsync_dir, make_dir, read_bytes_nofollow, remove_quietly, write_temp
 from memvault.vault.ids import normalize_text
-from memvault.vault.note import MAX_NOTE_BYTES, Note, format_bullet, new_note_text, parse
+from memvault.vault.note import MAX_NOTE_BYTES, Note, format_bullet, new_note_text, parse, parse_ahead
 from memvault.vault.paths import resolve_inside
 
 #: how often a line a person's save keeps dropping is appended again before memvault gives up:
@@ -186,7 +186,7 @@ def _attempt(path: Path, relpath: str, title: str, bullets: list[NewBullet], *,
                 # the note as this append left it, parsed from the parse it was planned with (the
                 # new lines' cost): a person's save of it next is parsed from this version
                 # (vault/note.py), not from the one before, which lacks these lines at its end
-                parse(text + payload.decode("utf-8"))
+                parse_ahead(text + payload.decode("utf-8"))
             missing = [] if alone is not None else _missing(_read_back(path), bullets, match_text)
             renamed_over = bool(missing) and _renamed_over(fd, path)
             if not missing:
