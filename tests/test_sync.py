@@ -43,6 +43,13 @@ def rows(store: MemoryStore) -> list[Row]:
     return store._readable_index().all_rows()
 
 
+def rows_of_a_rebuild(root: Path) -> list[Row]:
+    """The rows an index rebuilt from the vault's files holds (what commits must come to)."""
+    with MemoryStore.open(root, engine=False) as store:
+        store.rebuild()
+        return rows(store)
+
+
 def record(text: str, line: int, path: str = "daily/2026-11-30.md", id_: str | None = None) -> MemoryRecord:
     from memvault.vault.ids import content_hash
 
@@ -455,10 +462,8 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves
         assert found.text == "harbour log entry 31 kept by the quartermaster"
         store.flush_deferred()
         committed = rows(store)
-    with MemoryStore.open(new_vault, engine=False) as store:
-        store.rebuild()
-        assert rows(store) == committed
-        assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
+    assert rows_of_a_rebuild(new_vault) == committed
+    assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
 
 
 def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
@@ -528,10 +533,8 @@ def test_memories_that_only_moved_wait_for_a_later_commit_and_reads_take_their_l
         assert not store._index.moves_owed()
         assert store._index.manifest.files[relpath] == read_note_records(store.layout, relpath, store.time_zone).state
         committed = rows(store)
-    with MemoryStore.open(new_vault, engine=False) as store:
-        store.rebuild()
-        assert rows(store) == committed
-        assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
+    assert rows_of_a_rebuild(new_vault) == committed
+    assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
 
 
 def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_vault):
@@ -560,9 +563,7 @@ def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_v
         assert relpath in store._index.moves_owed()
         store.flush_deferred(moves_wait=0.0)
         committed = rows(store)
-    with MemoryStore.open(new_vault, engine=False) as store:
-        store.rebuild()
-        assert rows(store) == committed
+    assert rows_of_a_rebuild(new_vault) == committed
 
 
 @pytest.mark.parametrize("finish", ["health", "close"])
@@ -583,9 +584,7 @@ def test_rows_that_wait_to_move_are_written_by_health_and_by_close(new_vault, fi
     closed = DerivedIndex.open_current(VaultLayout(new_vault))  # as the close left it: no sync
     assert closed.manifest.files[relpath] == read_note_records(VaultLayout(new_vault), relpath, "Europe/Amsterdam").state
     committed = closed.all_rows()
-    with MemoryStore.open(new_vault, engine=False) as store:
-        store.rebuild()
-        assert rows(store) == committed
+    assert rows_of_a_rebuild(new_vault) == committed
 
 
 def test_the_owners_committer_writes_rows_that_waited_to_move_with_nothing_else_to_commit(new_vault, monkeypatch):
@@ -621,9 +620,7 @@ def test_the_owners_committer_writes_rows_that_waited_to_move_with_nothing_else_
         owner.stop()
         store.close()
     committed = DerivedIndex.open_current(VaultLayout(new_vault)).all_rows()
-    with MemoryStore.open(new_vault, engine=False) as store:
-        store.rebuild()
-        assert rows(store) == committed
+    assert rows_of_a_rebuild(new_vault) == committed
 
 
 def test_a_save_that_moves_every_memory_is_parsed_before_the_vault_lock(new_vault, monkeypatch):
