@@ -566,6 +566,23 @@ def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_v
     assert rows_of_a_rebuild(new_vault) == committed
 
 
+def test_the_committer_keeps_its_pause_after_a_failed_commit_for_rows_that_waited_to_move(new_vault, monkeypatch):
+    """Rows whose wait is over make a commit due, but not before the pause that follows a failed
+    commit (a full disk): the committer would otherwise try again and again at once."""
+    from memvault.indexer.engine import group_commit
+
+    with MemoryStore.open(new_vault, engine=False) as store:
+        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
+        store.sync([relpath], defer=True)
+        store.flush_deferred(moves_wait=group_commit.MOVES_WAIT_SECONDS)
+        monkeypatch.setattr(group_commit, "MOVES_WAIT_SECONDS", 0.0)  # their wait is over
+        committer = group_commit.GroupCommit.__new__(group_commit.GroupCommit)  # its timing alone, no threads
+        committer._store, committer._retry_at = store, time.monotonic() + 60.0
+        assert not store._deferred.pending and committer._until_due() > 30.0
+        committer._retry_at = 0.0
+        assert committer._until_due() == 0.0
+
+
 @pytest.mark.parametrize("finish", ["health", "close"])
 def test_rows_that_wait_to_move_are_written_by_health_and_by_close(new_vault, finish):
     """Health compares the files with the index, and a closing owner leaves an index that needs

@@ -142,13 +142,17 @@ class GroupCommit:
                 return
 
     def _until_due(self) -> float | None:
-        """Seconds until the next commit is due (0: now), None while nothing waits for one."""
+        """Seconds until the next commit is due (0: now), None while nothing waits for one: a
+        write put off, or rows that only moved and have waited `MOVES_WAIT_SECONDS`."""
         deferred = self._store._deferred
-        if not deferred.pending:
-            return self._store.moves_due_in(MOVES_WAIT_SECONDS)
+        moves_due_in = None if deferred.pending else self._store.moves_due_in(MOVES_WAIT_SECONDS)
+        if not deferred.pending and moves_due_in is None:
+            return None
         now = time.monotonic()
         if now < self._retry_at:
-            return self._retry_at - now
+            return max(self._retry_at - now, moves_due_in or 0.0)
+        if moves_due_in is not None:
+            return moves_due_in
         idle = now - deferred.last_add
         if idle >= IDLE_SECONDS or deferred.due():
             return 0.0

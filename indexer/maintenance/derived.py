@@ -241,7 +241,7 @@ class DerivedIndex:
 
     def moves_owed(self) -> dict[str, float]:
         """Notes whose rows that only moved wait to be rewritten (`apply`), with when they began to."""
-        return {path: since for path, (since, _) in self._moves_owed.items()}
+        return {path: since for path, (since, _) in dict(self._moves_owed).items()}  # a C copy: apply may run beside
 
     def _commit_bm25(self, delta: IndexDelta) -> None:
         with self.bm25.writer() as writer:
