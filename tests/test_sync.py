@@ -144,6 +144,7 @@ def test_the_rows_of_memories_that_only_moved_are_made_from_their_earlier_rows(m
     """A line added above a day's 20,000 memories moves every one of them: the commit's diff makes
     their rows from the rows it knows (their line alone changes), not from their records again
     (a context hash each: 0.16 s a commit), and says which rows only moved (`IndexDelta.moved`)."""
+    monkeypatch.setattr(sync_module, "_ROWS_MADE", {})  # not one filled (and cleared) by other tests
     before = [record(f"fact {n}", n + 2, id_=f"m-{n:010x}") for n in range(20_000)]
     known = KnownRows({row.key: row for row in map(Row.of_record, before)}, tuple(before))
     made = []
