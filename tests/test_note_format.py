@@ -4,6 +4,8 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+import memvault.vault.note_blocks as note_blocks
+import memvault.vault.note_reparse as note_reparse
 from memvault.vault.ids import derived_id, memory_id, normalize_text
 from memvault.vault.note import (append_line, bullet_region_left_open, format_bullet, new_note_text, parse,
                                  region_left_open, render)
@@ -377,14 +379,14 @@ def test_a_line_added_above_a_big_notes_memories_parses_that_line_only(monkeypat
     lines = [f"- 10:00 agent fact {n} ^m-{n:010x}\n" for n in range(20_000)]
     before = parse("# 2026-12-04\n\n" + "".join(lines))
     made = []
-    make_bullet = note_module._make_bullet
-    monkeypatch.setattr(note_module, "_make_bullet", lambda *args: made.append(args[1]) or make_bullet(*args))
+    make_bullet = note_blocks._make_bullet
+    monkeypatch.setattr(note_blocks, "_make_bullet", lambda *args: made.append(args[1]) or make_bullet(*args))
     text = "# 2026-12-04\n\n- a line of the person's, at the top\n" + "".join(lines)
     after = parse(text)
     assert len(made) < 10
     assert after.bullets[1].first_line == before.bullets[0].first_line + 1 and after.bullets[1].id == "m-0000000000"
     assert after.moved and after.moved[0].before is before.bullets
-    monkeypatch.setattr(note_module, "_make_bullet", make_bullet)
+    monkeypatch.setattr(note_blocks, "_make_bullet", make_bullet)
     assert after == _whole_parse(text).note
 
 
@@ -398,21 +400,21 @@ def test_a_save_of_a_big_notes_last_lines_looks_for_marks_in_those_lines_only(mo
     lines = [f"- 10:00 agent fact {n} ^m-{n:010x}\n" for n in range(20_000)]
     before = "# 2026-12-04\n" + "".join(lines) + "- 10:01 person scratch 1\n"
     assert "m-0000000005" in parse(before).marked_ids
-    pattern, scanned = note_module._ID_MARK_RE, []
+    pattern, scanned = note_reparse._ID_MARK_RE, []
 
     class Counting:
         def findall(self, text):
             scanned.append(len(text))
             return pattern.findall(text)
 
-    monkeypatch.setattr(note_module, "_ID_MARK_RE", Counting())
+    monkeypatch.setattr(note_reparse, "_ID_MARK_RE", Counting())  # what the reparse scans
     # the save dropped the last two memvault lines and moved the person's line (their buffer was older)
     after = "# 2026-12-04\n" + "".join(lines[:-2]) + "- 10:02 person scratch 2 ^p-scratch\n"
     marks = parse(after).marked_ids
     assert f"m-{19_999:010x}" not in marks and f"m-{19_998:010x}" not in marks
     assert f"m-{19_997:010x}" in marks and "m-0000000000" in marks and "p-scratch" in marks
     assert sum(scanned) < len(after) / 100
-    monkeypatch.setattr(note_module, "_ID_MARK_RE", pattern)
+    monkeypatch.setattr(note_reparse, "_ID_MARK_RE", pattern)
     assert marks == note_module.marked_ids(after)
 
 
@@ -550,4 +552,4 @@ def test_a_day_note_of_megabytes_is_parsed_from_its_last_version():
         grown += line.format(40_000 + n)
         parse(grown)
     cached = sum(len(known[0]) for known in note_module._cache._entries)
-    assert cached <= note_module._PARSE_CACHE_TOTAL_CHARS and len(note_module._cache._entries) >= 2
+    assert cached <= note_reparse._PARSE_CACHE_TOTAL_CHARS and len(note_module._cache._entries) >= 2

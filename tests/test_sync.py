@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memvault.indexer.maintenance.sync as sync_module
+import memvault.vault.note_blocks as note_blocks
 from memvault.indexer.maintenance.sync import KnownRows, Row, diff_known, diff_rows, edits_to_show
 from memvault.vault.ids import memory_id
 from memvault.vault.layout import VaultLayout
@@ -496,8 +497,8 @@ def test_a_persons_save_after_an_append_is_parsed_from_the_note_the_append_left(
         [note] = (new_vault / "daily").glob("*.md")
         lines = note.read_text().splitlines(keepends=True)
         first = next(i for i, line in enumerate(lines) if line.startswith("- "))
-        made, real_make = [], note_module._make_bullet
-        monkeypatch.setattr(note_module, "_make_bullet", lambda *a, **k: made.append(a[1]) or real_make(*a, **k))
+        made, real_make = [], note_blocks._make_bullet
+        monkeypatch.setattr(note_blocks, "_make_bullet", lambda *a, **k: made.append(a[1]) or real_make(*a, **k))
         saved = note_module.parse("".join(lines[:first] + ["- 06:00 the person's line\n"] + lines[first:]))
         assert len(made) == 1 and len(saved.bullets) == 301
 
@@ -652,7 +653,7 @@ def test_a_save_that_moves_every_memory_is_parsed_before_the_vault_lock(new_vaul
     monkeypatch.setattr(note_module, "_cache", note_module._ParseCache(8, smallest=0))  # keep small notes' parses too
     with MemoryStore.open(new_vault, engine=False) as store:
         relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 30, heading="## Morning")
-        held, made, real_make, real_lock = [], [], note_module._make_bullet, store_module.VaultLock
+        held, made, real_make, real_lock = [], [], note_blocks._make_bullet, store_module.VaultLock
 
         class Watched(real_lock):
             def __enter__(self):
@@ -664,7 +665,7 @@ def test_a_save_that_moves_every_memory_is_parsed_before_the_vault_lock(new_vaul
                 return super().__exit__(*exc)
 
         monkeypatch.setattr(store_module, "VaultLock", Watched)
-        monkeypatch.setattr(note_module, "_make_bullet", lambda *a, **k: made.append(bool(held)) or real_make(*a, **k))
+        monkeypatch.setattr(note_blocks, "_make_bullet", lambda *a, **k: made.append(bool(held)) or real_make(*a, **k))
         store.sync([relpath], defer=True)
         assert made.count(False) >= 31 and made.count(True) == 0  # every memory parsed again, before the lock
         assert store.recall("zeppelin quokka").hits[0].text == "the zeppelin quokka arrived early"
