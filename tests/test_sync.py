@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from memvault.indexer.engine.store import MemoryStore
-from memvault.indexer.maintenance.derived import MAX_NOTE_BYTES, read_note_records
+from memvault.indexer.maintenance.derived import MAX_NOTE_BYTES, MovesWait, read_note_records
 from memvault.indexer.maintenance.health import check_health
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -503,6 +503,21 @@ def test_a_persons_save_after_an_append_is_parsed_from_the_note_the_append_left(
         assert len(made) == 1 and len(saved.bullets) == 301
 
 
+#: rows that only moved wait (longer than any test), or their wait is over
+WAITING, OVER = MovesWait(quiet=600.0, most=600.0), MovesWait(quiet=0.0, most=0.0)
+
+
+def test_rows_that_only_moved_wait_for_a_pause_in_the_saves_and_a_minute_at_most():
+    """The committer writes a note's moved rows once no save moved more of them for `quiet`
+    seconds, or `most` seconds after the first were left: a person who keeps saving has them
+    rewritten once a minute, one who paused, five seconds after."""
+    wait = MovesWait(quiet=5.0, most=60.0)
+    assert not wait.over(since=0.0, last=50.0, now=54.9) and wait.over(since=0.0, last=50.0, now=55.0)
+    assert not wait.over(since=0.0, last=58.0, now=59.9) and wait.over(since=0.0, last=58.0, now=60.0)
+    assert wait.due_in(since=0.0, last=50.0, now=52.0) == 3.0 and wait.due_in(since=0.0, last=58.0, now=59.0) == 1.0
+    assert wait.due_in(since=0.0, last=50.0, now=70.0) == 0.0
+
+
 def _physical_lines(store: MemoryStore, relpath: str) -> dict[str, tuple[str, int]]:
     """Each row's (text, line) as the index's own documents hold them (not the rows it knows)."""
     return {hit.key: (hit.text, hit.line) for hit in store._readable_index().bm25.hits_for_path(relpath)}
@@ -511,16 +526,15 @@ def _physical_lines(store: MemoryStore, relpath: str) -> dict[str, tuple[str, in
 def test_memories_that_only_moved_wait_for_a_later_commit_and_reads_take_their_lines_from_the_note(new_vault):
     """A person adds a line above 300 memories in an owner: the commit on the owner's timer writes
     the new line and leaves the 300 rows that only moved as they are (rewritten once they have
-    waited MOVES_WAIT_SECONDS, not by every commit while the person keeps saving). Meanwhile the
+    waited (`MOVES_WAIT`), not by every commit while the person keeps saving). Meanwhile the
     note counts as changed since its commit, so a journal reads its lines from the file; once the
     wait is over the next commit writes them, and the index equals a rebuild."""
-    from memvault.indexer.engine.deferred import MOVES_WAIT_SECONDS
 
     with MemoryStore.open(new_vault, engine=False) as store:
         relpath, first = _add_a_line_above_the_days_memories(store, new_vault, 300)
         before = _physical_lines(store, relpath)
         store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
+        store.flush_deferred(moves_wait=WAITING)
         held = _physical_lines(store, relpath)
         assert ("the zeppelin quokka arrived early", first + 1) in held.values()  # written, at its line
         rewritten = [key for key, row in before.items() if held[key] != row]
@@ -529,9 +543,9 @@ def test_memories_that_only_moved_wait_for_a_later_commit_and_reads_take_their_l
         assert store._index.manifest.files[relpath] != read_note_records(store.layout, relpath, store.time_zone).state
         note = read_note_records(store.layout, relpath, store.time_zone).records
         assert {row.id: row.line for row in store.journal_scan([relpath]).rows} == {r.id: r.line for r in note}
-        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)  # another commit before the wait is over
+        store.flush_deferred(moves_wait=WAITING)  # another commit before the wait is over
         assert _physical_lines(store, relpath) == held
-        store.flush_deferred(moves_wait=0.0)  # the wait is over
+        store.flush_deferred(moves_wait=OVER)  # the wait is over
         assert not store._index.moves_owed()
         assert store._index.manifest.files[relpath] == read_note_records(store.layout, relpath, store.time_zone).state
         committed = rows(store)
@@ -543,7 +557,6 @@ def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_v
     """A person's first save adds a line in the middle (the 300 memories below it move), the next
     a line at the top (all of them move): once the wait is over, every row is where the note has
     it, also those the first save left in place."""
-    from memvault.indexer.engine.deferred import MOVES_WAIT_SECONDS
 
     with MemoryStore.open(new_vault, engine=False) as store:
         store.defers_index_commits = True
@@ -556,14 +569,15 @@ def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_v
         middle = next(i for i, line in enumerate(lines) if "harbour log entry 300 " in line)
         note.write_text("".join(lines[:middle] + ["- 06:00 a line in the middle\n"] + lines[middle:]))
         store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
+        store.flush_deferred(moves_wait=WAITING)
         lines = note.read_text().splitlines(keepends=True)
         first = next(i for i, line in enumerate(lines) if line.startswith("- "))
+        since, last, _ = store._index._moves_owed[relpath]
         note.write_text("".join(lines[:first] + ["- 06:00 a line at the top\n"] + lines[first:]))
         store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
-        assert relpath in store._index.moves_owed()
-        store.flush_deferred(moves_wait=0.0)
+        store.flush_deferred(moves_wait=WAITING)
+        assert store._index._moves_owed[relpath][:2] > (since, last) and store._index._moves_owed[relpath][0] == since
+        store.flush_deferred(moves_wait=OVER)
         committed = rows(store)
     assert rows_of_a_rebuild(new_vault) == committed
 
@@ -576,8 +590,8 @@ def test_the_committer_keeps_its_pause_after_a_failed_commit_for_rows_that_waite
     with MemoryStore.open(new_vault, engine=False) as store:
         relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
         store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=group_commit.MOVES_WAIT_SECONDS)
-        monkeypatch.setattr(group_commit, "MOVES_WAIT_SECONDS", 0.0)  # their wait is over
+        store.flush_deferred(moves_wait=WAITING)
+        monkeypatch.setattr(group_commit, "MOVES_WAIT", OVER)
         committer = group_commit.GroupCommit.__new__(group_commit.GroupCommit)  # its timing alone, no threads
         committer._store, committer._retry_at = store, time.monotonic() + 60.0
         assert not store._deferred.pending and committer._until_due() > 30.0
@@ -589,13 +603,12 @@ def test_the_committer_keeps_its_pause_after_a_failed_commit_for_rows_that_waite
 def test_rows_that_wait_to_move_are_written_by_health_and_by_close(new_vault, finish):
     """Health compares the files with the index, and a closing owner leaves an index that needs
     no sync: both write the rows that wait to move first."""
-    from memvault.indexer.engine.deferred import MOVES_WAIT_SECONDS
     from memvault.indexer.maintenance.derived import DerivedIndex
 
     with MemoryStore.open(new_vault, engine=False) as store:
         relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
         store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=MOVES_WAIT_SECONDS)
+        store.flush_deferred(moves_wait=WAITING)
         assert relpath in store._index.moves_owed()
         if finish == "health":
             report = store.health_report(strict=True)
@@ -613,7 +626,7 @@ def test_the_owners_committer_writes_rows_that_waited_to_move_with_nothing_else_
     from memvault.indexer.engine.owner import Owner
     from memvault.indexer.maintenance.derived import DerivedIndex
 
-    monkeypatch.setattr(group_commit, "MOVES_WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(group_commit, "MOVES_WAIT", MovesWait(quiet=0.5, most=60.0))
     owed_after_each: list[dict] = []
     real_apply = DerivedIndex.apply
 

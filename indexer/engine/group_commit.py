@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from memvault.indexer.engine.bulk import BATCH_ITEMS, RememberItem, remember_batch
-from memvault.indexer.engine.deferred import IDLE_SECONDS, MOVES_WAIT_SECONDS
+from memvault.indexer.engine.deferred import IDLE_SECONDS, MOVES_WAIT
 from memvault.indexer.results import RememberReceipt
 from memvault.vault.errors import VaultError
 
@@ -143,9 +143,9 @@ class GroupCommit:
 
     def _until_due(self) -> float | None:
         """Seconds until the next commit is due (0: now), None while nothing waits for one: a
-        write put off, or rows that only moved and have waited `MOVES_WAIT_SECONDS`."""
+        write put off, or rows that only moved whose wait is over (`MOVES_WAIT`)."""
         deferred = self._store._deferred
-        moves_due_in = None if deferred.pending else self._store.moves_due_in(MOVES_WAIT_SECONDS)
+        moves_due_in = None if deferred.pending else self._store.moves_due_in(MOVES_WAIT)
         if not deferred.pending and moves_due_in is None:
             return None
         now = time.monotonic()
@@ -160,7 +160,7 @@ class GroupCommit:
 
     def _commit(self, closing: bool = False) -> None:
         try:
-            self._store.flush_deferred(moves_wait=None if closing else MOVES_WAIT_SECONDS)
+            self._store.flush_deferred(moves_wait=None if closing else MOVES_WAIT)
         except Exception as exc:  # kept pending: a later pause retries; the notes are durable
             self._retry_at = time.monotonic() + RETRY_SECONDS
             self._log(f"index commit of acknowledged writes failed, retrying in {RETRY_SECONDS:g} s: {exc}")

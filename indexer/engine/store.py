@@ -23,7 +23,7 @@ from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.engine.intake_methods import DurableIntake
 from memvault.indexer.engine.journal_methods import JournalMethods
 from memvault.indexer.engine.overlay import pending_record
-from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
+from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, MovesWait, read_note_records
 from memvault.indexer.maintenance.generations import MANIFEST, Manifest, current_generation
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome
@@ -441,15 +441,15 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                 return
             self._apply(self._writable_index(), list(relpaths))
 
-    def flush_deferred(self, *, moves_wait: float | None = None) -> None:
+    def flush_deferred(self, *, moves_wait: MovesWait | None = None) -> None:
         """Commit to the index the notes the owner acknowledged meanwhile (indexer/engine/deferred.py).
         A failure leaves them pending; raises it.
 
         The notes are read under the vault lock (an append is never seen half-written); the
         commit itself, the costly part, runs under the index lock alone, so writers go on
         appending to notes meanwhile. What they add after the read stays pending for the next.
-        With `moves_wait` (the owner's committer), a note's rows that only moved may wait that
-        long to be rewritten (`DerivedIndex.apply`); without it, every waiting row is written."""
+        With `moves_wait` (the owner's committer), a note's rows that only moved may wait to be
+        rewritten (`DerivedIndex.apply`); without it, every waiting row is written."""
         if not self._deferred.pending and not self._moves_to_write(moves_wait):
             return
         self._lock.acquire()
@@ -474,18 +474,15 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         finally:
             self._index_lock.release()
 
-    def _moves_to_write(self, moves_wait: float | None) -> list[str]:
-        """The notes whose rows that only moved have waited `moves_wait` seconds (every such
-        note when None): a commit writes them now."""
-        owed = {} if self._index is None else self._index.moves_owed()
-        now = time.monotonic()
-        return [path for path, since in owed.items() if moves_wait is None or now - since >= moves_wait]
+    def _moves_to_write(self, moves_wait: MovesWait | None) -> list[str]:
+        """The notes whose rows that only moved are to be written now (every such note when
+        `moves_wait` is None)."""
+        return [] if self._index is None else self._index.moves_over(moves_wait)
 
-    def moves_due_in(self, moves_wait: float) -> float | None:
-        """Seconds until a note's rows that only moved have waited `moves_wait` (the owner's
-        committer commits then), None while none wait."""
-        owed = {} if self._index is None else self._index.moves_owed()
-        return None if not owed else max(0.0, min(owed.values()) + moves_wait - time.monotonic())
+    def moves_due_in(self, moves_wait: MovesWait) -> float | None:
+        """Seconds until a note's rows that only moved are to be written (the owner's committer
+        commits then), None while none wait."""
+        return None if self._index is None else self._index.moves_due_in(moves_wait)
 
     def _read_repaired(self, paths: list[str]) -> list:
         """The notes as a commit reads them, with every line memvault wrote lately: a save that
@@ -531,7 +528,8 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     # --- index plumbing ----------------------------------------------------------------------
 
     def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None, *, indexed=None,
-               through: int | None = None, read_at: float | None = None, moves_wait: float | None = None) -> IndexDelta:
+               through: int | None = None, read_at: float | None = None,
+               moves_wait: MovesWait | None = None) -> IndexDelta:  # fmt: skip
         """Make `index` hold these notes as they are (`indexed`: as they were read, under the
         vault lock, `through` that version of the deferred set). Vault lock held, or the index
         lock taken while it was and `indexed` given: reading the serving index's notes here

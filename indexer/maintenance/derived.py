@@ -64,6 +64,22 @@ _KNOWN_NOTES = 8
 MOVES_PUT_OFF_FROM = 256
 
 
+@dataclass(frozen=True)
+class MovesWait:
+    """How long a note's rows that only moved may wait to be rewritten (`DerivedIndex.apply`):
+    until no save has moved more of them for `quiet` seconds, and `most` seconds at most."""
+
+    quiet: float
+    most: float
+
+    def over(self, since: float, last: float, now: float) -> bool:
+        """Whether rows owed since `since`, and moved again last at `last`, are to be written now."""
+        return now - last >= self.quiet or now - since >= self.most
+
+    def due_in(self, since: float, last: float, now: float) -> float:
+        return max(0.0, min(last + self.quiet, since + self.most) - now)
+
+
 def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> FileIndexing:
     """Parse one canonical note into records. Never raises for what a file contains.
 
@@ -155,10 +171,10 @@ class DerivedIndex:
         #: The rows are kept with the records they were made of, so a diff looks only past the
         #: records a new read shares with them (`diff_known`)
         self._known: tuple[object, dict[str, KnownRows]] = (None, {})
-        #: note path -> (when its rows that only moved were first left as they are, in monotonic
-        #: seconds; the keys of those rows): its manifest entry is left as it was until they are
-        #: written (the rows known of it meanwhile hold the lines the note holds)
-        self._moves_owed: dict[str, tuple[float, set[str]]] = {}
+        #: note path -> (when its rows that only moved were first left as they are, and when more
+        #: were last, in monotonic seconds; the keys of those rows): its manifest entry is left as
+        #: it was until they are written (the rows known of it meanwhile hold the note's lines)
+        self._moves_owed: dict[str, tuple[float, float, set[str]]] = {}
 
     @classmethod
     def open_current(cls, layout: VaultLayout) -> "DerivedIndex | None":
@@ -187,7 +203,7 @@ class DerivedIndex:
     # --- writing -----------------------------------------------------------------------------
 
     def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None, *,
-              moves_wait: float | None = None) -> IndexDelta:  # fmt: skip
+              moves_wait: MovesWait | None = None) -> IndexDelta:  # fmt: skip
         """Make the index hold exactly the given files' records; return what changed.
 
         Caller holds the vault lock. Nothing is committed when no row changed, so a file
@@ -195,21 +211,22 @@ class DerivedIndex:
 
         With `moves_wait` (the owner's commit timer), a note whose rows only moved by the hundred
         (a person adding a line above a day's 20,000 memories, saving every second) has those
-        rows rewritten once they have waited `moves_wait` seconds, not on every commit: the rest
-        of its rows are written now. Its manifest entry stays as it was meanwhile, so every read
-        takes the note as changed since its commit (from the file), and a crash leaves a note the
-        next sync puts right. Without `moves_wait`, every note is written whole (`moves_owed`).
+        rows rewritten once the person paused or they waited long enough (`MovesWait`), not on
+        every commit: the rest of its rows are written now. Its manifest entry stays as it was
+        meanwhile, so every read takes the note as changed since its commit (from the file), and
+        a crash leaves a note the next sync puts right. Without `moves_wait`, every note is
+        written whole (`moves_owed`).
         """
         delta = IndexDelta()
         if not indexed:
             return delta
         after, put_off, now = {}, set(), time.monotonic()
         for item in indexed:
-            since, owed = self._moves_owed.get(item.path, (now, set()))
-            may_wait = moves_wait is not None and now - since < moves_wait
+            since, last, owed = self._moves_owed.get(item.path, (now, now, set()))
+            may_wait = moves_wait is not None and not moves_wait.over(since, last, now)
             note_delta, after[item.path] = self.diff_note(item.path, item.records)
             if may_wait and (owed or len(note_delta.moved) >= MOVES_PUT_OFF_FROM):
-                self._moves_owed[item.path] = (since, owed | note_delta.moved)
+                self._moves_owed[item.path] = (since, now if note_delta.moved else last, owed | note_delta.moved)
                 note_delta = note_delta.without_moves()
                 put_off.add(item.path)
             elif owed:
@@ -241,7 +258,19 @@ class DerivedIndex:
 
     def moves_owed(self) -> dict[str, float]:
         """Notes whose rows that only moved wait to be rewritten (`apply`), with when they began to."""
-        return {path: since for path, (since, _) in dict(self._moves_owed).items()}  # a C copy: apply may run beside
+        return {path: since for path, (since, _, _) in dict(self._moves_owed).items()}  # a C copy: apply may run beside
+
+    def moves_over(self, wait: MovesWait | None) -> list[str]:
+        """The notes whose rows that only moved are to be written now (all of them when `wait` is None)."""
+        now = time.monotonic()
+        return [path for path, (since, last, _) in dict(self._moves_owed).items()
+                if wait is None or wait.over(since, last, now)]  # fmt: skip
+
+    def moves_due_in(self, wait: MovesWait) -> float | None:
+        """Seconds until a note's rows that only moved are to be written, None while none wait."""
+        now = time.monotonic()
+        owed = dict(self._moves_owed).values()
+        return min((wait.due_in(since, last, now) for since, last, _ in owed), default=None)
 
     def _commit_bm25(self, delta: IndexDelta) -> None:
         with self.bm25.writer() as writer:

@@ -256,7 +256,7 @@ class ServerIndex:
     # --- writing -------------------------------------------------------------------------------
 
     def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None, *,
-              moves_wait: float | None = None) -> IndexDelta:  # fmt: skip
+              moves_wait: object = None) -> IndexDelta:  # fmt: skip
         """`DerivedIndex.apply` on the server. Rows that only moved are written at once
         (`moves_wait` is not used): a team's readers on other machines order a journal by the
         lines the server holds, and have no file to read them from."""
@@ -266,8 +266,15 @@ class ServerIndex:
             self.written(prepared, hook)
         return IndexDelta() if prepared is None else prepared.delta
 
+    # `apply` writes every row at once: no note's rows wait to move (`DerivedIndex.moves_owed`)
     def moves_owed(self) -> dict[str, float]:
-        return {}  # `apply` writes every row at once
+        return {}
+
+    def moves_over(self, wait: object) -> list[str]:
+        return []
+
+    def moves_due_in(self, wait: object) -> float | None:
+        return None
 
     def prepare(self, indexed: list[FileIndexing]) -> PreparedApply | None:
         """`apply`'s first half, on the calling thread: the diff against the rows the server holds
