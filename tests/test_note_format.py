@@ -336,6 +336,26 @@ def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, end
         assert reparsed.marked_ids == note_module.marked_ids(text)
 
 
+def test_a_moved_copy_is_what_replace_makes_and_stays_frozen():
+    """Memories moved by the thousand are copied by `moved_copy`, not `dataclasses.replace`: the
+    same value, a new object, the original untouched, and as frozen as any other."""
+    import dataclasses
+    from datetime import date, datetime, timezone
+
+    from memvault.vault.moved_copy import moved_copy
+    from memvault.vault.records import MemoryRecord
+
+    bullet = parse("# t\n\n- 10:00 a fact ^m-0000000001\n").bullets[0]
+    record = MemoryRecord("m-1", "daily/2026-12-04.md", "curated", date(2026, 12, 4),
+                          datetime(2026, 12, 4, tzinfo=timezone.utc), "a fact", "h", 3, None, True, ("n",))  # fmt: skip
+    for original, changes in ((bullet, {"first_line": 7, "end_line": 8}), (record, {"line": 9})):
+        copy = moved_copy(original, **changes)
+        assert copy == dataclasses.replace(original, **changes) and copy is not original
+        assert all(getattr(original, name) != value for name, value in changes.items())
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            copy.id = "m-2"
+
+
 def _whole_parse(text: str):
     import memvault.vault.note as note_module
 

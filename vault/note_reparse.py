@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 
 from memvault.vault.layered_set import LayeredSet
+from memvault.vault.moved_copy import moved_copy
 from memvault.vault.note_blocks import (BOM, _BULLET_RE, _FRONTMATTER_SCAN_LIMIT, _ID_MARK_RE, Bullet, Moved, Note,
                                         _assign_ids, _conflict_hunks, _find_blocks, _Growing, _hidden_lines,
                                         _parse_blocks, _parse_lines, _Parsed, _repeated, _Tail, marked_ids)
@@ -309,8 +310,7 @@ def _runs_on(note: Note, below: Moved, kept: int):
 
 
 def _moved(memory: Bullet, by: int) -> Bullet:
-    return Bullet(memory.first_line + by, memory.end_line + by, memory.indent, memory.time, memory.text,
-                  memory.block_id, memory.id, memory.heading, memory.kind)  # fmt: skip
+    return moved_copy(memory, first_line=memory.first_line + by, end_line=memory.end_line + by)
 
 
 def _cut_line(base: _Parsed, lines: tuple[str, ...], shared: int) -> tuple[int, int, _Tail] | None:

@@ -10,6 +10,7 @@ from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import NOTE_KINDS
+from memvault.vault.moved_copy import moved_copy
 from memvault.vault.note import Bullet, Moved, Note, common_prefix
 from memvault.vault.plaintext import plain_text, task_state
 
@@ -199,8 +200,7 @@ def _run_from(last: _Made, note: Note, shared: int) -> tuple[Moved, int] | None:
 
 
 def _moved(record: MemoryRecord, by: int) -> MemoryRecord:
-    return MemoryRecord(record.id, record.path, record.kind, record.day, record.at, record.text, record.content_hash,
-                        record.line + by, record.heading, record.explicit_id, record.neighbours)  # fmt: skip
+    return moved_copy(record, line=record.line + by)
 
 
 def neighbour_texts(texts: list[str], index: int) -> tuple[str, ...]:
