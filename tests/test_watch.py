@@ -358,6 +358,42 @@ def start_watch(root: Path, env=None) -> subprocess.Popen:
     return proc
 
 
+def test_a_stop_signal_that_lands_on_another_thread_stops_an_idle_watcher(new_vault):
+    """`memvault watch` and `serve` stop on SIGTERM through a Python handler, which CPython runs on
+    the main thread only, once it runs again: a signal the kernel hands to another thread did not
+    cut the idle watcher's wait short, and the owner stopped up to a minute later (a test's stop
+    timed out). The idle watcher now looks at its stop event every second."""
+    store = MemoryStore.open(new_vault)
+    stop, ready, late = threading.Event(), threading.Event(), []
+    watcher = Watcher(store, debounce=0.05, compact_after=None, consolidate_every=None, on_ready=ready.set)
+
+    def request_stop(*_args) -> None:  # as `memvault watch` asks to stop (cli/engine_commands.py)
+        stop.set()
+        watcher.queue.wake()
+
+    def signal_from_another_thread() -> None:
+        ready.wait(60)
+        time.sleep(0.5)  # the watcher's first rescan is done and it waits, idle
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # this thread takes it, not the main one
+
+    def give_up_later() -> None:
+        if not watcher_returned.wait(30):
+            late.append("the watcher did not stop within 30 s")
+            request_stop()
+
+    watcher_returned = threading.Event()
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    threading.Thread(target=signal_from_another_thread, daemon=True).start()
+    threading.Thread(target=give_up_later, daemon=True).start()
+    try:
+        watcher.run(stop)  # on the main thread, as the command runs it
+    finally:
+        watcher_returned.set()
+        signal.signal(signal.SIGTERM, previous)
+        store.close()
+    assert stop.is_set() and late == []
+
+
 @pytest.mark.both_backends
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

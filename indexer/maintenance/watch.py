@@ -58,6 +58,8 @@ from memvault.vault.paths import is_ignored_name, vault_relative
 
 #: more distinct paths than this in one quiet period (a huge checkout) become one rescan
 MAX_PENDING_PATHS = 4096
+#: an idle watcher looks at its stop event at least this often (`Watcher._idle_wait`)
+STOP_LOOK_SECONDS = 1.0
 WATCHED_EVENTS = [
     FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent, FileDeletedEvent,
     DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
@@ -291,6 +293,8 @@ class Watcher:
         while not stop.is_set():
             batch = self.queue.wait(stop, timeout=self._idle_wait(last_event, last_rescan, compact_due))
             now = time.monotonic()
+            if batch is None and stop.is_set():
+                break  # stopping: no timed duty (a compaction) starts now
             if batch is not None:
                 self.process(batch)
                 last_event, compact_due = now, self.compact_after is not None
@@ -307,8 +311,11 @@ class Watcher:
                 stop.wait(self._backoff)
 
     def _idle_wait(self, last_event: float, last_rescan: float, compact_due: bool) -> float:
-        """Seconds until the next timed duty (rescan, compaction, consolidation): an idle watcher
-        sleeps until then instead of waking every second. At least 0.05 s, at most 60 s."""
+        """Seconds until the next timed duty (rescan, compaction, consolidation), at least 0.05 s,
+        and at most `STOP_LOOK_SECONDS`: a stop asked by a signal is seen within that. CPython
+        runs a signal's handler (which sets `stop` and wakes the queue) on the main thread only,
+        once it runs again, and a signal the kernel hands to another of the owner's threads does
+        not cut the main thread's wait short: a SIGTERM waited up to a minute."""
         now = time.monotonic()
         due = [last_rescan + self.rescan_interval]
         if compact_due and self.compact_after is not None:
@@ -318,7 +325,7 @@ class Watcher:
             due.append(now if last is None else last + self.consolidate_every)
         if self._backoff:
             due.append(now + self._backoff)
-        return min(60.0, max(0.05, min(due) - now))
+        return min(STOP_LOOK_SECONDS, max(0.05, min(due) - now))
 
     def process(self, batch: Batch) -> BatchReport:
         """Apply one batch; on failure requeue it and back off. Never raises for vault state."""
