@@ -174,8 +174,8 @@ def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, i
     if shared:
         take(0, bisect_left(last.positions, shared), 0, 0)
     moved = None if last is None else _run_from(last, note, shared)
-    if moved is None:
-        read(shared, len(note.bullets))  # (memories equal to those they replaced: read from `shared` on)
+    if moved is None:  # no earlier version's run that last has records of: the rest is read now
+        read(shared, len(note.bullets))
         return runs
     run, end = moved  # the run's memories from its version that last has too: before[run.first:end]
     shift = run.to - run.first

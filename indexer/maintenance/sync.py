@@ -29,6 +29,7 @@ from memvault.indexer.maintenance.generations import FileState
 from memvault.indexer.results import SyncReport
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.ids import DERIVED_ID_PREFIX
+from memvault.vault.moved_copy import moved_copy
 from memvault.vault.note import common_prefix
 from memvault.vault.records import MemoryRecord, same_but_line
 
@@ -65,12 +66,7 @@ class Row:
         made = _ROWS_MADE.get(id(record))
         if made is not None and made[0] is record:
             return made[1]
-        if moved_from is None:
-            row = cls._made_of(record)
-        else:
-            was = cls.of_record(moved_from)
-            row = cls(was.key, was.id, was.path, was.kind, was.day, was.content_hash, was.text, was.at, record.line,
-                      was.context_hash)  # fmt: skip
+        row = cls._made_of(record) if moved_from is None else moved_copy(cls.of_record(moved_from), line=record.line)
         if len(_ROWS_MADE) >= _ROWS_MADE_MOST:
             _ROWS_MADE.clear()  # threads share it: each call is one atomic dict operation
         _ROWS_MADE[id(record)] = (record, row)
