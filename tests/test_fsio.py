@@ -371,3 +371,41 @@ def test_check_private_file_refuses_foreign_owner(private: Path) -> None:
     os.chown(private, 54321, 54321)
     with pytest.raises(UnsafePath, match="uid 54321"):
         check_private_file(private)
+
+
+def _replaced_after_each_open(monkeypatch, target: Path, times: int) -> list[bytes]:
+    """`open_private`'s opens, each followed by a writer's `atomic_write` of the same name: the
+    interleaving a reader meets when the owner commits the intake catalog as a client reads it."""
+    opened = fsio._open_nofollow
+    written: list[bytes] = []
+
+    def open_then_replace(path, flags, mode=0o600):
+        fd = opened(path, flags, mode)
+        if Path(path) == target and len(written) < times:
+            written.append(b"version %d" % len(written))
+            atomic_write(Path(path), written[-1], mode=0o600)
+        return fd
+
+    monkeypatch.setattr(fsio, "_open_nofollow", open_then_replace)
+    return written
+
+
+def test_open_private_of_a_file_replaced_after_its_open_opens_the_new_file(private: Path, monkeypatch) -> None:
+    """Found in CI: `memvault admit` refused the catalog for having "0 hard links" when the owner
+    replaced it between the client's open and its look at the descriptor."""
+    written = _replaced_after_each_open(monkeypatch, private, times=2)
+    fd = fsio.open_private(private)
+    with os.fdopen(fd, "rb") as handle:
+        assert handle.read() == written[-1] == b"version 1"
+
+
+def test_open_private_of_a_file_replaced_on_every_open_gives_up_naming_it(private: Path, monkeypatch) -> None:
+    _replaced_after_each_open(monkeypatch, private, times=10_000)
+    with pytest.raises(UnsafePath, match=f"{private} was replaced .* times while memvault opened it"):
+        fsio.open_private(private)
+
+
+def test_open_private_still_refuses_a_second_link(private: Path) -> None:
+    os.link(private, private.parent / "alias")
+    with pytest.raises(UnsafePath, match="2 hard links"):
+        fsio.open_private(private)

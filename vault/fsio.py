@@ -460,15 +460,31 @@ def open_private(path: Path, flags: int = os.O_RDONLY) -> int:
     """An open descriptor of a private file that passed `check_private_file`'s rules, checked on
     the descriptor itself (no window between the check and the open, and half the system calls:
     in a busy owner every call gives up the interpreter lock, and each costs a wait to get back).
-    A final symlink is refused (O_NOFOLLOW), a FIFO does not block (O_NONBLOCK)."""
+    A final symlink is refused (O_NOFOLLOW), a FIFO does not block (O_NONBLOCK).
+
+    A file with no link left was replaced (`atomic_write`) between our open and our look at it:
+    the name is opened again, so the caller gets the file the name holds now, never a stale one
+    refused for having "0 hard links"."""
     path = Path(path)
-    fd = _open_nofollow(path, flags | os.O_NONBLOCK)
-    try:
-        _refuse_unsafe_private(path, os.fstat(fd))
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    for _ in range(_REOPENS_OF_A_REPLACED_FILE):
+        fd = _open_nofollow(path, flags | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if st.st_nlink == 0 and stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                continue
+            _refuse_unsafe_private(path, st)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    raise UnsafePath(
+        f"{path} was replaced {_REOPENS_OF_A_REPLACED_FILE} times while memvault opened it. "
+        f"Fix: stop whatever rewrites it in a loop, then run the command again."
+    )
+
+
+_REOPENS_OF_A_REPLACED_FILE = 64
 
 
 def _refuse_unsafe_private(path: Path, st: os.stat_result) -> None:
