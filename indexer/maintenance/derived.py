@@ -245,7 +245,7 @@ class DerivedIndex:
             # rows known of a note whose moves wait are kept: they hold its memories' lines now,
             # and the index's old lines are the moves still owed
             _, before = self._known
-            known = dict(sorted(after.items(), key=lambda item: -len(item[1].rows))[:_KNOWN_NOTES])  # the costliest
+            known = dict(sorted(after.items(), key=lambda item: -len(item[1]))[:_KNOWN_NOTES])  # the costliest
             known.update((path, before[path]) for path in self._moves_owed if path in before and path not in known)
             self._known = (self.bm25.reader(), known)
             for component in self.components:

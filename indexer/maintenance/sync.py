@@ -19,7 +19,6 @@ Two levels of content hash decide the work:
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime, timezone
 from operator import attrgetter
@@ -29,7 +28,6 @@ from memvault.indexer.maintenance.generations import FileState
 from memvault.indexer.results import SyncReport
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.ids import DERIVED_ID_PREFIX
-from memvault.vault.moved_copy import moved_copy
 from memvault.vault.note import common_prefix
 from memvault.vault.records import MemoryRecord, same_but_line
 
@@ -38,8 +36,8 @@ from memvault.vault.records import MemoryRecord, same_but_line
 RACY_WINDOW_NS = 2_000_000_000
 #: rows made lately, by the identity of their record (kept beside it, so an id is never reused
 #: while cached): the records of a note's unchanged bullets are the same objects from one parse
-#: to the next (vault/records.py), and a commit of the day's note turns its thousands of records
-#: into rows up to three times (the diff, the rows it now knows, the keys it deletes)
+#: to the next (vault/records.py), and the rows of a day's note are asked for again and again
+#: (the rows a commit knows, a journal read of the day)
 _ROWS_MADE: dict[int, tuple[MemoryRecord, "Row"]] = {}
 _ROWS_MADE_MOST = 64_000
 
@@ -60,13 +58,12 @@ class Row:
     context_hash: str = ""  # a neighbour's edit changes this row's context too
 
     @classmethod
-    def of_record(cls, record: MemoryRecord, moved_from: MemoryRecord | None = None) -> "Row":
-        """The row of `record`; made from the row of `moved_from` when given (a record that
-        differs from it in its line alone: `same_but_line`), which costs a tenth as much."""
+    def of_record(cls, record: MemoryRecord) -> "Row":
+        """The row of `record` (made once while cached: `_ROWS_MADE`)."""
         made = _ROWS_MADE.get(id(record))
         if made is not None and made[0] is record:
             return made[1]
-        row = cls._made_of(record) if moved_from is None else moved_copy(cls.of_record(moved_from), line=record.line)
+        row = cls._made_of(record)
         if len(_ROWS_MADE) >= _ROWS_MADE_MOST:
             _ROWS_MADE.clear()  # threads share it: each call is one atomic dict operation
         _ROWS_MADE[id(record)] = (record, row)
@@ -181,13 +178,12 @@ class IndexDelta:
         return IndexDelta(deleted, self.upserts + again, self.removed, self.unchanged - len(again), files, self.moved)
 
 
-def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord],
-              row_of: Callable[[MemoryRecord], Row] = Row.of_record) -> IndexDelta:  # fmt: skip
+def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord]) -> IndexDelta:
     """The delta that turns the index rows `old` of one file into exactly `records`."""
     delta = IndexDelta()
     new_keys = set()
     for record in records:
-        row = row_of(record)
+        row = Row.of_record(record)
         new_keys.add(row.key)
         before = old.get(row.key)
         if before is row or before == row:  # the same Row object: the record was reused (vault/records.py)
@@ -207,50 +203,47 @@ def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord],
     return delta
 
 
-@dataclass(frozen=True)
 class KnownRows:
     """The rows the index holds for one note, by key, and the records they were made of, in the
-    note's order (None when they were read back from the index, not made of records)."""
+    note's order (None when they were read back from the index, not made of records). Rows of
+    records are made when first asked for: a commit's diff compares records (`diff_known`)."""
 
-    rows: dict[str, Row]
-    records: tuple[MemoryRecord, ...] | None = None
+    __slots__ = ("records", "_rows")
+
+    def __init__(self, rows: dict[str, Row] | None, records: tuple[MemoryRecord, ...] | None = None):
+        if rows is None and records is None:
+            raise ValueError("KnownRows needs its rows, its records, or both")
+        self.records = records
+        self._rows = rows
+
+    @classmethod
+    def made_of(cls, records: tuple[MemoryRecord, ...]) -> "KnownRows":
+        return cls(None, records)
+
+    def __len__(self) -> int:
+        return len(self._rows) if self.records is None else len(self.records)
+
+    @property
+    def rows(self) -> dict[str, Row]:
+        if self._rows is None:  # two threads may both make them: the same rows, one kept
+            self._rows = {row.key: row for row in map(Row.of_record, self.records)}
+        return self._rows
 
 
 def diff_known(path: str, known: KnownRows, records: list[MemoryRecord]) -> tuple[IndexDelta, KnownRows]:
     """`diff_rows` against rows made of records, and the rows the index holds once it is applied.
 
-    The records of a note's unchanged first bullets are the same objects from one parse to the
-    next (vault/records.py), so the first records the two lists share are found by halving (C
-    comparisons of slices, `common_prefix`) and only what follows them is diffed: a person's save
-    of the last lines of a day's note of 20,000 memories costs what those lines cost. A key is
-    never in both parts (ids are unique within a note), so the shared records' rows stand."""
+    Records are compared, not rows: a row is made only of a record whose fields changed (to see
+    whether a stored field did). The records of a note's unchanged first bullets are the same
+    objects from one parse to the next (vault/records.py), so the first records the two lists
+    share are found by halving (C comparisons of slices, `common_prefix`) and only what follows
+    them is diffed: a person's save of the last lines of a day's note of 20,000 memories costs
+    what those lines cost, and one adding a line above them costs a comparison of each record
+    with its earlier self, no row made (rows, with a context hash each, cost ten times that)."""
     now = tuple(records)
     if known.records is None:
-        delta = diff_rows(path, known.rows, records)
-        return delta, KnownRows({row.key: row for row in map(Row.of_record, now)}, now)
-    shared = common_prefix(known.records, now)
-    before = {row.key: row for row in map(Row.of_record, known.records[shared:])}
-    delta = diff_rows(path, before, now[shared:], _rows_moving_from(known.records[shared:]))
-    delta.unchanged += shared
-    if not before and shared == len(now):
-        return delta, KnownRows(known.rows, now)
-    rows = dict(known.rows)  # a C copy; then the rows of the records after the shared ones are put right
-    for key in before:
-        del rows[key]
-    rows.update((row.key, row) for row in map(Row.of_record, now[shared:]))
-    return delta, KnownRows(rows, now)
-
-
-def _rows_moving_from(earlier: tuple[MemoryRecord, ...]) -> Callable[[MemoryRecord], Row]:
-    """`Row.of_record` for a note's records read after `earlier`: the row of one that only moved
-    (a line added above it) is made from its earlier row."""
-    by_id = {record.id: record for record in earlier}
-
-    def row_of(record: MemoryRecord) -> Row:
-        was = by_id.get(record.id)
-        return Row.of_record(record, was if was is not None and same_but_line(was, record) else None)
-
-    return row_of
+        return diff_rows(path, known.rows, records), KnownRows.made_of(now)
+    return _diff_records(path, known.records, now, moves_rewritten=True), KnownRows.made_of(now)
 
 
 def edits_to_show(path: str, known: KnownRows, records: list[MemoryRecord]) -> IndexDelta | None:
@@ -261,21 +254,33 @@ def edits_to_show(path: str, known: KnownRows, records: list[MemoryRecord]) -> I
     held the vault lock for two seconds. None when the known rows were not made of records."""
     if known.records is None:
         return None
-    now = tuple(records)
-    shared = common_prefix(known.records, now)
-    before = {record.id: record for record in known.records[shared:]}
+    return _diff_records(path, known.records, tuple(records), moves_rewritten=False)
+
+
+def _diff_records(path: str, earlier: tuple[MemoryRecord, ...], now: tuple[MemoryRecord, ...], *,
+                  moves_rewritten: bool) -> IndexDelta:  # fmt: skip
+    """The delta from the rows of `earlier` to `now`, past the records they share. A memory that
+    only moved is rewritten (and in `IndexDelta.moved`) when `moves_rewritten`, else unchanged.
+    A key is never in both parts (ids are unique within a note), so the shared records' rows stand."""
+    shared = common_prefix(earlier, now)
+    before = {record.id: record for record in earlier[shared:]}
     delta = IndexDelta(unchanged=shared)
     for record in now[shared:]:
-        old = before.pop(record.id, None)
-        if old is not None and same_but_line(old, record):
-            delta.unchanged += 1
-            continue
-        if old is not None:
-            delta.deleted[record_key(path, old.id)] = old.content_hash
+        was = before.pop(record.id, None)
+        if was is not None:
+            if same_but_line(was, record):
+                if was.line == record.line or not moves_rewritten:
+                    delta.unchanged += 1
+                    continue
+                delta.moved.add(record_key(path, record.id))
+            elif moves_rewritten and Row.of_record(was) == Row.of_record(record):
+                delta.unchanged += 1  # a field rows do not store (the heading)
+                continue
+            delta.deleted[record_key(path, record.id)] = was.content_hash
         delta.upserts.append(record)
-    for old in before.values():
-        key = record_key(path, old.id)
-        delta.deleted[key] = old.content_hash
+    for was in before.values():
+        key = record_key(path, was.id)
+        delta.deleted[key] = was.content_hash
         delta.removed.add(key)
     if not delta.is_empty:
         delta.files.append(path)
