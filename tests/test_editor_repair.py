@@ -302,3 +302,38 @@ def test_the_recent_writes_ledger_is_owner_only_whoever_made_it(new_vault):
         store.remember("A second line, appended to it.", at=AT)
     assert ledger.stat().st_mode & 0o777 == 0o600
     assert ledger.read_text().count('"path"') == 2
+
+
+def test_a_save_in_place_read_halfway_is_not_repaired_into_duplicates(new_vault, monkeypatch):
+    """A person's in-place save (truncate, then write) read halfway: the kernel copies a write
+    page by page, so a read can end mid-line, before memvault's lines the person's buffer holds.
+    The repair took them as dropped; when the save finished before its append (a busy machine
+    keeps that window open), they were in the note twice (seen once in the editor-torture test:
+    57 lines). A note that ends mid-line is read again after a pause; here the save finishes in
+    that pause (or, without it, as memvault writes)."""
+    from memvault.vault import note_append
+
+    with MemoryStore.open(new_vault) as store:
+        ids = [store.remember(f"Fact {n} the agent keeps about the harbour.", at=AT).id for n in range(6)]
+    note = new_vault / NOTE
+    whole = (note.read_text() + "- typed by a person\n").encode()
+    cut = whole.index(f"^{ids[2]}".encode())  # mid-line: the last four lines are not written yet
+    person = os.open(note, os.O_WRONLY | os.O_TRUNC)
+    os.write(person, whole[:cut])
+    finished = []
+
+    def finish_the_save():
+        if not finished:
+            finished.append(os.write(person, whole[cut:]))
+
+    real_sleep, real_write = note_append.time.sleep, note_append._write_all
+    monkeypatch.setattr(note_append.time, "sleep", lambda seconds: finish_the_save() or real_sleep(seconds))
+    monkeypatch.setattr(note_append, "_write_all", lambda fd, data: finish_the_save() or real_write(fd, data))
+    try:
+        with VaultLock(new_vault):
+            repair_lost_lines(store.layout, [NOTE])
+    finally:
+        os.close(person)
+    text = note.read_text()
+    assert finished and text.startswith(whole.decode())
+    assert [text.count(f"^{block_id}") for block_id in ids] == [1] * 6

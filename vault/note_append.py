@@ -6,7 +6,8 @@ The protocol (docs/durability.md, "Notes a person edits"):
    through that descriptor. memvault never replaces a note's inode, so a person's in-place save
    (vim's ``:w`` with ``backupcopy=yes``, ``sed -i``'s target, Obsidian) can never be lost to a
    rename of ours, and a rename-save of theirs can never be undone by one of ours.
-2. Decide from those bytes: which lines are missing, whether a line appended at the end would
+2. Decide from those bytes (read again after short pauses while they end mid-line: a save in
+   place read half-way), which lines are missing, whether a line appended at the end would
    be searchable (not inside an unclosed fence, comment or conflict hunk; under 16 MiB), and
    the note's line ending.
 3. Append only the missing lines in one ``write``.
@@ -50,6 +51,8 @@ _BACKOFF_SECONDS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8) + (1.0,) * 12
 #: editor saving at 15 Hz lands in many attempts of a busy owner; backing off held the vault lock)
 _QUICK_RETRIES = 8
 _NOTE_MODE = 0o644
+#: pauses after which an append reads again a note that ended mid-line (`_settled`)
+_SETTLE_PAUSES = (0.005, 0.02, 0.05)
 
 
 #: note path -> (inode, size, mtime) right after this process's last append to it: the watcher's
@@ -233,6 +236,7 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
     data = _read_fd(fd, relpath)
     if not data and wait_if_empty:
         return [], b"", ""
+    data = _settled(fd, relpath, data)
     text = decode_note(data, relpath)
     note = parse(text)
     missing = _missing(note, bullets, match_text)
@@ -249,6 +253,24 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
         _take_back(fd, len(data), payload)  # a partial write on a full disk: no torn line is left
         raise
     return [bullet.block_id for bullet in missing], payload, text
+
+
+def _settled(fd: int, relpath: str, data: bytes) -> bytes:
+    """`data`, or the note read again if it ends mid-line and a pause changes it. A person's save
+    in place (truncate, then write) read halfway lacks the lines past the read: a repair, or an
+    append tried again, would append memvault's lines the person's buffer holds, twice in the
+    note once the save ends (and a new line would be written over). The kernel copies a write
+    page by page, so a read in the middle of one most often ends mid-line; a note that really
+    ends so stays the same through the pauses, and costs them once (the append ends it)."""
+    for pause in _SETTLE_PAUSES:
+        if data.endswith((b"\n", b"\r")):
+            return data
+        time.sleep(pause)
+        again = _read_fd(fd, relpath)
+        if again == data:
+            return data
+        data = again
+    return data
 
 
 def _take_back(fd: int, before: int, payload: bytes) -> None:
