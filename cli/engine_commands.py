@@ -36,6 +36,7 @@ def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounc
               face_options: dict | None = None) -> None:
     """Own the vault in the foreground until Ctrl-C, SIGTERM or `memvault engine stop`."""
     from memvault.cli.watch_commands import crash_hook_from_env
+    from memvault.indexer.maintenance.collector import settle_for_a_resident_owner
     from memvault.indexer.engine.owner import Owner
     from memvault.indexer.maintenance.watch import Watcher
 
@@ -54,6 +55,7 @@ def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounc
         face = FACES[name]
         owner.add_face(lambda owner_, stop_, face=face: face(owner_, stop_, face_options or {}),
                        name=f"memvault-face-{name}")
+    settle_for_a_resident_owner()
     on_ready = None if ready is None else (lambda: ready(store.layout.root))
     watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report, on_ready=on_ready,
                       hook=hook, consolidate_every=consolidate_every)

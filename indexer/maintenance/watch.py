@@ -48,6 +48,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
+from memvault.indexer.maintenance.collector import collect_while_idle
 from memvault.indexer.maintenance.derived import BoundaryHook
 from memvault.indexer.maintenance.note_watches import NoteWatches
 from memvault.indexer.maintenance.sync import SyncOutcome
@@ -305,6 +306,7 @@ class Watcher:
             elif compact_due and now - last_event >= self.compact_after:
                 compact_due = False
                 self._compact()
+                collect_while_idle()  # the cycles an owner's spaced-out collections left (maintenance/collector.py)
             elif self._consolidation_due(now):
                 self._consolidate(now)
             if self._backoff and not stop.is_set():
