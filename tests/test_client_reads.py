@@ -292,3 +292,42 @@ def test_a_view_naming_a_generation_outside_the_index_folder_is_not_followed(tmp
     with pytest.raises(ReadsThroughOwner, match="missing"):
         reads._take(missing)
     assert json.dumps(reads._rows) == "{}"
+
+
+FORKING = """
+import json, os, signal, sys
+from memvault import MemoryStore
+store = MemoryStore.open(sys.argv[1])
+store.remember("The lighthouse keeper logged a grey heron at dawn.")
+store.recall("warm up", limit=1)
+parents = [hit.text for hit in store.recall("which bird did the keeper log?").hits]  # ranked here
+reader = store._reads._bm25
+read_fd, write_fd = os.pipe()
+child = os.fork()
+if child == 0:
+    signal.alarm(30)  # a child stuck on its parent's reader dies instead of hanging the test
+    hits = [hit.text for hit in store.recall("which bird did the keeper log?").hits]
+    os.write(write_fd, json.dumps({"hits": hits, "own_reader": store._reads._bm25 is not reader,
+                                   "answered": store._reads.answered}).encode())
+    os._exit(0)
+os.close(write_fd)
+_, status = os.waitpid(child, 0)
+told = json.loads(os.read(read_fd, 1 << 16) or b"{}")
+again = [hit.text for hit in store.recall("which bird did the keeper log?").hits]
+print(json.dumps({"status": status, "parent": parents, "again": again, "child": told}))
+store.close()
+"""
+
+
+def test_a_forked_client_ranks_with_a_reader_of_its_own_and_its_parent_goes_on(tmp_path):
+    """A client that forks (a worker pool, a daemonizing host) has a Tantivy reader whose threads
+    stayed in the parent: the child opens its own, finds what the parent found, and the parent's
+    recalls go on as before."""
+    with client_of_an_owner(tmp_path) as (root, _):
+        done = subprocess.run([sys.executable, "-c", FORKING, str(root)], capture_output=True, text=True,
+                              timeout=TIMEOUT, env=ENV, cwd=REPO)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+    heron = "The lighthouse keeper logged a grey heron at dawn."
+    assert seen["status"] == 0 and seen["parent"][:1] == seen["again"][:1] == [heron]
+    assert seen["child"]["hits"][:1] == [heron] and seen["child"]["own_reader"] and seen["child"]["answered"] == 2
