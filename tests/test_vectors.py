@@ -393,3 +393,18 @@ def test_a_search_and_a_write_go_on_while_a_save_writes_its_files(tmp_path: Path
     assert len(reopened) == 40 and "late-1" not in reopened  # the snapshot before the write
     index.save()
     assert "late-1" in VectorIndex.open(tmp_path, IDENTITY)
+
+
+def test_a_staged_save_another_save_overtook_is_not_put_over_it(tmp_path):
+    """`stage_save` writes the files beside the index's own; `put_staged` renames them in, unless
+    a save came between (its files hold more): then the staged ones are dropped."""
+    index = VectorIndex.create(tmp_path, IDENTITY)
+    index.add(ids(3), random_vectors(3))
+    staged = index.stage_save()
+    index.add(["later"], random_vectors(1))
+    index.save()
+    assert index.put_staged(staged) is False
+    assert sorted(VectorIndex.open(tmp_path, IDENTITY).ids()) == sorted([*ids(3), "later"])
+    again = index.stage_save()
+    assert index.put_staged(again) is True
+    assert not [path.name for path in tmp_path.iterdir() if path.name.endswith(".tmp")]

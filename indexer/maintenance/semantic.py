@@ -23,9 +23,9 @@ from memvault.indexer.maintenance.sync import IndexDelta, Row
 from memvault.indexer.search.bm25 import context_hash
 from memvault.indexer.search.context import OWN_WEIGHT, passage
 from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider
-from memvault.indexer.search.vectors import META_FILE, VectorIndex
+from memvault.indexer.search.vectors import META_FILE, StagedSave, VectorIndex
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir
+from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, fsync_dir, make_dir, remove_quietly, write_temp
 from memvault.vault.records import MemoryRecord
 
 FOLDER = "vectors"
@@ -62,6 +62,19 @@ class PreparedVectors:
     @property
     def is_empty(self) -> bool:
         return not self.keys and not self.removed
+
+
+@dataclass(frozen=True)
+class StagedSemantic:
+    """A save of a SemanticIndex staged at `version`: its vectors and passage hashes in temp files."""
+
+    version: int
+    vectors: StagedSave
+    passages: Path
+
+    def discard(self) -> None:
+        self.vectors.discard()
+        remove_quietly(self.passages)
 
 
 class SemanticIndex:
@@ -132,11 +145,47 @@ class SemanticIndex:
         rebuilt after a full disk, since every later check trusted the unsaved copy)."""
         try:
             self.vectors.save()
-            body = {"format": SEMANTIC_FORMAT, "passages": dict(sorted(self.passages.items()))}
-            atomic_write(self.folder / SEMANTIC_META, (json.dumps(body, indent=0) + "\n").encode("utf-8"), mode=0o600)
+            atomic_write(self.folder / SEMANTIC_META, self._passages_bytes(), mode=0o600)
         except BaseException:
             self._unsaved = True
             raise
+        self._saved()
+
+    def stage_save(self) -> "StagedSemantic":
+        """`save`'s files written beside the current ones, without the vault lock: commits may run
+        meanwhile (`put_staged` then saves again). A save of a day's vectors writes tens of
+        megabytes (100-300 ms), which every writer waited for under the lock."""
+        version = self.version  # before the snapshot: a commit overlapping it changes the version
+        vectors = self.vectors.stage_save()
+        try:
+            passages = write_temp(self.folder, SEMANTIC_META, self._passages_bytes(), mode=0o600)
+        except BaseException:
+            vectors.discard()
+            raise
+        return StagedSemantic(version, vectors, passages)
+
+    def put_staged(self, staged: "StagedSemantic") -> None:
+        """Put a staged save in place (vault lock held), or save whole when a commit, a failed
+        save or another save came after it was staged: the files then hold what memory holds."""
+        if staged.version != self.version or self._unsaved or not self.vectors.put_staged(staged.vectors):
+            staged.discard()
+            self.save()
+            return
+        try:
+            os.replace(staged.passages, self.folder / SEMANTIC_META)
+            fsync_dir(self.folder)
+        except BaseException:
+            remove_quietly(staged.passages)
+            self._unsaved = True
+            raise
+        self._saved()
+
+    def _passages_bytes(self) -> bytes:
+        passages = dict(self.passages)  # a C copy: a commit may run beside a staged save
+        body = {"format": SEMANTIC_FORMAT, "passages": dict(sorted(passages.items()))}
+        return (json.dumps(body, indent=0) + "\n").encode("utf-8")
+
+    def _saved(self) -> None:
         self._unsaved = False
         self._stamp = _stamp(self.folder)
 

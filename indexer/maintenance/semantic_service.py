@@ -243,14 +243,33 @@ class SemanticService:
     _unsaved = False
 
     def save_serving(self) -> None:
-        """Write the serving vectors to disk if batches committed some in memory since the last save."""
+        """Write the serving vectors to disk if batches committed some in memory since the last save.
+
+        The files are written beside the current ones first, without the vault lock; under it
+        they are only renamed into place. A batch committed meanwhile has the lane saved whole
+        under the lock instead (`SemanticIndex.put_staged`), so the files hold what memory does."""
         if not self._unsaved:
             return
-        with VaultLock(self.layout.root):
-            for lane in self._lanes:
-                if lane.serving is not None:
-                    lane.serving.save()
-            self._unsaved = False
+        staged = {}
+        try:
+            try:
+                for lane in self._lanes:
+                    if lane.serving is not None:
+                        staged[id(lane)] = (lane.serving, lane.serving.stage_save())
+            except OSError:
+                pass  # (a full disk) the whole save under the lock says so, and marks the vectors unsaved
+            with VaultLock(self.layout.root):
+                for lane in self._lanes:
+                    serving, stage = staged.get(id(lane), (None, None))
+                    if lane.serving is not None and lane.serving is serving:
+                        del staged[id(lane)]
+                        lane.serving.put_staged(stage)
+                    elif lane.serving is not None:  # not staged, or reloaded since (another process saved)
+                        lane.serving.save()
+                self._unsaved = False
+        finally:
+            for _, stage in staged.values():
+                stage.discard()
 
     def _catch_up_live(self, paths: set[str] | None) -> None:
         if self.catch_up_source is not None:

@@ -18,7 +18,8 @@ the same inputs in the same order produce byte-identical files and identical ans
 never reused (an upsert marks the old label deleted and adds a fresh one, which hnswlib stores in
 a deleted slot), which sidesteps hnswlib's duplicate-label pitfalls with `replace_deleted`.
 A VectorIndex is safe to share between threads; writers in different processes must be
-serialized by the caller's index lock.
+serialized by the caller's index lock. A save can be split (`stage_save`, then `put_staged`), so
+the caller holds its lock for the renames alone; a staged save another save overtook is dropped.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class VectorIndex:
         self._next_label = next_label
         self._lock = threading.RLock()
         self._save_lock = threading.Lock()  # one save's files at a time (the renames pair them)
+        self._saves = 0  # saves put in place: a staged save that another overtook is not put
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -279,16 +281,41 @@ class VectorIndex:
         waits for; the slow rest (fsync, checksum, meta, renames) runs beside searches and writes,
         one save at a time."""
         with self._save_lock:
-            make_dir(self.folder, MACHINE_DIR_MODE, parents=True)
-            index_tmp = _temp_path(self.folder, INDEX_FILE)
-            try:
-                with self._lock:
-                    self._index.save_index(str(index_tmp))
-                    meta = self._meta_without_checksum()
-                _save_files(self.folder, index_tmp, meta)
-            except BaseException:
-                remove_quietly(index_tmp)  # a failed save leaves no temp file behind
-                raise
+            self._stage().put()
+            self._saves += 1
+
+    def stage_save(self) -> StagedSave:
+        """The slow half of `save`: both files written to fsynced temp files beside the index's
+        own, for `put_staged` to put in place (under the caller's lock, while the slow half ran
+        without it)."""
+        with self._save_lock:
+            return self._stage()
+
+    def put_staged(self, staged: StagedSave) -> bool:
+        """Put a staged save in place, unless another save came between (then the staged files
+        are removed and False returned: the caller saves again)."""
+        with self._save_lock:
+            if staged.saves_before != self._saves:
+                staged.discard()
+                return False
+            staged.put()
+            self._saves += 1
+            return True
+
+    def _stage(self) -> StagedSave:
+        make_dir(self.folder, MACHINE_DIR_MODE, parents=True)
+        index_tmp = _temp_path(self.folder, INDEX_FILE)
+        try:
+            with self._lock:
+                self._index.save_index(str(index_tmp))
+                meta = self._meta_without_checksum()
+            fsync_file(index_tmp)
+            meta["checksum"] = _sha256_of(index_tmp)
+            meta_tmp = write_temp(self.folder, META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
+        except BaseException:
+            remove_quietly(index_tmp)  # a failed save leaves no temp file behind
+            raise
+        return StagedSave(self.folder, index_tmp, meta_tmp, self._saves)
 
     def _meta_without_checksum(self) -> dict[str, Any]:
         return {
@@ -318,29 +345,36 @@ def read_identity(folder: Path) -> EmbeddingIdentity | None:
 # -- files ---------------------------------------------------------------------------------------
 
 
-def _save_files(folder: Path, index_tmp: Path, meta: dict[str, Any]) -> None:
-    """Put the graph saved at `index_tmp` and its meta in place."""
-    index_path, meta_path = folder / INDEX_FILE, folder / META_FILE
-    meta_tmp: Path | None = None
-    backup: Path | None = None
-    try:
-        fsync_file(index_tmp)
-        meta["checksum"] = _sha256_of(index_tmp)
-        meta_tmp = write_temp(folder, META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
-        backup = _link_backup(index_path, folder)
-        os.replace(index_tmp, index_path)
+class StagedSave:
+    """A save's two files in fsynced temp files beside the index's own (`VectorIndex.stage_save`)."""
+
+    def __init__(self, folder: Path, index_tmp: Path, meta_tmp: Path, saves_before: int):
+        self.folder, self.index_tmp, self.meta_tmp, self.saves_before = folder, index_tmp, meta_tmp, saves_before
+
+    def put(self) -> None:
+        """Rename the graph, then its meta, into place; on failure the old pair stays (or the
+        checksum catches the new graph beside the old meta) and no temp file is left."""
+        index_path, meta_path = self.folder / INDEX_FILE, self.folder / META_FILE
+        backup: Path | None = None
         try:
-            os.replace(meta_tmp, meta_path)
-        except BaseException:
-            if backup is not None:  # put the old index back beside the old meta
-                os.replace(backup, index_path)
-                backup = None
-            raise
-        fsync_dir(folder)
-    finally:
-        for leftover in (meta_tmp, backup):
-            if leftover is not None:
-                remove_quietly(leftover)
+            backup = _link_backup(index_path, self.folder)
+            os.replace(self.index_tmp, index_path)
+            try:
+                os.replace(self.meta_tmp, meta_path)
+            except BaseException:
+                if backup is not None:  # put the old index back beside the old meta
+                    os.replace(backup, index_path)
+                    backup = None
+                raise
+            fsync_dir(self.folder)
+        finally:
+            for leftover in (self.index_tmp, self.meta_tmp, backup):
+                if leftover is not None:
+                    remove_quietly(leftover)
+
+    def discard(self) -> None:
+        remove_quietly(self.index_tmp)
+        remove_quietly(self.meta_tmp)
 
 
 def _temp_path(folder: Path, name: str) -> Path:
