@@ -233,10 +233,9 @@ def _append_through(fd: int, relpath: str, bullets: list[NewBullet], wait_if_emp
                     match_text: bool) -> tuple[list[str], bytes, str]:  # fmt: skip
     """The ids appended, the bytes written (nothing when the note needs nothing or changed) and
     the note's text they were written after."""
-    data = _read_fd(fd, relpath)
+    data = _settled(fd, relpath, _read_fd(fd, relpath))
     if not data and wait_if_empty:
         return [], b"", ""
-    data = _settled(fd, relpath, data)
     text = decode_note(data, relpath)
     note = parse(text)
     missing = _missing(note, bullets, match_text)
@@ -263,8 +262,8 @@ def _settled(fd: int, relpath: str, data: bytes) -> bytes:
     page by page, so a read in the middle of one most often ends mid-line; a note that really
     ends so stays the same through the pauses, and costs them once (the append ends it)."""
     for pause in _SETTLE_PAUSES:
-        if data.endswith((b"\n", b"\r")):
-            return data
+        if not data or data.endswith((b"\n", b"\r")):
+            return data  # (an empty note is waited for by the caller)
         time.sleep(pause)
         again = _read_fd(fd, relpath)
         if again == data:
