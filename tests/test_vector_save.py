@@ -39,13 +39,13 @@ def on_disk(store) -> SemanticIndex:
     return SemanticIndex.open(index.folder.parent, index.identity, index.folder.name)
 
 
-def vault_lock_free(root) -> bool:
-    """Whether another thread can take the vault lock now (it is let go at once)."""
+def vault_lock_free(root, wait: float) -> bool:
+    """Whether another thread can take the vault lock within `wait` seconds (it is let go at once)."""
     taken = []
 
     def take():
         try:
-            with VaultLock(root, timeout=0.5):
+            with VaultLock(root, timeout=wait):
                 taken.append(True)
         except VaultLocked:
             taken.append(False)
@@ -68,9 +68,9 @@ def test_the_files_are_written_without_the_vault_lock_and_renamed_under_it(store
     seen = {}
     checksum, put = vectors_module._sha256_of, vectors_module.StagedSave.put
     monkeypatch.setattr(vectors_module, "_sha256_of",
-                        lambda path: seen.setdefault("writing", vault_lock_free(root)) and checksum(path))
-    monkeypatch.setattr(vectors_module.StagedSave, "put",
-                        lambda staged: seen.setdefault("renaming", vault_lock_free(root)) or put(staged))
+                        lambda path: seen.setdefault("writing", vault_lock_free(root, 10.0)) and checksum(path))
+    monkeypatch.setattr(vectors_module.StagedSave, "put",  # held: any wait ends in a timeout
+                        lambda staged: seen.setdefault("renaming", vault_lock_free(root, 0.2)) or put(staged))
     store._semantic.save_serving()
     assert seen == {"writing": True, "renaming": False}
     assert not store._semantic._unsaved and leftovers(store) == []
