@@ -536,36 +536,6 @@ def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_mad
                                                              _whole_parse(its_text).note, "UTC")  # fmt: skip
 
 
-def test_records_are_moved_through_seven_saves_that_only_a_writer_parsed(monkeypatch):
-    """A person adding lines above a day's 20,000 memories at 15 Hz: the owner's writers parse each
-    save, and its records are made a few times a second, so several versions pass between two
-    makings. Records are moved from the version they were made of through up to eight (with
-    three, they were made again, 20,000 of them, on most makings: a third of the owner's time)."""
-    from datetime import date
-
-    import memvault.vault.note as note_module
-    import memvault.vault.records as records_module
-
-    note_module._cache = note_module._ParseCache(4)
-    text = "# t\n\n" + "".join(f"- 10:00 agent fact {n} ^m-{n:010x}\n" for n in range(20_000))
-    day = date(2026, 12, 4)
-    before = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
-    for save in range(7):
-        text = f"# t\n\n- the person's line {save}\n" + text.removeprefix("# t\n\n")
-        parse(text)  # a writer's parse: no records made
-        text += f"- 10:01 appended {save} ^m-a00000000{save}\n"
-        parse(text)
-    made = []
-    instant = records_module.bullet_instant
-    monkeypatch.setattr(records_module, "bullet_instant", lambda *args: made.append(args) or instant(*args))
-    after = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
-    assert len(made) <= 7 * (2 + 2 * records_module.CONTEXT_NEIGHBOURS)
-    assert [record.line for record in after[7:10]] == [record.line + 7 for record in before[:3]]
-    monkeypatch.setattr(records_module, "bullet_instant", instant)
-    records_module._made.clear()
-    assert after == records_module.records_from_note("daily/2026-12-04.md", "daily", day, _whole_parse(text).note, "UTC")
-
-
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_NOTE_LINES, max_size=14), st.lists(st.sampled_from(["plain fact", "opens <!-- here", "closes --> here",
                                                                      "%% both %%", "opens %% here", "a `tick`"]),

@@ -18,11 +18,8 @@ from memvault.vault.note_blocks import (BOM, _BULLET_RE, _FRONTMATTER_SCAN_LIMIT
                                         _parse_blocks, _parse_lines, _Parsed, _repeated, _Tail, marked_ids)
 
 
-#: how many earlier versions a note keeps runs of (`Note.moved`): a person adding lines above the
-#: day's memories at 15 Hz saves several versions between two makings of its records (a few a
-#: second), and past these the records are made afresh. Each run holds its version's memories
-#: (about 10 MB for a note of 20,000): eight such runs are the price of moving them instead
-_MOVED_VERSIONS = 8
+#: how many earlier versions a note keeps runs of (`Note.moved`)
+_MOVED_VERSIONS = 3
 
 
 def _runs_kept(runs) -> tuple[Moved, ...]:
