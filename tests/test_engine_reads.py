@@ -339,7 +339,6 @@ def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path, h
     import os
     import socket
     import threading
-    import time
 
     from memvault.indexer.engine.client import EngineClient
     from memvault.indexer.engine.remote import RemoteStore
