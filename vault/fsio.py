@@ -470,14 +470,15 @@ def open_private(path: Path, flags: int = os.O_RDONLY) -> int:
         fd = _open_nofollow(path, flags | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
-            if st.st_nlink == 0 and stat.S_ISREG(st.st_mode):
-                os.close(fd)
-                continue
-            _refuse_unsafe_private(path, st)
+            replaced = st.st_nlink == 0 and stat.S_ISREG(st.st_mode)
+            if not replaced:
+                _refuse_unsafe_private(path, st)
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        if not replaced:
+            return fd
+        os.close(fd)
     raise UnsafePath(
         f"{path} was replaced {_REOPENS_OF_A_REPLACED_FILE} times while memvault opened it. "
         f"Fix: stop whatever rewrites it in a loop, then run the command again."

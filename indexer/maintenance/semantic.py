@@ -154,7 +154,7 @@ class SemanticIndex:
     def stage_save(self) -> "StagedSemantic":
         """`save`'s files written beside the current ones, without the vault lock: commits may run
         meanwhile (`put_staged` then saves again). A save of a day's vectors writes tens of
-        megabytes (100-300 ms), which every writer waited for under the lock."""
+        megabytes (50-300 ms), which every writer waited for under the lock."""
         version = self.version  # before the snapshot: a commit overlapping it changes the version
         vectors = self.vectors.stage_save()
         try:
