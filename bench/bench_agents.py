@@ -75,7 +75,9 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
                 with open(shared, "a") as log:  # after the acknowledgement: others may look for it now
                     log.write(f"{word} {acknowledged[word]:.6f}\n")
             elif op == "admit":
-                result = store.persist_completed_turn(f"{name}-run-{n}", f"Agent {name} finished turn {word} on the pier.")
+                result = store.persist_completed_turn(
+                    f"{name}-run-{n}", f"Agent {name} finished turn {word} on the pier."
+                )
                 if result.status == "admitted":
                     admitted.append(word)
             else:
@@ -86,9 +88,16 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
                 result = store.recall(target, limit=10)
                 if not any(target in hit.text for hit in result.hits):
                     misses += 1
-                    missed.append({"word": target, "own": target in remembered, "hits": len(result.hits),
-                                   "empty": result.empty_reason, "degraded": result.degraded,
-                                   "ms since acknowledged": round((time.time() - acknowledged_at) * 1000)})
+                    missed.append(
+                        {
+                            "word": target,
+                            "own": target in remembered,
+                            "hits": len(result.hits),
+                            "empty": result.empty_reason,
+                            "degraded": result.degraded,
+                            "ms since acknowledged": round((time.time() - acknowledged_at) * 1000),
+                        }
+                    )
         except Exception as exc:  # the crash variant: the owner went away; wait for the next one
             errors += 1
             print(f"{name}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
@@ -100,8 +109,18 @@ def client_main(root: Path, seconds: float, name: str, out: Path, shared: Path) 
                 time.sleep(0.1)
             continue
         samples[op].append((time.perf_counter() - started) * 1000)
-    out.write_text(json.dumps({"samples": samples, "misses": misses, "errors": errors, "missed": missed,
-                               "remembered": remembered, "admitted": admitted}))
+    out.write_text(
+        json.dumps(
+            {
+                "samples": samples,
+                "misses": misses,
+                "errors": errors,
+                "missed": missed,
+                "remembered": remembered,
+                "admitted": admitted,
+            }
+        )
+    )
 
 
 def _owner(find_owner, root):
@@ -177,8 +196,13 @@ class Owner:
     def __init__(self, root: Path):
         from memvault.indexer.engine.client import find_owner
 
-        self.proc = subprocess.Popen([*MEMVAULT, "--vault", str(root), "serve"], env=ENV, cwd=REPO,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [*MEMVAULT, "--vault", str(root), "serve"],
+            env=ENV,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             found = _owner(find_owner, root)
@@ -264,16 +288,22 @@ def report(label: str, results: list[dict], elapsed: float, saves: int, projecti
     total = sum(len(r["samples"][op]) for r in results for op in OPERATIONS)
     misses = sum(r["misses"] for r in results)
     errors = sum(r["errors"] for r in results)
-    print(f"{label}: {total / elapsed:.0f} operations/s in total over {elapsed:.1f} s; read-your-writes misses "
-          f"{misses}; errors {errors}; editor saves {saves}")
+    print(
+        f"{label}: {total / elapsed:.0f} operations/s in total over {elapsed:.1f} s; read-your-writes misses "
+        f"{misses}; errors {errors}; editor saves {saves}"
+    )
     for op in OPERATIONS:
         values = [v for r in results for v in r["samples"][op]]
         if values:
-            print(f"  {op:<9} n={len(values):>5}  p50 {percentile(values, 0.5):7.1f} ms  p95 {percentile(values, 0.95):7.1f} ms"
-                  f"  p99 {percentile(values, 0.99):7.1f} ms")
+            print(
+                f"  {op:<9} n={len(values):>5}  p50 {percentile(values, 0.5):7.1f} ms  p95 {percentile(values, 0.95):7.1f} ms"
+                f"  p99 {percentile(values, 0.99):7.1f} ms"
+            )
     if projections:
-        print(f"  admit → projected (probe, 1/s): n={len(projections)}  p50 {percentile(projections, 0.5):7.1f} ms"
-              f"  p95 {percentile(projections, 0.95):7.1f} ms")
+        print(
+            f"  admit → projected (probe, 1/s): n={len(projections)}  p50 {percentile(projections, 0.5):7.1f} ms"
+            f"  p95 {percentile(projections, 0.95):7.1f} ms"
+        )
     for miss in [m for r in results for m in r.get("missed", ())][:5]:
         print(f"  missed: {miss}; found when asked again after the phase: {_found_later(miss['word'])}")
 
@@ -291,7 +321,8 @@ def verify_after_crash(root: Path, results: list[dict]) -> None:
 
     deadline = time.monotonic() + 120
     while (root / ".capture-intake" / "pending").exists() and any(
-            p for p in (root / ".capture-intake" / "pending").iterdir() if not p.name.startswith(".")):
+        p for p in (root / ".capture-intake" / "pending").iterdir() if not p.name.startswith(".")
+    ):
         if time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -305,8 +336,10 @@ def verify_after_crash(root: Path, results: list[dict]) -> None:
     store = MemoryStore.open(root)
     assert find_owner(root) is not None
     unfound = [w for r in results for w in r["remembered"] if not any(w in h.text for h in store.recall(w).hits)]
-    print(f"crash: {len(words)} acknowledged writes; not exactly once in the notes: {len(wrong)} {wrong[:5]}; "
-          f"remembers not found by search: {len(unfound)} {unfound[:5]}")
+    print(
+        f"crash: {len(words)} acknowledged writes; not exactly once in the notes: {len(wrong)} {wrong[:5]}; "
+        f"remembers not found by search: {len(unfound)} {unfound[:5]}"
+    )
 
 
 ROOT: Path
@@ -321,8 +354,12 @@ def main() -> None:
     parser.add_argument("--saves", default="0,1,15", help="editor save rates to run, in Hz (0: none)")
     parser.add_argument("--crash", action="store_true", help="also run the SIGKILL variant")
     parser.add_argument("--day-lines", type=int, default=0, help="memories today's note starts with")
-    parser.add_argument("--edit", choices=("end", "top"), default="end",
-                        help="the person's saves: their line moved to the end, or a new line at the top")
+    parser.add_argument(
+        "--edit",
+        choices=("end", "top"),
+        default="end",
+        help="the person's saves: their line moved to the end, or a new line at the top",
+    )
     args = parser.parse_args()
     EDIT = args.edit
     work = Path(tempfile.mkdtemp(prefix="memvault-agents-"))
@@ -331,8 +368,10 @@ def main() -> None:
         start_todays_note(ROOT, args.day_lines)
     subprocess.run([*MEMVAULT, "--vault", str(ROOT), "rebuild"], env=ENV, cwd=REPO, check=True, capture_output=True)
     today = f"; today's note starts with {args.day_lines} of them" if args.day_lines else ""
-    print(f"vault: {args.memories + args.day_lines} memories{today} (Journal tier, builtin embeddings); "
-          f"{os.cpu_count()} cores; measured on a shared, busy machine")
+    print(
+        f"vault: {args.memories + args.day_lines} memories{today} (Journal tier, builtin embeddings); "
+        f"{os.cpu_count()} cores; measured on a shared, busy machine"
+    )
     restart()
     try:
         report("1 client (baseline, same run)", *phase(ROOT, 1, args.seconds, 0.0, work))
@@ -340,10 +379,16 @@ def main() -> None:
             label = f"{args.clients} clients" + (f", editor saving at {hertz:g} Hz" if hertz else "")
             report(label, *phase(ROOT, args.clients, args.seconds, hertz, work))
         if args.crash:
-            results, elapsed, saves, projections = phase(ROOT, args.clients, args.seconds, 0.0, work,
-                                                         crash_after=args.seconds / 2)
-            report(f"{args.clients} clients, owner SIGKILLed after {args.seconds / 2:g} s and restarted",
-                   results, elapsed, saves, projections)
+            results, elapsed, saves, projections = phase(
+                ROOT, args.clients, args.seconds, 0.0, work, crash_after=args.seconds / 2
+            )
+            report(
+                f"{args.clients} clients, owner SIGKILLed after {args.seconds / 2:g} s and restarted",
+                results,
+                elapsed,
+                saves,
+                projections,
+            )
             verify_after_crash(ROOT, results)
     finally:
         if OWNER is not None:

@@ -48,7 +48,10 @@ from memvault.vault.intake.snapshot import inspect_run  # noqa: E402
 
 #: (user, assistant): facts, three supersessions (launch date, standup, deploy color), one duplicate
 TURNS = [
-    ("Who is leading the Atlas project now?", "Morgan Lee took over as lead of Project Atlas this week, replacing Sam."),
+    (
+        "Who is leading the Atlas project now?",
+        "Morgan Lee took over as lead of Project Atlas this week, replacing Sam.",
+    ),
     ("When do we launch Atlas?", "The Atlas launch is scheduled for March 15, 2027."),
     ("What database did we pick for billing?", "We chose PostgreSQL 16 for the billing service after the benchmark."),
     ("Note that standup is at 9:30 every weekday.", "Noted: the team standup happens at 9:30 each weekday."),
@@ -163,7 +166,9 @@ def run(args) -> dict:
             if entry.get("outcome") == "captured":
                 captured += 1
             else:
-                failures[entry.get("failure") or entry["state"]] = failures.get(entry.get("failure") or entry["state"], 0) + 1
+                failures[entry.get("failure") or entry["state"]] = (
+                    failures.get(entry.get("failure") or entry["state"], 0) + 1
+                )
             print(f"turn {number + 1:2d}: {entry.get('outcome') or entry.get('failure')}", flush=True)
         # a turn's later retries run inside later turns' steps: count where every turn ended up
         captured, failures = 0, {}
@@ -172,7 +177,9 @@ def run(args) -> dict:
             if entry.get("outcome") == "captured":
                 captured += 1
             else:
-                failures[entry.get("failure") or entry["state"]] = failures.get(entry.get("failure") or entry["state"], 0) + 1
+                failures[entry.get("failure") or entry["state"]] = (
+                    failures.get(entry.get("failure") or entry["state"], 0) + 1
+                )
         stats = summarize(root)
         answered, stale = 0, 0
         for question, current, old in QUESTIONS:
@@ -195,13 +202,19 @@ def run(args) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--url", required=True, help="the model server, e.g. http://127.0.0.1:8080/v1 or http://127.0.0.1:11434")
+    parser.add_argument(
+        "--url", required=True, help="the model server, e.g. http://127.0.0.1:8080/v1 or http://127.0.0.1:11434"
+    )
     parser.add_argument("--provider", choices=["openai", "ollama"], default="openai")
-    parser.add_argument("--model", default="local-model", help="the model name the server expects (llama.cpp ignores it)")
+    parser.add_argument(
+        "--model", default="local-model", help="the model name the server expects (llama.cpp ignores it)"
+    )
     parser.add_argument("--turns", type=int, default=len(TURNS))
     parser.add_argument("--timeout-ms", type=int, default=300_000)
     parser.add_argument("--system-role", choices=["auto", "system", "fold"], default="auto")
-    parser.add_argument("--minutes", type=float, default=0, help="admit no new turn after this many minutes (0: no limit)")
+    parser.add_argument(
+        "--minutes", type=float, default=0, help="admit no new turn after this many minutes (0: no limit)"
+    )
     args = parser.parse_args()
     report = run(args)
     print(json.dumps(report, indent=2))

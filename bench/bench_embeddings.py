@@ -1,7 +1,7 @@
 """Embedding and vector-index throughput. Prints figures; asserts nothing about speed.
 
-    python bench/bench_embeddings.py                 # builtin (+ e5-small if installed), 10k and 100k vectors
-    python bench/bench_embeddings.py --sizes 10000 --no-e5
+python bench/bench_embeddings.py                 # builtin (+ e5-small if installed), 10k and 100k vectors
+python bench/bench_embeddings.py --sizes 10000 --no-e5
 """
 
 from __future__ import annotations

@@ -48,13 +48,21 @@ def run_ms(args: list[str], input: str | None = None) -> float:
 
 
 def line(label: str, samples: list[float], unit: str = "ms") -> None:
-    print(f"  {label:<44} median {statistics.median(samples):8.1f} {unit}   p95 {percentile(samples, 0.95):8.1f} {unit}")
+    print(
+        f"  {label:<44} median {statistics.median(samples):8.1f} {unit}   p95 {percentile(samples, 0.95):8.1f} {unit}"
+    )
 
 
 class Owner:
     def __init__(self, root: Path):
-        self.proc = subprocess.Popen([*MEMVAULT, "--vault", str(root), "serve"], env=ENV, cwd=REPO,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [*MEMVAULT, "--vault", str(root), "serve"],
+            env=ENV,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         from memvault.indexer.engine.client import find_owner
 
         deadline = time.monotonic() + 300
@@ -97,7 +105,9 @@ def bench_cli(root: Path, calls: int) -> None:
             marker = f"zephyrine{n}"
             started = time.perf_counter()
             run_ms([*cli, "admit"], input=json.dumps({"runId": f"bench-{n}", "answer": f"Bench turn {marker} landed."}))
-            while marker not in subprocess.run([*cli, "search", marker], capture_output=True, text=True, env=ENV).stdout:
+            while (
+                marker not in subprocess.run([*cli, "search", marker], capture_output=True, text=True, env=ENV).stdout
+            ):
                 pass
             latencies.append((time.perf_counter() - started) * 1000)
         line("admit → searchable through the CLI (owner)", latencies)
@@ -114,8 +124,10 @@ def bench_cli(root: Path, calls: int) -> None:
         time.sleep(5)  # the remembers' vectors and index commit finish first: then it is idle
         idle_before = owner.cpu_seconds()
         time.sleep(10)
-        print(f"  owner idle CPU over 10 s (after a 5 s settle): {owner.cpu_seconds() - idle_before:.3f} s; "
-              f"resident {owner.rss_mb():.0f} MB")
+        print(
+            f"  owner idle CPU over 10 s (after a 5 s settle): {owner.cpu_seconds() - idle_before:.3f} s; "
+            f"resident {owner.rss_mb():.0f} MB"
+        )
     finally:
         owner.stop()
 
@@ -128,8 +140,16 @@ def bench_bulk(tmp: Path, count: int) -> None:
     from datetime import datetime, timedelta, timezone
 
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)  # a backfill in time order: 96 memories a day
-    lines = [json.dumps({"text": f"Imported memory {n}: the ferry left pier {n % 97} at dawn.",
-                         "at": (start + timedelta(minutes=15 * n)).isoformat()}) + "\n" for n in range(count)]
+    lines = [
+        json.dumps(
+            {
+                "text": f"Imported memory {n}: the ferry left pier {n % 97} at dawn.",
+                "at": (start + timedelta(minutes=15 * n)).isoformat(),
+            }
+        )
+        + "\n"
+        for n in range(count)
+    ]
     started = time.perf_counter()
     with open(tmp / "plain.jsonl", "w") as handle:
         for row in lines:
@@ -146,8 +166,10 @@ def bench_bulk(tmp: Path, count: int) -> None:
         store.remember_many(items)
         store._semantic.drain(600)  # vectors included
         seconds = time.perf_counter() - started
-    print(f"bulk import of {count} memories (Journal, builtin embeddings): {count / seconds:,.0f} memories/s "
-          f"({seconds:.2f} s); baseline plain fsynced append: {count / plain:,.0f} lines/s ({plain * 1000:.1f} ms)")
+    print(
+        f"bulk import of {count} memories (Journal, builtin embeddings): {count / seconds:,.0f} memories/s "
+        f"({seconds:.2f} s); baseline plain fsynced append: {count / plain:,.0f} lines/s ({plain * 1000:.1f} ms)"
+    )
 
 
 def bench_checkout(tmp: Path) -> None:
@@ -164,16 +186,26 @@ def bench_checkout(tmp: Path) -> None:
             shutil.move(str(path), source / path.name)
         degraded_seen = 0
         while True:
-            done = subprocess.run([*MEMVAULT, "--vault", str(root), "health", "--strict", "--json"],
-                                  capture_output=True, text=True, env=ENV)
+            done = subprocess.run(
+                [*MEMVAULT, "--vault", str(root), "health", "--strict", "--json"],
+                capture_output=True,
+                text=True,
+                env=ENV,
+            )
             rows = json.loads(done.stdout)["details"].get("rows")
             if done.returncode == 0 and rows == 1000:
                 break
-            found = subprocess.run([*MEMVAULT, "--vault", str(root), "search", "staging cluster", "--json"],
-                                   capture_output=True, text=True, env=ENV)
+            found = subprocess.run(
+                [*MEMVAULT, "--vault", str(root), "search", "staging cluster", "--json"],
+                capture_output=True,
+                text=True,
+                env=ENV,
+            )
             degraded_seen += bool(json.loads(found.stdout).get("degraded"))
-        print(f"1,000-note checkout under the owner: strict health clean after {time.perf_counter() - started:.2f} s "
-              f"(recall said degraded in {degraded_seen} of the checks before that)")
+        print(
+            f"1,000-note checkout under the owner: strict health clean after {time.perf_counter() - started:.2f} s "
+            f"(recall said degraded in {degraded_seen} of the checks before that)"
+        )
     finally:
         owner.stop()
 
@@ -187,8 +219,10 @@ def bench_resident(tmp: Path, memories: int) -> None:
         time.sleep(5)  # the first search's loading is done: then it is idle
         before = owner.cpu_seconds()
         time.sleep(10)
-        print(f"owner at {memories} Journal memories: resident {owner.rss_mb():.0f} MB; "
-              f"idle CPU over 10 s (after a 5 s settle) {owner.cpu_seconds() - before:.3f} s")
+        print(
+            f"owner at {memories} Journal memories: resident {owner.rss_mb():.0f} MB; "
+            f"idle CPU over 10 s (after a 5 s settle) {owner.cpu_seconds() - before:.3f} s"
+        )
     finally:
         owner.stop()
 

@@ -41,16 +41,34 @@ def one_run(vault: Path) -> tuple[float, float, float]:
     process = subprocess.Popen([MEMVAULT, "--vault", str(vault), "mcp"], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
     try:
-        _send(process, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}})
+        _send(
+            process,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "bench", "version": "0"},
+                },
+            },
+        )
         _answer(process, 1)
         initialized = time.perf_counter() - started
         _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
         _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
         _answer(process, 2)
         listed = time.perf_counter() - started
-        _send(process, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                        "params": {"name": "MemoryRecall", "arguments": {"query": "deployment color"}}})
+        _send(
+            process,
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "MemoryRecall", "arguments": {"query": "deployment color"}},
+            },
+        )
         _answer(process, 3)
         called = time.perf_counter() - started
     finally:

@@ -55,8 +55,19 @@ def main() -> None:
         process = subprocess.Popen([MEMVAULT, "--vault", str(vault), "mcp"], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
         try:
-            _send(process, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}})
+            _send(
+                process,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "bench", "version": "0"},
+                    },
+                },
+            )
             _answer(process, 0)
             _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
             _timed(process, 1, "tools/list", {})  # waits for the vault to be opened
@@ -66,18 +77,39 @@ def main() -> None:
             for n in range(args.calls):
                 query = f"deployment color decision {n}"
                 meta = {"memvault/turnId": f"bench-{n}"}
-                rows["MemoryRecall (baseline)"].append(_timed(process, next(ids), "tools/call", {
-                    "name": "MemoryRecall", "arguments": {"query": query}}))
-                rows["SpaceRecall, fresh turn"].append(_timed(process, next(ids), "tools/call", {
-                    "name": "SpaceRecall", "arguments": {"query": query}, "_meta": meta}))
-                rows["SpaceRecall, replay"].append(_timed(process, next(ids), "tools/call", {
-                    "name": "SpaceRecall", "arguments": {"query": query}, "_meta": meta}))
-                rows["DocumentSearch, fresh turn"].append(_timed(process, next(ids), "tools/call", {
-                    "name": "DocumentSearch", "arguments": {"query": "deploy region"}, "_meta": meta}))
+                rows["MemoryRecall (baseline)"].append(
+                    _timed(process, next(ids), "tools/call", {"name": "MemoryRecall", "arguments": {"query": query}})
+                )
+                rows["SpaceRecall, fresh turn"].append(
+                    _timed(
+                        process,
+                        next(ids),
+                        "tools/call",
+                        {"name": "SpaceRecall", "arguments": {"query": query}, "_meta": meta},
+                    )
+                )
+                rows["SpaceRecall, replay"].append(
+                    _timed(
+                        process,
+                        next(ids),
+                        "tools/call",
+                        {"name": "SpaceRecall", "arguments": {"query": query}, "_meta": meta},
+                    )
+                )
+                rows["DocumentSearch, fresh turn"].append(
+                    _timed(
+                        process,
+                        next(ids),
+                        "tools/call",
+                        {"name": "DocumentSearch", "arguments": {"query": "deploy region"}, "_meta": meta},
+                    )
+                )
                 rows["RuntimeMemory add"].append(_timed(process, next(ids), "tools/call", {
                     "name": "RuntimeMemory", "arguments": {"action": "add", "target": "MEMORY",
                                                            "content": f"Bench rule number {n}."}}))  # fmt: skip
-                rows["resources/read wake"].append(_timed(process, next(ids), "resources/read", {"uri": "memvault://wake"}))
+                rows["resources/read wake"].append(
+                    _timed(process, next(ids), "resources/read", {"uri": "memvault://wake"})
+                )
         finally:
             process.stdin.close()
             process.wait(timeout=60)

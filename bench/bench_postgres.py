@@ -126,10 +126,12 @@ def bench_pruning(root: Path, env: dict, query_count: int) -> None:
                                  for a, b in pairs) for k in (10, 100)}  # fmt: skip
     by_score = {k: statistics.mean(sum(1 for _, score in a[:k] if score >= b[min(k, len(b)) - 1][1] - 1e-9) / min(k, len(b))
                                    for a, b in pairs) for k in (10, 100)}  # fmt: skip
-    print(f"postgres BM25 list on one {rows:,}-row vault, early termination vs every posting: top-10 overlap "
-          f"{100 * by_key[10]:.1f}% by key, {100 * by_score[10]:.1f}% by score; top-100 {100 * by_key[100]:.1f}% / "
-          f"{100 * by_score[100]:.1f}%; lexical call median {statistics.median(pruned):.1f} ms vs "
-          f"{statistics.median(whole):.1f} ms")
+    print(
+        f"postgres BM25 list on one {rows:,}-row vault, early termination vs every posting: top-10 overlap "
+        f"{100 * by_key[10]:.1f}% by key, {100 * by_score[10]:.1f}% by score; top-100 {100 * by_key[100]:.1f}% / "
+        f"{100 * by_score[100]:.1f}%; lexical call median {statistics.median(pruned):.1f} ms vs "
+        f"{statistics.median(whole):.1f} ms"
+    )
 
 
 def bench_owner(roots: dict[str, list[Path]], env: dict, query_count: int, writes: int) -> None:
@@ -143,8 +145,9 @@ def bench_owner(roots: dict[str, list[Path]], env: dict, query_count: int, write
             store = _wait_for_owner(root, env)
             store.recall("warm up")
             recall = timed_ms(store.recall, asked)
-            remember = timed_ms(lambda i: store.remember(f"Bench fact {i} about the owner path {time.time_ns()}."),
-                                range(writes))
+            remember = timed_ms(
+                lambda i: store.remember(f"Bench fact {i} about the owner path {time.time_ns()}."), range(writes)
+            )
             store.close()
         finally:
             owner.terminate()
@@ -206,8 +209,10 @@ def bench_locomo(tmp: Path, env: dict, conversations: int, filler: int = 0) -> N
                     evidence = {e for raw in qa.get("evidence", []) for e in _EVIDENCE_RE.findall(raw)}
                     if not evidence:
                         continue
-                    ranked = {"hybrid": [dialog_id(h.source) for h in store.recall(qa["question"], limit=max(KS)).hits],
-                              "bm25": [dialog_id(h.key) for h in index.bm25.search(qa["question"], max(KS))]}
+                    ranked = {
+                        "hybrid": [dialog_id(h.source) for h in store.recall(qa["question"], limit=max(KS)).hits],
+                        "bm25": [dialog_id(h.key) for h in index.bm25.search(qa["question"], max(KS))],
+                    }
                     for retriever, found in ranked.items():
                         for k in KS:
                             share = len(evidence & set(found[:k])) / len(evidence)
@@ -218,7 +223,9 @@ def bench_locomo(tmp: Path, env: dict, conversations: int, filler: int = 0) -> N
         for backend in BACKENDS:
             shown = "  ".join(f"@{k} {100 * statistics.mean(scores[(backend, retriever, k)]):5.1f}" for k in KS)
             print(f"  {retriever:6s} {backend:8s} {shown}")
-        gap = 100 * (statistics.mean(scores[("postgres", retriever, 10)]) - statistics.mean(scores[("local", retriever, 10)]))
+        gap = 100 * (
+            statistics.mean(scores[("postgres", retriever, 10)]) - statistics.mean(scores[("local", retriever, 10)])
+        )
         print(f"  {retriever:6s} postgres - local at @10: {gap:+.1f} points")
 
 
@@ -230,8 +237,9 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=100)
     parser.add_argument("--import-items", type=int, default=2_000)
     parser.add_argument("--locomo", type=int, default=10, help="LoCoMo conversations (0: skip)")
-    parser.add_argument("--locomo-filler", type=int, default=0,
-                        help="generated memories beside each LoCoMo conversation in its vault")
+    parser.add_argument(
+        "--locomo-filler", type=int, default=0, help="generated memories beside each LoCoMo conversation in its vault"
+    )
     parser.add_argument("--dsn", default=os.environ.get("MEMVAULT_INDEX_DSN", ""))
     args = parser.parse_args()
     server = None

@@ -48,7 +48,9 @@ def bench_size(size: int, query_count: int, tier: str) -> None:
             started = time.perf_counter()
             report = store.rebuild()
             seconds = time.perf_counter() - started
-            print(f"{size:>7} memories ({tier})  rebuild {seconds:6.2f} s  ({report.memories / seconds:,.0f} memories/s)")
+            print(
+                f"{size:>7} memories ({tier})  rebuild {seconds:6.2f} s  ({report.memories / seconds:,.0f} memories/s)"
+            )
             qs = queries(query_count)
             for q in qs[:20]:
                 store.recall(q, limit=10)  # warm caches

@@ -81,7 +81,9 @@ def remote_admits(dsn: str, count: int) -> tuple[list[float], float]:
         try:
             for i in range(count):
                 start = time.perf_counter()
-                result = agent.persist_completed_turn(f"bench-admit-{i}", f"Bench turn {i} chose column{i} for the index.")
+                result = agent.persist_completed_turn(
+                    f"bench-admit-{i}", f"Bench turn {i} chose column{i} for the index."
+                )
                 samples.append((time.perf_counter() - start) * 1000)
                 assert result.status == "admitted", result
         finally:
@@ -138,7 +140,9 @@ def fdatasync_ms(folder: Path | None, count: int = 50) -> str:
 _FIRST_WORKER = {"rate": 100, "owner": 200, "no-owner": 300}
 
 
-def many_clients(dsn: str, clients: int, admits: int, remembers: int = 0, tag: str = "rate") -> tuple[float, dict, float]:
+def many_clients(
+    dsn: str, clients: int, admits: int, remembers: int = 0, tag: str = "rate"
+) -> tuple[float, dict, float]:
     """(admissions/s over the clients' loops, run together after their start-up; the answers'
     classification counts, checked exactly; the time the first loop started)."""
     folder = Path(tempfile.mkdtemp(prefix=f"memvault-bench-go-{tag}-"))
@@ -198,10 +202,12 @@ def owner_load(dsn: str, root: Path, clients: int, admits: int, remembers: int) 
             lost += got < 1
             duplicated += got > 1
     conflicting = text.count("Or not.")
-    return (f"{new} turns + {facts} facts in the owner's files {drained:.1f} s after the first admit "
-            f"({(new + facts) / drained:.0f}/s); lost {lost}, duplicated {duplicated}, conflicting written {conflicting}; "
-            f"{counts[('new', 'admitted', None)]} admitted, {counts[('retry', 'duplicate', None)]} duplicate, "
-            f"{counts[('conflict', 'failed', 'conflict')]} conflict, {counts[('fact', 'added', None)]} facts added")
+    return (
+        f"{new} turns + {facts} facts in the owner's files {drained:.1f} s after the first admit "
+        f"({(new + facts) / drained:.0f}/s); lost {lost}, duplicated {duplicated}, conflicting written {conflicting}; "
+        f"{counts[('new', 'admitted', None)]} admitted, {counts[('retry', 'duplicate', None)]} duplicate, "
+        f"{counts[('conflict', 'failed', 'conflict')]} conflict, {counts[('fact', 'added', None)]} facts added"
+    )
 
 
 def files_text(root: Path) -> str:
@@ -231,7 +237,9 @@ def admit_to_visible(dsn: str, root: Path, samples: int) -> tuple[list[float], l
             while (seen_search is None or seen_file is None) and time.perf_counter() < deadline:
                 if seen_file is None and any(token in p.read_text() for p in (root / "daily").rglob("*.md")):
                     seen_file = time.perf_counter()
-                if seen_search is None and any(token in hit.text for hit in reader.recall(f"{token} flag", limit=3).hits):
+                if seen_search is None and any(
+                    token in hit.text for hit in reader.recall(f"{token} flag", limit=3).hits
+                ):
                     seen_search = time.perf_counter()
                 time.sleep(0.01)
             searchable.append(((seen_search or deadline) - start) * 1000)
@@ -247,10 +255,16 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--remembers", type=int, default=25, help="per client in the owner load (0: skip it)")
-    parser.add_argument("--pruning-queries", type=int, default=50,
-                        help="questions whose BM25 list is compared with every posting read (0: skip)")
+    parser.add_argument(
+        "--pruning-queries",
+        type=int,
+        default=50,
+        help="questions whose BM25 list is compared with every posting read (0: skip)",
+    )
     parser.add_argument("--dsn", default=None)
-    parser.add_argument("--fsync-dir", default=None, help="a folder on the server's data disk (default: its data_directory)")
+    parser.add_argument(
+        "--fsync-dir", default=None, help="a folder on the server's data disk (default: its data_directory)"
+    )
     args = parser.parse_args()
     server = None
     if args.dsn is None:
@@ -263,7 +277,9 @@ def main() -> int:
     from memvault.vault.config import IndexConfig
 
     versions = server_versions_of(IndexConfig("postgres", NAME, dsn))
-    print(f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; clients on this machine over a Unix socket")
+    print(
+        f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; clients on this machine over a Unix socket"
+    )
     disk = data_folder(dsn, args.fsync_dir)
     owner = MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn})
     started = time.perf_counter()
@@ -279,14 +295,18 @@ def main() -> int:
         print(f"admit → in the owner's files      {ms(in_files)}")
         print(f"remote recall, {args.memories} memories      {ms(remote_recall(dsn, args.queries))}")
         if args.remembers:
-            print(f"owner load, {args.clients} × {args.admits} admits + {args.clients * args.remembers} remembers: "
-                  f"{owner_load(dsn, root, args.clients, args.admits, args.remembers)}")
+            print(
+                f"owner load, {args.clients} × {args.admits} admits + {args.clients * args.remembers} remembers: "
+                f"{owner_load(dsn, root, args.clients, args.admits, args.remembers)}"
+            )
         admits, statements = remote_admits(dsn, args.admits)
         print(f"remote admit                      {ms(admits)}  ({statements:.2f} statements per admit)")
         rate, counts, _ = many_clients(dsn, args.clients, args.admits)
-        print(f"admissions/s, {args.clients} client processes   {rate:9.0f} /s  ({sum(counts.values())} calls, "
-              f"classification exact: {counts[('new', 'admitted', None)]} admitted, "
-              f"{counts[('retry', 'duplicate', None)]} duplicate, {counts[('conflict', 'failed', 'conflict')]} conflict)")
+        print(
+            f"admissions/s, {args.clients} client processes   {rate:9.0f} /s  ({sum(counts.values())} calls, "
+            f"classification exact: {counts[('new', 'admitted', None)]} admitted, "
+            f"{counts[('retry', 'duplicate', None)]} duplicate, {counts[('conflict', 'failed', 'conflict')]} conflict)"
+        )
         print(f"fdatasync right after             {fdatasync_ms(disk)}")
         # the owner drains every turn into its files on this same machine meanwhile; on a team
         # it runs on the home machine, so the rate is measured again with turns left waiting

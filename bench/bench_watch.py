@@ -70,8 +70,10 @@ def bench_latency(root: Path, edits: int) -> None:
             time.sleep(0.3)
         watcher.stop()
         thread.join(10)
-    print(f"  edit → searchable ({edits} saves, debounce 0.2 s): median {ms(statistics.median(latencies))}, "
-          f"p95 {ms(percentile(latencies, 0.95))}, max {ms(max(latencies))}")
+    print(
+        f"  edit → searchable ({edits} saves, debounce 0.2 s): median {ms(statistics.median(latencies))}, "
+        f"p95 {ms(percentile(latencies, 0.95))}, max {ms(max(latencies))}"
+    )
 
 
 def bench_rebuild(root: Path, size: int) -> None:
@@ -79,8 +81,10 @@ def bench_rebuild(root: Path, size: int) -> None:
         started = time.perf_counter()
         report = store.rebuild()
         seconds = time.perf_counter() - started
-    print(f"  rebuild: {report.memories} memories from {report.files} files in {seconds:.1f} s "
-          f"({report.memories / seconds:,.0f} memories/s)")
+    print(
+        f"  rebuild: {report.memories} memories from {report.files} files in {seconds:.1f} s "
+        f"({report.memories / seconds:,.0f} memories/s)"
+    )
 
 
 def bench_incremental(root: Path, runs: int = 15) -> None:
@@ -99,8 +103,10 @@ def bench_incremental(root: Path, runs: int = 15) -> None:
         started = time.perf_counter()
         scan = store.sync()
         full = time.perf_counter() - started
-    print(f"  one edit, sync([path]): median {ms(statistics.median(costs))}, p95 {ms(percentile(costs, 0.95))}; "
-          f"full stat scan with nothing to do: {ms(full)} ({scan.checked} files read)")
+    print(
+        f"  one edit, sync([path]): median {ms(statistics.median(costs))}, p95 {ms(percentile(costs, 0.95))}; "
+        f"full stat scan with nothing to do: {ms(full)} ({scan.checked} files read)"
+    )
 
 
 def main() -> None:

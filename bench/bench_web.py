@@ -87,7 +87,9 @@ def main() -> None:
     try:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         first = {path: fetch(connection, port, token, path) for path in ("/recall?q=warm+up", "/status")}
-        recall = [fetch(connection, port, token, f"/recall?q={quote(QUERIES[i % len(QUERIES)])}") for i in range(args.loads)]
+        recall = [
+            fetch(connection, port, token, f"/recall?q={quote(QUERIES[i % len(QUERIES)])}") for i in range(args.loads)
+        ]
         empty = [fetch(connection, port, token, "/recall") for _ in range(args.loads)]
         status = [fetch(connection, port, token, "/status") for _ in range(args.loads)]
         fresh = [fetch(connection, port, token, "/status?fresh=1") for _ in range(max(5, args.loads // 4))]

@@ -12,11 +12,30 @@ from memvault.vault.note import format_bullet, new_note_text
 SUBJECTS = ["Morgan", "Priya", "Sam", "Lena", "Tomas", "the team", "Acme", "the billing service", "Heron", "the CI"]
 VERBS = ["chose", "moved", "fixed", "reviewed", "planned", "postponed", "deployed", "measured", "documented", "dropped"]
 OBJECTS = [
-    "the deployment color", "the standup time", "the cache warmer", "the staging cluster", "the login page",
-    "the quarterly roadmap", "the export command", "the search backend", "the release notes", "the offsite venue",
-    "the database migration", "the on-call rota", "the feature flags", "the latency budget", "the SSO rollout",
+    "the deployment color",
+    "the standup time",
+    "the cache warmer",
+    "the staging cluster",
+    "the login page",
+    "the quarterly roadmap",
+    "the export command",
+    "the search backend",
+    "the release notes",
+    "the offsite venue",
+    "the database migration",
+    "the on-call rota",
+    "the feature flags",
+    "the latency budget",
+    "the SSO rollout",
 ]
-DETAILS = ["after the retro", "for release {n}", "because of incident {n}", "with help from {s}", "on day {n}", "in sprint {n}"]
+DETAILS = [
+    "after the retro",
+    "for release {n}",
+    "because of incident {n}",
+    "with help from {s}",
+    "on day {n}",
+    "in sprint {n}",
+]
 
 
 def sentence(rng: random.Random, n: int) -> str:

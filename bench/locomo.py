@@ -64,8 +64,9 @@ def turn_text(turn: dict) -> str:
     return " ".join(text.split())
 
 
-def write_vault(root: Path, conversation: dict, provider: str, rerank: dict | None = None,
-                extra: str | None = None) -> None:
+def write_vault(
+    root: Path, conversation: dict, provider: str, rerank: dict | None = None, extra: str | None = None
+) -> None:
     data = default_config_data(mode="journal", time_zone="UTC")
     if provider != "builtin":
         data["memory"]["embeddings"] = {"provider": provider}
@@ -117,15 +118,33 @@ def rankings(store: MemoryStore, question: str, depth: int) -> dict[str, list[st
     return ranked
 
 
-def hybrid(store: MemoryStore, question: str, depth: int, *, today=TODAY, floor: bool = True, rerank: bool = True,
-           extra: bool = True, asked: bool = True):
+def hybrid(
+    store: MemoryStore,
+    question: str,
+    depth: int,
+    *,
+    today=TODAY,
+    floor: bool = True,
+    rerank: bool = True,
+    extra: bool = True,
+    asked: bool = True,
+):
     """memvault's tool-mode recall on the store's index, with the given settings (the reranker
     when `memory.rerank` is configured, unless `rerank` is False; the extra list when
     memory.extraEmbeddings is, unless `extra` is False)."""
     index = store._readable_index()
     reranker = store._reranker() if rerank else None
-    result = recall_tool(index.bm25, store._semantic, question, depth, today=today, floor=floor, reranker=reranker,
-                         extra_list=extra, asked=asked)
+    result = recall_tool(
+        index.bm25,
+        store._semantic,
+        question,
+        depth,
+        today=today,
+        floor=floor,
+        reranker=reranker,
+        extra_list=extra,
+        asked=asked,
+    )
     if result.explain and "rerank" in result.explain:
         RERANK_MS.append(result.explain["rerank"]["ms"])
     return result
@@ -187,8 +206,14 @@ def report(scores: dict) -> None:
     print_differences(scores)
     print_changes(scores)
     print_negatives(scores)
-    worse = [f"{g} @{k}" for k in KS for g in GROUPS if _mean(scores[("hybrid", g, k)]) <= _best_single_mean(scores, g, k)]
-    print("hybrid above both single retrievers everywhere" if not worse else "hybrid NOT above both at: " + ", ".join(worse))
+    worse = [
+        f"{g} @{k}" for k in KS for g in GROUPS if _mean(scores[("hybrid", g, k)]) <= _best_single_mean(scores, g, k)
+    ]
+    print(
+        "hybrid above both single retrievers everywhere"
+        if not worse
+        else "hybrid NOT above both at: " + ", ".join(worse)
+    )
 
 
 def print_changes(scores: dict) -> None:
@@ -207,12 +232,16 @@ def print_changes(scores: dict) -> None:
 
 def print_negatives(scores: dict) -> None:
     """The relevance floor's two sides: negatives answered empty, and what real questions keep."""
-    cells = [f"{kind} {100 * _mean(scores[('negatives', kind, 0)]):.1f}% of {len(scores[('negatives', kind, 0)])}"
-             for kind in ("all", "other conversation", "nonsense")]
+    cells = [
+        f"{kind} {100 * _mean(scores[('negatives', kind, 0)]):.1f}% of {len(scores[('negatives', kind, 0)])}"
+        for kind in ("all", "other conversation", "nonsense")
+    ]
     print("negatives answered empty: " + ", ".join(cells))
     with_floor, without = _mean(scores[("hybrid", "overall", 10)]), _mean(scores[("no floor", "overall", 10)])
-    print(f"recall@10 on real questions: {100 * with_floor:.2f} with the floor, {100 * without:.2f} without "
-          f"({100 * (with_floor - without):+.2f} points)\n")
+    print(
+        f"recall@10 on real questions: {100 * with_floor:.2f} with the floor, {100 * without:.2f} without "
+        f"({100 * (with_floor - without):+.2f} points)\n"
+    )
 
 
 def print_embedding_cost() -> None:
@@ -220,8 +249,10 @@ def print_embedding_cost() -> None:
     (the phases run beside BM25 and each other, so this is the cost on this machine's cores)."""
     for phase, (done, seconds) in sorted(EMBEDDING_COST.items()):
         rate = done / seconds if seconds > 0 else float("nan")
-        print(f"rebuild {phase}: {int(done)} passages in {seconds:.1f} s = {rate:.0f} passages/s "
-              f"({os.cpu_count()} cores, shared)")
+        print(
+            f"rebuild {phase}: {int(done)} passages in {seconds:.1f} s = {rate:.0f} passages/s "
+            f"({os.cpu_count()} cores, shared)"
+        )
 
 
 def print_recall_table(scores: dict) -> None:
@@ -273,8 +304,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--provider", default="builtin", choices=["builtin", "e5-small"])
-    parser.add_argument("--extra", choices=["e5-small"], help="a second model's vectors fused beside the first "
-                        "(memory.extraEmbeddings), measured against the same run without them")
+    parser.add_argument(
+        "--extra",
+        choices=["e5-small"],
+        help="a second model's vectors fused beside the first "
+        "(memory.extraEmbeddings), measured against the same run without them",
+    )
     parser.add_argument("--json", action="store_true", help="also print the raw means as JSON")
     parser.add_argument("--rerank-endpoint", help="a rerank server's route, e.g. http://localhost:8080/v1/rerank")
     parser.add_argument("--rerank-model", default="bge-reranker-v2-m3")
@@ -283,21 +318,31 @@ def main() -> None:
     data = json.loads(args.data.read_text(encoding="utf-8"))
     rerank = None
     if args.rerank_endpoint:
-        rerank = {"provider": "http", "endpoint": args.rerank_endpoint, "model": args.rerank_model,
-                  "format": args.rerank_format, "timeoutMs": 10_000}
+        rerank = {
+            "provider": "http",
+            "endpoint": args.rerank_endpoint,
+            "model": args.rerank_model,
+            "format": args.rerank_format,
+            "timeoutMs": 10_000,
+        }
         VARIANTS["no rerank"] = {"rerank": False}
     if args.extra:
         VARIANTS["no extra"] = {"extra": False}
     scores = evaluate(data, args.provider, rerank, args.extra)
-    print(f"LoCoMo evidence recall, {len(data)} conversations, embeddings: {args.provider}"
-          + (f" + {args.extra} (extra list)" if args.extra else "")
-          + (f", reranker {args.rerank_model}" if rerank else "") + "\n")
+    print(
+        f"LoCoMo evidence recall, {len(data)} conversations, embeddings: {args.provider}"
+        + (f" + {args.extra} (extra list)" if args.extra else "")
+        + (f", reranker {args.rerank_model}" if rerank else "")
+        + "\n"
+    )
     report(scores)
     print_embedding_cost()
     if RERANK_MS:
         ordered = sorted(RERANK_MS)
-        print(f"reranker added {ordered[len(ordered) // 2]:.1f} ms median, {ordered[int(0.95 * len(ordered))]:.1f} ms p95 "
-              f"per recall ({len(ordered)} calls)")
+        print(
+            f"reranker added {ordered[len(ordered) // 2]:.1f} ms median, {ordered[int(0.95 * len(ordered))]:.1f} ms p95 "
+            f"per recall ({len(ordered)} calls)"
+        )
     if args.json:
         print(json.dumps({f"{r}/{g}/@{k}": round(100 * _mean(v), 2) for (r, g, k), v in sorted(scores.items())}))
 

@@ -47,7 +47,8 @@ class SuggestingGroup(ErrorTranslatingGroup):
             path = ctx.command_path
             raise click.UsageError(
                 f"No such command {name!r}. Did you mean {' or '.join(repr(c) for c in close)}?"
-                f" (`{path} --help` lists them all)", ctx
+                f" (`{path} --help` lists them all)",
+                ctx,
             ) from None
 
 
@@ -93,7 +94,9 @@ class CommandGroup(SuggestingGroup):
 def cli(ctx: click.Context, vault_path: Path | None, remote: str | None) -> None:
     """memvault: a memory vault for AI agents, kept as plain markdown you can read, edit and version."""
     if remote is not None and vault_path is not None:
-        raise click.UsageError("give --vault PATH (a folder here) or --remote NAME (a vault on the index server), not both")
+        raise click.UsageError(
+            "give --vault PATH (a folder here) or --remote NAME (a vault on the index server), not both"
+        )
     ctx.obj = {"vault_path": vault_path, "remote": remote}
 
 

@@ -30,7 +30,9 @@ def adopt_replay_command(ctx: click.Context, json_: bool) -> None:
     if json_:
         emit_json(report)
     elif report["adopted"]:
-        click.echo(f"adopted {report['entries']} replay entries into .replay-projection-v1.json; now run `memvault rebuild`")
+        click.echo(
+            f"adopted {report['entries']} replay entries into .replay-projection-v1.json; now run `memvault rebuild`"
+        )
     else:
         click.echo(f"nothing adopted ({report['reason'].replace('_', ' ')})")
 
@@ -51,8 +53,10 @@ def consolidate_command(ctx: click.Context, json_: bool) -> None:
         emit_json(report.to_json())
         return
     state = "updated" if report.changed else "unchanged"
-    click.echo(f"index.md {state}: {report.curated} curated memories ({report.superseded} superseded), "
-               f"{report.entities} entities, {report.duplicate_fact_groups + report.duplicate_entity_groups} duplicate groups")
+    click.echo(
+        f"index.md {state}: {report.curated} curated memories ({report.superseded} superseded), "
+        f"{report.entities} entities, {report.duplicate_fact_groups + report.duplicate_entity_groups} duplicate groups"
+    )
 
 
 SAMPLE_TURN = (
@@ -91,8 +95,10 @@ def capture_test_command(ctx: click.Context, text: str | None, json_: bool) -> N
     if json_:
         emit_json(report)
         return
-    click.echo(f"model: {report['model']}; {report['calls']} call(s), {report['repairs']} repair(s); "
-               f"schema sent as {report['schemaForm']}")
+    click.echo(
+        f"model: {report['model']}; {report['calls']} call(s), {report['repairs']} repair(s); "
+        f"schema sent as {report['schemaForm']}"
+    )
     if report["failure"]:
         click.echo(f"would store nothing: {report['failure']}: {report['problem']}")
         return
@@ -125,7 +131,9 @@ def _capture_test_report(result, model) -> dict:
         report["facts"].append({"action": fact.action, "text": fact.text, "target": fact.target,
                                 "salience": fact.salience, "why": why[fact.action].format(fact.target)})  # fmt: skip
     report["noops"] = [{"index": index, "target": target} for index, target in plan.noops]
-    report["relations"] = [{"from": names.get(a, a), "relation": r, "to": names.get(b, b)} for a, r, b in plan.relations]
+    report["relations"] = [
+        {"from": names.get(a, a), "relation": r, "to": names.get(b, b)} for a, r, b in plan.relations
+    ]
     return report
 
 

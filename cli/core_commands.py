@@ -16,20 +16,47 @@ from memvault.cli.fact_args import FactCommand, parse_at
 
 @cli.command("init")
 @click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--mode", type=click.Choice(["lite", "journal", "bujo"]), default="journal", show_default=True,
-              help="Memory tier: lite (BM25 only, never embeds), journal (hybrid recall with the builtin "
-                   "offline embeddings), bujo (journal plus LLM capture; edit the llm block it writes).")
-@click.option("--time-zone", "time_zone", default=None,
-              help="IANA zone for bullet times (default: this machine's zone, else UTC).")
-@click.option("--index", "index", type=click.Choice(["local", "postgres"]), default="local", show_default=True,
-              help="Where the derived index lives: .index/ (Tantivy + hnswlib), or a PostgreSQL 16+ server with "
-                   "pgvector, reached through MEMVAULT_INDEX_DSN or libpq's service and password files.")
-@click.option("--index-name", "index_name", default=None, metavar="NAME",
-              help="The vault's name on the index server (default: the folder's name).")
+@click.option(
+    "--mode",
+    type=click.Choice(["lite", "journal", "bujo"]),
+    default="journal",
+    show_default=True,
+    help="Memory tier: lite (BM25 only, never embeds), journal (hybrid recall with the builtin "
+    "offline embeddings), bujo (journal plus LLM capture; edit the llm block it writes).",
+)
+@click.option(
+    "--time-zone",
+    "time_zone",
+    default=None,
+    help="IANA zone for bullet times (default: this machine's zone, else UTC).",
+)
+@click.option(
+    "--index",
+    "index",
+    type=click.Choice(["local", "postgres"]),
+    default="local",
+    show_default=True,
+    help="Where the derived index lives: .index/ (Tantivy + hnswlib), or a PostgreSQL 16+ server with "
+    "pgvector, reached through MEMVAULT_INDEX_DSN or libpq's service and password files.",
+)
+@click.option(
+    "--index-name",
+    "index_name",
+    default=None,
+    metavar="NAME",
+    help="The vault's name on the index server (default: the folder's name).",
+)
 @json_option
 @click.pass_context
-def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: str | None, index: str,
-                 index_name: str | None, json_: bool) -> None:
+def init_command(
+    ctx: click.Context,
+    path: Path | None,
+    mode: str,
+    time_zone: str | None,
+    index: str,
+    index_name: str | None,
+    json_: bool,
+) -> None:
     """Create a vault in PATH (default: the current folder)."""
     from memvault.vault.config import default_config_data, render_config
     from memvault.vault.init import host_time_zone, init_vault
@@ -51,18 +78,30 @@ def init_command(ctx: click.Context, path: Path | None, mode: str, time_zone: st
     else:
         click.echo(f"Created a {mode} vault in {root.resolve()} ({', '.join(created)}).")
     if unindexed:
-        click.echo(f"warning: {unindexed}; the vault is made: run `memvault rebuild` once the index is reachable",
-                   err=True)
+        click.echo(
+            f"warning: {unindexed}; the vault is made: run `memvault rebuild` once the index is reachable", err=True
+        )
 
 
 @cli.command("remember", cls=FactCommand)
 @click.argument("text", required=False)
-@click.option("--at", "at_", default=None, metavar="WHEN",
-              help="When it happened: ISO-8601 with an offset (2026-11-30T14:03:00+01:00), or a date (2026-11-30) "
-                   "for the start of that day in the vault's zone. Default: now.")
-@click.option("--from", "from_", type=click.File("rb"), default=None, metavar="FILE",
-              help='Bulk import: JSON lines {"text": ..., "at": ISO-8601 (optional)} from FILE (- for stdin); '
-                   "idempotent per line.")
+@click.option(
+    "--at",
+    "at_",
+    default=None,
+    metavar="WHEN",
+    help="When it happened: ISO-8601 with an offset (2026-11-30T14:03:00+01:00), or a date (2026-11-30) "
+    "for the start of that day in the vault's zone. Default: now.",
+)
+@click.option(
+    "--from",
+    "from_",
+    type=click.File("rb"),
+    default=None,
+    metavar="FILE",
+    help='Bulk import: JSON lines {"text": ..., "at": ISO-8601 (optional)} from FILE (- for stdin); '
+    "idempotent per line.",
+)
 @json_option
 @click.pass_context
 def remember_command(ctx: click.Context, text: str | None, at_: str | None, from_, json_: bool) -> None:
@@ -78,7 +117,7 @@ def remember_command(ctx: click.Context, text: str | None, at_: str | None, from
         raise click.UsageError("give either TEXT or --from FILE")
     if from_ is not None:
         if at_:
-            raise click.UsageError("--at applies to TEXT; in --from lines give each its own \"at\"")
+            raise click.UsageError('--at applies to TEXT; in --from lines give each its own "at"')
         _remember_lines(ctx, from_, json_)
         return
     with open_store(ctx, engine=True) as store:
@@ -105,8 +144,10 @@ def _remember_lines(ctx: click.Context, stream, json_: bool) -> None:
         emit_json(body)
     else:
         counts = body["counts"]
-        click.echo(f"{counts['added']} added, {counts['duplicate']} duplicate, {counts['completed']} completed, "
-                   f"{counts['refused']} refused (of {body['lines']} lines)")
+        click.echo(
+            f"{counts['added']} added, {counts['duplicate']} duplicate, {counts['completed']} completed, "
+            f"{counts['refused']} refused (of {body['lines']} lines)"
+        )
         for row in body["refused"]:
             click.echo(f"  line {row['line']}: {row['message']}", err=True)
     if body["refused"]:
@@ -116,16 +157,27 @@ def _remember_lines(ctx: click.Context, stream, json_: bool) -> None:
 @cli.command("search")
 @click.argument("query")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 100), help="Most hits to return.")
-@click.option("--mode", type=click.Choice(["tool", "auto"]), default="tool", show_default=True,
-              help="tool: up to --limit hits; auto: what a host injects (gated, at most 5).")
+@click.option(
+    "--mode",
+    type=click.Choice(["tool", "auto"]),
+    default="tool",
+    show_default=True,
+    help="tool: up to --limit hits; auto: what a host injects (gated, at most 5).",
+)
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score.")
-@click.option("--across", "across", default=None, metavar="NAME[,NAME…]",
-              help="Search these vaults on the index server (MEMVAULT_INDEX_DSN) as one fused list, each hit "
-                   "naming its vault; only vaults your role may read. Needs no vault folder.")
+@click.option(
+    "--across",
+    "across",
+    default=None,
+    metavar="NAME[,NAME…]",
+    help="Search these vaults on the index server (MEMVAULT_INDEX_DSN) as one fused list, each hit "
+    "naming its vault; only vaults your role may read. Needs no vault folder.",
+)
 @json_option
 @click.pass_context
-def search_command(ctx: click.Context, query: str, limit: int, mode: str, explain: bool, across: str | None,
-                   json_: bool) -> None:
+def search_command(
+    ctx: click.Context, query: str, limit: int, mode: str, explain: bool, across: str | None, json_: bool
+) -> None:
     """Search curated memories."""
     if across is not None:
         _search_across(across, query, limit, mode, explain, json_)
@@ -176,7 +228,9 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
     if json_:
         emit_json(report.to_json())
         return
-    click.echo(f"Rebuilt {report.generation}: {report.memories} memories from {report.files} files in {report.seconds}s.")
+    click.echo(
+        f"Rebuilt {report.generation}: {report.memories} memories from {report.files} files in {report.seconds}s."
+    )
     for problem in report.problems:
         click.echo(f"  warning: {problem}", err=True)
 
@@ -197,15 +251,25 @@ def validate_command(ctx: click.Context, json_: bool) -> None:
 
         problems = check_server(config.index)
     if json_:
-        emit_json({"valid": not problems, "vault": str(root), "mode": config.memory.mode,
-                   "writeMode": config.memory.write_mode, "index": config.index.backend,
-                   "problems": problems, "source": config.source})
+        emit_json(
+            {
+                "valid": not problems,
+                "vault": str(root),
+                "mode": config.memory.mode,
+                "writeMode": config.memory.write_mode,
+                "index": config.index.backend,
+                "problems": problems,
+                "source": config.source,
+            }
+        )
     elif problems:
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
     else:
-        click.echo(f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}"
-                   f"{', index on ' + config.index.backend if config.index.backend != 'local' else ''}).")
+        click.echo(
+            f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}"
+            f"{', index on ' + config.index.backend if config.index.backend != 'local' else ''})."
+        )
     if problems:
         ctx.exit(1)
 
@@ -220,4 +284,3 @@ def _import_progress(log, total: int):
         reported[0] = done
 
     return progress
-

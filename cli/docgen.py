@@ -28,8 +28,13 @@ def render() -> str:
     parts = [HEADER]
     for path, command in _walk(cli, ["memvault"]):
         # the group's help names (-h, --help) on every page, however click cached the option before
-        with click.Context(command, info_name=" ".join(path), terminal_width=88, max_content_width=88,
-                           help_option_names=cli.context_settings.get("help_option_names", ["--help"])) as ctx:
+        with click.Context(
+            command,
+            info_name=" ".join(path),
+            terminal_width=88,
+            max_content_width=88,
+            help_option_names=cli.context_settings.get("help_option_names", ["--help"]),
+        ) as ctx:
             help_text = command.get_help(ctx)
         level = "#" * min(2 + len(path) - 1, 4)
         parts.append(f"\n{level} `{' '.join(path)}`\n\n```text\n{help_text}\n```\n")

@@ -31,9 +31,18 @@ def register_face(name: str, face: Callable) -> None:
     FACES[name] = face
 
 
-def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounce: float = 0.2,
-              compact_after: float = 60.0, consolidate_every: float | None = 3600.0, faces=(),
-              face_options: dict | None = None) -> None:
+def run_owner(
+    ctx: click.Context,
+    role: str,
+    *,
+    report=None,
+    ready=None,
+    debounce: float = 0.2,
+    compact_after: float = 60.0,
+    consolidate_every: float | None = 3600.0,
+    faces=(),
+    face_options: dict | None = None,
+) -> None:
     """Own the vault in the foreground until Ctrl-C, SIGTERM or `memvault engine stop`."""
     from memvault.cli.watch_commands import crash_hook_from_env
     from memvault.indexer.maintenance.collector import settle_for_a_resident_owner
@@ -44,8 +53,9 @@ def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounc
     if not os.access(store.layout.root, os.W_OK):
         raise click.ClickException(f"{store.layout.root} is read-only: memvault {role} needs to write the index")
     hook = crash_hook_from_env()
-    owner = Owner(store, role=role, log=lambda message: click.echo(f"memvault {role}: {message}", err=True),
-                  crash_hook=hook)
+    owner = Owner(
+        store, role=role, log=lambda message: click.echo(f"memvault {role}: {message}", err=True), crash_hook=hook
+    )
     try:
         owner.start()
     except BaseException:
@@ -53,20 +63,29 @@ def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounc
         raise
     for name in faces:
         face = FACES[name]
-        owner.add_face(lambda owner_, stop_, face=face: face(owner_, stop_, face_options or {}),
-                       name=f"memvault-face-{name}")
+        owner.add_face(
+            lambda owner_, stop_, face=face: face(owner_, stop_, face_options or {}), name=f"memvault-face-{name}"
+        )
     settle_for_a_resident_owner()
     on_ready = None if ready is None else (lambda: ready(store.layout.root))
-    watcher = Watcher(store, debounce=debounce, compact_after=compact_after, on_batch=report, on_ready=on_ready,
-                      hook=hook, consolidate_every=consolidate_every)
+    watcher = Watcher(
+        store,
+        debounce=debounce,
+        compact_after=compact_after,
+        on_batch=report,
+        on_ready=on_ready,
+        hook=hook,
+        consolidate_every=consolidate_every,
+    )
     stop = threading.Event()
 
     def request_stop(*_args) -> None:
         stop.set()
         watcher.queue.wake()
 
-    threading.Thread(target=lambda: (owner.stop_requested.wait(), request_stop()), daemon=True,
-                     name="memvault-stop-request").start()
+    threading.Thread(
+        target=lambda: (owner.stop_requested.wait(), request_stop()), daemon=True, name="memvault-stop-request"
+    ).start()
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         watcher.run(stop)
@@ -78,10 +97,20 @@ def run_owner(ctx: click.Context, role: str, *, report=None, ready=None, debounc
 
 
 @cli.command("serve")
-@click.option("--face", "faces", multiple=True, type=click.Choice(sorted(FACES)) if FACES else str,
-              help="An extra face of the owner to run (registered by its module), e.g. web.")
-@click.option("--web-port", type=click.IntRange(0, 65535), default=8765, show_default=True,
-              help="Port of the web face on 127.0.0.1 and [::1] (0: any free port).")
+@click.option(
+    "--face",
+    "faces",
+    multiple=True,
+    type=click.Choice(sorted(FACES)) if FACES else str,
+    help="An extra face of the owner to run (registered by its module), e.g. web.",
+)
+@click.option(
+    "--web-port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="Port of the web face on 127.0.0.1 and [::1] (0: any free port).",
+)
 @click.pass_context
 def serve_command(ctx: click.Context, faces: tuple[str, ...], web_port: int) -> None:
     """Run the vault's owner in the foreground until interrupted (Ctrl-C / SIGTERM).
@@ -93,8 +122,9 @@ def serve_command(ctx: click.Context, faces: tuple[str, ...], web_port: int) -> 
     """
     unknown = [name for name in faces if name not in FACES]
     if unknown:
-        raise click.BadParameter(f"no face named {unknown[0]!r}; known: {', '.join(sorted(FACES)) or 'none'}",
-                                 param_hint="--face")
+        raise click.BadParameter(
+            f"no face named {unknown[0]!r}; known: {', '.join(sorted(FACES)) or 'none'}", param_hint="--face"
+        )
 
     def ready(root) -> None:
         click.echo(f"serving {root} (Ctrl-C to stop)", err=True)
@@ -128,14 +158,20 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
     if owner is None:
         stale = read_status(root)
         holder = fence_holder_pid(root)  # a live owner whose socket was deleted still holds the vault
-        body = {"running": False, "vault": str(root), "socket": str(socket_path(root)),
-                "staleStatus": stale if stale and not pid_alive(stale.get("pid")) else None,
-                "unreachableOwner": holder if holder is not None and pid_alive(holder) else None}
+        body = {
+            "running": False,
+            "vault": str(root),
+            "socket": str(socket_path(root)),
+            "staleStatus": stale if stale and not pid_alive(stale.get("pid")) else None,
+            "unreachableOwner": holder if holder is not None and pid_alive(holder) else None,
+        }
         if json_:
             emit_json(body)
         elif body["unreachableOwner"]:
-            click.echo(f"pid {holder} holds {root} but no engine answers on its socket: an owner binds it "
-                       "again within 5 s (if it does not: memvault engine stop --force)")
+            click.echo(
+                f"pid {holder} holds {root} but no engine answers on its socket: an owner binds it "
+                "again within 5 s (if it does not: memvault engine stop --force)"
+            )
         else:
             click.echo(f"no engine runs for {root}; commands work in-process (start one: memvault serve)")
             if body["staleStatus"]:
@@ -149,8 +185,10 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
     click.echo(f"engine pid {status['pid']} ({status['role']}) owns {status['vault']} since {status['startedAt']}")
     click.echo(f"  socket {status['socket']}, protocol {status['protocol']}, memvault {status['version']}")
     worker = status["intake"].get("worker") or {}
-    click.echo(f"  intake: {counts['pending']} pending ({counts['due']} due), worker "
-               f"{'running' if worker.get('running') else 'NOT running'}")
+    click.echo(
+        f"  intake: {counts['pending']} pending ({counts['due']} due), worker "
+        f"{'running' if worker.get('running') else 'NOT running'}"
+    )
     if status.get("vectors"):
         click.echo(f"  vectors: {status['vectors']}")
     for repair in status.get("repairs", []):
@@ -158,7 +196,9 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
 
 
 @engine_group.command("stop")
-@click.option("--force", is_flag=True, help="If the owner does not answer or does not stop, kill it (SIGTERM, then SIGKILL).")
+@click.option(
+    "--force", is_flag=True, help="If the owner does not answer or does not stop, kill it (SIGTERM, then SIGKILL)."
+)
 @json_option
 @click.pass_context
 def engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
@@ -186,12 +226,16 @@ def engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
             _say(json_, {"stopped": True, "pid": pid}, f"engine pid {pid} stopped")
             return
         if not force:
-            raise click.ClickException(f"engine pid {pid} did not stop within {_STOP_WAIT_SECONDS:g} s: "
-                                       "run `memvault engine stop --force`")
+            raise click.ClickException(
+                f"engine pid {pid} did not stop within {_STOP_WAIT_SECONDS:g} s: run `memvault engine stop --force`"
+            )
     signal_used = _kill(pid)
     _clean_status(root, pid)
-    _say(json_, {"stopped": True, "pid": pid, "forced": True, "signal": signal_used},
-         f"engine pid {pid} killed ({signal_used}); admitted turns stay pending for the next owner")
+    _say(
+        json_,
+        {"stopped": True, "pid": pid, "forced": True, "signal": signal_used},
+        f"engine pid {pid} killed ({signal_used}); admitted turns stay pending for the next owner",
+    )
 
 
 def _wait_gone(root: Path, timeout: float) -> bool:
@@ -228,8 +272,10 @@ def _kill(pid) -> str:
     from memvault.vault.locks import pid_alive, process_stopped
 
     if not isinstance(pid, int) or not pid_alive(pid):
-        raise click.ClickException("the owner's pid is unknown (no live process named by .locks/engine.json "
-                                   "or holding the vault's lock): find it with `ps` and stop it by hand")
+        raise click.ClickException(
+            "the owner's pid is unknown (no live process named by .locks/engine.json "
+            "or holding the vault's lock): find it with `ps` and stop it by hand"
+        )
     if not process_stopped(pid):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + _KILL_GRACE_SECONDS
@@ -263,4 +309,3 @@ def _say(json_: bool, body: dict, line: str) -> None:
     else:
         click.echo(line)
     sys.stdout.flush()
-

@@ -63,8 +63,10 @@ def safe_message(message: str) -> str:
 
     kind = find_credential(message)
     if kind is not None:
-        return (f"an argument looks like it contains {kind}, so it is not repeated here, and it was not "
-                "stored. Remove the secret; to pass text that starts with '-', put it after `--`.")
+        return (
+            f"an argument looks like it contains {kind}, so it is not repeated here, and it was not "
+            "stored. Remove the secret; to pass text that starts with '-', put it after `--`."
+        )
     return printable(message)
 
 
@@ -74,8 +76,10 @@ def undecodable_argument(args: list[str]) -> str | None:
         bad = next((i for i, ch in enumerate(arg) if "\udc80" <= ch <= "\udcff"), None)
         if bad is not None:
             byte = ord(arg[bad]) - 0xDC00
-            return (f"argument {number} is not valid UTF-8 (byte 0x{byte:02x} at character {bad + 1}); "
-                    "memvault stores text as UTF-8: re-encode it (e.g. `iconv -t UTF-8`) and try again")
+            return (
+                f"argument {number} is not valid UTF-8 (byte 0x{byte:02x} at character {bad + 1}); "
+                "memvault stores text as UTF-8: re-encode it (e.g. `iconv -t UTF-8`) and try again"
+            )
     return None
 
 

@@ -24,8 +24,10 @@ class FactCommand(click.Command):
         try:
             return super().parse_args(ctx, text_after_dashes(args, self._value_options(ctx)))
         except click.NoSuchOption as exc:
-            hint = (f"{exc.format_message()} To store text that starts with '-', put `--` before it:"
-                    f" `{ctx.command_path} -- '{exc.option_name}…'`.")
+            hint = (
+                f"{exc.format_message()} To store text that starts with '-', put `--` before it:"
+                f" `{ctx.command_path} -- '{exc.option_name}…'`."
+            )
             raise click.UsageError(hint, ctx) from None
 
     def _value_options(self, ctx: click.Context) -> set[str]:
@@ -83,4 +85,3 @@ def _zone(name: str):
     from zoneinfo import ZoneInfo
 
     return ZoneInfo(name)
-

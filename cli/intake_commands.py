@@ -38,9 +38,13 @@ def _now():
 
 
 @cli.command("admit")
-@click.option("--wait", "wait", is_flag=True,
-              help="With an owner running: answer once the turn is projected (at most 10 s), for scripts "
-                   "that search right after.")
+@click.option(
+    "--wait",
+    "wait",
+    is_flag=True,
+    help="With an owner running: answer once the turn is projected (at most 10 s), for scripts "
+    "that search right after.",
+)
 @click.pass_context
 def admit_command(ctx: click.Context, wait: bool) -> None:
     """Admit one completed turn read as JSON on stdin; print the result as JSON.
@@ -132,8 +136,10 @@ def _projection_failure(root: Path, intake_id: str) -> str | None:
     except (VaultError, OSError, ValueError):
         return None
     why = f": {found[0]}. Fix: {found[1]}" if found else ""
-    return (f"admitted, but projecting it failed ({record.failure}){why}; it is retried by itself "
-            f"(`memvault health` reports it until it is projected)")
+    return (
+        f"admitted, but projecting it failed ({record.failure}){why}; it is retried by itself "
+        f"(`memvault health` reports it until it is projected)"
+    )
 
 
 def _state_of(root: Path, intake_id: str) -> str:
@@ -183,10 +189,12 @@ def inspect_command(ctx: click.Context, intake_id: str | None, json_: bool) -> N
 def _capture_line(capture: dict) -> str:
     if capture["problem"]:
         return f"capture: {capture['problem']}"
-    return (f"capture (last {capture['runs']} runs): {capture['added']} added, {capture['updated']} updated, "
-            f"{capture['superseded']} superseded, {capture['noops']} no-op; {capture['emptyExtractions']} empty "
-            f"extractions ({capture['emptySubstantive']} of substantive turns); {capture['calls']} model calls, "
-            f"{capture['repairs']} repairs")
+    return (
+        f"capture (last {capture['runs']} runs): {capture['added']} added, {capture['updated']} updated, "
+        f"{capture['superseded']} superseded, {capture['noops']} no-op; {capture['emptyExtractions']} empty "
+        f"extractions ({capture['emptySubstantive']} of substantive turns); {capture['calls']} model calls, "
+        f"{capture['repairs']} repairs"
+    )
 
 
 def _print_entry(entry: dict) -> None:

@@ -24,17 +24,33 @@ _MCP_NAME_RE = re.compile(r"\bfromDate\b|\bthroughDate\b|\btimeZone\b|\{cursor\}
 @cli.command("journal")
 @click.argument("from_date", metavar="[FROM]", required=False)
 @click.argument("through_date", metavar="[THROUGH]", required=False)
-@click.option("--tz", "time_zone", default=None, metavar="ZONE",
-              help="IANA zone FROM and THROUGH are local dates in (e.g. Europe/Amsterdam). Default: the vault's "
-                   "own zone (memory.timeZone in its config); never the machine's.")
+@click.option(
+    "--tz",
+    "time_zone",
+    default=None,
+    metavar="ZONE",
+    help="IANA zone FROM and THROUGH are local dates in (e.g. Europe/Amsterdam). Default: the vault's "
+    "own zone (memory.timeZone in its config); never the machine's.",
+)
 @click.option("--limit", type=int, default=None, help="Entries per page: default 10, at most 25.")
-@click.option("--cursor", default=None,
-              help="Continue from a previous page's cursor (give nothing else: range and limit are fixed).")
+@click.option(
+    "--cursor",
+    default=None,
+    help="Continue from a previous page's cursor (give nothing else: range and limit are fixed).",
+)
 @click.option("--all", "all_pages", is_flag=True, help="Print every page of the snapshot (up to 1,000 entries).")
 @json_option
 @click.pass_context
-def journal_command(ctx: click.Context, from_date: str | None, through_date: str | None, time_zone: str | None,
-                    limit: int | None, cursor: str | None, all_pages: bool, json_: bool) -> None:
+def journal_command(
+    ctx: click.Context,
+    from_date: str | None,
+    through_date: str | None,
+    time_zone: str | None,
+    limit: int | None,
+    cursor: str | None,
+    all_pages: bool,
+    json_: bool,
+) -> None:
     """List curated memories from FROM through THROUGH (inclusive local dates in --tz), oldest first.
 
     FROM and THROUGH are YYYY-MM-DD; without --tz they are dates in the vault's configured zone.
@@ -95,8 +111,9 @@ def _merged(pages) -> dict:
 def _print(pages, kept: bool) -> None:
     first = pages[0]
     span = first.range
-    click.echo(f"{span['fromDate']} .. {span['throughDate']} in {span['timeZone']}"
-               f"  [{span['utcStart']}, {span['utcEnd']})")
+    click.echo(
+        f"{span['fromDate']} .. {span['throughDate']} in {span['timeZone']}  [{span['utcStart']}, {span['utcEnd']})"
+    )
     if first.no_data:
         click.echo("No memories in this range (noData).")
         return
@@ -116,8 +133,14 @@ def _print(pages, kept: bool) -> None:
 def _print_coverage(coverage: dict) -> None:
     if coverage["stoppedBy"]:
         cap = "1,000-entry" if coverage["stoppedBy"] == "entry_cap" else "2 MiB"
-        click.echo(f"incomplete: the scan stopped at the {cap} snapshot cap; ask again from"
-                   f" {coverage['resumeFromDate']} for the rest", err=True)
+        click.echo(
+            f"incomplete: the scan stopped at the {cap} snapshot cap; ask again from"
+            f" {coverage['resumeFromDate']} for the rest",
+            err=True,
+        )
     if coverage["incompleteNotes"]:
-        click.echo(f"incomplete: notes that could not be read whole: {', '.join(coverage['incompleteNotes'])}"
-                   " (run `memvault health`)", err=True)
+        click.echo(
+            f"incomplete: notes that could not be read whole: {', '.join(coverage['incompleteNotes'])}"
+            " (run `memvault health`)",
+            err=True,
+        )

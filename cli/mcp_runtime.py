@@ -74,8 +74,12 @@ SCHEMAS = {
             "action": {"type": "string", "enum": ["add", "replace", "remove"]},
             "target": {"type": "string", "enum": ["USER", "MEMORY"]},
             "content": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "The new entry, one line."},
-            "oldText": {"type": "string", "minLength": 1, "maxLength": 4096,
-                        "description": "replace/remove: the entry's exact text, or a unique part of it."},
+            "oldText": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 4096,
+                "description": "replace/remove: the entry's exact text, or a unique part of it.",
+            },
             "importance": {"type": "integer", "minimum": 1, "maximum": 5, "description": "1-5, default 3."},
         },
         "required": ["action", "target"],
@@ -101,8 +105,12 @@ SCHEMAS = {
         "type": "object",
         "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
-            "memoryBodyIds": {"type": "array", "items": _ID, "maxItems": 16,
-                              "description": "Optional: only these spaces (ids from SpaceList)."},
+            "memoryBodyIds": {
+                "type": "array",
+                "items": _ID,
+                "maxItems": 16,
+                "description": "Optional: only these spaces (ids from SpaceList).",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -148,9 +156,9 @@ def runtime_memory(service, _turn, arguments: Mapping) -> dict:
     only(arguments, ("action", "target", "content", "oldText", "importance"), RUNTIME)
     action, target = arguments.get("action"), arguments.get("target")
     if action not in ("add", "replace", "remove"):
-        raise ArgumentProblem("action must be \"add\", \"replace\" or \"remove\"")
+        raise ArgumentProblem('action must be "add", "replace" or "remove"')
     if target not in ("USER", "MEMORY"):
-        raise ArgumentProblem("target must be \"USER\" (facts about the user) or \"MEMORY\" (working rules)")
+        raise ArgumentProblem('target must be "USER" (facts about the user) or "MEMORY" (working rules)')
     importance = arguments.get("importance")
     if importance is not None and (not isinstance(importance, int) or isinstance(importance, bool)
                                    or not 1 <= importance <= 5):  # fmt: skip

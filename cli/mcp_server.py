@@ -215,12 +215,24 @@ def _resource_uris(session: VaultSession) -> list[str]:
 
 def _resource(types, uri: str):
     if uri == WAKE_URI:
-        return types.Resource(name="wake", uri=uri, mime_type="text/markdown", description=(
-            "The Wake snapshot: the complete, revisioned USER/MEMORY state plus bounded covers of documents and"
-            " memory spaces. Append it as a new message only when it changed (notifications/resources/updated)."))
-    return types.Resource(name="protocol", uri=uri, mime_type="text/markdown", description=(
-        "The static Runtime Memory protocol and routing guidance for the system prompt; byte-identical across"
-        " memory writes."))
+        return types.Resource(
+            name="wake",
+            uri=uri,
+            mime_type="text/markdown",
+            description=(
+                "The Wake snapshot: the complete, revisioned USER/MEMORY state plus bounded covers of documents and"
+                " memory spaces. Append it as a new message only when it changed (notifications/resources/updated)."
+            ),
+        )
+    return types.Resource(
+        name="protocol",
+        uri=uri,
+        mime_type="text/markdown",
+        description=(
+            "The static Runtime Memory protocol and routing guidance for the system prompt; byte-identical across"
+            " memory writes."
+        ),
+    )
 
 
 def _tool(types, session: VaultSession, name: str):

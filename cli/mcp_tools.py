@@ -63,7 +63,7 @@ DESCRIPTIONS = {
         " retrospectives ('what did we work on from Sep 1 to Sep 7?'). First call: fromDate and"
         " throughDate (inclusive, YYYY-MM-DD) and timeZone (the user's IANA zone, e.g."
         " 'Europe/Amsterdam'; never guess it: ask if unknown), optional limit (default 10, max 25); at"
-        " most 31 days. To see more, call again with ONLY {{\"cursor\": <cursor from the last page>}};"
+        ' most 31 days. To see more, call again with ONLY {{"cursor": <cursor from the last page>}};'
         " each cursor works once. `noData: true` means the range holds no memories. `coverage` says"
         " whether the scan was complete. Not exact execution evidence: {session_history}"
         " for exact tool inputs, results and failures; use MemoryRecall for a targeted question. Read-only."
@@ -95,10 +95,19 @@ SCHEMAS = {
     RECALL: {
         "type": "object",
         "properties": {
-            "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
-                      "description": "One targeted question or topic, in natural language."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL_LIMIT, "default": DEFAULT_RECALL_LIMIT,
-                      "description": "Most hits to return."},
+            "query": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_QUERY_CHARS,
+                "description": "One targeted question or topic, in natural language.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_RECALL_LIMIT,
+                "default": DEFAULT_RECALL_LIMIT,
+                "description": "Most hits to return.",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -106,13 +115,27 @@ SCHEMAS = {
     JOURNAL: {
         "type": "object",
         "properties": {
-            "fromDate": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$",
-                         "description": "First local calendar date, inclusive (first call only)."},
-            "throughDate": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$",
-                            "description": "Last local calendar date, inclusive (first call only)."},
-            "timeZone": {"type": "string", "description": "IANA zone of the dates, e.g. 'America/St_Johns' (first call only)."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 25, "default": 10,
-                      "description": "Entries per page (first call only)."},
+            "fromDate": {
+                "type": "string",
+                "pattern": r"^\d{4}-\d{2}-\d{2}$",
+                "description": "First local calendar date, inclusive (first call only).",
+            },
+            "throughDate": {
+                "type": "string",
+                "pattern": r"^\d{4}-\d{2}-\d{2}$",
+                "description": "Last local calendar date, inclusive (first call only).",
+            },
+            "timeZone": {
+                "type": "string",
+                "description": "IANA zone of the dates, e.g. 'America/St_Johns' (first call only).",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 25,
+                "default": 10,
+                "description": "Entries per page (first call only).",
+            },
             "cursor": {"type": "string", "description": "Continue: the cursor of the previous page, given alone."},
         },
         "additionalProperties": False,
@@ -120,8 +143,12 @@ SCHEMAS = {
     REMEMBER: {
         "type": "object",
         "properties": {
-            "text": {"type": "string", "minLength": 1, "maxLength": MAX_REMEMBER_CHARS,
-                     "description": "The fact to remember, as one self-contained sentence."},
+            "text": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_REMEMBER_CHARS,
+                "description": "The fact to remember, as one self-contained sentence.",
+            },
         },
         "required": ["text"],
         "additionalProperties": False,
@@ -130,7 +157,9 @@ SCHEMAS = {
 
 SCHEMAS.update(mcp_runtime.SCHEMAS)
 
-READ_ONLY = {RECALL: True, JOURNAL: True, REMEMBER: False} | {n: True for n in READ_TOOLS} | {n: False for n in WRITE_TOOLS}
+READ_ONLY = (
+    {RECALL: True, JOURNAL: True, REMEMBER: False} | {n: True for n in READ_TOOLS} | {n: False for n in WRITE_TOOLS}
+)
 #: tools whose calls may change the Wake snapshot (the server then tells subscribers)
 WRITES = frozenset((REMEMBER, *WRITE_TOOLS))
 
@@ -179,7 +208,9 @@ class VaultSession:
                 self._prepare()
         except Exception as exc:  # a bug or a broken install must degrade the answers, not kill the server
             self.config = self.store = None
-            self.problem = f"memory is unavailable: internal error while opening the vault ({type(exc).__name__}: {exc})"
+            self.problem = (
+                f"memory is unavailable: internal error while opening the vault ({type(exc).__name__}: {exc})"
+            )
             self.notes.append(self.problem)
         finally:
             self._ready.set()
@@ -197,8 +228,9 @@ class VaultSession:
             self.notes.append(self.problem)
             return
         try:  # the vault's owner when none runs (it drains the intake), else a client of the owner
-            self.attached = owner_or_client(self.root, self._env, role="mcp", log=self.notes.append,
-                                            calls_lock=self._calls)
+            self.attached = owner_or_client(
+                self.root, self._env, role="mcp", log=self.notes.append, calls_lock=self._calls
+            )
             self.store = self.attached.store
             if self.attached.note:
                 self.notes.append(self.attached.note)
@@ -269,8 +301,10 @@ class VaultSession:
         `turn_id`: the executing agent turn the host named in `_meta` (None: the implicit turn)."""
         self.wait_ready()
         if name not in self.offered_tools():
-            return tool_error("unknown_tool", f"no tool named {name[:64]!r} is offered; the tools are"
-                              f" {', '.join(self.offered_tools())}")
+            return tool_error(
+                "unknown_tool",
+                f"no tool named {name[:64]!r} is offered; the tools are {', '.join(self.offered_tools())}",
+            )
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, Mapping):
@@ -288,7 +322,9 @@ class VaultSession:
             return tool_error(exc.code, str(exc))
         except Exception as exc:  # never a crash: the model gets an error it can report
             traceback.print_exc(file=sys.stderr)
-            return tool_error("internal_error", f"{name} failed unexpectedly ({type(exc).__name__}); see the server's stderr")
+            return tool_error(
+                "internal_error", f"{name} failed unexpectedly ({type(exc).__name__}); see the server's stderr"
+            )
 
     def _runtime_call(self, name: str, arguments: Mapping, turn_id: object) -> ToolOutcome:
         from memvault.indexer.runtime.turns import InvalidTurnId, check_turn_id
@@ -337,12 +373,16 @@ def _recall(session: VaultSession, arguments: Mapping) -> ToolOutcome:
     if not query or not query.strip():
         raise ToolArgumentError("query is required: one targeted question as text")
     if len(query) > MAX_QUERY_CHARS:
-        raise ToolArgumentError(f"query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}: ask one targeted question")
+        raise ToolArgumentError(
+            f"query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}: ask one targeted question"
+        )
     limit = arguments.get("limit", DEFAULT_RECALL_LIMIT)
     if limit is None:
         limit = DEFAULT_RECALL_LIMIT
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_RECALL_LIMIT:
-        raise ToolArgumentError(f"limit must be a whole number from 1 to {MAX_RECALL_LIMIT} (default {DEFAULT_RECALL_LIMIT})")
+        raise ToolArgumentError(
+            f"limit must be a whole number from 1 to {MAX_RECALL_LIMIT} (default {DEFAULT_RECALL_LIMIT})"
+        )
     if session.problem is not None:
         payload = {"query": query, "mode": "tool", "degraded": session.problem, "guidance": None, "hits": []}
         return ToolOutcome(payload | {"notice": UNTRUSTED})

@@ -30,8 +30,11 @@ def connected_store(ctx: click.Context, *, probe: bool = True):
 
 
 def refuse_local_only(name: str, ctx: click.Context) -> None:
-    raise click.UsageError(f"`{name}` needs the vault's folder; with --remote only search, journal, admit, remember, "
-                           "inspect, health, engine status and mcp work. Run it on the vault's home machine.", ctx)
+    raise click.UsageError(
+        f"`{name}` needs the vault's folder; with --remote only search, journal, admit, remember, "
+        "inspect, health, engine status and mcp work. Run it on the vault's home machine.",
+        ctx,
+    )
 
 
 #: how long `admit --wait` waits for the owner to project the turn (as a local `admit --wait`)
@@ -39,9 +42,13 @@ ADMIT_WAIT_SECONDS = 10.0
 
 
 @click.command("admit")
-@click.option("--wait", "wait", is_flag=True,
-              help="Answer once the vault's owner holds the turn in its files (at most 10 s), for scripts "
-                   "that search right after.")
+@click.option(
+    "--wait",
+    "wait",
+    is_flag=True,
+    help="Answer once the vault's owner holds the turn in its files (at most 10 s), for scripts "
+    "that search right after.",
+)
 @click.pass_context
 def remote_admit(ctx: click.Context, wait: bool) -> None:
     """Admit one completed turn (JSON on stdin) to the vault's run ledger on the index server.
@@ -84,7 +91,10 @@ def _wait_for_owner(store, result):
     except VaultError as exc:  # the turn is saved: only the wait failed
         return result, f"saved; could not wait for the owner: {exc}"
     if not running:
-        return result, "no owner runs for this vault: the turn waits on the server (start `memvault serve` on its home machine)"
+        return (
+            result,
+            "no owner runs for this vault: the turn waits on the server (start `memvault serve` on its home machine)",
+        )
     return result, f"the owner is still working on it after {ADMIT_WAIT_SECONDS:g} s; the turn waits on the server"
 
 

@@ -127,7 +127,9 @@ def runtime_add(ctx, target: str, text: str, importance: int, strategy: str, spa
 @spaces_option
 @json_option
 @click.pass_context
-def runtime_replace(ctx, target: str, old_text: str, new_text: str, importance, strategy: str, spaces_root, json_: bool) -> None:
+def runtime_replace(
+    ctx, target: str, old_text: str, new_text: str, importance, strategy: str, spaces_root, json_: bool
+) -> None:
     """Replace the entry OLD_TEXT names (exact text, else a unique part of it) with NEW_TEXT."""
     _receipt(_service(ctx, spaces_root, strategy).replace(target.upper(), old_text, new_text, importance), json_)
 
@@ -167,7 +169,9 @@ def _doc_receipt(receipt, json_: bool) -> None:
     if json_:
         emit_json(receipt.to_json())
         return
-    click.echo(f"{receipt.status}: {receipt.path} revision {receipt.revision} ({receipt.used_bytes}/{receipt.limit_bytes} bytes)")
+    click.echo(
+        f"{receipt.status}: {receipt.path} revision {receipt.revision} ({receipt.used_bytes}/{receipt.limit_bytes} bytes)"
+    )
     for moved in receipt.archived:
         click.echo(f"  archived {moved.id} -> {moved.path}{' (indexed in a memory space)' if moved.indexed else ''}")
 

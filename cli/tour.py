@@ -24,20 +24,33 @@ STEPS = [
     (["rebuild"], "the index built from the markdown alone: 37 files, about 170 memories"),
     (["remember", FACT], "added: daily/<today>.md#^m-… (today's note, in the vault's zone)"),
     (["remember", FACT], "duplicate: the same id (remember is idempotent by content)"),
-    (["remember", "Standup moved to 10:00.", "--at", "2026-11-02T09:30:00+01:00"],
-     "added: daily/2026-11-02.md#^m-… (an importer dates a memory with --at)"),
-    (["search", "which deployment color did we pick?", "--limit", "3"],
-     "the fact just remembered and the fixture's own 'blue … for Heron', each with its source"),
+    (
+        ["remember", "Standup moved to 10:00.", "--at", "2026-11-02T09:30:00+01:00"],
+        "added: daily/2026-11-02.md#^m-… (an importer dates a memory with --at)",
+    ),
+    (
+        ["search", "which deployment color did we pick?", "--limit", "3"],
+        "the fact just remembered and the fixture's own 'blue … for Heron', each with its source",
+    ),
     (["search", "Tokyo office move", "--limit", "3"], "notes from the fixture about the Tokyo office"),
     (["search", "東京", "--limit", "2"], "the same notes found by the Japanese name"),
-    (["search", "who is allergic to peanuts?", "--limit", "3", "--json"],
-     "JSON hits: id, text, source, score, and `degraded: null` (nothing is missing)"),
-    (["search", "What is Priya's phone number?", "--mode", "auto", "--json"],
-     "auto mode (what a host may inject unasked): Priya's phone number, a direct fact, admitted"),
-    (["search", "Where does Tomas live?", "--mode", "auto", "--json"],
-     "auto mode abstains when no record states it directly: no hits and the reason"),
+    (
+        ["search", "who is allergic to peanuts?", "--limit", "3", "--json"],
+        "JSON hits: id, text, source, score, and `degraded: null` (nothing is missing)",
+    ),
+    (
+        ["search", "What is Priya's phone number?", "--mode", "auto", "--json"],
+        "auto mode (what a host may inject unasked): Priya's phone number, a direct fact, admitted",
+    ),
+    (
+        ["search", "Where does Tomas live?", "--mode", "auto", "--json"],
+        "auto mode abstains when no record states it directly: no hits and the reason",
+    ),
     (["journal", "2026-11-01", "2026-11-03"], "what happened on those days, oldest first (the vault's zone)"),
-    (["health"], "the fixture's deliberate hand-edit problems (a merge conflict, a duplicate id), each with its meaning"),
+    (
+        ["health"],
+        "the fixture's deliberate hand-edit problems (a merge conflict, a duplicate id), each with its meaning",
+    ),
 ]
 
 
@@ -72,7 +85,9 @@ def main(argv: list[str]) -> int:
     if added:
         print(f"# the fact is now a line in {target / added}:")
         print((target / added).read_text())
-    print(f"# the tour's vault stays at {target}; remove it with: rm -rf {shlex.quote(str(target.parent if not argv else target))}")
+    print(
+        f"# the tour's vault stays at {target}; remove it with: rm -rf {shlex.quote(str(target.parent if not argv else target))}"
+    )
     return 0
 
 

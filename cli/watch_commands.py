@@ -38,15 +38,32 @@ def crash_hook_from_env(env=os.environ):
 
 
 @cli.command("watch")
-@click.option("--debounce", type=click.FloatRange(0.0, 10.0), default=0.2, show_default=True,
-              help="Seconds of quiet after the last file event before a batch is indexed.")
-@click.option("--compact-after", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
-              help="Seconds of quiet after which edited indexes are compacted (BM25 statistics match a rebuild).")
-@click.option("--consolidate-every", type=click.FloatRange(min=0.0), default=3600.0, show_default=True,
-              help="Seconds between regenerations of index.md (memvault consolidate); 0 disables.")
+@click.option(
+    "--debounce",
+    type=click.FloatRange(0.0, 10.0),
+    default=0.2,
+    show_default=True,
+    help="Seconds of quiet after the last file event before a batch is indexed.",
+)
+@click.option(
+    "--compact-after",
+    type=click.FloatRange(min=1.0),
+    default=60.0,
+    show_default=True,
+    help="Seconds of quiet after which edited indexes are compacted (BM25 statistics match a rebuild).",
+)
+@click.option(
+    "--consolidate-every",
+    type=click.FloatRange(min=0.0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds between regenerations of index.md (memvault consolidate); 0 disables.",
+)
 @json_option
 @click.pass_context
-def watch_command(ctx: click.Context, debounce: float, compact_after: float, consolidate_every: float, json_: bool) -> None:
+def watch_command(
+    ctx: click.Context, debounce: float, compact_after: float, consolidate_every: float, json_: bool
+) -> None:
     """Follow edits to the vault and keep the index current until interrupted (Ctrl-C / SIGTERM).
 
     Logs one line per batch that changed the index to stderr (with --json: one JSON object per
@@ -65,8 +82,15 @@ def watch_command(ctx: click.Context, debounce: float, compact_after: float, con
     def ready(root) -> None:
         click.echo(f"watching {root} (Ctrl-C to stop)", err=True)
 
-    run_owner(ctx, "watch", report=report, ready=ready, debounce=debounce, compact_after=compact_after,
-              consolidate_every=consolidate_every or None)
+    run_owner(
+        ctx,
+        "watch",
+        report=report,
+        ready=ready,
+        debounce=debounce,
+        compact_after=compact_after,
+        consolidate_every=consolidate_every or None,
+    )
     click.echo("stopped; the index is consistent", err=True)
 
 

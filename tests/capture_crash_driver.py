@@ -48,7 +48,9 @@ def main() -> int:
     parser.add_argument("--nth", type=int, default=1)
     args = parser.parse_args()
     with MemoryStore.open(args.vault, env={}, sync=True) as store:
-        results = [store.persist_completed_turn(run, text, capture_text=text, completed_at=COMPLETED_AT) for run, text in TURNS]
+        results = [
+            store.persist_completed_turn(run, text, capture_text=text, completed_at=COMPLETED_AT) for run, text in TURNS
+        ]
         store.start_intake(crash_hook=crash_hook(args.crash, args.nth), poll_seconds=0.05)
         wait_until_settled(args.vault)
         report = store.stop(timeout=10.0)

@@ -36,9 +36,19 @@ def make_capture_vault(tmp_path: Path, endpoint: str, *, provider: str = "ollama
     data = default_config_data(mode=mode, time_zone="Europe/Amsterdam")
     data["memory"]["writeMode"] = write_mode
     if embed_endpoint is not None and mode != "lite":
-        data["memory"]["embeddings"] = {"provider": "ollama", "model": "hash-embed", "dim": EMBED_DIM, "endpoint": embed_endpoint}
+        data["memory"]["embeddings"] = {
+            "provider": "ollama",
+            "model": "hash-embed",
+            "dim": EMBED_DIM,
+            "endpoint": embed_endpoint,
+        }
     if mode == "bujo":
-        data["memory"]["llm"] = {"provider": provider, "model": "capture-model", "endpoint": endpoint, "timeoutMs": timeout_ms}
+        data["memory"]["llm"] = {
+            "provider": provider,
+            "model": "capture-model",
+            "endpoint": endpoint,
+            "timeoutMs": timeout_ms,
+        }
         if provider == "openai":
             data["memory"]["llm"]["apiKeyEnv"] = "MEMVAULT_TEST_KEY"
     root = tmp_path / name
@@ -85,7 +95,9 @@ def openai_reply(content: str) -> tuple[int, dict]:
 class ChatScript:
     """A loopback handler answering extraction/reconciliation prompts from two callables."""
 
-    def __init__(self, extract: Callable[[str], Any], reconcile: Callable[[list], Any] | None = None, *, provider: str = "ollama"):
+    def __init__(
+        self, extract: Callable[[str], Any], reconcile: Callable[[list], Any] | None = None, *, provider: str = "ollama"
+    ):
         self.extract, self.reconcile = extract, reconcile
         self.provider = provider
         self.calls = {"extraction": 0, "reconciliation": 0, "other": 0}

@@ -60,7 +60,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture
 def index_backend(request, monkeypatch):
-    """"local", or "postgres" with a fresh database that libpq reaches through PG* variables."""
+    """ "local", or "postgres" with a fresh database that libpq reaches through PG* variables."""
     from tests import postgres_helpers
 
     backend = getattr(request, "param", "local")

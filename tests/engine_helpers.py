@@ -16,8 +16,15 @@ TIMEOUT = 90.0
 
 
 def memvault(root: Path, *args: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*MEMVAULT, "--vault", str(root), *args], input=input, capture_output=True, text=True,
-                          env={**ENV, **(env or {})}, cwd=REPO, timeout=TIMEOUT * 2)
+    return subprocess.run(
+        [*MEMVAULT, "--vault", str(root), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env={**ENV, **(env or {})},
+        cwd=REPO,
+        timeout=TIMEOUT * 2,
+    )
 
 
 def memvault_json(root: Path, *args: str, input: str | None = None) -> dict:
@@ -32,9 +39,15 @@ class OwnerProcess:
     def __init__(self, root: Path, command: str = "watch", env: dict | None = None, *args: str):
         self.root = root
         extra = ["--debounce", "0.05"] if command == "watch" else []
-        self.proc = subprocess.Popen([*MEMVAULT, "--vault", str(root), command, *extra, *args],
-                                     env={**ENV, **(env or {})}, cwd=REPO, text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [*MEMVAULT, "--vault", str(root), command, *extra, *args],
+            env={**ENV, **(env or {})},
+            cwd=REPO,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.reader = self.proc.stdout  # an MCP server's protocol replies
         self.lines: list[str] = []
 
@@ -82,5 +95,3 @@ def pending_count(root: Path) -> int:
 
 def turn_json(run_id: str, answer: str, completed_at: str = "2026-11-30T13:03:00Z") -> str:
     return json.dumps({"runId": run_id, "answer": answer, "completedAt": completed_at})
-
-

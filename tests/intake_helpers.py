@@ -43,7 +43,16 @@ def store_for(root: Path, clock=None):
     return _store_class(MemoryStore, config)(VaultLayout(root), config, clock=clock or Clock())
 
 
-def admit(root: Path, run_id: str, answer: str = "Deployed the fix and closed the incident.", *, now=START, write_mode="append-host-summary", tier="lite", **turn):
+def admit(
+    root: Path,
+    run_id: str,
+    answer: str = "Deployed the fix and closed the incident.",
+    *,
+    now=START,
+    write_mode="append-host-summary",
+    tier="lite",
+    **turn,
+):
     return admit_turn(IntakeDirs(root), run_id=run_id, answer=answer, write_mode=write_mode, tier=tier, now=now, **turn)
 
 

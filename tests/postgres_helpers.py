@@ -223,8 +223,10 @@ def drop_a_vector(store) -> str:
     index = store._readable_index()
     victim = min(row.key for row in index.backend.all_rows(index.number) if row.kind == "curated")
     with psycopg.connect("", autocommit=True) as conn:  # the PG* variables the fixture set
-        conn.execute("UPDATE memvault_rows SET embedding = NULL WHERE vault = %s AND generation = %s AND key = %s",
-                     (index.backend.vault, index.number, victim))
+        conn.execute(
+            "UPDATE memvault_rows SET embedding = NULL WHERE vault = %s AND generation = %s AND key = %s",
+            (index.backend.vault, index.number, victim),
+        )
     return victim
 
 
@@ -244,8 +246,10 @@ def tamper_a_row(store) -> str:
     import psycopg
 
     with psycopg.connect("", autocommit=True) as conn:  # the PG* variables the fixture set
-        conn.execute("UPDATE memvault_rows SET text = 'tampered' WHERE vault = %s AND generation = %s AND key = %s",
-                     (index.backend.vault, index.number, target.key))
+        conn.execute(
+            "UPDATE memvault_rows SET text = 'tampered' WHERE vault = %s AND generation = %s AND key = %s",
+            (index.backend.vault, index.number, target.key),
+        )
     return target.key
 
 
@@ -264,8 +268,10 @@ def set_built_embedding(store, identity: dict) -> None:
     import psycopg
 
     with psycopg.connect("", autocommit=True) as conn:
-        conn.execute("UPDATE memvault_generations SET embedding = %s WHERE vault = %s AND generation = %s",
-                     (json.dumps(identity), index.backend.vault, index.number))
+        conn.execute(
+            "UPDATE memvault_generations SET embedding = %s WHERE vault = %s AND generation = %s",
+            (json.dumps(identity), index.backend.vault, index.number),
+        )
 
 
 def leave_a_stray_generation(store) -> str:
@@ -306,5 +312,6 @@ def break_the_serving_index(store) -> None:
     import psycopg
 
     with psycopg.connect("", autocommit=True) as conn:
-        conn.execute("DELETE FROM memvault_generations WHERE vault = %s AND generation = %s",
-                     (index.backend.vault, index.number))
+        conn.execute(
+            "DELETE FROM memvault_generations WHERE vault = %s AND generation = %s", (index.backend.vault, index.number)
+        )

@@ -47,8 +47,10 @@ def read_only_view(source: Path, mountpoint: Path):
             finally:
                 _unmount(mountpoint)
             return
-        pytest.skip(f"running as root but `mount --bind` failed ({bound.stderr.strip()}); root ignores file modes, "
-                    "so a read-only copy would not be read-only either")
+        pytest.skip(
+            f"running as root but `mount --bind` failed ({bound.stderr.strip()}); root ignores file modes, "
+            "so a read-only copy would not be read-only either"
+        )
     if os.geteuid() == 0:
         pytest.skip("root without a `mount` binary: root ignores file modes, so no read-only vault can be made")
     copy = mountpoint / "vault"
@@ -115,10 +117,18 @@ def tree_state(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple]:
     return state
 
 
-def memvault(vault: Path, *args: str, stdin: str | None = None, env: dict | None = None,
-             timeout: float = 180) -> subprocess.CompletedProcess:
+def memvault(
+    vault: Path, *args: str, stdin: str | None = None, env: dict | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
     """One real `memvault --vault VAULT ...` process."""
     environment = {key: value for key, value in os.environ.items() if not key.startswith("MEMVAULT_")}
     environment.update(env or {})
-    return subprocess.run([MEMVAULT, "--vault", str(vault), *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout, env=environment, cwd=str(vault.parent))
+    return subprocess.run(
+        [MEMVAULT, "--vault", str(vault), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=str(vault.parent),
+    )

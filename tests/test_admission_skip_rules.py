@@ -49,7 +49,10 @@ def test_admit_skips_a_sentinel_with_a_full_stop_and_writes_a_longer_word(tmp_pa
     root = make_vault(tmp_path)
     skipped = memvault(root, "admit", input=json.dumps({"runId": "r-1", "answer": "NOTHING_TO_REPORT."}))
     assert skipped.returncode == 0, skipped.stderr
-    assert (json.loads(skipped.stdout)["status"], json.loads(skipped.stdout)["reason"]) == ("skipped", "nothing_to_report")
+    assert (json.loads(skipped.stdout)["status"], json.loads(skipped.stdout)["reason"]) == (
+        "skipped",
+        "nothing_to_report",
+    )
     written = memvault(root, "admit", input=json.dumps({"runId": "r-2", "answer": "Done. XNOTHING_TO_REPORT"}))
     assert written.returncode == 0 and json.loads(written.stdout)["status"] == "admitted", written.stdout
     notes = "".join(p.read_text() for p in (root / "daily").glob("*.md"))

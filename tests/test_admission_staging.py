@@ -26,8 +26,14 @@ except VaultLocked:
 
 
 def lock_seen_from_another_process(root) -> str:
-    done = subprocess.run([sys.executable, "-c", TAKE_THE_LOCK, str(root), INTAKE_LOCK], env=ENV, cwd=REPO,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE_THE_LOCK, str(root), INTAKE_LOCK],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -50,7 +56,6 @@ def test_the_records_fsync_happens_before_the_intake_lock_its_rename_under_it_an
     assert not list((root / ".capture-intake").rglob(".*.tmp"))
 
 
-
 def test_the_ledgers_shard_sizes_are_checked_before_the_intake_lock(tmp_path, monkeypatch):
     """Every admission checks that no committed shard is missing or short: 256 lstat calls, once
     held under the intake lock every other admission waits for. Shards only grow past what a
@@ -69,6 +74,7 @@ def test_the_ledgers_shard_sizes_are_checked_before_the_intake_lock(tmp_path, mo
     monkeypatch.setattr(Ledger, "check_sizes", check_sizes)
     assert admit(root, "run-second").status == "admitted"
     assert seen == ["free"]
+
 
 def test_a_staged_record_is_left_alone_by_the_stray_sweep_and_a_dead_writers_is_not(tmp_path):
     root = make_vault(tmp_path)
@@ -115,11 +121,19 @@ def test_a_staged_record_left_by_a_killed_writer_is_swept(tmp_path):
     root = make_vault(tmp_path)
     assert admit(root, "run-first").status == "admitted"
     dirs = IntakeDirs(root)
-    script = ("import os, sys\nfrom pathlib import Path\nfrom memvault.vault.fsio import StagedWrite\n"
-              "StagedWrite(Path(sys.argv[1]), 'doomed', b'x', mode=0o600)\nprint('staged', flush=True)\n"
-              "os.kill(os.getpid(), 9)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(dirs.folder(PENDING))], env=ENV, cwd=REPO,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    script = (
+        "import os, sys\nfrom pathlib import Path\nfrom memvault.vault.fsio import StagedWrite\n"
+        "StagedWrite(Path(sys.argv[1]), 'doomed', b'x', mode=0o600)\nprint('staged', flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(dirs.folder(PENDING))],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == -9 and done.stdout.strip() == "staged"
     assert len(list(dirs.folder(PENDING).glob(".doomed.*.tmp"))) == 1
     with intake_lock(dirs):
@@ -155,10 +169,25 @@ def test_admissions_in_many_processes_beside_a_sweeping_recovery_all_land(tmp_pa
     (what a restarting owner's recovery does): every admission is admitted and its record is there."""
     root = make_vault(tmp_path)
     assert admit(root, "run-first").status == "admitted"
-    writers = [subprocess.Popen([sys.executable, "-c", ADMIT_MANY, str(root), f"agent{k}", "40"], env=ENV, cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(4)]
-    sweeper = subprocess.Popen([sys.executable, "-c", SWEEP_MANY, str(root), "300"], env=ENV, cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", ADMIT_MANY, str(root), f"agent{k}", "40"],
+            env=ENV,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(4)
+    ]
+    sweeper = subprocess.Popen(
+        [sys.executable, "-c", SWEEP_MANY, str(root), "300"],
+        env=ENV,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     outputs = [writer.communicate(timeout=TIMEOUT) for writer in writers]
     assert sweeper.wait(timeout=TIMEOUT) == 0, sweeper.stderr.read()
     for writer, (out, err) in zip(writers, outputs):
@@ -191,7 +220,6 @@ def test_beside_a_live_resolver_the_ledger_is_read_once_per_admission(tmp_path, 
         if resolver_live:
             fence.release()
     assert len(loads) == (2 if resolver_live else 4)
-
 
 
 def test_a_duplicate_of_a_record_still_pending_fsyncs_its_folder_before_it_answers(tmp_path, monkeypatch):

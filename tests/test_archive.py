@@ -240,7 +240,9 @@ def _hostile_cases(good: Path, tmp: Path):
     yield variant("hidden temp", lambda m: m.append([_info("daily/.2026-09-01.md.x1.tmp"), b"x"]))
     yield variant("not normalised", lambda m: m.append([_info("daily//2026-12-01.md"), b"x"]))
     yield variant("backslash", lambda m: m.append([_info("daily\\..\\..\\x.md"), b"x"]))
-    yield variant("file and folder", lambda m: m.extend([[_info("documents/a"), b"x"], [_info("documents/a/b.md"), b"y"]]))
+    yield variant(
+        "file and folder", lambda m: m.extend([[_info("documents/a"), b"x"], [_info("documents/a/b.md"), b"y"]])
+    )
     yield variant("duplicate", lambda m: m.append([_info(m[1][0].name), m[1][1]]))
     yield variant("second manifest", lambda m: m.append([_info(MANIFEST_NAME), m[0][1]]))
     yield variant("bad hash", lambda m: m[2].__setitem__(1, m[2][1][:-1] + b"!"), relist=False)
@@ -345,9 +347,16 @@ def test_import_refuses_a_vault_another_process_owns(tmp_path):
     archive = tmp_path / "backup.tar.gz"
     export_vault(vault, archive)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys,time; from memvault.vault.locks import LivenessFence;"
-         " f = LivenessFence(sys.argv[1]).hold(); print('held', flush=True); time.sleep(60)", str(vault)],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys,time; from memvault.vault.locks import LivenessFence;"
+            " f = LivenessFence(sys.argv[1]).hold(); print('held', flush=True); time.sleep(60)",
+            str(vault),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"

@@ -37,8 +37,12 @@ def test_share_is_the_weight_matched_only_inside_the_memorys_questions():
 
 def test_discount_reorders_and_leaves_strength():
     asking, telling = Fused("a", score=1.0, strength=0.9), Fused("b", score=0.8, strength=0.7)
-    order = discount_asked([asking, telling], {"a": "Do you play any instruments?", "b": "I play clarinet."},
-                           "What instruments does Melanie play?", lambda field, terms: (10, {t: 1 for t in terms}))
+    order = discount_asked(
+        [asking, telling],
+        {"a": "Do you play any instruments?", "b": "I play clarinet."},
+        "What instruments does Melanie play?",
+        lambda field, terms: (10, {t: 1 for t in terms}),
+    )
     assert [entry.key for entry in order] == ["b", "a"]
     assert asking.score == pytest.approx(1.0 - ASKED_DISCOUNT) and asking.strength == 0.9
     assert asking.evidence["asked"] == (1, 1.0) and "asked" not in telling.evidence
@@ -68,8 +72,15 @@ def test_the_answer_outranks_the_memory_that_asks(vault):
         assert found.hits[0].text == TELLS
 
 
-@pytest.mark.parametrize("text", [ASKS, TELLS, "I've known these friends for 4 years, since I moved from Sweden.",
-                                  "Running, biking & surfing: 10km/day? café naïve well-known"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        ASKS,
+        TELLS,
+        "I've known these friends for 4 years, since I moved from Sweden.",
+        "Running, biking & surfing: 10km/day? café naïve well-known",
+    ],
+)
 def test_words_are_stemmed_as_the_index_stems_them(text):
     assert _terms(text) == set(terms_of(text))
 

@@ -27,7 +27,9 @@ SPEC_BAND_FLOOR = 0.65
 
 def cand(text, strength=0.9, score=None, id=None, source=""):
     """A candidate; ids default to the text so duplicates are easy to build on purpose."""
-    return Candidate(id or f"m-{abs(hash(text)) % 10**10:010d}", text, strength if score is None else score, strength, source)
+    return Candidate(
+        id or f"m-{abs(hash(text)) % 10**10:010d}", text, strength if score is None else score, strength, source
+    )
 
 
 def admitted(question, *records, **kw):
@@ -45,9 +47,17 @@ ADMITTED = [
     ("possessive_property", "What is Morgan's email?", "Morgan's email is morgan@example.org ^m-1f3a9c0d2e"),
     # direct choice
     ("direct_choice", "Which color did Morgan choose for deployment?", "Morgan selected blue as the deployment color."),
-    ("direct_choice", "What colour did Morgan pick for the deployment?", "Morgan chose blue as the color for the deployment."),
+    (
+        "direct_choice",
+        "What colour did Morgan pick for the deployment?",
+        "Morgan chose blue as the color for the deployment.",
+    ),
     ("direct_choice", "Which database did Priya select?", "Priya picked Postgres as the database."),
-    ("direct_choice", "What did Morgan choose as the deployment color?", "Morgan has chosen blue as the deployment colour."),
+    (
+        "direct_choice",
+        "What did Morgan choose as the deployment color?",
+        "Morgan has chosen blue as the deployment colour.",
+    ),
     ("direct_choice", "Which font has Lena picked for the slides?", "Lena selected Inter for the slides font."),
     # direct event date/time
     ("event_time", "When is the offsite?", "The offsite is on 14 January."),
@@ -159,7 +169,11 @@ ABSTAINING_QUESTIONS = [
 @pytest.mark.parametrize(("reason", "question"), ABSTAINING_QUESTIONS)
 def test_abstaining_questions(reason, question):
     # even a record that would bind the words is not injected
-    records = ["Morgan's phone number is 555 0101.", "Priya lives in Rotterdam.", "Morgan chose blue as the deployment color."]
+    records = [
+        "Morgan's phone number is 555 0101.",
+        "Priya lives in Rotterdam.",
+        "Morgan chose blue as the deployment color.",
+    ]
     result = admitted(question, *records)
     assert result.hits == ()
     assert result.reason == reason
@@ -171,7 +185,11 @@ def test_abstaining_questions(reason, question):
 # only the abstaining word stops it.
 ABSTAINING_RECORDS = [
     # coordination
-    ("coordination", "Which color did Morgan choose for deployment?", "Morgan chose blue or green as the deployment color."),
+    (
+        "coordination",
+        "Which color did Morgan choose for deployment?",
+        "Morgan chose blue or green as the deployment color.",
+    ),
     ("coordination", "Where does Morgan live?", "Morgan lives in Rotterdam and commutes by train."),
     ("coordination", "What is Morgan's phone number?", "Morgan's phone number is 555 0101 or 555 0102."),
     ("coordination", "Where does Priya work?", "Priya works at Acme as well as at Initech."),
@@ -198,18 +216,38 @@ ABSTAINING_RECORDS = [
 
 # Records whose shape itself cannot bind the asked fact (some also carry an abstaining word).
 UNBINDABLE_RECORDS = [
-    ("coordination", "Which color did Morgan choose for deployment?", "Morgan and Priya chose blue as the deployment color."),
+    (
+        "coordination",
+        "Which color did Morgan choose for deployment?",
+        "Morgan and Priya chose blue as the deployment color.",
+    ),
     ("coordination", "When is the offsite?", "The offsite is on 14 January or 21 January."),
-    ("reported", "Which color did Morgan choose for deployment?", "Sam said Morgan chose blue as the deployment color."),
+    (
+        "reported",
+        "Which color did Morgan choose for deployment?",
+        "Sam said Morgan chose blue as the deployment color.",
+    ),
     ("reported", "Where does Priya live?", "Morgan: Priya lives in Rotterdam."),
     ("ditransitive", "What is Morgan's phone number?", "Morgan told Priya Morgan's phone number is 555 0101."),
-    ("ditransitive", "Which color did Morgan choose for deployment?", "Morgan showed Priya blue as the deployment color."),
+    (
+        "ditransitive",
+        "Which color did Morgan choose for deployment?",
+        "Morgan showed Priya blue as the deployment color.",
+    ),
     ("negation", "Where does Priya live?", "Priya no longer lives in Rotterdam."),
     ("negation", "When is the offsite?", "The offsite is tentatively on 14 January."),
     ("subordinate", "When is the offsite?", "The offsite that Morgan planned is on 14 January."),
     ("subordinate", "When is the offsite?", "If the budget allows, the offsite is on 14 January."),
-    ("reported", "Which color did Morgan choose for deployment?", "Morgan chose blue as the deployment color Priya claims."),
-    ("subordinate", "Which color did Morgan choose for deployment?", "Morgan chose blue as the deployment color although Sam objected."),
+    (
+        "reported",
+        "Which color did Morgan choose for deployment?",
+        "Morgan chose blue as the deployment color Priya claims.",
+    ),
+    (
+        "subordinate",
+        "Which color did Morgan choose for deployment?",
+        "Morgan chose blue as the deployment color although Sam objected.",
+    ),
     # multi-hop: a pronoun subject needs another record (or the chat) to say who it is
     ("multi_hop", "What is Morgan's phone number?", "Her phone number is 555 0101."),
     ("multi_hop", "Where does Priya live?", "She lives in Rotterdam."),
@@ -252,9 +290,15 @@ def test_every_abstaining_question_shape_has_at_least_two_cases():
     ("question", "records"),
     [
         # the answer needs two records: Morgan's manager is Priya, and Priya's number
-        ("What is Morgan's manager's phone number?", ["Morgan's manager is Priya.", "Priya's phone number is 555 0101."]),
+        (
+            "What is Morgan's manager's phone number?",
+            ["Morgan's manager is Priya.", "Priya's phone number is 555 0101."],
+        ),
         ("Where does Morgan's manager live?", ["Morgan's manager is Priya.", "Priya lives in Rotterdam."]),
-        ("Where does the person who chose blue live?", ["Morgan chose blue as the deployment color.", "Morgan lives in Delft."]),
+        (
+            "Where does the person who chose blue live?",
+            ["Morgan chose blue as the deployment color.", "Morgan lives in Delft."],
+        ),
     ],
 )
 def test_multi_hop_evidence_abstains(question, records):
@@ -270,19 +314,27 @@ def test_records_that_disagree_abstain():
 
 def test_agreeing_records_are_all_injected_once():
     records = ["Priya lives in Rotterdam.", "Priya lived in Rotterdam.", "Priya lives in Rotterdam."]
-    result = gate_auto("Where does Priya live?", [cand(records[0], id="a"), cand(records[1], id="b"), cand(records[2], id="c"), cand(records[0], id="a")])
+    result = gate_auto(
+        "Where does Priya live?",
+        [cand(records[0], id="a"), cand(records[1], id="b"), cand(records[2], id="c"), cand(records[0], id="a")],
+    )
     assert [hit.id for hit in result.hits] == ["a", "b"]  # same text (c) and same id (a) collapse
 
 
 def test_unrelated_candidates_in_the_window_do_not_block_a_match():
     result = gate_auto(
         "Where does Priya live?",
-        [cand("Priya prefers async code reviews.", 0.95), cand("Priya lives in Rotterdam.", 0.9), cand("Sam lives in Delft.", 0.85)],
+        [
+            cand("Priya prefers async code reviews.", 0.95),
+            cand("Priya lives in Rotterdam.", 0.9),
+            cand("Sam lives in Delft.", 0.85),
+        ],
     )
     assert [hit.text for hit in result.hits] == ["Priya lives in Rotterdam."]
 
 
 # --- routes ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("question", "reason"),
@@ -452,7 +504,9 @@ def test_hostile_records(record):
 
 
 def test_malformed_candidates_are_skipped():
-    result = gate_auto(QUESTION, [Candidate("a", None, 1.0, 0.9), Candidate(None, FACT, 1.0, 0.9), cand(FACT, 0.9, id="ok")])
+    result = gate_auto(
+        QUESTION, [Candidate("a", None, 1.0, 0.9), Candidate(None, FACT, 1.0, 0.9), cand(FACT, 0.9, id="ok")]
+    )
     assert [hit.id for hit in result.hits] == ["ok"]
 
 
@@ -493,12 +547,24 @@ def test_any_named_subject_and_place_round_trip(name, place):
 
 # --- results and diagnostics ----------------------------------------------------------------------
 
+
 def test_result_json_is_content_free():
     secret = "Priya lives in Rotterdam."
-    result = gate_auto("Where does Priya live?", [Candidate("m-1", secret, 3.2, 0.9, "daily/2026-11-30.md#^m-1", datetime(2026, 11, 30, tzinfo=timezone.utc))])
+    result = gate_auto(
+        "Where does Priya live?",
+        [Candidate("m-1", secret, 3.2, 0.9, "daily/2026-11-30.md#^m-1", datetime(2026, 11, 30, tzinfo=timezone.utc))],
+    )
     assert result.admitted and result.hits[0].source == "daily/2026-11-30.md#^m-1"
     body = result.to_json()
-    assert body == {"reason": "admitted", "route": "targeted", "shape": "work_live_location", "inBand": 1, "window": 1, "hits": 1, "bytes": len(secret)}
+    assert body == {
+        "reason": "admitted",
+        "route": "targeted",
+        "shape": "work_live_location",
+        "inBand": 1,
+        "window": 1,
+        "hits": 1,
+        "bytes": len(secret),
+    }
     assert "Rotterdam" not in repr(body) and "Priya" not in repr(body)
 
 
@@ -516,7 +582,13 @@ def test_gate_result_is_frozen():
 
 @pytest.mark.parametrize(
     "pattern",
-    [directfacts._DATE_RE, directfacts._TIME_RE, directfacts._ZONE_RE, directfacts._SENTENCE_BREAK_RE, directfacts._BLOCK_ID_RE],
+    [
+        directfacts._DATE_RE,
+        directfacts._TIME_RE,
+        directfacts._ZONE_RE,
+        directfacts._SENTENCE_BREAK_RE,
+        directfacts._BLOCK_ID_RE,
+    ],
     ids=lambda p: p.pattern[:30],
 )
 def test_no_pattern_repeats_a_group_without_bound(pattern):

@@ -159,8 +159,12 @@ def test_journal_rows_and_counts(backend):
 def test_content_hash_keys_name_each_curated_text_once(backend):
     generation = backend.create_generation(EMBEDDING)
     other = "daily/2026-12-01.md"
-    records = [record(1, "Same text.", chash="h-same"), record(2, "Same text.", path=other, chash="h-same"),
-               record(3, "Other.", chash="h-other"), record(4, "Raw.", path="audit/2026-11-30.md", kind="audit")]
+    records = [
+        record(1, "Same text.", chash="h-same"),
+        record(2, "Same text.", path=other, chash="h-same"),
+        record(3, "Other.", chash="h-other"),
+        record(4, "Raw.", path="audit/2026-11-30.md", kind="audit"),
+    ]
     backend.apply(generation, BackendDelta((), writes(records), {}))
     assert backend.content_hash_keys(generation) == {"h-same": f"{NOTE}#m-0001", "h-other": f"{NOTE}#m-0003"}
 
@@ -172,8 +176,12 @@ def test_term_frequencies_are_bm25s_own_statistics(backend):
     assert found == {"blue": 2, "tea": 1, "zeppelin": 0}
 
 
-CJK_FACTS = ["私は東京に住んでいます。", "東京都の天気は晴れです。", "京都に行きました。",
-             "The billing service times out in 東京."]
+CJK_FACTS = [
+    "私は東京に住んでいます。",
+    "東京都の天気は晴れです。",
+    "京都に行きました。",
+    "The billing service times out in 東京.",
+]
 
 
 def test_cjk_bigrams_rank_the_same_on_each_backend_and_deletes_keep_their_statistics(tmp_path, postgres_dsn):

@@ -46,7 +46,11 @@ CONVERSATION = {
 QUESTIONS = [
     {"question": "What is the name of Melanie's hedgehog?", "evidence": ["D1:2"], "category": 4},
     # a malformed evidence string with two ids in one entry, as LoCoMo has
-    {"question": "Which class did Melanie take, and where did the cousin move?", "evidence": ["D2:1 D2:2"], "category": 1},
+    {
+        "question": "Which class did Melanie take, and where did the cousin move?",
+        "evidence": ["D2:1 D2:2"],
+        "category": 1,
+    },
     {"question": "Who shared a photo of a lighthouse?", "evidence": ["D1:3"], "category": 4},
     {"question": "A question without evidence is skipped", "evidence": [], "category": 5},
 ]

@@ -33,9 +33,18 @@ for n in range(int(sys.argv[2]), int(sys.argv[3])):
 
 def _record(n: int) -> MemoryRecord:
     text = f"memory number {n} about quince jam"
-    return MemoryRecord(f"m-{n:04d}", NOTE, "curated", date(2026, 11, 30),
-                        datetime(2026, 11, 30, 9, n % 60, tzinfo=timezone.utc), text,
-                        content_hash(text), n + 1, None, False)
+    return MemoryRecord(
+        f"m-{n:04d}",
+        NOTE,
+        "curated",
+        date(2026, 11, 30),
+        datetime(2026, 11, 30, 9, n % 60, tzinfo=timezone.utc),
+        text,
+        content_hash(text),
+        n + 1,
+        None,
+        False,
+    )
 
 
 def _ids(index: Bm25Index) -> set[str]:

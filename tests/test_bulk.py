@@ -42,13 +42,23 @@ def test_remember_many_writes_each_note_once_and_commits_the_batch_once(tmp_path
         before = commits["n"]
         days = [datetime(2026, 11, d, 9, 0, tzinfo=timezone.utc) for d in (2, 3, 4)]
         items = [RememberItem(f"Fact {n} about the orchard.", days[n % 3]) for n in range(30)]
-        items += ["Fact 0 about the orchard.", {"text": "", "at": None}, "the key is AKIAIOSFODNN7EXAMPLE",
-                  RememberItem("Naive time.", datetime(2026, 11, 2, 9, 0)), 42]
+        items += [
+            "Fact 0 about the orchard.",
+            {"text": "", "at": None},
+            "the key is AKIAIOSFODNN7EXAMPLE",
+            RememberItem("Naive time.", datetime(2026, 11, 2, 9, 0)),
+            42,
+        ]
         outcomes = store.remember_many(items)
         assert commits["n"] - before == 1  # 30 memories over three notes: one index commit
         statuses = [o.receipt.status if o.receipt else type(o.error).__name__ for o in outcomes]
-        assert statuses == ["added"] * 30 + ["duplicate", "InvalidRecord", "CredentialRefused", "InvalidRecord",
-                                             "InvalidRecord"]
+        assert statuses == ["added"] * 30 + [
+            "duplicate",
+            "InvalidRecord",
+            "CredentialRefused",
+            "InvalidRecord",
+            "InvalidRecord",
+        ]
         assert outcomes[30].receipt.id == outcomes[0].receipt.id
         again = store.remember_many(items[:30])
         assert {o.receipt.status for o in again} == {"duplicate"}
@@ -58,7 +68,6 @@ def test_remember_many_writes_each_note_once_and_commits_the_batch_once(tmp_path
     text = daily_text(root)
     assert all(text.count(f"Fact {n} about the orchard.") == 1 for n in range(30))
     assert "AKIAIOSFODNN7EXAMPLE" not in text and "Naive time." not in text
-
 
 
 def test_a_batch_reads_each_note_once_before_its_append(tmp_path, monkeypatch):
@@ -71,12 +80,15 @@ def test_a_batch_reads_each_note_once_before_its_append(tmp_path, monkeypatch):
     with MemoryStore.open(root) as store:
         store.remember("Fact before the batch.", datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc))
         real, reads = curated.read_note_if_any, []
-        monkeypatch.setattr(curated, "read_note_if_any", lambda root, relpath: reads.append(relpath) or real(root, relpath))
+        monkeypatch.setattr(
+            curated, "read_note_if_any", lambda root, relpath: reads.append(relpath) or real(root, relpath)
+        )
         days = [datetime(2026, 11, d, 9, 0, tzinfo=timezone.utc) for d in (2, 3)]
         outcomes = store.remember_many([RememberItem(f"Batch fact {n}.", days[n % 2]) for n in range(6)])
         assert [o.receipt.status for o in outcomes] == ["added"] * 6
     assert sorted(reads) == ["daily/2026-11-02.md", "daily/2026-11-03.md"]
     assert all(daily_text(root).count(f"Batch fact {n}.") == 1 for n in range(6))
+
 
 def test_remember_many_receipts_match_single_remembers(tmp_path):
     one, many = make_vault(tmp_path, name="one"), make_vault(tmp_path, name="many")
@@ -91,8 +103,10 @@ def test_remember_many_receipts_match_single_remembers(tmp_path):
 
 def test_cli_bulk_import_is_idempotent_and_reports_bad_lines(tmp_path):
     root = make_vault(tmp_path, mode="journal")
-    lines = [json.dumps({"text": f"Imported memory {n} about tide pools.", "at": "2026-11-0%dT09:30:00+01:00" % (1 + n % 9)})
-             for n in range(40)]
+    lines = [
+        json.dumps({"text": f"Imported memory {n} about tide pools.", "at": "2026-11-0%dT09:30:00+01:00" % (1 + n % 9)})
+        for n in range(40)
+    ]
     lines[5] = "not json"
     lines[9] = json.dumps({"text": "x", "prompt": "unexpected"})
     lines[12] = json.dumps({"text": "Dated without offset.", "at": "2026-11-02T09:30:00"})
@@ -110,9 +124,20 @@ def test_cli_bulk_import_is_idempotent_and_reports_bad_lines(tmp_path):
 
 @pytest.mark.slow
 def test_bulk_import_through_a_running_owner_equals_in_process(tmp_path):
-    local, served = make_vault(tmp_path, mode="journal", name="local"), make_vault(tmp_path, mode="journal", name="served")
-    data = "".join(json.dumps({"text": f"Backfilled {n}: the ferry left pier {n}.", "at": "2026-10-0%dT08:00:00Z" % (1 + n % 9)})
-                   + "\n" for n in range(600)) + '{"text": "secret sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8t"}\n'
+    local, served = (
+        make_vault(tmp_path, mode="journal", name="local"),
+        make_vault(tmp_path, mode="journal", name="served"),
+    )
+    data = (
+        "".join(
+            json.dumps(
+                {"text": f"Backfilled {n}: the ferry left pier {n}.", "at": "2026-10-0%dT08:00:00Z" % (1 + n % 9)}
+            )
+            + "\n"
+            for n in range(600)
+        )
+        + '{"text": "secret sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8t"}\n'
+    )
     owner = OwnerProcess(served, "serve").wait_serving()
     try:
         there = memvault(served, "remember", "--from", "-", "--json", input=data)
@@ -137,11 +162,22 @@ def test_concurrent_remembers_through_the_owner_are_each_durable_once(tmp_path, 
     owner = Owner(store, role="python").start()
     try:
         before = commits["n"]
-        script = ("import sys\nfrom memvault import MemoryStore\nwith MemoryStore.open(sys.argv[1]) as s:\n"
-                  "    assert type(s).__name__ == 'RemoteStore'\n"
-                  "    for n in range(5): print(s.remember(f'Client {sys.argv[2]} fact {n}.').status)")
-        procs = [subprocess.Popen([sys.executable, "-c", script, str(root), str(c)], env=ENV, cwd=REPO,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in range(8)]
+        script = (
+            "import sys\nfrom memvault import MemoryStore\nwith MemoryStore.open(sys.argv[1]) as s:\n"
+            "    assert type(s).__name__ == 'RemoteStore'\n"
+            "    for n in range(5): print(s.remember(f'Client {sys.argv[2]} fact {n}.').status)"
+        )
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(root), str(c)],
+                env=ENV,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for c in range(8)
+        ]
         outputs = [p.communicate(timeout=180) for p in procs]
         assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outputs]
         assert all(out.split() == ["added"] * 5 for out, _ in outputs)
@@ -214,13 +250,21 @@ def test_sigkill_before_the_deferred_commit_loses_no_acknowledged_remember(tmp_p
     acknowledged; SIGKILL; the next process indexes the notes: every acknowledged memory is
     searchable and written exactly once."""
     root = make_vault(tmp_path)
-    host = ("import sys, time\nfrom memvault.indexer.engine import deferred, group_commit\n"
-            "group_commit.IDLE_SECONDS = deferred.MAX_DELAY_SECONDS = 3600.0\n"
-            "from memvault import MemoryStore\nfrom memvault.indexer.engine.owner import Owner\n"
-            "store = MemoryStore.open(sys.argv[1], engine=False)\nOwner(store, role='python').start()\n"
-            "print('serving', flush=True)\ntime.sleep(3600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", host, str(root)], env=ENV, cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    host = (
+        "import sys, time\nfrom memvault.indexer.engine import deferred, group_commit\n"
+        "group_commit.IDLE_SECONDS = deferred.MAX_DELAY_SECONDS = 3600.0\n"
+        "from memvault import MemoryStore\nfrom memvault.indexer.engine.owner import Owner\n"
+        "store = MemoryStore.open(sys.argv[1], engine=False)\nOwner(store, role='python').start()\n"
+        "print('serving', flush=True)\ntime.sleep(3600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", host, str(root)],
+        env=ENV,
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout.readline().strip() == "serving", proc.stderr.read()
         client = MemoryStore.open(root)

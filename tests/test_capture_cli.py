@@ -6,7 +6,16 @@ import pytest
 from click.testing import CliRunner
 
 from memvault.cli.main import cli
-from tests.capture_helpers import OLLAMA_PATH, ChatScript, add_only, daily_text, entity, extraction, make_capture_vault, memory
+from tests.capture_helpers import (
+    OLLAMA_PATH,
+    ChatScript,
+    add_only,
+    daily_text,
+    entity,
+    extraction,
+    make_capture_vault,
+    memory,
+)
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
 
@@ -45,7 +54,9 @@ def test_capture_test_shows_what_would_be_stored_and_writes_nothing(tmp_path, se
     assert report["relations"] == [{"from": "Morgan", "relation": "leads", "to": "Project Atlas"}]
     assert (report["calls"], report["repairs"], report["failure"], report["schemaForm"]) == (1, 0, None, "schema")
     assert "planning meeting" in script.requests[0]["messages"][-1]["content"]  # the built-in sample turn
-    text = invoke(root, "capture", "test", "--text", "user: who leads Atlas?\nassistant: Morgan leads Project Atlas.").output
+    text = invoke(
+        root, "capture", "test", "--text", "user: who leads Atlas?\nassistant: Morgan leads Project Atlas."
+    ).output
     assert "add  Morgan leads Project Atlas.  (new: no existing memory says this)" in text
     assert "relation  Morgan leads Project Atlas" in text
     assert files_of(root) == before and daily_text(root) == ""  # no fact, no plan, no intake record
@@ -58,14 +69,21 @@ def test_capture_test_says_why_nothing_would_be_stored(tmp_path, server):
     root = make_capture_vault(tmp_path, server.url)
     text = invoke(root, "capture", "test").output
     assert "2 call(s), 1 repair(s)" in text
-    assert "would store nothing: invalid_model_output: extraction answer: the answer has unknown fields [] / missing fields ['relations']" in text
+    assert (
+        "would store nothing: invalid_model_output: extraction answer: the answer has unknown fields [] / missing fields ['relations']"
+        in text
+    )
 
 
 @pytest.mark.both_backends
 def test_capture_test_needs_a_bujo_vault(tmp_path):
     root = make_capture_vault(tmp_path, "http://127.0.0.1:9", mode="journal", write_mode="append-host-summary")
     result = invoke(root, "capture", "test", ok=False)
-    assert result.exit_code == 1 and 'capture needs memory.mode "bujo"' in result.output and "Traceback" not in result.output
+    assert (
+        result.exit_code == 1
+        and 'capture needs memory.mode "bujo"' in result.output
+        and "Traceback" not in result.output
+    )
 
 
 @pytest.mark.both_backends
@@ -74,7 +92,9 @@ def test_inspect_shows_capture_counts_without_content(tmp_path, server):
     root = make_capture_vault(tmp_path, server.url)
     clock = Clock()
     store = store_for(root, clock)
-    store.persist_completed_turn("run-1", "Morgan leads Project Atlas.", capture_text="user: ok\nassistant: Morgan leads Project Atlas.")
+    store.persist_completed_turn(
+        "run-1", "Morgan leads Project Atlas.", capture_text="user: ok\nassistant: Morgan leads Project Atlas."
+    )
     from memvault.indexer.services.intake_worker import IntakeWorker
 
     IntakeWorker(store, clock=clock).process_due()

@@ -68,7 +68,9 @@ def update_first(memories):
 
 @pytest.mark.both_backends
 def test_update_never_rewrites_a_persons_line_and_recall_shows_the_replacement(tmp_path, server):
-    root, script = vault(tmp_path, server, lambda _t: extraction(memory("The standup is at 10:00 on Mondays.")), update_first)
+    root, script = vault(
+        tmp_path, server, lambda _t: extraction(memory("The standup is at 10:00 on Mondays.")), update_first
+    )
     (root / "daily").mkdir(exist_ok=True)
     person = "# 2026-11-29\n\nMy own notes.\n\n- The standup is at 09:30 on Mondays.\n"
     (root / "daily/2026-11-29.md").write_text(person)
@@ -95,7 +97,9 @@ def test_update_never_rewrites_a_persons_line_and_recall_shows_the_replacement(t
 
 @pytest.mark.both_backends
 def test_supersede_of_a_memvault_fact_appends_and_records_the_lifecycle(tmp_path, server):
-    turns = iter([extraction(memory("The Atlas deadline is February 1.")), extraction(memory("The Atlas deadline is March 15."))])
+    turns = iter(
+        [extraction(memory("The Atlas deadline is February 1.")), extraction(memory("The Atlas deadline is March 15."))]
+    )
     root, script = vault(tmp_path, server, lambda _t: next(turns), supersede_first)
     clock = Clock()
     with store_for(root, clock) as store:
@@ -116,7 +120,9 @@ def test_supersede_of_a_memvault_fact_appends_and_records_the_lifecycle(tmp_path
 
 @pytest.mark.both_backends
 def test_an_exact_duplicate_is_a_noop_without_a_reconciliation_call(tmp_path, server):
-    root, script = vault(tmp_path, server, lambda _t: extraction(memory("Morgan chose blue as the deployment color.")), add_only)
+    root, script = vault(
+        tmp_path, server, lambda _t: extraction(memory("Morgan chose blue as the deployment color.")), add_only
+    )
     clock = Clock()
     with store_for(root, clock) as store:
         store.remember("Morgan chose blue as the deployment color.")
@@ -213,7 +219,9 @@ def test_captures_are_serialized_per_vault(tmp_path, server):
 
 @pytest.mark.both_backends
 def test_legacy_direct_capture_and_the_lazily_created_queue(tmp_path, server):
-    root, script = vault(tmp_path, server, lambda turn: extraction(memory(f"Legacy capture says {turn.split()[-1]} matters.")), add_only)
+    root, script = vault(
+        tmp_path, server, lambda turn: extraction(memory(f"Legacy capture says {turn.split()[-1]} matters.")), add_only
+    )
     clock = Clock()
     with store_for(root, clock) as store:
         capture(store, clock, "run-1", "strong path alpha")
@@ -253,7 +261,10 @@ def test_an_embedding_outage_leaves_the_turn_pending(tmp_path, server):
         assert store._semantic.drain(30)  # its vector is in before the outage (the queue embeds on its own thread)
         server.route(EMBED_PATH, lambda _body: (500, "embedding model crashed"))
         capture(store, clock, "run-1", "Dana owns billing.")
-        assert (state(root, "run-1")["state"], state(root, "run-1")["failure"]) == ("awaiting_capture", "provider_unavailable")
+        assert (state(root, "run-1")["state"], state(root, "run-1")["failure"]) == (
+            "awaiting_capture",
+            "provider_unavailable",
+        )
         assert "Dana" not in daily_text(root) and retained_plan_ids(root) == []
         server.route(EMBED_PATH, hash_embeddings)
         clock.advance(timedelta(minutes=5))
@@ -282,14 +293,18 @@ def test_a_retained_plan_survives_a_rebuild_that_changes_the_embedding_provider(
         assert retained_plan_ids(root) == [intake_id_for("run-1")]
         clock.advance(timedelta(minutes=5))
         IntakeWorker(rebuilt, clock=clock).process_due()
-        assert [h.text for h in rebuilt.recall("Who owns the billing migration?").hits][:1] == ["Dana owns the billing migration."]
+        assert [h.text for h in rebuilt.recall("Who owns the billing migration?").hits][:1] == [
+            "Dana owns the billing migration."
+        ]
     assert state(root, "run-1")["outcome"] == "captured" and script.calls["extraction"] == 1
 
 
 @pytest.mark.both_backends
 def test_capture_writes_into_the_daily_notes_layout_the_vault_keeps(tmp_path, server):
     """A vault kept in the Daily Notes plugin's `daily/YYYY/MM/` layout gets its captured facts there."""
-    root, _script = vault(tmp_path, server, lambda _t: extraction(memory("Priya moved the offsite to Lisbon.")), add_only)
+    root, _script = vault(
+        tmp_path, server, lambda _t: extraction(memory("Priya moved the offsite to Lisbon.")), add_only
+    )
     clock = Clock()
     day = clock().astimezone(ZoneInfo("Europe/Amsterdam")).date()
     (root / "daily" / f"{day.year:04d}").mkdir(parents=True)

@@ -60,7 +60,9 @@ def reconcile(memories: list) -> str:
     for item in memories:
         deadline = next((c for c in item["candidates"] if "deadline" in c["text"]), None)
         if "March" in item["text"] and deadline is not None:
-            decisions.append({"index": item["index"], "action": "SUPERSEDE", "target": deadline["id"], "text": item["text"]})
+            decisions.append(
+                {"index": item["index"], "action": "SUPERSEDE", "target": deadline["id"], "text": item["text"]}
+            )
         else:
             decisions.append({"index": item["index"], "action": "ADD"})
     return json.dumps({"decisions": decisions})
@@ -106,7 +108,11 @@ def state_of(vault: Path) -> dict:
     return {
         "facts": sorted(line.split()[-1] for line in text.splitlines() if "^f-" in line),
         "texts": sorted(line.split(" ", 2)[2].rsplit(" ^", 1)[0] for line in text.splitlines() if "^f-" in line),
-        "graph": (sorted(graph.entities), sorted((f.id, f.entities) for f in graph.facts.values()), sorted(graph.relations)),
+        "graph": (
+            sorted(graph.entities),
+            sorted((f.id, f.entities) for f in graph.facts.values()),
+            sorted(graph.relations),
+        ),
         "sidecar": sorted(sidecar.entries),
     }
 
@@ -166,7 +172,9 @@ def test_killed_at_a_capture_boundary_then_restarted(model, reference, tmp_path,
     vault = vault_for(server, tmp_path)
     before = calls(script)
     killed = drive(vault, "--crash", boundary, "--nth", str(nth))
-    assert killed.returncode == -signal.SIGKILL, f"{boundary} never reached: {killed.stderr[-2000:]} {killed.stdout[-3000:]}"
+    assert killed.returncode == -signal.SIGKILL, (
+        f"{boundary} never reached: {killed.stderr[-2000:]} {killed.stdout[-3000:]}"
+    )
     assert set(restart(vault)) == {"duplicate"}
     assert_consistent(vault)
     assert state_of(vault) == expected_state
@@ -181,8 +189,9 @@ def test_killed_at_a_capture_boundary_then_restarted(model, reference, tmp_path,
 #: on the index server: killed just before, at and just after the step that writes the serving
 #: generation's projection on the server and proves it (capture.indexed). The other boundaries
 #: touch only files and the durable intake, the same whichever backend holds the index
-SERVER_MATRIX = [row for row in MATRIX
-                 if row[0] in ("capture.sidecar_written", "capture.indexed", "resolve.receipt_written")]
+SERVER_MATRIX = [
+    row for row in MATRIX if row[0] in ("capture.sidecar_written", "capture.indexed", "resolve.receipt_written")
+]
 
 
 @pytest.mark.parametrize("index_backend", ["postgres"], indirect=True)

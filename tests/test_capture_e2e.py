@@ -67,7 +67,9 @@ def reconcile(memories: list) -> str:
         if "SQLite" in text and find("Postgres"):
             decisions.append({"index": item["index"], "action": "SUPERSEDE", "target": find("Postgres"), "text": text})
         elif "launch date" in text and find("launch date"):
-            decisions.append({"index": item["index"], "action": "SUPERSEDE", "target": find("launch date"), "text": text})
+            decisions.append(
+                {"index": item["index"], "action": "SUPERSEDE", "target": find("launch date"), "text": text}
+            )
         elif "standup" in text and find("standup"):
             decisions.append({"index": item["index"], "action": "UPDATE", "target": find("standup"), "text": text})
         else:
@@ -90,7 +92,9 @@ def project(tmp_path_factory, request):
                     "completedAt": (START + timedelta(days=number)).isoformat()}  # fmt: skip
             result = runner.invoke(cli, ["--vault", str(root), "admit"], input=json.dumps(body), catch_exceptions=False)
             assert result.exit_code == 0, result.output
-            assert json.loads(result.output)["status"] == "admitted" and json.loads(result.output)["worker"] == "drained"
+            assert (
+                json.loads(result.output)["status"] == "admitted" and json.loads(result.output)["worker"] == "drained"
+            )
         yield root, script, runner
 
 
@@ -120,7 +124,9 @@ def test_ten_turns_become_current_curated_facts(project):
     sidecar, data = read_sidecar(root)
     assert sorted(e["state"] for e in sidecar.superseded().values()) == ["superseded", "superseded", "updated"]
     assert b"Postgres" not in data and b"Atlas" not in data
-    assert script.calls["extraction"] == 10 and not any("Morgan leads" in m["text"] for batch in script.offered for m in batch)
+    assert script.calls["extraction"] == 10 and not any(
+        "Morgan leads" in m["text"] for batch in script.offered for m in batch
+    )
 
 
 def test_the_graph_holds_per_fact_associations_and_search_agrees(project):

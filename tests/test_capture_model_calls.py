@@ -81,10 +81,17 @@ def test_default_config_data_has_no_system_role_key():
 
 @pytest.mark.parametrize(
     ("model", "system_role", "folded"),
-    [("capture-model", None, False), ("gemma3:270m", None, True), ("capture-model", "fold", True), ("gemma3:4b", "system", False)],
+    [
+        ("capture-model", None, False),
+        ("gemma3:270m", None, True),
+        ("capture-model", "fold", True),
+        ("gemma3:4b", "system", False),
+    ],
 )
 @pytest.mark.both_backends
-def test_the_system_prompt_is_folded_where_configured_and_by_default_for_gemma(tmp_path, server, model, system_role, folded):
+def test_the_system_prompt_is_folded_where_configured_and_by_default_for_gemma(
+    tmp_path, server, model, system_role, folded
+):
     script = ChatScript(lambda _turn: GOOD)
     server.route(OLLAMA_PATH, script)
     root, store, clock = vault(tmp_path, server, model=model, system_role=system_role)
@@ -127,7 +134,9 @@ def test_each_request_carries_the_schema_the_token_cap_and_the_stop_sequence(tmp
 def _cut_off(provider, content='{"memories": [{"text": "Morgan leads'):
     if provider == "ollama":
         return 200, {"message": {"role": "assistant", "content": content}, "done": True, "done_reason": "length"}
-    return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}]}
+    return 200, {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}]
+    }
 
 
 @pytest.mark.both_backends
@@ -153,7 +162,11 @@ def test_cut_offs_on_both_calls_are_an_invalid_output_attempt(tmp_path, server):
     root, store, clock = vault(tmp_path, server)
     run_once(store, clock)
     found = entry(root)
-    assert (found["state"], found["failure"], found["invalidOutputAttempts"]) == ("awaiting_capture", "invalid_model_output", 1)
+    assert (found["state"], found["failure"], found["invalidOutputAttempts"]) == (
+        "awaiting_capture",
+        "invalid_model_output",
+        1,
+    )
     assert daily_text(root) == "" and script.calls["extraction"] == 2
     store.close()
 
@@ -169,7 +182,9 @@ def test_the_repair_call_hands_the_model_the_parsers_exact_error(tmp_path, serve
     first, repair = script.requests
     assert repair["messages"][: len(first["messages"])] == first["messages"]  # the same conversation ...
     assert repair["messages"][-2] == {"role": "assistant", "content": GOOD[:-1] + ', "confidence": 0.9}'}
-    assert "unknown fields ['confidence'] / missing fields []" in repair["messages"][-1]["content"]  # ... plus the error
+    assert (
+        "unknown fields ['confidence'] / missing fields []" in repair["messages"][-1]["content"]
+    )  # ... plus the error
     store.close()
 
 
@@ -184,7 +199,12 @@ def test_invalid_output_spends_its_own_budget_of_four_attempts(tmp_path, server)
         worker.process_due()
     found = entry(root)
     # the projection was attempt 1; four capture attempts of two calls each, then a dead letter
-    assert (found["state"], found["failure"], found["attempts"], found["invalidOutputAttempts"]) == ("dead", "invalid_model_output", 5, 4)
+    assert (found["state"], found["failure"], found["attempts"], found["invalidOutputAttempts"]) == (
+        "dead",
+        "invalid_model_output",
+        5,
+        4,
+    )
     assert script.calls["extraction"] == 8  # far fewer than the 15 an outage gets (test_capture_providers)
     assert daily_text(root) == ""
     store.close()
@@ -210,7 +230,9 @@ def _format_of(body):
     ],
 )
 @pytest.mark.both_backends
-def test_a_server_that_rejects_the_schema_form_is_asked_again_one_step_down(tmp_path, server, refuses, status, expected):
+def test_a_server_that_rejects_the_schema_form_is_asked_again_one_step_down(
+    tmp_path, server, refuses, status, expected
+):
     script = ChatScript(lambda _turn: GOOD, provider="openai")
 
     def handler(body):
@@ -227,19 +249,26 @@ def test_a_server_that_rejects_the_schema_form_is_asked_again_one_step_down(tmp_
     if expected[-1] == "json_object+schema":  # llama-cpp-python's own form still carries the whole schema
         assert bodies[-1]["response_format"]["schema"] == json.loads(json.dumps(EXTRACTION_OUTPUT.schema))
     model = worker.capture_service().model()
-    assert "refused response format 'json_schema'" in model.schema_fallback and f"HTTP {status}" in model.schema_fallback
+    assert (
+        "refused response format 'json_schema'" in model.schema_fallback and f"HTTP {status}" in model.schema_fallback
+    )
     # the next turn starts on the step that worked: no second refusal
-    store.persist_completed_turn("run-2", "Another turn.", capture_text="user: ok\nassistant: The Atlas demo is on Friday.")
+    store.persist_completed_turn(
+        "run-2", "Another turn.", capture_text="user: ok\nassistant: The Atlas demo is on Friday."
+    )
     script.extract = lambda _turn: extraction(memory("The Atlas demo is on Friday."))
     worker.process_due()
-    assert {_format_of(b) for b in chat_bodies(server, OPENAI_PATH)[len(expected):]} == {expected[-1]}
+    assert {_format_of(b) for b in chat_bodies(server, OPENAI_PATH)[len(expected) :]} == {expected[-1]}
     store.close()
 
 
 @pytest.mark.both_backends
 def test_ollama_falls_back_from_a_schema_to_plain_json(tmp_path, server):
     script = ChatScript(lambda _turn: GOOD)
-    server.route(OLLAMA_PATH, lambda body: (400, {"error": "invalid format"}) if isinstance(body["format"], dict) else script(body))
+    server.route(
+        OLLAMA_PATH,
+        lambda body: (400, {"error": "invalid format"}) if isinstance(body["format"], dict) else script(body),
+    )
     root, store, clock = vault(tmp_path, server)
     run_once(store, clock)
     assert entry(root)["outcome"] == "captured"
@@ -293,7 +322,9 @@ def test_health_warns_when_the_last_five_substantive_captures_produced_nothing(t
     root, store, clock = vault(tmp_path, server)
     worker = IntakeWorker(store, clock=clock)
     for n in range(5):
-        store.persist_completed_turn(f"run-{n}", "A planning turn.", capture_text=LONG_TURN.replace("today", f"day {n}"))
+        store.persist_completed_turn(
+            f"run-{n}", "A planning turn.", capture_text=LONG_TURN.replace("today", f"day {n}")
+        )
         worker.process_due()
         codes = [f.code for f in check_health(store.layout, store.config).findings]
         assert ("not_extracting" in codes) == (n == 4)  # four in a row is not yet a pattern; five is

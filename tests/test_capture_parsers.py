@@ -29,7 +29,10 @@ def answer(**changes):
 
 def test_a_valid_extraction_parses_completely():
     parsed = parse_extraction(VALID)
-    assert [m.text for m in parsed.memories] == ["Morgan chose blue as the deployment color.", "The Atlas launch is on March 15."]
+    assert [m.text for m in parsed.memories] == [
+        "Morgan chose blue as the deployment color.",
+        "The Atlas launch is on March 15.",
+    ]
     assert [m.salience for m in parsed.memories] == [0.8, 1.0]
     assert parsed.memories[0].refs == ("e1", "e2") and parsed.memories[1].refs == ("e2",)
     assert [(r.source, r.relation, r.target) for r in parsed.relations] == [("e1", "works_on", "e2")]
@@ -79,11 +82,16 @@ def test_nine_memories_are_refused_not_truncated_to_eight():
     nine = extraction(*[memory(f"Fact number {i} about the release.") for i in range(MAX_MEMORIES + 1)])
     with pytest.raises(ModelOutputInvalid, match="9 items"):
         parse_extraction(nine)
-    assert len(parse_extraction(extraction(*[memory(f"Fact number {i} about the release.") for i in range(8)])).memories) == 8
+    assert (
+        len(parse_extraction(extraction(*[memory(f"Fact number {i} about the release.") for i in range(8)])).memories)
+        == 8
+    )
 
 
 def test_ambiguous_entities_and_duplicate_memories_are_refused():
-    twice = extraction(memory("Atlas ships.", 0.5, ["e1", "e2"]), entities=[entity("e1", "Atlas"), entity("e2", "atlas")])
+    twice = extraction(
+        memory("Atlas ships.", 0.5, ["e1", "e2"]), entities=[entity("e1", "Atlas"), entity("e2", "atlas")]
+    )
     with pytest.raises(ModelOutputInvalid, match="ambiguous"):
         parse_extraction(twice)
     repeated = extraction(memory("Atlas ships."), memory("atlas ships."))
@@ -98,7 +106,7 @@ def test_oversized_and_deep_answers_are_refused_before_use():
     huge = "x" * (262_144 + 1)  # the spec: "exceeds 262,144 JavaScript characters"
     with pytest.raises(ModelOutputInvalid, match="over the 262144 limit"):
         parse_extraction(huge)
-    astral = "\U0001F600" * (262_144 // 2 + 1)  # JavaScript counts each as two
+    astral = "\U0001f600" * (262_144 // 2 + 1)  # JavaScript counts each as two
     assert utf16_length(astral) > 262_144
     with pytest.raises(ModelOutputInvalid, match="limit"):
         parse_extraction(astral)
@@ -121,7 +129,11 @@ def test_every_action_shape_parses():
     parsed = parse_reconciliation(
         decisions({"index": 0, "action": "SUPERSEDE", "target": "f-2222222222", "text": "The launch moved to March 20."},
                   {"index": 2, "action": "NOOP", "target": "d-3333333333"}), OFFERED)  # fmt: skip
-    assert (parsed[0].action, parsed[0].target, parsed[0].text) == ("SUPERSEDE", "f-2222222222", "The launch moved to March 20.")
+    assert (parsed[0].action, parsed[0].target, parsed[0].text) == (
+        "SUPERSEDE",
+        "f-2222222222",
+        "The launch moved to March 20.",
+    )
     assert (parsed[2].action, parsed[2].target, parsed[2].text) == ("NOOP", "d-3333333333", None)
     update = parse_reconciliation(decisions({"index": 0, "action": "UPDATE", "target": "m-1111111111", "text": "X is y."},
                                             {"index": 2, "action": "ADD"}), OFFERED)  # fmt: skip
@@ -141,9 +153,15 @@ def test_every_action_shape_parses():
         (({"index": 0, "action": "DELETE"}, {"index": 2, "action": "ADD"}), "exactly one of"),
         (({"index": "0", "action": "ADD"}, {"index": 2, "action": "ADD"}), "integer"),
         (({"index": True, "action": "ADD"}, {"index": 2, "action": "ADD"}), "integer"),
-        (({"index": 0, "action": "NOOP", "target": "d-3333333333"}, {"index": 2, "action": "ADD"}), "supplied for index 0"),
+        (
+            ({"index": 0, "action": "NOOP", "target": "d-3333333333"}, {"index": 2, "action": "ADD"}),
+            "supplied for index 0",
+        ),
         (({"index": 0, "action": "NOOP", "target": "m-9999999999"}, {"index": 2, "action": "ADD"}), "supplied"),
-        (({"index": 0, "action": "SUPERSEDE", "target": "m-1111111111", "text": ""}, {"index": 2, "action": "ADD"}), "empty"),
+        (
+            ({"index": 0, "action": "SUPERSEDE", "target": "m-1111111111", "text": ""}, {"index": 2, "action": "ADD"}),
+            "empty",
+        ),
     ],
 )
 def test_every_malformed_reconciliation_is_refused_whole(items, problem):
@@ -161,7 +179,10 @@ def test_ambiguous_target_collisions_are_refused():
                                  {"index": 1, "action": "SUPERSEDE", "target": "m-1111111111", "text": "A is c."})  # fmt: skip
     with pytest.raises(ModelOutputInvalid, match="ambiguous collision"):
         parse_reconciliation(keep_and_replace, offered)
-    two_noops = decisions({"index": 0, "action": "NOOP", "target": "m-1111111111"}, {"index": 1, "action": "NOOP", "target": "m-1111111111"})
+    two_noops = decisions(
+        {"index": 0, "action": "NOOP", "target": "m-1111111111"},
+        {"index": 1, "action": "NOOP", "target": "m-1111111111"},
+    )
     assert len(parse_reconciliation(two_noops, offered)) == 2  # keeping one memory twice changes nothing
 
 
@@ -252,12 +273,19 @@ def test_plan_capture_makes_one_call_for_novel_memories_and_two_when_some_are_cl
     assert (plan.day, plan.time) == ("2026-11-30", "14:03")
     finder = FakeFinder(duplicates={"Morgan chose blue as the deployment color.": "m-1111111111"},
                         close={"The Atlas launch is on March 15.": [("f-2222222222", "The Atlas launch is on March 1.")]})  # fmt: skip
-    close = FakeModel(VALID, decisions({"index": 1, "action": "SUPERSEDE", "target": "f-2222222222", "text": "The Atlas launch is on March 15."}))
+    close = FakeModel(
+        VALID,
+        decisions(
+            {"index": 1, "action": "SUPERSEDE", "target": "f-2222222222", "text": "The Atlas launch is on March 15."}
+        ),
+    )
     checkpoints = []
     plan = plan_capture(_record(), model=close, finder=finder, vault_zone="Europe/Amsterdam", now=START,
                         checkpoint=lambda: checkpoints.append(1))  # fmt: skip
     assert len(close.asked) == 2 and checkpoints == [1] and plan.model_calls == 2
-    assert plan.noops == ((0, "m-1111111111"),) and [(f.action, f.target) for f in plan.facts] == [("supersede", "f-2222222222")]
+    assert plan.noops == ((0, "m-1111111111"),) and [(f.action, f.target) for f in plan.facts] == [
+        ("supersede", "f-2222222222")
+    ]
     bad = decisions({"index": 0, "action": "ADD"})
     twice_bad = FakeModel(VALID, bad, bad)
     with pytest.raises(ModelOutputInvalid):
@@ -276,7 +304,9 @@ def test_the_prompts_worked_examples_are_valid_non_empty_answers_with_every_acti
 
     assert EXTRACTION_EXAMPLE in EXTRACTION_SYSTEM and RECONCILIATION_EXAMPLE in RECONCILIATION_SYSTEM
     assert len(parse_extraction(EXTRACTION_EXAMPLE).memories) == 3
-    offered = {m["index"]: [c["id"] for c in m["candidates"]] for m in json.loads(RECONCILIATION_EXAMPLE_INPUT)["memories"]}
+    offered = {
+        m["index"]: [c["id"] for c in m["candidates"]] for m in json.loads(RECONCILIATION_EXAMPLE_INPUT)["memories"]
+    }
     decided = parse_reconciliation(RECONCILIATION_EXAMPLE, offered)
     assert sorted(d.action for d in decided.values()) == ["ADD", "NOOP", "SUPERSEDE", "UPDATE"]
 
@@ -288,7 +318,10 @@ def test_an_extraction_that_copies_the_worked_example_is_refused_and_repaired():
     model = FakeModel(EXTRACTION_EXAMPLE, VALID)
     plan = plan_capture(_record(), model=model, finder=FakeFinder(), vault_zone="Europe/Amsterdam", now=START)
     assert len(model.asked) == 2 and plan.model_calls == 2  # the copy was refused, the repair was used
-    assert [f.text for f in plan.facts] == ["Morgan chose blue as the deployment color.", "The Atlas launch is on March 15."]
+    assert [f.text for f in plan.facts] == [
+        "Morgan chose blue as the deployment color.",
+        "The Atlas launch is on March 15.",
+    ]
     with pytest.raises(ModelOutputInvalid, match="copied from the prompt's worked example"):
         plan_capture(_record(), model=FakeModel(EXTRACTION_EXAMPLE, EXTRACTION_EXAMPLE), finder=FakeFinder(),
                      vault_zone="Europe/Amsterdam", now=START)  # fmt: skip

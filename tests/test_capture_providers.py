@@ -28,7 +28,6 @@ from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer, Reply
 
 
-
 @pytest.fixture
 def server():
     with LoopbackServer() as running:
@@ -137,7 +136,9 @@ def test_ambiguous_targets_in_reconciliation_are_refused(tmp_path, server):
 
 
 def test_a_timeout_leaves_the_turn_pending_with_a_warning(tmp_path, server):
-    root, store, clock, script = setup(tmp_path, server, lambda _t: Reply(200, {"message": {"content": GOOD}}, delay=3.0), timeout_ms=300)
+    root, store, clock, script = setup(
+        tmp_path, server, lambda _t: Reply(200, {"message": {"content": GOOD}}, delay=3.0), timeout_ms=300
+    )
     worker = run_once(store, clock)
     found = entry(root)
     assert (found["state"], found["failure"], found["attempts"]) == ("awaiting_capture", "provider_unavailable", 2)

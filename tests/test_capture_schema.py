@@ -18,8 +18,28 @@ from memvault.vault.capture.extraction import EXTRACTION_OUTPUT, parse_extractio
 from memvault.vault.capture.fields import ModelOutputInvalid
 from memvault.vault.capture.reconcile import parse_reconciliation, reconciliation_output
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-WORDS = ["Morgan", "Atlas", "launch", "blue", "moved", "is", "on", "March", "15.", "the", "team", "chose", "ü", "日本", '"q"', "\\", "x" * 60]
+SETTINGS = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+WORDS = [
+    "Morgan",
+    "Atlas",
+    "launch",
+    "blue",
+    "moved",
+    "is",
+    "on",
+    "March",
+    "15.",
+    "the",
+    "team",
+    "chose",
+    "ü",
+    "日本",
+    '"q"',
+    "\\",
+    "x" * 60,
+]
 TYPES = ["person", "project", "organization", "concept", "place", "tool", "event", "time", "human"]
 
 
@@ -37,7 +57,11 @@ def salience():
 
 @st.composite
 def extraction_answers(draw):
-    entities = draw(st.lists(st.fixed_dictionaries({"ref": refs(), "name": sentence(3), "type": st.sampled_from(TYPES)}), max_size=5))
+    entities = draw(
+        st.lists(
+            st.fixed_dictionaries({"ref": refs(), "name": sentence(3), "type": st.sampled_from(TYPES)}), max_size=5
+        )
+    )
     declared = [e["ref"] for e in entities] or ["e1"]
     memories = draw(st.lists(st.fixed_dictionaries({
         "text": sentence(), "salience": salience(), "entities": st.lists(st.sampled_from(declared), max_size=3)}), max_size=9))  # fmt: skip
@@ -128,7 +152,11 @@ def test_the_generators_reach_accepted_answers_of_every_action():
     [
         {"memories": [{"text": "Atlas ships.", "salience": 0.5, "entities": ["e7"]}], "entities": [], "relations": []},
         {"memories": [], "entities": [{"ref": "e1", "name": "Atlas", "type": "project"}], "relations": []},
-        {"memories": [{"text": "Atlas ships. ^m-1f3a9c0d2e", "salience": 0.5, "entities": []}], "entities": [], "relations": []},
+        {
+            "memories": [{"text": "Atlas ships. ^m-1f3a9c0d2e", "salience": 0.5, "entities": []}],
+            "entities": [],
+            "relations": [],
+        },
     ],
 )
 def test_what_the_schema_cannot_express_the_parser_still_refuses(answer):
@@ -140,7 +168,10 @@ def test_what_the_schema_cannot_express_the_parser_still_refuses(answer):
 def test_the_token_cap_fits_the_longest_valid_extraction():
     # eight 500-character memories with eight refs each, 24 entities of 80 characters, 24 relations
     longest = {
-        "memories": [{"text": f"{i}" + "y" * 499, "salience": 0.123456789, "entities": [f"e{j}" for j in range(1, 9)]} for i in range(8)],
+        "memories": [
+            {"text": f"{i}" + "y" * 499, "salience": 0.123456789, "entities": [f"e{j}" for j in range(1, 9)]}
+            for i in range(8)
+        ],
         "entities": [{"ref": f"e{j}", "name": f"{j:02d}" + "n" * 78, "type": "organization"} for j in range(1, 25)],
         "relations": [{"from": f"e{j}", "relation": "r" * 40, "to": f"e{j + 1}"} for j in range(1, 25)],
     }

@@ -134,8 +134,9 @@ def test_a_forked_child_never_uses_its_parents_connection(server, socket_file):
     pid = os.fork()
     if pid == 0:  # the child: its answers must be its own
         try:
-            ok = all(client.call("echo", {"who": "child", "n": n})["echo"] == {"who": "child", "n": n}
-                     for n in range(20))
+            ok = all(
+                client.call("echo", {"who": "child", "n": n})["echo"] == {"who": "child", "n": n} for n in range(20)
+            )
         except BaseException:
             ok = False
         os._exit(0 if ok else 1)
@@ -211,4 +212,3 @@ def test_news_is_refused_by_name_when_nothing_listens(socket_file):
     client = EngineClient(socket_file, {"pid": 1, "unanswered": True})
     with pytest.raises(protocol.EngineStuck, match="did not take 'admitted'"):
         client.tell("admitted", {"id": "x"})
-

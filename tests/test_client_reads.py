@@ -71,9 +71,14 @@ def test_a_long_lived_client_ranks_recalls_itself_and_answers_as_the_owner(tmp_p
         settled(store)
         store.recall("which color did Morgan choose?")  # the first recall: through the owner
         assert store._reads is None
-        asked = [("which color did Morgan choose?", 10, "tool"), ("Morgan", 3, "tool"),
-                 ("copper crane", 25, "tool"), ("when is the weekly sync?", 10, "auto"),
-                 ("what did we decide last week?", 10, "tool"), ("zzz unknown words qqq", 10, "tool")]
+        asked = [
+            ("which color did Morgan choose?", 10, "tool"),
+            ("Morgan", 3, "tool"),
+            ("copper crane", 25, "tool"),
+            ("when is the weekly sync?", 10, "auto"),
+            ("what did we decide last week?", 10, "tool"),
+            ("zzz unknown words qqq", 10, "tool"),
+        ]
         for query, limit, mode in asked:
             here = store.recall(query, limit=limit, mode=mode).to_json(explain=True)
             assert here == owners_answer(store, query, limit, mode), query
@@ -129,8 +134,14 @@ def test_threads_of_a_client_find_every_write_another_process_acknowledged(tmp_p
 
     with client_of_an_owner(tmp_path) as (root, store):
         warm(store)
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), "15"], env=ENV, cwd=REPO,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(root), "15"],
+            env=ENV,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         misses = []
         with ThreadPoolExecutor(max_workers=4) as pool:
             for line in writer.stdout:
@@ -162,8 +173,10 @@ def test_pending_rows_travel_once_within_an_epoch(tmp_path):
             assert len(other["rows"]) == 2 and other["epoch"] == first["epoch"]
             warm(store)
             found = {hit.text for hit in store.recall("anchors rudders", limit=5).hits}
-            assert {"The first pending memory is about anchors.",
-                    "The second pending memory is about rudders."} <= found
+            assert {
+                "The first pending memory is about anchors.",
+                "The second pending memory is about rudders.",
+            } <= found
     finally:
         owner.release_and_stop()
 
@@ -267,14 +280,21 @@ def test_an_older_view_arriving_after_a_newer_one_leaves_no_row_unasked_for(tmp_
     keys = [f"daily/2026-12-04.md#m-{n:010x}" for n in (1, 2, 3)]
 
     def view(held: int, since: int) -> dict:
-        return {"generation": generation, "epoch": "e", "keys": keys[:held],
-                "rows": [row for row in wire[:held] if row["version"] > since]}
+        return {
+            "generation": generation,
+            "epoch": "e",
+            "keys": keys[:held],
+            "rows": [row for row in wire[:held] if row["version"] > since],
+        }
 
     reads._take(view(3, -1))  # the newer view
     reads._take(view(2, -1))  # the older one, asked for at the same time, answered after
     _, rows = reads._take(view(3, reads._since))  # the next view: rows past what is held
-    assert sorted(row.record.text for row in rows.values()) == ["Pending memory 1.", "Pending memory 2.",
-                                                                 "Pending memory 3."]
+    assert sorted(row.record.text for row in rows.values()) == [
+        "Pending memory 1.",
+        "Pending memory 2.",
+        "Pending memory 3.",
+    ]
 
 
 def test_a_view_naming_a_generation_outside_the_index_folder_is_not_followed(tmp_path):

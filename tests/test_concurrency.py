@@ -35,10 +35,14 @@ WRITER = textwrap.dedent(
 @pytest.mark.both_backends
 @pytest.mark.slow
 def test_two_processes_remembering_lose_nothing_and_duplicate_nothing(new_vault):
-    count = 80  # 176 remembers racing for one vault over two days' notes: enough to interleave, without minutes of commits
+    count = (
+        80  # 176 remembers racing for one vault over two days' notes: enough to interleave, without minutes of commits
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(new_vault), name, str(count)], env=env, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(new_vault), name, str(count)], env=env, stderr=subprocess.PIPE
+        )
         for name in ("alpha", "beta")
     ]
     for proc in procs:
@@ -76,7 +80,9 @@ def test_a_failing_note_fsync_leaves_old_bytes_no_temp_and_no_index_row(new_vaul
         assert sorted(p.name for p in note.parent.iterdir()) == ["2026-11-30.md"]
         assert store.recall("cleanly").hits == ()
         # and the store keeps working afterwards
-        assert store.remember("second fact is lost cleanly", at=datetime(2026, 11, 30, 9, 5, tzinfo=ams)).status == "added"
+        assert (
+            store.remember("second fact is lost cleanly", at=datetime(2026, 11, 30, 9, 5, tzinfo=ams)).status == "added"
+        )
 
 
 def test_a_failing_index_save_after_the_note_is_durable_keeps_the_memory_and_says_so(new_vault, monkeypatch):

@@ -96,7 +96,7 @@ def test_vault_without_config_file_uses_defaults(vault: Path) -> None:
     config = load_config(vault, {})
     assert config.memory.mode == "lite"
     assert config.vault_path == vault
-    assert "memory.mode = \"lite\"  (default)" in config.source
+    assert 'memory.mode = "lite"  (default)' in config.source
 
 
 def test_documented_example_loads(vault: Path) -> None:
@@ -481,7 +481,7 @@ def test_llm_timeout_string_says_without_quotes() -> None:
 def test_api_key_env_must_be_a_variable_name_and_is_never_echoed(name: str) -> None:
     [message] = problems(memory(mode="bujo", embeddings=BUILTIN, llm={**LLM, "apiKeyEnv": name}))
     assert message == (
-        'memory.llm.apiKeyEnv must be the UPPER_CASE name of an environment variable holding the key, like'
+        "memory.llm.apiKeyEnv must be the UPPER_CASE name of an environment variable holding the key, like"
         ' "OPENAI_API_KEY" (the value given is not shown): never put the key itself in the config file'
     )
 
@@ -835,7 +835,9 @@ def test_validation_never_raises_on_arbitrary_json(block: dict, anything: object
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=300) | st.text(alphabet='{}[]":,.-0123456789eEtrufalsnNI memoryd', max_size=80).map(str.encode))
+@given(
+    st.binary(max_size=300) | st.text(alphabet='{}[]":,.-0123456789eEtrufalsnNI memoryd', max_size=80).map(str.encode)
+)
 def test_arbitrary_file_bytes_load_or_raise_invalid_config(raw: bytes) -> None:
     import tempfile
 

@@ -85,7 +85,9 @@ def test_index_md_is_regenerated_without_a_model_or_a_change_to_memory(tmp_path,
     assert server.script.calls == {"extraction": 0, "reconciliation": 0, "other": 0}
     assert canonical_digest(root) == before
     assert text.startswith("# Memory index\n\n" + START) and text.endswith(END + "\n")
-    assert "- [[daily/2026-11-30|2026-11-30]]: 2 memories" in text and text.index("2026-11-30|") < text.index("2026-11-28|")
+    assert "- [[daily/2026-11-30|2026-11-30]]: 2 memories" in text and text.index("2026-11-30|") < text.index(
+        "2026-11-28|"
+    )
     assert "- [[Project Atlas]] (project): 3 memories (3 spellings)" in text  # lexically equal names collapse
     assert "[[Monday]]" not in text and "[[March]]" not in text  # calendar/time nodes are filtered
     assert "- [[Morgan]] (person): 1 memory" in text and "- [[Orion]] (project): 1 memory" in text
@@ -113,7 +115,9 @@ def test_text_outside_the_block_is_kept_and_a_stray_marker_is_refused(tmp_path, 
 @pytest.mark.both_backends
 def test_duplicate_fact_groups_are_counted_not_merged(tmp_path, server):
     root = bujo_vault(tmp_path, server, FACTS, ENTITIES)
-    (root / "daily/2026-11-27.md").write_text("# 2026-11-27\n\n- Orion is the billing service.\n- Orion is the billing service.\n")
+    (root / "daily/2026-11-27.md").write_text(
+        "# 2026-11-27\n\n- Orion is the billing service.\n- Orion is the billing service.\n"
+    )
     result = CliRunner().invoke(cli, ["--vault", str(root), "consolidate", "--json"])
     body = json.loads(result.output)
     assert result.exit_code == 0 and body["duplicate_fact_groups"] == 1 and body["model_calls"] == 0
@@ -139,7 +143,9 @@ def test_the_preview_is_bounded_by_groups_and_by_the_scan_ceiling():
     assert block.count("- [[Topic") == MAX_GROUPS == 50
 
 
-@pytest.mark.parametrize("name", ["Monday", "next week", "2026-11-30", "14:00", "Q3 2026", "March 15", "tomorrow", "3pm", "2026"])
+@pytest.mark.parametrize(
+    "name", ["Monday", "next week", "2026-11-30", "14:00", "Q3 2026", "March 15", "tomorrow", "3pm", "2026"]
+)
 def test_calendar_names_are_filtered(name):
     assert is_calendar_node(name, "concept")
 
@@ -150,7 +156,12 @@ def test_real_names_are_kept(name):
 
 
 def test_lexical_keys_collapse_only_spelling():
-    assert lexical_key("Project Atlas") == lexical_key("project-atlas") == lexical_key("PROJECT  ATLAS") == lexical_key("Ｐｒｏｊｅｃｔ Atlas")
+    assert (
+        lexical_key("Project Atlas")
+        == lexical_key("project-atlas")
+        == lexical_key("PROJECT  ATLAS")
+        == lexical_key("Ｐｒｏｊｅｃｔ Atlas")
+    )
     assert lexical_key("Atlas") != lexical_key("Project Atlas")
 
 

@@ -105,7 +105,10 @@ def test_the_same_texts_score_the_same_whatever_the_memo_holds(monkeypatch):
 
 def test_concurrent_callers_get_what_they_would_get_alone():
     jobs = [
-        (f"question {n} about topic{n} and dog", [(f"k{n}", f"memory {n} mentions topic{n} and a puppy", f"context{n}")])
+        (
+            f"question {n} about topic{n} and dog",
+            [(f"k{n}", f"memory {n} mentions topic{n} and a puppy", f"context{n}")],
+        )
         for n in range(24)
     ]
     alone = [coverage(question, candidates) for question, candidates in jobs]
@@ -169,7 +172,9 @@ def test_the_index_stores_each_memorys_note_context(tmp_path):
         by_key = bm25.docs_by_keys([key for key, _ in keys])
     assert keys and set(docs) == set(by_key) == set(rows)
     assert {key: row_of(doc) for key, doc in docs.items()} == rows
-    assert {key: passage_of(doc) for key, doc in by_key.items()} == {key: (r.text, r.context) for key, r in rows.items()}
+    assert {key: passage_of(doc) for key, doc in by_key.items()} == {
+        key: (r.text, r.context) for key, r in rows.items()
+    }
     biscuit = next(row for row in rows.values() if row.text.startswith("Its name is Biscuit"))
     assert "rescue dog" in biscuit.context and "Rotterdam" in biscuit.context
 

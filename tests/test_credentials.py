@@ -218,10 +218,27 @@ HEX32 = "0123456789abcdef" + "fedcba9876543210"
 WEBHOOK = "a webhook URL with its secret"
 FAMILIES = [
     ("https://hooks.slack.com/services/" + "T0AB12CDE/B0FG34HIJ/" + "aB3dE5gH7jK9mN1pQ3sT5vX7", WEBHOOK),
-    ("post to hooks.slack.com/workflows/" + "T0AB12CDE/A0FG34HIJ/" + "123456789012345678/" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2", WEBHOOK),
-    ("https://discord.com/api/webhooks/" + "112233445566778899/" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2wY4_-aB3dE5gH7jK9mN1pQ3sT5v", WEBHOOK),
-    ("https://contoso.webhook.office.com/webhookb2/" + "0c3a9f9e-1b2c-4d5e-8f90-123456789abc@72f988bf-86f1-41af-91ab-2d7cd011db47"
-     + "/IncomingWebhook/" + HEX32 + "/0c3a9f9e-1b2c-4d5e-8f90-123456789abc", WEBHOOK),
+    (
+        "post to hooks.slack.com/workflows/"
+        + "T0AB12CDE/A0FG34HIJ/"
+        + "123456789012345678/"
+        + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2",
+        WEBHOOK,
+    ),
+    (
+        "https://discord.com/api/webhooks/"
+        + "112233445566778899/"
+        + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2wY4_-aB3dE5gH7jK9mN1pQ3sT5v",
+        WEBHOOK,
+    ),
+    (
+        "https://contoso.webhook.office.com/webhookb2/"
+        + "0c3a9f9e-1b2c-4d5e-8f90-123456789abc@72f988bf-86f1-41af-91ab-2d7cd011db47"
+        + "/IncomingWebhook/"
+        + HEX32
+        + "/0c3a9f9e-1b2c-4d5e-8f90-123456789abc",
+        WEBHOOK,
+    ),
     ("https://example.azurewebsites.net/api/hook?code=" + "Ab3De5Gh7Jk9Mn1Pq3St5Vx7==", WEBHOOK),
     ("https://api.example.com/notify?channel=ops&token=" + "q1W2e3R4t5Y6u7I8o9P0", WEBHOOK),
     ("twilio key " + "SK" + HEX32, "a Twilio API key"),
@@ -229,20 +246,35 @@ FAMILIES = [
     ("slack app token " + "xapp-1-" + "A0123456789-1234567890123-" + HEX32, "a Slack token"),
     ("slack bot " + "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "a Slack token"),
     ("slack user " + "xoxp-" + "123456789012-123456789012-1234567890123-" + HEX32, "a Slack token"),
-    ("slack refresh " + "xoxe.xoxp-1-" + "Mi0yLTEyMzQ1Njc4OTAxMi0xMjM0NTY3ODkwMTIzLTEyMzQ1Njc4OTAxMjM0", "a Slack token"),
+    (
+        "slack refresh " + "xoxe.xoxp-1-" + "Mi0yLTEyMzQ1Njc4OTAxMi0xMjM0NTY3ODkwMTIzLTEyMzQ1Njc4OTAxMjM0",
+        "a Slack token",
+    ),
     ("rk_live_" + "51H8abcdEFGH1234ijklMNOP", "a Stripe secret key"),
     ("rk_test_" + "51H8abcdEFGH1234ijklMNOP", "a Stripe secret key"),
     ("whsec_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2c", "a Stripe webhook secret"),
     ("SG." + "aB3dE5gH7jK9mN1pQ3sT5v" + "." + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed9Cb8Az7Yx6W", "a SendGrid API key"),
     ("mailgun " + "key-" + HEX32, "a Mailgun API key"),
-    ("npm config set //registry.npmjs.org/:_authToken " + "npm_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8", "an npm token"),
+    (
+        "npm config set //registry.npmjs.org/:_authToken " + "npm_" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8",
+        "an npm token",
+    ),
     ("pypi-AgEIcHlwaS5vcmc" + "CJDk5ZTQ0NjEtN2Q2Ny00ZWQ0LWFhNjEtYTgxMjg5MWE2ZTc3AAIqWzMsIjE", "a PyPI token"),
-    ("discord bot " + "MTA5ODc2NTQzMjEwOTg3NjU0Mw" + ".GaB3dE" + ".aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6k", "a Discord bot token"),
+    (
+        "discord bot " + "MTA5ODc2NTQzMjEwOTg3NjU0Mw" + ".GaB3dE" + ".aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6k",
+        "a Discord bot token",
+    ),
     ("telegram " + "123456789:AA" + "Fq3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6", "a Telegram bot token"),
-    ("DefaultEndpointsProtocol=https;AccountName=acme;AccountKey="
-     + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2wY4aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0s==;", "an Azure storage key"),
-    ("Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey="
-     + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2w=", "an Azure storage key"),
+    (
+        "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey="
+        + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2wY4aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0s==;",
+        "an Azure storage key",
+    ),
+    (
+        "Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey="
+        + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6kM8oQ0sU2w=",
+        "an Azure storage key",
+    ),
     ("azure client secret " + "aB3" + "8Q~" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cE4gI6k", "an Azure client secret"),
     ('"private_key_id": "' + HEX32 + "01234567" + '"', "a Google Cloud credential"),
     ("oauth client " + "GOCSPX-" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2c", "a Google Cloud credential"),
@@ -252,7 +284,10 @@ FAMILIES = [
     ("postgresql://app:Zq81xx0pLm@db.internal:5432/prod", "a password in a URL"),
     ("mongodb+srv://svc:Pw4mongo9981@cluster0.example.net/app", "a password in a URL"),
     ("mysql://root:r00tPassw0rd@127.0.0.1:3306/shop", "a password in a URL"),
-    ("jdbc:postgresql://db:5432/app?user=app&password=" + "Zq81xx0pLm99Kk", "a secret assigned to a name like password, token or api_key"),
+    (
+        "jdbc:postgresql://db:5432/app?user=app&password=" + "Zq81xx0pLm99Kk",
+        "a secret assigned to a name like password, token or api_key",
+    ),
 ]
 
 NEAR_MISSES = [
@@ -302,8 +337,16 @@ def test_near_misses_of_each_family_are_prose(text: str) -> None:
 
 @pytest.mark.parametrize(
     "hostile",
-    ["?token=" * 200_000, "hooks.slack.com/services/" * 50_000, "SK" * 600_000, "M" * 30 + ".abcdef." * 150_000,
-     "1234567890:AA" * 100_000, "AccountKey=" * 100_000, "aaa1Q~" * 200_000, "/api/webhooks/1" * 100_000],
+    [
+        "?token=" * 200_000,
+        "hooks.slack.com/services/" * 50_000,
+        "SK" * 600_000,
+        "M" * 30 + ".abcdef." * 150_000,
+        "1234567890:AA" * 100_000,
+        "AccountKey=" * 100_000,
+        "aaa1Q~" * 200_000,
+        "/api/webhooks/1" * 100_000,
+    ],
 )
 def test_new_families_stay_linear_on_hostile_runs(hostile: str) -> None:
     result = find_credential(hostile)
@@ -415,15 +458,25 @@ def test_gitleaks_near_misses_are_prose(text: str) -> None:
 
 @pytest.mark.parametrize(
     "hostile",
-    ["dop_v1_" * 200_000, "shpat_" + "a" * 1_000_000, "dapi" * 300_000, "hvs." * 300_000, "ops_eyJ" * 200_000,
-     "A" * 14 + ".atlasv1." * 100_000, "Authorization: Basic " * 60_000, "a" * 14 + ".atlasv1." + "b" * 1_000_000],
+    [
+        "dop_v1_" * 200_000,
+        "shpat_" + "a" * 1_000_000,
+        "dapi" * 300_000,
+        "hvs." * 300_000,
+        "ops_eyJ" * 200_000,
+        "A" * 14 + ".atlasv1." * 100_000,
+        "Authorization: Basic " * 60_000,
+        "a" * 14 + ".atlasv1." + "b" * 1_000_000,
+    ],
 )
 def test_the_gitleaks_families_stay_linear_on_hostile_runs(hostile: str) -> None:
     result = find_credential(hostile)
     assert result is None or isinstance(result, str)
 
 
-@pytest.mark.parametrize("secret", [HF_WITH_DIGITS, DIGITALOCEAN, SHOPIFY], ids=["huggingface", "digitalocean", "shopify"])
+@pytest.mark.parametrize(
+    "secret", [HF_WITH_DIGITS, DIGITALOCEAN, SHOPIFY], ids=["huggingface", "digitalocean", "shopify"]
+)
 def test_every_write_path_refuses_the_reported_families(tmp_path, secret: str) -> None:
     """remember, admit, capture (direct text and the model's output), runtime memory and
     documents each refuse the three families that were stored verbatim, writing nothing."""
@@ -456,8 +509,16 @@ _NEEDLES = sorted({needle for detector in credentials._DETECTORS for needle in d
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(_NEEDLES), st.sampled_from([n.upper() for n in _NEEDLES]),
-                          st.text(alphabet="aAbB0123456789_-=:'\" .xyzXYZ/+~", max_size=70)), max_size=8))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_NEEDLES),
+            st.sampled_from([n.upper() for n in _NEEDLES]),
+            st.text(alphabet="aAbB0123456789_-=:'\" .xyzXYZ/+~", max_size=70),
+        ),
+        max_size=8,
+    )
+)
 def test_the_one_scan_for_any_needle_answers_as_looking_for_each_would(parts):
     """A text without any detector's needle is answered at once; with one, every detector looks
     as before. Both answer alike on texts made of needles, their capitals and token-like runs."""

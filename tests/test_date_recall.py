@@ -51,10 +51,19 @@ def test_a_named_period_resolves_to_local_dates(question, start, end):
     assert (period.start.isoformat(), period.end.isoformat()) == (start, end)
 
 
-@pytest.mark.parametrize("question", [
-    "Which color did Morgan choose?", "What may I bring?", "the fall of Rome", "Did the price spring back?",
-    "What is 2023 times 4?", "Remember the 40 days of rain", "February 30 2023 deadline", "x" * 5000,
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Which color did Morgan choose?",
+        "What may I bring?",
+        "the fall of Rome",
+        "Did the price spring back?",
+        "What is 2023 times 4?",
+        "Remember the 40 days of rain",
+        "February 30 2023 deadline",
+        "x" * 5000,
+    ],
+)
 def test_questions_without_a_period_resolve_to_nothing(question):
     assert question_periods(question, TODAY) == ()
 
@@ -62,7 +71,9 @@ def test_questions_without_a_period_resolve_to_nothing(question):
 def test_two_periods_in_one_question_are_both_read_in_order():
     periods = question_periods("What changed between last week and on 3 May 2024?", TODAY)
     assert [(p.start.isoformat(), p.end.isoformat()) for p in periods] == [
-        ("2026-11-23", "2026-11-29"), ("2024-05-03", "2024-05-03")]
+        ("2026-11-23", "2026-11-29"),
+        ("2024-05-03", "2024-05-03"),
+    ]
 
 
 def test_routing_builds_its_broad_period_pattern_from_the_same_grammar():
@@ -97,8 +108,9 @@ def test_a_named_period_puts_the_memory_dated_just_after_it_first(dated_vault):
     assert plain.hits[0].text == JUNE  # without a period, words decide
     assert dated.hits[0].text == OCTOBER  # 9 October is within a week after the 7-8 October weekend
     assert dated.hits[0].explain["date"]["rank"] == 1 and "date" not in dated.hits[1].explain
-    assert dated.explain["periods"] == [{"from": "2023-10-07", "through": "2023-10-08",
-                                         "phrase": "the first weekend of october 2023"}]
+    assert dated.explain["periods"] == [
+        {"from": "2023-10-07", "through": "2023-10-08", "phrase": "the first weekend of october 2023"}
+    ]
 
 
 def test_a_memory_more_than_a_week_after_the_period_is_not_favoured(dated_vault):
@@ -112,9 +124,13 @@ def test_relative_periods_are_read_in_the_vaults_zone(tmp_path):
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Pacific/Auckland")))
     auckland = ZoneInfo("Pacific/Auckland")
     with MemoryStore.open(root) as store:
-        store.remember("We fixed the login bug in the billing service.", at=datetime(2026, 12, 2, 15, 0, tzinfo=auckland))
-        store.remember("The login bug in the billing service is back, the login bug again.",
-                       at=datetime(2026, 11, 20, 15, 0, tzinfo=auckland))
+        store.remember(
+            "We fixed the login bug in the billing service.", at=datetime(2026, 12, 2, 15, 0, tzinfo=auckland)
+        )
+        store.remember(
+            "The login bug in the billing service is back, the login bug again.",
+            at=datetime(2026, 11, 20, 15, 0, tzinfo=auckland),
+        )
     with MemoryStore.open(root) as store:  # every vector in place: the order is the same every run
         # 23:30 UTC on 2 December is already 3 December in Auckland: "yesterday" there is 2 December
         store._clock = lambda: datetime(2026, 12, 2, 23, 30, tzinfo=timezone.utc)
@@ -128,9 +144,13 @@ def test_explain_shows_the_period_in_the_cli(dated_vault):
 
     from memvault.cli.main import cli
 
-    out = CliRunner().invoke(cli, ["--vault", str(dated_vault), "search", "car show on 9 October 2023", "--explain"],
-                             catch_exceptions=False)
+    out = CliRunner().invoke(
+        cli, ["--vault", str(dated_vault), "search", "car show on 9 October 2023", "--explain"], catch_exceptions=False
+    )
     assert "period: '9 october 2023' = 2023-10-09 .. 2023-10-09 (and a week after)" in out.output
-    as_json = CliRunner().invoke(cli, ["--vault", str(dated_vault), "search", "car show on 9 October 2023", "--explain",
-                                       "--json"], catch_exceptions=False)
+    as_json = CliRunner().invoke(
+        cli,
+        ["--vault", str(dated_vault), "search", "car show on 9 October 2023", "--explain", "--json"],
+        catch_exceptions=False,
+    )
     assert json.loads(as_json.output)["explain"]["periods"][0]["from"] == "2023-10-09"

@@ -63,7 +63,9 @@ def _assert_total(question: str, record: str):
     return result
 
 
-location = st.tuples(st.sampled_from(AUXILIARIES), st.sampled_from(PERSONS), st.sampled_from(["live", "work"]), st.sampled_from(TENSES))
+location = st.tuples(
+    st.sampled_from(AUXILIARIES), st.sampled_from(PERSONS), st.sampled_from(["live", "work"]), st.sampled_from(TENSES)
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -77,8 +79,13 @@ def test_location_questions_answer_or_abstain(parts):
     assert result.admitted == expected, (question, record, result.to_json())
 
 
-choice = st.tuples(st.sampled_from(["Which", "What"]), st.sampled_from(AUXILIARIES), st.sampled_from(PERSONS),
-                   st.sampled_from(["choose", "select", "pick"]), st.sampled_from(TENSES))
+choice = st.tuples(
+    st.sampled_from(["Which", "What"]),
+    st.sampled_from(AUXILIARIES),
+    st.sampled_from(PERSONS),
+    st.sampled_from(["choose", "select", "pick"]),
+    st.sampled_from(TENSES),
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -93,8 +100,12 @@ def test_choice_questions_answer_or_abstain(parts):
     assert result.admitted == expected, (question, record, result.to_json())
 
 
-event = st.tuples(st.sampled_from(AUXILIARIES), st.sampled_from(["the workshop", "the offsite", "it", "they"]),
-                  st.sampled_from(["start", "begin", "happen"]), st.sampled_from(TENSES))
+event = st.tuples(
+    st.sampled_from(AUXILIARIES),
+    st.sampled_from(["the workshop", "the offsite", "it", "they"]),
+    st.sampled_from(["start", "begin", "happen"]),
+    st.sampled_from(TENSES),
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -108,8 +119,11 @@ def test_event_questions_answer_or_abstain(parts):
     assert result.admitted == expected, (question, record, result.to_json())
 
 
-possessive = st.tuples(st.sampled_from(["What is", "What's", "What was", "What are", "what were"]),
-                       st.sampled_from(PERSONS), st.sampled_from(["phone number", "favourite colour", "email"]))
+possessive = st.tuples(
+    st.sampled_from(["What is", "What's", "What was", "What are", "what were"]),
+    st.sampled_from(PERSONS),
+    st.sampled_from(["phone number", "favourite colour", "email"]),
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -122,14 +136,45 @@ def test_possessive_questions_answer_or_abstain(parts):
 
 
 #: words and marks a hostile or sloppy question might carry anywhere
-NOISE = ["", "now", "currently", "still", "?", "??", "'s", "'", "s'", "-", "and", "not", "Priya's", "\u202e", "\x00",
-         "livin'", "liv", "ing", "working's", "123", "…", "«", "did", "is", "has", "where", "when", "which"]
+NOISE = [
+    "",
+    "now",
+    "currently",
+    "still",
+    "?",
+    "??",
+    "'s",
+    "'",
+    "s'",
+    "-",
+    "and",
+    "not",
+    "Priya's",
+    "\u202e",
+    "\x00",
+    "livin'",
+    "liv",
+    "ing",
+    "working's",
+    "123",
+    "…",
+    "«",
+    "did",
+    "is",
+    "has",
+    "where",
+    "when",
+    "which",
+]
 words = st.sampled_from(sorted({form for forms in FORMS.values() for form in forms}) + AUXILIARIES + PERSONS + NOISE)
 
 
 @settings(max_examples=600, deadline=None)
-@given(st.sampled_from(["Where", "When", "Which", "What", "What's", "Who", "where", "WHEN"]), st.lists(words, max_size=9),
-       st.sampled_from(["", "?", ".", "!", " ?"]))
+@given(
+    st.sampled_from(["Where", "When", "Which", "What", "What's", "Who", "where", "WHEN"]),
+    st.lists(words, max_size=9),
+    st.sampled_from(["", "?", ".", "!", " ?"]),
+)
 def test_any_sequence_of_grammar_words_never_raises(wh, body, end):
     _assert_total(" ".join([wh, *body]) + end, "Priya lives in Rotterdam.")
 
@@ -146,6 +191,13 @@ def test_issue_questions_that_crashed_now_answer_or_abstain():
     assert _assert_total("Where is Priya living?", record).admitted
     assert _assert_total("Where was Priya living?", record).admitted
     assert _assert_total("Where has Priya lived?", record).admitted
-    for question in ["Where is Priya lived?", "Where is Priya livin?", "Where are Priya liv?", "Where is Priya staying?",
-                     "Where does Priya living?", "Where will Priya live?", "Where is she living?"]:
+    for question in [
+        "Where is Priya lived?",
+        "Where is Priya livin?",
+        "Where are Priya liv?",
+        "Where is Priya staying?",
+        "Where does Priya living?",
+        "Where will Priya live?",
+        "Where is she living?",
+    ]:
         assert not _assert_total(question, record).admitted, question

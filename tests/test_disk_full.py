@@ -31,8 +31,11 @@ def test_full_disk_reads_work_writes_fail_cleanly(tmp_path, mode):
         assert memvault(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC").returncode == 0
         note = vault / "daily" / f"{DAY}.md"
         note.write_text(f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n")
-        for args in (("rebuild",), ("runtime", "add", "user", "Prefers short answers."),
-                     ("doc", "create", "Plan", "--body", "The plan.")):
+        for args in (
+            ("rebuild",),
+            ("runtime", "add", "user", "Prefers short answers."),
+            ("doc", "create", "Plan", "--body", "The plan."),
+        ):
             assert memvault(vault, *args).returncode == 0, args
         with open(note, "a") as edit:  # a hand edit the index has not seen: opening must sync, and cannot
             edit.write("- 10:00 Morgan chose blue as the deployment color. ^m-blue\n")
@@ -70,8 +73,9 @@ def test_full_disk_reads_work_writes_fail_cleanly(tmp_path, mode):
         # removed again when the write after them fails), and none is changed
         empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         created = {path: state for path, state in after.items() if path not in before}
-        assert all(path.startswith(".locks/") and state == ("file", 0o600, empty) for path, state in created.items()), \
+        assert all(path.startswith(".locks/") and state == ("file", 0o600, empty) for path, state in created.items()), (
             "; ".join(f"{p} {s}" for p, s in sorted(created.items()))
+        )
         assert {path: state for path, state in after.items() if path in before} == before
         assert not [path for path in after if path.endswith(".tmp") or "/.tmp" in path]
         generations = sorted(p for p in after if p.startswith(".index/gen-") and p.count("/") == 1)
@@ -80,9 +84,13 @@ def test_full_disk_reads_work_writes_fail_cleanly(tmp_path, mode):
 
 @pytest.mark.parametrize(
     ("code", "kind", "words"),
-    [(errno.ENOSPC, StorageFull, "no space left"), (errno.EDQUOT, StorageFull, "no space left"),
-     (errno.EROFS, ReadOnlyVault, "read-only"), (errno.EACCES, StoragePermission, "permission denied"),
-     (errno.EPERM, StoragePermission, "permission denied")],
+    [
+        (errno.ENOSPC, StorageFull, "no space left"),
+        (errno.EDQUOT, StorageFull, "no space left"),
+        (errno.EROFS, ReadOnlyVault, "read-only"),
+        (errno.EACCES, StoragePermission, "permission denied"),
+        (errno.EPERM, StoragePermission, "permission denied"),
+    ],
 )
 def test_each_refusal_is_typed_and_names_the_path_and_the_fix(code, kind, words):
     typed = storage_error(OSError(code, "refused", "/v/daily/2026-11-30.md"), "/v")

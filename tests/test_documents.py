@@ -48,16 +48,28 @@ def active(store) -> list[str]:
 
 
 def test_render_parse_round_trip_and_byte_size():
-    data = render_document('Deploy: "runbook"', "How we ship", "Step 1\n\nStep 2\n", 3, "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")
+    data = render_document(
+        'Deploy: "runbook"', "How we ship", "Step 1\n\nStep 2\n", 3, "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"
+    )
     doc = parse_document("deploy-runbook", data, "2026-05-05T00:00:00Z")
-    assert (doc.title, doc.summary, doc.body, doc.revision) == ('Deploy: "runbook"', "How we ship", "Step 1\n\nStep 2", 3)
+    assert (doc.title, doc.summary, doc.body, doc.revision) == (
+        'Deploy: "runbook"',
+        "How we ship",
+        "Step 1\n\nStep 2",
+        3,
+    )
     assert doc.size == len(data) and doc.sha256 == hashlib.sha256(data).hexdigest()
     assert render_document(doc.title, doc.summary, doc.body, doc.revision, doc.created, doc.updated) == data
 
 
 def test_parse_tolerates_hand_written_files():
     doc = parse_document("notes", b"# Just notes\n\nno frontmatter\n", "2026-05-05T00:00:00Z")
-    assert (doc.title, doc.revision, doc.updated, doc.body) == ("notes", 0, "2026-05-05T00:00:00Z", "# Just notes\n\nno frontmatter")
+    assert (doc.title, doc.revision, doc.updated, doc.body) == (
+        "notes",
+        0,
+        "2026-05-05T00:00:00Z",
+        "# Just notes\n\nno frontmatter",
+    )
     odd = parse_document("odd", b"---\nrevision: lots\ntitle: [x\n---\nbody\n", "T")
     assert (odd.revision, odd.title) == (0, "[x")
 
@@ -65,7 +77,7 @@ def test_parse_tolerates_hand_written_files():
 def test_slug_is_safe_for_any_title():
     assert slug("Deploy Runbook (v2)!") == "deploy-runbook-v2"
     assert slug("../../etc/passwd") == "etc-passwd"
-    assert slug("東京") .startswith("doc-")
+    assert slug("東京").startswith("doc-")
     assert len(slug("a" * 500)) <= 60
 
 

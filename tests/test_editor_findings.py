@@ -47,7 +47,7 @@ def texts(store: MemoryStore, query: str) -> list[str]:
 def test_1_sed_in_place_loop_during_remembers_loses_nothing_and_never_conflicts(new_vault):
     note = write(new_vault, NOTE, "# 2026-11-30\n\n")
     # the reported case: `sed -i` (write a temp file, rename it over) every 50 ms
-    script = "i=0; while [ -f \"$1.run\" ]; do i=$((i+1)); sed -i \"\\$a - person edit $i\" \"$1\"; echo $i; sleep 0.05; done"
+    script = 'i=0; while [ -f "$1.run" ]; do i=$((i+1)); sed -i "\\$a - person edit $i" "$1"; echo $i; sleep 0.05; done'
     (new_vault / (NOTE + ".run")).touch()
     person = subprocess.Popen(["bash", "-c", script, "person", str(note)], stdout=subprocess.PIPE, text=True)
     receipts = []
@@ -211,7 +211,10 @@ def test_4_comments_are_hidden_and_prose_callouts_and_continuations_are_memories
     note = write(new_vault, NOTE, body)
     with MemoryStore.open(new_vault) as store:
         assert texts(store, "secret santa list") == [] and texts(store, "draft budget hidden") == []
-        assert texts(store, "walked the pier offsite")[0] == "We walked the pier after the offsite and talked about hiring."
+        assert (
+            texts(store, "walked the pier offsite")[0]
+            == "We walked the pier after the offsite and talked about hiring."
+        )
         assert texts(store, "espresso machine floor")[0] == "Espresso machine It lives on the third floor."
         assert texts(store, "room was booked")[0] == "The retro moved to Thursday because the room was booked."
         assert all("#^d-" in hit.source for hit in store.recall("pier espresso retro", limit=10).hits)

@@ -85,7 +85,9 @@ def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_is_two_wi
     count = 0
     while not ledger.exists() or ledger.stat().st_size <= MIN_COMPACT_BYTES:
         size_before = ledger.stat().st_size if ledger.exists() else 0
-        note_written(layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet(text, f"m-{count:010d}", "09:00")], now=start)
+        note_written(
+            layout, "daily/2026-11-30.md", "2026-11-30", [NewBullet(text, f"m-{count:010d}", "09:00")], now=start
+        )
         assert ledger.stat().st_size > size_before  # appended, never rewritten while all are live
         count += 1
     expired = start + REPAIR_WINDOW_SECONDS + 1  # every entry expired, none two windows old
@@ -109,8 +111,11 @@ def test_a_steady_stream_of_writes_compacts_the_ledger_once_a_window_and_keeps_e
     window, start, step = recent_writes.REPAIR_WINDOW_SECONDS, 1_000_000.0, 0.25
     rewrites, written = [], []
     write_file = recent_writes.atomic_write
-    monkeypatch.setattr(recent_writes, "atomic_write", lambda path, data, **kw: (rewrites.append(len(data)),
-                                                                                  write_file(path, data, **kw)))
+    monkeypatch.setattr(
+        recent_writes,
+        "atomic_write",
+        lambda path, data, **kw: (rewrites.append(len(data)), write_file(path, data, **kw)),
+    )
     for n in range(int(5 * window / step)):  # five windows, four writes a second
         now = start + n * step
         block_id = f"m-{n:010d}"
@@ -136,7 +141,9 @@ def test_the_ledger_read_after_appends_a_take_back_and_a_rewrite_holds_exactly_t
     now = time.time()
 
     def write(*ids):
-        return recent_writes.note_written(layout, NOTE, "2026-11-30", [NewBullet(f"text {i}", i, "09:00") for i in ids], now=now)
+        return recent_writes.note_written(
+            layout, NOTE, "2026-11-30", [NewBullet(f"text {i}", i, "09:00") for i in ids], now=now
+        )
 
     def live():
         return [entry["id"] for entry in recent_writes._load(layout, now)]
@@ -168,8 +175,11 @@ def test_a_line_whose_id_is_the_start_of_another_id_is_still_repaired(new_vault)
     with MemoryStore.open(new_vault) as store:
         receipt = store.remember("A line that a save will drop.", at=AT)
         note = new_vault / NOTE
-        note.write_text(note.read_text().replace(f" ^{receipt.id}", f" ^{receipt.id}x").replace(
-            "A line that a save will drop.", "Another line, the person's own."))
+        note.write_text(
+            note.read_text()
+            .replace(f" ^{receipt.id}", f" ^{receipt.id}x")
+            .replace("A line that a save will drop.", "Another line, the person's own.")
+        )
         store.sync([NOTE])
         text = note.read_text()
         assert text.count(f"^{receipt.id}\n") == 1 and "A line that a save will drop." in text, text
@@ -217,7 +227,9 @@ def test_saves_by_rename_during_appends_are_retried_at_once_then_with_backoff(ne
         pauses = _saving_over_each_append(monkeypatch, new_vault, saves, by_rename)
         block_id = f"m-saves{saves:04d}{int(by_rename)}"
         with VaultLock(new_vault):
-            assert append_bullets_once(layout, NOTE, "2026-11-30", [NewBullet(f"line after {saves} saves", block_id, "09:05")]) == [block_id]
+            assert append_bullets_once(
+                layout, NOTE, "2026-11-30", [NewBullet(f"line after {saves} saves", block_id, "09:05")]
+            ) == [block_id]
         text = (new_vault / NOTE).read_text()
         assert text.count(f"^{block_id}") == 1 and "A line that is there first." in text
         assert any(pauses) == backed_off, pauses
@@ -225,9 +237,16 @@ def test_saves_by_rename_during_appends_are_retried_at_once_then_with_backoff(ne
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["daily/2026-11-30.md", "daily/2026-12-01.md"]),
-                          st.sampled_from([f"m-e00000000{n}" for n in range(6)]),
-                          st.floats(min_value=0.0, max_value=45.0)), max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["daily/2026-11-30.md", "daily/2026-12-01.md"]),
+            st.sampled_from([f"m-e00000000{n}" for n in range(6)]),
+            st.floats(min_value=0.0, max_value=45.0),
+        ),
+        max_size=30,
+    )
+)
 def test_the_ledgers_lines_by_note_kept_up_as_entries_come_and_expire_equal_them_made_afresh(writes):
     """A sync asks the ledger for its live lines by note and block id, kept up from the last read
     as entries are appended and leave the window (the same id written again keeps its newest
@@ -281,12 +300,16 @@ def test_an_append_nobody_touched_is_not_read_back_and_one_a_save_touched_is(new
         if not read_back:  # the first attempt: a save in place, as long as the note with the line
             path = new_vault / relpath
             data = path.read_bytes()
-            path.write_bytes(data[: len(data) - len(payload)] + b"- 09:06 a person's line".ljust(len(payload) - 1) + b"\n")
+            path.write_bytes(
+                data[: len(data) - len(payload)] + b"- 09:06 a person's line".ljust(len(payload) - 1) + b"\n"
+            )
         return appended, payload, text
 
     monkeypatch.setattr(note_append, "_append_through", append_then_same_size_save)
     with VaultLock(new_vault):
-        assert append_bullets_once(layout, NOTE, "2026-11-30", [NewBullet("line a save overwrote", "m-touch0001", "09:07")])
+        assert append_bullets_once(
+            layout, NOTE, "2026-11-30", [NewBullet("line a save overwrote", "m-touch0001", "09:07")]
+        )
     text = (new_vault / NOTE).read_text()
     assert read_back and text.count("^m-touch0001") == 1 and "a person's line" in text
 

@@ -30,8 +30,9 @@ SETTLE_SECONDS = 120.0  # generous: the owner projects the last admitted turns a
 
 def _spawn(*args: str, stderr=None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=stderr, text=True)  # fmt: skip  (stderr None: a failing driver's traceback shows)
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+    )  # fmt: skip  (stderr None: a failing driver's traceback shows)
 
 
 def _events(proc: subprocess.Popen, timeout: float) -> list[dict]:
@@ -82,10 +83,12 @@ def test_person_saves_and_memvault_writes_all_survive_a_minute_of_contention(new
         served = store._writable_index().all_rows()
         store.rebuild()
         rebuilt = store._writable_index().all_rows()
-    print(f"\nperson saves: {len(saves)} ({sum(s['style'] == 'rename' for s in saves)} rename, "
-          f"{sum(s['style'] == 'inplace' for s in saves)} in place), lost {len(lost_saves)}; "
-          f"memvault writes: {len(remembered)} remember, {len(admitted)} admitted turns, "
-          f"lost {len(lost_writes)}, duplicated {len(doubled)}; index rows {len(served)}, rebuild {len(rebuilt)}")
+    print(
+        f"\nperson saves: {len(saves)} ({sum(s['style'] == 'rename' for s in saves)} rename, "
+        f"{sum(s['style'] == 'inplace' for s in saves)} in place), lost {len(lost_saves)}; "
+        f"memvault writes: {len(remembered)} remember, {len(admitted)} admitted turns, "
+        f"lost {len(lost_writes)}, duplicated {len(doubled)}; index rows {len(served)}, rebuild {len(rebuilt)}"
+    )
     assert len(saves) > 100 and len(remembered) > 10 and admitted, "the scenario ran"
     assert lost_saves == []
     assert lost_writes == [] and doubled == []

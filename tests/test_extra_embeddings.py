@@ -42,14 +42,19 @@ def with_extra(extra: dict) -> dict:
     "extra, message",
     [
         ({"provider": "e5"}, 'memory.extraEmbeddings.provider "e5" is not supported: use one of "builtin", "e5-small"'),
-        ({"provider": "e5-small", "dim": 256}, 'memory.extraEmbeddings.dim 256 does not match provider "e5-small"'
-                                               ' (its model "multilingual-e5-small-q4" always produces 384):'
-                                               " remove dim or set it to 384"),
+        (
+            {"provider": "e5-small", "dim": 256},
+            'memory.extraEmbeddings.dim 256 does not match provider "e5-small"'
+            ' (its model "multilingual-e5-small-q4" always produces 384):'
+            " remove dim or set it to 384",
+        ),
         ({"provider": "builtin"}, "memory.extraEmbeddings names the same model as memory.embeddings"),
         ({"dim": 384}, 'memory.extraEmbeddings.provider is required: set it like "e5-small"'),
         ({}, "memory.extraEmbeddings is empty"),
-        ({"provider": "e5-small", "endpoint": "http://localhost:1"},
-         'memory.extraEmbeddings.endpoint is not used by provider "e5-small" (it runs in-process)'),
+        (
+            {"provider": "e5-small", "endpoint": "http://localhost:1"},
+            'memory.extraEmbeddings.endpoint is not used by provider "e5-small" (it runs in-process)',
+        ),
     ],
 )
 def test_bad_extra_embeddings_are_named_with_the_fix(extra, message):
@@ -62,7 +67,7 @@ def test_extra_embeddings_resolve_and_lite_ignores_them(tmp_path):
     extra = load_config(tmp_path, {}).memory.extra_embeddings
     assert (extra.provider, extra.model, extra.dim) == ("e5-small", "multilingual-e5-small-q4", 384)
     assert extra.endpoint is None
-    assert "memory.extraEmbeddings.provider = \"e5-small\"" in load_config(tmp_path, {}).source
+    assert 'memory.extraEmbeddings.provider = "e5-small"' in load_config(tmp_path, {}).source
     lite = with_extra({"provider": "e5-small"})
     lite["memory"]["mode"] = "lite"
     (tmp_path / "memvault.json").write_bytes(render_config(lite))

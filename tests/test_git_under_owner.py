@@ -102,7 +102,9 @@ def test_revert_and_branch_checkout_under_a_running_owner(repo):
         wait_for(lambda: found(repo, "The office plants are watered on Mondays."), what="the line indexed again")
 
         git(repo, "checkout", "-q", "-b", "older", "before")  # a branch from before the line
-        settled_without(repo, relpath, "The office plants are watered on Mondays.", git(repo, "show", f"before:{relpath}").stdout)
+        settled_without(
+            repo, relpath, "The office plants are watered on Mondays.", git(repo, "show", f"before:{relpath}").stdout
+        )
         assert git(repo, "status", "--porcelain", "--", "daily").stdout == ""
         back = git(repo, "checkout", "-q", "main", check=False)
         assert back.returncode == 0, back.stderr
@@ -126,13 +128,17 @@ def test_a_line_git_keeps_nowhere_is_put_back_and_an_editor_save_still_repaired(
     from datetime import datetime, timezone
 
     with MemoryStore.open(repo) as store:
-        receipt = store.remember("Discarded by checkout, kept by memvault.", at=datetime(2026, 11, 30, 9, tzinfo=timezone.utc))
+        receipt = store.remember(
+            "Discarded by checkout, kept by memvault.", at=datetime(2026, 11, 30, 9, tzinfo=timezone.utc)
+        )
         git(repo, "checkout", "--", relpath)  # discards an uncommitted, never-stashed line
         assert f"^{receipt.id}" not in note.read_text()
         store.sync([relpath])
         assert note.read_text().count(f"^{receipt.id}") == 1  # it existed nowhere else: back
 
-        editor_buffer = note.read_text().replace(f"- 09:00 Discarded by checkout, kept by memvault. ^{receipt.id}\n", "")
+        editor_buffer = note.read_text().replace(
+            f"- 09:00 Discarded by checkout, kept by memvault. ^{receipt.id}\n", ""
+        )
         note.write_text(editor_buffer + "- typed by a person\n")  # an editor's older copy, not a version git has
         store.sync([relpath])
         assert note.read_text().count(f"^{receipt.id}") == 1

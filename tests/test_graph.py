@@ -31,7 +31,9 @@ def test_render_is_deterministic_sorted_and_round_trips():
     lines = data.decode().splitlines()
     assert [json.loads(line)["kind"] for line in lines] == ["entity", "entity", "fact", "fact", "relation"]
     assert lines[0] == '{"id":"e-a","kind":"entity","name":"Atlas","type":"project"}'
-    assert lines[2] == '{"entities":["e-b","e-a"],"id":"f-1","kind":"fact","salience":0.8,"source":"daily/2026-11-29.md"}'
+    assert (
+        lines[2] == '{"entities":["e-b","e-a"],"id":"f-1","kind":"fact","salience":0.8,"source":"daily/2026-11-29.md"}'
+    )
     assert render_graph(parse_graph(data)) == data
     other = Graph()  # the same content added in another order renders the same bytes
     for line in reversed(lines):
@@ -206,7 +208,9 @@ def test_a_broken_graph_stops_a_capture_before_any_change(tmp_path):
 
     with LoopbackServer() as server:
         server.route(EMBED_PATH, hash_embeddings)
-        script = ChatScript(lambda _t: extraction(memory("Atlas ships in March.", 0.5, ["e1"]), entities=[entity("e1", "Atlas")]))
+        script = ChatScript(
+            lambda _t: extraction(memory("Atlas ships in March.", 0.5, ["e1"]), entities=[entity("e1", "Atlas")])
+        )
         server.route(OLLAMA_PATH, script)
         root = make_capture_vault(tmp_path, server.url, embed_endpoint=server.url)
         (root / "graph.jsonl").write_text("{oops\n")

@@ -23,8 +23,9 @@ def codes(report) -> dict[str, str]:
 def health_of(root, strict=False) -> HealthReport:
     """The store's own health report, on whichever backend the vault's index lives."""
     body = store_health(root, strict=strict)
-    return HealthReport(body["strict"], tuple(body["checks"]), tuple(Finding(**f) for f in body["findings"]),
-                        body["details"])
+    return HealthReport(
+        body["strict"], tuple(body["checks"]), tuple(Finding(**f) for f in body["findings"]), body["details"]
+    )
 
 
 def store_health(root, strict=False) -> dict:
@@ -98,7 +99,11 @@ def test_a_row_changed_behind_the_manifest_is_caught_by_strict_only(clean_vault)
 @pytest.mark.parametrize(
     "content, code, fix",
     [
-        ("- 09:00 ok\n<<<<<<< HEAD\n- 10:00 a\n=======\n- 10:00 b\n>>>>>>> x\n", "conflict_markers", "resolve the conflict"),
+        (
+            "- 09:00 ok\n<<<<<<< HEAD\n- 10:00 a\n=======\n- 10:00 b\n>>>>>>> x\n",
+            "conflict_markers",
+            "resolve the conflict",
+        ),
         ("- 09:00 ok \xff", "invalid_utf8", "re-save"),
         ("- 09:00 first ^m-aaaaaaaaaa\n- 09:05 pasted ^m-aaaaaaaaaa\n", "duplicate_id", "remove the repeated ^id"),
         ("---\ntimeZone: Mars/Olympus\n---\n- 09:00 on mars\n", "frontmatter_zone", "fix the timeZone"),
@@ -154,7 +159,9 @@ def test_intake_counts_are_reported(clean_vault):
 @pytest.mark.both_backends
 def test_other_parts_can_register_checks(clean_vault):
     def sidecar(ctx):
-        yield Finding("sidecar", ERROR, "canonical_mismatch", ".replay-projection-v1.json", "differs", "memvault rebuild")
+        yield Finding(
+            "sidecar", ERROR, "canonical_mismatch", ".replay-projection-v1.json", "differs", "memvault rebuild"
+        )
 
     register_check("sidecar", sidecar, strict_only=True)
     try:

@@ -78,8 +78,12 @@ def test_no_memory_intent_and_ordinary_checkpoints_are_not_admitted(tmp_path):
 def test_an_eligible_turn_is_reviewed_after_idleness_and_a_completed_pass_clears_activity(tmp_path):
     steps = [
         chat({"tool": "DocumentSearch", "arguments": {"query": "deploy window"}}),
-        chat({"tool": "DocumentCreate", "arguments": {"title": "Deploy window", "body": "Tuesday 14:00 UTC.",
-                                                      "summary": "When we deploy"}}),  # fmt: skip
+        chat(
+            {
+                "tool": "DocumentCreate",
+                "arguments": {"title": "Deploy window", "body": "Tuesday 14:00 UTC.", "summary": "When we deploy"},
+            }
+        ),  # fmt: skip
         chat({"done": True, "note": "recorded the deploy window"}),
     ]
     with LoopbackServer() as server:
@@ -105,7 +109,9 @@ def test_an_eligible_turn_is_reviewed_after_idleness_and_a_completed_pass_clears
 def test_one_layer_per_pass_even_when_the_first_change_fails(tmp_path):
     steps = [
         chat({"tool": "DocumentCreate", "arguments": {"title": "", "body": "x"}}),  # fails: empty title
-        chat({"tool": "RuntimeMemory", "arguments": {"action": "add", "target": "MEMORY", "content": "Deploy Tuesdays."}}),
+        chat(
+            {"tool": "RuntimeMemory", "arguments": {"action": "add", "target": "MEMORY", "content": "Deploy Tuesdays."}}
+        ),
         chat({"tool": "RuntimeMemory", "arguments": {"action": "add", "target": "USER", "content": "Owns rollbacks."}}),
         chat({"done": True, "note": "done"}),
     ]
@@ -231,7 +237,7 @@ def test_max_per_session_and_the_wake_and_cue(tmp_path):
         server.route("/api/chat", lambda body: chat({"done": True}))
         with HostSession.open(make_vault(tmp_path, server.url, maxPerSession=1), env={}) as session:
             first = session.begin_turn()
-            assert first.wake_changed and first.cue and "revision=\"0\"" in first.wake.text
+            assert first.wake_changed and first.cue and 'revision="0"' in first.wake.text
             assert "Runtime memory is always loaded" in first.protocol
             eligible_turn(session)
             assert session.wait_for_review().status == "completed"

@@ -39,8 +39,9 @@ def vault(tmp_path_factory):
 def run(args: list, stdin: bytes | None = None, env: dict | None = None, cwd: Path | None = None):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
     environment.update(env or {})
-    return subprocess.run([MEMVAULT, *args], input=stdin, capture_output=True, env=environment, timeout=180,
-                          cwd=str(cwd) if cwd else None)
+    return subprocess.run(
+        [MEMVAULT, *args], input=stdin, capture_output=True, env=environment, timeout=180, cwd=str(cwd) if cwd else None
+    )
 
 
 def check(done, *, codes=(1, 2), json_out: bool = False, says: tuple[str, ...] = ()):
@@ -87,14 +88,22 @@ ARGV_CASES = {
     "limit huge": (["search", "--limit", "99999999999999999999999", "x"], {}, ()),
     "limit text --json": (["search", "--json", "--limit", "abc", "x"], {"json_out": True}, ()),
     "bad mode": (["search", "--mode", "bogus", "x"], {}, ()),
-    "query syntax": (["search", "AND OR NOT ((( \"unbalanced field:value^2 ~ *"], {"codes": (0,)}, ()),
+    "query syntax": (["search", 'AND OR NOT ((( "unbalanced field:value^2 ~ *'], {"codes": (0,)}, ()),
     "empty query": (["search", ""], {"codes": (0, 1, 2)}, ()),
     "bidi query": (["search", "\u202e\u2066 Priya \u2069"], {"codes": (0,)}, ()),
     "long query": (["search", "word " * 20_000], {"codes": (0, 1, 2)}, ()),
-    "auto crash question": (["search", "--json", "--mode", "auto", "Where is Priya living?"], {"codes": (0,), "json_out": True}, ()),
+    "auto crash question": (
+        ["search", "--json", "--mode", "auto", "Where is Priya living?"],
+        {"codes": (0,), "json_out": True},
+        (),
+    ),
     "bad journal date": (["journal", "2026-13-01", "2026-13-02", "--tz", "UTC"], {}, ()),
     "bad journal zone": (["journal", "2026-11-01", "2026-11-02", "--tz", "Not/AZone"], {}, ("zone",)),
-    "journal too wide --json": (["journal", "--json", "2026-01-01", "2027-01-01", "--tz", "UTC"], {"json_out": True}, ()),
+    "journal too wide --json": (
+        ["journal", "--json", "2026-01-01", "2027-01-01", "--tz", "UTC"],
+        {"json_out": True},
+        (),
+    ),
     "forged cursor": (["journal", "--cursor", "mj1.forged.cursor"], {}, ()),
     "bad at": (["remember", "--at", "yesterday-ish", "a fact"], {}, ()),
     "runtime bad target": (["runtime", "add", "bogus", "x"], {}, ()),
@@ -177,8 +186,13 @@ def test_hostile_environment(vault, case):
     args = ["search", "x"] if "MEMVAULT_MEMORY_PATH" in env else ["--vault", str(vault), "search", "x"]
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
     environment.update({k: os.fsdecode(os.fsencode(v)) for k, v in env.items()})
-    done = subprocess.run([MEMVAULT, *args], capture_output=True, env={k: os.fsencode(v) for k, v in environment.items()},
-                          timeout=180, cwd="/")
+    done = subprocess.run(
+        [MEMVAULT, *args],
+        capture_output=True,
+        env={k: os.fsencode(v) for k, v in environment.items()},
+        timeout=180,
+        cwd="/",
+    )
     check(done, codes=(1, 2))
 
 
@@ -186,8 +200,9 @@ def test_hostile_mcp_calls(vault, tmp_path):
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=MEMVAULT, args=["--vault", str(vault), "mcp"], cwd=str(vault.parent),
-                                   env={"PYTHONUNBUFFERED": "1"})
+    params = StdioServerParameters(
+        command=MEMVAULT, args=["--vault", str(vault), "mcp"], cwd=str(vault.parent), env={"PYTHONUNBUFFERED": "1"}
+    )
     calls = [
         ("MemoryRecall", {"query": "Where is Priya living?", "mode": "auto"}),
         ("MemoryRecall", {"query": {"nested": [[[[[]]]]]}}),

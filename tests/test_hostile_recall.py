@@ -2,7 +2,6 @@
 several notes, and rows deleted behind the vectors' back. The ranking's first N never depend on
 the limit, and one text is one hit that lists every note holding it."""
 
-
 import pytest
 
 from memvault.indexer.engine.store import MemoryStore
@@ -19,8 +18,10 @@ def crowded_vault(tmp_path, request):
     init_vault(root, render_config(default_config_data(mode=request.param, time_zone="UTC")))
     lines = []
     for day in range(1, 21):
-        bullets = [f"- 09:{i:02d} The {TOPICS[(day + i) % 8]} color is {COLORS[(day * 3 + i) % 10]} for team {i}."
-                   for i in range(6)]
+        bullets = [
+            f"- 09:{i:02d} The {TOPICS[(day + i) % 8]} color is {COLORS[(day * 3 + i) % 10]} for team {i}."
+            for i in range(6)
+        ]
         (root / "daily" / f"2026-10-{day:02d}.md").write_text(f"# 2026-10-{day:02d}\n\n" + "\n".join(bullets) + "\n")
         lines += bullets
     with MemoryStore.open(root) as store:
@@ -30,8 +31,14 @@ def crowded_vault(tmp_path, request):
     return root
 
 
-QUESTIONS = ["which deployment color did we pick?", "release color team 3", "what is the standup color",
-             "color", "budget roadmap hiring", "teal for team 4"]
+QUESTIONS = [
+    "which deployment color did we pick?",
+    "release color team 3",
+    "what is the standup color",
+    "color",
+    "budget roadmap hiring",
+    "teal for team 4",
+]
 
 
 @pytest.mark.parametrize("question", QUESTIONS)
@@ -61,7 +68,9 @@ def test_one_text_in_several_notes_is_one_hit_with_every_source(tmp_path, mode):
     init_vault(root, render_config(default_config_data(mode=mode, time_zone="UTC")))
     same = "Morgan chose blue as the deployment color."
     for day, block in (("2026-10-01", "m-a1"), ("2026-10-05", "m-b2"), ("2026-10-09", "m-c3")):
-        (root / "daily" / f"{day}.md").write_text(f"# {day}\n\n- 09:00 {same} ^{block}\n- 10:00 Lunch was at noon on {day}.\n")
+        (root / "daily" / f"{day}.md").write_text(
+            f"# {day}\n\n- 09:00 {same} ^{block}\n- 10:00 Lunch was at noon on {day}.\n"
+        )
     with MemoryStore.open(root) as store:
         store.rebuild()
         result = store.recall("deployment color Morgan", limit=10)

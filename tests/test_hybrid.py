@@ -266,14 +266,26 @@ def test_queued_deltas_merge_to_each_keys_latest_state():
     from memvault.vault.records import MemoryRecord
 
     def record(memory_id: str, text: str) -> MemoryRecord:
-        return MemoryRecord(memory_id, "daily/2026-11-30.md", "curated", date(2026, 11, 30),
-                            datetime(2026, 11, 30, tzinfo=timezone.utc), text, "h", 1, None, True)
+        return MemoryRecord(
+            memory_id,
+            "daily/2026-11-30.md",
+            "curated",
+            date(2026, 11, 30),
+            datetime(2026, 11, 30, tzinfo=timezone.utc),
+            text,
+            "h",
+            1,
+            None,
+            True,
+        )
 
-    merged = merge_deltas([
-        IndexDelta(upserts=[record("a", "one"), record("b", "two")]),
-        IndexDelta(upserts=[record("a", "one, edited")], removed={"daily/2026-11-30.md#b"}),
-        IndexDelta(upserts=[record("b", "two, back again")]),
-        IndexDelta(removed={"daily/2026-11-30.md#c"}),
-    ])
+    merged = merge_deltas(
+        [
+            IndexDelta(upserts=[record("a", "one"), record("b", "two")]),
+            IndexDelta(upserts=[record("a", "one, edited")], removed={"daily/2026-11-30.md#b"}),
+            IndexDelta(upserts=[record("b", "two, back again")]),
+            IndexDelta(removed={"daily/2026-11-30.md#c"}),
+        ]
+    )
     assert sorted((r.id, r.text) for r in merged.upserts) == [("a", "one, edited"), ("b", "two, back again")]
     assert merged.removed == {"daily/2026-11-30.md#c"}

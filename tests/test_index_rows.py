@@ -31,6 +31,7 @@ def _as_tantivy_holds(root) -> dict:
 @pytest.mark.both_backends
 def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
     with MemoryStore.open(new_vault) as store:
+
         def check():
             known = store._writable_index().rows_of(NOTE)
             assert known == _as_tantivy_holds(new_vault)
@@ -43,12 +44,25 @@ def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
         note.write_text(note.read_text().replace("number 1 ", "number one ").replace("number 2 ", "number two "))
         store.sync([NOTE])
         rows = check()
-        assert {row.text for row in rows.values()} == {f"Memory number {n} about the quince harvest."
-                                                       for n in ("0", "one", "two", "3")}
+        assert {row.text for row in rows.values()} == {
+            f"Memory number {n} about the quince harvest." for n in ("0", "one", "two", "3")
+        }
         # another process commits to the same index; the next read here sees its rows
-        subprocess.run([sys.executable, "-m", "memvault", "--vault", str(new_vault), "remember",
-                        "--at", "2026-11-30T10:00:00+01:00", "A memory from another process."], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memvault",
+                "--vault",
+                str(new_vault),
+                "remember",
+                "--at",
+                "2026-11-30T10:00:00+01:00",
+                "A memory from another process.",
+            ],
+            check=True,
+            capture_output=True,
+        )
         store.sync([NOTE])
         rows = check()
         assert "A memory from another process." in {row.text for row in rows.values()}

@@ -81,7 +81,13 @@ def test_low_signal_turns_are_skipped(root, answer, reason):
 
 @pytest.mark.parametrize(
     "answer",
-    ["ok", "Thanks, done.", "Sure, I'll do that.", "NOTHING_TO_REPORT was the old sentinel; here is news.", "test the deploy script tomorrow"],
+    [
+        "ok",
+        "Thanks, done.",
+        "Sure, I'll do that.",
+        "NOTHING_TO_REPORT was the old sentinel; here is news.",
+        "test the deploy script tomorrow",
+    ],
 )
 def test_short_contextual_acknowledgements_are_written(root, answer):
     assert admit(root, "run-1", answer).status == "admitted"
@@ -175,7 +181,9 @@ def test_completed_at_keeps_the_hosts_instant(root):
 
 def _plant(dirs: IntakeDirs, index: int) -> None:
     intake_id = hashlib.sha256(f"planted-{index}".encode()).hexdigest()
-    rec = IntakeRecord(intake_id, Payload("append-host-summary", "user", f"planted {index}", None), "lite", START, START)
+    rec = IntakeRecord(
+        intake_id, Payload("append-host-summary", "user", f"planted {index}", None), "lite", START, START
+    )
     path = dirs.record_path("pending" if index % 2 else "dead", intake_id)
     if index % 2 == 0:
         rec = rec.evolve(state="dead", attempts=16, failure="io_error")
@@ -285,7 +293,9 @@ print(" ".join(admit(root, f"run-{{i}}", f"Answer {{i}}.").status for i in range
 
 def test_concurrent_processes_admit_each_run_exactly_once(root):
     script = _PROCESS_SCRIPT.format(repo=REPO)
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True) for _ in range(4)
+    ]
     outputs = [p.communicate(timeout=60)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     for index in range(12):

@@ -103,13 +103,18 @@ def test_retry_and_resolve_from_the_command_line(root):
     run("--vault", str(root), "admit", input=turn())
     intake_id = intake_id_for("run-1")
     retried = run("--vault", str(root), "retry", intake_id, "--json")
-    assert retried.exit_code == 0 and json.loads(retried.output) == {"retried": [{"id": intake_id, "outcome": "made_due"}]}
+    assert retried.exit_code == 0 and json.loads(retried.output) == {
+        "retried": [{"id": intake_id, "outcome": "made_due"}]
+    }
     assert run("--vault", str(root), "retry").output.strip() == "Nothing to retry: no dead or delayed intake records."
     bad_slug = run("--vault", str(root), "resolve", intake_id, "Bad Slug", "--json")
     assert bad_slug.exit_code == 1 and json.loads(bad_slug.output)["error"]["code"] == "invalid_record"
     done = run("--vault", str(root), "resolve", intake_id, "corrupt-note")
     assert done.exit_code == 0 and done.output.strip() == f"{intake_id}: operator_resolved"
-    assert json.loads(run("--vault", str(root), "resolve", intake_id, "again", "--json").output)["outcome"] == "already_resolved"
+    assert (
+        json.loads(run("--vault", str(root), "resolve", intake_id, "again", "--json").output)["outcome"]
+        == "already_resolved"
+    )
 
 
 @pytest.mark.parametrize("command", ["inspect", "retry", "resolve"])

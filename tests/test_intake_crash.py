@@ -145,7 +145,12 @@ def test_killed_while_dead_lettering_then_retried(new_vault):
     dirs = IntakeDirs(new_vault)
     dead_id = intake_id_for("crash-run-0")
     [entry] = inspect_run(dirs, dead_id, utc_now())["entries"]
-    assert (entry["state"], entry["folder"], entry["attempts"], entry["failure"]) == ("dead", "dead", 16, "invalid_note")
+    assert (entry["state"], entry["folder"], entry["attempts"], entry["failure"]) == (
+        "dead",
+        "dead",
+        16,
+        "invalid_note",
+    )
     # the operator fixes the note and retries; the retry itself is killed once, then finished
     (new_vault / "daily/2026-11-30.md").write_text("# 2026-11-30\n\n- fixed by hand\n")
     killed = drive(new_vault, "--op", "retry", "--crash", "retry.rewritten")

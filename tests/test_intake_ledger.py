@@ -256,8 +256,11 @@ def test_the_catalog_just_committed_is_loaded_without_parsing_it_again(root, mon
     resolve(root, "run-a")
     parsed = []
     real_fullmatch = catalog._SLOTS_RE.fullmatch
-    monkeypatch.setattr(catalog, "_SLOTS_RE", type("Spy", (), {
-        "fullmatch": staticmethod(lambda *args: parsed.append(1) or real_fullmatch(*args))}))
+    monkeypatch.setattr(
+        catalog,
+        "_SLOTS_RE",
+        type("Spy", (), {"fullmatch": staticmethod(lambda *args: parsed.append(1) or real_fullmatch(*args))}),
+    )
     dirs = IntakeDirs(root)
     loaded = catalog.load_catalog(dirs, ENTRY_BYTES, create=False)
     assert parsed == [] and sum(slot.size for slot in loaded.slots) == ENTRY_BYTES

@@ -140,7 +140,10 @@ def test_admissions_go_on_while_a_batch_is_resolved_outside_its_ledger_step(tmp_
     assert worker.process_due() == 4  # the batch, then (its next round) the turn admitted meanwhile
     assert answers == [("late-0", "admitted", None), ("batch-1", "duplicate", None)]
     note = (root / "daily/2026-11-30.md").read_text()
-    for run_id, answer in [*((f"batch-{n}", f"Turn {n} of the batch.") for n in range(3)), ("late-0", "A late turn arrived.")]:
+    for run_id, answer in [
+        *((f"batch-{n}", f"Turn {n} of the batch.") for n in range(3)),
+        ("late-0", "A late turn arrived."),
+    ]:
         assert note.count(answer) == 1
         assert (state_of(root, run_id)["state"], state_of(root, run_id)["outcome"]) == ("resolved", "projected")
     assert Ledger(IntakeDirs(root), create=False).report().entries == 4
@@ -163,16 +166,24 @@ def test_an_admission_to_the_shard_a_live_resolver_is_appending_to_leaves_it_alo
         store.persist_completed_turn(f"batch-{n}", f"Turn {n} of the batch.")
     first_shard = min(shard_of(intake_id_for(f"batch-{n}")) for n in range(3))
     same_shard = next(f"late-{k}" for k in range(10_000) if shard_of(intake_id_for(f"late-{k}")) == first_shard)
-    script = ("import sys\nfrom pathlib import Path\nfrom tests.intake_helpers import admit\n"
-              "for run_id, answer in ((sys.argv[2], 'A late turn arrived.'), ('batch-0', 'Turn 0 of the batch.')):\n"
-              "    result = admit(Path(sys.argv[1]), run_id, answer, tier='journal', lock_timeout=5.0)\n"
-              "    print(result.status, flush=True)\n")
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom tests.intake_helpers import admit\n"
+        "for run_id, answer in ((sys.argv[2], 'A late turn arrived.'), ('batch-0', 'Turn 0 of the batch.')):\n"
+        "    result = admit(Path(sys.argv[1]), run_id, answer, tier='journal', lock_timeout=5.0)\n"
+        "    print(result.status, flush=True)\n"
+    )
     answers = []
 
     def pause(name: str) -> None:
         if name == boundary and not answers:
-            done = subprocess.run([sys.executable, "-c", script, str(root), same_shard], capture_output=True,
-                                  text=True, timeout=120, cwd=REPO, env=ENV)
+            done = subprocess.run(
+                [sys.executable, "-c", script, str(root), same_shard],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=REPO,
+                env=ENV,
+            )
             answers.append((done.stdout.split(), done.stderr[-2000:]))
 
     fence = LivenessFence(root).hold()
@@ -199,7 +210,9 @@ def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured
     assert (entry["state"], entry["folder"], entry["due"]) == ("awaiting_capture", "pending", False)
     assert entry["projection"].startswith("audit/2026-11-30.md#^t-")
     assert snapshot["counts"]["awaitingCapture"] == 1 and snapshot["counts"]["resolved"] == 0
-    assert retry_runs(root, intake_id_for("run-1"), START) == [{"id": intake_id_for("run-1"), "outcome": "awaiting_capture"}]
+    assert retry_runs(root, intake_id_for("run-1"), START) == [
+        {"id": intake_id_for("run-1"), "outcome": "awaiting_capture"}
+    ]
 
 
 def test_a_replay_finds_its_bullet_and_does_not_write_it_twice(tmp_path):
@@ -282,9 +295,19 @@ def test_resolve_accepts_the_loss_and_keeps_duplicate_protection(tmp_path):
     with pytest.raises(InvalidRecord, match="slug"):
         resolve_run_as_operator(root, intake_id, "Not A Slug", START)
     result = resolve_run_as_operator(root, intake_id, "disk-was-full", START)
-    assert result == {"id": intake_id, "outcome": "operator_resolved", "previousState": "pending", "reason": "disk-was-full"}
+    assert result == {
+        "id": intake_id,
+        "outcome": "operator_resolved",
+        "previousState": "pending",
+        "reason": "disk-was-full",
+    }
     entry = state_of(root, "run-1")
-    assert (entry["state"], entry["outcome"], entry["reason"], entry["projection"]) == ("resolved", "operator_resolved", "disk-was-full", None)
+    assert (entry["state"], entry["outcome"], entry["reason"], entry["projection"]) == (
+        "resolved",
+        "operator_resolved",
+        "disk-was-full",
+        None,
+    )
     assert Ledger(IntakeDirs(root), create=False).lookup(intake_id) is not None
     again = store.persist_completed_turn("run-1", ANSWER)
     assert (again.status, again.state) == ("duplicate", "resolved")
@@ -308,7 +331,9 @@ def test_retry_resolve_and_a_second_worker_are_refused_while_a_live_process_hold
     root = make_vault(tmp_path)
     store = store_for(root)
     store.persist_completed_turn("run-1", ANSWER)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_FENCE, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_FENCE, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(VaultLocked, match="Another live memvault process"):

@@ -36,7 +36,9 @@ BLUE = "m-blue000001"
 TOKEN = "layout-matrix-token-0123456789"
 
 
-def make_vault(parent: Path, layout: str, *, mode: str = "lite", llm: dict | None = None, embeddings: dict | None = None) -> Path:
+def make_vault(
+    parent: Path, layout: str, *, mode: str = "lite", llm: dict | None = None, embeddings: dict | None = None
+) -> Path:
     data = default_config_data(mode=mode, time_zone="UTC")  # UTC: each instant's day is the one written
     if llm is not None:
         data["memory"]["llm"] = llm
@@ -45,7 +47,10 @@ def make_vault(parent: Path, layout: str, *, mode: str = "lite", llm: dict | Non
         data["memory"]["embeddings"] = embeddings
     root = parent / layout
     init_vault(root, render_config(data))
-    for relpath, text in ((NOTE[layout], NOTE_TEXT), (AUDIT_NOTE[layout], "# 2026-11-29\n\n- 08:00 raw observation ^a-observe001\n")):
+    for relpath, text in (
+        (NOTE[layout], NOTE_TEXT),
+        (AUDIT_NOTE[layout], "# 2026-11-29\n\n- 08:00 raw observation ^a-observe001\n"),
+    ):
         (root / relpath).parent.mkdir(parents=True, exist_ok=True)
         (root / relpath).write_text(text)
     if layout == "nested":  # this year's folder: today's note goes nested too, whatever today is
@@ -138,7 +143,11 @@ def test_mcp_tools(tmp_path, layout):
     async def session():
         async with Client(params(root), read_timeout_seconds=120) as client:
             recall = body_of(await client.call_tool(RECALL, {"query": "which deployment color did Morgan choose?"}))
-            journal = body_of(await client.call_tool(JOURNAL, {"fromDate": "2026-11-30", "throughDate": "2026-11-30", "timeZone": "UTC"}))
+            journal = body_of(
+                await client.call_tool(
+                    JOURNAL, {"fromDate": "2026-11-30", "throughDate": "2026-11-30", "timeZone": "UTC"}
+                )
+            )
             remembered = body_of(await client.call_tool(REMEMBER, {"text": "The offsite is in Haarlem."}))
             return recall, journal, remembered
 
@@ -271,7 +280,16 @@ def test_web_memory_space_notes(web):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_capture_writes_facts_and_graph_in_the_layout(tmp_path, layout):
     from memvault.vault.graph import read_graph
-    from tests.capture_helpers import EMBED_PATH, GOOD, OLLAMA_PATH, ChatScript, add_only, entry, hash_embeddings, run_once
+    from tests.capture_helpers import (
+        EMBED_PATH,
+        GOOD,
+        OLLAMA_PATH,
+        ChatScript,
+        add_only,
+        entry,
+        hash_embeddings,
+        run_once,
+    )
     from tests.intake_helpers import Clock, store_for
     from tests.loopback import LoopbackServer
 
@@ -307,7 +325,9 @@ def test_nested_layout_pages_in_chromium(tmp_path):
     playwright_api = pytest.importorskip("playwright.sync_api")
     root = make_vault(tmp_path, "nested")
     with open(root / NOTE["nested"], "a") as note:  # what Obsidian's reading view hides or draws
-        note.write("\n%% a private aside %%\n<!-- an html comment -->\n\n> [!warning] Mind the gap\n> The offsite *train* leaves at 9.\n")
+        note.write(
+            "\n%% a private aside %%\n<!-- an html comment -->\n\n> [!warning] Mind the gap\n> The offsite *train* leaves at 9.\n"
+        )
     run(root, "rebuild")
     with WebProcess(root) as site, playwright_api.sync_playwright() as playwright:
         browser = launch_chromium(playwright)
@@ -376,8 +396,15 @@ def test_the_layout_maps_paths_and_dates_both_ways():
 
     assert note_relpath_candidates("daily", date(2026, 11, 30)) == (NOTE["flat"], NOTE["nested"])
     assert {note_day(NOTE[layout]) for layout in LAYOUTS} == {date(2026, 11, 30)}
-    assert note_day(AUDIT_NOTE["nested"], "daily") is None and note_day(AUDIT_NOTE["nested"], "audit") == date(2026, 11, 29)
-    for wrong in ("daily/2026/12/2026-11-30.md", "daily/2026/11/30/2026-11-30.md", "daily/2026-11-31.md", "notes/2026-11-30.md"):
+    assert note_day(AUDIT_NOTE["nested"], "daily") is None and note_day(AUDIT_NOTE["nested"], "audit") == date(
+        2026, 11, 29
+    )
+    for wrong in (
+        "daily/2026/12/2026-11-30.md",
+        "daily/2026/11/30/2026-11-30.md",
+        "daily/2026-11-31.md",
+        "notes/2026-11-30.md",
+    ):
         assert note_day(wrong) is None, wrong
     assert parse_note_ref(f"{NOTE['nested']}#^{BLUE}") == (NOTE["nested"], BLUE)
     assert parse_note_ref(f"{NOTE['nested']}#{BLUE}") is None and parse_note_ref(f"{NOTE['nested']}#^") is None

@@ -225,8 +225,12 @@ def test_a_forked_child_neither_holds_nor_pins_its_parents_lock(root: Path) -> N
             finally:
                 os._exit(code)
     try:
-        probe = subprocess.run([sys.executable, "-c", PRELUDE + LOCK_PROBE, str(root), "60"],
-                               capture_output=True, text=True, timeout=HANG_GUARD)
+        probe = subprocess.run(
+            [sys.executable, "-c", PRELUDE + LOCK_PROBE, str(root), "60"],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD,
+        )
         assert probe.stdout.strip() == "taken", probe.stderr  # the child, still alive, did not pin it
     finally:
         go.touch()
@@ -263,8 +267,12 @@ def test_a_waiter_that_timed_out_leaves_the_lock_free_once_its_holder_lets_go(ro
         holder.wait(timeout=HANG_GUARD)
     with VaultLock(root, timeout=0):
         pass
-    probe = subprocess.run([sys.executable, "-c", PRELUDE + LOCK_PROBE, str(root), "60"],
-                           capture_output=True, text=True, timeout=HANG_GUARD)
+    probe = subprocess.run(
+        [sys.executable, "-c", PRELUDE + LOCK_PROBE, str(root), "60"],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
     assert probe.stdout.strip() == "taken", probe.stderr
 
 

@@ -36,15 +36,18 @@ def make_vault(parent: Path, name: str, memory: dict | None = None, tools: dict 
     root = parent / name
     init_vault(root, render_config(data))
     daily = root / "daily" / "2026-09-01.md"
-    daily.write_text("# 2026-09-01\n\n- 09:00 Morgan chose blue as the deployment color. ^m-blue\n"
-                     "- 10:00 The release train leaves on Thursdays. ^m-train\n"
-                     "- 11:00 Standup moved to 10:00. ^m-standup\n")
+    daily.write_text(
+        "# 2026-09-01\n\n- 09:00 Morgan chose blue as the deployment color. ^m-blue\n"
+        "- 10:00 The release train leaves on Thursdays. ^m-train\n"
+        "- 11:00 Standup moved to 10:00. ^m-standup\n"
+    )
     return root
 
 
 def params(vault: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=MEMVAULT, args=["--vault", str(vault), "mcp"], cwd=str(vault.parent),
-                                 env={"PYTHONUNBUFFERED": "1"})
+    return StdioServerParameters(
+        command=MEMVAULT, args=["--vault", str(vault), "mcp"], cwd=str(vault.parent), env={"PYTHONUNBUFFERED": "1"}
+    )
 
 
 async def with_client(vault: Path, body):
@@ -85,16 +88,27 @@ def test_tools_offered_under_each_policy(tmp_path):
         "recall off": ({"recallTool": {"enabled": False}}, {}, [REMEMBER, *RUNTIME_TOOLS]),
         "remember off": ({"rememberTool": {"enabled": False}}, {}, [RECALL, JOURNAL, *RUNTIME_TOOLS]),
         "writeEnabled false": ({"runtime": {"writeEnabled": False}}, {}, [RECALL, JOURNAL, *READ_TOOLS]),
-        "allow SpaceRecall": ({}, {"allowedTools": ["SpaceRecall", "RuntimeMemory"]}, [RECALL, "SpaceRecall",
-                                                                                       "RuntimeMemory"]),
+        "allow SpaceRecall": (
+            {},
+            {"allowedTools": ["SpaceRecall", "RuntimeMemory"]},
+            [RECALL, "SpaceRecall", "RuntimeMemory"],
+        ),
         "empty allow-list": ({}, {"allowedTools": []}, [RECALL]),
         "allow Remember": ({}, {"allowedTools": ["Remember"]}, [RECALL, REMEMBER]),
         "allow MemoryJournal": ({}, {"allowedTools": ["MemoryJournal"]}, [RECALL, JOURNAL]),
-        "deny wins": ({}, {"allowedTools": ["MemoryRecall", "MemoryJournal", "Remember"],
-                           "deniedTools": ["MemoryRecall", "Remember"]}, [JOURNAL]),
+        "deny wins": (
+            {},
+            {
+                "allowedTools": ["MemoryRecall", "MemoryJournal", "Remember"],
+                "deniedTools": ["MemoryRecall", "Remember"],
+            },
+            [JOURNAL],
+        ),
     }
-    jobs = {name: (make_vault(tmp_path, f"v{i}", memory, tools), tool_names)
-            for i, (name, (memory, tools, _)) in enumerate(policies.items())}
+    jobs = {
+        name: (make_vault(tmp_path, f"v{i}", memory, tools), tool_names)
+        for i, (name, (memory, tools, _)) in enumerate(policies.items())
+    }
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "memvault.json").write_text('{"memory": {"mode": "nope"}}')
@@ -129,24 +143,34 @@ def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
         out["added"] = await client.call_tool(REMEMBER, {"text": "The retro is on Fridays."})
         out["again"] = await client.call_tool(REMEMBER, {"text": "The retro is on Fridays."})
         out["recall new"] = await client.call_tool(RECALL, {"query": "when is the retro?", "limit": 3})
-        first = await client.call_tool(JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01",
-                                                 "timeZone": AMS, "limit": 2})
+        first = await client.call_tool(
+            JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01", "timeZone": AMS, "limit": 2}
+        )
         out["journal"] = first
         cursor = body_of(first)["cursor"]
         out["override"] = await client.call_tool(JOURNAL, {"cursor": cursor, "limit": 5})
         out["next"] = await client.call_tool(JOURNAL, {"cursor": cursor})
         out["replay"] = await client.call_tool(JOURNAL, {"cursor": cursor})
-        out["empty"] = await client.call_tool(JOURNAL, {"fromDate": "2026-08-01", "throughDate": "2026-08-02",
-                                                        "timeZone": "Pacific/Chatham"})
+        out["empty"] = await client.call_tool(
+            JOURNAL, {"fromDate": "2026-08-01", "throughDate": "2026-08-02", "timeZone": "Pacific/Chatham"}
+        )
         malformed = [
-            (RECALL, {}), (RECALL, {"query": 5}), (RECALL, {"query": "x", "limit": 0}),
-            (RECALL, {"query": "x", "limit": "5"}), (RECALL, {"query": "x", "mode": "auto"}),
+            (RECALL, {}),
+            (RECALL, {"query": 5}),
+            (RECALL, {"query": "x", "limit": 0}),
+            (RECALL, {"query": "x", "limit": "5"}),
+            (RECALL, {"query": "x", "mode": "auto"}),
             (RECALL, {"query": "x" * 5000}),
-            (JOURNAL, {}), (JOURNAL, {"fromDate": "2026-13-01", "throughDate": "2026-13-02", "timeZone": AMS}),
+            (JOURNAL, {}),
+            (JOURNAL, {"fromDate": "2026-13-01", "throughDate": "2026-13-02", "timeZone": AMS}),
             (JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01", "timeZone": "Not/AZone"}),
             (JOURNAL, {"fromDate": "2026-09-01", "throughDate": "2026-09-01"}),
-            (JOURNAL, {"cursor": "mj1.forged"}), (JOURNAL, {"fromDate": "2026-09-01", "unknown": True}),
-            (REMEMBER, {}), (REMEMBER, {"text": ""}), (REMEMBER, {"text": ["a"]}), (REMEMBER, {"text": "y" * 5000}),
+            (JOURNAL, {"cursor": "mj1.forged"}),
+            (JOURNAL, {"fromDate": "2026-09-01", "unknown": True}),
+            (REMEMBER, {}),
+            (REMEMBER, {"text": ""}),
+            (REMEMBER, {"text": ["a"]}),
+            (REMEMBER, {"text": "y" * 5000}),
             (REMEMBER, {"text": "db password postgres://admin:hunter2secret@db.internal/prod"}),
             ("Nope", {}),
         ]
@@ -262,8 +286,13 @@ def test_session_policy_in_process(tmp_path):
 
 def test_sigterm_releases_the_fence(tmp_path):
     vault = make_vault(tmp_path, "v")
-    server = subprocess.Popen([MEMVAULT, "--vault", str(vault), "mcp"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = subprocess.Popen(
+        [MEMVAULT, "--vault", str(vault), "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},

@@ -119,7 +119,9 @@ def test_space_recall_envelope_refinement_replay_and_turns(tmp_path):
     related_ids = {(e["memoryBodyId"], e["id"]) for e in out["related"]["evidence"]}
     assert related_ids and not related_ids & first_ids and len(related_ids) <= 4
     assert out["related"]["usedCharacters"] <= 3600
-    assert out["related again"]["status"] == "replayed" and out["related again"]["evidence"] == out["related"]["evidence"]
+    assert (
+        out["related again"]["status"] == "replayed" and out["related again"]["evidence"] == out["related"]["evidence"]
+    )
     for key in ("not admitted", "other turn related"):  # Related starts only from this turn's admitted records
         assert out[key].is_error and body_of(out[key])["error"]["code"] == "invalid_arguments"
     short, short_refine = out["short"], out["short refine"]
@@ -154,22 +156,41 @@ def test_documents_runtime_memory_and_status(tmp_path):
                                                           "content": "Prefers metric units."}))  # fmt: skip
         out["dup"] = body_of(await call("RuntimeMemory", {"action": "add", "target": "USER",
                                                           "content": "Prefers metric units."}))  # fmt: skip
-        out["replace"] = body_of(await call("RuntimeMemory", {"action": "replace", "target": "USER",
-                                                              "oldText": "metric", "content": "Prefers SI units."}))
+        out["replace"] = body_of(
+            await call(
+                "RuntimeMemory",
+                {"action": "replace", "target": "USER", "oldText": "metric", "content": "Prefers SI units."},
+            )
+        )
         out["remove"] = body_of(await call("RuntimeMemory", {"action": "remove", "target": "USER", "oldText": "SI"}))
         for i in range(6):  # MEMORY's 256-byte limit overflows: the least important entries go to a space
-            out[f"memory {i}"] = body_of(await call("RuntimeMemory", {
-                "action": "add", "target": "MEMORY", "importance": 1 + i % 5,
-                "content": f"Working rule {i}: always double check the deployment checklist before shipping."}))
-        bad = [{"action": "add", "target": "USER"}, {"action": "nope", "target": "USER", "content": "x"},
-               {"action": "add", "target": "OTHER", "content": "x"}, {"action": "remove", "target": "USER"},
-               {"action": "add", "target": "USER", "content": "x", "importance": 9},
-               {"action": "add", "target": "USER", "content": "api key sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"},
-               {"action": "remove", "target": "USER", "oldText": "nothing like this"}]
+            out[f"memory {i}"] = body_of(
+                await call(
+                    "RuntimeMemory",
+                    {
+                        "action": "add",
+                        "target": "MEMORY",
+                        "importance": 1 + i % 5,
+                        "content": f"Working rule {i}: always double check the deployment checklist before shipping.",
+                    },
+                )
+            )
+        bad = [
+            {"action": "add", "target": "USER"},
+            {"action": "nope", "target": "USER", "content": "x"},
+            {"action": "add", "target": "OTHER", "content": "x"},
+            {"action": "remove", "target": "USER"},
+            {"action": "add", "target": "USER", "content": "x", "importance": 9},
+            {"action": "add", "target": "USER", "content": "api key sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"},
+            {"action": "remove", "target": "USER", "oldText": "nothing like this"},
+        ]
         out["bad"] = [await call("RuntimeMemory", args) for args in bad]
-        out["bad docs"] = [await call("DocumentCreate", {"title": "", "body": "x"}),
-                           await call("DocumentCreate", {"title": "t", "body": "y" * 20_000}),
-                           await call("DocumentSearch", {"query": 7}), await call("MemoryStatus", {"x": 1})]
+        out["bad docs"] = [
+            await call("DocumentCreate", {"title": "", "body": "x"}),
+            await call("DocumentCreate", {"title": "t", "body": "y" * 20_000}),
+            await call("DocumentSearch", {"query": 7}),
+            await call("MemoryStatus", {"x": 1}),
+        ]
         out["status"] = await call("MemoryStatus", {}, meta=turn("a"))
         return out
 
@@ -224,7 +245,10 @@ def test_write_enabled_false_removes_the_write_tools_and_host_tools_are_named(tm
     for result in (write, remember):
         assert result.is_error and body_of(result)["error"]["code"] == "unknown_tool"
     assert not recall.is_error  # reads keep working
-    assert not (read_only / "runtime" / "USER.md").exists() or "x y z" not in (read_only / "runtime" / "USER.md").read_text()
+    assert (
+        not (read_only / "runtime" / "USER.md").exists()
+        or "x y z" not in (read_only / "runtime" / "USER.md").read_text()
+    )
     descriptions, resume = results["host"]
     assert "call HostRuns {} first" in descriptions["MemoryRecall"]
     assert "use HostRuns or HostLog" in descriptions["MemoryJournal"]
@@ -329,9 +353,14 @@ def test_a_full_user_target_is_compacted_by_the_configured_model(tmp_path):
         async def session(client):
             receipts = []
             for topic in ("tea", "maps", "trains", "quiet mornings", "long walks"):
-                result = await client.call_tool("RuntimeMemory", {"action": "add", "target": "USER",
-                                                                  "content": f"The user says they really like {topic}, "
-                                                                             "and mentioned it more than once."})
+                result = await client.call_tool(
+                    "RuntimeMemory",
+                    {
+                        "action": "add",
+                        "target": "USER",
+                        "content": f"The user says they really like {topic}, and mentioned it more than once.",
+                    },
+                )
                 receipts.append(body_of(result))
             return receipts
 
@@ -354,8 +383,11 @@ def test_a_damaged_space_catalog_gets_clear_answers_not_a_crash(tmp_path):
         out = {"status": body_of(await client.call_tool("MemoryStatus", {}))}
         out["list"] = await client.call_tool("SpaceList", {})
         out["recall"] = await client.call_tool("SpaceRecall", {"query": "zebra"})
-        out["add"] = body_of(await client.call_tool("RuntimeMemory", {"action": "add", "target": "USER",
-                                                                      "content": "Still writes runtime memory."}))
+        out["add"] = body_of(
+            await client.call_tool(
+                "RuntimeMemory", {"action": "add", "target": "USER", "content": "Still writes runtime memory."}
+            )
+        )
         try:
             await client.read_resource(WAKE)
             out["wake"] = None

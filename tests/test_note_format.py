@@ -7,8 +7,15 @@ from hypothesis import strategies as st
 import memvault.vault.note_blocks as note_blocks
 import memvault.vault.note_reparse as note_reparse
 from memvault.vault.ids import derived_id, memory_id, normalize_text
-from memvault.vault.note import (append_line, bullet_region_left_open, format_bullet, new_note_text, parse,
-                                 region_left_open, render)
+from memvault.vault.note import (
+    append_line,
+    bullet_region_left_open,
+    format_bullet,
+    new_note_text,
+    parse,
+    region_left_open,
+    render,
+)
 from memvault.vault.plaintext import plain_text
 
 
@@ -122,7 +129,9 @@ def test_plain_text_strips_markup_and_wikilinks():
 # --- property tests ------------------------------------------------------------------------
 
 _line_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
+    alphabet=st.characters(
+        blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    ),
     min_size=0,
     max_size=40,
 )
@@ -153,7 +162,9 @@ _fact = _line_text.map(normalize_text).filter(lambda t: t != "" and region_left_
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_fact, min_size=1, max_size=10, unique_by=memory_id), st.sampled_from(["09:00", "23:59", "01:30+02:00"]))
+@given(
+    st.lists(_fact, min_size=1, max_size=10, unique_by=memory_id), st.sampled_from(["09:00", "23:59", "01:30+02:00"])
+)
 def test_notes_memvault_writes_parse_back_to_the_same_facts(facts, wall_time):
     text = new_note_text("2026-11-30")
     for fact in facts:
@@ -232,7 +243,7 @@ def test_open_region_at_end_is_named_with_its_line():
 
 @pytest.mark.parametrize("fact", ["<!--", "before <!-- after", "%% aside", "a <!-- b --> c <!--"])
 def test_a_fact_that_would_open_a_comment_is_refused_and_nothing_is_written(tmp_path, fact):
-    """"<!--" parses as its own bullet but opens a comment that hides every later line of the
+    """ "<!--" parses as its own bullet but opens a comment that hides every later line of the
     note: Remember, capture's parser and the note writer each refuse it, naming the fix."""
     from memvault.indexer.engine.store import MemoryStore
     from memvault.vault.capture.fields import unsafe_text_problem
@@ -257,30 +268,63 @@ def test_a_fact_that_would_open_a_comment_is_refused_and_nothing_is_written(tmp_
     assert region_left_open("a <!-- b --> c") is None and region_left_open("%% x %%") is None
 
 
-
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(_line_text, st.text(alphabet="-%<!>`~ \n\r\u2028ab=", max_size=24)))
 def test_the_open_region_shortcut_answers_as_the_parse_does(text):
     # region_left_open skips the parse for one line holding no comment opener: it must never differ
     assert region_left_open(text) == bullet_region_left_open(text)
 
+
 # --- a note parsed from where an earlier parse of its first lines ended --------------------------
 
-_NOTE_LINES = st.sampled_from([
-    "- 09:00 Morgan chose blue. ^m-00000000a1", "- 09:01 Morgan chose blue. ^m-00000000a1", "- an id-less fact",
-    "- an id-less fact", "  deeper continuation", "lazy continuation", "", "# Heading", "## Other heading",
-    "```", "~~~", "<!--", "-->", "%% hidden %%", "%%", "<<<<<<< HEAD", "=======", ">>>>>>> branch", "---",
-    "title: x", "> a quote", "> [!note] a callout", "| a | table |", "* * *", "1. numbered item", "-",
-    "   - nested item ^m-00000000b2", "\ufeff---", "a paragraph line", "see ^m-00000000c3 in prose",
-    "--> text after a comment",
-])
+_NOTE_LINES = st.sampled_from(
+    [
+        "- 09:00 Morgan chose blue. ^m-00000000a1",
+        "- 09:01 Morgan chose blue. ^m-00000000a1",
+        "- an id-less fact",
+        "- an id-less fact",
+        "  deeper continuation",
+        "lazy continuation",
+        "",
+        "# Heading",
+        "## Other heading",
+        "```",
+        "~~~",
+        "<!--",
+        "-->",
+        "%% hidden %%",
+        "%%",
+        "<<<<<<< HEAD",
+        "=======",
+        ">>>>>>> branch",
+        "---",
+        "title: x",
+        "> a quote",
+        "> [!note] a callout",
+        "| a | table |",
+        "* * *",
+        "1. numbered item",
+        "-",
+        "   - nested item ^m-00000000b2",
+        "\ufeff---",
+        "a paragraph line",
+        "see ^m-00000000c3 in prose",
+        "--> text after a comment",
+    ]
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_NOTE_LINES, min_size=1, max_size=14), st.lists(_NOTE_LINES, min_size=1, max_size=8),
-       st.sampled_from(["\n", "\r\n"]), st.booleans(), st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\x0c", "\x85"]))
-def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_parse(head, more, newline, closed,
-                                                                                     breaks):
+@given(
+    st.lists(_NOTE_LINES, min_size=1, max_size=14),
+    st.lists(_NOTE_LINES, min_size=1, max_size=8),
+    st.sampled_from(["\n", "\r\n"]),
+    st.booleans(),
+    st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\x0c", "\x85"]),
+)
+def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_parse(
+    head, more, newline, closed, breaks
+):
     """Only the appended text is split into lines (whatever breaks it holds): with the earlier
     lines, they are the whole's lines, and the parse equals a whole parse."""
     import memvault.vault.note as note_module
@@ -298,9 +342,12 @@ def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_p
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_NOTE_LINES, st.sampled_from(["\n", "\r\n", "\u2028", "\x0c", "\x85"])), min_size=1,
-                max_size=10),
-       st.lists(st.lists(_NOTE_LINES, min_size=1, max_size=4), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(_NOTE_LINES, st.sampled_from(["\n", "\r\n", "\u2028", "\x0c", "\x85"])), min_size=1, max_size=10
+    ),
+    st.lists(st.lists(_NOTE_LINES, min_size=1, max_size=4), min_size=1, max_size=4),
+)
 def test_appends_to_a_note_holding_a_rare_line_break_parse_as_a_whole_parse_would(head, appends):
     """A note holding a rare line break anywhere (not only in what was appended last) is parsed
     whole: the flag is kept with each cached parse, and an append looks only at what it added."""
@@ -317,8 +364,11 @@ def test_appends_to_a_note_holding_a_rare_line_break_parse_as_a_whole_parse_woul
 
 
 @settings(max_examples=600, deadline=None)
-@given(st.lists(_NOTE_LINES, max_size=14), st.lists(st.lists(_NOTE_LINES, max_size=8), min_size=2, max_size=4),
-       st.sampled_from(["\n", "\r\n"]))
+@given(
+    st.lists(_NOTE_LINES, max_size=14),
+    st.lists(st.lists(_NOTE_LINES, max_size=8), min_size=2, max_size=4),
+    st.sampled_from(["\n", "\r\n"]),
+)
 def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, endings, newline):
     """An editor's save rewrites a note's last lines (a person's scratch line moves below the
     lines memvault appended): each version is parsed from the last memory shared with one parsed
@@ -365,8 +415,12 @@ def _whole_parse(text: str):
 @settings(max_examples=800, deadline=None)
 # a comment opened in the changed lines closes on the first line kept: it starts in a comment there
 @example(["- an id-less fact", ""], [["<!--"], []], ["--> text after a comment"], "\n")
-@given(st.lists(_NOTE_LINES, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=5),
-       st.lists(_NOTE_LINES, min_size=1, max_size=10), st.sampled_from(["\n", "\r\n"]))
+@given(
+    st.lists(_NOTE_LINES, max_size=10),
+    st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=5),
+    st.lists(_NOTE_LINES, min_size=1, max_size=10),
+    st.sampled_from(["\n", "\r\n"]),
+)
 def test_a_note_whose_lines_changed_between_kept_ones_parses_as_a_whole_parse_would(head, middles, tail, newline):
     """A person adds, edits or drops lines above memories that stay: each version is parsed from
     one parsed before it, taking the memories below the change up again where they would parse
@@ -387,7 +441,10 @@ def test_a_note_whose_lines_changed_between_kept_ones_parses_as_a_whole_parse_wo
         kept = next(parsed for cached, parsed, _ in note_module._cache._entries if cached == text)
         assert kept.region_open == whole.region_open
         assert (kept.tail.heading, kept.tail.seen, kept.tail.occurrences) == (
-            whole.tail.heading, whole.tail.seen, whole.tail.occurrences)
+            whole.tail.heading,
+            whole.tail.seen,
+            whole.tail.occurrences,
+        )
 
 
 def test_a_line_added_above_a_big_notes_memories_parses_that_line_only(monkeypatch):
@@ -462,11 +519,16 @@ def test_records_of_a_note_saved_again_at_its_end_equal_records_made_afresh(head
 @settings(max_examples=400, deadline=None)
 # a changed line between memories that stay where they were: every memory equals the one before
 @example(["- an id-less fact"], [[""], ["%% hidden %%"]], ["a paragraph line"], [], set())
-@given(st.lists(_NOTE_LINES, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=4),
-       st.lists(_NOTE_LINES, min_size=1, max_size=10), st.lists(st.lists(_NOTE_LINES, max_size=3), max_size=3),
-       st.sets(st.integers(1, 3)))
-def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_made_afresh(head, middles, tail,
-                                                                                          appends, unread):
+@given(
+    st.lists(_NOTE_LINES, max_size=10),
+    st.lists(st.lists(_NOTE_LINES, max_size=6), min_size=2, max_size=4),
+    st.lists(_NOTE_LINES, min_size=1, max_size=10),
+    st.lists(st.lists(_NOTE_LINES, max_size=3), max_size=3),
+    st.sets(st.integers(1, 3)),
+)
+def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_made_afresh(
+    head, middles, tail, appends, unread
+):
     """The records of memories taken up again below a change are moved with them (vault/records.py):
     each version's records equal those made with nothing remembered, lines and neighbours included.
     Before each version, lines may have been appended to the one before (parsed, no records made),
@@ -537,10 +599,17 @@ def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_mad
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_NOTE_LINES, max_size=14), st.lists(st.sampled_from(["plain fact", "opens <!-- here", "closes --> here",
-                                                                     "%% both %%", "opens %% here", "a `tick`"]),
-                                                    min_size=1, max_size=4),
-       st.booleans())
+@given(
+    st.lists(_NOTE_LINES, max_size=14),
+    st.lists(
+        st.sampled_from(
+            ["plain fact", "opens <!-- here", "closes --> here", "%% both %%", "opens %% here", "a `tick`"]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.booleans(),
+)
 def test_lines_appended_to_a_note_ending_in_the_open_leave_it_as_they_leave_themselves(head, facts, last_newline):
     """refuse_opening_a_region parses an append's lines alone when the note ends outside every
     fence, comment and conflict hunk: what they leave open must be what the whole would."""

@@ -105,8 +105,10 @@ def test_no_second_owner_after_the_socket_and_the_locks_folder_are_deleted_toget
         retried = memvault(root, "retry")  # an operator step that needs a stopped owner: refused too
         assert retried.returncode == 1 and "Another live memvault process" in retried.stderr, retried.stderr
         os.kill(first.proc.pid, signal.SIGCONT)
-        wait_for(lambda: find_owner(root) is not None and status_path(root).exists(),
-                 what="the first owner to bind its socket and write its status again")
+        wait_for(
+            lambda: find_owner(root) is not None and status_path(root).exists(),
+            what="the first owner to bind its socket and write its status again",
+        )
         assert memvault_json(root, "engine", "status")["pid"] == first.proc.pid
         assert LivenessFence(root).is_held_elsewhere()
         remembered = memvault(root, "remember", "The heron stands still.")
@@ -136,8 +138,9 @@ def ext4_that_can_go_read_only(tmp_path):
     made = subprocess.run(["mkfs.ext4", "-q", str(image)], capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
-    mounted = subprocess.run(["mount", "-o", "loop,errors=remount-ro", str(image), str(mountpoint)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-o", "loop,errors=remount-ro", str(image), str(mountpoint)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a loop device here: {mounted.stderr.strip()}")
     try:
@@ -173,8 +176,10 @@ def test_a_file_system_gone_read_only_under_an_owner_answers_as_without_one(tmp_
         assert memvault(root, "remember", "Priya lives in Rotterdam.").returncode == 0
         owner = OwnerProcess(root, "serve").wait_serving()
         try:
-            wait_for(lambda: (memvault_json(root, "engine", "status")["intake"].get("worker") or {}).get("running"),
-                     what="the owner to finish starting (its intake worker runs)")
+            wait_for(
+                lambda: (memvault_json(root, "engine", "status")["intake"].get("worker") or {}).get("running"),
+                what="the owner to finish starting (its intake worker runs)",
+            )
             go_read_only()
             found = memvault(root, "search", "--json", "Where does Priya live?")
             assert found.returncode == 0 and "Traceback" not in found.stderr, found.stdout + found.stderr
@@ -220,7 +225,9 @@ def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_pat
     with small_tmpfs(tmp_path / "disk", "40m") as disk:
         root = disk / "v"
         assert memvault(tmp_path, "init", str(root), "--mode", "journal", "--time-zone", "UTC").returncode == 0
-        lines = "".join(json.dumps({"text": f"Background fact {n}: crane {n} lifts crates."}) + "\n" for n in range(800))
+        lines = "".join(
+            json.dumps({"text": f"Background fact {n}: crane {n} lifts crates."}) + "\n" for n in range(800)
+        )
         assert memvault(root, "remember", "--from", "-", input=lines).returncode == 0
         owner = OwnerProcess(root, "serve").wait_serving()
         try:
@@ -234,8 +241,10 @@ def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_pat
             said = wait_for(degraded, what="search to say its vectors lag")
             assert "vector" in said and "No space left" in said, said
             os.unlink(disk / "ballast")
-            wait_for(lambda: memvault(root, "health", "--strict").returncode == 0,
-                     what="the owner to embed what the full disk refused")
+            wait_for(
+                lambda: memvault(root, "health", "--strict").returncode == 0,
+                what="the owner to embed what the full disk refused",
+            )
             assert degraded() is None
         finally:
             owner.stop()
@@ -248,8 +257,9 @@ def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_pat
 def test_a_killed_doc_create_leaves_a_temp_file_that_health_names_with_the_fix(tmp_path):
     root = make_vault(tmp_path)
     assert memvault(root, "rebuild").returncode == 0  # an index, so the leftover is the only finding
-    killed = memvault(root, "doc", "create", "Plan", "--body", "The plan.",
-                      env={"MEMVAULT_TEST_CRASH_AT": "document.fsynced"})  # after the temp file, before the rename
+    killed = memvault(
+        root, "doc", "create", "Plan", "--body", "The plan.", env={"MEMVAULT_TEST_CRASH_AT": "document.fsynced"}
+    )  # after the temp file, before the rename
     assert killed.returncode == -signal.SIGKILL
     [leftover] = [p for p in (root / "documents").iterdir() if p.name.endswith(".tmp")]
     assert memvault(root, "health", "--strict").returncode == 0  # a fresh one may be a write in progress
@@ -299,8 +309,12 @@ def test_normal_operation_leaves_no_temp_file(tmp_path):
         assert memvault(root, "search", "Sam").returncode == 0
     finally:
         owner.stop()
-    temps = [os.path.relpath(os.path.join(folder, name), root) for folder, _dirs, files in os.walk(root)
-             for name in files if TEMP_NAME.fullmatch(name) or name.endswith(".tmp")]
+    temps = [
+        os.path.relpath(os.path.join(folder, name), root)
+        for folder, _dirs, files in os.walk(root)
+        for name in files
+        if TEMP_NAME.fullmatch(name) or name.endswith(".tmp")
+    ]
     assert temps == []
 
 

@@ -14,16 +14,35 @@ from memvault.indexer.search.bm25 import CONTEXT_BOOST, query_bigrams, query_wor
 from memvault.vault.ids import content_hash
 from tests.intake_helpers import make_vault as make_local_vault
 
-WORDS = ["harbour", "pier", "ledger", "flour", "dinghy", "green", "captain", "cook", "stored", "painted",
-         "港口", "船长", "the", "a", "log", "eastern"]
+WORDS = [
+    "harbour",
+    "pier",
+    "ledger",
+    "flour",
+    "dinghy",
+    "green",
+    "captain",
+    "cook",
+    "stored",
+    "painted",
+    "港口",
+    "船长",
+    "the",
+    "a",
+    "log",
+    "eastern",
+]
 
 
 def reference_scores(overlay, query: str, kinds: tuple[str, ...]) -> list[tuple[str, float]]:
     rows = [row for row in overlay._rows.values() if row.record.kind in kinds]
     words = [term for word in query_words(query) for term in stemmed_terms(word)]
     grams = query_bigrams(query)
-    fields = (("text", "text_terms", 1.0, words), ("ctx", "ctx_terms", CONTEXT_BOOST, words),
-              ("cjk", "cjk_terms", 1.0, grams))
+    fields = (
+        ("text", "text_terms", 1.0, words),
+        ("ctx", "ctx_terms", CONTEXT_BOOST, words),
+        ("cjk", "cjk_terms", 1.0, grams),
+    )
     weights = []
     for name, attribute, _, terms in fields:
         if not terms:
@@ -74,8 +93,9 @@ def test_pending_rows_score_as_a_scan_of_every_row_would(tmp_path, seed):
         assert scored > 100  # the queries found pending rows: the comparison is not of empty lists
         assert overlay._scores("harbour", ("audit",)) == []
         digests = [content_hash(fact) for fact in rng.sample(facts, 5)] + ["0" * 64]
-        scanned = {d: sorted(r.record.source for r in overlay._rows.values() if r.record.content_hash == d)
-                   for d in digests}
+        scanned = {
+            d: sorted(r.record.source for r in overlay._rows.values() if r.record.content_hash == d) for d in digests
+        }
         found = overlay.sources_by_content_hash(digests)
         assert {d: found[d] for d in digests if d in found} == {d: s for d, s in scanned.items() if s}
         for digest in digests[:5]:
@@ -108,8 +128,11 @@ def test_a_save_that_moves_pending_lines_keeps_their_terms_and_scores_as_a_scan_
         note.write_text("".join(lines))
         store.sync([path], defer=True)
         after = store._deferred.rows
-        kept = [key for key, row in before.items()
-                if after[key].record.text == row.record.text and after[key].record.context == row.record.context]
+        kept = [
+            key
+            for key, row in before.items()
+            if after[key].record.text == row.record.text and after[key].record.context == row.record.context
+        ]
         assert len(kept) >= 4 and all(after[key].record.line != before[key].record.line for key in kept)
         assert all(after[key].text_terms is before[key].text_terms for key in kept)
         [edited] = [row for row in after.values() if row.record.text.startswith("harbour pier 7")]

@@ -85,7 +85,9 @@ def test_the_api_imports_beside_a_users_own_indexer_vault_and_cli_modules(users_
     assert done.stdout.strip() == "memvault.indexer.engine.store"
 
 
-@pytest.mark.parametrize("command", [[sys.executable, "-m", "memvault"], [str(Path(sys.executable).parent / "memvault")]])
+@pytest.mark.parametrize(
+    "command", [[sys.executable, "-m", "memvault"], [str(Path(sys.executable).parent / "memvault")]]
+)
 def test_the_command_runs_beside_a_users_own_modules(users_project, command):
     (users_project / "v").mkdir()
     env = {**os.environ, "PYTHONPATH": str(users_project)}

@@ -61,8 +61,15 @@ def set_writable(root: Path, writable: bool, only: str | None = None) -> None:
     for folder, _dirs, files in os.walk(top):
         for name in files:
             path = Path(folder) / name
-            path.chmod(stat.S_IMODE(path.stat().st_mode) | 0o200 if writable else stat.S_IMODE(path.stat().st_mode) & ~0o222)
-        os.chmod(folder, stat.S_IMODE(os.stat(folder).st_mode) | 0o200 if writable else stat.S_IMODE(os.stat(folder).st_mode) & ~0o222)
+            path.chmod(
+                stat.S_IMODE(path.stat().st_mode) | 0o200 if writable else stat.S_IMODE(path.stat().st_mode) & ~0o222
+            )
+        os.chmod(
+            folder,
+            stat.S_IMODE(os.stat(folder).st_mode) | 0o200
+            if writable
+            else stat.S_IMODE(os.stat(folder).st_mode) & ~0o222,
+        )
 
 
 @pytest.fixture()
@@ -73,7 +80,11 @@ def vault(tmp_path):
                           text=True, env=ENV, timeout=300)  # fmt: skip
     assert init.returncode == 0, init.stderr
     (root / "daily" / f"{DAY}.md").write_text(f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n")
-    for args in (("rebuild",), ("runtime", "add", "user", "Prefers short answers."), ("doc", "create", "Plan", "--body", "x")):
+    for args in (
+        ("rebuild",),
+        ("runtime", "add", "user", "Prefers short answers."),
+        ("doc", "create", "Plan", "--body", "x"),
+    ):
         assert memvault(root, *args).returncode == 0, args
     yield root
     set_writable(root, True)
@@ -102,7 +113,11 @@ def test_a_vault_without_write_permission_reads_and_refuses_every_write_cleanly(
     admitted = memvault(vault, "admit", stdin=json.dumps({"runId": "run-denied", "answer": "The deploy finished."}))
     body = json.loads(admitted.stdout)
     assert admitted.returncode == 1 and body["status"] == "failed" and body["reason"] == "io_error"
-    assert "NOT saved" in body["message"] and "permission denied" in body["message"].lower() and str(vault) in body["message"]
+    assert (
+        "NOT saved" in body["message"]
+        and "permission denied" in body["message"].lower()
+        and str(vault) in body["message"]
+    )
     assert tree_state(vault) == before  # not one byte, file or folder changed
 
 

@@ -45,7 +45,11 @@ def test_index_block_is_written_and_read(tmp_path):
     data = json.loads((root / "memvault.json").read_text())
     assert data["index"] == {"backend": "postgres", "name": "notes"}
     config = load_config(root, {"MEMVAULT_INDEX_DSN": "host=db password=hunter2"})
-    assert (config.index.backend, config.index.name, config.index.dsn) == ("postgres", "notes", "host=db password=hunter2")
+    assert (config.index.backend, config.index.name, config.index.dsn) == (
+        "postgres",
+        "notes",
+        "host=db password=hunter2",
+    )
     assert "hunter2" not in repr(config)
 
 
@@ -92,8 +96,10 @@ def test_a_vault_kept_on_the_server(tmp_path, postgres_dsn):
         assert int(server["postgresql"].split(".")[0]) >= 16 and server["pgvector"] >= "0.8"
         assert (server["vault"], server["generation"]) == ("team-a", store.backend.serving_generation())
     with psycopg.connect(postgres_dsn) as conn:
-        rows = conn.execute("SELECT text FROM memvault_rows WHERE vault = 'team-a' AND embedding IS NOT NULL "
-                            "AND generation = (SELECT serving FROM memvault_vaults WHERE name = 'team-a')").fetchall()
+        rows = conn.execute(
+            "SELECT text FROM memvault_rows WHERE vault = 'team-a' AND embedding IS NOT NULL "
+            "AND generation = (SELECT serving FROM memvault_vaults WHERE name = 'team-a')"
+        ).fetchall()
     assert sorted(r[0] for r in rows) == ["Morgan chose blue as the deployment color.", "Standup moved to 10:00."]
 
 
@@ -151,8 +157,9 @@ def test_bm25_on_the_server_ranks_as_tantivy_does(tmp_path, postgres_dsn):
             left = a._readable_index().bm25.search_keys(query, depth)
             right = b._readable_index().bm25.search_keys(query, depth)
             assert [re.sub(r"#.*", "", k) for k, _ in left] == [re.sub(r"#.*", "", k) for k, _ in right]
-            assert [a._readable_index().bm25.get_by_keys([k])[k].text for k, _ in left] == \
-                [b._readable_index().bm25.get_by_keys([k])[k].text for k, _ in right], query
+            assert [a._readable_index().bm25.get_by_keys([k])[k].text for k, _ in left] == [
+                b._readable_index().bm25.get_by_keys([k])[k].text for k, _ in right
+            ], query
             for (_, x), (_, y) in zip(left, right):
                 assert y == pytest.approx(x, rel=0.05), query
 
@@ -169,7 +176,9 @@ def test_search_across_vaults_fuses_and_obeys_the_role(tmp_path, postgres_server
                 store.remember(text)
     both = search_across(["vault-a", "vault-b"], "who keeps the deploy keys?", dsn=postgres_dsn)
     assert [(hit.vault, hit.hit.text) for hit in both.hits[:2]] == [
-        ("vault-a", "Alpha keeps the deploy keys."), ("vault-b", "Bravo keeps the deploy calendar.")]
+        ("vault-a", "Alpha keeps the deploy keys."),
+        ("vault-b", "Bravo keeps the deploy calendar."),
+    ]
     assert both.to_json()["hits"][0]["vault"] == "vault-a"
     reader = postgres_server.create_role(postgres_dsn, "reader_across")
     with psycopg.connect(postgres_dsn, autocommit=True) as admin:
@@ -322,7 +331,11 @@ def test_a_bulk_import_into_a_new_vault_rebuilds_its_vector_index_after_the_load
         assert store.health_report(strict=True)["healthy"]
     with psycopg.connect(postgres_dsn) as conn:
         conn.execute("SET enable_seqscan = off")  # 300 rows: the planner would rather sort them
-        plan = "\n".join(row[0] for row in conn.execute(
-            f'EXPLAIN SELECT key FROM "memvault_rows_bulk_g{generation}" ORDER BY embedding::vector(256) <=> '
-            "(SELECT embedding FROM memvault_rows LIMIT 1)::vector(256) LIMIT 5").fetchall())
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                f'EXPLAIN SELECT key FROM "memvault_rows_bulk_g{generation}" ORDER BY embedding::vector(256) <=> '
+                "(SELECT embedding FROM memvault_rows LIMIT 1)::vector(256) LIMIT 5"
+            ).fetchall()
+        )
     assert f"memvault_rows_bulk_g{generation}_hnsw" in plan, plan

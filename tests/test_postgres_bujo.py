@@ -12,8 +12,15 @@ from memvault import MemoryStore
 from memvault.indexer.engine.connected import NO_GRAPH_EXPANSION
 from memvault.indexer.services.intake_worker import IntakeWorker
 from memvault.vault.replay import read_sidecar
-from tests.capture_helpers import (EMBED_PATH, OLLAMA_PATH, ChatScript, extraction, hash_embeddings,
-                                   make_capture_vault, memory)
+from tests.capture_helpers import (
+    EMBED_PATH,
+    OLLAMA_PATH,
+    ChatScript,
+    extraction,
+    hash_embeddings,
+    make_capture_vault,
+    memory,
+)
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
 from tests.postgres_helpers import on_server_database

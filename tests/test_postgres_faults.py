@@ -41,8 +41,11 @@ def add_bullets(root, day: str, texts: list[str]) -> None:
 
 def server_texts(dsn: str, vault: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT text FROM memvault_rows WHERE vault = %s AND generation = "
-                            "(SELECT serving FROM memvault_vaults WHERE name = %s)", (vault, vault)).fetchall()
+        rows = conn.execute(
+            "SELECT text FROM memvault_rows WHERE vault = %s AND generation = "
+            "(SELECT serving FROM memvault_vaults WHERE name = %s)",
+            (vault, vault),
+        ).fetchall()
     return sorted(row[0] for row in rows)
 
 
@@ -63,15 +66,18 @@ def test_server_stopped_hard_then_started_loses_nothing_and_the_owner_catches_up
         assert "unreachable" in (store.unsynced or "") and SECRET not in store.unsynced
     own_server.restart()
     lagging = strict_health(root, env)  # the server is back, but has not seen the hand edit yet
-    assert any(f["code"] == "unindexed_file" and f["subject"] == "daily/2026-11-02.md"
-               for f in lagging["findings"]), lagging["findings"]
+    assert any(f["code"] == "unindexed_file" and f["subject"] == "daily/2026-11-02.md" for f in lagging["findings"]), (
+        lagging["findings"]
+    )
     owner = OwnerProcess(root, "watch", env).wait_serving()
     try:
         own_server.stop_immediately()  # and once more while the owner runs
         add_bullets(root, "2026-11-03", ["Written while the index server was down."])
         own_server.restart()  # the owner retries by itself: no command, no event needed after this
-        wait_for(lambda: "Written while the index server was down." in server_texts(dsn, "team-a"),
-                 what="the owner to catch the server up")
+        wait_for(
+            lambda: "Written while the index server was down." in server_texts(dsn, "team-a"),
+            what="the owner to catch the server up",
+        )
     finally:
         log = owner.stop()
     assert "unreachable" in log and SECRET not in log  # the owner logged the outage, without the password
@@ -86,8 +92,14 @@ def test_an_unreachable_server_is_named_without_its_password(tmp_path, postgres_
         store.remember("Morgan chose blue as the deployment color.")
     bad = {"MEMVAULT_INDEX_DSN": f"host=127.0.0.1 port=9 user=memvault password={SECRET} dbname=team"}
     outputs = []
-    for args in (["search", "blue"], ["remember", "Standup moved to 10:00."], ["health"], ["validate"],
-                 ["search", "--across", "team-a", "blue"], ["journal", "2026-11-01", "2026-11-02"]):
+    for args in (
+        ["search", "blue"],
+        ["remember", "Standup moved to 10:00."],
+        ["health"],
+        ["validate"],
+        ["search", "--across", "team-a", "blue"],
+        ["journal", "2026-11-01", "2026-11-02"],
+    ):
         done = memvault(root, *args, env=bad)
         outputs.append(done.stdout + done.stderr)
         assert done.returncode == 1, (args, done.stdout, done.stderr)
@@ -113,8 +125,12 @@ def test_a_rebuild_killed_halfway_leaves_the_old_generation_serving(tmp_path, po
     done = memvault(root, "rebuild", env={**env, "MEMVAULT_TEST_CRASH_AT": "apply.committed:1"})
     assert done.returncode == -signal.SIGKILL, done.stderr
     with psycopg.connect(postgres_dsn) as conn:
-        generations = [r[0] for r in conn.execute("SELECT generation FROM memvault_generations WHERE vault = "
-                                                   "'team-a' ORDER BY generation").fetchall()]
+        generations = [
+            r[0]
+            for r in conn.execute(
+                "SELECT generation FROM memvault_generations WHERE vault = 'team-a' ORDER BY generation"
+            ).fetchall()
+        ]
         pointer = conn.execute("SELECT serving FROM memvault_vaults WHERE name = 'team-a'").fetchone()[0]
     assert pointer == serving and max(generations) > serving  # the half-built one exists, unserved
     with MemoryStore.open(root, env=env, sync=False) as store:
@@ -132,13 +148,25 @@ def test_an_owner_killed_during_its_rebuild_leaves_the_old_generation_serving(tm
     with MemoryStore.open(root, env=env) as store:
         serving = store.backend.serving_generation()
     owner = OwnerProcess(root, "watch", env).wait_serving()
-    rebuild = subprocess.Popen([*MEMVAULT, "--vault", str(root), "rebuild"], env={**ENV, **env}, cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # the owner rebuilds
+    rebuild = subprocess.Popen(
+        [*MEMVAULT, "--vault", str(root), "rebuild"],
+        env={**ENV, **env},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # the owner rebuilds
     try:
+
         def building() -> bool:
             with psycopg.connect(postgres_dsn) as conn:
-                return conn.execute("SELECT max(generation) FROM memvault_generations WHERE vault = 'team-a'"
-                                    ).fetchone()[0] > serving
+                return (
+                    conn.execute("SELECT max(generation) FROM memvault_generations WHERE vault = 'team-a'").fetchone()[
+                        0
+                    ]
+                    > serving
+                )
+
         wait_for(building, what="the owner to start building a generation")
         owner.proc.send_signal(signal.SIGKILL)
         owner.proc.wait(60)
@@ -158,8 +186,10 @@ def test_init_with_the_server_away_makes_the_vault_and_says_so(tmp_path):
     done = memvault(tmp_path / "notes", "init", "--index", "postgres", env=bad)
     assert done.returncode == 0, done.stderr
     assert "127.0.0.1" in done.stderr and "memvault rebuild" in done.stderr and SECRET not in done.stderr
-    assert json.loads((tmp_path / "notes" / "memvault.json").read_text())["index"] == {"backend": "postgres",
-                                                                                       "name": "notes"}
+    assert json.loads((tmp_path / "notes" / "memvault.json").read_text())["index"] == {
+        "backend": "postgres",
+        "name": "notes",
+    }
 
 
 def _notes(root, count: int) -> None:
@@ -200,9 +230,11 @@ def test_a_write_the_server_refuses_mid_rebuild_stops_it_and_the_old_generation_
             if point == "apply.committed":
                 building = max(store.backend.generations())
                 with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-                    conn.execute(f'ALTER TABLE "memvault_rows_team-a_g{building}" ADD CONSTRAINT refuse CHECK (false) NOT VALID')
+                    conn.execute(
+                        f'ALTER TABLE "memvault_rows_team-a_g{building}" ADD CONSTRAINT refuse CHECK (false) NOT VALID'
+                    )
 
-        with pytest.raises(IndexUnavailable, match="the index server refused a statement .*\"refuse\""):
+        with pytest.raises(IndexUnavailable, match='the index server refused a statement .*"refuse"'):
             store.rebuild(hook=refuse_the_rest)
         assert store.backend.serving_generation() == serving
         assert store.backend.generations() == [serving]  # the failed build was dropped

@@ -21,8 +21,10 @@ def admit(root, run_id: str, answer: str, completed_at: str = "2026-11-20T10:00:
 @pytest.mark.parametrize("mode", ["lite", "journal"])
 def test_an_answer_that_would_open_a_comment_is_projected_readable_and_hides_nothing(tmp_path, mode):
     root = make_vault(tmp_path, mode=mode)
-    for run_id, answer in (("r-html", "Deploy paused <!-- waiting on the canary"),
-                           ("r-obsidian", "Rollback %% pending sign-off")):
+    for run_id, answer in (
+        ("r-html", "Deploy paused <!-- waiting on the canary"),
+        ("r-obsidian", "Rollback %% pending sign-off"),
+    ):
         body = admit(root, run_id, answer)
         assert (body["status"], body["state"]) == ("admitted", "resolved"), body
         assert "problem" not in body
@@ -30,8 +32,11 @@ def test_an_answer_that_would_open_a_comment_is_projected_readable_and_hides_not
     assert "Deploy paused <! -- waiting on the canary" in note and "Rollback % % pending sign-off" in note
     later = admit(root, "r-after", "The canary is green.")  # a line after them is not hidden in a comment
     assert later["state"] == "resolved"
-    for query, words in (("canary waiting", "waiting on the canary"), ("sign-off rollback", "pending sign-off"),
-                         ("canary green", "The canary is green.")):
+    for query, words in (
+        ("canary waiting", "waiting on the canary"),
+        ("sign-off rollback", "pending sign-off"),
+        ("canary green", "The canary is green."),
+    ):
         found = json.loads(memvault(root, "search", "--json", query).stdout)
         assert any(words in hit["text"] for hit in found["hits"]), (query, found)
     health = memvault(root, "health", "--strict")

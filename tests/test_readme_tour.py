@@ -25,8 +25,15 @@ def test_the_readme_tour_runs_as_written(tmp_path):
     assert len(blocks) == 2 and "memvault watch &" in blocks[1]
     script = "\n".join(blocks).replace("source .venv/bin/activate\n", "")
     # wait for the owner the way a person would (by looking), not by racing it
-    script = script.replace("memvault engine status ", "until memvault engine status >/dev/null 2>&1; do sleep 0.2; done; memvault engine status ")
-    env = {**os.environ, "HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    script = script.replace(
+        "memvault engine status ",
+        "until memvault engine status >/dev/null 2>&1; do sleep 0.2; done; memvault engine status ",
+    )
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+    }
     env = {k: v for k, v in env.items() if not k.startswith("MEMVAULT_")}
     done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, env=env, timeout=600)  # fmt: skip

@@ -92,14 +92,17 @@ def test_mcp_read_tools_serve_a_read_only_vault(tmp_path):
     vault = make_vault(tmp_path, "journal")
     before = tree_state(vault)
     with read_only_view(vault, tmp_path / "ro") as view:
-        params = StdioServerParameters(command=MEMVAULT, args=["--vault", str(view), "mcp"], cwd=str(tmp_path),
-                                       env={"PYTHONUNBUFFERED": "1"})
+        params = StdioServerParameters(
+            command=MEMVAULT, args=["--vault", str(view), "mcp"], cwd=str(tmp_path), env={"PYTHONUNBUFFERED": "1"}
+        )
 
         async def session():
             async with Client(params, read_timeout_seconds=120) as client:
                 names = [tool.name for tool in (await client.list_tools()).tools]
                 recall = await client.call_tool("MemoryRecall", {"query": "Where does Priya live?"})
-                journal = await client.call_tool("MemoryJournal", {"fromDate": DAY, "throughDate": DAY, "timeZone": "UTC"})
+                journal = await client.call_tool(
+                    "MemoryJournal", {"fromDate": DAY, "throughDate": DAY, "timeZone": "UTC"}
+                )
                 return names, recall, journal
 
         names, recall, journal = anyio.run(session)

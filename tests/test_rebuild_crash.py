@@ -46,8 +46,14 @@ def make_vault(root: Path, files: int, per_file: int) -> Path:
 
 
 def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*MEMVAULT, "--vault", str(root), *args], cwd=REPO, env={**ENV, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*MEMVAULT, "--vault", str(root), *args],
+        cwd=REPO,
+        env={**ENV, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def strict_health(root: Path) -> dict:
@@ -102,8 +108,13 @@ def test_rebuild_killed_at_a_boundary_leaves_a_serving_index_and_a_rerun_converg
 def test_rebuild_killed_at_random_moments_then_rerun(vault):
     rng = random.Random(11)
     for _ in range(2):
-        proc = subprocess.Popen([*MEMVAULT, "--vault", str(vault), "rebuild"], cwd=REPO, env=ENV,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*MEMVAULT, "--vault", str(vault), "rebuild"],
+            cwd=REPO,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(rng.uniform(0.3, 1.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -114,8 +125,14 @@ def test_rebuild_killed_at_random_moments_then_rerun(vault):
 
 
 def start_watch(root: Path, env: dict | None = None) -> subprocess.Popen:
-    proc = subprocess.Popen([*MEMVAULT, "--vault", str(root), "watch", "--debounce", "0.05"], cwd=REPO,
-                            env={**ENV, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*MEMVAULT, "--vault", str(root), "watch", "--debounce", "0.05"],
+        cwd=REPO,
+        env={**ENV, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stderr.readline()
     if not line.startswith("watching"):
         proc.kill()  # what it printed in full, to see why

@@ -91,7 +91,12 @@ def test_repeats_replay_without_reaching_the_provider():
     provider = Provider()
     turn = TurnRecall(provider, GRANTED)
     first = turn.recall("deployment color")
-    for repeat in ("deployment color", "  Deployment   COLOR ", "the deployment color?", "what is the deployment color"):
+    for repeat in (
+        "deployment color",
+        "  Deployment   COLOR ",
+        "the deployment color?",
+        "what is the deployment color",
+    ):
         again = turn.recall(repeat)
         assert again.status == "replayed" and again.evidence == first.evidence
     assert len(provider.calls) == 1

@@ -69,9 +69,11 @@ def test_a_person_the_vault_never_met_gets_nothing_and_one_it_knows_gets_the_fac
 
 def test_real_questions_keep_their_hits(vault):
     with MemoryStore.open(vault) as store:
-        for query, expected in [("which color did we pick for the deployment?", FACTS[0]),
-                                ("When is the offsite?", FACTS[2]),
-                                ("billing timeouts", FACTS[4])]:
+        for query, expected in [
+            ("which color did we pick for the deployment?", FACTS[0]),
+            ("When is the offsite?", FACTS[2]),
+            ("billing timeouts", FACTS[4]),
+        ]:
             result = store.recall(query, limit=5)
             assert expected in [hit.text for hit in result.hits], query
 
@@ -104,8 +106,9 @@ def test_the_cli_says_nothing_matches_and_json_carries_the_reason(vault):
 
 
 def test_explain_shows_the_evidence_against_the_floor(vault):
-    out = CliRunner().invoke(cli, ["--vault", str(vault), "search", "Where does Priya live?", "--explain"],
-                             catch_exceptions=False)
+    out = CliRunner().invoke(
+        cli, ["--vault", str(vault), "search", "Where does Priya live?", "--explain"], catch_exceptions=False
+    )
     assert "evidence: {'share': " in out.output and "'floor': 0.2" in out.output
 
 

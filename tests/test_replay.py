@@ -48,8 +48,22 @@ HOLD_FENCE = "import sys; from pathlib import Path; from memvault.vault.locks im
 AUTH = {"digest": "a" * 64, "kind": "capture"}
 TS = "2026-11-30T13:03:00.000000Z"
 CAPTURE = {"at": TS, "authority": AUTH, "facts": ["f-0000000001"], "kind": "capture", "run": "b" * 64}
-LIFECYCLE = {"at": TS, "authority": AUTH, "by": "f-0000000001", "id": "m-0000000002", "kind": "lifecycle", "state": "superseded"}
-EDGE = {"authority": AUTH, "from": "f-0000000001", "kind": "edge", "to": "m-0000000002", "type": "supersedes", "weight": 1}
+LIFECYCLE = {
+    "at": TS,
+    "authority": AUTH,
+    "by": "f-0000000001",
+    "id": "m-0000000002",
+    "kind": "lifecycle",
+    "state": "superseded",
+}
+EDGE = {
+    "authority": AUTH,
+    "from": "f-0000000001",
+    "kind": "edge",
+    "to": "m-0000000002",
+    "type": "supersedes",
+    "weight": 1,
+}
 
 
 def state_of(*entries) -> ReplayState:
@@ -75,7 +89,10 @@ def test_canonical_bytes_round_trip_and_merge_is_idempotent():
     [
         (lambda d: d.replace(b'"v":1}', b'"v": 1}'), "canonical"),
         (lambda d: d.replace(b'{"entries"', b'{"v":1,"entries"').replace(b',"v":1}\n', b"}\n"), "canonical"),
-        (lambda d: d.replace(b'"kind":"capture"', b'"kind":"capture","text":"Morgan chose blue"'), "exactly the fields"),
+        (
+            lambda d: d.replace(b'"kind":"capture"', b'"kind":"capture","text":"Morgan chose blue"'),
+            "exactly the fields",
+        ),
         (lambda d: d.replace(b'"weight":1', b'"weight":1,"weight":1'), "duplicate key"),
         (lambda d: d.replace(b'"weight":1', b'"weight":0'), "weight"),
         (lambda d: d.replace(b'"state":"superseded"', b'"state":"forgotten"'), "state"),
@@ -187,8 +204,9 @@ def test_health_compares_sidecar_and_index_exactly(captured):
 def test_lite_and_journal_reject_replay_state_in_their_index(captured):
     root, store, _, _ = captured
     journal = store_for(root)
-    journal.config = dataclasses.replace(journal.config,
-                                         memory=dataclasses.replace(journal.config.memory, mode="journal"))
+    journal.config = dataclasses.replace(
+        journal.config, memory=dataclasses.replace(journal.config.memory, mode="journal")
+    )
     assert "replay_state_in_tier" in codes(journal)
 
 
@@ -272,8 +290,13 @@ def test_a_pending_capture_intent_is_attested_and_finished_without_the_model(cap
 def test_nothing_to_adopt_and_the_wrong_tier(captured, tmp_path):
     root, store, _, _ = captured
     empty = make_capture_vault(tmp_path, "http://127.0.0.1:9", name="empty")
-    assert json.loads(CliRunner().invoke(cli, ["--vault", str(empty), "adopt-replay", "--json"]).output)["reason"] == "no_replay_state"
-    lite = make_capture_vault(tmp_path, "http://127.0.0.1:9", name="lite", mode="lite", write_mode="append-host-summary")
+    assert (
+        json.loads(CliRunner().invoke(cli, ["--vault", str(empty), "adopt-replay", "--json"]).output)["reason"]
+        == "no_replay_state"
+    )
+    lite = make_capture_vault(
+        tmp_path, "http://127.0.0.1:9", name="lite", mode="lite", write_mode="append-host-summary"
+    )
     result = CliRunner().invoke(cli, ["--vault", str(lite), "adopt-replay", "--json"])
     assert result.exit_code == 1 and "bujo" in json.loads(result.output)["error"]["message"]
     assert intake_id_for("run-1")  # (the captured fixture stays untouched)

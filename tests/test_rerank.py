@@ -48,7 +48,9 @@ def test_cohere_format_sends_model_query_documents_top_n_and_reads_results(serve
 
 
 def test_tei_format_sends_query_and_texts_and_reads_a_list(server):
-    server.route("/rerank", json=[{"index": 2, "score": 3.5}, {"index": 0, "score": -1.0}, {"index": 1, "score": -7.25}])
+    server.route(
+        "/rerank", json=[{"index": 2, "score": 3.5}, {"index": 0, "score": -1.0}, {"index": 1, "score": -7.25}]
+    )
     reranker = HttpReranker(server.url + "/rerank", "bge", format="tei")
     assert reranker.scores("q", DOCS).scores == {2: 3.5, 0: -1.0, 1: -7.25}
     assert server.requests_to("/rerank")[0].json == {"query": "q", "texts": DOCS}
@@ -77,16 +79,24 @@ HOSTILE = [
     pytest.param(Reply(200, b"{not json"), "malformed JSON", id="malformed-json"),
     pytest.param(Reply(200, {"data": []}), "neither", id="wrong-shape"),
     pytest.param(Reply(200, cohere_answer([0.1, 0.2, 0.3, 0.4])), "4 results for 3 documents", id="too-many"),
-    pytest.param(Reply(200, {"results": [{"index": 0, "relevance_score": 0.5}] * 10_000}), "10000 results for 3",
-                 id="huge-list"),
+    pytest.param(
+        Reply(200, {"results": [{"index": 0, "relevance_score": 0.5}] * 10_000}), "10000 results for 3", id="huge-list"
+    ),
     pytest.param(Reply(200, {"results": [], "padding": "x" * 2_000_000}), "larger than 1 MiB", id="oversized"),
-    pytest.param(Reply(200, {"results": [{"index": 3, "relevance_score": 0.5}]}), "document 3", id="index-out-of-range"),
+    pytest.param(
+        Reply(200, {"results": [{"index": 3, "relevance_score": 0.5}]}), "document 3", id="index-out-of-range"
+    ),
     pytest.param(Reply(200, {"results": [{"index": -1, "relevance_score": 0.5}]}), "document -1", id="negative-index"),
     pytest.param(Reply(200, {"results": [{"index": True, "relevance_score": 0.5}]}), "document True", id="bool-index"),
-    pytest.param(Reply(200, {"results": [{"index": 0, "relevance_score": 0.5}, {"index": 0, "relevance_score": 0.4}]}),
-                 "ranked twice", id="duplicate-index"),
+    pytest.param(
+        Reply(200, {"results": [{"index": 0, "relevance_score": 0.5}, {"index": 0, "relevance_score": 0.4}]}),
+        "ranked twice",
+        id="duplicate-index",
+    ),
     pytest.param(Reply(200, {"results": [{"index": 0, "relevance_score": float("nan")}]}), "not a finite", id="nan"),
-    pytest.param(Reply(200, b'{"results": [{"index": 0, "relevance_score": Infinity}]}'), "not a finite", id="infinity"),
+    pytest.param(
+        Reply(200, b'{"results": [{"index": 0, "relevance_score": Infinity}]}'), "not a finite", id="infinity"
+    ),
     pytest.param(Reply(200, {"results": [{"index": 0, "relevance_score": "high"}]}), "not a finite", id="string-score"),
     pytest.param(Reply(200, {"results": ["0.5"]}), "not an object", id="result-not-object"),
 ]
@@ -116,23 +126,42 @@ def journal_config(rerank: dict) -> dict:
 
 
 def test_the_rerank_block_is_read_with_its_defaults(tmp_path):
-    init_vault(tmp_path / "v", render_config(journal_config(
-        {"provider": "http", "endpoint": "http://localhost:8080/v1/rerank", "model": "bge-reranker-v2-m3"})))
+    init_vault(
+        tmp_path / "v",
+        render_config(
+            journal_config(
+                {"provider": "http", "endpoint": "http://localhost:8080/v1/rerank", "model": "bge-reranker-v2-m3"}
+            )
+        ),
+    )
     rerank = load_config(tmp_path / "v", {}).memory.rerank
-    assert (rerank.provider, rerank.endpoint, rerank.model) == ("http", "http://localhost:8080/v1/rerank", "bge-reranker-v2-m3")
+    assert (rerank.provider, rerank.endpoint, rerank.model) == (
+        "http",
+        "http://localhost:8080/v1/rerank",
+        "bge-reranker-v2-m3",
+    )
     assert (rerank.format, rerank.timeout_ms, rerank.candidates, rerank.api_key_env) == ("cohere", 2000, 40, None)
 
 
-@pytest.mark.parametrize(("block", "said"), [
-    ({"provider": "grpc", "endpoint": "http://x/rerank", "model": "m"}, 'memory.rerank.provider "grpc" is not supported'),
-    ({"provider": "http", "model": "m"}, "memory.rerank.endpoint is required"),
-    ({"provider": "http", "endpoint": "http://x/rerank"}, "memory.rerank.model is required"),
-    ({"provider": "http", "endpoint": "file:///etc/passwd", "model": "m"}, "is not an http(s) URL"),
-    ({"provider": "http", "endpoint": "http://x/rerank", "model": "m", "format": "jina"}, 'use "cohere"'),
-    ({"provider": "http", "endpoint": "http://x/rerank", "model": "m", "candidates": 0}, "between 1 and 100"),
-    ({"provider": "http", "endpoint": "http://x/rerank", "model": "m", "timeoutMs": 600_000}, "between 1 and 60000"),
-    ({"provider": "http", "endpoint": "http://x/rerank", "model": "m", "apiKey": "sk-live"}, "never put a key"),
-])
+@pytest.mark.parametrize(
+    ("block", "said"),
+    [
+        (
+            {"provider": "grpc", "endpoint": "http://x/rerank", "model": "m"},
+            'memory.rerank.provider "grpc" is not supported',
+        ),
+        ({"provider": "http", "model": "m"}, "memory.rerank.endpoint is required"),
+        ({"provider": "http", "endpoint": "http://x/rerank"}, "memory.rerank.model is required"),
+        ({"provider": "http", "endpoint": "file:///etc/passwd", "model": "m"}, "is not an http(s) URL"),
+        ({"provider": "http", "endpoint": "http://x/rerank", "model": "m", "format": "jina"}, 'use "cohere"'),
+        ({"provider": "http", "endpoint": "http://x/rerank", "model": "m", "candidates": 0}, "between 1 and 100"),
+        (
+            {"provider": "http", "endpoint": "http://x/rerank", "model": "m", "timeoutMs": 600_000},
+            "between 1 and 60000",
+        ),
+        ({"provider": "http", "endpoint": "http://x/rerank", "model": "m", "apiKey": "sk-live"}, "never put a key"),
+    ],
+)
 def test_a_bad_rerank_block_is_refused_naming_the_key_and_the_fix(block, said):
     problems = validate_config_data(journal_config(block))
     assert any(said in problem for problem in problems), problems
@@ -180,7 +209,9 @@ def test_the_rerankers_choice_moves_up_and_explain_says_what_it_did(tmp_path, se
     assert result.hits[0].explain["rerank"]["rank"] == 1
     assert result.explain["rerank"]["model"] == "m" and result.explain["rerank"]["scored"] >= 1
     sent = server.requests_to("/v1/rerank")[0].json
-    assert sent["query"] == "Which pet does Sam have?" and "Sam adopted a rescue dog named Biscuit." in sent["documents"]
+    assert (
+        sent["query"] == "Which pet does Sam have?" and "Sam adopted a rescue dog named Biscuit." in sent["documents"]
+    )
 
 
 def test_a_reranker_that_reverses_the_list_cannot_wreck_its_head(tmp_path, server):
@@ -194,8 +225,11 @@ def test_a_reranker_that_reverses_the_list_cannot_wreck_its_head(tmp_path, serve
     assert reranked[0] == plain[0]  # fused, not replaced: the reranker put it last of all
 
 
-@pytest.mark.parametrize("reply", [Reply(500, "boom"), Reply(200, b"<html>"), Reply(200, {"results": [{"index": 99}]})],
-                         ids=["500", "not-json", "bad-index"])
+@pytest.mark.parametrize(
+    "reply",
+    [Reply(500, "boom"), Reply(200, b"<html>"), Reply(200, {"results": [{"index": 99}]})],
+    ids=["500", "not-json", "bad-index"],
+)
 def test_a_failing_reranker_leaves_the_answer_as_without_it_and_says_degraded(tmp_path, server, reply):
     root = vault_with_reranker(tmp_path / "v", server)
     server.route("/v1/rerank", lambda _request: reply)

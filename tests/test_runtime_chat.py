@@ -114,7 +114,12 @@ def test_model_from_config_uses_timeout_and_the_named_key_variable(new_vault):
     (new_vault / "memvault.json").write_text(json.dumps(config_data))
     config = load_config(new_vault, {})
     model = chat_model_from_config(config, {"CHAT_KEY": "sk-abc"})
-    assert (model.provider, model.model, model.timeout_s, model.url) == ("openai", "gpt-x", 1.234, "http://127.0.0.1:9/v1/chat/completions")
+    assert (model.provider, model.model, model.timeout_s, model.url) == (
+        "openai",
+        "gpt-x",
+        1.234,
+        "http://127.0.0.1:9/v1/chat/completions",
+    )
     with pytest.raises(ProviderUnavailable, match="CHAT_KEY"):
         chat_model_from_config(config, {})
     (new_vault / "memvault.json").write_text(json.dumps({"memory": {"mode": "lite"}}))
@@ -143,7 +148,9 @@ def test_streamed_answers_are_assembled_for_both_wire_formats():
             {"message": {"role": "assistant", "content": '{"a"'}, "done": False},
             {"message": {"role": "assistant", "content": ": 1}"}, "done": False},
             {"message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop"}])))  # fmt: skip
-        assert HttpChatModel("openai", server.url, "m").complete(MESSAGES, response_format_json=True) == '{"memories": []}'
+        assert (
+            HttpChatModel("openai", server.url, "m").complete(MESSAGES, response_format_json=True) == '{"memories": []}'
+        )
         assert HttpChatModel("ollama", server.url, "m").complete(MESSAGES, response_format_json=True) == '{"a": 1}'
         assert all(r.json["stream"] is True for r in server.requests)
 
@@ -152,7 +159,10 @@ def test_a_stream_cut_at_the_token_cap_is_an_invalid_output_never_a_partial():
     from memvault.indexer.services.chat import CompletionCutOff
 
     with LoopbackServer() as server:
-        server.route("/v1/chat/completions", lambda body: Reply(200, chunks=sse([delta('{"memories": [{"te'), delta(None, "length")])))
+        server.route(
+            "/v1/chat/completions",
+            lambda body: Reply(200, chunks=sse([delta('{"memories": [{"te'), delta(None, "length")])),
+        )
         server.route("/api/chat", lambda body: Reply(200, chunks=ndjson([
             {"message": {"content": '{"memo'}, "done": False}, {"message": {"content": ""}, "done": True, "done_reason": "length"}])))  # fmt: skip
         for provider in ("openai", "ollama"):
@@ -162,10 +172,14 @@ def test_a_stream_cut_at_the_token_cap_is_an_invalid_output_never_a_partial():
 
 def test_a_stream_that_ends_early_or_carries_an_error_is_provider_unavailable():
     with LoopbackServer() as server:
-        server.route("/v1/chat/completions", lambda body: Reply(200, chunks=[f"data: {json.dumps(delta('{'))}\n\n".encode()]))
+        server.route(
+            "/v1/chat/completions", lambda body: Reply(200, chunks=[f"data: {json.dumps(delta('{'))}\n\n".encode()])
+        )
         with pytest.raises(ProviderUnavailable, match="ended before its last event"):
             HttpChatModel("openai", server.url, "m").complete(MESSAGES, response_format_json=False)
-        server.route("/v1/chat/completions", lambda body: Reply(200, chunks=sse([{"error": {"message": "context full"}}])))
+        server.route(
+            "/v1/chat/completions", lambda body: Reply(200, chunks=sse([{"error": {"message": "context full"}}]))
+        )
         with pytest.raises(ProviderUnavailable, match="context full"):
             HttpChatModel("openai", server.url, "m").complete(MESSAGES, response_format_json=False)
 

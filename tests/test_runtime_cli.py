@@ -16,7 +16,9 @@ def run(vault, *args, ok=True, input=None):
 
 def test_runtime_add_replace_remove_show(new_vault):
     assert "added: USER revision 1" in run(new_vault, "runtime", "add", "user", "Prefers metric units.").output
-    receipt = json.loads(run(new_vault, "runtime", "add", "MEMORY", "Deploys on Tuesdays.", "--importance", "5", "--json").output)
+    receipt = json.loads(
+        run(new_vault, "runtime", "add", "MEMORY", "Deploys on Tuesdays.", "--importance", "5", "--json").output
+    )
     assert (receipt["status"], receipt["target"], receipt["revision"]) == ("added", "MEMORY", 2)
     run(new_vault, "runtime", "replace", "MEMORY", "Tuesdays", "Deploys on Wednesdays.")
     shown = json.loads(run(new_vault, "runtime", "show", "--json").output)
@@ -48,7 +50,9 @@ def test_general_strategy_flag_rejects_an_over_budget_write(new_vault):
 def test_doc_commands(new_vault, tmp_path):
     body = tmp_path / "body.md"
     body.write_text("# Runbook\n\nStep 1: build.\n")
-    created = json.loads(run(new_vault, "doc", "create", "Deploy runbook", "--file", str(body), "--summary", "How", "--json").output)
+    created = json.loads(
+        run(new_vault, "doc", "create", "Deploy runbook", "--file", str(body), "--summary", "How", "--json").output
+    )
     assert (created["status"], created["id"], created["revision"]) == ("created", "deploy-runbook", 1)
     run(new_vault, "doc", "update", "deploy-runbook", "--file", "-", "--expected-revision", "1", input="Step 2\n")
     stale = run(new_vault, "doc", "update", "deploy-runbook", "--body", "x", "--expected-revision", "1", ok=False)

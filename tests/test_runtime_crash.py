@@ -102,8 +102,12 @@ def test_concurrent_processes_never_lose_an_entry_or_corrupt_a_projection(new_va
         runtime.add("USER", f"slot {worker} v0")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(new_vault), str(w), str(count)], env=env,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(new_vault), str(w), str(count)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
         for w in range(workers)
     ]
     for proc in procs:

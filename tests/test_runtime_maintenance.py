@@ -125,7 +125,10 @@ INVALID_PLANS = {
     "not json": ("I compacted it for you!", "not one JSON object"),
     "json array": ("[]", "not a JSON object"),
     "no entries": ('{"entries": []}', "non-empty list"),
-    "extra key": (json.dumps({"entries": [{"content": "a", "importance": 4, "sourceIndexes": [0], "note": 1}]}), "exactly"),
+    "extra key": (
+        json.dumps({"entries": [{"content": "a", "importance": 4, "sourceIndexes": [0], "note": 1}]}),
+        "exactly",
+    ),
     "bool importance": (plan([("a", True, [0, 1, 2]), ("b", 4, [3, 4, 5])]), "importance"),
     "same content twice": (plan([("same", 4, [0, 1, 2]), ("same", 4, [3, 4, 5])]), "same content"),
     "multi-line content": (plan([("a\x07b", 4, [0, 1, 2]), ("c", 4, [3, 4, 5])]), "control characters"),

@@ -110,7 +110,9 @@ def test_shrinking_writes_are_allowed_even_over_a_lowered_limit(tmp_path):
 
 
 def test_limits_come_from_the_vault_config(new_vault):
-    (new_vault / "memvault.json").write_text(json.dumps({"memory": {"mode": "lite", "runtime": {"userLimit": 300, "memoryLimit": 700}}}))
+    (new_vault / "memvault.json").write_text(
+        json.dumps({"memory": {"mode": "lite", "runtime": {"userLimit": 300, "memoryLimit": 700}}})
+    )
     runtime = RuntimeMemory.for_vault(new_vault, load_config(new_vault, {}))
     assert runtime.limits == {"USER": 300, "MEMORY": 700}
 
@@ -212,7 +214,11 @@ def test_commit_renames_projections_before_the_marker_and_leaves_no_temp_files(t
     seen = []
 
     def boundary(name):
-        state = json.loads((tmp_path / "v/runtime/memories.json").read_text()) if (tmp_path / "v/runtime/memories.json").exists() else None
+        state = (
+            json.loads((tmp_path / "v/runtime/memories.json").read_text())
+            if (tmp_path / "v/runtime/memories.json").exists()
+            else None
+        )
         seen.append((name, None if state is None else state["revision"]))
 
     runtime = RuntimeMemory(tmp_path / "v", boundary=boundary)

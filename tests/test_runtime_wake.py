@@ -97,7 +97,9 @@ def test_review_timing():
 
 def test_each_switch_turns_off_only_its_own_thing():
     default = Switches()
-    assert (default.recall_cues, default.writeback_cues, default.background_review, default.routing_section) == (True,) * 4
+    assert (default.recall_cues, default.writeback_cues, default.background_review, default.routing_section) == (
+        True,
+    ) * 4
     assert not Switches(recall_mode="off").recall_cues and Switches(recall_mode="off").writeback_cues
     off = Switches(writeback_mode="off")
     assert not off.writeback_cues and not off.background_review and off.recall_cues
@@ -161,4 +163,3 @@ def test_wake_changes_only_when_the_state_changes_and_adopts_hand_edits(new_vaul
     (new_vault / "runtime/USER.md").write_text("An unadoptable paragraph.\n")
     flagged = service.wake_snapshot()
     assert "hand edit not adopted" in flagged.text and "- Prefers imperial units." in flagged.text
-

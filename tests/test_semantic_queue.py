@@ -120,8 +120,10 @@ def test_the_catch_up_after_an_overflow_is_told_which_notes_overflowed_and_a_ret
     queue = SemanticQueue(tmp_path / ".index", worker, catch_up)
     assert queue.offer(IndexDelta(upserts=[record(10**6, "first, taken by the worker")]))
     assert worker.took_first.wait(60)
-    edited = IndexDelta(upserts=[record(n, f"memory {n}", path="daily/2026-12-01.md") for n in range(SPEC_ITEMS)],
-                        removed={"daily/2026-12-02.md#m-0000000001"})
+    edited = IndexDelta(
+        upserts=[record(n, f"memory {n}", path="daily/2026-12-01.md") for n in range(SPEC_ITEMS)],
+        removed={"daily/2026-12-02.md#m-0000000001"},
+    )
     try:
         assert not queue.offer(edited)
         assert queue.overflowed == SPEC_ITEMS + 1

@@ -90,7 +90,9 @@ def test_hostile_space_ids_are_refused(catalog, space_id):
         catalog.path_of(space_id)
 
 
-@pytest.mark.parametrize("title, description", [("", ""), ("x" * 200, ""), ("ok", "d" * 600), ("bell\x07", ""), (None, "")])
+@pytest.mark.parametrize(
+    "title, description", [("", ""), ("x" * 200, ""), ("ok", "d" * 600), ("bell\x07", ""), (None, "")]
+)
 def test_bad_titles_and_descriptions_are_refused(catalog, title, description):
     with pytest.raises(InvalidRecord):
         catalog.create(title, description)
@@ -139,7 +141,9 @@ CREATOR = textwrap.dedent(
 def test_concurrent_processes_create_distinct_spaces(catalog):
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", CREATOR, str(catalog.root), str(w)], env=env, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", CREATOR, str(catalog.root), str(w)], env=env, stderr=subprocess.PIPE, text=True
+        )
         for w in range(4)
     ]
     for proc in procs:

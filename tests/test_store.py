@@ -47,7 +47,9 @@ def answers(store: MemoryStore) -> list:
 @pytest.mark.both_backends
 def test_fresh_vault_remember_then_search_finds_it(new_vault):
     with MemoryStore.open(new_vault) as store:
-        receipt = store.remember("Morgan chose blue as the deployment color.", at=datetime(2026, 11, 30, 14, 3, tzinfo=AMS))
+        receipt = store.remember(
+            "Morgan chose blue as the deployment color.", at=datetime(2026, 11, 30, 14, 3, tzinfo=AMS)
+        )
         result = store.recall("which color did we pick for deployment?")
     assert receipt.status == "added"
     assert receipt.source == f"daily/2026-11-30.md#^{memory_id('Morgan chose blue as the deployment color.')}"
@@ -179,7 +181,9 @@ def test_fixture_vault_search_respects_format(fixture_vault):
         assert not any(h.source.startswith("audit/") for h in store.recall("host observation export", limit=50).hits)
         # code blocks are not memories; callout text is what a person reads, so it is (issue 14)
         callout = store.recall("callout").hits
-        assert callout and callout[0].text == "Obsidian callout A callout is read like prose, so this one is a memory too."
+        assert (
+            callout and callout[0].text == "Obsidian callout A callout is read like prose, so this one is a memory too."
+        )
         assert all(h.text != "not_a_bullet = True" for h in store.recall("not_a_bullet").hits)
         # hand-written bullets are found under derived ids, and the files are untouched
         hit = store.recall("office plants", limit=1).hits[0]

@@ -28,8 +28,20 @@ from memvault.vault.records import MemoryRecord
 from tests.postgres_helpers import index_commits
 
 AMS = ZoneInfo("Europe/Amsterdam")
-QUERIES = ["deployment color", "Morgan", "peanuts allergy lunch", "staging database", "release", "backup",
-           "team lunch", "export test", "office plants", "pager", "zeppelin quokka", "東京"]
+QUERIES = [
+    "deployment color",
+    "Morgan",
+    "peanuts allergy lunch",
+    "staging database",
+    "release",
+    "backup",
+    "team lunch",
+    "export test",
+    "office plants",
+    "pager",
+    "zeppelin quokka",
+    "東京",
+]
 
 
 def answers(store: MemoryStore) -> list:
@@ -54,8 +66,18 @@ def rows_of_a_rebuild(root: Path) -> list[Row]:
 def record(text: str, line: int, path: str = "daily/2026-11-30.md", id_: str | None = None) -> MemoryRecord:
     from memvault.vault.ids import content_hash
 
-    return MemoryRecord(id_ or memory_id(text), path, "curated", date(2026, 11, 30), datetime(2026, 11, 30, 9),
-                        text, content_hash(text), line, None, True)
+    return MemoryRecord(
+        id_ or memory_id(text),
+        path,
+        "curated",
+        date(2026, 11, 30),
+        datetime(2026, 11, 30, 9),
+        text,
+        content_hash(text),
+        line,
+        None,
+        True,
+    )
 
 
 # --- the per-bullet diff ---------------------------------------------------------------------
@@ -66,7 +88,7 @@ def test_diff_rewrites_only_changed_rows_and_embeds_only_new_text():
     old = {Row.of_record(r).key: Row.of_record(r) for r in old_records}
     assert diff_rows("p", old, old_records).is_empty
 
-    edited = [record("alpha", 1), record("beta", 2, id_=memory_id("beta")) , record("gamma", 3)]
+    edited = [record("alpha", 1), record("beta", 2, id_=memory_id("beta")), record("gamma", 3)]
     edited[1] = record("beta two", 2, id_=memory_id("beta"))  # same explicit id, new text
     delta = diff_rows("p", old, edited)
     assert (delta.added, delta.updated, len(delta.removed), delta.unchanged) == (0, 1, 0, 2)
@@ -86,9 +108,12 @@ def _delta_fields(delta) -> tuple:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), max_size=8), st.integers(0, 8),
-       st.lists(st.tuples(st.sampled_from(["alpha", "beta", "zeta", "eta"]), st.integers(1, 12)), max_size=6),
-       st.booleans())
+@given(
+    st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), max_size=8),
+    st.integers(0, 8),
+    st.lists(st.tuples(st.sampled_from(["alpha", "beta", "zeta", "eta"]), st.integers(1, 12)), max_size=6),
+    st.booleans(),
+)
 def test_a_diff_past_the_records_two_reads_share_equals_the_whole_diff(texts, kept, ending, known_records):
     """`diff_known` diffs only past the records a new read shares with the rows' own records (the
     same objects: vault/records.py keeps them): its delta, and the rows it says the index holds
@@ -105,14 +130,20 @@ def test_a_diff_past_the_records_two_reads_share_equals_the_whole_diff(texts, ke
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), max_size=8), st.integers(0, 8),
-       st.lists(st.sampled_from(["alpha", "beta", "zeta", "eta", "gamma"]), max_size=6), st.integers(0, 3))
+@given(
+    st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), max_size=8),
+    st.integers(0, 8),
+    st.lists(st.sampled_from(["alpha", "beta", "zeta", "eta", "gamma"]), max_size=6),
+    st.integers(0, 3),
+)
 def test_what_a_search_must_see_is_the_diff_less_the_memories_that_only_moved(texts, kept, ending, shift):
     """The owner's watcher puts beside the index what a save changed (`edits_to_show`), not the
     memories that only moved to another line: they are found where the index has them, and the
     commit's diff (`diff_known`) moves them."""
     before = [record(text, line) for line, text in enumerate(dict.fromkeys(texts), start=1)]
-    after = before[:kept] + [record(text, line + shift) for line, text in enumerate(dict.fromkeys(ending), start=kept + 1)]
+    after = before[:kept] + [
+        record(text, line + shift) for line, text in enumerate(dict.fromkeys(ending), start=kept + 1)
+    ]
     after = list({r.id: r for r in after}.values())
     known = KnownRows({row.key: row for row in map(Row.of_record, before)}, tuple(before))
     whole, _ = diff_known("daily/2026-11-30.md", known, after)
@@ -179,7 +210,9 @@ def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
         before = {(r.id, r.text) for r in rows(store) if r.path == "daily/2026-10-14.md"}
         os.rename(fixture_vault / "daily/2026-10-14.md", fixture_vault / "daily/2026-12-14.md")
         index = store._writable_index()
-        indexed = [read_note_records(store.layout, p, store.time_zone) for p in ("daily/2026-10-14.md", "daily/2026-12-14.md")]
+        indexed = [
+            read_note_records(store.layout, p, store.time_zone) for p in ("daily/2026-10-14.md", "daily/2026-12-14.md")
+        ]
         delta = index.apply(indexed)
         after = {(r.id, r.text) for r in rows(store) if r.path == "daily/2026-12-14.md"}
     assert before and after == before
@@ -229,8 +262,10 @@ def test_crash_between_bm25_commit_and_manifest_is_repaired_by_the_next_sync(fix
         path.write_text(path.read_text() + "- 10:00 The mascot is a zeppelin.\n")
         with pytest.raises(Crash):
             store.sync(hook=crash)
-        assert store._readable_index().manifest.files["daily/2026-11-10.md"].sha256 != read_note_records(
-            store.layout, "daily/2026-11-10.md", store.time_zone).state.sha256, "manifest is behind the index"
+        assert (
+            store._readable_index().manifest.files["daily/2026-11-10.md"].sha256
+            != read_note_records(store.layout, "daily/2026-11-10.md", store.time_zone).state.sha256
+        ), "manifest is behind the index"
         repaired = store.sync()
         incremental = rows(store)
         store.rebuild()
@@ -280,8 +315,26 @@ def random_edit(rng: random.Random, root: Path, step: int, snapshots: list[dict]
     """One hand edit of the kinds people make, applied to the files directly."""
     daily = root / "daily"
     files = sorted(daily.glob("*.md")) if daily.is_dir() else []
-    op = rng.choice(["edit", "edit", "delete_bullet", "add", "add_id", "move", "time", "paste_dup", "conflict",
-                     "utf8", "rename", "delete_file", "new_file", "zone", "checkout", "folder"])
+    op = rng.choice(
+        [
+            "edit",
+            "edit",
+            "delete_bullet",
+            "add",
+            "add_id",
+            "move",
+            "time",
+            "paste_dup",
+            "conflict",
+            "utf8",
+            "rename",
+            "delete_file",
+            "new_file",
+            "zone",
+            "checkout",
+            "folder",
+        ]
+    )
     if not files or op == "new_file":
         daily.mkdir(exist_ok=True)
         (daily / f"2027-01-{step % 28 + 1:02d}.md").write_text(f"# new\n\n- 09:00 {_bullet(rng, step)}\n")
@@ -308,7 +361,7 @@ def random_edit(rng: random.Random, root: Path, step: int, snapshots: list[dict]
         lines.append(lines[rng.choice(bullets)])
     elif op == "conflict" and bullets:
         i = rng.choice(bullets)
-        lines[i:i + 1] = ["<<<<<<< HEAD\n", lines[i], "=======\n", f"- {_bullet(rng, step)}\n", ">>>>>>> theirs\n"]
+        lines[i : i + 1] = ["<<<<<<< HEAD\n", lines[i], "=======\n", f"- {_bullet(rng, step)}\n", ">>>>>>> theirs\n"]
     elif op == "utf8":
         path.write_bytes("".join(lines).encode() + b"- bad \xff\n")
         return
@@ -392,8 +445,12 @@ def test_fixture_vault_incremental_build_equals_rebuild(fixture_vault):
 @pytest.mark.both_backends
 def test_git_checkout_of_an_older_vault_converges(fixture_vault):
     def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e", *args], cwd=fixture_vault, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
+            cwd=fixture_vault,
+            check=True,
+            capture_output=True,
+        )
 
     git("init", "-q")
     git("add", "-A")
@@ -490,7 +547,9 @@ def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
     a day's note of hundreds of memories committed beside a batch of small notes (the intake's
     one-turn notes) is one of them (reading its rows back from the index cost every commit)."""
     for day in range(1, 12):
-        (new_vault / "daily" / f"2026-11-{day:02d}.md").write_text(f"# 2026-11-{day:02d}\n\n- a small note's fact {day}\n")
+        (new_vault / "daily" / f"2026-11-{day:02d}.md").write_text(
+            f"# 2026-11-{day:02d}\n\n- a small note's fact {day}\n"
+        )
     lines = "".join(f"- 10:00 fact {n} of a busy day\n" for n in range(500))
     (new_vault / "daily" / "2026-11-30.md").write_text("# 2026-11-30\n\n" + lines)
     with MemoryStore.open(new_vault, engine=False) as store:
@@ -631,7 +690,9 @@ def test_rows_that_wait_to_move_are_written_by_health_and_by_close(new_vault, fi
             report = store.health_report(strict=True)
             assert report["healthy"] and not store._index.moves_owed(), report
     closed = DerivedIndex.open_current(VaultLayout(new_vault))  # as the close left it: no sync
-    assert closed.manifest.files[relpath] == read_note_records(VaultLayout(new_vault), relpath, "Europe/Amsterdam").state
+    assert (
+        closed.manifest.files[relpath] == read_note_records(VaultLayout(new_vault), relpath, "Europe/Amsterdam").state
+    )
     committed = closed.all_rows()
     assert rows_of_a_rebuild(new_vault) == committed
 

@@ -21,8 +21,15 @@ SECRET = "hunter2-not-for-output"
 
 def remote(dsn, *args, input=None, cwd=None, state=None):
     env = {**ENV, "MEMVAULT_INDEX_DSN": dsn, **({"XDG_STATE_HOME": str(state)} if state else {})}
-    return subprocess.run([MEMVAULT, "--remote", NAME, *args], input=input, env=env, cwd=cwd or "/", text=True,
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        [MEMVAULT, "--remote", NAME, *args],
+        input=input,
+        env=env,
+        cwd=cwd or "/",
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
@@ -46,9 +53,13 @@ def test_remote_commands_admit_remember_search_journal_inspect_health(home, tmp_
     assert found["hits"][0]["id"] == receipt["id"]
     wait_for(lambda: "30 seconds" in files_text(root) and receipt["id"] in files_text(root), what="the owner's files")
     today = datetime.now(timezone.utc).date().isoformat()
-    wait_for(lambda: any(e["text"] == "Jonas owns the staging certificates."
-                         for e in json.loads(remote(dsn, "journal", today, "--json").stdout)["entries"]),
-             what="the fact in the journal from the server's rows")
+    wait_for(
+        lambda: any(
+            e["text"] == "Jonas owns the staging certificates."
+            for e in json.loads(remote(dsn, "journal", today, "--json").stdout)["entries"]
+        ),
+        what="the fact in the journal from the server's rows",
+    )
     first = json.loads(remote(dsn, "journal", today, "--limit", "1", "--json", state=tmp_path).stdout)
     assert first["cursor"] and len(first["entries"]) == 1
     nxt = remote(dsn, "journal", "--cursor", first["cursor"], "--json", state=tmp_path)  # another process
@@ -78,8 +89,12 @@ def test_an_unreachable_server_is_a_typed_error_without_the_password(tmp_path):
 
 def test_remote_mcp_serves_recall_journal_and_remember(home):  # noqa: F811
     root, _owner, dsn = home
-    params = StdioServerParameters(command=MEMVAULT, args=["--remote", NAME, "mcp"], cwd="/",
-                                   env={"PYTHONUNBUFFERED": "1", "MEMVAULT_INDEX_DSN": dsn, "PYTHONPATH": str(REPO)})
+    params = StdioServerParameters(
+        command=MEMVAULT,
+        args=["--remote", NAME, "mcp"],
+        cwd="/",
+        env={"PYTHONUNBUFFERED": "1", "MEMVAULT_INDEX_DSN": dsn, "PYTHONPATH": str(REPO)},
+    )
     out = {}
 
     async def main():
@@ -89,8 +104,9 @@ def test_remote_mcp_serves_recall_journal_and_remember(home):  # noqa: F811
             out["recall"] = await client.call_tool("MemoryRecall", {"query": "when is the design review?"})
             out["bad"] = await client.call_tool("MemoryRecall", {"query": ""})
             today = datetime.now(timezone.utc).date().isoformat()
-            out["journal"] = await client.call_tool("MemoryJournal", {"fromDate": today, "throughDate": today,
-                                                                      "timeZone": "UTC"})
+            out["journal"] = await client.call_tool(
+                "MemoryJournal", {"fromDate": today, "throughDate": today, "timeZone": "UTC"}
+            )
 
     anyio.run(main)
     assert out["tools"] == ["MemoryRecall", "MemoryJournal", "Remember"]

@@ -17,7 +17,9 @@ TURNS = 4
 
 
 def run_owner(root, dsn, *crash):
-    return subprocess.run([*DRIVER, str(root), dsn, *crash], env=ENV, cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*DRIVER, str(root), dsn, *crash], env=ENV, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("boundary,nth,tier", [
@@ -32,7 +34,10 @@ def test_a_killed_owner_leaves_every_remote_turn_in_the_files_exactly_once(tmp_p
     assert run_owner(root, postgres_dsn).returncode == 0  # registers the vault on the server
     with MemoryStore.connect(NAME, env=env) as agent:
         for i in range(TURNS):
-            assert agent.persist_completed_turn(f"crash-{i}", f"Crash turn {i} chose region{i} for the cache.").status == "admitted"
+            assert (
+                agent.persist_completed_turn(f"crash-{i}", f"Crash turn {i} chose region{i} for the cache.").status
+                == "admitted"
+            )
     killed = run_owner(root, postgres_dsn, "--crash", boundary, "--nth", str(nth))
     assert killed.returncode == -9, (boundary, killed.stderr[-2000:])
     finished = run_owner(root, postgres_dsn)

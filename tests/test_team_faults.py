@@ -38,8 +38,17 @@ def test_a_server_restarted_hard_while_agents_admit_gives_no_false_success(tmp_p
     # down waits out the intake's one-minute backoff before its index write: too slow for the suite)
     stop = tmp_path / "stop"
     outputs = [tmp_path / f"client-{w}.jsonl" for w in range(2)]
-    clients = [subprocess.Popen([*DRIVER, dsn, str(w), "until", str(stop)], env=ENV, cwd=REPO, text=True,
-                                stdout=out.open("w"), stderr=subprocess.PIPE) for w, out in enumerate(outputs)]
+    clients = [
+        subprocess.Popen(
+            [*DRIVER, dsn, str(w), "until", str(stop)],
+            env=ENV,
+            cwd=REPO,
+            text=True,
+            stdout=out.open("w"),
+            stderr=subprocess.PIPE,
+        )
+        for w, out in enumerate(outputs)
+    ]
 
     def answers_so_far() -> list[list]:
         lines = [line for out in outputs for line in out.read_text().splitlines(keepends=True)]
@@ -51,8 +60,11 @@ def test_a_server_restarted_hard_while_agents_admit_gives_no_false_success(tmp_p
     try:  # each step waits for what the clients answered, never for a time
         wait_for(lambda: saved_count() >= 4, timeout=60, what="admits before the server stops")
         own_server.stop_immediately()
-        wait_for(lambda: any(a[1] not in ("admitted", "duplicate") for a in answers_so_far()), timeout=60,
-                 what="an admit refused while the server is down")
+        wait_for(
+            lambda: any(a[1] not in ("admitted", "duplicate") for a in answers_so_far()),
+            timeout=60,
+            what="an admit refused while the server is down",
+        )
         own_server.restart()
         after_restart = saved_count()
         wait_for(lambda: saved_count() >= after_restart + 4, timeout=60, what="admits after the restart")
@@ -69,6 +81,7 @@ def test_a_server_restarted_hard_while_agents_admit_gives_no_false_success(tmp_p
     owner = MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn})
     owner.start_intake(poll_seconds=0.05)
     try:
+
         def in_files():
             text = files_text(root)
             return all(f"picked lane{run[1:].replace('-', 'x')}." in text for run, *_ in saved)
@@ -110,8 +123,10 @@ def test_eight_agents_admitting_and_remembering_against_one_owner_lose_and_dupli
 
         def drained():
             text = files_text(root)
-            return len(re.findall(r"for the queue\.", text)) >= WORKERS * per_worker_new and \
-                len(re.findall(r"warm\.", text)) >= WORKERS * REMEMBERS
+            return (
+                len(re.findall(r"for the queue\.", text)) >= WORKERS * per_worker_new
+                and len(re.findall(r"warm\.", text)) >= WORKERS * REMEMBERS
+            )
 
         wait_for(drained, timeout=240, what="every turn and fact in the owner's files")
         text = files_text(root)
@@ -135,7 +150,11 @@ def test_an_owner_started_while_the_server_is_away_drains_once_it_returns(tmp_pa
     try:
         own_server.restart()
         with MemoryStore.connect("team-a", dsn) as agent:
-            assert agent.persist_completed_turn("late-1", "The late turn picked lane9 for the batch.").status == "admitted"
-        wait_for(lambda: "lane9 for the batch" in files_text(root), timeout=60, what="the turn drained after the restart")
+            assert (
+                agent.persist_completed_turn("late-1", "The late turn picked lane9 for the batch.").status == "admitted"
+            )
+        wait_for(
+            lambda: "lane9 for the batch" in files_text(root), timeout=60, what="the turn drained after the restart"
+        )
     finally:
         owner.close()

@@ -21,7 +21,9 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 
 
 def record_for(run_id: str, answer: str):
-    record, answered = prepare_turn(run_id=run_id, answer=answer, write_mode="append-host-summary", tier="journal", now=NOW)
+    record, answered = prepare_turn(
+        run_id=run_id, answer=answer, write_mode="append-host-summary", tier="journal", now=NOW
+    )
     assert answered is None
     return record
 
@@ -54,7 +56,7 @@ def test_the_lru_answers_exact_retries_without_a_request_and_refuses_other_bytes
     conflicting = admission.admit(record_for("run-2", "Bob owns the release notes."))
     assert (conflicting.status, conflicting.reason, admission.requests) == ("failed", "conflict", 1)
     # each entry is two SHA-256 digests, nothing else
-    (run, payload), = admission.lru.entries()
+    ((run, payload),) = admission.lru.entries()
     assert run == hashlib.sha256(b"run-2").digest() and len(payload) == 32
 
 
@@ -89,13 +91,19 @@ def test_concurrent_exact_retries_coalesce_and_alternatives_conflict(team_dsn):
     slow = SlowServer(open_team_server(team_dsn, "team-a"))
     admission = NetworkAdmission(slow)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(admission.admit(record_for("run-3", "Deploys freeze on Fridays."))))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(admission.admit(record_for("run-3", "Deploys freeze on Fridays.")))
+        )
+        for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     run = hashlib.sha256(b"run-3").digest()
-    wait_for(lambda: run in admission.lru._flights and admission.lru._flights[run].waiters == 3,
-             what="three exact retries joined the first admission's flight")
+    wait_for(
+        lambda: run in admission.lru._flights and admission.lru._flights[run].waiters == 3,
+        what="three exact retries joined the first admission's flight",
+    )
     alternative = admission.admit(record_for("run-3", "Deploys freeze on Mondays."))
     slow.gate.set()
     for thread in threads:
@@ -140,8 +148,15 @@ def test_racing_processes_on_the_same_run_ids_are_each_classified_once_admitted(
 
     runs, workers = 40, 8
     script = RACER.format(repo=str(REPO))
-    procs = [subprocess.Popen([sys.executable, "-c", script, team_dsn, str(w), str(runs)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for w in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, team_dsn, str(w), str(runs)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(workers)
+    ]
     outputs = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)

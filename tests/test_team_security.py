@@ -46,8 +46,12 @@ def test_a_role_granted_one_vault_reads_and_writes_only_that_vault(tmp_path, pos
             result = theirs.recall("where does team B keep its budget?")
             assert result.hits == () and result.degraded and SECRET not in result.degraded
         with psycopg.connect(agent_dsn, autocommit=True) as conn:  # a client that forgets its filter
-            vaults = {row[0] for row in conn.execute("SELECT vault FROM memvault_team_turns UNION ALL "
-                                                     "SELECT vault FROM memvault_team_facts").fetchall()}
+            vaults = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT vault FROM memvault_team_turns UNION ALL SELECT vault FROM memvault_team_facts"
+                ).fetchall()
+            }
             assert vaults == {"team-a"}
         wait_for(lambda: "9:30" in files_text(root_a), what="team A's turn in its files")
         assert "9:30" not in files_text(root_b)

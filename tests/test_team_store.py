@@ -26,7 +26,8 @@ def make_home(tmp_path, folder="home", tier="journal"):
 
 def files_text(root) -> str:
     return "".join(p.read_text() for p in sorted((root / "daily").rglob("*.md"))) + "".join(
-        p.read_text() for p in sorted((root / "audit").rglob("*.md")) if (root / "audit").is_dir())
+        p.read_text() for p in sorted((root / "audit").rglob("*.md")) if (root / "audit").is_dir()
+    )
 
 
 @pytest.fixture
@@ -83,8 +84,10 @@ def test_a_remote_fact_reports_the_nested_daily_path_the_owner_writes(tmp_path, 
             receipt = agent.remember("The nested layout keeps each month in its own folder.")
             relpath = receipt.source.partition("#^")[0]
             assert relpath == f"daily/{today:%Y}/{today:%m}/{today.isoformat()}.md"
-            wait_for(lambda: (root / relpath).is_file() and receipt.id in (root / relpath).read_text(),
-                     what="the fact at the path the receipt named")
+            wait_for(
+                lambda: (root / relpath).is_file() and receipt.id in (root / relpath).read_text(),
+                what="the fact at the path the receipt named",
+            )
 
 
 def test_an_acknowledged_fact_survives_a_rebuild_before_its_owner_projects_it(tmp_path, postgres_dsn):

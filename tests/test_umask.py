@@ -15,8 +15,15 @@ import pytest
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 
 #: what people read, edit and version: at most 0644 (files) / 0755 (folders)
-CANONICAL_FILES = {".gitignore", "memvault.json", "index.md", "graph.jsonl", "runtime/USER.md", "runtime/MEMORY.md",
-                   "runtime/memories.json"}
+CANONICAL_FILES = {
+    ".gitignore",
+    "memvault.json",
+    "index.md",
+    "graph.jsonl",
+    "runtime/USER.md",
+    "runtime/MEMORY.md",
+    "runtime/memories.json",
+}
 CANONICAL_PREFIXES = ("daily/", "audit/", "documents/", "spaces/")
 CANONICAL_DIRS = {".", "daily", "audit", "documents", "documents/archived", "runtime", "spaces"}
 
@@ -25,8 +32,16 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
 
 
 def run(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run([MEMVAULT, *args], input=stdin, capture_output=True, text=True, cwd=str(cwd), env=ENV,
-                          timeout=300, preexec_fn=lambda: os.umask(0))
+    done = subprocess.run(
+        [MEMVAULT, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=str(cwd),
+        env=ENV,
+        timeout=300,
+        preexec_fn=lambda: os.umask(0),
+    )
     assert "Traceback" not in done.stderr, (args, done.stderr)
     return done
 
@@ -82,15 +97,28 @@ def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
     ]
     for args in steps:
         assert run(tmp_path, *args).returncode == 0, args
-    admitted = run(tmp_path, "--vault", str(vault), "admit", stdin=json.dumps({"runId": "r-1", "answer": "Deploy done."}))
+    admitted = run(
+        tmp_path, "--vault", str(vault), "admit", stdin=json.dumps({"runId": "r-1", "answer": "Deploy done."})
+    )
     assert json.loads(admitted.stdout)["status"] == "admitted"
 
     entries = listing(vault)
     assert not wrong_modes(entries)
     kinds = {path for path, _, _ in entries}
     # the listing covers every kind of thing memvault makes
-    for expected in (".", "daily", "documents", "runtime", ".index", ".index/CURRENT", ".locks", ".capture-intake",
-                     "memvault.json", "index.md", ".index/journal"):
+    for expected in (
+        ".",
+        "daily",
+        "documents",
+        "runtime",
+        ".index",
+        ".index/CURRENT",
+        ".locks",
+        ".capture-intake",
+        "memvault.json",
+        "index.md",
+        ".index/journal",
+    ):
         assert expected in kinds, expected
     assert any(path.startswith(".index/gen-") and "/bm25/" in path and path.endswith(".idx") for path in kinds)
     assert any(path.endswith("vectors/vectors.hnsw") for path in kinds)
@@ -117,21 +145,45 @@ def test_a_bujo_owner_under_umask_000_creates_capture_and_engine_files_with_expl
 
     with LoopbackServer() as server:
         server.route(EMBED_PATH, hash_embeddings)
-        server.route(OLLAMA_PATH, ChatScript(lambda _turn: extraction(memory("Morgan leads Project Atlas.", 0.8, ["e1"]),
-                                                                      entities=[entity("e1", "Project Atlas")])))
+        server.route(
+            OLLAMA_PATH,
+            ChatScript(
+                lambda _turn: extraction(
+                    memory("Morgan leads Project Atlas.", 0.8, ["e1"]), entities=[entity("e1", "Project Atlas")]
+                )
+            ),
+        )
         vault = make_capture_vault(tmp_path, server.url, embed_endpoint=server.url)
-        owner = subprocess.Popen([MEMVAULT, "--vault", str(vault), "serve"], env=ENV, cwd=str(tmp_path), text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: os.umask(0))
+        owner = subprocess.Popen(
+            [MEMVAULT, "--vault", str(vault), "serve"],
+            env=ENV,
+            cwd=str(tmp_path),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: os.umask(0),
+        )
         try:
             sock = socket_path(vault)
             wait_for(lambda: sock.exists() and status_path(vault).exists(), what="the owner's socket")
-            turn = {"runId": "r-1", "answer": "Morgan leads Project Atlas.", "captureText": "user: who leads Atlas?\nassistant: Morgan."}
+            turn = {
+                "runId": "r-1",
+                "answer": "Morgan leads Project Atlas.",
+                "captureText": "user: who leads Atlas?\nassistant: Morgan.",
+            }
             admitted = run(tmp_path, "--vault", str(vault), "admit", stdin=json.dumps(turn))
             assert json.loads(admitted.stdout)["status"] == "admitted", admitted.stdout
-            wait_for(lambda: (vault / "graph.jsonl").exists() and "Morgan leads Project Atlas." in "".join(
-                p.read_text() for p in (vault / "daily").rglob("*.md")), what="the capture")
-            engine_files = [(str(sock), "socket", stat.S_IMODE(os.lstat(sock).st_mode)),
-                            (str(sock.parent), "dir", stat.S_IMODE(os.lstat(sock.parent).st_mode))]
+            wait_for(
+                lambda: (
+                    (vault / "graph.jsonl").exists()
+                    and "Morgan leads Project Atlas." in "".join(p.read_text() for p in (vault / "daily").rglob("*.md"))
+                ),
+                what="the capture",
+            )
+            engine_files = [
+                (str(sock), "socket", stat.S_IMODE(os.lstat(sock).st_mode)),
+                (str(sock.parent), "dir", stat.S_IMODE(os.lstat(sock.parent).st_mode)),
+            ]
             print("\n".join(f"{mode:04o} {kind:6} {path}" for path, kind, mode in engine_files))
             assert engine_files[0][2] == 0o600 and engine_files[1][2] == 0o700, engine_files
             # while the owner runs: its status file and fence (the rest is listed once it stopped,

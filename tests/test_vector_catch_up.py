@@ -81,9 +81,14 @@ def test_a_big_checkout_under_a_running_watcher_ends_with_no_missing_and_no_orph
         wait_for(strict_clean, timeout=300, what="vectors to be complete after the checkout")
         for path in sorted((root / "daily").iterdir()):  # and back out
             path.unlink()
-        wait_for(lambda: memvault(root, "health", "--strict").returncode == 0 and
-                 json.loads(memvault(root, "health", "--json").stdout)["details"].get("rows") == 0,
-                 timeout=300, what="orphaned vectors to be removed")
+        wait_for(
+            lambda: (
+                memvault(root, "health", "--strict").returncode == 0
+                and json.loads(memvault(root, "health", "--json").stdout)["details"].get("rows") == 0
+            ),
+            timeout=300,
+            what="orphaned vectors to be removed",
+        )
     finally:
         owner.stop()
 

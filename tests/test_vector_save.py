@@ -26,8 +26,10 @@ def committed_unsaved(store, text: str) -> None:
     """Remember `text` and wait for the vector queue to commit its vector in memory, unsaved."""
     held = len(serving(store).passages)
     store.remember(text)
-    wait_for(lambda: len(serving(store).passages) > held and store._semantic._unsaved,
-             what="the vector queue to commit the memory's vector")
+    wait_for(
+        lambda: len(serving(store).passages) > held and store._semantic._unsaved,
+        what="the vector queue to commit the memory's vector",
+    )
 
 
 def serving(store) -> SemanticIndex:
@@ -67,10 +69,16 @@ def test_the_files_are_written_without_the_vault_lock_and_renamed_under_it(store
     root = store.layout.root
     seen = {}
     checksum, put = vectors_module._sha256_of, vectors_module.StagedSave.put
-    monkeypatch.setattr(vectors_module, "_sha256_of",
-                        lambda path: seen.setdefault("writing", vault_lock_free(root, 10.0)) and checksum(path))
-    monkeypatch.setattr(vectors_module.StagedSave, "put",  # held: any wait ends in a timeout
-                        lambda staged: seen.setdefault("renaming", vault_lock_free(root, 0.2)) or put(staged))
+    monkeypatch.setattr(
+        vectors_module,
+        "_sha256_of",
+        lambda path: seen.setdefault("writing", vault_lock_free(root, 10.0)) and checksum(path),
+    )
+    monkeypatch.setattr(
+        vectors_module.StagedSave,
+        "put",  # held: any wait ends in a timeout
+        lambda staged: seen.setdefault("renaming", vault_lock_free(root, 0.2)) or put(staged),
+    )
     store._semantic.save_serving()
     assert seen == {"writing": True, "renaming": False}
     assert not store._semantic._unsaved and leftovers(store) == []

@@ -115,7 +115,9 @@ def test_upserts_reuse_deleted_slots_instead_of_growing(tmp_path: Path) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["add", "delete"]), st.lists(st.integers(0, 30), min_size=1, max_size=8, unique=True)),
+        st.tuples(
+            st.sampled_from(["add", "delete"]), st.lists(st.integers(0, 30), min_size=1, max_size=8, unique=True)
+        ),
         min_size=1,
         max_size=25,
     ),

@@ -60,12 +60,27 @@ def test_note_events_name_the_note(handler, tmp_path):
     assert pending(handler) == (("audit/2026-11-30.md",), False)
 
 
-@pytest.mark.parametrize("name", [
-    ".index/gen-000001/bm25/meta.json", ".locks/vault.lock", ".capture-intake/pending/ab.json", ".git/index",
-    ".obsidian/workspace.json", "daily/.2026-11-30.md.swp", "daily/2026-11-30.md~", "daily/4913",
-    "daily/.2026-11-30.md.abc123.tmp", "daily/#2026-11-30.md#", "daily/2026-11-30.md.orig", "daily/notes.txt",
-    "documents/plan.md", "daily/sub/2026-11-30.md", "daily/2026-13-45.md", "memvault.json",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".index/gen-000001/bm25/meta.json",
+        ".locks/vault.lock",
+        ".capture-intake/pending/ab.json",
+        ".git/index",
+        ".obsidian/workspace.json",
+        "daily/.2026-11-30.md.swp",
+        "daily/2026-11-30.md~",
+        "daily/4913",
+        "daily/.2026-11-30.md.abc123.tmp",
+        "daily/#2026-11-30.md#",
+        "daily/2026-11-30.md.orig",
+        "daily/notes.txt",
+        "documents/plan.md",
+        "daily/sub/2026-11-30.md",
+        "daily/2026-13-45.md",
+        "memvault.json",
+    ],
+)
 def test_ignored_and_non_note_names_never_reach_the_queue(handler, tmp_path, name):
     for event in (FileCreatedEvent, FileModifiedEvent, FileDeletedEvent):
         handler.dispatch(event(str(tmp_path / name)))
@@ -83,19 +98,31 @@ def test_temp_file_renamed_over_a_note_acts_on_the_destination(handler, tmp_path
 
 
 def test_folder_events_under_notes_become_a_rescan_others_do_not(handler, tmp_path):
-    for event in (DirCreatedEvent(str(tmp_path / "daily")), DirDeletedEvent(str(tmp_path / "audit")),
-                  DirMovedEvent(str(tmp_path / "daily"), str(tmp_path / "old-daily"))):
+    for event in (
+        DirCreatedEvent(str(tmp_path / "daily")),
+        DirDeletedEvent(str(tmp_path / "audit")),
+        DirMovedEvent(str(tmp_path / "daily"), str(tmp_path / "old-daily")),
+    ):
         handler.dispatch(event)
         assert pending(handler) == ((), True)
-    for event in (DirModifiedEvent(str(tmp_path / "daily")), DirCreatedEvent(str(tmp_path / ".index/gen-000002")),
-                  DirCreatedEvent(str(tmp_path / "documents/x")), FileOpenedEvent(str(tmp_path / "daily/2026-11-30.md"))):
+    for event in (
+        DirModifiedEvent(str(tmp_path / "daily")),
+        DirCreatedEvent(str(tmp_path / ".index/gen-000002")),
+        DirCreatedEvent(str(tmp_path / "documents/x")),
+        FileOpenedEvent(str(tmp_path / "daily/2026-11-30.md")),
+    ):
         handler.dispatch(event)
         assert pending(handler) is None
 
 
 def test_hostile_event_paths_are_ignored(handler, tmp_path):
-    for path in ("/etc/passwd", str(tmp_path / "../outside/daily/2026-11-30.md"), "", b"\xff\xfe/daily/x.md",
-                 str(tmp_path / "daily") + "/" + "a" * 5000 + ".md"):
+    for path in (
+        "/etc/passwd",
+        str(tmp_path / "../outside/daily/2026-11-30.md"),
+        "",
+        b"\xff\xfe/daily/x.md",
+        str(tmp_path / "daily") + "/" + "a" * 5000 + ".md",
+    ):
         handler.dispatch(FileCreatedEvent(path))
     assert pending(handler) is None
 
@@ -134,7 +161,9 @@ class Running:
     def __init__(self, root: Path):
         self.store = MemoryStore.open(root)
         self.reports = []
-        self.watcher = Watcher(self.store, debounce=0.05, max_delay=0.5, compact_after=None, on_batch=self.reports.append)
+        self.watcher = Watcher(
+            self.store, debounce=0.05, max_delay=0.5, compact_after=None, on_batch=self.reports.append
+        )
         self.thread = threading.Thread(target=self.watcher.run, daemon=True)
         self.thread.start()
         wait_for(lambda: self.reports, what="the first rescan")
@@ -271,7 +300,9 @@ def test_a_checkout_of_many_files_and_a_burst_of_1000(watching, fixture_vault):
 @pytest.mark.both_backends
 def test_memvaults_own_writes_do_not_make_the_watcher_reindex(watching, fixture_vault):
     watching.reports.clear()
-    receipt = watching.store.remember("The quarterly review moved to Thursday.", at=datetime(2026, 11, 10, 9, tzinfo=AMS))
+    receipt = watching.store.remember(
+        "The quarterly review moved to Thursday.", at=datetime(2026, 11, 10, 9, tzinfo=AMS)
+    )
     time.sleep(1.0)  # let the note's events arrive and be handled
     batches = [r for r in watching.reports if r.outcome and r.named]
     assert batches, "the watcher saw the note change"
@@ -284,7 +315,9 @@ def test_hand_edit_outcomes_never_crash_the_watcher(watching, fixture_vault):
     daily = fixture_vault / "daily"
     (daily / "2026-11-13.md").write_bytes(b"- 09:00 broken \xff utf8 about walruses\n")
     note = daily / "2026-11-14.md"
-    note.write_text(note.read_text() + "<<<<<<< HEAD\n- 10:00 walrus side A\n=======\n- 10:00 walrus side B\n>>>>>>> x\n")
+    note.write_text(
+        note.read_text() + "<<<<<<< HEAD\n- 10:00 walrus side A\n=======\n- 10:00 walrus side B\n>>>>>>> x\n"
+    )
     (daily / "2026-11-15.md").write_text("- 09:00 walrus pasted ^m-dup0000001\n- 09:05 walrus copy ^m-dup0000001\n")
     wait_for(lambda: matching(watching.store, "walrus", "walrus") == 2, what="hand edits")
 
@@ -350,8 +383,11 @@ def test_compaction_after_quiet_makes_scores_match_a_rebuild(fixture_vault):
 def start_watch(root: Path, env=None) -> subprocess.Popen:
     proc = subprocess.Popen(
         [*MEMVAULT, "--vault", str(root), "watch", "--debounce", "0.05"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line = proc.stderr.readline()
     assert line.startswith("watching"), line + (proc.stderr.read() if proc.poll() is not None else "")
@@ -401,9 +437,14 @@ def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
     proc = start_watch(fixture_vault)
     try:
         assert LivenessFence(fixture_vault).is_held_elsewhere()
-        second = subprocess.run([*MEMVAULT, "--vault", str(fixture_vault), "watch"],
-                                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                                timeout=60)
+        second = subprocess.run(
+            [*MEMVAULT, "--vault", str(fixture_vault), "watch"],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 1 and "Another live memvault process" in second.stderr
         note = fixture_vault / "daily/2026-11-16.md"
         note.write_text(note.read_text() + "- 10:00 The platypus joined the team.\n")
@@ -458,7 +499,9 @@ def test_watchdogs_harmless_rewatch_warning_is_silenced_and_no_other():
         rewatch = "Callback with id '1404' already exists for watch <Watch wd=6>. It will be Overwritten."
         warnings.warn_explicit(rewatch, RuntimeWarning, "inotify.py", 365, module="watchdog.observers.inotify")
         warnings.warn_explicit(rewatch, RuntimeWarning, "elsewhere.py", 1, module="somebody.else")
-        warnings.warn_explicit("inotify queue overflow", RuntimeWarning, "inotify.py", 1, module="watchdog.observers.inotify")
+        warnings.warn_explicit(
+            "inotify queue overflow", RuntimeWarning, "inotify.py", 1, module="watchdog.observers.inotify"
+        )
     assert [(str(w.message), w.filename) for w in caught] == [
         (rewatch, "elsewhere.py"),
         ("inotify queue overflow", "inotify.py"),

@@ -107,7 +107,9 @@ def test_the_page_shows_the_dropped_count(fixture_vault, serve):
         chat.route("/v1/chat/completions", citing_first_and_invented)
         server = serve(_vault(fixture_vault, {"provider": "openai", "model": "loopback-chat", "endpoint": chat.url}))
         headers = {"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://127.0.0.1:{server.port}"}
-        status, _, html = server.request("POST", "/recall/agent", token=TOKEN, headers=headers, body=b"q=deployment+color")
+        status, _, html = server.request(
+            "POST", "/recall/agent", token=TOKEN, headers=headers, body=b"q=deployment+color"
+        )
         assert status == 200
         assert "2 citations dropped" in html.decode()
 
@@ -116,7 +118,9 @@ def test_the_page_shows_the_dropped_count(fixture_vault, serve):
 def test_ollama_protocol(fixture_vault, serve):
     def reply(request_json):
         evidence = json.loads(request_json["messages"][1]["content"])["evidence"]
-        content = json.dumps({"answer": "Rotterdam.", "citations": [{"source": e["source"], "id": e["id"]} for e in evidence[:2]]})
+        content = json.dumps(
+            {"answer": "Rotterdam.", "citations": [{"source": e["source"], "id": e["id"]} for e in evidence[:2]]}
+        )
         return 200, {"model": "llama3.2", "message": {"role": "assistant", "content": content}, "done": True}
 
     with LoopbackServer() as chat:
@@ -132,8 +136,14 @@ def test_ollama_protocol(fixture_vault, serve):
 
 @pytest.mark.parametrize(
     "content",
-    ["Sure! The color is blue.", '```json\n{"answer": "blue", "citations": []}\n```', '{"answer": 42}',
-     '{"answer": "x", "citations": "daily/x"}', "[]", '{"answer": "a", "answer": "b"}'],
+    [
+        "Sure! The color is blue.",
+        '```json\n{"answer": "blue", "citations": []}\n```',
+        '{"answer": 42}',
+        '{"answer": "x", "citations": "daily/x"}',
+        "[]",
+        '{"answer": "a", "answer": "b"}',
+    ],
 )
 @pytest.mark.both_backends
 def test_a_malformed_model_answer_is_reported_and_the_evidence_stays(fixture_vault, serve, content):
@@ -149,7 +159,9 @@ def test_a_malformed_model_answer_is_reported_and_the_evidence_stays(fixture_vau
 @pytest.mark.both_backends
 def test_an_unreachable_model_is_named(fixture_vault, serve):
     endpoint = closed_port_url()
-    server = serve(_vault(fixture_vault, {"provider": "openai", "model": "loopback-chat", "endpoint": endpoint, "timeoutMs": 3000}))
+    server = serve(
+        _vault(fixture_vault, {"provider": "openai", "model": "loopback-chat", "endpoint": endpoint, "timeoutMs": 3000})
+    )
     status, body = ask(server, "deployment color")
     assert status == 200
     assert endpoint.split("//")[1] in body["answer"]["error"] and body["hits"]
@@ -166,7 +178,12 @@ def test_a_server_error_is_named(fixture_vault, serve):
 
 @pytest.mark.both_backends
 def test_an_unset_api_key_turns_agent_search_off_with_the_reason(fixture_vault, serve):
-    llm = {"provider": "openai", "model": "gpt", "endpoint": "http://127.0.0.1:9/v1", "apiKeyEnv": "MEMVAULT_TEST_CHAT_KEY"}
+    llm = {
+        "provider": "openai",
+        "model": "gpt",
+        "endpoint": "http://127.0.0.1:9/v1",
+        "apiKeyEnv": "MEMVAULT_TEST_CHAT_KEY",
+    }
     server = serve(_vault(fixture_vault, llm))
     status, _, raw = server.get("/recall.json?q=blue", token=TOKEN)
     body = json.loads(raw)

@@ -222,8 +222,14 @@ def test_content_lists_months_with_a_calendar(served):
 
 @pytest.mark.parametrize(
     "path",
-    ["/notes/daily/..%2F..%2Fmemvault", "/notes/daily/..", "/notes/etc/passwd", "/notes/daily/2026-02-30",
-     "/notes/index/2026-11-16", "/notes/daily/%2e%2e"],
+    [
+        "/notes/daily/..%2F..%2Fmemvault",
+        "/notes/daily/..",
+        "/notes/etc/passwd",
+        "/notes/daily/2026-02-30",
+        "/notes/index/2026-11-16",
+        "/notes/daily/%2e%2e",
+    ],
 )
 def test_note_paths_outside_the_notes_are_refused(served, path):
     status, body = get_json(served, path + ".json")
@@ -299,7 +305,12 @@ def test_an_entity_page_has_relations_memories_and_a_drawing(served):
     morgan = entity_id("Morgan")
     status, body = get_json(served, f"/entities/{morgan}.json")
     assert status == 200 and body["entity"]["name"] == "Morgan"
-    assert {"relation": "works_on", "id": entity_id("Heron"), "name": "Heron", "url": f"/entities/{entity_id('Heron')}"} in body["outgoing"]
+    assert {
+        "relation": "works_on",
+        "id": entity_id("Heron"),
+        "name": "Heron",
+        "url": f"/entities/{entity_id('Heron')}",
+    } in body["outgoing"]
     assert any(r["name"] == "Priya" and r["relation"] == "reports_to" for r in body["incoming"])
     assert body["memories"] and all(m["text"] and "Morgan" in m["text"] for m in body["memories"])
     drawn = {n["name"] for n in body["svg"]["nodes"]}
@@ -508,7 +519,9 @@ def test_a_huge_form_post_is_answered_413_not_a_reset(served):
         status, _, answer = served.request("POST", path, token=TOKEN, headers=headers, body=body)
         assert status == 413, answer[:300]
         assert b"at most 64 KiB" in answer and b"shorten it" in answer and b"Traceback" not in answer
-    status, _, answer = served.request("POST", "/recall/agent.json", token=TOKEN, headers=headers, body=b"q=" + b"x" * 3000)
+    status, _, answer = served.request(
+        "POST", "/recall/agent.json", token=TOKEN, headers=headers, body=b"q=" + b"x" * 3000
+    )
     assert status == 400 and b"q is 3000 characters" in answer  # under the bound: the field's own limit speaks
     assert served.get("/status.json", token=TOKEN)[0] == 200  # still serving
 

@@ -194,7 +194,11 @@ def test_status_reports_a_note_broken_by_an_editor(each_site, page):
 
     def reported():
         page.reload()
-        return "daily/2026-10-20.md" in page.locator("table.findings").inner_text() if page.locator("table.findings").count() else False
+        return (
+            "daily/2026-10-20.md" in page.locator("table.findings").inner_text()
+            if page.locator("table.findings").count()
+            else False
+        )
 
     poll(reported, what="the broken note on the Status page")
     assert page.locator(".verdict h1").inner_text() == "Unhealthy"
@@ -223,12 +227,12 @@ def test_a_turn_admitted_by_another_process_appears(each_site, page):
 XSS = [
     "<script>window.__xss = 1</script> hostile script tag",
     '<img src=x onerror="window.__xss = 2"> hostile image',
-    "<svg onload=\"window.__xss = 3\"></svg> hostile svg",
+    '<svg onload="window.__xss = 3"></svg> hostile svg',
     "[hostile link](javascript:window.__xss=4) in markdown",
     '<a href="javascript:window.__xss=5">hostile anchor</a>',
-    "<iframe src=\"javascript:window.__xss=6\"></iframe> hostile frame",
-    "[[2026-11-30\"><script>window.__xss=7</script>]] hostile wikilink",
-    "<b onmouseover=\"window.__xss=8\">hostile bold</b>",
+    '<iframe src="javascript:window.__xss=6"></iframe> hostile frame',
+    '[[2026-11-30"><script>window.__xss=7</script>]] hostile wikilink',
+    '<b onmouseover="window.__xss=8">hostile bold</b>',
 ]
 
 

@@ -28,8 +28,11 @@ def test_the_owner_serves_the_pages_and_a_client_write_shows_on_them(fixture_vau
     owner = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "serve", "--face", "web",
                               "--web-port", "0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
+
         def url():
-            found = re.search(r"web pages at (http://127\.0\.0\.1:\d+/\?token=\S+)", (tmp_path / "serve.log").read_text())
+            found = re.search(
+                r"web pages at (http://127\.0\.0\.1:\d+/\?token=\S+)", (tmp_path / "serve.log").read_text()
+            )
             return found and found.group(1)
 
         address = poll(url, what="the web face's URL")

@@ -22,7 +22,7 @@ XSS_CORPUS = [
     "<javascript:alert(10)>",
     '[t](https://example.com "x\\" onmouseover=\\"alert(11)")',
     "<iframe src=//evil.example></iframe>",
-    "[[2026-11-30\"><script>alert(12)</script>]]",
+    '[[2026-11-30"><script>alert(12)</script>]]',
     "<style>body{display:none}</style>",
     "[x](//evil.example/path)",
     "[x]( javascript:alert(13))",
@@ -164,8 +164,13 @@ def test_comments_are_hidden_as_obsidian_hides_them():
 
 
 def test_tasks_are_disabled_checkboxes():
-    html, note = render_note("- [ ] Ask Alice ^m-0000000001\n- [x] Book the room\n- [X] Pay the deposit\n- not a task [ ]\n")
-    tasks = re.findall(r'<li id="([^"]+)" class="bullet depth-0 task( done)?"[^>]*><input type="checkbox" class="task-box" disabled( checked)?', html)
+    html, note = render_note(
+        "- [ ] Ask Alice ^m-0000000001\n- [x] Book the room\n- [X] Pay the deposit\n- not a task [ ]\n"
+    )
+    tasks = re.findall(
+        r'<li id="([^"]+)" class="bullet depth-0 task( done)?"[^>]*><input type="checkbox" class="task-box" disabled( checked)?',
+        html,
+    )
     assert [(t[1], t[2]) for t in tasks] == [("", ""), (" done", " checked"), (" done", " checked")]
     assert tasks[0][0] == "m-0000000001"
     assert "[ ]" not in html.replace("not a task [ ]", "") and "[x]" not in html and "[X]" not in html
@@ -176,16 +181,23 @@ def test_callouts_are_boxes_with_their_title():
     text = ("> [!warning] Careful **now**\n> The *body* line. ^m-callout001\n\n> [!tip]- Folded\n> hidden until opened\n\n"
             "> [!NOTE]\n> no title\n\n> a plain quote\n")  # fmt: skip
     html, _ = render_note(text)
-    assert re.search(r'<div id="m-callout001" class="callout callout-warning memory"><p class="callout-title">Careful <strong>now</strong>', html)
+    assert re.search(
+        r'<div id="m-callout001" class="callout callout-warning memory"><p class="callout-title">Careful <strong>now</strong>',
+        html,
+    )
     assert "<em>body</em>" in html and "[!warning]" not in html and "^m-callout001" not in html
-    assert re.search(r'<details id="[^"]+" class="callout callout-tip memory"><summary class="callout-title">Folded', html)
+    assert re.search(
+        r'<details id="[^"]+" class="callout callout-tip memory"><summary class="callout-title">Folded', html
+    )
     assert '<p class="callout-title">Note ' in html  # no title: the type is the title, as in Obsidian
     assert re.search(r'<blockquote id="[^"]+" class="memory"><p>a plain quote</p>', html)
-    _is_inert(render_note("> [!x\" onclick=\"alert(1)] <script>t</script>\n> body\n")[0])
+    _is_inert(render_note('> [!x" onclick="alert(1)] <script>t</script>\n> body\n')[0])
 
 
 def test_nested_wikilinks_lead_to_the_note():
-    html = render_markdown("[[2026/11/2026-11-30#^m-1f3a9c0d2e|that]] [[daily/2026/11/2026-11-30.md]] [[daily/2026/12/2026-11-30]]")
+    html = render_markdown(
+        "[[2026/11/2026-11-30#^m-1f3a9c0d2e|that]] [[daily/2026/11/2026-11-30.md]] [[daily/2026/12/2026-11-30]]"
+    )
     assert 'href="/notes/daily/2026/11/2026-11-30#m-1f3a9c0d2e">that</a>' in html
     assert 'href="/notes/daily/2026/11/2026-11-30">daily/2026/11/2026-11-30.md</a>' in html
     assert '<span class="wikilink">daily/2026/12/2026-11-30</span>' in html  # filed under the wrong month: not a note

@@ -68,8 +68,14 @@ def write_demo_graph(root: Path) -> None:
     (root / "graph.jsonl").write_bytes(render_graph(graph))
 
 
-def demo_vault(tmp_path: Path, *, mode: str = "journal", llm_endpoint: str | None = None, name: str = "demo",
-               index_dsn: str | None = None) -> Path:
+def demo_vault(
+    tmp_path: Path,
+    *,
+    mode: str = "journal",
+    llm_endpoint: str | None = None,
+    name: str = "demo",
+    index_dsn: str | None = None,
+) -> Path:
     """A copy of fixtures/vault in `mode`, with a graph, two documents, runtime memory and a space;
     with `index_dsn`, its index on that PostgreSQL database (vault name `name`)."""
     from memvault.indexer.engine.store import MemoryStore
@@ -82,7 +88,12 @@ def demo_vault(tmp_path: Path, *, mode: str = "journal", llm_endpoint: str | Non
     shutil.copytree(FIXTURE_VAULT, root)
     data = default_config_data(mode=mode, time_zone="Europe/Amsterdam")
     if llm_endpoint is not None:
-        data["memory"]["llm"] = {"provider": "openai", "model": "loopback-chat", "endpoint": llm_endpoint, "timeoutMs": 20000}
+        data["memory"]["llm"] = {
+            "provider": "openai",
+            "model": "loopback-chat",
+            "endpoint": llm_endpoint,
+            "timeoutMs": 20000,
+        }
     (root / "memvault.json").write_bytes(render_config(data))
     if index_dsn is not None:
         from tests.postgres_helpers import on_server_database
@@ -94,7 +105,10 @@ def demo_vault(tmp_path: Path, *, mode: str = "journal", llm_endpoint: str | Non
         config = store.config
     documents = DocumentStore(root)
     documents.create("Deploy runbook", RUNBOOK, summary="How Heron ships to staging and production")
-    documents.create("Team directory", "- **Morgan**: engineering lead\n- **Priya**: data migration\n- **Sam**: on leave until March\n")
+    documents.create(
+        "Team directory",
+        "- **Morgan**: engineering lead\n- **Priya**: data migration\n- **Sam**: on leave until March\n",
+    )
     runtime = RuntimeMemory.for_vault(root, config)
     runtime.add("USER", "Prefers metric units and 24-hour times.", 4)
     runtime.add("USER", "Works Amsterdam hours; standup is at 10:00.", 3)

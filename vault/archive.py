@@ -76,7 +76,9 @@ class ArchiveRejected(InvalidRecord):
         shown = problems[:_MAX_PROBLEMS]
         more = f"\n  … and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
         super().__init__(
-            "the archive was refused before anything was written:\n  " + "\n  ".join(shown) + more
+            "the archive was refused before anything was written:\n  "
+            + "\n  ".join(shown)
+            + more
             + "\nFix: use an archive written by `memvault export`, unmodified."
         )
 
@@ -295,7 +297,9 @@ def _parse_manifest(body: object, limits: ArchiveLimits) -> dict:
     if not isinstance(body, dict) or set(body) != {"format", "version", "createdAt", "consistent", "members"}:
         raise ValueError("unexpected fields")
     if body["format"] != FORMAT or body["version"] != VERSION:
-        raise ValueError(f"format {body['format']!r} version {body['version']!r}; this memvault reads {FORMAT} v{VERSION}")
+        raise ValueError(
+            f"format {body['format']!r} version {body['version']!r}; this memvault reads {FORMAT} v{VERSION}"
+        )
     if not isinstance(body["createdAt"], str) or not isinstance(body["consistent"], bool):
         raise ValueError("createdAt / consistent")
     entries = body["members"]

@@ -93,7 +93,9 @@ def _copy_canonical(root: Path, staging: Path, limits: ArchiveLimits) -> tuple[l
         if len(members) > limits.max_members:
             raise InvalidRecord(f"the vault holds more than {limits.max_members} files: too many for one archive")
     if sum(member.size for member in members) > limits.max_total_bytes:
-        raise InvalidRecord(f"the vault's canonical files exceed {limits.max_total_bytes} bytes: too big for one archive")
+        raise InvalidRecord(
+            f"the vault's canonical files exceed {limits.max_total_bytes} bytes: too big for one archive"
+        )
     return sorted(members, key=lambda member: member.path), skipped
 
 
@@ -181,5 +183,3 @@ def _add(tar: tarfile.TarFile, name: str, mode: int, size: int, data, now: datet
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     tar.addfile(info, data)
-
-

@@ -110,7 +110,7 @@ def _plan_apply(root: Path, verified: VerifiedArchive):
 
 
 def _existing_state(root: Path, relpath: str, sha256: str) -> str:
-    """"missing", "same", or why the vault's file conflicts with the archive's."""
+    """ "missing", "same", or why the vault's file conflicts with the archive's."""
     try:
         target = resolve_inside(root, relpath)
         info = os.lstat(target)
@@ -132,7 +132,8 @@ def _conflict_error(conflicts: list[str]) -> Conflict:
     more = f"\n  … and {len(conflicts) - len(shown)} more" if len(conflicts) > len(shown) else ""
     return Conflict(
         f"the archive conflicts with {len(conflicts)} file(s) in the vault; nothing was imported:\n  "
-        + "\n  ".join(shown) + more
+        + "\n  ".join(shown)
+        + more
         + "\nFix: merge or move those files by hand and import again, or use `memvault import restore`"
         " to replace the vault's state with the archive's."
     )

@@ -66,8 +66,10 @@ def is_ambiguous(local: datetime) -> bool:
 def aware_instant(value: object) -> datetime:
     """`value` if it is a timezone-aware datetime; otherwise InvalidRecord naming the fix."""
     if not isinstance(value, datetime):
-        raise InvalidRecord(f"a memory's time must be a timezone-aware datetime, not {type(value).__name__} "
-                            f"{str(value)[:40]!r}: pass datetime.fromisoformat('2026-11-30T14:03:00+01:00')")
+        raise InvalidRecord(
+            f"a memory's time must be a timezone-aware datetime, not {type(value).__name__} "
+            f"{str(value)[:40]!r}: pass datetime.fromisoformat('2026-11-30T14:03:00+01:00')"
+        )
     if value.tzinfo is None:
         raise InvalidRecord("a memory's time must be timezone-aware: pass tzinfo (e.g. ZoneInfo('UTC'))")
     return value

@@ -9,6 +9,7 @@ what is wrong, and the fix. The resolved config carries only what the tier uses:
 for journal/bujo, the chat model for bujo. A block kept for a later tier switch is still
 validated, so switching tiers never uncovers an old mistake.
 """
+
 from __future__ import annotations
 
 import json
@@ -378,13 +379,21 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
     rerank = None
     if "memory.rerank" in flat:
         rerank = RerankConfig(
-            get("memory.rerank.provider", "http"), get("memory.rerank.endpoint"), get("memory.rerank.model"),
-            get("memory.rerank.format", "cohere"), get("memory.rerank.timeoutMs", DEFAULT_RERANK_TIMEOUT_MS),
-            get("memory.rerank.candidates", DEFAULT_RERANK_CANDIDATES), get("memory.rerank.apiKeyEnv"),
+            get("memory.rerank.provider", "http"),
+            get("memory.rerank.endpoint"),
+            get("memory.rerank.model"),
+            get("memory.rerank.format", "cohere"),
+            get("memory.rerank.timeoutMs", DEFAULT_RERANK_TIMEOUT_MS),
+            get("memory.rerank.candidates", DEFAULT_RERANK_CANDIDATES),
+            get("memory.rerank.apiKeyEnv"),
         )
         used.update({f"memory.rerank.{k}": v for k, v in zip(OBJECTS["memory.rerank"], _values(rerank))})
-    for key in ("memory.recallTool.enabled", "memory.rememberTool.enabled", "memory.runtime.userLimit",
-                "memory.runtime.memoryLimit"):
+    for key in (
+        "memory.recallTool.enabled",
+        "memory.rememberTool.enabled",
+        "memory.runtime.userLimit",
+        "memory.runtime.memoryLimit",
+    ):
         used[key] = get(key, LEAVES[key][1])
     runtime_keys = [k for k in _RUNTIME_FIELDS if k in flat or k == "memory.runtime.writeEnabled"]
     used.update({key: get(key, LEAVES[key][1]) for key in runtime_keys})
@@ -411,7 +420,9 @@ def _resolve_extra_embeddings(flat: dict[str, Any], used: dict[str, Any]) -> Emb
     return _embeddings_at(flat, used, "memory.extraEmbeddings", None)
 
 
-def _embeddings_at(flat: dict[str, Any], used: dict[str, Any], block: str, default_provider: str | None) -> EmbeddingsConfig:
+def _embeddings_at(
+    flat: dict[str, Any], used: dict[str, Any], block: str, default_provider: str | None
+) -> EmbeddingsConfig:
     """An embeddings block (`memory.embeddings` or `memory.extraEmbeddings`), its provider's
     defaults filled in, and recorded in `used`."""
     name = flat.get(f"{block}.provider", default_provider)

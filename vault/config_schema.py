@@ -98,8 +98,17 @@ OBJECTS = MappingProxyType(
     {
         "": ("memory", "tools", "index"),
         "memory": (
-            "mode", "writeMode", "path", "timeZone", "embeddings", "extraEmbeddings", "llm", "rerank", "recallTool",
-            "rememberTool", "runtime",
+            "mode",
+            "writeMode",
+            "path",
+            "timeZone",
+            "embeddings",
+            "extraEmbeddings",
+            "llm",
+            "rerank",
+            "recallTool",
+            "rememberTool",
+            "runtime",
         ),
         "memory.embeddings": ("provider", "model", "dim", "endpoint", "apiKeyEnv"),
         #: a second vector list fused beside memory.embeddings' (docs/configuration.md, "Extra embeddings")
@@ -109,8 +118,16 @@ OBJECTS = MappingProxyType(
         "memory.recallTool": ("enabled",),
         "memory.rememberTool": ("enabled",),
         "memory.runtime": (
-            "userLimit", "memoryLimit", "strategy", "recallMode", "writebackMode", "lifecycleEnabled",
-            "routingGuidance", "writeEnabled", "idleReviewMs", "idleReview",
+            "userLimit",
+            "memoryLimit",
+            "strategy",
+            "recallMode",
+            "writebackMode",
+            "lifecycleEnabled",
+            "routingGuidance",
+            "writeEnabled",
+            "idleReviewMs",
+            "idleReview",
         ),
         "memory.runtime.idleReview": ("enabled", "minIntervalMs", "maxPerSession", "maxContextChars", "runtimeMemory"),
         "tools": ("allowedTools", "deniedTools", "hostTools"),
@@ -375,15 +392,24 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: st
         return
     extra = prefix != "memory.embeddings"
     if not block:
-        example = ('{"provider": "e5-small"} (pip install \'memvault[e5]\')' if extra
-                   else '{"provider": "builtin"} (offline, 256-d)')
-        problems.append(_Problem(f"{prefix} is empty: give at least one field, e.g. {example}, or remove the block",
-                                 (prefix,)))
+        example = (
+            '{"provider": "e5-small"} (pip install \'memvault[e5]\')'
+            if extra
+            else '{"provider": "builtin"} (offline, 256-d)'
+        )
+        problems.append(
+            _Problem(f"{prefix} is empty: give at least one field, e.g. {example}, or remove the block", (prefix,))
+        )
         return
     if extra and f"{prefix}.provider" not in flat:
         if not any(p.keys[0] == f"{prefix}.provider" for p in problems):  # a wrong type is already reported
-            problems.append(_Problem(f'{prefix}.provider is required: set it like "e5-small" (the second list\'s'
-                                     " model, fused beside memory.embeddings)", (f"{prefix}.provider", prefix)))
+            problems.append(
+                _Problem(
+                    f'{prefix}.provider is required: set it like "e5-small" (the second list\'s'
+                    " model, fused beside memory.embeddings)",
+                    (f"{prefix}.provider", prefix),
+                )
+            )
         return
     name = flat.get(f"{prefix}.provider", DEFAULT_EMBEDDING_PROVIDER)
     provider = EMBEDDING_PROVIDERS.get(name)
@@ -391,8 +417,9 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: st
         if f"{prefix}.provider" in flat:
             choices = ", ".join(f'"{p}"' for p in EMBEDDING_PROVIDERS)
             problems.append(
-                _Problem(f"{prefix}.provider {_show(name)} is not supported: use one of {choices}",
-                         (f"{prefix}.provider",))
+                _Problem(
+                    f"{prefix}.provider {_show(name)} is not supported: use one of {choices}", (f"{prefix}.provider",)
+                )
             )
         return
     both = (f"{prefix}.provider",)
@@ -442,13 +469,17 @@ def _check_extra_differs(flat: dict[str, Any], problems: list[_Problem]) -> None
     first = flat.get("memory.embeddings.provider", DEFAULT_EMBEDDING_PROVIDER)
     second = flat["memory.extraEmbeddings.provider"]
     default = lambda name: EMBEDDING_PROVIDERS[name].model if name in EMBEDDING_PROVIDERS else None  # noqa: E731
-    same_model = flat.get("memory.embeddings.model", default(first)) == flat.get("memory.extraEmbeddings.model",
-                                                                               default(second))
+    same_model = flat.get("memory.embeddings.model", default(first)) == flat.get(
+        "memory.extraEmbeddings.model", default(second)
+    )
     if "memory.embeddings" in flat and first == second and same_model:
-        problems.append(_Problem(
-            f'memory.extraEmbeddings names the same model as memory.embeddings ("{first}"): the extra list must come'
-            ' from another model, e.g. {"provider": "e5-small"} beside the builtin one, or remove the block',
-            ("memory.extraEmbeddings.provider", "memory.embeddings.provider")))
+        problems.append(
+            _Problem(
+                f'memory.extraEmbeddings names the same model as memory.embeddings ("{first}"): the extra list must come'
+                ' from another model, e.g. {"provider": "e5-small"} beside the builtin one, or remove the block',
+                ("memory.extraEmbeddings.provider", "memory.embeddings.provider"),
+            )
+        )
 
 
 def _check_llm(flat: dict[str, Any], problems: list[_Problem]) -> None:
@@ -493,9 +524,13 @@ def _check_llm(flat: dict[str, Any], problems: list[_Problem]) -> None:
         problems.append(_Problem(message, ("memory.llm.apiKeyEnv",)))
     role = flat.get("memory.llm.systemRole")
     if isinstance(role, str) and role not in SYSTEM_ROLES:
-        problems.append(_Problem(
-            f'memory.llm.systemRole {_show(role)} is not supported: use "auto" (the default), "system", or "fold"'
-            " (for chat templates that drop the system message, e.g. Gemma's)", ("memory.llm.systemRole",)))
+        problems.append(
+            _Problem(
+                f'memory.llm.systemRole {_show(role)} is not supported: use "auto" (the default), "system", or "fold"'
+                " (for chat templates that drop the system message, e.g. Gemma's)",
+                ("memory.llm.systemRole",),
+            )
+        )
 
 
 def _check_rerank(flat: dict[str, Any], problems: list[_Problem]) -> None:
@@ -507,21 +542,28 @@ def _check_rerank(flat: dict[str, Any], problems: list[_Problem]) -> None:
 
     provider = flat.get("memory.rerank.provider", "http")
     if provider not in RERANK_PROVIDERS:
-        add("memory.rerank.provider", f'memory.rerank.provider {_show(provider)} is not supported: use "http" (a'
-            " rerank server: llama.cpp, text-embeddings-inference, Infinity, vLLM or a hosted API)")
+        add(
+            "memory.rerank.provider",
+            f'memory.rerank.provider {_show(provider)} is not supported: use "http" (a'
+            " rerank server: llama.cpp, text-embeddings-inference, Infinity, vLLM or a hosted API)",
+        )
     for field in ("endpoint", "model"):
         key = f"memory.rerank.{field}"
         value = flat.get(key)
         if value is None:
             if not any(p.keys[0] == key for p in problems):  # a wrong type is already reported
                 add(key, f"{key} is required: set it like {json.dumps(LEAVES[key][1])}")
-        elif message := (_endpoint_problem(key, value, LEAVES[key][1]) if field == "endpoint"
-                         else _text_problem(key, value)):
+        elif message := (
+            _endpoint_problem(key, value, LEAVES[key][1]) if field == "endpoint" else _text_problem(key, value)
+        ):
             add(key, message)
     form = flat.get("memory.rerank.format")
     if isinstance(form, str) and form not in RERANK_FORMATS:
-        add("memory.rerank.format", f'memory.rerank.format {_show(form)} is not supported: use "cohere" (Jina/'
-            'Cohere shape: llama.cpp, Infinity, vLLM, hosted APIs; the default) or "tei" (text-embeddings-inference)')
+        add(
+            "memory.rerank.format",
+            f'memory.rerank.format {_show(form)} is not supported: use "cohere" (Jina/'
+            'Cohere shape: llama.cpp, Infinity, vLLM, hosted APIs; the default) or "tei" (text-embeddings-inference)',
+        )
     for key, most, default, unit in (
         ("memory.rerank.timeoutMs", MAX_RERANK_TIMEOUT_MS, DEFAULT_RERANK_TIMEOUT_MS, " milliseconds"),
         ("memory.rerank.candidates", MAX_RERANK_CANDIDATES, DEFAULT_RERANK_CANDIDATES, ""),
@@ -582,14 +624,17 @@ def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
         key = f"tools.hostTools.{name}"
         value = flat.get(key)
         if value is not None and not _TOOL_NAME_RE.fullmatch(value):
-            add(key, f"{key} must be the name of a tool the host offers, like {json.dumps(LEAVES[key][1])} (got"
-                     f" {_got(value)}): use letters, digits and _ . : / - only, or remove it when the host has none")
+            add(
+                key,
+                f"{key} must be the name of a tool the host offers, like {json.dumps(LEAVES[key][1])} (got"
+                f" {_got(value)}): use letters, digits and _ . : / - only, or remove it when the host has none",
+            )
     for key in ("tools.allowedTools", "tools.deniedTools"):
         for index, item in enumerate(flat.get(key, ())):
             if not isinstance(item, str) or not _TOOL_NAME_RE.fullmatch(item):
                 add(
                     key,
-                    f"{key}[{index}] must be a tool name like \"MemoryJournal\" (got {_got(item)}):"
+                    f'{key}[{index}] must be a tool name like "MemoryJournal" (got {_got(item)}):'
                     " use letters, digits and _ . : / - only",
                 )
 
@@ -644,18 +689,32 @@ def dsn_has_password(dsn: str) -> bool:
 def _check_index(flat: dict[str, Any], problems: list[_Problem]) -> None:
     backend = flat.get("index.backend", "local")
     if isinstance(backend, str) and backend not in INDEX_BACKENDS:
-        problems.append(_Problem(f"index.backend must be one of {', '.join(map(json.dumps, INDEX_BACKENDS))} "
-                                 f"(got {_show(backend)}): use \"postgres\" for a team's server", ("index.backend",)))
+        problems.append(
+            _Problem(
+                f"index.backend must be one of {', '.join(map(json.dumps, INDEX_BACKENDS))} "
+                f'(got {_show(backend)}): use "postgres" for a team\'s server',
+                ("index.backend",),
+            )
+        )
     name = flat.get("index.name")
     if isinstance(name, str) and not INDEX_NAME_RE.fullmatch(name):
-        problems.append(_Problem(f"index.name {_show(name)} is not a vault name for the server: use 1-40 lower-case "
-                                 'letters, digits, "-" or "_", starting with a letter or digit (e.g. "team-notes")',
-                                 ("index.name",)))
+        problems.append(
+            _Problem(
+                f"index.name {_show(name)} is not a vault name for the server: use 1-40 lower-case "
+                'letters, digits, "-" or "_", starting with a letter or digit (e.g. "team-notes")',
+                ("index.name",),
+            )
+        )
     dsn = flat.get("index.dsn")
     if isinstance(dsn, str) and dsn_has_password(dsn):
-        problems.append(_Problem(f"index.dsn carries a password, and {CONFIG_FILE} goes to git: remove it and set "
-                                 f"{INDEX_DSN_ENV}, or keep the password in ~/.pgpass (or a libpq service in "
-                                 "~/.pg_service.conf) and write \"service=NAME\" here", ("index.dsn",)))
+        problems.append(
+            _Problem(
+                f"index.dsn carries a password, and {CONFIG_FILE} goes to git: remove it and set "
+                f"{INDEX_DSN_ENV}, or keep the password in ~/.pgpass (or a libpq service in "
+                '~/.pg_service.conf) and write "service=NAME" here',
+                ("index.dsn",),
+            )
+        )
 
 
 def _problems(data: object) -> tuple[list[_Problem], dict[str, Any]]:

@@ -139,17 +139,23 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "a webhook URL with its secret",
         ("hooks.slack.com/",),
-        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9]{6,20}/[A-Za-z0-9]{6,20}/([A-Za-z0-9]{16,64})"),
+        re.compile(
+            r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9]{6,20}/[A-Za-z0-9]{6,20}/([A-Za-z0-9]{16,64})"
+        ),
     ),
     _Detector(
         "a webhook URL with its secret",
         ("/api/webhooks/",),
-        re.compile(r"(?i:discord(?:app)?\.com|canary\.discord\.com|ptb\.discord\.com)/api/webhooks/\d{15,22}/([A-Za-z0-9_-]{40,100})"),
+        re.compile(
+            r"(?i:discord(?:app)?\.com|canary\.discord\.com|ptb\.discord\.com)/api/webhooks/\d{15,22}/([A-Za-z0-9_-]{40,100})"
+        ),
     ),
     _Detector(
         "a webhook URL with its secret",
         ("webhook.office.com", "outlook.office.com/webhook"),
-        re.compile(r"(?i:webhook\.office\.com/webhookb2|outlook\.office\.com/webhook)/[A-Za-z0-9@-]{36,120}/IncomingWebhook/([0-9a-fA-F]{32})"),
+        re.compile(
+            r"(?i:webhook\.office\.com/webhookb2|outlook\.office\.com/webhook)/[A-Za-z0-9@-]{36,120}/IncomingWebhook/([0-9a-fA-F]{32})"
+        ),
     ),
     _Detector(
         "a webhook URL with its secret",
@@ -204,7 +210,9 @@ _DETECTORS: tuple[_Detector, ...] = (
         "a Discord bot token",
         (".",),
         # base64 of the bot's numeric id (starts M, N or O), a timestamp, then the HMAC
-        re.compile(r"(?<![A-Za-z0-9_.-])[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}(?![A-Za-z0-9_-])"),
+        re.compile(
+            r"(?<![A-Za-z0-9_.-])[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}(?![A-Za-z0-9_-])"
+        ),
         _letters_and_digits,
     ),
     _Detector(
@@ -226,15 +234,31 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "a Google Cloud credential",
         ("GOCSPX-", "ya29.", "private_key_id"),
-        re.compile(r"GOCSPX-[A-Za-z0-9_-]{28}|(?<![A-Za-z0-9_.-])ya29\.[A-Za-z0-9_-]{20,2048}"
-                   r"|\"private_key_id\"\s{0,8}:\s{0,8}\"[0-9a-f]{40}\""),
+        re.compile(
+            r"GOCSPX-[A-Za-z0-9_-]{28}|(?<![A-Za-z0-9_.-])ya29\.[A-Za-z0-9_-]{20,2048}"
+            r"|\"private_key_id\"\s{0,8}:\s{0,8}\"[0-9a-f]{40}\""
+        ),
     ),
     _Detector(
         "a GitLab token",
-        ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-", "glft-", "glimt-", "glagent-", "gloas-", "glffct-", "glcbt-",
-         "GR1348941"),  # fmt: skip
-        re.compile(r"(?<![A-Za-z0-9_-])(?:gl(?:pat|dt|rt|ptt|soat|ft|imt|agent|oas|ffct)-[A-Za-z0-9_.-]{20,300}"
-                   r"|glcbt-[A-Za-z0-9]{1,5}_[A-Za-z0-9_-]{20,64}|GR1348941[A-Za-z0-9_-]{20,64})"),
+        (
+            "glpat-",
+            "gldt-",
+            "glrt-",
+            "glptt-",
+            "glsoat-",
+            "glft-",
+            "glimt-",
+            "glagent-",
+            "gloas-",
+            "glffct-",
+            "glcbt-",
+            "GR1348941",
+        ),  # fmt: skip
+        re.compile(
+            r"(?<![A-Za-z0-9_-])(?:gl(?:pat|dt|rt|ptt|soat|ft|imt|agent|oas|ffct)-[A-Za-z0-9_.-]{20,300}"
+            r"|glcbt-[A-Za-z0-9]{1,5}_[A-Za-z0-9_-]{20,64}|GR1348941[A-Za-z0-9_-]{20,64})"
+        ),
     ),
     _Detector(
         "a Hugging Face token",
@@ -274,8 +298,14 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
 )
 
-def _prefixed(kind: str, prefixes: tuple[str, ...], body: str, accept: Callable[[str], bool] | None = None,
-              tail: str = "A-Za-z0-9_") -> _Detector:
+
+def _prefixed(
+    kind: str,
+    prefixes: tuple[str, ...],
+    body: str,
+    accept: Callable[[str], bool] | None = None,
+    tail: str = "A-Za-z0-9_",
+) -> _Detector:
     """A token that starts with a vendor's fixed prefix: the prefix, not inside a longer word,
     then its body, not followed by more of the same characters (gitleaks' keyword rules)."""
     alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
@@ -315,13 +345,22 @@ _PREFIXED: tuple[_Detector, ...] = (
     _prefixed("a RubyGems token", ("rubygems_",), f"{_HEX}{{48}}"),
     _prefixed("a Square token", ("sq0atp-", "sq0csp-"), "[A-Za-z0-9_-]{22,60}", _letters_and_digits, "A-Za-z0-9_-"),
     _prefixed("an Atlassian API token", ("ATATT3",), "[A-Za-z0-9_=-]{186}", None, "A-Za-z0-9_=-"),
-    _prefixed("a Doppler token", ("dp.pt.", "dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."), "[A-Za-z0-9]{40,44}",
-              _letters_and_digits),  # fmt: skip
+    _prefixed(
+        "a Doppler token",
+        ("dp.pt.", "dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."),
+        "[A-Za-z0-9]{40,44}",
+        _letters_and_digits,
+    ),  # fmt: skip
     _prefixed("a 1Password service account token", ("ops_eyJ",), "[A-Za-z0-9+/]{250,8192}={0,3}", None, "A-Za-z0-9+/="),
     _prefixed("a Fly.io token", ("fo1_",), "[A-Za-z0-9_-]{43}", _letters_and_digits, "A-Za-z0-9_-"),
     _prefixed("a Fly.io token", ("fm1a_", "fm1r_", "fm2_"), "[A-Za-z0-9+/]{100,8192}={0,3}", None, "A-Za-z0-9+/="),
-    _prefixed("a PlanetScale token", ("pscale_tkn_", "pscale_oauth_", "pscale_pw_"), "[A-Za-z0-9_=.-]{32,64}",
-              _letters_and_digits, "A-Za-z0-9_=.-"),  # fmt: skip
+    _prefixed(
+        "a PlanetScale token",
+        ("pscale_tkn_", "pscale_oauth_", "pscale_pw_"),
+        "[A-Za-z0-9_=.-]{32,64}",
+        _letters_and_digits,
+        "A-Za-z0-9_=.-",
+    ),  # fmt: skip
     _prefixed("an Alibaba Cloud access key", ("LTAI",), "[A-Za-z0-9]{20}", _letters_and_digits),
     _prefixed("a Brevo (Sendinblue) API key", ("xkeysib-", "xsmtpsib-"), f"{_HEX}{{64}}-[A-Za-z0-9]{{16}}"),
     _prefixed("a Cloudflare origin CA key", ("v1.0-",), f"{_HEX}{{24}}-{_HEX}{{146}}"),
@@ -345,8 +384,10 @@ _PREFIXED: tuple[_Detector, ...] = (
     _Detector(
         "a basic auth header",
         ("basic",),
-        re.compile(r"(?<![A-Za-z0-9_-])(?i:authorization)[\"']?[ \t]{0,8}:[ \t]{0,8}(?i:basic)[ \t]{1,8}"
-                   r"([A-Za-z0-9+/]{8,4096}={0,2})(?![A-Za-z0-9+/=])"),
+        re.compile(
+            r"(?<![A-Za-z0-9_-])(?i:authorization)[\"']?[ \t]{0,8}:[ \t]{0,8}(?i:basic)[ \t]{1,8}"
+            r"([A-Za-z0-9+/]{8,4096}={0,2})(?![A-Za-z0-9+/=])"
+        ),
         _letters_and_digits,
     ),
 )

@@ -274,7 +274,9 @@ def append_durable(path: Path, data: bytes, *, mode: int = 0o644) -> int:
     a lock and frame their records so a partial last record is detectable.
     """
     path = Path(path)
-    not_regular = UnsafePath(f"{path} is not a regular file. Fix: move it aside; memvault appends only to regular files.")
+    not_regular = UnsafePath(
+        f"{path} is not a regular file. Fix: move it aside; memvault appends only to regular files."
+    )
     try:
         fd, created = _open_for_append(path, mode)
     except OSError as exc:

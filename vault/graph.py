@@ -112,7 +112,10 @@ def _line(body: dict[str, Any]) -> str:
 
 
 def render_graph(graph: Graph) -> bytes:
-    lines = [_line({"id": e.id, "kind": "entity", "name": e.name, "type": e.type}) for e in sorted(graph.entities.values(), key=lambda e: e.id)]
+    lines = [
+        _line({"id": e.id, "kind": "entity", "name": e.name, "type": e.type})
+        for e in sorted(graph.entities.values(), key=lambda e: e.id)
+    ]
     lines += [
         _line({"entities": list(f.entities), "id": f.id, "kind": "fact", "salience": f.salience, "source": f.source})
         for f in sorted(graph.facts.values(), key=lambda f: f.id)
@@ -127,7 +130,9 @@ def render_graph(graph: Graph) -> bytes:
 def parse_graph(data: bytes, where: str = GRAPH_FILE) -> Graph:
     """The graph in `data`, or GraphInvalid naming the first line memvault will not guess about."""
     if len(data) > MAX_GRAPH_BYTES:
-        raise GraphInvalid(f"{where} is {len(data)} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere.")
+        raise GraphInvalid(
+            f"{where} is {len(data)} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -144,13 +149,17 @@ def parse_graph_skipping(data: bytes, where: str = GRAPH_FILE) -> tuple[Graph, l
     one (its line number and fix). Writers keep `parse_graph`: capture never rewrites a file it
     could not read whole, but one bad line must not hide every entity from a person."""
     if len(data) > MAX_GRAPH_BYTES:
-        raise GraphInvalid(f"{where} is {len(data)} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere.")
+        raise GraphInvalid(
+            f"{where} is {len(data)} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
+        )
     graph, problems = Graph(), []
     for number, raw_bytes in enumerate(data.splitlines(), 1):
         try:
             raw = raw_bytes.decode("utf-8")
         except UnicodeDecodeError as exc:
-            problems.append(f"{where} line {number}: invalid UTF-8 at byte {exc.start}. Fix: re-save the file as UTF-8.")
+            problems.append(
+                f"{where} line {number}: invalid UTF-8 at byte {exc.start}. Fix: re-save the file as UTF-8."
+            )
             continue
         if raw.strip():
             try:
@@ -162,7 +171,9 @@ def parse_graph_skipping(data: bytes, where: str = GRAPH_FILE) -> tuple[Graph, l
 
 def _parse_line(graph: Graph, raw: str, where: str) -> None:
     def fail(problem: str) -> GraphInvalid:
-        return GraphInvalid(f"{where}: {problem}. Fix: correct or delete that line (capture retries until it is fixed).")
+        return GraphInvalid(
+            f"{where}: {problem}. Fix: correct or delete that line (capture retries until it is fixed)."
+        )
 
     try:
         body = loads_strict(raw)
@@ -174,7 +185,11 @@ def _parse_line(graph: Graph, raw: str, where: str) -> None:
     if set(body) != _KEYS[kind]:
         raise fail(f"a {kind} line has exactly the fields {sorted(_KEYS[kind])}")
     if kind == "entity":
-        entity = Entity(_check(body["id"], _ID_RE, "id", fail), _name(body["name"], fail), _check(body["type"], _TYPE_RE, "type", fail))
+        entity = Entity(
+            _check(body["id"], _ID_RE, "id", fail),
+            _name(body["name"], fail),
+            _check(body["type"], _TYPE_RE, "type", fail),
+        )
         if graph.entities.get(entity.id, entity) != entity:
             raise fail(f"entity {entity.id} is declared twice with different content")
         graph.entities[entity.id] = entity
@@ -185,7 +200,9 @@ def _parse_line(graph: Graph, raw: str, where: str) -> None:
         graph.facts[link.id] = link
     else:
         relation = _check(body["relation"], RELATION_RE, "relation (lowercase snake_case)", fail)
-        graph.relations.add((_check(body["from"], _ID_RE, "from", fail), relation, _check(body["to"], _ID_RE, "to", fail)))
+        graph.relations.add(
+            (_check(body["from"], _ID_RE, "from", fail), relation, _check(body["to"], _ID_RE, "to", fail))
+        )
 
 
 def _check(value: Any, regex: re.Pattern[str], what: str, fail) -> str:
@@ -212,7 +229,9 @@ def _fact(body: dict[str, Any], fail) -> FactLink:
         raise fail("entities names an entity twice")
     source = body["source"]
     if not isinstance(source, str) or note_day(source, DAILY) is None:  # flat or YYYY/MM/ (vault/layout.py)
-        raise fail(f"source {str(source)[:60]!r} is not a daily note (daily/YYYY-MM-DD.md or daily/YYYY/MM/YYYY-MM-DD.md)")
+        raise fail(
+            f"source {str(source)[:60]!r} is not a daily note (daily/YYYY-MM-DD.md or daily/YYYY/MM/YYYY-MM-DD.md)"
+        )
     return FactLink(_check(body["id"], _ID_RE, "id", fail), ids, float(salience), source)
 
 
@@ -231,7 +250,9 @@ def read_graph(root: Path) -> tuple[Graph, bytes | None]:
     except FileNotFoundError:
         return Graph(), None
     if size > MAX_GRAPH_BYTES:  # refused by its size, never read whole
-        raise GraphInvalid(f"{GRAPH_FILE} is {size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere.")
+        raise GraphInvalid(
+            f"{GRAPH_FILE} is {size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
+        )
     try:
         data = read_bytes_nofollow(path)
     except FileNotFoundError:

@@ -22,15 +22,48 @@ mistune turns each memory's inline markdown into the plain text that is indexed 
 
 import re
 
-from memvault.vault.note_blocks import (BOM, MAX_NOTE_BYTES, _COMMENT_CLOSE, Bullet, Moved, Note, _parse_lines,
-                                        _track_fence, marked_ids)
-from memvault.vault.note_reparse import _PARSE_CACHE_CHARS, _PARSE_CACHE_NOTES, _ParseCache, common_prefix, common_suffix
+from memvault.vault.note_blocks import (
+    BOM,
+    MAX_NOTE_BYTES,
+    _COMMENT_CLOSE,
+    Bullet,
+    Moved,
+    Note,
+    _parse_lines,
+    _track_fence,
+    marked_ids,
+)
+from memvault.vault.note_reparse import (
+    _PARSE_CACHE_CHARS,
+    _PARSE_CACHE_NOTES,
+    _ParseCache,
+    common_prefix,
+    common_suffix,
+)
 
 #: what other modules take from here: the note's types and the helpers on its text (the parse's
 #: steps live in vault/note_blocks.py and vault/note_reparse.py)
-__all__ = ["BOM", "MAX_NOTE_BYTES", "Bullet", "Moved", "Note", "append_line", "append_lines", "bullet_region_left_open",
-           "common_prefix", "common_suffix", "format_bullet", "marked_ids", "new_note_text", "parse", "parse_ahead",
-           "region_left_open", "render", "_COMMENT_CLOSE", "_track_fence"]
+__all__ = [
+    "BOM",
+    "MAX_NOTE_BYTES",
+    "Bullet",
+    "Moved",
+    "Note",
+    "append_line",
+    "append_lines",
+    "bullet_region_left_open",
+    "common_prefix",
+    "common_suffix",
+    "format_bullet",
+    "marked_ids",
+    "new_note_text",
+    "parse",
+    "parse_ahead",
+    "region_left_open",
+    "render",
+    "_COMMENT_CLOSE",
+    "_track_fence",
+]
 
 
 _cache = _ParseCache(_PARSE_CACHE_NOTES)

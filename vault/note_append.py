@@ -105,8 +105,9 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
             time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: never fall into step with a periodic autosave
         # an empty note is most often one an editor has just truncated to write it again in place:
         # wait for its bytes, and only on the last attempt take the emptiness at its word
-        appended, missing, renamed_over = _attempt(path, relpath, title, bullets,
-                                                   wait_if_empty=attempt + 1 < APPEND_ATTEMPTS, match_text=match_text)
+        appended, missing, renamed_over = _attempt(
+            path, relpath, title, bullets, wait_if_empty=attempt + 1 < APPEND_ATTEMPTS, match_text=match_text
+        )
         written.extend(block_id for block_id in appended if block_id not in written)
         if not missing:
             return [bullet.block_id for bullet in bullets if bullet.block_id in written]
@@ -166,7 +167,9 @@ def _make_folder(folder: Path, relpath: str) -> None:
     except FileExistsError:
         return
     except OSError as exc:
-        raise NoteNotWritable(f"cannot create the folder for {relpath} ({exc.strerror}). Fix: check its parent") from exc
+        raise NoteNotWritable(
+            f"cannot create the folder for {relpath} ({exc.strerror}). Fix: check its parent"
+        ) from exc
     fsync_dir(folder.parent)
 
 

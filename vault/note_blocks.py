@@ -277,7 +277,7 @@ def _track_fence(line: str, fence: str | None) -> tuple[str | None, bool]:
     marker = match["fence"]
     if fence is None:
         return marker, True
-    if marker[0] == fence[0] and len(marker) >= len(fence) and not line.strip()[len(marker):].strip():
+    if marker[0] == fence[0] and len(marker) >= len(fence) and not line.strip()[len(marker) :].strip():
         return None, True
     return fence, False
 

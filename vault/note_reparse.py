@@ -13,9 +13,26 @@ from collections import Counter
 
 from memvault.vault.layered_set import LayeredSet
 from memvault.vault.moved_copy import moved_copy
-from memvault.vault.note_blocks import (BOM, _BULLET_RE, _FRONTMATTER_SCAN_LIMIT, _ID_MARK_RE, Bullet, Moved, Note,
-                                        _assign_ids, _conflict_hunks, _find_blocks, _Growing, _hidden_lines,
-                                        _parse_blocks, _parse_lines, _Parsed, _repeated, _Tail, marked_ids)
+from memvault.vault.note_blocks import (
+    BOM,
+    _BULLET_RE,
+    _FRONTMATTER_SCAN_LIMIT,
+    _ID_MARK_RE,
+    Bullet,
+    Moved,
+    Note,
+    _assign_ids,
+    _conflict_hunks,
+    _find_blocks,
+    _Growing,
+    _hidden_lines,
+    _parse_blocks,
+    _parse_lines,
+    _Parsed,
+    _repeated,
+    _Tail,
+    marked_ids,
+)
 
 
 #: how many earlier versions a note keeps runs of (`Note.moved`)
@@ -98,7 +115,7 @@ def _reparse_from_best(bases: list[tuple[str, _Parsed, bool]], text: str) -> tup
             # a line break ends the base, so its lines and the new ones' are the whole's (only
             # what was appended is split, and looked at for rare breaks: a note of thousands of
             # lines costs what it gained)
-            added = text[len(base_text):]
+            added = text[len(base_text) :]
             if base_rare or _has_rare_break(added):
                 return None, True
             lines = base.note.lines + tuple(added.splitlines(keepends=True))
@@ -145,12 +162,12 @@ def common_suffix(old: tuple, new: tuple, prefix: int = 0) -> int:
     limit, old_end, new_end = min(len(old), len(new)) - prefix, len(old), len(new)
     if limit <= 0:
         return 0
-    if old[old_end - limit:] == new[new_end - limit:]:
+    if old[old_end - limit :] == new[new_end - limit :]:
         return limit
     low, high = 0, limit  # the last `low` items are shared, the last `high` are not
     while high - low > 1:
         middle = (low + high) // 2
-        if old[old_end - middle:old_end - low] == new[new_end - middle:new_end - low]:
+        if old[old_end - middle : old_end - low] == new[new_end - middle : new_end - low]:
             low = middle
         else:
             high = middle
@@ -267,7 +284,8 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
         _carry_ids_on(note, reparsed, left, bullets)
     if "marked_ids" in note.__dict__:
         reparsed.__dict__["marked_ids"], reparsed.__dict__["_marked_twice"] = _marks_carried_on(
-            note, lines, line, old_stop, stop)
+            note, lines, line, old_stop, stop
+        )
     occurrences = dict(base.tail.occurrences)
     for text, more in counted.items():
         if more:

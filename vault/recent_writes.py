@@ -122,7 +122,7 @@ def _live_state(layout, now: float) -> _Parsed:
     entries = entries[over:]
     by_path = _index_by_path({} if known is None else known.by_path, entries if known is None else added, gone)
     if whole:
-        last = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1:]
+        last = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1 :]
         state = _Parsed(info.st_ino, start + len(whole), last, entries, by_path)
         _read_so_far[str(path)] = state
         return state
@@ -158,7 +158,9 @@ def _rewrite(layout, entries: list[dict]) -> None:
     atomic_write(_ledger_path(layout), _lines(entries[-MAX_ENTRIES:]), mode=MACHINE_FILE_MODE)
 
 
-def note_written(layout, relpath: str, title: str, bullets: Iterable[NewBullet], now: float | None = None) -> int | None:
+def note_written(
+    layout, relpath: str, title: str, bullets: Iterable[NewBullet], now: float | None = None
+) -> int | None:
     """Remember that these lines were just appended to `relpath`. Caller holds the vault lock.
 
     Returns the ledger's size before them (for `take_back_noted`), or None when the ledger was

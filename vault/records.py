@@ -41,7 +41,7 @@ class MemoryRecord:
 
     @property
     def task(self) -> str | None:
-        """"open" or "done" when the memory is a task (`- [ ] …`, `- [x] …`), else None."""
+        """ "open" or "done" when the memory is a task (`- [ ] …`, `- [x] …`), else None."""
         return task_state(self.text)
 
     @property
@@ -131,7 +131,7 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
         at_both_ends = end == len(made.kept) and since + end - start == len(last.kept)
         inner_to = max(inner_from, end if at_both_ends else end - CONTEXT_NEIGHBOURS)
         records += [record(index) for index in range(start, inner_from)]
-        taken = last.records[since + inner_from - start:since + inner_to - start]
+        taken = last.records[since + inner_from - start : since + inner_to - start]
         records += taken if by == 0 else [_moved(taken_up, by) for taken_up in taken]
         records += [record(index) for index in range(inner_to, end)]
     with _made_lock:

@@ -106,13 +106,17 @@ class ReplayState:
             if existing is not None:
                 if entry["kind"] == "lifecycle":
                     continue  # first commit wins; the later claim is kept as its supersedes edge
-                raise Conflict(f"the replay sidecar already holds {key[0]} {key[1:]} with other content; nothing was "
-                               "changed. Fix: compare it with `memvault health --strict` before retrying.")
+                raise Conflict(
+                    f"the replay sidecar already holds {key[0]} {key[1:]} with other content; nothing was "
+                    "changed. Fix: compare it with `memvault health --strict` before retrying."
+                )
             self.entries[key] = entry
             added += 1
         if len(self.entries) > MAX_ENTRIES:
-            raise InvalidRecord(f"the replay sidecar would hold {len(self.entries)} entries, over the {MAX_ENTRIES} limit; "
-                                "nothing was written. Capture pauses until an operator archives the vault.")
+            raise InvalidRecord(
+                f"the replay sidecar would hold {len(self.entries)} entries, over the {MAX_ENTRIES} limit; "
+                "nothing was written. Capture pauses until an operator archives the vault."
+            )
         return added
 
 
@@ -124,7 +128,9 @@ def render_state(state: ReplayState) -> bytes:
     body = {"entries": entries, "v": SIDECAR_FORMAT}
     data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode() + b"\n"
     if len(data) > MAX_SIDECAR_BYTES:
-        raise InvalidRecord(f"the replay sidecar would be {len(data)} bytes, over the {MAX_SIDECAR_BYTES}-byte limit; nothing was written")
+        raise InvalidRecord(
+            f"the replay sidecar would be {len(data)} bytes, over the {MAX_SIDECAR_BYTES}-byte limit; nothing was written"
+        )
     return data
 
 
@@ -133,16 +139,29 @@ def capture_delta(plan, authority_kind: str = "capture") -> list[dict[str, Any]]
     authority = {"digest": capture_authority(plan.id, plan.payload_sha256, authority_kind), "kind": authority_kind}
     at = format_ts(plan.created_at)
     facts = sorted(fact.id for fact in plan.facts)
-    delta: list[dict[str, Any]] = [{"at": at, "authority": authority, "facts": facts, "kind": "capture", "run": plan.id}]
+    delta: list[dict[str, Any]] = [
+        {"at": at, "authority": authority, "facts": facts, "kind": "capture", "run": plan.id}
+    ]
     for fact in plan.facts:
         if fact.target is None:
             continue
         state = "updated" if fact.action == "update" else "superseded"
-        delta.append({"at": at, "authority": authority, "by": fact.id, "id": fact.target, "kind": "lifecycle", "state": state})
-        delta.append({"authority": authority, "from": fact.id, "kind": "edge", "to": fact.target, "type": "supersedes", "weight": 1})
+        delta.append(
+            {"at": at, "authority": authority, "by": fact.id, "id": fact.target, "kind": "lifecycle", "state": state}
+        )
+        delta.append(
+            {
+                "authority": authority,
+                "from": fact.id,
+                "kind": "edge",
+                "to": fact.target,
+                "type": "supersedes",
+                "weight": 1,
+            }
+        )
     ordered = sorted(plan.facts, key=lambda fact: fact.index)
     for position, first in enumerate(ordered):
-        for second in ordered[position + 1:]:
+        for second in ordered[position + 1 :]:
             shared = len(set(first.entities) & set(second.entities))
             if shared:
                 delta.append({"authority": authority, "from": first.id, "kind": "edge", "to": second.id,
@@ -155,9 +174,12 @@ def capture_delta(plan, authority_kind: str = "capture") -> list[dict[str, Any]]
 
 def parse_state(data: bytes, where: str) -> ReplayState:
     """Exactly what `render_state` writes, or SidecarInvalid naming `where`."""
+
     def fail(problem: str) -> SidecarInvalid:
-        return SidecarInvalid(f"{where}: {problem}. Fix: restore it from a backup (`memvault export`), or move it aside "
-                              "with the agent stopped and run `memvault adopt-replay --json` then `memvault rebuild`.")
+        return SidecarInvalid(
+            f"{where}: {problem}. Fix: restore it from a backup (`memvault export`), or move it aside "
+            "with the agent stopped and run `memvault adopt-replay --json` then `memvault rebuild`."
+        )
 
     if len(data) > MAX_SIDECAR_BYTES:
         raise fail(f"{len(data)} bytes is over the {MAX_SIDECAR_BYTES}-byte limit")
@@ -165,7 +187,12 @@ def parse_state(data: bytes, where: str) -> ReplayState:
         body = loads_strict(data)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise fail(f"not strict JSON ({str(exc)[:100]})") from None
-    if not isinstance(body, dict) or set(body) != {"entries", "v"} or body["v"] != SIDECAR_FORMAT or type(body["v"]) is not int:
+    if (
+        not isinstance(body, dict)
+        or set(body) != {"entries", "v"}
+        or body["v"] != SIDECAR_FORMAT
+        or type(body["v"]) is not int
+    ):
         raise fail('the document must be {"entries": [...], "v": 1}')
     if not isinstance(body["entries"], list) or len(body["entries"]) > MAX_ENTRIES:
         raise fail(f"entries must be a list of at most {MAX_ENTRIES}")
@@ -190,25 +217,41 @@ def _entry_problem(entry: Any) -> str | None:
     if set(entry) != _KEYS[kind]:
         return f"a {kind} entry has exactly the fields {sorted(_KEYS[kind])}"
     authority = entry["authority"]
-    if not isinstance(authority, dict) or set(authority) != {"digest", "kind"} or authority["kind"] not in AUTHORITY_KINDS \
-            or not _text_matches(authority["digest"], _HEX_RE):
+    if (
+        not isinstance(authority, dict)
+        or set(authority) != {"digest", "kind"}
+        or authority["kind"] not in AUTHORITY_KINDS
+        or not _text_matches(authority["digest"], _HEX_RE)
+    ):
         return "authority must be {digest: SHA-256 hex, kind: capture or direct}"
     if kind == "capture":
         facts = entry["facts"]
         if not is_intake_id(entry["run"]) or not _text_matches(entry["at"], _TS_RE):
             return "run must be an intake id and at a UTC timestamp"
-        if not isinstance(facts, list) or len(facts) > MAX_FACTS_PER_CAPTURE or facts != sorted(set(facts)) \
-                or not all(_text_matches(f, _ID_RE) for f in facts):
+        if (
+            not isinstance(facts, list)
+            or len(facts) > MAX_FACTS_PER_CAPTURE
+            or facts != sorted(set(facts))
+            or not all(_text_matches(f, _ID_RE) for f in facts)
+        ):
             return "facts must be a sorted list of distinct memory ids"
         return None
     if kind == "edge":
         weight = entry["weight"]
         if entry["type"] not in EDGE_TYPES or type(weight) is not int or not 1 <= weight <= MAX_WEIGHT:
             return f"type must be one of {EDGE_TYPES} and weight an integer from 1 to {MAX_WEIGHT}"
-        return None if _text_matches(entry["from"], _ID_RE) and _text_matches(entry["to"], _ID_RE) else "from/to must be memory ids"
+        return (
+            None
+            if _text_matches(entry["from"], _ID_RE) and _text_matches(entry["to"], _ID_RE)
+            else "from/to must be memory ids"
+        )
     if entry["state"] not in LIFECYCLE_STATES or not _text_matches(entry["at"], _TS_RE):
         return f"state must be one of {LIFECYCLE_STATES} and at a UTC timestamp"
-    return None if _text_matches(entry["id"], _ID_RE) and _text_matches(entry["by"], _ID_RE) else "id/by must be memory ids"
+    return (
+        None
+        if _text_matches(entry["id"], _ID_RE) and _text_matches(entry["by"], _ID_RE)
+        else "id/by must be memory ids"
+    )
 
 
 def _text_matches(value: Any, regex: re.Pattern[str]) -> bool:
@@ -227,7 +270,9 @@ def check_sidecar_file(path: Path) -> None:
     check_private_file(path)
     mode = stat.S_IMODE(os.lstat(path).st_mode)
     if mode != 0o600:
-        raise UnsafePath(f"{path} has mode {mode:04o}; the replay sidecar must be exactly 0600. Fix: `chmod 600 {path}`.")
+        raise UnsafePath(
+            f"{path} has mode {mode:04o}; the replay sidecar must be exactly 0600. Fix: `chmod 600 {path}`."
+        )
 
 
 def read_sidecar(root: Path) -> tuple[ReplayState, bytes | None]:

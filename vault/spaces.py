@@ -220,5 +220,11 @@ def _decode_space(item: object, number: int, bad) -> Space:
     if item["lastWrite"] is not None and not isinstance(item["lastWrite"], str):
         raise bad(f"entry {number} lastWrite is not text or null")
     return Space(
-        item["id"], item["title"], item["description"], item["active"], item["writable"], item["created"], item["lastWrite"]
+        item["id"],
+        item["title"],
+        item["description"],
+        item["active"],
+        item["writable"],
+        item["created"],
+        item["lastWrite"],
     )

@@ -76,7 +76,9 @@ def _not_routed(templates):
         from memvault.cli.web.views.base import error_response
 
         if exc.status_code == 405:
-            error = MethodRefused(f"{request.method} is not accepted here: pages are read with GET, agent search is a POST form")
+            error = MethodRefused(
+                f"{request.method} is not accepted here: pages are read with GET, agent search is a POST form"
+            )
         else:
             error = NotFound(f"there is no page at {request.url.path[:200]}: start from /recall")
         return error_response(templates, error, as_json=request.url.path.endswith(".json"), request=request)

@@ -18,10 +18,19 @@ from memvault.cli.app import cli, open_store
 
 
 @cli.command("web")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
-              help="Port on 127.0.0.1 and [::1] (0: any free port). The pages never listen elsewhere.")
-@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the URL with its access token to this file (mode 0600), for scripts.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="Port on 127.0.0.1 and [::1] (0: any free port). The pages never listen elsewhere.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the URL with its access token to this file (mode 0600), for scripts.",
+)
 @click.pass_context
 def web_command(ctx: click.Context, port: int, token_file: Path | None) -> None:
     """Serve the Recall, Entities, Content and Status pages on loopback until interrupted.

@@ -14,6 +14,7 @@ import click
 
 from memvault.cli.engine_commands import register_face
 
+
 def web_face(owner, stop: threading.Event, options: dict) -> None:
     from memvault.cli.web.app import build_app
     from memvault.cli.web.reader import VaultReader

@@ -24,6 +24,7 @@ from mistune.renderers.html import HTMLRenderer
 
 from memvault.vault.ids import BLOCK_ID_PATTERN
 from memvault.vault.layout import DAILY, NOTE_KINDS, parse_note_relpath
+
 # the note parser's own comment and fence rules, so the page hides exactly what the index skips
 from memvault.vault.note import _COMMENT_CLOSE, Note, _track_fence, parse
 
@@ -75,7 +76,11 @@ def safe_href(url: str) -> str | None:
     except ValueError:
         return None
     if parts.scheme:
-        return url if parts.scheme.lower() in _SAFE_SCHEMES and (parts.netloc or parts.scheme.lower() == "mailto") else None
+        return (
+            url
+            if parts.scheme.lower() in _SAFE_SCHEMES and (parts.netloc or parts.scheme.lower() == "mailto")
+            else None
+        )
     if url.startswith("//"):  # protocol-relative: another host
         return None
     return None if ":" in url.split("/", 1)[0] else url
@@ -112,7 +117,9 @@ class _SafeRenderer(HTMLRenderer):
 
 
 def _parse_wikilink(inline, match, state):
-    state.append_token({"type": "wikilink", "attrs": {"target": match.group("wl_target"), "label": match.group("wl_label")}})
+    state.append_token(
+        {"type": "wikilink", "attrs": {"target": match.group("wl_target"), "label": match.group("wl_label")}}
+    )
     return match.end()
 
 
@@ -238,7 +245,7 @@ def _visible_lines(note: Note) -> tuple[list[str | None], list[str | None]]:
                 continue
         visible, comment = _uncomment(body, comment)
         if visible.strip() or not body.strip():
-            shown[index] = visible + raw[len(body):]
+            shown[index] = visible + raw[len(body) :]
         else:
             shown[index] = None  # only a comment: the line is not there for a reader
     return shown, before
@@ -274,7 +281,7 @@ def _task(text: str) -> tuple[str, str, bool | None]:
 
 def _bullet_html(bullet, comment: str | None) -> str:
     depth = min(len(bullet.indent.expandtabs(4)) // 2, _MAX_DEPTH)
-    time_html = f'<time>{escape(bullet.time)}</time> ' if bullet.time else ""
+    time_html = f"<time>{escape(bullet.time)}</time> " if bullet.time else ""
     own = "" if bullet.has_explicit_id else ' title="written by hand: indexed under a derived id"'
     task, text, done = _task(_uncomment(bullet.text, comment)[0])
     classes = f"bullet depth-{depth}" + ("" if done is None else f" task{' done' if done else ''}")

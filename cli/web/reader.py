@@ -126,7 +126,9 @@ class VaultReader:
         except FileNotFoundError:
             raise NotFound(f"{relpath} does not exist in this vault: see the Content page for what does") from None
         if size > MAX_RENDERED_NOTE_BYTES:
-            return NoteFile(relpath, "", size, f"{relpath} is {size:,} bytes: too big to show here; open it in your editor")
+            return NoteFile(
+                relpath, "", size, f"{relpath} is {size:,} bytes: too big to show here; open it in your editor"
+            )
         try:
             data = read_bytes_nofollow(path)
         except FileNotFoundError:
@@ -152,7 +154,14 @@ class VaultReader:
         Entities pages read it on every load. A bad line is left out and named, not fatal: the
         page shows the rest (capture, a writer, still refuses the file until it is fixed)."""
         from memvault.vault.fsio import read_bytes_nofollow
-        from memvault.vault.graph import GRAPH_FILE, MAX_GRAPH_BYTES, Graph, GraphInvalid, graph_path, parse_graph_skipping
+        from memvault.vault.graph import (
+            GRAPH_FILE,
+            MAX_GRAPH_BYTES,
+            Graph,
+            GraphInvalid,
+            graph_path,
+            parse_graph_skipping,
+        )
 
         path = graph_path(self.root)
         try:
@@ -164,13 +173,17 @@ class VaultReader:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         if info.st_size > MAX_GRAPH_BYTES:  # refused by its size, never read whole
-            raise GraphInvalid(f"{GRAPH_FILE} is {info.st_size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere.")
+            raise GraphInvalid(
+                f"{GRAPH_FILE} is {info.st_size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
+            )
         try:
             data = read_bytes_nofollow(path)
         except FileNotFoundError:
             return Graph(), []
         except OSError as exc:
-            raise UnsafePath(f"{GRAPH_FILE} cannot be read ({exc.strerror}): check it is a plain file memvault may read") from None
+            raise UnsafePath(
+                f"{GRAPH_FILE} cannot be read ({exc.strerror}): check it is a plain file memvault may read"
+            ) from None
         parsed = parse_graph_skipping(data)
         self._graph_cache = (stamp, parsed)
         return parsed
@@ -277,9 +290,13 @@ class VaultReader:
         active = [e for e in list_entries(dirs, now) if e["state"] != "resolved"] if dirs.exists() else []
         oldest = min((e["admittedAt"] for e in active if e.get("admittedAt")), default=None)
         snapshot["oldestPendingAt"] = oldest
-        snapshot["oldestPendingSeconds"] = None if oldest is None else max(0, int((now - _parse_ts(oldest)).total_seconds()))
+        snapshot["oldestPendingSeconds"] = (
+            None if oldest is None else max(0, int((now - _parse_ts(oldest)).total_seconds()))
+        )
         worker = snapshot.pop("worker", None)  # its error text and capture warnings are not content-free
-        snapshot["worker"] = None if worker is None else {"running": worker["running"], "transitions": worker["transitions"]}
+        snapshot["worker"] = (
+            None if worker is None else {"running": worker["running"], "transitions": worker["transitions"]}
+        )
         snapshot["drainedHere"] = worker is not None
         return snapshot
 

@@ -25,8 +25,7 @@ from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
 CSP = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-    "base-uri 'none'; frame-ancestors 'none'"
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),

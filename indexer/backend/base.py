@@ -145,8 +145,9 @@ class IndexBackend(Protocol):
     def file_states(self, generation: int) -> dict:
         """path → the file state last recorded by `apply`."""
 
-    def lexical_candidates(self, generation: int, query: str, depth: int,
-                           kinds: Sequence[str] = ("curated",)) -> list[tuple[str, float]]:
+    def lexical_candidates(
+        self, generation: int, query: str, depth: int, kinds: Sequence[str] = ("curated",)
+    ) -> list[tuple[str, float]]:
         """(key, BM25 score) of the best `depth` rows for user text, best first, ties by key."""
 
     def term_frequencies(self, generation: int, terms: Iterable[str]) -> tuple[int, dict[str, int]]:
@@ -176,12 +177,14 @@ class ServerIndexBackend(IndexBackend, Protocol):
     #: list needs 2; 1: one at a time)
     concurrent_statements: int
 
-    def lexical_rows(self, generation: int, query: str, depth: int,
-                     kinds: Sequence[str] = ("curated",)) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
+    def lexical_rows(
+        self, generation: int, query: str, depth: int, kinds: Sequence[str] = ("curated",)
+    ) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
         """`lexical_candidates` and the rows of its hits, in one round trip and one snapshot."""
 
-    def term_frequencies(self, generation: int, terms: Iterable[str],
-                         field: str = "text") -> tuple[int, dict[str, int]]:
+    def term_frequencies(
+        self, generation: int, terms: Iterable[str], field: str = "text"
+    ) -> tuple[int, dict[str, int]]:
         """As the seam's, and with field "cjk" the rows holding each CJK bigram."""
 
     def keys_without_vector(self, generation: int) -> list[str]:

@@ -74,8 +74,10 @@ def search_across(names: Iterable[str], query: str, *, dsn: str = "", limit: int
                 hidden.append(name)
                 continue
         if hidden:
-            raise IndexUnavailable(f"vault(s) {', '.join(hidden)} are not on the index server, or this role may not "
-                                   "read them: ask the server's admin to GRANT memvault_read_<name> TO your role")
+            raise IndexUnavailable(
+                f"vault(s) {', '.join(hidden)} are not on the index server, or this role may not "
+                "read them: ask the server's admin to GRANT memvault_read_<name> TO your role"
+            )
         return _merged(query, names, opened, limit)
     finally:
         for backend in opened:

@@ -32,8 +32,9 @@ class Attached:
         self.store.close()
 
 
-def owner_or_client(root: Path, env: Mapping[str, str], *, role: str, log: Log | None = None,
-                    calls_lock: threading.Lock | None = None) -> Attached:
+def owner_or_client(
+    root: Path, env: Mapping[str, str], *, role: str, log: Log | None = None, calls_lock: threading.Lock | None = None
+) -> Attached:
     """A client of the live owner, else this process as the owner (store opened and synced).
 
     Raises the store's VaultError when the vault cannot be opened in-process.

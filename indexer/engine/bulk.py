@@ -58,8 +58,9 @@ def as_item(value: object) -> RememberItem:
     raise InvalidRecord("each item must be text, a RememberItem, or {'text': …, 'at': datetime}")
 
 
-def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime], *,
-                   defer_index: bool = False) -> list[RememberReceipt | VaultError]:
+def remember_batch(
+    store, items: list[RememberItem], now: Callable[[], datetime], *, defer_index: bool = False
+) -> list[RememberReceipt | VaultError]:
     """Write and index one batch under the vault lock; one result per item, in order.
 
     With `defer_index` (the owner's group commit) the notes are written and fsynced as always,
@@ -105,8 +106,15 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
             seen[digest] = RememberReceipt(bullet.block_id, f"{relpath}#^{bullet.block_id}", "added", fact)
         for relpath, entries in sorted(per_note.items()):
             try:
-                written = set(append_bullets_once(store.layout, relpath, titles[relpath],
-                                                  [bullet for _, bullet, _ in entries], as_read=notes[relpath]))
+                written = set(
+                    append_bullets_once(
+                        store.layout,
+                        relpath,
+                        titles[relpath],
+                        [bullet for _, bullet, _ in entries],
+                        as_read=notes[relpath],
+                    )
+                )
             except VaultError as exc:  # this note (a conflict, bad bytes): its items fail, others go on
                 for position, _, _ in entries:
                     results[position] = exc
@@ -114,14 +122,20 @@ def remember_batch(store, items: list[RememberItem], now: Callable[[], datetime]
             for position, bullet, fact in entries:
                 status = "added" if bullet.block_id in written else "completed"
                 results[position] = RememberReceipt(bullet.block_id, f"{relpath}#^{bullet.block_id}", status, fact)
-        touched = [relpath for relpath, entries in per_note.items() if not isinstance(results[entries[0][0]], VaultError)]
+        touched = [
+            relpath for relpath, entries in per_note.items() if not isinstance(results[entries[0][0]], VaultError)
+        ]
         if touched:
             added = {content_hash(fact): results[position] for entries in per_note.values()
                      for position, _, fact in entries if not isinstance(results[position], VaultError)}  # fmt: skip
             records = []  # an owner's pending rows: searchable at once beside the committed index (overlay.py)
             if defer_index or store.defers_index_commits:
-                records = [record for relpath in touched for position, bullet, fact in per_note[relpath]
-                           if (record := _pending(store, notes.get(relpath), relpath, bullet, fact)) is not None]
+                records = [
+                    record
+                    for relpath in touched
+                    for position, bullet, fact in per_note[relpath]
+                    if (record := _pending(store, notes.get(relpath), relpath, bullet, fact)) is not None
+                ]
             if defer_index:
                 with store._deferred.lock:
                     store._deferred.add(sorted(touched), added, records)

@@ -108,8 +108,9 @@ class ChannelServer:
                     connection.close()
                     return
                 self._open.add(connection)
-            threading.Thread(target=self._serve, args=(connection,), name="memvault-engine-connection",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(connection,), name="memvault-engine-connection", daemon=True
+            ).start()
 
     def _serve(self, connection: socket.socket) -> None:
         try:

@@ -146,9 +146,7 @@ def find_owner(vault_root: Path, *, timeout: float = PROBE_TIMEOUT_SECONDS) -> E
     except (FileNotFoundError, ConnectionRefusedError):
         return None  # no owner, or a crashed owner's socket that nobody listens on
     except (TimeoutError, BrokenPipeError, ConnectionResetError):
-        raise EngineStuck(
-            f"an engine listens on {path} but does not answer: it is stuck. Fix: {_STOP_HINT}"
-        ) from None
+        raise EngineStuck(f"an engine listens on {path} but does not answer: it is stuck. Fix: {_STOP_HINT}") from None
     if not hello.get("ok"):
         protocol.raise_error(hello.get("error"))
     result = hello.get("result")

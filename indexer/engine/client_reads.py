@@ -174,8 +174,17 @@ class ClientReads:
         try:
             today = date.fromisoformat(view["today"])
             tz = zone(view["time_zone"])
-            result = answer_recall(overlay_of(bm25, rows), vectors, query, limit, mode, tier=view["tier"],
-                                   root=self.layout.root, run_history=run_history, today=today)
+            result = answer_recall(
+                overlay_of(bm25, rows),
+                vectors,
+                query,
+                limit,
+                mode,
+                tier=view["tier"],
+                root=self.layout.root,
+                run_history=run_history,
+                today=today,
+            )
         except (KeyError, TypeError, ValueError, IndexUnavailable) as exc:
             raise ReadsThroughOwner(f"this recall could not be answered here ({exc})") from None
         with self._lock:

@@ -51,9 +51,11 @@ _NO_FOLDER = Path("/nonexistent-memvault-vault")
 #: how often `admit --wait` asks the server whether the owner has projected the turn
 _WAIT_POLL_SECONDS = 0.05
 #: what an explicit recall of a BuJo vault from here leaves out (docs/team.md)
-NO_GRAPH_EXPANSION = ("no graph expansion from a connected client: graph.jsonl stays with the vault's files, so "
-                      "explicit recall here returns direct hits only (superseded memories excluded as on the owner); "
-                      "the owner's recall (`memvault search` on its machine) adds the one-hop graph neighbours")
+NO_GRAPH_EXPANSION = (
+    "no graph expansion from a connected client: graph.jsonl stays with the vault's files, so "
+    "explicit recall here returns direct hits only (superseded memories excluded as on the owner); "
+    "the owner's recall (`memvault search` on its machine) adds the one-hop graph neighbours"
+)
 
 
 class ConnectedStore:
@@ -123,8 +125,15 @@ class ConnectedStore:
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def persist_completed_turn(self, run_id: str, answer: str, *, capture_text: str | None = None,
-                               trigger: str = "user", completed_at: datetime | None = None) -> AdmissionResult:
+    def persist_completed_turn(
+        self,
+        run_id: str,
+        answer: str,
+        *,
+        capture_text: str | None = None,
+        trigger: str = "user",
+        completed_at: datetime | None = None,
+    ) -> AdmissionResult:
         """As MemoryStore.persist_completed_turn: never raises for expected failures."""
         try:
             settings = self.settings()
@@ -297,8 +306,9 @@ class ConnectedStore:
             if persistent:
                 folder = self.cursor_folder()
                 snapshots = snapshot_store_for(folder, True) if folder is not None else None
-            self._journal = JournalService(self._journal_scan, snapshots=snapshots,
-                                           supersession_state=self.supersession_state)
+            self._journal = JournalService(
+                self._journal_scan, snapshots=snapshots, supersession_state=self.supersession_state
+            )
         return self._journal
 
     def cursor_folder(self) -> Path | None:
@@ -307,7 +317,9 @@ class ConnectedStore:
         None when it cannot be made (the cursors then live in this process only)."""
         from memvault.indexer.backend import server_label
 
-        base = self.env.get("XDG_STATE_HOME") or (os.path.join(self.env["HOME"], ".local", "state") if self.env.get("HOME") else None)
+        base = self.env.get("XDG_STATE_HOME") or (
+            os.path.join(self.env["HOME"], ".local", "state") if self.env.get("HOME") else None
+        )
         if not base:
             return None
         server = hashlib.sha256(server_label(self.dsn).encode()).hexdigest()[:12]
@@ -339,7 +351,10 @@ class ConnectedStore:
         """`memvault health` for a vault reached by name: the server, its index, the owner, the backlog."""
         from memvault.indexer.backend import check_server
 
-        findings = [_finding("error", "server", problem, "see docs/team.md") for problem in check_server(IndexConfig("postgres", self.name, self.dsn))]
+        findings = [
+            _finding("error", "server", problem, "see docs/team.md")
+            for problem in check_server(IndexConfig("postgres", self.name, self.dsn))
+        ]
         details: dict = {}
         if not findings:
             try:
@@ -363,5 +378,11 @@ class ConnectedStore:
 
 def _finding(severity: str, check: str, message: str, fix: str) -> dict:
     """A finding in health's own shape (indexer/maintenance/health.py's Finding)."""
-    return {"check": check, "severity": severity, "code": f"team_{check}", "subject": check, "message": message, "fix": fix}
-
+    return {
+        "check": check,
+        "severity": severity,
+        "code": f"team_{check}",
+        "subject": check,
+        "message": message,
+        "fix": fix,
+    }

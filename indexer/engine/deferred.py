@@ -70,8 +70,9 @@ class DeferredIndexing:
     def pending(self) -> bool:
         return bool(self._paths)
 
-    def add(self, relpaths: list[str], receipts: dict[str, RememberReceipt],
-            records: Iterable[MemoryRecord] = ()) -> None:
+    def add(
+        self, relpaths: list[str], receipts: dict[str, RememberReceipt], records: Iterable[MemoryRecord] = ()
+    ) -> None:
         """Notes written and durable whose index commit is put off; `records`: the rows they
         gained, searched at once beside the committed index. Caller holds `lock`."""
         if not relpaths:
@@ -83,8 +84,10 @@ class DeferredIndexing:
         self._paths.update(relpaths)
         self._path_versions.update(dict.fromkeys(relpaths, self.version))
         self._receipts.update({digest: (receipt, self.version) for digest, receipt in receipts.items()})
-        fresh = [PendingRow.again(self.rows.get(record_key(record.path, record.id)), record, self.version)
-                 for record in records]  # a person's save of the day's note reads the pending rows again
+        fresh = [
+            PendingRow.again(self.rows.get(record_key(record.path, record.id)), record, self.version)
+            for record in records
+        ]  # a person's save of the day's note reads the pending rows again
         if fresh:
             self.rows = {**self.rows, **{row.key: row for row in fresh}}
         if self.on_add is not None:
@@ -133,7 +136,9 @@ class DeferredIndexing:
         paths = set(relpaths)
         self._receipts = {digest: (r, v) for digest, (r, v) in self._receipts.items()
                           if not (v <= through and r.source.partition("#")[0] in paths)}  # fmt: skip
-        self.rows = {key: row for key, row in self.rows.items() if not (row.version <= through and row.record.path in paths)}
+        self.rows = {
+            key: row for key, row in self.rows.items() if not (row.version <= through and row.record.path in paths)
+        }
         if not self._paths:
             self._since, self.problem = None, None
         elif read_at is not None and self._since is not None:

@@ -109,8 +109,9 @@ class GenerationMethods:
             self._apply(generation, batch, hook)
             progress.advance("notes", len(batch))
 
-    def _swap_in(self, generation: DerivedIndex, hook: BoundaryHook | None = None,
-                 progress: PhaseLog | None = None) -> None:
+    def _swap_in(
+        self, generation: DerivedIndex, hook: BoundaryHook | None = None, progress: PhaseLog | None = None
+    ) -> None:
         """Catch up with writes made while building, then point CURRENT at it. Lock held."""
         with self._index_lock:
             self._swap_in_locked(generation, hook, progress or PhaseLog())

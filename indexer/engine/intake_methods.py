@@ -61,7 +61,9 @@ class DurableIntake:
             return self.start_worker(crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition)
         from memvault.indexer.engine.owner import Owner
 
-        owner = Owner(self, role="python", crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition)
+        owner = Owner(
+            self, role="python", crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition
+        )
         owner.start()
         self._owner = owner
         return self._intake

@@ -50,8 +50,11 @@ class JournalMethods:
             unsynced: list[str] = []
         except StorageError:  # a full disk: answer from the index, and name the notes it lags behind
             index = self._readable_index()
-            unsynced = [path for path in index.stale_paths(self.layout, relpaths)
-                        if path in index.manifest.files or (self.layout.root / path).exists()]
+            unsynced = [
+                path
+                for path in index.stale_paths(self.layout, relpaths)
+                if path in index.manifest.files or (self.layout.root / path).exists()
+            ]
         index = self._readable_index()
         rows = [row for path in relpaths for row in index.rows_of(path).values()]
         incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]

@@ -53,7 +53,9 @@ def _terms(text: str) -> list[str]:
     return stemmed_terms(text) if text else []
 
 
-def pending_record(relpath: str, block_id: str, fact: str, wall_time: str | None, note_zone: str) -> MemoryRecord | None:
+def pending_record(
+    relpath: str, block_id: str, fact: str, wall_time: str | None, note_zone: str
+) -> MemoryRecord | None:
     """The row a just-written bullet will have once committed (context aside), or None for a
     path that is not a note."""
     parsed = parse_note_relpath(relpath)
@@ -84,8 +86,14 @@ class PendingRow:
 
     @classmethod
     def of(cls, record: MemoryRecord, version: int = 0) -> PendingRow:
-        return cls(record, document_of(record), Counter(_terms(record.text)), Counter(_terms(record.context)),
-                   Counter(cjk_bigrams(record.text)), version)
+        return cls(
+            record,
+            document_of(record),
+            Counter(_terms(record.text)),
+            Counter(_terms(record.context)),
+            Counter(cjk_bigrams(record.text)),
+            version,
+        )
 
     @classmethod
     def again(cls, before: PendingRow | None, record: MemoryRecord, version: int) -> PendingRow:
@@ -145,7 +153,9 @@ class OverlayBm25:
         return {digest: sorted(sources) for digest, sources in found.items()}
 
     def find_by_content_hash(self, digest: str, kind: str = "curated"):
-        hits = [row_of(row.document) for row in _snapshot(self._rows).by_hash.get(digest, ()) if row.record.kind == kind]
+        hits = [
+            row_of(row.document) for row in _snapshot(self._rows).by_hash.get(digest, ()) if row.record.kind == kind
+        ]
         committed = self._base.find_by_content_hash(digest, kind)
         if committed is not None:
             hits.append(committed)
@@ -167,7 +177,8 @@ class OverlayBm25:
         rows, postings_by_field = fields
         scores = [0.0] * len(rows)
         for (name, boost, terms), (postings, lengths, total) in zip(
-                (("text", 1.0, words), ("ctx", CONTEXT_BOOST, words), ("cjk", 1.0, grams)), postings_by_field):
+            (("text", 1.0, words), ("ctx", CONTEXT_BOOST, words), ("cjk", 1.0, grams)), postings_by_field
+        ):
             if not terms:
                 continue
             committed, frequencies = self._base.doc_freqs(name, terms)

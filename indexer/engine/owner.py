@@ -45,9 +45,19 @@ Face = Callable[["Owner", threading.Event], None]
 
 
 class Owner:
-    def __init__(self, store, *, role: str = "serve", log: Log | None = None, intake: bool = True,
-                 guard_seconds: float = GUARD_SECONDS, crash_hook=None, poll_seconds: float = 2.0,
-                 on_transition: Callable[[str, str], None] | None = None, calls_lock=None):
+    def __init__(
+        self,
+        store,
+        *,
+        role: str = "serve",
+        log: Log | None = None,
+        intake: bool = True,
+        guard_seconds: float = GUARD_SECONDS,
+        crash_hook=None,
+        poll_seconds: float = 2.0,
+        on_transition: Callable[[str, str], None] | None = None,
+        calls_lock=None,
+    ):
         self.store = store
         self.role = role  # which command hosts it: serve, watch, mcp, python
         self.root = store.layout.root
@@ -97,8 +107,9 @@ class Owner:
             self.group_commit()
             self._ready.set()
             if self._run_intake:
-                self.store.start_worker(crash_hook=self._crash_hook, poll_seconds=self._poll_seconds,
-                                        on_transition=self._transition)
+                self.store.start_worker(
+                    crash_hook=self._crash_hook, poll_seconds=self._poll_seconds, on_transition=self._transition
+                )
             if self.team is not None:
                 self.team.start_draining()  # turns and facts agents sent from other machines
             self._spawn(self._guard, "memvault-engine-guard")
@@ -171,9 +182,16 @@ class Owner:
     def identity(self) -> dict:
         from memvault.indexer.engine.operations import package_version
 
-        return {"pid": os.getpid(), "role": self.role, "startedAt": self.started_at, "vault": str(self.root),
-                "protocol": protocol.PROTOCOL_VERSION, "version": package_version(),
-                "socket": str(socket_path(self.root)), "unanswered": True}
+        return {
+            "pid": os.getpid(),
+            "role": self.role,
+            "startedAt": self.started_at,
+            "vault": str(self.root),
+            "protocol": protocol.PROTOCOL_VERSION,
+            "version": package_version(),
+            "socket": str(socket_path(self.root)),
+            "unanswered": True,
+        }
 
     def _write_status(self) -> None:
         body = self.identity() | {"fenceInode": os.stat(self._fence.path).st_ino}

@@ -92,8 +92,11 @@ def failure(exc: BaseException) -> dict:
     if isinstance(exc, VaultError):
         error = {"type": type(exc).__name__, "code": exc.code, "message": str(exc)}
     else:
-        error = {"type": "InternalError", "code": "internal_error",
-                 "message": f"the engine failed unexpectedly ({type(exc).__name__}); see the owner's log"}
+        error = {
+            "type": "InternalError",
+            "code": "internal_error",
+            "message": f"the engine failed unexpectedly ({type(exc).__name__}); see the owner's log",
+        }
     return {"v": PROTOCOL_VERSION, "ok": False, "error": error}
 
 

@@ -136,14 +136,28 @@ class RemoteStore:
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
         return self.recall(query, limit=limit, mode=mode)
 
-    def persist_completed_turn(self, run_id: str, answer: str, *, capture_text: str | None = None,
-                               trigger: str = "user", completed_at: datetime | None = None):
+    def persist_completed_turn(
+        self,
+        run_id: str,
+        answer: str,
+        *,
+        capture_text: str | None = None,
+        trigger: str = "user",
+        completed_at: datetime | None = None,
+    ):
         """Admit durably here (returns once the intake record is fsynced); the owner projects it."""
-        return self.admit_turn(run_id, answer, capture_text=capture_text, trigger=trigger,
-                               completed_at=completed_at)[0]
+        return self.admit_turn(run_id, answer, capture_text=capture_text, trigger=trigger, completed_at=completed_at)[0]
 
-    def admit_turn(self, run_id: str, answer: str, *, capture_text: str | None = None, trigger: str = "user",
-                   completed_at: datetime | None = None, wait: bool = False):
+    def admit_turn(
+        self,
+        run_id: str,
+        answer: str,
+        *,
+        capture_text: str | None = None,
+        trigger: str = "user",
+        completed_at: datetime | None = None,
+        wait: bool = False,
+    ):
         """(AdmissionResult, what the owner's worker did with it) — the CLI shows both.
 
         The admission is this process's own durable write (`admit_here`); the owner is only told
@@ -207,8 +221,9 @@ class RemoteStore:
         from memvault.indexer.results import RebuildReport
 
         body = self.client.call("rebuild", {})
-        return RebuildReport(**{**body, "problems": tuple(body.get("problems") or ()),
-                                "phases": tuple(body.get("phases") or ())})
+        return RebuildReport(
+            **{**body, "problems": tuple(body.get("problems") or ()), "phases": tuple(body.get("phases") or ())}
+        )
 
     def compact(self, *_args, **_kwargs):
         self._owned_elsewhere("compaction")
@@ -248,13 +263,26 @@ class JournalPageView:
 
 def recall_result_from_json(body: dict) -> RecallResult:
     hits = tuple(
-        RecallHit(hit["id"], hit["text"], hit["source"], hit["score"], datetime.fromisoformat(hit["at"]),
-                  explain=hit.get("explain") or {})
+        RecallHit(
+            hit["id"],
+            hit["text"],
+            hit["source"],
+            hit["score"],
+            datetime.fromisoformat(hit["at"]),
+            explain=hit.get("explain") or {},
+        )
         for hit in body["hits"]
     )
-    return RecallResult(body["query"], body["mode"], hits, degraded=body.get("degraded"),
-                        guidance=body.get("guidance"), gate=body.get("gate"),
-                        empty_reason=body.get("empty_reason"), explain=body.get("explain"))
+    return RecallResult(
+        body["query"],
+        body["mode"],
+        hits,
+        degraded=body.get("degraded"),
+        guidance=body.get("guidance"),
+        gate=body.get("gate"),
+        empty_reason=body.get("empty_reason"),
+        explain=body.get("explain"),
+    )
 
 
 def admit_here(root: Path, config, **turn):
@@ -264,14 +292,17 @@ def admit_here(root: Path, config, **turn):
     from memvault.vault.intake.admission import admit_turn
     from memvault.vault.intake.files import IntakeDirs
 
-    return admit_turn(IntakeDirs(root), **turn, write_mode=config.memory.write_mode, tier=config.memory.mode,
-                      now=utc_now())
+    return admit_turn(
+        IntakeDirs(root), **turn, write_mode=config.memory.write_mode, tier=config.memory.mode, now=utc_now()
+    )
 
 
 def owner_not_answering(exc: BaseException) -> str:
     """The `worker` field of an admission the owner could not be told about."""
-    return (f"queued: the turn is saved, and the engine did not answer ({exc}); it is projected when the "
-            "engine answers again or the next owner starts")
+    return (
+        f"queued: the turn is saved, and the engine did not answer ({exc}); it is projected when the "
+        "engine answers again or the next owner starts"
+    )
 
 
 def _iso(when: datetime) -> str:

@@ -130,8 +130,11 @@ class ServerIndexedStore(MemoryStore):
                 prepared = generation.prepare([read_note_records(self.layout, path, self.time_zone) for path in batch])
                 if in_flight is not None:
                     self._finish_write(generation, *in_flight, hook, progress)
-                in_flight = (writer.submit(generation.write, prepared) if prepared is not None else None,
-                             prepared, len(batch))
+                in_flight = (
+                    writer.submit(generation.write, prepared) if prepared is not None else None,
+                    prepared,
+                    len(batch),
+                )
             if in_flight is not None:
                 self._finish_write(generation, *in_flight, hook, progress)
 
@@ -184,8 +187,14 @@ class ServerIndexedStore(MemoryStore):
         extra = [] if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
         self._commit_acknowledged()  # health compares the files with the index: commit what is put off
         found, index = server_findings(self.config.index, lambda: self._readable_index(), strict=strict)
-        report = check_health(self.layout, self.config, strict=strict, extra=[*found, *extra], index=index,
-                              index_problem=None if index is not None else "the index server is not usable")
+        report = check_health(
+            self.layout,
+            self.config,
+            strict=strict,
+            extra=[*found, *extra],
+            index=index,
+            index_problem=None if index is not None else "the index server is not usable",
+        )
         if getattr(index, "server_details", None):
             report.details["server"] = index.server_details
         if index is None:  # the server's own finding says why and how to fix it; "rebuild" would not

@@ -50,7 +50,6 @@ _LAG_REASONS = {"disk_full": "no space left on the device", "read_only": "the va
                 "permission_denied": "permission denied"}  # fmt: skip
 
 
-
 class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     def __init__(self, layout: VaultLayout, config: Config, *, clock: Callable[[], datetime] = utc_now):
         self.layout = layout
@@ -171,8 +170,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         return receipt
 
     @translates_storage_errors
-    def remember_many(self, items: Iterable[object], *, progress: Callable[[int, int], None] | None = None,
-                      total: int | None = None) -> list:
+    def remember_many(
+        self, items: Iterable[object], *, progress: Callable[[int, int], None] | None = None, total: int | None = None
+    ) -> list:
         """Remember many facts (text, or {"text", "at"}, or RememberItem): one write per daily note
         and one index commit per batch of 4,096. Idempotent per item, like `remember`; an item that
         is refused (empty, oversized, a credential, a naive time) is reported and nothing is
@@ -202,8 +202,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         return outcomes
 
     @translates_storage_errors
-    def sync(self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None,
-             defer: bool = False) -> SyncReport:
+    def sync(
+        self, paths: Iterable[str] | None = None, *, hook: BoundaryHook | None = None, defer: bool = False
+    ) -> SyncReport:
         """Index every note whose bytes changed since the index saw it (hand edits, crashes).
 
         `paths` (vault-relative) limits the check to those files: the watcher names what changed.
@@ -298,8 +299,18 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             return RecallResult(query, mode, (), degraded=str(exc))
         bm25 = self._deferred.view(index.bm25)  # acknowledged writes not yet committed, beside the index
         today = self._clock().astimezone(zone(self.time_zone)).date()  # "last week" is the vault's week
-        result = answer_recall(bm25, self._semantic, query, limit, mode, tier=self.config.memory.mode,
-                               root=self.layout.root, run_history=run_history, today=today, reranker=self._reranker())
+        result = answer_recall(
+            bm25,
+            self._semantic,
+            query,
+            limit,
+            mode,
+            tier=self.config.memory.mode,
+            root=self.layout.root,
+            run_history=run_history,
+            today=today,
+            reranker=self._reranker(),
+        )
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
         behind = self.unsynced or self._deferred.problem
         if behind and not result.degraded:
@@ -339,7 +350,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
 
         extra = () if owner is None else owner_findings(owner.identity()["pid"], owner.worker_snapshot())
         self._commit_acknowledged()  # health compares the files with the index: commit what is put off
-        if strict and self._semantic is not None:  # queued vectors are work in flight, not a fault: settle them (bounded)
+        if (
+            strict and self._semantic is not None
+        ):  # queued vectors are work in flight, not a fault: settle them (bounded)
             self._semantic.drain()
         elif self._semantic is not None:  # health reads the vectors from disk: save what memory holds
             try:
@@ -387,8 +400,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     #: set by the owner while it runs: its group commit (indexer/engine/group_commit.py)
     group_commit = None
 
-    def project_journal_turns(self, turns: list[tuple[str, datetime]], *,
-                              checkpoint: Callable[[], None] | None = None) -> list:
+    def project_journal_turns(
+        self, turns: list[tuple[str, datetime]], *, checkpoint: Callable[[], None] | None = None
+    ) -> list:
         """`project_journal_turn` for many turns in one write per daily note: one Projection, or
         the error that refused it, per turn, in order. In an owner the turns join its group
         commit, one append per note with the remembers that arrive meanwhile; elsewhere they are
@@ -616,8 +630,10 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
 
 def _note_holds(indexed, row) -> bool:
     """True when the note, as read (`read_note_records`), holds the row's memory: the same id and text."""
-    return any(record.id == row.id and record.content_hash == row.content_hash and record.kind == row.kind
-               for record in indexed.records)
+    return any(
+        record.id == row.id and record.content_hash == row.content_hash and record.kind == row.kind
+        for record in indexed.records
+    )
 
 
 def _projection(receipt: RememberReceipt):

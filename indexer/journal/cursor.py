@@ -33,7 +33,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from memvault.vault.errors import InvalidRecord, UnsafePath
-from memvault.vault.fsio import atomic_write, check_private_file, ensure_private_dir, read_bytes_nofollow, undone_if_failed
+from memvault.vault.fsio import (
+    atomic_write,
+    check_private_file,
+    ensure_private_dir,
+    read_bytes_nofollow,
+    undone_if_failed,
+)
 from memvault.vault.locks import VaultLock
 
 MAX_SNAPSHOTS = 4
@@ -122,8 +128,9 @@ class MemorySnapshots:
 
     persistent = False
 
-    def __init__(self, *, limit: int = MAX_SNAPSHOTS, ttl: float = SNAPSHOT_TTL_SECONDS,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self, *, limit: int = MAX_SNAPSHOTS, ttl: float = SNAPSHOT_TTL_SECONDS, clock: Callable[[], float] = time.time
+    ):
         self.codec = CursorCodec(secrets.token_bytes(KEY_BYTES))
         self._limit, self._ttl, self._clock = limit, ttl, clock
         self._held: OrderedDict[str, Snapshot] = OrderedDict()
@@ -161,8 +168,14 @@ class FileSnapshots:
 
     persistent = True
 
-    def __init__(self, vault_root: Path, *, limit: int = MAX_SNAPSHOTS, ttl: float = SNAPSHOT_TTL_SECONDS,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        vault_root: Path,
+        *,
+        limit: int = MAX_SNAPSHOTS,
+        ttl: float = SNAPSHOT_TTL_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ):
         self._root = Path(vault_root)
         self.folder = self._root / ".index" / "journal"
         self._limit, self._ttl, self._clock = limit, ttl, clock
@@ -244,10 +257,14 @@ def _decode_snapshot(raw: bytes) -> Snapshot | None:
     except (ValueError, TypeError):
         return None
     ok = (
-        isinstance(snapshot.id, str) and isinstance(snapshot.created, (int, float))
-        and isinstance(snapshot.entries, list) and isinstance(snapshot.range, dict)
-        and isinstance(snapshot.limit, int) and isinstance(snapshot.next_offset, int)
-        and isinstance(snapshot.nonce, str) and isinstance(snapshot.coverage, dict)
+        isinstance(snapshot.id, str)
+        and isinstance(snapshot.created, (int, float))
+        and isinstance(snapshot.entries, list)
+        and isinstance(snapshot.range, dict)
+        and isinstance(snapshot.limit, int)
+        and isinstance(snapshot.next_offset, int)
+        and isinstance(snapshot.nonce, str)
+        and isinstance(snapshot.coverage, dict)
     )
     return snapshot if ok else None
 
@@ -260,7 +277,6 @@ def snapshot_store_for(vault_root: Path, persistent: bool):
         except (OSError, UnsafePath):
             pass
     return MemorySnapshots()
-
 
 
 def discard_persisted_snapshots(vault_root: Path) -> None:

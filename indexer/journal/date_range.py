@@ -125,28 +125,28 @@ def start_of_local_day(day: date, tz: ZoneInfo) -> datetime:
 def _zone_name(value: object) -> str:
     if value is None:
         raise JournalRequestError(
-            "timeZone is required: pass the user's IANA zone, e.g. \"Europe/Amsterdam\" (it is never guessed)"
+            'timeZone is required: pass the user\'s IANA zone, e.g. "Europe/Amsterdam" (it is never guessed)'
         )
     if not isinstance(value, str):
-        raise JournalRequestError(f"timeZone must be a string such as \"Europe/Amsterdam\", not {_kind(value)}")
+        raise JournalRequestError(f'timeZone must be a string such as "Europe/Amsterdam", not {_kind(value)}')
     if len(value) > _MAX_ZONE_CHARS or not is_time_zone(value):
         shown = value[:_MAX_ZONE_CHARS].encode("ascii", "backslashreplace").decode("ascii")
         raise JournalRequestError(
-            f"timeZone {shown!r} is not an IANA zone name: use one such as \"Europe/Amsterdam\" or"
-            " \"America/St_Johns\", spelled exactly (the host's zone is never assumed)"
+            f'timeZone {shown!r} is not an IANA zone name: use one such as "Europe/Amsterdam" or'
+            ' "America/St_Johns", spelled exactly (the host\'s zone is never assumed)'
         )
     return value
 
 
 def _civil_date(field: str, value: object, tz: ZoneInfo, tz_name: str) -> date:
     if value is None:
-        raise JournalRequestError(f"{field} is required: a local calendar date like \"2026-09-01\"")
+        raise JournalRequestError(f'{field} is required: a local calendar date like "2026-09-01"')
     if not isinstance(value, str):
-        raise JournalRequestError(f"{field} must be a string like \"2026-09-01\", not {_kind(value)}")
+        raise JournalRequestError(f'{field} must be a string like "2026-09-01", not {_kind(value)}')
     match = _DATE_RE.fullmatch(value)
     if match is None:
         shown = value[:40].encode("ascii", "backslashreplace").decode("ascii")
-        raise JournalRequestError(f"{field} {shown!r} is not a date in the form YYYY-MM-DD (e.g. \"2026-09-01\")")
+        raise JournalRequestError(f'{field} {shown!r} is not a date in the form YYYY-MM-DD (e.g. "2026-09-01")')
     try:
         day = date(int(match["y"]), int(match["m"]), int(match["d"]))
     except ValueError as exc:

@@ -155,7 +155,9 @@ class JournalService:
         except Exception:  # any backend failure: generic, with no raw error (it may name paths)
             raise JournalUnavailable() from None
         with _holding(self.snapshots):
-            snapshot = Snapshot(new_snapshot_id(), self.snapshots.now(), journal_range.to_json(), limit, entries, coverage)
+            snapshot = Snapshot(
+                new_snapshot_id(), self.snapshots.now(), journal_range.to_json(), limit, entries, coverage
+            )
             page = self._serve(snapshot, 0)
             self.snapshots.put(snapshot)
         return page
@@ -265,9 +267,7 @@ def freeze(journal_range: JournalRange, scan: JournalScan, state_of: Supersessio
             break
         entries.append(entry)
         total += size
-    incomplete = sorted(
-        _note_name(path) for path in scan.incomplete if journal_range.note_may_overlap(path)
-    )
+    incomplete = sorted(_note_name(path) for path in scan.incomplete if journal_range.note_may_overlap(path))
     coverage = {
         "complete": stopped is None and not incomplete,
         "stoppedBy": stopped,

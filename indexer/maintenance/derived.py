@@ -18,8 +18,15 @@ from pathlib import Path
 from typing import Protocol
 
 from memvault.indexer.maintenance.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
-from memvault.indexer.maintenance.sync import (IndexDelta, KnownRows, Row, diff_known, edits_to_show, is_racy,
-                                               needs_reading)
+from memvault.indexer.maintenance.sync import (
+    IndexDelta,
+    KnownRows,
+    Row,
+    diff_known,
+    edits_to_show,
+    is_racy,
+    needs_reading,
+)
 from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index, record_key
 from memvault.vault.clock import zone
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
@@ -120,8 +127,15 @@ def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> Fil
         return _unindexed(relpath, info, digest, f"cannot be parsed ({type(exc).__name__})")
     problem = "merge-conflict markers" if note.has_conflicts else None
     state = FileState(
-        digest, info.st_size, info.st_mtime_ns, problem=problem, racy=is_racy(info),
-        rows=len(records), issues=note_issues(note, vault_zone), ctime_ns=info.st_ctime_ns, inode=info.st_ino,
+        digest,
+        info.st_size,
+        info.st_mtime_ns,
+        problem=problem,
+        racy=is_racy(info),
+        rows=len(records),
+        issues=note_issues(note, vault_zone),
+        ctime_ns=info.st_ctime_ns,
+        inode=info.st_ino,
     )
     return FileIndexing(relpath, state, records)
 
@@ -351,7 +365,9 @@ class DerivedIndex:
             by_path.setdefault(row.path, []).append(row.to_record())
         files = dict(self.manifest.files)
         # context is not stored; it is the neighbours' text, so it is recomputed from the rows
-        indexed = [FileIndexing(path, files.get(path), with_context(records)) for path, records in sorted(by_path.items())]
+        indexed = [
+            FileIndexing(path, files.get(path), with_context(records)) for path, records in sorted(by_path.items())
+        ]
         return indexed, files
 
     def link_components_into(self, target: "DerivedIndex") -> None:

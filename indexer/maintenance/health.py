@@ -111,8 +111,15 @@ class HealthReport:
         }
 
 
-def check_health(layout: VaultLayout, config, *, strict: bool = False, extra: Iterable[Finding] = (),
-                 index=None, index_problem: str | None = None) -> HealthReport:
+def check_health(
+    layout: VaultLayout,
+    config,
+    *,
+    strict: bool = False,
+    extra: Iterable[Finding] = (),
+    index=None,
+    index_problem: str | None = None,
+) -> HealthReport:
     """Run every check (strict-only ones with `strict`), plus `extra` findings the caller made
     (the owner's own state). Reads only: repairs nothing. `index`: a server backend's serving
     generation (`maintenance/server_index.py`) to check instead of `.index/`, or, with
@@ -161,15 +168,27 @@ def check_files(ctx: HealthContext) -> Iterable[Finding]:
         known = manifest.get(path)
         if path not in on_disk:
             if known is not None or counts.get(path):
-                yield Finding("files", ERROR, "vanished_file", path,
-                              f"{path} is gone but the index still has {counts.get(path, 0)} row(s) from it", REBUILD)
+                yield Finding(
+                    "files",
+                    ERROR,
+                    "vanished_file",
+                    path,
+                    f"{path} is gone but the index still has {counts.get(path, 0)} row(s) from it",
+                    REBUILD,
+                )
         elif known is None:
             yield Finding("files", ERROR, "unindexed_file", path, f"{path} has never been indexed", REBUILD)
         elif needs_reading(ctx.layout.root / path, known) and not _same_bytes(ctx, path, known.sha256):
             yield Finding("files", ERROR, "stale_file", path, f"{path} changed since it was indexed", REBUILD)
         elif counts.get(path, 0) != known.rows:
-            yield Finding("files", ERROR, "row_count", path,
-                          f"{path} produced {known.rows} row(s) but the index holds {counts.get(path, 0)}", REBUILD)
+            yield Finding(
+                "files",
+                ERROR,
+                "row_count",
+                path,
+                f"{path} produced {known.rows} row(s) but the index holds {counts.get(path, 0)}",
+                REBUILD,
+            )
 
 
 def _same_bytes(ctx: HealthContext, path: str, sha256: str) -> bool:
@@ -203,7 +222,9 @@ def check_rows(ctx: HealthContext) -> Iterable[Finding]:
             yield Finding("rows", ERROR, "extra_row", key, f"{key} is in the index but not in the notes", REBUILD)
         elif want != have:
             fields = [name for name in Row.__dataclass_fields__ if getattr(want, name) != getattr(have, name)]
-            yield Finding("rows", ERROR, "stale_row", key, f"{key} differs from its note in {', '.join(fields)}", REBUILD)
+            yield Finding(
+                "rows", ERROR, "stale_row", key, f"{key} differs from its note in {', '.join(fields)}", REBUILD
+            )
 
 
 # --- what people left in the files ---------------------------------------------------------
@@ -224,22 +245,51 @@ def check_hand_edits(ctx: HealthContext) -> Iterable[Finding]:
 
 def _problem_finding(path: str, problem: str) -> Finding:
     if problem.startswith("merge-conflict"):
-        return Finding("hand_edits", WARNING, "conflict_markers", path,
-                       f"{path} has merge-conflict markers; the bullets inside the conflict are not indexed",
-                       f"resolve the conflict in {path} (keep one side, delete the <<<<<<< ======= >>>>>>> lines)")
+        return Finding(
+            "hand_edits",
+            WARNING,
+            "conflict_markers",
+            path,
+            f"{path} has merge-conflict markers; the bullets inside the conflict are not indexed",
+            f"resolve the conflict in {path} (keep one side, delete the <<<<<<< ======= >>>>>>> lines)",
+        )
     if problem.startswith("invalid UTF-8"):
-        return Finding("hand_edits", WARNING, "invalid_utf8", path, f"{path}: {problem}; the file is not indexed",
-                       f"re-save {path} as UTF-8 (fix the bytes at the offset given)")
-    return Finding("hand_edits", WARNING, "unindexed_file", path, f"{path}: {problem}; the file is not indexed",
-                   f"replace {path} with a regular UTF-8 markdown file under 16 MiB")
+        return Finding(
+            "hand_edits",
+            WARNING,
+            "invalid_utf8",
+            path,
+            f"{path}: {problem}; the file is not indexed",
+            f"re-save {path} as UTF-8 (fix the bytes at the offset given)",
+        )
+    return Finding(
+        "hand_edits",
+        WARNING,
+        "unindexed_file",
+        path,
+        f"{path}: {problem}; the file is not indexed",
+        f"replace {path} with a regular UTF-8 markdown file under 16 MiB",
+    )
 
 
 def _issue_finding(path: str, issue: str) -> Finding:
     if issue.startswith("duplicate id"):
-        return Finding("hand_edits", WARNING, "duplicate_id", path, f"{path}: {issue}",
-                       f"in {path}, remove the repeated ^id from the pasted bullet (or give it a new one)")
-    return Finding("hand_edits", WARNING, "frontmatter_zone", path, f"{path}: {issue}",
-                   f"fix the timeZone in {path}'s frontmatter (an IANA name such as Europe/Amsterdam)")
+        return Finding(
+            "hand_edits",
+            WARNING,
+            "duplicate_id",
+            path,
+            f"{path}: {issue}",
+            f"in {path}, remove the repeated ^id from the pasted bullet (or give it a new one)",
+        )
+    return Finding(
+        "hand_edits",
+        WARNING,
+        "frontmatter_zone",
+        path,
+        f"{path}: {issue}",
+        f"fix the timeZone in {path}'s frontmatter (an IANA name such as Europe/Amsterdam)",
+    )
 
 
 # --- components and leftovers ----------------------------------------------------------------
@@ -250,22 +300,38 @@ def check_embedding_identity(ctx: HealthContext) -> Iterable[Finding]:
     embeddings = ctx.config.memory.embeddings
     if ctx.index is None:
         return
-    wanted = None if embeddings is None else {"provider": embeddings.provider, "model": embeddings.model,
-                                               "dim": embeddings.dim}
+    wanted = (
+        None
+        if embeddings is None
+        else {"provider": embeddings.provider, "model": embeddings.model, "dim": embeddings.dim}
+    )
     built = ctx.index.manifest.embedding
     if built != wanted and not (built is None and wanted is None):
-        yield Finding("vectors", ERROR, "embedding_mismatch", ctx.index.generation.name,
-                      f"the index was built for embeddings {_describe(built)} but the config says {_describe(wanted)}",
-                      REBUILD)
+        yield Finding(
+            "vectors",
+            ERROR,
+            "embedding_mismatch",
+            ctx.index.generation.name,
+            f"the index was built for embeddings {_describe(built)} but the config says {_describe(wanted)}",
+            REBUILD,
+        )
     vectors = ctx.index.generation / "vectors"
     if wanted is not None and vectors.is_dir() and getattr(ctx.index, "has_local_vectors", True):
         from memvault.indexer.search.vectors import read_identity
 
         identity = read_identity(vectors)
-        found = None if identity is None else {"provider": identity.provider, "model": identity.model, "dim": identity.dim}
+        found = (
+            None if identity is None else {"provider": identity.provider, "model": identity.model, "dim": identity.dim}
+        )
         if found != wanted:
-            yield Finding("vectors", ERROR, "vector_meta_mismatch", str(vectors.relative_to(ctx.layout.root)),
-                          f"the vector meta says {_describe(found)} but the config says {_describe(wanted)}", REBUILD)
+            yield Finding(
+                "vectors",
+                ERROR,
+                "vector_meta_mismatch",
+                str(vectors.relative_to(ctx.layout.root)),
+                f"the vector meta says {_describe(found)} but the config says {_describe(wanted)}",
+                REBUILD,
+            )
 
 
 def check_vector_rows(ctx: HealthContext) -> Iterable[Finding]:
@@ -302,8 +368,14 @@ def check_vector_index(ctx: HealthContext) -> Iterable[Finding]:
     subject = str((folder / INDEX_FILE).relative_to(ctx.layout.root))
     if not folder.is_dir():
         if ctx.index.bm25.count_kind("curated"):
-            yield Finding("vector_index", ERROR, "vectors_missing", subject,
-                          f"{subject} is missing: search runs on BM25 alone", REBUILD)
+            yield Finding(
+                "vector_index",
+                ERROR,
+                "vectors_missing",
+                subject,
+                f"{subject} is missing: search runs on BM25 alone",
+                REBUILD,
+            )
         return
     identity = EmbeddingIdentity(embeddings.provider, embeddings.model, embeddings.dim)
     if read_identity(folder) not in (None, identity):
@@ -311,8 +383,14 @@ def check_vector_index(ctx: HealthContext) -> Iterable[Finding]:
     try:
         VectorIndex.open(folder, identity)
     except (VaultError, OSError) as exc:
-        yield Finding("vector_index", ERROR, "vectors_unreadable", subject,
-                      f"the vector index cannot be loaded, so search runs on BM25 alone ({exc})", REBUILD)
+        yield Finding(
+            "vector_index",
+            ERROR,
+            "vectors_unreadable",
+            subject,
+            f"the vector index cannot be loaded, so search runs on BM25 alone ({exc})",
+            REBUILD,
+        )
 
 
 def _describe(identity: dict | None) -> str:
@@ -332,8 +410,14 @@ def check_generations(ctx: HealthContext) -> Iterable[Finding]:
     except VaultLocked:
         return  # a rebuild is building one of them
     for name in strays:
-        yield Finding("generations", WARNING, "stray_generation", f".index/{name}",
-                      f".index/{name} is left over from an interrupted rebuild", REBUILD)
+        yield Finding(
+            "generations",
+            WARNING,
+            "stray_generation",
+            f".index/{name}",
+            f".index/{name} is left over from an interrupted rebuild",
+            REBUILD,
+        )
 
 
 def current_generation_or_none(layout: VaultLayout):
@@ -361,17 +445,41 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
     yield from _stuck_turns(dirs)
     yield from _failing_turns(dirs, ctx.layout, ctx.config.memory.time_zone)
     if not snapshot["ledger"]["ok"]:
-        yield Finding("intake", ERROR, "ledger", ".capture-intake/", snapshot["ledger"]["problem"],
-                      "stop the agent, then follow the fix in the message")
+        yield Finding(
+            "intake",
+            ERROR,
+            "ledger",
+            ".capture-intake/",
+            snapshot["ledger"]["problem"],
+            "stop the agent, then follow the fix in the message",
+        )
     if counts.get("invalid"):
-        yield Finding("intake", ERROR, "invalid_intake", ".capture-intake/",
-                      f"{counts['invalid']} intake record(s) are unreadable", "memvault inspect --json")
+        yield Finding(
+            "intake",
+            ERROR,
+            "invalid_intake",
+            ".capture-intake/",
+            f"{counts['invalid']} intake record(s) are unreadable",
+            "memvault inspect --json",
+        )
     if counts.get("dead"):
-        yield Finding("intake", WARNING, "dead_intake", ".capture-intake/dead/",
-                      f"{counts['dead']} intake record(s) gave up after every retry", "memvault retry")
+        yield Finding(
+            "intake",
+            WARNING,
+            "dead_intake",
+            ".capture-intake/dead/",
+            f"{counts['dead']} intake record(s) gave up after every retry",
+            "memvault retry",
+        )
     if snapshot.get("unexpectedFiles"):
-        yield Finding("intake", WARNING, "unexpected_files", ".capture-intake/",
-                      f"{snapshot['unexpectedFiles']} unexpected file(s) in the intake folders", "memvault inspect --json")
+        yield Finding(
+            "intake",
+            WARNING,
+            "unexpected_files",
+            ".capture-intake/",
+            f"{snapshot['unexpectedFiles']} unexpected file(s) in the intake folders",
+            "memvault inspect --json",
+        )
 
 
 def check_capture(ctx: HealthContext) -> Iterable[Finding]:
@@ -383,12 +491,24 @@ def check_capture(ctx: HealthContext) -> Iterable[Finding]:
     summary = summarize(ctx.layout.root)
     ctx.details["capture"] = {k: v for k, v in summary.items() if k != "recent"}
     if summary["problem"]:
-        yield Finding("capture", WARNING, "capture_stats", ".capture-intake/capture-stats.json", summary["problem"],
-                      "nothing to do: the next capture replaces the file")
+        yield Finding(
+            "capture",
+            WARNING,
+            "capture_stats",
+            ".capture-intake/capture-stats.json",
+            summary["problem"],
+            "nothing to do: the next capture replaces the file",
+        )
     warning = not_extracting(summary)
     if warning:
-        yield Finding("capture", WARNING, "not_extracting", "memory.llm", warning,
-                      "configure a larger memory.llm.model (try `memvault capture test`), then `memvault retry`")
+        yield Finding(
+            "capture",
+            WARNING,
+            "not_extracting",
+            "memory.llm",
+            warning,
+            "configure a larger memory.llm.model (try `memvault capture test`), then `memvault retry`",
+        )
 
 
 def _stuck_turns(dirs) -> Iterable[Finding]:
@@ -398,21 +518,34 @@ def _stuck_turns(dirs) -> Iterable[Finding]:
     from memvault.vault.locks import LivenessFence, fence_holder_pid
 
     now = datetime.now(timezone.utc)
-    stuck = [e for e in list_entries(dirs, now) if e.get("folder") == "pending" and e.get("due")
-             and _age_seconds(e.get("admittedAt"), now) > STUCK_TURN_SECONDS]
+    stuck = [
+        e
+        for e in list_entries(dirs, now)
+        if e.get("folder") == "pending" and e.get("due") and _age_seconds(e.get("admittedAt"), now) > STUCK_TURN_SECONDS
+    ]
     if not stuck:
         return
     fence = LivenessFence(dirs.root)
     if fence.intact() or fence.is_held_elsewhere():  # an owner lives (this process, or another)
         pid = (fence.holder_info() or {}).get("pid") or fence_holder_pid(dirs.root) or "?"  # live.json may be gone
-        yield Finding("intake", ERROR, "stuck_intake", ".capture-intake/pending/",
-                      f"{len(stuck)} admitted turn(s) have waited more than a minute while a live owner "
-                      f"(pid {pid}) holds the vault: it is not draining the intake",
-                      "memvault engine stop --force, then start the owner again (memvault serve)")
+        yield Finding(
+            "intake",
+            ERROR,
+            "stuck_intake",
+            ".capture-intake/pending/",
+            f"{len(stuck)} admitted turn(s) have waited more than a minute while a live owner "
+            f"(pid {pid}) holds the vault: it is not draining the intake",
+            "memvault engine stop --force, then start the owner again (memvault serve)",
+        )
         return
-    yield Finding("intake", WARNING, "waiting_intake", ".capture-intake/pending/",
-                  f"{len(stuck)} admitted turn(s) have waited more than a minute: no process is draining the intake",
-                  "start the owner (memvault serve, or memvault watch), or run `memvault admit` once to drain")
+    yield Finding(
+        "intake",
+        WARNING,
+        "waiting_intake",
+        ".capture-intake/pending/",
+        f"{len(stuck)} admitted turn(s) have waited more than a minute: no process is draining the intake",
+        "start the owner (memvault serve, or memvault watch), or run `memvault admit` once to drain",
+    )
 
 
 #: failures that no retry cures by itself: the note, the path or the ledger needs a person
@@ -431,8 +564,11 @@ def _failing_turns(dirs, layout, vault_zone: str) -> Iterable[Finding]:
     from memvault.vault.intake.state import read_record
 
     now = datetime.now(timezone.utc)
-    failing = [e for e in list_entries(dirs, now) if e.get("folder") == PENDING and e.get("failure")
-               and e.get("state") != "invalid"]
+    failing = [
+        e
+        for e in list_entries(dirs, now)
+        if e.get("folder") == PENDING and e.get("failure") and e.get("state") != "invalid"
+    ]
     for entry in failing[:_NAMED_TURNS]:
         found = None
         try:
@@ -443,14 +579,24 @@ def _failing_turns(dirs, layout, vault_zone: str) -> Iterable[Finding]:
         age = _describe_age(_age_seconds(entry.get("admittedAt"), now))
         severity = ERROR if category in _NEEDS_A_PERSON or found else WARNING
         why = f": {found[0]}" if found else ""
-        yield Finding("intake", severity, "failing_intake", f".capture-intake/pending/{entry['id']}",
-                      f"admitted turn {entry['id'][:12]}… (admitted {age} ago) failed {entry['attempts']} "
-                      f"attempt(s) with {category}{why}; next attempt {entry.get('nextAttemptAt') or 'now'}",
-                      _failing_fix(category, found[1] if found else None, entry["id"]))
+        yield Finding(
+            "intake",
+            severity,
+            "failing_intake",
+            f".capture-intake/pending/{entry['id']}",
+            f"admitted turn {entry['id'][:12]}… (admitted {age} ago) failed {entry['attempts']} "
+            f"attempt(s) with {category}{why}; next attempt {entry.get('nextAttemptAt') or 'now'}",
+            _failing_fix(category, found[1] if found else None, entry["id"]),
+        )
     if len(failing) > _NAMED_TURNS:
-        yield Finding("intake", ERROR, "failing_intake", ".capture-intake/pending/",
-                      f"{len(failing) - _NAMED_TURNS} more admitted turn(s) fail and wait for a retry",
-                      "memvault inspect --json")
+        yield Finding(
+            "intake",
+            ERROR,
+            "failing_intake",
+            ".capture-intake/pending/",
+            f"{len(failing) - _NAMED_TURNS} more admitted turn(s) fail and wait for a retry",
+            "memvault inspect --json",
+        )
 
 
 def _failing_fix(category: str, remedy: str | None, intake_id: str) -> str:
@@ -460,7 +606,9 @@ def _failing_fix(category: str, remedy: str | None, intake_id: str) -> str:
     if remedy:
         return f"{remedy}; the turn is retried by itself at its next attempt, or at once by `{retry}` (owner stopped)"
     if category in ("vault_locked", "io_error", "index_unavailable"):
-        return f"nothing, if it passes: it retries by itself; else look at `memvault inspect {intake_id}`, then `{retry}`"
+        return (
+            f"nothing, if it passes: it retries by itself; else look at `memvault inspect {intake_id}`, then `{retry}`"
+        )
     if category in ("provider_unavailable", "invalid_model_output"):
         return f"check memory.llm (try `memvault capture test`), then `{retry}`"
     return f"look at `memvault inspect {intake_id}` and the note it projects to, then `{retry}`"
@@ -488,9 +636,16 @@ def owner_findings(pid: int, worker: dict | None) -> list[Finding]:
     if worker is not None and worker.get("running"):
         return []
     state = "never started" if worker is None else ("stopped" if not worker.get("aborted") else "aborted")
-    return [Finding("engine", ERROR, "owner_not_draining", f"pid {pid}",
-                    f"the owner (pid {pid}) holds the vault but its intake worker is {state}",
-                    "memvault engine stop, then start the owner again (memvault serve)")]
+    return [
+        Finding(
+            "engine",
+            ERROR,
+            "owner_not_draining",
+            f"pid {pid}",
+            f"the owner (pid {pid}) holds the vault but its intake worker is {state}",
+            "memvault engine stop, then start the owner again (memvault serve)",
+        )
+    ]
 
 
 def check_replay(ctx: HealthContext) -> Iterable[Finding]:
@@ -515,9 +670,14 @@ def check_temp_files(ctx: HealthContext) -> Iterable[Finding]:
     from memvault.indexer.maintenance.leftovers import stray_temp_files
 
     for path, target in stray_temp_files(ctx.layout.root):
-        yield Finding("temp_files", WARNING, "stray_temp_file", path,
-                      f"{path} is left over from an interrupted write of {target} (memvault never reads it)",
-                      f"remove {path}")
+        yield Finding(
+            "temp_files",
+            WARNING,
+            "stray_temp_file",
+            path,
+            f"{path} is left over from an interrupted write of {target} (memvault never reads it)",
+            f"remove {path}",
+        )
 
 
 register_check("index", check_index_opens)

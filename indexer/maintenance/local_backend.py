@@ -150,8 +150,9 @@ class LocalBackend:
     def file_states(self, generation: int) -> dict:
         return {path: state.to_json() for path, state in self._index(generation).manifest.files.items()}
 
-    def lexical_candidates(self, generation: int, query: str, depth: int,
-                           kinds: Sequence[str] = ("curated",)) -> list[tuple[str, float]]:
+    def lexical_candidates(
+        self, generation: int, query: str, depth: int, kinds: Sequence[str] = ("curated",)
+    ) -> list[tuple[str, float]]:
         return self._index(generation).bm25.search_keys(query, depth, kinds)
 
     def term_frequencies(self, generation: int, terms: Iterable[str]) -> tuple[int, dict[str, int]]:

@@ -41,8 +41,10 @@ from memvault.vault.replay import capture_authority, render_state, sidecar_path
 def adopt_replay(layout: VaultLayout, config, now: datetime) -> dict:
     """Adopt the serving index's replay state as the sidecar (see the module docstring)."""
     if config.memory.mode != "bujo":
-        raise InvalidConfig(f"adopt-replay is for memory.mode \"bujo\"; this vault is {config.memory.mode!r}, "
-                            "which never holds replay state")
+        raise InvalidConfig(
+            f'adopt-replay is for memory.mode "bujo"; this vault is {config.memory.mode!r}, '
+            "which never holds replay state"
+        )
     with LivenessFence(layout.root), VaultLock(layout.root):
         if os.path.lexists(sidecar_path(layout.root)):
             return {"adopted": False, "reason": "sidecar_present", "next": None}
@@ -81,8 +83,10 @@ def attest(layout: VaultLayout, state) -> dict:
             curated = _curated_ids(layout) if curated is None else curated
             evidence = "direct" if set(entry["facts"]) <= curated else None
         if evidence is None:
-            raise _refuse(f"capture entry for run {entry['run']} cannot be attested by its intake record, receipt "
-                          "or ledger entry (or, for a direct capture, by its facts in the notes)")
+            raise _refuse(
+                f"capture entry for run {entry['run']} cannot be attested by its intake record, receipt "
+                "or ledger entry (or, for a direct capture, by its facts in the notes)"
+            )
         for fact in entry["facts"]:
             if claimed.setdefault(fact, entry["run"]) != entry["run"]:
                 raise _refuse(f"fact {fact} is claimed by two capture runs (authorities must be disjoint)")
@@ -124,6 +128,8 @@ def _curated_ids(layout: VaultLayout) -> set[str]:
 
 
 def _refuse(problem: str) -> Conflict:
-    return Conflict(f"adopt-replay refused: {problem}; nothing was written. The index's replay state is not "
-                    "trusted. Fix: restore the vault's .replay-projection-v1.json from a backup, or rebuild a fresh "
-                    "BuJo index after moving .index/ aside (replay history is then lost).")
+    return Conflict(
+        f"adopt-replay refused: {problem}; nothing was written. The index's replay state is not "
+        "trusted. Fix: restore the vault's .replay-projection-v1.json from a backup, or rebuild a fresh "
+        "BuJo index after moving .index/ aside (replay history is then lost)."
+    )

@@ -23,8 +23,13 @@ import os
 from pathlib import Path
 
 from memvault.indexer.maintenance.generations import REBUILD_GUARDS, current_generation
-from memvault.indexer.search.supersession import (keeper_of, kept_projection, lifecycle_entries, projection_path,
-                                                   read_projection)
+from memvault.indexer.search.supersession import (
+    keeper_of,
+    kept_projection,
+    lifecycle_entries,
+    projection_path,
+    read_projection,
+)
 from memvault.vault.errors import Conflict, IndexUnavailable, InvalidConfig, VaultError
 from memvault.vault.fsio import atomic_write, ensure_private_dir, fsync_dir, read_bytes_nofollow
 from memvault.vault.layout import VaultLayout
@@ -32,7 +37,9 @@ from memvault.vault.replay import ReplayState, read_sidecar, sidecar_path
 
 #: written by adopt-replay, removed by the rebuild that must follow it
 ADOPTION_MARKER = ".replay-adoption-pending"
-ADOPT_FIX = "stop the agent, run `memvault adopt-replay --json`, then `memvault rebuild` (never start the agent between them)"
+ADOPT_FIX = (
+    "stop the agent, run `memvault adopt-replay --json`, then `memvault rebuild` (never start the agent between them)"
+)
 
 
 def serving_generation(layout: VaultLayout) -> Path | None:
@@ -86,8 +93,10 @@ def verify_projection(generation: Path, expected: bytes | None) -> None:
         matches = (None if found is None else found[1]) == expected
     if not matches:
         where = projection_path(generation) if kept is None else f"the replay projection of {kept.where}"
-        raise IndexUnavailable(f"{where} does not match the replay sidecar just published: "
-                               "the capture stays pending and is retried (or run `memvault rebuild`)")
+        raise IndexUnavailable(
+            f"{where} does not match the replay sidecar just published: "
+            "the capture stays pending and is retried (or run `memvault rebuild`)"
+        )
 
 
 class SupersessionSource:
@@ -103,7 +112,7 @@ class SupersessionSource:
         return None if entry is None else {"state": entry["state"], "by": entry["by"], "at": entry["at"]}
 
     def supersession_state(self, entry_id: str) -> str:
-        """"valid", or "superseded" for a memory a capture superseded or updated (journal states)."""
+        """ "valid", or "superseded" for a memory a capture superseded or updated (journal states)."""
         return "valid" if self.lifecycle(entry_id) is None else "superseded"
 
 
@@ -161,8 +170,10 @@ def refuse_retained_plan_in_other_tier(layout: VaultLayout, config) -> None:
 def refuse_unadopted_replay_state(layout: VaultLayout, config) -> None:
     """Rebuild guard: never rebuild BuJo over index-only replay state (it would be lost)."""
     if config.memory.mode == "bujo" and unadopted_state(layout):
-        raise Conflict(f"the serving index holds replay state and the vault has no replay sidecar; nothing was "
-                       f"changed. Fix: {ADOPT_FIX}.")
+        raise Conflict(
+            f"the serving index holds replay state and the vault has no replay sidecar; nothing was "
+            f"changed. Fix: {ADOPT_FIX}."
+        )
 
 
 def _awaiting_capture(layout: VaultLayout) -> list[str]:
@@ -192,7 +203,9 @@ for _guard in (refuse_retained_plan_in_other_tier, refuse_unadopted_replay_state
 # --- strict health: the sidecar against the serving generation, exactly ---------------------------
 
 
-def replay_findings(layout: VaultLayout, config, generation: Path | None, strict: bool) -> list[tuple[str, str, str, str, str]]:
+def replay_findings(
+    layout: VaultLayout, config, generation: Path | None, strict: bool
+) -> list[tuple[str, str, str, str, str]]:
     """(severity, code, subject, message, fix) for `indexer/maintenance/health.py`'s replay check."""
     rebuild = "memvault rebuild"
     found: list[tuple[str, str, str, str, str]] = []
@@ -203,19 +216,37 @@ def replay_findings(layout: VaultLayout, config, generation: Path | None, strict
     held = None if projection is None else projection[0]
     if config.memory.mode != "bujo":
         if held is not None and held.entries:
-            found.append(("error", "replay_state_in_tier", ".index/", f"the {config.memory.mode} index holds "
-                          f"{len(held.entries)} replay-owned lifecycle/edge entries, which only BuJo may hold", rebuild))
+            found.append(
+                (
+                    "error",
+                    "replay_state_in_tier",
+                    ".index/",
+                    f"the {config.memory.mode} index holds "
+                    f"{len(held.entries)} replay-owned lifecycle/edge entries, which only BuJo may hold",
+                    rebuild,
+                )
+            )
         return found
     if adoption_pending(layout):
-        found.append(("error", "adoption_pending", ADOPTION_MARKER, "replay adoption was not followed by a rebuild", rebuild))
+        found.append(
+            ("error", "adoption_pending", ADOPTION_MARKER, "replay adoption was not followed by a rebuild", rebuild)
+        )
     try:
         sidecar, data = read_sidecar(layout.root)
     except (VaultError, OSError) as exc:
         return found + [("error", "sidecar_invalid", ".replay-projection-v1.json", str(exc), ADOPT_FIX)]
     if data is None:
         if held is not None and held.entries:
-            found.append(("error", "unadopted_replay_state", ".index/", "the index holds replay state but the vault "
-                          "has no replay sidecar (BuJo never trusts index-only lifecycle or edges)", ADOPT_FIX))
+            found.append(
+                (
+                    "error",
+                    "unadopted_replay_state",
+                    ".index/",
+                    "the index holds replay state but the vault "
+                    "has no replay sidecar (BuJo never trusts index-only lifecycle or edges)",
+                    ADOPT_FIX,
+                )
+            )
         return found
     if generation is not None and (projection is None or projection[1] != data):
         found.append(("error", "canonical_mismatch", ".index/", _mismatch(sidecar, held, strict), rebuild))
@@ -226,11 +257,15 @@ def _mismatch(sidecar: ReplayState, held: ReplayState | None, strict: bool) -> s
     if held is None:
         return "the index has no replay projection but the vault has a replay sidecar"
     if not strict:
-        return "the index's replay projection differs from the replay sidecar (run `memvault health --strict` for details)"
+        return (
+            "the index's replay projection differs from the replay sidecar (run `memvault health --strict` for details)"
+        )
     extra = [key for key in held.entries if sidecar.entries.get(key) != held.entries[key]]
     missing = [key for key in sidecar.entries if held.entries.get(key) != sidecar.entries[key]]
-    return (f"the index's replay projection differs from the replay sidecar: {len(extra)} entries not attested by the "
-            f"sidecar (first: {extra[:1]}), {len(missing)} sidecar entries missing or different (first: {missing[:1]})")
+    return (
+        f"the index's replay projection differs from the replay sidecar: {len(extra)} entries not attested by the "
+        f"sidecar (first: {extra[:1]}), {len(missing)} sidecar entries missing or different (first: {missing[:1]})"
+    )
 
 
 __all__ = [

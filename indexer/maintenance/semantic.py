@@ -275,8 +275,9 @@ def _stamp(folder: Path) -> tuple[int, int] | None:
     return (info.st_ino, info.st_mtime_ns)
 
 
-def coverage_findings(generation: Path, identity: EmbeddingIdentity, rows: Iterable[Row],
-                      name: str = FOLDER) -> list[tuple[str, str, str]]:
+def coverage_findings(
+    generation: Path, identity: EmbeddingIdentity, rows: Iterable[Row], name: str = FOLDER
+) -> list[tuple[str, str, str]]:
     """(code, subject, message) for every curated row whose vector (in folder `name`) is missing
     or stale, and every vector left without a row. Empty when the vectors cover the index exactly."""
     try:
@@ -291,8 +292,9 @@ def coverage_findings(generation: Path, identity: EmbeddingIdentity, rows: Itera
         if held is None or row.key not in semantic.vectors:
             found.append(("missing_vector", row.key, f"{row.key} has no{model} vector"))
         elif held != row_passage_hash(row):
-            found.append(("stale_vector", row.key,
-                          f"{row.key}'s{model} vector was embedded from older text or context"))
+            found.append(
+                ("stale_vector", row.key, f"{row.key}'s{model} vector was embedded from older text or context")
+            )
     for key in sorted(set(semantic.vectors.ids()) - {row.key for row in rows}):
         found.append(("extra_vector", key, f"{key} has a vector in {name}/ but no curated row"))
     return found

@@ -48,8 +48,15 @@ class LanePlan:
         return bool(self.delta.upserts or self.delta.removed)
 
 
-def plan(lanes: Iterable, layout: VaultLayout, index: DerivedIndex, vault_zone: str, *,
-         paths: set[str] | None = None, thorough: bool = False) -> tuple[list[LanePlan], Exception | None]:
+def plan(
+    lanes: Iterable,
+    layout: VaultLayout,
+    index: DerivedIndex,
+    vault_zone: str,
+    *,
+    paths: set[str] | None = None,
+    thorough: bool = False,
+) -> tuple[list[LanePlan], Exception | None]:
     """The plan of every list that lags (vault lock held), and the first list's failure.
 
     Without `thorough` or `paths`, a list whose vector count equals the curated row count is
@@ -63,15 +70,19 @@ def plan(lanes: Iterable, layout: VaultLayout, index: DerivedIndex, vault_zone: 
             if paths is None and not thorough and len(semantic.vectors) == index.bm25.count_kind("curated"):
                 continue
             if rows is None:
-                rows = index.all_rows() if paths is None else [
-                    row for path in sorted(paths) for row in index.rows_of(path).values()]
+                rows = (
+                    index.all_rows()
+                    if paths is None
+                    else [row for path in sorted(paths) for row in index.rows_of(path).values()]
+                )
             stale, extra = semantic.lagging_paths(rows, within=paths)
             delta = IndexDelta(removed=set(extra))
             for path in sorted(stale):
                 if path not in notes:
                     notes[path] = read_note_records(layout, path, vault_zone).records
-                delta.upserts += [r for r in notes[path]
-                                  if semantic.passages.get(f"{r.path}#{r.id}") != record_passage_hash(r)]
+                delta.upserts += [
+                    r for r in notes[path] if semantic.passages.get(f"{r.path}#{r.id}") != record_passage_hash(r)
+                ]
         except LANE_FAILURES as exc:
             failure = failure or exc
             continue

@@ -27,22 +27,39 @@ def check_extra_vectors(ctx: HealthContext) -> Iterable[Finding]:
     subject = str((folder / INDEX_FILE).relative_to(ctx.layout.root))
     if not folder.is_dir():
         if ctx.index.bm25.count_kind("curated"):
-            yield Finding("extra_vectors", ERROR, "extra_vectors_missing", subject,
-                          f"{subject} is missing (memory.extraEmbeddings was added after the last rebuild?): "
-                          f"recall runs without the {extra.provider} list", REBUILD)
+            yield Finding(
+                "extra_vectors",
+                ERROR,
+                "extra_vectors_missing",
+                subject,
+                f"{subject} is missing (memory.extraEmbeddings was added after the last rebuild?): "
+                f"recall runs without the {extra.provider} list",
+                REBUILD,
+            )
         return
     built = read_identity(folder)
     if built != identity:
         shown = "none" if built is None else built.describe()
-        yield Finding("extra_vectors", ERROR, "extra_vector_meta_mismatch", subject,
-                      f"the extra vectors were built with {shown} but memory.extraEmbeddings says "
-                      f"{identity.describe()}", REBUILD)
+        yield Finding(
+            "extra_vectors",
+            ERROR,
+            "extra_vector_meta_mismatch",
+            subject,
+            f"the extra vectors were built with {shown} but memory.extraEmbeddings says {identity.describe()}",
+            REBUILD,
+        )
         return
     try:
         VectorIndex.open(folder, identity)
     except (VaultError, OSError) as exc:
-        yield Finding("extra_vectors", ERROR, "extra_vectors_unreadable", subject,
-                      f"the {extra.provider} vector index cannot be loaded, so recall runs without it ({exc})", REBUILD)
+        yield Finding(
+            "extra_vectors",
+            ERROR,
+            "extra_vectors_unreadable",
+            subject,
+            f"the {extra.provider} vector index cannot be loaded, so recall runs without it ({exc})",
+            REBUILD,
+        )
         return
     if ctx.strict:
         for code, key, message in coverage_findings(ctx.index.generation, identity, ctx.index.all_rows(), EXTRA_FOLDER):

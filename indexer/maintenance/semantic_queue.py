@@ -73,8 +73,13 @@ def delta_size(delta: IndexDelta) -> tuple[int, int]:
 class SemanticQueue:
     """One worker thread; `run_batch(deltas)` embeds and commits (the store supplies it)."""
 
-    def __init__(self, index_dir: Path, run_batch: Callable[[list[IndexDelta]], None],
-                 catch_up: Callable[[], None] | None = None, save: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        index_dir: Path,
+        run_batch: Callable[[list[IndexDelta]], None],
+        catch_up: Callable[[], None] | None = None,
+        save: Callable[[], None] | None = None,
+    ):
         self._index_dir = index_dir
         self._run_batch = run_batch
         self._catch_up = catch_up

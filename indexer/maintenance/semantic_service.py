@@ -48,8 +48,13 @@ class _Building:
     by one thread, so two rebuilds of the same files still build identical vector indexes.
     """
 
-    def __init__(self, semantic: SemanticIndex, provider: Callable[[], EmbeddingProvider], progress: PhaseLog,
-                 phase: str = "embedding"):
+    def __init__(
+        self,
+        semantic: SemanticIndex,
+        provider: Callable[[], EmbeddingProvider],
+        progress: PhaseLog,
+        phase: str = "embedding",
+    ):
         self.semantic = semantic
         self._provider = provider
         self._progress = progress
@@ -184,8 +189,9 @@ class SemanticService:
     def attach_building(self, index: DerivedIndex, progress: PhaseLog | None = None) -> None:
         progress = progress or PhaseLog()
         index.components = [
-            _Building(SemanticIndex.create(index.generation, lane.identity, lane.folder), lane.provider, progress,
-                      lane.phase)
+            _Building(
+                SemanticIndex.create(index.generation, lane.identity, lane.folder), lane.provider, progress, lane.phase
+            )
             for lane in self._lanes
         ]
 
@@ -275,8 +281,9 @@ class SemanticService:
         if self.catch_up_source is not None:
             self.catch_up_source(paths)
 
-    def catch_up(self, index: DerivedIndex, vault_zone: str, *, thorough: bool = False,
-                 paths: set[str] | None = None) -> int:
+    def catch_up(
+        self, index: DerivedIndex, vault_zone: str, *, thorough: bool = False, paths: set[str] | None = None
+    ) -> int:
         """Embed what the serving vectors miss, and save; returns how many notes were redone.
         Lock held (indexer/maintenance/semantic_catch_up.py).
 
@@ -301,8 +308,9 @@ class SemanticService:
             marker.unlink(missing_ok=True)
         return max((plan.stale_notes for plan in plans), default=0)
 
-    def catch_up_beside_writers(self, locked_index: Callable[[], ContextManager[DerivedIndex]], vault_zone: str,
-                                paths: set[str] | None) -> None:
+    def catch_up_beside_writers(
+        self, locked_index: Callable[[], ContextManager[DerivedIndex]], vault_zone: str, paths: set[str] | None
+    ) -> None:
         """A live owner's catch-up after its queue overflowed: plan and commit under the vault
         lock (`locked_index()` holds it and gives the serving index), embed between the two, so
         writers never wait for the embedding. `paths`: the notes that overflowed (None: any). The

@@ -15,8 +15,9 @@ SERVER_FIX = ("start the index server, or point MEMVAULT_INDEX_DSN (or a libpq s
               "with pgvector 0.8+ (docs/team.md)")  # fmt: skip
 
 
-def server_findings(index_config, open_index: Callable[[], object], *,
-                    strict: bool = False) -> tuple[list[Finding], object | None]:
+def server_findings(
+    index_config, open_index: Callable[[], object], *, strict: bool = False
+) -> tuple[list[Finding], object | None]:
     """(findings, the serving generation or None when it cannot be read). `strict` names each
     curated row without a vector, as the local engine's strict vector check does."""
     subject = f"index server ({index_config.backend}, vault {index_config.name})"

@@ -99,8 +99,9 @@ class ServerProjection:
 class ServerRows:
     """Recall's row and lexical reads (the calls it makes of a Tantivy index), from a backend."""
 
-    def __init__(self, backend: ServerIndexBackend, generation: int, folder: Path,
-                 projection: ServerProjection | None = None):
+    def __init__(
+        self, backend: ServerIndexBackend, generation: int, folder: Path, projection: ServerProjection | None = None
+    ):
         self.backend = backend
         self.generation = generation
         #: the path standing for the generation's folder (a server generation has none)
@@ -211,7 +212,7 @@ def generation_name(backend: IndexBackend, number: int) -> str:
 def generation_number(backend: IndexBackend, name: str) -> int | None:
     """The generation a `generation_name` of this backend's vault names, else None."""
     prefix = f"{backend.engine}-{getattr(backend, 'vault', 'vault')}-g"
-    digits = name[len(prefix):] if name.startswith(prefix) else ""
+    digits = name[len(prefix) :] if name.startswith(prefix) else ""
     return int(digits) if digits.isdigit() else None
 
 
@@ -232,8 +233,9 @@ class ServerIndex:
     #: the server's versions, vault and generation, once health asked (shown in its details)
     server_details: dict | None = None
 
-    def __init__(self, backend: ServerIndexBackend, number: int, layout: VaultLayout, embedder=None, *,
-                 file_states: bool = True):
+    def __init__(
+        self, backend: ServerIndexBackend, number: int, layout: VaultLayout, embedder=None, *, file_states: bool = True
+    ):
         self.backend = backend
         self.number = number
         self.layout = layout
@@ -288,8 +290,15 @@ class ServerIndex:
         files = self._changed_states(indexed)
         if delta.is_empty and not files:
             return None
-        return PreparedApply(delta, files, BackendDelta(tuple(sorted(delta.deleted)), self._writes(delta),
-                                                        {p: (s.to_json() if s else None) for p, s in files.items()}))
+        return PreparedApply(
+            delta,
+            files,
+            BackendDelta(
+                tuple(sorted(delta.deleted)),
+                self._writes(delta),
+                {p: (s.to_json() if s else None) for p, s in files.items()},
+            ),
+        )
 
     def write(self, prepared: PreparedApply) -> None:
         """`apply`'s commit on the server (safe on another thread than `prepare`'s: a rebuild's
@@ -334,7 +343,9 @@ class ServerIndex:
             try:
                 embedded = embed_passages(self.embedder(), curated)
             except VaultError as exc:  # nothing was written: the files are read again next time
-                raise ProviderUnavailable(f"could not embed {len(curated)} memories for the index server ({exc})") from exc
+                raise ProviderUnavailable(
+                    f"could not embed {len(curated)} memories for the index server ({exc})"
+                ) from exc
             vectors = {record_key(r.path, r.id): embedded[i] for i, r in enumerate(curated)}
         return tuple(
             RowWrite(record_key(r.path, r.id), r, context_hash(r.context), vectors.get(record_key(r.path, r.id)))
@@ -382,6 +393,7 @@ class ServerVectors:
     catch_up_source = None
     lag_reason = None
     waiting = 0
+
     def __init__(self, embedder):
         self.embedder = embedder
         self.index: ServerIndex | None = None
@@ -441,5 +453,7 @@ def _identity_mismatch(index: ServerIndex, provider) -> str | None:
     if built == identity.describe():
         return None
     vault = getattr(index.backend, "vault", "?")
-    return (f"the vectors of vault {vault!r} on the index server were built with {built} but config says "
-            f"{identity.describe()}: run `memvault rebuild`")
+    return (
+        f"the vectors of vault {vault!r} on the index server were built with {built} but config says "
+        f"{identity.describe()}: run `memvault rebuild`"
+    )

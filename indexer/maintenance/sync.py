@@ -87,16 +87,31 @@ class Row:
     def to_record(self) -> MemoryRecord:
         """The record this row was written from (heading is not stored, so it comes back None)."""
         return MemoryRecord(
-            self.id, self.path, self.kind, date.fromisoformat(self.day),
-            datetime.fromtimestamp(self.at, timezone.utc), self.text, self.content_hash, self.line,
-            heading=None, explicit_id=not self.id.startswith(DERIVED_ID_PREFIX),
+            self.id,
+            self.path,
+            self.kind,
+            date.fromisoformat(self.day),
+            datetime.fromtimestamp(self.at, timezone.utc),
+            self.text,
+            self.content_hash,
+            self.line,
+            heading=None,
+            explicit_id=not self.id.startswith(DERIVED_ID_PREFIX),
         )
 
     @classmethod
     def of_hit(cls, hit: Bm25Hit) -> "Row":
         return cls(
-            hit.key, hit.id, hit.path, hit.kind, hit.day.isoformat(), hit.content_hash, hit.text,
-            int(hit.at.timestamp()), hit.line, hit.context_hash,
+            hit.key,
+            hit.id,
+            hit.path,
+            hit.kind,
+            hit.day.isoformat(),
+            hit.content_hash,
+            hit.text,
+            int(hit.at.timestamp()),
+            hit.line,
+            hit.context_hash,
         )
 
 

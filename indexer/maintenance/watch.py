@@ -62,8 +62,14 @@ MAX_PENDING_PATHS = 4096
 #: an idle watcher looks at its stop event at least this often (`Watcher._idle_wait`)
 STOP_LOOK_SECONDS = 1.0
 WATCHED_EVENTS = [
-    FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent, FileDeletedEvent,
-    DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
 ]
 _FILE_EVENT_TYPES = {"created", "modified", "closed", "moved", "deleted"}
 _DIR_EVENT_TYPES = {"created", "deleted", "moved"}
@@ -83,8 +89,14 @@ class ChangeQueue:
     first one, whichever comes first: bursts collapse, and a steady stream still flows.
     """
 
-    def __init__(self, debounce: float = 0.2, max_delay: float = 1.0, *, clock: Callable[[], float] = time.monotonic,
-                 max_paths: int = MAX_PENDING_PATHS):
+    def __init__(
+        self,
+        debounce: float = 0.2,
+        max_delay: float = 1.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_paths: int = MAX_PENDING_PATHS,
+    ):
         self.debounce, self.max_delay, self.max_paths = debounce, max_delay, max_paths
         self._clock = clock
         self._cond = threading.Condition()
@@ -222,12 +234,19 @@ class BatchReport:
         if self.action:
             return f"[{stamp}] {self.action} the index"
         o = self.outcome
-        return (f"[{stamp}] indexed {len(o.files)} file(s) of {o.checked} read ({what}): "
-                f"+{o.added} ~{o.updated} -{o.removed} memories in {o.seconds:.3f}s")
+        return (
+            f"[{stamp}] indexed {len(o.files)} file(s) of {o.checked} read ({what}): "
+            f"+{o.added} ~{o.updated} -{o.removed} memories in {o.seconds:.3f}s"
+        )
 
     def to_json(self) -> dict:
-        body = {"at": self.at.isoformat(), "named": self.named, "rescan": self.rescan, "error": self.error,
-                "action": self.action}
+        body = {
+            "at": self.at.isoformat(),
+            "named": self.named,
+            "rescan": self.rescan,
+            "error": self.error,
+            "action": self.action,
+        }
         body["sync"] = self.outcome.to_json() if self.outcome else None
         return body
 
@@ -414,6 +433,8 @@ def _quiet_watchdog_rewatch_warning() -> None:
     `watch`'s log lines.
     """
     warnings.filterwarnings(
-        "ignore", message=r"Callback with id .* already exists for watch", category=RuntimeWarning,
+        "ignore",
+        message=r"Callback with id .* already exists for watch",
+        category=RuntimeWarning,
         module=r"watchdog\.observers\.inotify",
     )

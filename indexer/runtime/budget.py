@@ -133,7 +133,9 @@ def materially_different(first: str, second: str) -> bool:
     return len(a & b) / len(a | b) < SAME_QUERY_OVERLAP
 
 
-def admit(candidates: Sequence[Evidence], *, results: int, chars: int, per_result: int = RESULT_CHARS) -> list[Evidence]:
+def admit(
+    candidates: Sequence[Evidence], *, results: int, chars: int, per_result: int = RESULT_CHARS
+) -> list[Evidence]:
     """The first candidates that fit: at most `results`, each cut to `per_result`, `chars` in total."""
     admitted: list[Evidence] = []
     left = chars

@@ -90,7 +90,9 @@ class HostSession:
         self.review_enabled = self.settings.idle_review_enabled if review is None else review
         self.agent_teams = agent_teams  # review pauses while Agent Teams tools are installed
         self._clock_ms = clock_ms
-        self._state_path = service.root / ACTIVITY_DIR / (hashlib.sha256(session_id.encode()).hexdigest()[:16] + ".json")
+        self._state_path = (
+            service.root / ACTIVITY_DIR / (hashlib.sha256(session_id.encode()).hexdigest()[:16] + ".json")
+        )
         self.activity = _load_activity(self._state_path)
         self._lock = threading.RLock()
         self._generation = 0
@@ -110,7 +112,9 @@ class HostSession:
         self.last_outcome: ReviewOutcome | None = None
 
     @classmethod
-    def open(cls, path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None, **kwargs) -> HostSession:
+    def open(
+        cls, path: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None, **kwargs
+    ) -> HostSession:
         service_kwargs = {k: kwargs.pop(k) for k in ("chat", "spaces_root") if k in kwargs}
         service = RuntimeService.open(path, env=env, **service_kwargs)
         return cls(service, chat=service_kwargs.get("chat"), **kwargs)

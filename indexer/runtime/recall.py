@@ -110,7 +110,9 @@ def _unverified(space_id: str, problem: str) -> VaultError:
 # --- recall across spaces -----------------------------------------------------------------------
 
 
-def recall_spaces(catalog: SpaceCatalog, query: str, space_ids: Sequence[str], limit: int = PER_SPACE_LIMIT) -> FusedRecall:
+def recall_spaces(
+    catalog: SpaceCatalog, query: str, space_ids: Sequence[str], limit: int = PER_SPACE_LIMIT
+) -> FusedRecall:
     """Search every space in `space_ids` concurrently; fused, deduplicated, weak hits dropped."""
     ids = list(dict.fromkeys(space_ids))
     if not ids:

@@ -166,7 +166,9 @@ def _run_tool(service, turn: TurnRecall, guard: ReviewGuard, tool: str, argument
             answer = turn.search_documents(str(arguments.get("query", ""))[:2000])
             return {"records": [{"id": r.id, "title": r.title, "excerpt": r.excerpt} for r in answer.records]}
         if tool == DOC_CREATE:
-            receipt = service.create_document(arguments.get("title"), arguments.get("body"), arguments.get("summary", ""))
+            receipt = service.create_document(
+                arguments.get("title"), arguments.get("body"), arguments.get("summary", "")
+            )
             changes.append(f"document {receipt.status}: {receipt.id}")
             return receipt.to_json()
         receipt = _runtime_change(service, arguments)

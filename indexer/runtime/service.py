@@ -125,7 +125,9 @@ class RuntimeService:
 
     def archive_document(self, doc_id: str, expected_revision: int | None = None) -> DocumentReceipt:
         self.switches.require_write("document archive")
-        return self.documents.archive(doc_id, expected_revision=expected_revision, indexer=self.maintenance.cold_indexer())
+        return self.documents.archive(
+            doc_id, expected_revision=expected_revision, indexer=self.maintenance.cold_indexer()
+        )
 
     # --- memory spaces -------------------------------------------------------------------------
 

@@ -43,7 +43,9 @@ def check_turn_id(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidTurnId(f"_meta[{TURN_META_KEY!r}] must be a string naming the agent turn, not {type(value).__name__}")
+        raise InvalidTurnId(
+            f"_meta[{TURN_META_KEY!r}] must be a string naming the agent turn, not {type(value).__name__}"
+        )
     if not 1 <= len(value) <= MAX_TURN_ID_CHARS or not value.isprintable():
         raise InvalidTurnId(
             f"_meta[{TURN_META_KEY!r}] must be 1 to {MAX_TURN_ID_CHARS} printable characters: use the host's own"

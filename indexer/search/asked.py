@@ -68,9 +68,13 @@ def _terms(sentence: str) -> set[str]:
     return terms
 
 
-def discount_asked(fused: list[Fused], texts: dict[str, str], question: str,
-                   doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]],
-                   periods: tuple[Period, ...] = ()) -> list[Fused]:
+def discount_asked(
+    fused: list[Fused],
+    texts: dict[str, str],
+    question: str,
+    doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]],
+    periods: tuple[Period, ...] = (),
+) -> list[Fused]:
     """`fused` re-ordered with each asking memory's discount (`texts`: key → the memory's own
     text, for the candidates whose rows are already read; the others are left as they are)."""
     asking = [entry for entry in fused[:ASKED_HEAD] if "?" in texts.get(entry.key, "")]

@@ -20,8 +20,14 @@ from typing import Iterable
 
 import tantivy
 
-from memvault.indexer.backend.analysis import (CJK_RUN_RE, CONTEXT_BOOST, MAX_QUERY_WORDS, STOPWORDS, WORD_RE,
-                                              cjk_bigrams)
+from memvault.indexer.backend.analysis import (
+    CJK_RUN_RE,
+    CONTEXT_BOOST,
+    MAX_QUERY_WORDS,
+    STOPWORDS,
+    WORD_RE,
+    cjk_bigrams,
+)
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, read_small, restrict_files
@@ -216,8 +222,12 @@ class Bm25Index:
         query = tantivy.Query.boolean_query(
             [
                 (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "kind", kind)),
-                (tantivy.Occur.Must, tantivy.Query.boolean_query(
-                    [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "chash", h)) for h in set(hashes)])),
+                (
+                    tantivy.Occur.Must,
+                    tantivy.Query.boolean_query(
+                        [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "chash", h)) for h in set(hashes)]
+                    ),
+                ),
             ]
         )
         searcher = self._current_searcher()

@@ -47,8 +47,10 @@ def coverage(question: str, candidates: Sequence[tuple[str, str, str]]) -> list[
     similarity = asked @ words.T  # question words × the candidates' distinct words
     best = np.maximum(_best_per_text(similarity, owns, 1.0), _best_per_text(similarity, arounds, NEIGHBOUR_DISCOUNT))
     scores = best.mean(axis=0)
-    return sorted(((key, float(score)) for (key, _, _), score in zip(candidates, scores, strict=True)),
-                  key=lambda pair: (-pair[1], pair[0]))
+    return sorted(
+        ((key, float(score)) for (key, _, _), score in zip(candidates, scores, strict=True)),
+        key=lambda pair: (-pair[1], pair[0]),
+    )
 
 
 def word_matches(question: str, texts: Sequence[str], contexts: Sequence[str]) -> tuple[list[str], np.ndarray]:
@@ -113,8 +115,13 @@ class _WordMemo:
             if self._rows is None or self._size - self._vocabulary > MEMO_LIMIT or len(self._texts) > MEMO_LIMIT:
                 self._reset()
             asked = " ".join(dict.fromkeys(_words(question)))
-            rows = self._rows_of([(asked, MAX_QUESTION_WORDS), *((text, MAX_MEMORY_WORDS) for text in texts),
-                                  *((context, MAX_CONTEXT_WORDS) for context in contexts)])
+            rows = self._rows_of(
+                [
+                    (asked, MAX_QUESTION_WORDS),
+                    *((text, MAX_MEMORY_WORDS) for text in texts),
+                    *((context, MAX_CONTEXT_WORDS) for context in contexts),
+                ]
+            )
             asked_rows, owns, arounds = rows[0], rows[1 : 1 + len(texts)], rows[1 + len(texts) :]
             involved = np.unique(np.concatenate([*owns, *arounds, np.zeros(0, dtype=np.int32)]))
             undigested = involved[~self._digested[involved]]
@@ -124,13 +131,19 @@ class _WordMemo:
             involved = involved[np.argsort(self._digests[involved], kind="stable")]
             column = np.zeros(self._size, dtype=np.int32)
             column[involved] = np.arange(len(involved), dtype=np.int32)
-            return (self._gather(asked_rows), self._gather(involved),
-                    [column[r] for r in owns], [column[r] for r in arounds])
+            return (
+                self._gather(asked_rows),
+                self._gather(involved),
+                [column[r] for r in owns],
+                [column[r] for r in arounds],
+            )
 
     def _rows_of(self, texts: list[tuple[str, int]]) -> list[np.ndarray]:
         """Each (text, word limit)'s words as table rows; new words are learnt in one batch."""
-        keys = [(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), limit)
-                for text, limit in texts]
+        keys = [
+            (hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), limit)
+            for text, limit in texts
+        ]
         fresh = {key: _words(text)[:limit] for key, (text, limit) in zip(keys, texts) if key not in self._texts}
         self._learn([w for w in dict.fromkeys(w for words in fresh.values() for w in words) if w not in self._rows])
         for key, words in fresh.items():

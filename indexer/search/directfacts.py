@@ -37,6 +37,7 @@ class Question:
 
 # --- vocabulary ---------------------------------------------------------------------------------
 
+
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
@@ -107,9 +108,17 @@ for _lemma_name, _forms in VERB_FORMS.items():
         VERB_FORM_INDEX[_form] = (_lemma_name, _known | {_tense})
 #: which verb form each auxiliary takes: "does X live", "is X living", "has X lived", "will X live"
 AUX_TAKES = {
-    "do": BASE, "does": BASE, "did": BASE, "will": BASE,
-    "is": PROGRESSIVE, "are": PROGRESSIVE, "was": PROGRESSIVE, "were": PROGRESSIVE,
-    "has": PARTICIPLE, "have": PARTICIPLE, "had": PARTICIPLE,
+    "do": BASE,
+    "does": BASE,
+    "did": BASE,
+    "will": BASE,
+    "is": PROGRESSIVE,
+    "are": PROGRESSIVE,
+    "was": PROGRESSIVE,
+    "were": PROGRESSIVE,
+    "has": PARTICIPLE,
+    "have": PARTICIPLE,
+    "had": PARTICIPLE,
 }
 
 
@@ -123,21 +132,36 @@ def verb_after_aux(aux: str, word: str, lemmas: frozenset[str] | tuple[str, ...]
     return lemma if lemma in lemmas and AUX_TAKES.get(aux) in tenses else None
 
 
-CHOICE_LEMMAS, LOCATION_LEMMAS, EVENT_LEMMAS = ("choose", "select", "pick"), ("live", "work"), ("start", "begin", "happen")
+CHOICE_LEMMAS, LOCATION_LEMMAS, EVENT_LEMMAS = (
+    ("choose", "select", "pick"),
+    ("live", "work"),
+    ("start", "begin", "happen"),
+)
 CHOICE_VERBS = verb_forms(*CHOICE_LEMMAS)
 LIVE_VERBS = {lemma: verb_forms(lemma) for lemma in LOCATION_LEMMAS}
 PREPOSITIONS = {"live": _words("in at on near"), "work": _words("at for in on")}
 EVENT_VERBS = verb_forms(*EVENT_LEMMAS)
 SCHEDULED = _words("scheduled planned set booked due fixed")
-_ALIASES = {"colour": "color", "favourite": "favorite", "centre": "center", "organisation": "organization",
-            "telephone": "phone", "e-mail": "email", "bday": "birthday"}
+_ALIASES = {
+    "colour": "color",
+    "favourite": "favorite",
+    "centre": "center",
+    "organisation": "organization",
+    "telephone": "phone",
+    "e-mail": "email",
+    "bday": "birthday",
+}
 
-_WEEKDAYS = _words("monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri sat sun")
+_WEEKDAYS = _words(
+    "monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri sat sun"
+)
 _MONTHS = _words(
     "january february march april may june july august september october november december "
     "jan feb mar apr jun jul aug sep sept oct nov dec"
 )
-_DATE_RE = re.compile(r"\d{1,2}(?:st|nd|rd|th)|\d{4}-\d{2}-\d{2}(?:t[\d:]{5,8}z?)?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}|(?:19|20)\d{2}")
+_DATE_RE = re.compile(
+    r"\d{1,2}(?:st|nd|rd|th)|\d{4}-\d{2}-\d{2}(?:t[\d:]{5,8}z?)?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}|(?:19|20)\d{2}"
+)
 _TIME_RE = re.compile(r"\d{1,2}(?::\d{2})?(?:am|pm|h)|\d{1,2}:\d{2}(?:-\d{1,2}:\d{2})?|noon|midday|midnight")
 _DATE_FILLER = _words(
     "on at for the of from to in - – — am pm a.m. p.m. first second third fourth fifth every morning "
@@ -151,10 +175,11 @@ _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "'"})
 _BLOCK_ID_RE = re.compile(r"\s\^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 #: a second sentence, a question, a list or a "Speaker: ..." label inside a record
 _SENTENCE_BREAK_RE = re.compile(r"[!?;\n]|[.:](?=\s)")
-_STRIP = ",\"()[]{}*_"
+_STRIP = ',"()[]{}*_'
 
 
 # --- questions ----------------------------------------------------------------------------------
+
 
 def classify_question(query: str) -> tuple[Question | None, str]:
     """The direct-fact shape of `query`, or None and a content-free reason to abstain."""
@@ -225,7 +250,12 @@ def _event_question(w: list[str]) -> Question | str | None:
         detail, event = "when", w[2:]
     elif w[:2] == ["when", "will"] and w[-1:] == ["be"]:
         detail, event = "when", w[2:-1]
-    elif w[0] == "when" and len(w) > 3 and w[1] in ("does", "did", "do", "will", "has", "have", "had") and w[-1] in EVENT_VERBS:
+    elif (
+        w[0] == "when"
+        and len(w) > 3
+        and w[1] in ("does", "did", "do", "will", "has", "have", "had")
+        and w[-1] in EVENT_VERBS
+    ):
         if verb_after_aux(w[1], w[-1], EVENT_LEMMAS) is None:  # "when does it started"
             return None
         detail, event = "when", w[2:-1]
@@ -258,6 +288,7 @@ def _location_question(w: list[str]) -> Question | str | None:
 
 
 # --- records ------------------------------------------------------------------------------------
+
 
 def record_value(question: Question, text: str) -> str | None:
     """The value `text` binds to the asked subject and property, or None if it does not state
@@ -356,6 +387,7 @@ def _date_value(words: list[str], detail: str) -> str | None:
 
 # --- shared helpers -----------------------------------------------------------------------------
 
+
 def _abstain_reason(words: list[str]) -> str | None:
     """Why a token list (question after its wh-word, or a whole record) must abstain."""
     present = set(words)
@@ -364,8 +396,10 @@ def _abstain_reason(words: list[str]) -> str | None:
         return "abstain:coordination"
     if present & (REPORTED | DITRANSITIVE):
         return "abstain:reported_speech"
-    if present & NEGATION or any(w.endswith("n't") or w.startswith("ex-") for w in words) or any(
-        f" {p} " in joined for p in NEGATION_PHRASES
+    if (
+        present & NEGATION
+        or any(w.endswith("n't") or w.startswith("ex-") for w in words)
+        or any(f" {p} " in joined for p in NEGATION_PHRASES)
     ):
         return "abstain:negation"
     if present & SUBORDINATE or any(f" {p} " in joined for p in SUBORDINATE_PHRASES):
@@ -374,7 +408,7 @@ def _abstain_reason(words: list[str]) -> str | None:
 
 
 def _owner(word: str) -> str:
-    """"morgan's" -> "morgan", "james'" -> "james"; "" for a word that is not possessive."""
+    """ "morgan's" -> "morgan", "james'" -> "james"; "" for a word that is not possessive."""
     if word.endswith("'s") and len(word) > 2:
         return word[:-2]
     if word.endswith("s'") and len(word) > 2:

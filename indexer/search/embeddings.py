@@ -101,8 +101,7 @@ def _make_http_provider(
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidConfig(
-            f"memory.embeddings.endpoint {endpoint!r} is not an http(s) URL: "
-            f"use e.g. {DEFAULT_ENDPOINTS[provider]}"
+            f"memory.embeddings.endpoint {endpoint!r} is not an http(s) URL: use e.g. {DEFAULT_ENDPOINTS[provider]}"
         )
     if not timeout_s > 0:
         raise InvalidConfig(f"the embeddings timeout must be positive, not {timeout_s!r}")
@@ -131,7 +130,9 @@ class _WordLlamaModel:
         vocabulary = tokenizer.get_vocab()
         #: words that are one token of the vocabulary (SentencePiece marks a word start with ▁)
         self._whole_words = {
-            token[1:]: token_id for token, token_id in vocabulary.items() if token.startswith(_BOUNDARY) and len(token) > 1
+            token[1:]: token_id
+            for token, token_id in vocabulary.items()
+            if token.startswith(_BOUNDARY) and len(token) > 1
         }
         self._boundary = vocabulary.get(_BOUNDARY)
 
@@ -168,7 +169,9 @@ class _WordLlamaModel:
         if present.any():
             flat = np.fromiter((i for word_ids in ids for i in word_ids), dtype=np.int64, count=int(lengths.sum()))
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-            out[present] = np.add.reduceat(self.rows(np.clip(flat, 0, self.matrix.shape[0] - 1)), starts[present], axis=0)
+            out[present] = np.add.reduceat(
+                self.rows(np.clip(flat, 0, self.matrix.shape[0] - 1)), starts[present], axis=0
+            )
         return normalize_rows(out)
 
     def rows(self, ids) -> np.ndarray:
@@ -231,7 +234,9 @@ def read_safetensor(path: Path, name: str) -> np.ndarray:
     shape = tuple(info["shape"])
     if end > len(data) or (end - start) != int(np.prod(shape)) * np.dtype(dtype).itemsize:
         raise ValueError(f"{path}: tensor {name} does not fit its byte range")
-    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"), count=int(np.prod(shape)), offset=start).reshape(shape)
+    return np.frombuffer(
+        data, dtype=np.dtype(dtype).newbyteorder("<"), count=int(np.prod(shape)), offset=start
+    ).reshape(shape)
 
 
 def _load_wordllama() -> _WordLlamaModel:

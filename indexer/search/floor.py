@@ -63,7 +63,6 @@ MIN_VARIANT_LENGTH = 4
 EMPTY_REASON = "nothing in memory matches"
 
 
-
 @dataclass(frozen=True)
 class Evidence:
     """The best share among the hits, the question's terms with their idf, and its names."""
@@ -79,15 +78,24 @@ class Evidence:
         return self.share < FLOOR or (self.unknown_names and self.share < NAME_FLOOR)
 
     def to_json(self) -> dict:
-        return {"share": round(self.share, 4), "floor": FLOOR, "nameFloor": NAME_FLOOR,
-                "names": list(self.names), "unknownNames": self.unknown_names,
-                "terms": {term: round(idf, 3) for term, idf in self.terms.items()}}
+        return {
+            "share": round(self.share, 4),
+            "floor": FLOOR,
+            "nameFloor": NAME_FLOOR,
+            "names": list(self.names),
+            "unknownNames": self.unknown_names,
+            "terms": {term: round(idf, 3) for term, idf in self.terms.items()},
+        }
 
 
-_QUIET = frozenset(t for word in (
-    "s he she him her hers his they them their theirs its would could should might may can must shall "
-    "will also just about something anything everything nothing thing things stuff tell know remember"
-).split() for t in stemmed_terms(word))  # carry no topic: a hit need not hold them
+_QUIET = frozenset(
+    t
+    for word in (
+        "s he she him her hers his they them their theirs its would could should might may can must shall "
+        "will also just about something anything everything nothing thing things stuff tell know remember"
+    ).split()
+    for t in stemmed_terms(word)
+)  # carry no topic: a hit need not hold them
 _WORD_RE = re.compile(r"[^\W_][\w'’-]*")
 
 
@@ -124,8 +132,14 @@ def question_names(question: str) -> list[str]:
     return [t for t in dict.fromkeys(terms_of(" ".join(names))) if len(t) > 1 and t not in _QUIET][:MAX_TERMS]
 
 
-def evidence(doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]], question: str,
-             passages: list[tuple[str, str]], periods: tuple[Period, ...] = (), *, near_words: bool = True) -> Evidence:
+def evidence(
+    doc_freqs: Callable[[str, list[str]], tuple[int, dict[str, int]]],
+    question: str,
+    passages: list[tuple[str, str]],
+    periods: tuple[Period, ...] = (),
+    *,
+    near_words: bool = True,
+) -> Evidence:
     """The evidence for `question` in the best of `passages` ((text, context) pairs, best first).
     `doc_freqs(field, terms)` gives the index's row count and each term's document frequency in
     `field` (`text`; `cjk` for CJK bigrams). Without
@@ -175,7 +189,7 @@ def _spellings(name: str) -> list[str]:
     cuts = [i for i in range(1, len(name)) if name[i] == "h" or name[i] == name[i - 1]]
     if name.endswith("e"):
         cuts.append(len(name) - 1)
-    return [name[:i] + name[i + 1:] for i in dict.fromkeys(cuts)]
+    return [name[:i] + name[i + 1 :] for i in dict.fromkeys(cuts)]
 
 
 _NO_MATCH = np.zeros(SHARE_HITS, dtype=np.float32)
@@ -189,8 +203,9 @@ def _soft_matches(asked: str, weights: dict[str, float], passages: list[tuple[st
     try:
         # each term is matched as the question spells it and as its stem: "pets" is two tokens of
         # the word table and lands far from "dog", "pet" is one and lands near it
-        words, best = word_matches(" ".join([*asked.split(), *weights]), [text for text, _ in passages],
-                                   [context for _, context in passages])
+        words, best = word_matches(
+            " ".join([*asked.split(), *weights]), [text for text, _ in passages], [context for _, context in passages]
+        )
     except ProviderUnavailable:
         return {}  # no word table: exact matches only (recall says coverage is unavailable)
     credit = np.clip((best - SOFT_FLOOR) / (1.0 - SOFT_FLOOR), 0.0, 1.0)

@@ -151,9 +151,7 @@ def post_raw(
     return raw
 
 
-def _read_bounded(
-    response: Any, limit: int, deadline: float, where: str, target: HttpTarget
-) -> bytes:
+def _read_bounded(response: Any, limit: int, deadline: float, where: str, target: HttpTarget) -> bytes:
     too_big = ProviderUnavailable(
         f"{where}: the answer is larger than {limit // (1024 * 1024) or limit} "
         f"{'MiB' if limit >= 1024 * 1024 else 'bytes'}: check that {target.config_key} "
@@ -195,18 +193,14 @@ def _http_error(exc: "urllib.error.HTTPError", where: str, target: HttpTarget) -
     finally:
         exc.close()
     detail = f": {excerpt(raw)!r}" if raw else ""
-    error = ProviderUnavailable(
-        f"{where}: HTTP {exc.code} {exc.reason}{detail}: {_status_fix(exc.code, target)}"
-    )
+    error = ProviderUnavailable(f"{where}: HTTP {exc.code} {exc.reason}{detail}: {_status_fix(exc.code, target)}")
     error.http_status = exc.code  # a chat client tells "this server rejects the schema" (400) from an outage
     return error
 
 
 def _connect_error(reason: Any, where: str, target: HttpTarget, timeout_s: float) -> ProviderUnavailable:
     if isinstance(reason, ConnectionRefusedError):
-        return ProviderUnavailable(
-            f"{where}: connection refused: {target.start_hint}, or fix {target.config_key}"
-        )
+        return ProviderUnavailable(f"{where}: connection refused: {target.start_hint}, or fix {target.config_key}")
     if isinstance(reason, TimeoutError):
         return ProviderUnavailable(
             f"{where}: no complete answer within {timeout_s:g} s: check that the server is "

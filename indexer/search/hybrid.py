@@ -73,8 +73,12 @@ def fuse(
     """
     fused: dict[str, Fused] = {}
     ceiling = 0.0
-    for name, hits, weight in (("bm25", bm25, BM25_WEIGHT), ("vector", vectors, VECTOR_WEIGHT),
-                               ("coverage", coverage, COVERAGE_WEIGHT), ("extra", extra, EXTRA_VECTOR_WEIGHT)):
+    for name, hits, weight in (
+        ("bm25", bm25, BM25_WEIGHT),
+        ("vector", vectors, VECTOR_WEIGHT),
+        ("coverage", coverage, COVERAGE_WEIGHT),
+        ("extra", extra, EXTRA_VECTOR_WEIGHT),
+    ):
         if hits is not None:
             _contribute(fused, name, hits, weight)
             ceiling += _ceiling(weight)

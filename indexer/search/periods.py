@@ -33,17 +33,56 @@ def alt(*words: str) -> str:
 
 WEEKDAY = alt("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONTH = alt(
-    "january", "february", "march", "april", "may", "june", "july", "august", "september",
-    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-    "sept", "oct", "nov", "dec",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
 )
 DAY = r"\d{1,2}(?:st|nd|rd|th)?"
 DATE = alt(
-    r"\d{4}-\d{2}-\d{2}", rf"{DAY} (?:of )?{MONTH}(?: \d{{4}})?", rf"{MONTH} {DAY}(?: \d{{4}})?",
-    rf"(?:last |this )?{WEEKDAY}", "yesterday", "today",
+    r"\d{4}-\d{2}-\d{2}",
+    rf"{DAY} (?:of )?{MONTH}(?: \d{{4}})?",
+    rf"{MONTH} {DAY}(?: \d{{4}})?",
+    rf"(?:last |this )?{WEEKDAY}",
+    "yesterday",
+    "today",
 )
-SPAN = alt("week", "month", "year", "quarter", "weekend", "sprint", "fortnight", "few days", "few weeks",
-           "couple of days", "couple of weeks", r"\d{1,3} (?:days|weeks|months)", "two weeks", "three weeks")
+SPAN = alt(
+    "week",
+    "month",
+    "year",
+    "quarter",
+    "weekend",
+    "sprint",
+    "fortnight",
+    "few days",
+    "few weeks",
+    "couple of days",
+    "couple of weeks",
+    r"\d{1,3} (?:days|weeks|months)",
+    "two weeks",
+    "three weeks",
+)
 PERIOD = alt(
     rf"(?:last|this|past|previous|the past|the last|the previous|earlier this) {SPAN}",
     rf"(?:(?:in|during|over|for) )?(?:the (?:last|past|previous) ){SPAN}",
@@ -61,16 +100,48 @@ MAX_PERIODS = 4
 #: how far back a relative count may reach ("999 days ago" is refused)
 _MAX_COUNT = 400
 
-_MONTH_NUMBER = {name: number for number, names in enumerate((
-    (), ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
-    ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
-    ("november", "nov"), ("december", "dec"),
-)) for name in names}
-_WEEKDAY_NUMBER = {name: n for n, name in enumerate(
-    ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))}
+_MONTH_NUMBER = {
+    name: number
+    for number, names in enumerate(
+        (
+            (),
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        )
+    )
+    for name in names
+}
+_WEEKDAY_NUMBER = {
+    name: n for n, name in enumerate(("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
+}
 _COUNT_WORDS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3, "few": 3,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "a few": 3,
+    "few": 3,
 }
 _ORDINAL = {"first": 1, "1st": 1, "second": 2, "2nd": 2, "third": 3, "3rd": 3, "fourth": 4, "4th": 4, "last": -1}
 #: meteorological seasons (northern hemisphere): first month and length; winter YYYY starts in December YYYY-1
@@ -107,23 +178,46 @@ def _date_group(prefix: str) -> str:
     return re.sub(r"\(\?P<(\w+)>", rf"(?P<{prefix}\1>", _ONE_DATE)
 
 
-_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((name, re.compile(_B + pattern + _E)) for name, pattern in (
-    ("range", rf"(?:between|from) {_date_group('a')} (?:and|to|through|until|till|-) {_date_group('b')}"),
-    ("week_around", rf"(?:the )?week (?P<side>before|after|of) {_ONE_DATE}"),
-    ("nth_of_month", rf"(?:the )?(?P<nth>{alt(*_ORDINAL)}) (?P<unit>week|weekend) (?:of|in) {_MONTH_NAME}(?: {_YEAR})?"),
-    ("date", _ONE_DATE),
-    ("month", rf"(?:(?P<edge>early|mid|late|the end of|the beginning of|the start of) )?{_MONTH_NAME}(?: of)?,? {_YEAR}"),
-    ("season", rf"(?:(?P<which>last|this|previous) |(?:in|during|over) (?:the )?)?(?P<season>spring|summer|autumn|fall|winter)"
-               rf"(?:(?: of)? {_YEAR})?"),
-    ("bare_month", rf"(?P<which>in|during|since|last|this|early|mid|late|of) {_MONTH_NAME}"),
-    ("year", rf"(?:(?:in|during|since|of|throughout|by|early|late|mid|the year) ){_YEAR}"),
-    ("ago", rf"(?P<count>{_COUNT}) (?P<unit>day|days|week|weeks|month|months|year|years) ago"),
-    ("past", rf"(?:the )?(?:past|last) (?P<count>{_COUNT}) (?P<unit>days|weeks|months)"),
-    ("relative", alt("the day before yesterday", "yesterday", "last night", "today", "tonight", "this morning",
-                     "this afternoon", "this evening")),
-    ("span", rf"(?P<which>last|this|past|previous) (?P<unit>week|weekend|month|year|fortnight)"),
-    ("weekday", rf"(?P<which>last|this|on|past) (?P<weekday>{WEEKDAY})"),
-))
+_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
+    (name, re.compile(_B + pattern + _E))
+    for name, pattern in (
+        ("range", rf"(?:between|from) {_date_group('a')} (?:and|to|through|until|till|-) {_date_group('b')}"),
+        ("week_around", rf"(?:the )?week (?P<side>before|after|of) {_ONE_DATE}"),
+        (
+            "nth_of_month",
+            rf"(?:the )?(?P<nth>{alt(*_ORDINAL)}) (?P<unit>week|weekend) (?:of|in) {_MONTH_NAME}(?: {_YEAR})?",
+        ),
+        ("date", _ONE_DATE),
+        (
+            "month",
+            rf"(?:(?P<edge>early|mid|late|the end of|the beginning of|the start of) )?{_MONTH_NAME}(?: of)?,? {_YEAR}",
+        ),
+        (
+            "season",
+            rf"(?:(?P<which>last|this|previous) |(?:in|during|over) (?:the )?)?(?P<season>spring|summer|autumn|fall|winter)"
+            rf"(?:(?: of)? {_YEAR})?",
+        ),
+        ("bare_month", rf"(?P<which>in|during|since|last|this|early|mid|late|of) {_MONTH_NAME}"),
+        ("year", rf"(?:(?:in|during|since|of|throughout|by|early|late|mid|the year) ){_YEAR}"),
+        ("ago", rf"(?P<count>{_COUNT}) (?P<unit>day|days|week|weeks|month|months|year|years) ago"),
+        ("past", rf"(?:the )?(?:past|last) (?P<count>{_COUNT}) (?P<unit>days|weeks|months)"),
+        (
+            "relative",
+            alt(
+                "the day before yesterday",
+                "yesterday",
+                "last night",
+                "today",
+                "tonight",
+                "this morning",
+                "this afternoon",
+                "this evening",
+            ),
+        ),
+        ("span", rf"(?P<which>last|this|past|previous) (?P<unit>week|weekend|month|year|fortnight)"),
+        ("weekday", rf"(?P<which>last|this|on|past) (?P<weekday>{WEEKDAY})"),
+    )
+)
 
 
 def question_periods(question: str, today: date) -> tuple[Period, ...]:
@@ -293,7 +387,11 @@ def _past(match: re.Match, today: date) -> Span:
     if count is None:
         return None
     unit = match.group("unit")
-    start = _add_months(today, -count) if unit == "months" else today - timedelta(days=count * (7 if unit == "weeks" else 1))
+    start = (
+        _add_months(today, -count)
+        if unit == "months"
+        else today - timedelta(days=count * (7 if unit == "weeks" else 1))
+    )
     return start, today
 
 
@@ -340,7 +438,17 @@ def _add_months(day: date, months: int) -> date:
 
 
 _RESOLVERS = {
-    "range": _range, "week_around": _week_around, "nth_of_month": _nth_of_month, "date": _date, "month": _month,
-    "season": _season, "bare_month": _bare_month, "year": _year, "ago": _ago, "past": _past,
-    "relative": _relative, "span": _span, "weekday": _weekday,
+    "range": _range,
+    "week_around": _week_around,
+    "nth_of_month": _nth_of_month,
+    "date": _date,
+    "month": _month,
+    "season": _season,
+    "bare_month": _bare_month,
+    "year": _year,
+    "ago": _ago,
+    "past": _past,
+    "relative": _relative,
+    "span": _span,
+    "weekday": _weekday,
 }

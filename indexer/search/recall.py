@@ -38,9 +38,21 @@ def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
     return RecallHit(hit.id, hit.text, hit.source, score, hit.at, hit.kind, explain)
 
 
-def retrieve(bm25: Bm25Index, semantic, query: str, depth: int = CANDIDATE_DEPTH, rows_for: int | None = None,
-             *, one_per_text: bool = False, periods: tuple[Period, ...] = (), reranker=None,
-             notes: dict | None = None, extra_list: bool = True, asked: bool = True, doc_freqs=None):
+def retrieve(
+    bm25: Bm25Index,
+    semantic,
+    query: str,
+    depth: int = CANDIDATE_DEPTH,
+    rows_for: int | None = None,
+    *,
+    one_per_text: bool = False,
+    periods: tuple[Period, ...] = (),
+    reranker=None,
+    notes: dict | None = None,
+    extra_list: bool = True,
+    asked: bool = True,
+    doc_freqs=None,
+):
     """Fused candidates with their stored rows, and why the answer is degraded (or None).
 
     `semantic` is the SemanticService for Journal/BuJo, None for Lite (which never embeds and so
@@ -114,8 +126,12 @@ def _reranked(bm25: Bm25Index, reranker, query: str, fused: list[Fused], docs: d
     except ProviderUnavailable as exc:
         notes["rerank"] = {"model": reranker.model, "ms": _ms_since(started), "error": str(exc)}
         return fused, f"reranker unavailable, answered without it ({exc})"
-    notes["rerank"] = {"model": reranker.model, "ms": _ms_since(started), "documents": len(keys),
-                       "scored": len(answer.scores)}
+    notes["rerank"] = {
+        "model": reranker.model,
+        "ms": _ms_since(started),
+        "documents": len(keys),
+        "scored": len(answer.scores),
+    }
     return fuse_rerank(fused, keys, answer), None
 
 
@@ -183,8 +199,19 @@ def routed_away(query: str, mode: str, run_history: str | None = None) -> Recall
     return None
 
 
-def answer_recall(bm25: Bm25Index, semantic, query: str, limit: int, mode: str, *, tier: str, root,
-                  run_history: str | None, today: date, reranker=None) -> RecallResult:
+def answer_recall(
+    bm25: Bm25Index,
+    semantic,
+    query: str,
+    limit: int,
+    mode: str,
+    *,
+    tier: str,
+    root,
+    run_history: str | None,
+    today: date,
+    reranker=None,
+) -> RecallResult:
     """A checked recall request answered over `bm25` (the committed index, pending rows beside
     it) and `semantic`, as the vault's tier asks: `auto` gates; BuJo's explicit recall adds
     one-hop graph neighbours of the direct hits (graph.jsonl under `root`)."""
@@ -194,14 +221,24 @@ def answer_recall(bm25: Bm25Index, semantic, query: str, limit: int, mode: str, 
         return recall_tool(bm25, semantic, query, limit, run_history=run_history, today=today, reranker=reranker)
     from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
 
-    result = recall_tool(bm25, semantic, query, direct_depth(limit), run_history=run_history, today=today,
-                         reranker=reranker)
+    result = recall_tool(
+        bm25, semantic, query, direct_depth(limit), run_history=run_history, today=today, reranker=reranker
+    )
     return expand_recall(root, bm25, result, limit)
 
 
 def recall_tool(
-    bm25: Bm25Index, semantic, query: str, limit: int, mode: str = "tool", run_history: str | None = None,
-    today: date | None = None, floor: bool = True, reranker=None, extra_list: bool = True, asked: bool = True,
+    bm25: Bm25Index,
+    semantic,
+    query: str,
+    limit: int,
+    mode: str = "tool",
+    run_history: str | None = None,
+    today: date | None = None,
+    floor: bool = True,
+    reranker=None,
+    extra_list: bool = True,
+    asked: bool = True,
 ) -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence.
 
@@ -212,11 +249,22 @@ def recall_tool(
     periods = question_periods(query, today) if today is not None else ()
     notes: dict = {}
     doc_freqs = _remembered(bm25.doc_freqs)  # the discount and the floor look up the same terms
-    candidates, degraded = retrieve(bm25, semantic, query, rows_for=limit, one_per_text=True, periods=periods,
-                                    reranker=reranker, notes=notes, extra_list=extra_list, asked=asked,
-                                    doc_freqs=doc_freqs)
-    found = evidence(doc_freqs, query,
-                     [(row.text, row.context) for _, row in candidates], periods, near_words=semantic is not None)
+    candidates, degraded = retrieve(
+        bm25,
+        semantic,
+        query,
+        rows_for=limit,
+        one_per_text=True,
+        periods=periods,
+        reranker=reranker,
+        notes=notes,
+        extra_list=extra_list,
+        asked=asked,
+        doc_freqs=doc_freqs,
+    )
+    found = evidence(
+        doc_freqs, query, [(row.text, row.context) for _, row in candidates], periods, near_words=semantic is not None
+    )
     explain = {"periods": [period.to_json() for period in periods], "evidence": found.to_json(), **notes}
     empty_reason = None
     if floor and candidates and found.empty:
@@ -227,8 +275,9 @@ def recall_tool(
     if not hits:  # an empty answer repeats the run-history handoff so the agent stops rephrasing
         guidance = "\n".join(filter(None, (guidance, run_history_handoff(run_history))))
         empty_reason = empty_reason or EMPTY_REASON
-    return RecallResult(query, mode, hits, degraded=degraded, guidance=guidance, empty_reason=empty_reason,
-                        explain=explain)
+    return RecallResult(
+        query, mode, hits, degraded=degraded, guidance=guidance, empty_reason=empty_reason, explain=explain
+    )
 
 
 def _remembered(doc_freqs):

@@ -56,9 +56,17 @@ class RerankAnswer:
 
 
 class HttpReranker:
-    def __init__(self, endpoint: str, model: str, *, format: str = "cohere", timeout_s: float = DEFAULT_TIMEOUT_MS / 1000,
-                 candidates: int = DEFAULT_CANDIDATES, api_key: str | None = None,
-                 unavailable: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        model: str,
+        *,
+        format: str = "cohere",
+        timeout_s: float = DEFAULT_TIMEOUT_MS / 1000,
+        candidates: int = DEFAULT_CANDIDATES,
+        api_key: str | None = None,
+        unavailable: str | None = None,
+    ) -> None:
         if format not in FORMATS:
             raise ValueError(f"rerank format {format!r} is not one of {', '.join(FORMATS)}")
         self.endpoint, self.model, self.format = endpoint, model, format
@@ -66,9 +74,11 @@ class HttpReranker:
         self._api_key = api_key
         self._unavailable = unavailable  # a configuration that cannot work (a named key not set): say so per call
         self._target = HttpTarget(
-            f"reranker (model {model})", "memory.rerank.endpoint", "start the rerank server",
+            f"reranker (model {model})",
+            "memory.rerank.endpoint",
+            "start the rerank server",
             "check memory.rerank.endpoint: the full URL of the rerank route (llama.cpp and Infinity: "
-            "…/v1/rerank or …/rerank; TEI: …/rerank with format \"tei\")",
+            '…/v1/rerank or …/rerank; TEI: …/rerank with format "tei")',
         )
 
     def __repr__(self) -> str:  # never shows the API key
@@ -86,14 +96,20 @@ class HttpReranker:
         else:
             payload = {"model": self.model, "query": query, "documents": texts, "top_n": len(texts)}
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        answer = post_json(self.endpoint, payload, target=self._target, timeout_s=self.timeout_s,
-                           headers=headers, max_bytes=_MAX_ANSWER_BYTES)
+        answer = post_json(
+            self.endpoint,
+            payload,
+            target=self._target,
+            timeout_s=self.timeout_s,
+            headers=headers,
+            max_bytes=_MAX_ANSWER_BYTES,
+        )
         return RerankAnswer(self._parse(answer, len(texts)))
 
     def _parse(self, answer: Any, count: int) -> dict[int, float]:
         results = answer.get("results") if isinstance(answer, dict) else answer
         if not isinstance(results, list):
-            raise self._fail("the answer is neither {\"results\": [...]} nor a list of results")
+            raise self._fail('the answer is neither {"results": [...]} nor a list of results')
         if len(results) > count:
             raise self._fail(f"it returned {len(results)} results for {count} documents")
         scores: dict[int, float] = {}
@@ -112,8 +128,10 @@ class HttpReranker:
         return scores
 
     def _fail(self, problem: str) -> ProviderUnavailable:
-        fix = ("check memory.rerank.format: \"cohere\" for Jina/Cohere-style servers (llama.cpp, Infinity, vLLM), "
-               "\"tei\" for text-embeddings-inference")
+        fix = (
+            'check memory.rerank.format: "cohere" for Jina/Cohere-style servers (llama.cpp, Infinity, vLLM), '
+            '"tei" for text-embeddings-inference'
+        )
         return ProviderUnavailable(f"{self._target.name} at {self.endpoint}: {problem}: {fix}")
 
 
@@ -127,8 +145,15 @@ def reranker_from_config(rerank, env) -> HttpReranker | None:
         api_key = env.get(rerank.api_key_env)
         if not api_key:
             unavailable = f"memory.rerank.apiKeyEnv names {rerank.api_key_env}, which is not set: export it"
-    return HttpReranker(rerank.endpoint, rerank.model, format=rerank.format, timeout_s=rerank.timeout_ms / 1000,
-                        candidates=rerank.candidates, api_key=api_key, unavailable=unavailable)
+    return HttpReranker(
+        rerank.endpoint,
+        rerank.model,
+        format=rerank.format,
+        timeout_s=rerank.timeout_ms / 1000,
+        candidates=rerank.candidates,
+        api_key=api_key,
+        unavailable=unavailable,
+    )
 
 
 def fuse_rerank(fused: list[Fused], keys: Sequence[str], answer: RerankAnswer) -> list[Fused]:

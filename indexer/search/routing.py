@@ -39,6 +39,8 @@ ACTIVE_CHAT_GUIDANCE = (
     "This question is about the active conversation, not durable memory. Answer it from the "
     "conversation history in your context; durable memory was not searched."
 )
+
+
 #: The conditional exact handoff for interrupted-run recovery. MemoryRecall returns it for a
 #: resume request and repeats it on every empty response, so the agent stops rephrasing memory
 #: searches for evidence that run history owns. It names a tool only when the host said it offers
@@ -138,21 +140,70 @@ def _compile(*patterns: str) -> tuple[re.Pattern, ...]:
 
 _RECENT = _alt("last", "previous", "latest", "most recent", "prior", "preceding", "last few", "previous few")
 _MESSAGE = _alt(
-    "message", "messages", "reply", "replies", "response", "responses", "answer", "answers",
-    "question", "questions", "turn", "comment", "output", "suggestion", "prompt",
+    "message",
+    "messages",
+    "reply",
+    "replies",
+    "response",
+    "responses",
+    "answer",
+    "answers",
+    "question",
+    "questions",
+    "turn",
+    "comment",
+    "output",
+    "suggestion",
+    "prompt",
 )
-_THIS_CHAT = "(?:this|our|the current|the present) " + _alt("conversation", "chat", "thread", "session", "discussion", "dialogue")
+_THIS_CHAT = "(?:this|our|the current|the present) " + _alt(
+    "conversation", "chat", "thread", "session", "discussion", "dialogue"
+)
 _IN_THIS_CHAT = f"(?:earlier |above |before )?(?:in|during|throughout) {_THIS_CHAT}(?: so far)?"
 #: what may follow "what did you say": references to *this* chat only ("before" or
 #: "previously" may just as well mean an earlier session, so they keep a query targeted)
 _CHAT_REF = _alt(
-    "just now", "a moment ago", "a minute ago", "a second ago", "earlier", "last", "above", "so far",
-    "here", "again", f"in (?:the|your|my) {_RECENT} {_MESSAGE}", _IN_THIS_CHAT,
+    "just now",
+    "a moment ago",
+    "a minute ago",
+    "a second ago",
+    "earlier",
+    "last",
+    "above",
+    "so far",
+    "here",
+    "again",
+    f"in (?:the|your|my) {_RECENT} {_MESSAGE}",
+    _IN_THIS_CHAT,
 )
 _SAID = _alt(
-    "send", "sent", "say", "said", "write", "written", "wrote", "reply", "replied", "answer",
-    "answered", "ask", "asked", "tell me", "told me", "tell you", "told you", "type", "typed",
-    "respond", "responded", "suggest", "suggested", "recommend", "recommended", "mean", "meant",
+    "send",
+    "sent",
+    "say",
+    "said",
+    "write",
+    "written",
+    "wrote",
+    "reply",
+    "replied",
+    "answer",
+    "answered",
+    "ask",
+    "asked",
+    "tell me",
+    "told me",
+    "tell you",
+    "told you",
+    "type",
+    "typed",
+    "respond",
+    "responded",
+    "suggest",
+    "suggested",
+    "recommend",
+    "recommended",
+    "mean",
+    "meant",
 )
 #: verbs that are about the chat even without a reference ("what did you say?"); "what did you
 #: recommend?" in a fresh session may well ask about an earlier one
@@ -182,20 +233,76 @@ _ACTIVE_CHAT = _compile(
 )
 
 _WORK = _alt(
-    "run", "runs", "task", "tasks", "work", "job", "jobs", "session", "turn", "operation", "process",
-    "step", "steps", "build", "migration", "deploy", "deployment", "request", "plan", "work item", "workflow",
+    "run",
+    "runs",
+    "task",
+    "tasks",
+    "work",
+    "job",
+    "jobs",
+    "session",
+    "turn",
+    "operation",
+    "process",
+    "step",
+    "steps",
+    "build",
+    "migration",
+    "deploy",
+    "deployment",
+    "request",
+    "plan",
+    "work item",
+    "workflow",
 )
 _STOPPED = _alt(
-    "interrupted", "unfinished", "incomplete", "stopped", "crashed", "failed", "aborted", "paused",
-    "halted", "cancelled", "canceled", "killed", "stalled", "dropped", "partial", "previous", "last",
-    "earlier", "pending", "timed out", "timed-out",
+    "interrupted",
+    "unfinished",
+    "incomplete",
+    "stopped",
+    "crashed",
+    "failed",
+    "aborted",
+    "paused",
+    "halted",
+    "cancelled",
+    "canceled",
+    "killed",
+    "stalled",
+    "dropped",
+    "partial",
+    "previous",
+    "last",
+    "earlier",
+    "pending",
+    "timed out",
+    "timed-out",
 )
 _RESUME_VERB = _alt(
-    "continue", "continue with", "resume", "pick up", "pick back up", "carry on", "carry on with",
-    "recover", "restart", "rerun", "re-run", "retry", "finish", "complete", "get back to", "go back to",
-    "return to", "restore", "redo", "proceed with",
+    "continue",
+    "continue with",
+    "resume",
+    "pick up",
+    "pick back up",
+    "carry on",
+    "carry on with",
+    "recover",
+    "restart",
+    "rerun",
+    "re-run",
+    "retry",
+    "finish",
+    "complete",
+    "get back to",
+    "go back to",
+    "return to",
+    "restore",
+    "redo",
+    "proceed with",
 )
-_LEFT_OFF = _alt("left off", "stopped", "paused", "broke off", "were interrupted", "got interrupted", "were cut off", "got cut off")
+_LEFT_OFF = _alt(
+    "left off", "stopped", "paused", "broke off", "were interrupted", "got interrupted", "were cut off", "got cut off"
+)
 _TAIL = r"(?: (?:with|on|in|for|of|from) [^\n]{1,200})?"
 _RESUME_WORK = _compile(
     rf"(?:continue|resume|pick up|pick it up|pick things up|carry on|proceed|go on|keep going|start again|get going again)"
@@ -209,11 +316,48 @@ _RESUME_WORK = _compile(
 
 _PERIOD = PERIOD  # the grammar recall resolves to dates (`periods.py`)
 _DID = _alt(
-    "do", "done", "doing", "get done", "got done", "accomplish", "accomplished", "achieve", "achieved",
-    "ship", "shipped", "discuss", "discussed", "talk about", "talked about", "decide", "decided",
-    "decide on", "work on", "worked on", "working on", "been working on", "been doing", "finish",
-    "finished", "complete", "completed", "cover", "covered", "change", "changed", "fix", "fixed",
-    "build", "built", "learn", "learned", "learnt", "deliver", "delivered", "get up to", "got up to",
+    "do",
+    "done",
+    "doing",
+    "get done",
+    "got done",
+    "accomplish",
+    "accomplished",
+    "achieve",
+    "achieved",
+    "ship",
+    "shipped",
+    "discuss",
+    "discussed",
+    "talk about",
+    "talked about",
+    "decide",
+    "decided",
+    "decide on",
+    "work on",
+    "worked on",
+    "working on",
+    "been working on",
+    "been doing",
+    "finish",
+    "finished",
+    "complete",
+    "completed",
+    "cover",
+    "covered",
+    "change",
+    "changed",
+    "fix",
+    "fixed",
+    "build",
+    "built",
+    "learn",
+    "learned",
+    "learnt",
+    "deliver",
+    "delivered",
+    "get up to",
+    "got up to",
 )
 _WHO_WE = _alt("we", "i", "you", "the team", "our team")
 _RETRO = _alt(

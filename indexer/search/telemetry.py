@@ -66,6 +66,7 @@ class AccessLog:
         if not isinstance(body, dict):
             return {}
         return {
-            k: v for k, v in body.items()
+            k: v
+            for k, v in body.items()
             if isinstance(v, dict) and isinstance(v.get("count"), int) and isinstance(v.get("last"), str)
         }

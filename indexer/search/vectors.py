@@ -39,7 +39,15 @@ import numpy as np
 
 from memvault.indexer.search.embeddings import EmbeddingIdentity
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import MACHINE_DIR_MODE, MACHINE_FILE_MODE, fsync_dir, fsync_file, make_dir, remove_quietly, write_temp
+from memvault.vault.fsio import (
+    MACHINE_DIR_MODE,
+    MACHINE_FILE_MODE,
+    fsync_dir,
+    fsync_file,
+    make_dir,
+    remove_quietly,
+    write_temp,
+)
 
 INDEX_FILE = "vectors.hnsw"
 META_FILE = "vectors-meta.json"
@@ -190,9 +198,7 @@ class VectorIndex:
         ]
         return hits if len(hits) == want else None
 
-    def _exact(
-        self, query: np.ndarray, want: int, filter: Callable[[str], bool] | None
-    ) -> list[tuple[str, float]]:
+    def _exact(self, query: np.ndarray, want: int, filter: Callable[[str], bool] | None) -> list[tuple[str, float]]:
         """Brute force over live vectors: the fallback when the graph cannot supply k hits."""
         candidates = sorted(id_ for id_ in self._labels if filter is None or filter(id_))
         if not candidates:
@@ -254,9 +260,7 @@ class VectorIndex:
     def _checked_vectors(self, ids: list[str], vectors: np.ndarray) -> np.ndarray:
         matrix = np.asarray(vectors, dtype=np.float32)
         if matrix.ndim != 2 or matrix.shape != (len(ids), self.identity.dim):
-            raise ValueError(
-                f"vectors have shape {matrix.shape}, expected ({len(ids)}, {self.identity.dim})"
-            )
+            raise ValueError(f"vectors have shape {matrix.shape}, expected ({len(ids)}, {self.identity.dim})")
         if not all(isinstance(id_, str) and id_ for id_ in ids):
             raise ValueError("vector ids must be non-empty strings")
         if len(set(ids)) != len(ids):
@@ -437,13 +441,10 @@ def _check_identity(folder: Path, meta: dict[str, Any], wanted: EmbeddingIdentit
     if built != (wanted.provider, wanted.model, wanted.dim) or type(meta.get("dim")) is not int:
         shown = "/".join(str(part) for part in built)
         raise IndexUnavailable(
-            f"vector index in {folder} was built with {shown} but config says "
-            f"{wanted.describe()}: {_REBUILD}"
+            f"vector index in {folder} was built with {shown} but config says {wanted.describe()}: {_REBUILD}"
         )
     if meta.get("space") != SPACE:
-        raise IndexUnavailable(
-            f"{folder / META_FILE} has space {meta.get('space')!r}, expected {SPACE!r}: {_REBUILD}"
-        )
+        raise IndexUnavailable(f"{folder / META_FILE} has space {meta.get('space')!r}, expected {SPACE!r}: {_REBUILD}")
 
 
 def _meta_labels(folder: Path, meta: dict[str, Any]) -> tuple[dict[str, int], int, int]:
@@ -467,9 +468,7 @@ def _file_signature(path: Path) -> tuple[int, int, int] | None:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def _check_index_file(
-    index_path: Path, meta: dict[str, Any], dim: int, count: int
-) -> tuple[int, int, int]:
+def _check_index_file(index_path: Path, meta: dict[str, Any], dim: int, count: int) -> tuple[int, int, int]:
     """Check the file against the meta; returns the signature of the file that was hashed."""
     try:
         with open(index_path, "rb") as handle:

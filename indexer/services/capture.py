@@ -149,18 +149,24 @@ class CaptureService:
         if self._model is None:
             memory = self.store.config.memory
             if memory.mode != "bujo" or memory.llm is None:
-                raise ProviderUnavailable('capture needs memory.mode "bujo" with a memory.llm block: run `memvault validate`')
+                raise ProviderUnavailable(
+                    'capture needs memory.mode "bujo" with a memory.llm block: run `memvault validate`'
+                )
             from memvault.indexer.services.chat import chat_model_from_config
 
             self._model = chat_model_from_config(self.store.config, self.store.env)
         return self._model
 
     def warn(self, intake_id: str, category: str) -> None:
-        self.warnings.append(f"capture of {intake_id[:16]}… failed ({category}); see `memvault inspect {intake_id[:16]}…`")
+        self.warnings.append(
+            f"capture of {intake_id[:16]}… failed ({category}); see `memvault inspect {intake_id[:16]}…`"
+        )
 
     # --- the strong path: an admitted intake record ----------------------------------------------
 
-    def capture_record(self, record: IntakeRecord, *, now: datetime, hook: CrashHook | None = None, checkpoint=None) -> CaptureOutcome:
+    def capture_record(
+        self, record: IntakeRecord, *, now: datetime, hook: CrashHook | None = None, checkpoint=None
+    ) -> CaptureOutcome:
         """Plan (or reuse the retained plan) and commit one run; the caller resolves it after."""
         layout = self.store.layout
         blocked = capture_blocked_reason(layout)
@@ -170,8 +176,10 @@ class CaptureService:
             plan = read_plan(layout.root, record.id)
             replayed = plan is not None
             if plan is not None and plan.payload_sha256 != record.payload_sha256:
-                raise InvalidRecord(f"the retained plan of run {record.id} belongs to another payload: move "
-                                    f".capture-intake/plans/{record.id}.json aside and run `memvault inspect`")
+                raise InvalidRecord(
+                    f"the retained plan of run {record.id} belongs to another payload: move "
+                    f".capture-intake/plans/{record.id}.json aside and run `memvault inspect`"
+                )
             model = CountingModel(self.model())
             if plan is None:
                 try:
@@ -254,7 +262,9 @@ class CaptureTest:
     substantive: bool
 
 
-def _run_row(plan: SemanticPlan, record: IntakeRecord, model: CountingModel, now: datetime, replayed: bool) -> CaptureRun:
+def _run_row(
+    plan: SemanticPlan, record: IntakeRecord, model: CountingModel, now: datetime, replayed: bool
+) -> CaptureRun:
     actions = [fact.action for fact in plan.facts]
     calls = plan.model_calls if replayed else model.calls  # a replay makes no call: count the plan's
     return CaptureRun(record.id, now_ts(now), actions.count(ADD_FACT), actions.count(UPDATE_FACT),
@@ -284,7 +294,9 @@ def direct_record(text: str, at: datetime, now: datetime) -> IntakeRecord:
 
 def _outcome(plan: SemanticPlan, replayed: bool) -> CaptureOutcome:
     retired = sum(1 for fact in plan.facts if fact.target is not None)
-    return CaptureOutcome(plan.id, len(plan.facts), len(plan.noops), retired, 0 if replayed else plan.model_calls, replayed)
+    return CaptureOutcome(
+        plan.id, len(plan.facts), len(plan.noops), retired, 0 if replayed else plan.model_calls, replayed
+    )
 
 
 class CaptureQueue:

@@ -91,9 +91,13 @@ class HttpChatModel:
         system_role: str = "auto",
     ) -> None:
         if provider not in ("ollama", "openai"):
-            raise ProviderUnavailable(f"chat provider {provider!r} is not supported: set memory.llm.provider to ollama or openai")
+            raise ProviderUnavailable(
+                f"chat provider {provider!r} is not supported: set memory.llm.provider to ollama or openai"
+            )
         if system_role not in SYSTEM_ROLES:
-            raise ProviderUnavailable(f"memory.llm.systemRole {system_role!r} is not supported: use auto, system or fold")
+            raise ProviderUnavailable(
+                f"memory.llm.systemRole {system_role!r} is not supported: use auto, system or fold"
+            )
         self.provider = provider
         self.model = model
         self.timeout_s = timeout_ms / 1000.0
@@ -111,7 +115,9 @@ class HttpChatModel:
         self._target_fields = dict(
             name=f"{provider} chat (model {model})",
             config_key="memory.llm.endpoint",
-            start_hint="start Ollama (`ollama serve`)" if provider == "ollama" else "check the OpenAI-compatible server is running",
+            start_hint="start Ollama (`ollama serve`)"
+            if provider == "ollama"
+            else "check the OpenAI-compatible server is running",
             not_found_hint=(
                 f"is the model pulled? run `ollama pull {model}`"
                 if provider == "ollama"
@@ -193,7 +199,9 @@ class HttpChatModel:
             message = answer.get("message") if isinstance(answer, dict) else None
             content = message.get("content") if isinstance(message, dict) else None
             if not isinstance(content, str):
-                raise self._fail('the answer has no "message.content" text', "check memory.llm.endpoint points at Ollama")
+                raise self._fail(
+                    'the answer has no "message.content" text', "check memory.llm.endpoint points at Ollama"
+                )
             return content, answer.get("done_reason")
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -238,8 +246,14 @@ def fold_system_prompt(messages: list[dict]) -> list[dict]:
 def _checked(messages: Sequence[Mapping[str, str]]) -> list[dict]:
     out = []
     for message in messages:
-        if not isinstance(message, Mapping) or message.get("role") not in _ROLES or not isinstance(message.get("content"), str):
-            raise ProviderUnavailable("a chat message must be {role: system|user|assistant, content: text}: fix the caller")
+        if (
+            not isinstance(message, Mapping)
+            or message.get("role") not in _ROLES
+            or not isinstance(message.get("content"), str)
+        ):
+            raise ProviderUnavailable(
+                "a chat message must be {role: system|user|assistant, content: text}: fix the caller"
+            )
         out.append({"role": message["role"], "content": message["content"]})
     if not out:
         raise ProviderUnavailable("a chat request needs at least one message: fix the caller")

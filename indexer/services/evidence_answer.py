@@ -95,7 +95,9 @@ def answer_from_evidence(model, question: str, evidence: Sequence[Evidence]) -> 
     if not isinstance(question, str) or not question.strip():
         raise InvalidRecord("agent search needs a question: type one into the search box")
     if len(question) > MAX_QUESTION_CHARS:
-        raise InvalidRecord(f"the question is {len(question)} characters; agent search takes at most {MAX_QUESTION_CHARS}")
+        raise InvalidRecord(
+            f"the question is {len(question)} characters; agent search takes at most {MAX_QUESTION_CHARS}"
+        )
     if not evidence:
         return AgentAnswer("The direct search found no evidence, so the model was not asked.", (), 0, (), ())
     completion = model.complete(build_messages(question, evidence), response_format_json=True)
@@ -120,7 +122,9 @@ def parse_answer(completion: str, evidence: Sequence[Evidence]) -> AgentAnswer:
         else:
             dropped.append(_describe(item))
     dropped_count = len(dropped) + max(0, len(raw_citations) - MAX_CITATIONS)
-    return AgentAnswer(body["answer"][:MAX_ANSWER_CHARS], tuple(cited.values()), dropped_count, tuple(dropped), tuple(evidence))
+    return AgentAnswer(
+        body["answer"][:MAX_ANSWER_CHARS], tuple(cited.values()), dropped_count, tuple(dropped), tuple(evidence)
+    )
 
 
 def _citation_key(item: object) -> tuple[str, str] | None:

@@ -250,7 +250,7 @@ class IntakeWorker:
                     continue
                 projected.append((record, projection.source))
         for start in range(0, len(projected), _FINISH_TOGETHER):
-            self._finish_together(projected[start:start + _FINISH_TOGETHER])
+            self._finish_together(projected[start : start + _FINISH_TOGETHER])
 
     def _finish_together(self, projected: list[tuple[IntakeRecord, str]]) -> None:
         """`_finish` for the turns of one batch, their durable steps shared and the intake lock
@@ -331,8 +331,9 @@ class IntakeWorker:
             with VaultLock(self.dirs.root):  # the store's write lock: note + index in one section
                 self._check_abort()
                 if record.tier == "journal":  # content identity: the store checks the index
-                    projection = self.store.project_journal_turn(projected_text(record.payload.summary),
-                                                                 record.completed_at)
+                    projection = self.store.project_journal_turn(
+                        projected_text(record.payload.summary), record.completed_at
+                    )
                     hit(self._hook, "project.note_written")
                 else:
                     projection = project_turn(self.store.layout, record, self.store.time_zone, self._hook)
@@ -398,7 +399,9 @@ class IntakeWorker:
 
         try:
             self._check_abort()
-            self.capture_service().capture_record(record, now=self._clock(), hook=self._hook, checkpoint=self._check_abort)
+            self.capture_service().capture_record(
+                record, now=self._clock(), hook=self._hook, checkpoint=self._check_abort
+            )
             self._resolve_captured(record)
         except _Aborted:
             self.transitions["aborted"] += 1

@@ -70,8 +70,17 @@ def nested_years(root) -> list[int]:
 
 
 class TeamDrainer:
-    def __init__(self, store, server_of, *, hook=None, log: Callable[[str], None] | None = None,
-                 idle_seconds: float = IDLE_LOOK_SECONDS, fence=None, listener=None):
+    def __init__(
+        self,
+        store,
+        server_of,
+        *,
+        hook=None,
+        log: Callable[[str], None] | None = None,
+        idle_seconds: float = IDLE_LOOK_SECONDS,
+        fence=None,
+        listener=None,
+    ):
         self.store = store
         self._fence = fence  # the TeamSide: nothing is claimed without the server fence
         self._server_of = server_of if callable(server_of) else (lambda: server_of)

@@ -49,7 +49,9 @@ class NetworkAdmission:
         if decision.kind == "wait":
             decision.flight.done.wait()
             return decision.flight.outcome
-        result = AdmissionResult(FAILED, record.id, "internal_error", "the admission did not finish; the turn was NOT saved")
+        result = AdmissionResult(
+            FAILED, record.id, "internal_error", "the admission did not finish; the turn was NOT saved"
+        )
         try:
             result = self._send(record, digest)
         finally:
@@ -63,7 +65,9 @@ class NetworkAdmission:
         except IndexServerUnavailable as exc:
             return AdmissionResult(FAILED, record.id, exc.code, f"the turn was NOT saved: {exc}")
         except VaultError as exc:
-            return AdmissionResult(FAILED, record.id, getattr(exc, "code", "vault_error"), f"the turn was NOT saved: {exc}")
+            return AdmissionResult(
+                FAILED, record.id, getattr(exc, "code", "vault_error"), f"the turn was NOT saved: {exc}"
+            )
         if inserted:
             return AdmissionResult(ADMITTED, record.id, None, None, WAITING)
         if stored != digest:

@@ -27,7 +27,9 @@ from memvault.vault.layout import VaultLayout
 from memvault.vault.replay import capture_delta, read_sidecar, write_sidecar
 
 
-def commit_plan(layout: VaultLayout, plan: SemanticPlan, hook: CrashHook | None = None, *, authority: str = "capture") -> bytes:
+def commit_plan(
+    layout: VaultLayout, plan: SemanticPlan, hook: CrashHook | None = None, *, authority: str = "capture"
+) -> bytes:
     """Steps 1-3 under the caller's vault lock; returns the sidecar bytes now published.
 
     graph.jsonl and the sidecar are read (and refused if memvault cannot trust them) before

@@ -99,7 +99,11 @@ def parse_extraction(text: object) -> Extraction:
     declared = {entity.ref for entity in entities}
     memories = _memories(check, top["memories"], declared)
     relations = _relations(check, top["relations"], declared)
-    used = {ref for memory in memories for ref in memory.refs} | {r.source for r in relations} | {r.target for r in relations}
+    used = (
+        {ref for memory in memories for ref in memory.refs}
+        | {r.source for r in relations}
+        | {r.target for r in relations}
+    )
     unused = sorted(declared - used, key=_ref_order)
     if unused:
         raise check.fail(f"entities {unused} are used by no memory and no relation")

@@ -105,7 +105,9 @@ def plan_capture(
         if checkpoint is not None:
             checkpoint()
         ids = {i: [c.id for c in cands] for i, cands in offered.items()}
-        offered_texts = " ".join([extraction.memories[i].text for i in offered] + [c.text for cs in offered.values() for c in cs])
+        offered_texts = " ".join(
+            [extraction.memories[i].text for i in offered] + [c.text for cs in offered.values() for c in cs]
+        )
 
         def parse_decisions(answer: str):
             decided = parse_reconciliation(answer, ids)
@@ -125,7 +127,13 @@ def plan_capture(
     )  # fmt: skip
 
 
-def ask(model: ChatModel, messages: list[dict[str, str]], output: OutputSpec, parse: Callable, checkpoint: Checkpoint | None = None):
+def ask(
+    model: ChatModel,
+    messages: list[dict[str, str]],
+    output: OutputSpec,
+    parse: Callable,
+    checkpoint: Checkpoint | None = None,
+):
     """(parsed answer, calls made): one call, and one repair call if the first answer is invalid."""
     answer = None
     try:
@@ -134,5 +142,7 @@ def ask(model: ChatModel, messages: list[dict[str, str]], output: OutputSpec, pa
     except ModelOutputInvalid as problem:
         if checkpoint is not None:
             checkpoint()
-        repaired = model.complete(repair_messages(messages, answer, str(problem)), response_format_json=True, output=output)
+        repaired = model.complete(
+            repair_messages(messages, answer, str(problem)), response_format_json=True, output=output
+        )
         return parse(repaired), 2

@@ -128,10 +128,14 @@ def build_plan(
             action = UPDATE_FACT if decision.action == UPDATE else SUPERSEDE_FACT
             target, text = decision.target, decision.text
         if text.casefold() in texts:
-            raise ModelOutputInvalid(f"reconciliation answer: index {memory.index} yields the same fact text as an earlier one")
+            raise ModelOutputInvalid(
+                f"reconciliation answer: index {memory.index} yields the same fact text as an earlier one"
+            )
         texts.add(text.casefold())
         entities = tuple(dict.fromkeys(ids[ref] for ref in memory.refs))
-        facts.append(PlannedFact(fact_id(intake_id, memory.index), memory.index, text, action, target, memory.salience, entities))
+        facts.append(
+            PlannedFact(fact_id(intake_id, memory.index), memory.index, text, action, target, memory.salience, entities)
+        )
     entity_rows = sorted({(ids[e.ref], e.name, e.type) for e in extraction.entities})
     relation_rows = sorted({(ids[r.source], r.relation, ids[r.target]) for r in extraction.relations})
     return SemanticPlan(intake_id, payload_sha256, created_at, day, time, model_calls, tuple(facts),
@@ -142,14 +146,21 @@ def build_plan(
 
 
 def render_plan(plan: SemanticPlan) -> bytes:
-    return json.dumps(plan.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
+    return (
+        json.dumps(plan.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        + b"\n"
+    )
 
 
 def parse_plan(data: bytes, expected_id: str, where: str) -> SemanticPlan:
     """Exactly what `render_plan` writes for `expected_id`, or InvalidRecord naming the file."""
+
     def fail(problem: str) -> InvalidRecord:
-        return InvalidRecord(f"{where}: {problem}. Fix: move the plan aside and run `memvault inspect`; "
-                             "the run is then captured again from its intake record (one more model call).")
+        return InvalidRecord(
+            f"{where}: {problem}. Fix: move the plan aside and run `memvault inspect`; "
+            "the run is then captured again from its intake record (one more model call)."
+        )
+
     try:
         body = json.loads(data.decode("utf-8"))
         plan = _plan_from_json(body)
@@ -172,11 +183,21 @@ def _plan_from_json(body: dict) -> SemanticPlan:
     if type(body["modelCalls"]) is not int or body["modelCalls"] not in (1, 2, 3, 4):  # each call may need one repair
         raise ValueError("modelCalls")
     facts = tuple(_fact_from_json(item) for item in body["facts"])
-    noops = tuple((_int(item["index"]), _id(item["target"])) for item in body["noops"] if set(item) == {"index", "target"})
+    noops = tuple(
+        (_int(item["index"]), _id(item["target"])) for item in body["noops"] if set(item) == {"index", "target"}
+    )
     if len(noops) != len(body["noops"]):
         raise ValueError("noops")
-    entities = tuple((_id(e["id"]), _str(e["name"]), _choice(e["type"], ENTITY_TYPES)) for e in body["entities"] if set(e) == {"id", "name", "type"})
-    relations = tuple((_id(r["from"]), _relation(r["relation"]), _id(r["to"])) for r in body["relations"] if set(r) == {"from", "relation", "to"})
+    entities = tuple(
+        (_id(e["id"]), _str(e["name"]), _choice(e["type"], ENTITY_TYPES))
+        for e in body["entities"]
+        if set(e) == {"id", "name", "type"}
+    )
+    relations = tuple(
+        (_id(r["from"]), _relation(r["relation"]), _id(r["to"]))
+        for r in body["relations"]
+        if set(r) == {"from", "relation", "to"}
+    )
     if len(entities) != len(body["entities"]) or len(relations) != len(body["relations"]):
         raise ValueError("entities or relations")
     created = datetime.strptime(body["createdAt"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_utc())
@@ -184,7 +205,19 @@ def _plan_from_json(body: dict) -> SemanticPlan:
                         body["modelCalls"], facts, noops, entities, relations)  # fmt: skip
 
 
-_PLAN_KEYS = {"createdAt", "day", "entities", "facts", "id", "modelCalls", "noops", "payloadSha256", "relations", "time", "v"}
+_PLAN_KEYS = {
+    "createdAt",
+    "day",
+    "entities",
+    "facts",
+    "id",
+    "modelCalls",
+    "noops",
+    "payloadSha256",
+    "relations",
+    "time",
+    "v",
+}
 _FACT_KEYS = {"action", "entities", "id", "index", "salience", "target", "text"}
 
 

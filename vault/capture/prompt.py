@@ -163,7 +163,10 @@ def reconciliation_messages(extraction: Extraction, offered: dict[int, Sequence[
     ]
     return [
         {"role": "system", "content": RECONCILIATION_SYSTEM},
-        {"role": "user", "content": RECONCILIATION_REMINDER + "\n" + json.dumps({"memories": memories}, ensure_ascii=False)},
+        {
+            "role": "user",
+            "content": RECONCILIATION_REMINDER + "\n" + json.dumps({"memories": memories}, ensure_ascii=False),
+        },
     ]
 
 
@@ -189,7 +192,9 @@ def repair_messages(messages: Sequence[dict[str, str]], answer: str | None, prob
 def _example_texts() -> frozenset[str]:
     extraction = json.loads(EXTRACTION_EXAMPLE)["memories"]
     decisions = json.loads(RECONCILIATION_EXAMPLE)["decisions"]
-    return frozenset([m["text"].casefold() for m in extraction] + [d["text"].casefold() for d in decisions if "text" in d])
+    return frozenset(
+        [m["text"].casefold() for m in extraction] + [d["text"].casefold() for d in decisions if "text" in d]
+    )
 
 
 EXAMPLE_TEXTS = _example_texts()
@@ -200,6 +205,8 @@ def copied_example_problem(texts: Sequence[str], source: str) -> str | None:
     seen = source.casefold()
     for text in texts:
         if text.casefold() in EXAMPLE_TEXTS and text.casefold() not in seen:
-            return (f"the memory {text!r} is copied from the prompt's worked example, not taken from the turn: "
-                    "extract only what this turn says")
+            return (
+                f"the memory {text!r} is copied from the prompt's worked example, not taken from the turn: "
+                "extract only what this turn says"
+            )
     return None

@@ -27,7 +27,17 @@ from dataclasses import dataclass
 
 from memvault.vault.capture.extraction import MAX_MEMORY_CHARS
 from memvault.vault.capture.fields import Fields, load_exact
-from memvault.vault.capture.schema import ArrayOf, Choice, Integer, OutputSpec, Record, SafeText, Tagged, offered_choice, output_spec
+from memvault.vault.capture.schema import (
+    ArrayOf,
+    Choice,
+    Integer,
+    OutputSpec,
+    Record,
+    SafeText,
+    Tagged,
+    offered_choice,
+    output_spec,
+)
 from memvault.vault.capture.schema import check as check_shape
 
 ADD, NOOP, UPDATE, SUPERSEDE = "ADD", "NOOP", "UPDATE", "SUPERSEDE"
@@ -85,5 +95,7 @@ def _refuse_collisions(check: Fields, decisions) -> None:
     named = Counter(d.target for d in decisions if d.target is not None)
     for decision in decisions:
         if decision.action in REPLACING and named[decision.target] > 1:
-            raise check.fail(f"target {decision.target} is {decision.action.lower()}d by index {decision.index} "
-                             "and named by another decision too (ambiguous collision)")
+            raise check.fail(
+                f"target {decision.target} is {decision.action.lower()}d by index {decision.index} "
+                "and named by another decision too (ambiguous collision)"
+            )

@@ -161,7 +161,12 @@ def json_schema(node: Node) -> dict[str, Any]:
     if isinstance(node, Tagged):
         return {"anyOf": [_tagged_variant(node.tag, tag, record) for tag, record in node.variants]}
     if isinstance(node, ArrayOf):
-        schema = {"type": "array", "items": json_schema(node.item), "minItems": node.min_items, "maxItems": node.max_items}
+        schema = {
+            "type": "array",
+            "items": json_schema(node.item),
+            "minItems": node.min_items,
+            "maxItems": node.max_items,
+        }
         if node.unique:
             schema["uniqueItems"] = True
         return schema
@@ -174,7 +179,11 @@ def json_schema(node: Node) -> dict[str, Any]:
     if isinstance(node, UnitNumber):
         return {"type": "number", "minimum": 0, "maximum": 1}
     if isinstance(node, Integer):
-        return {"type": "integer", "minimum": 0} if node.options is None else {"type": "integer", "enum": list(node.options)}
+        return (
+            {"type": "integer", "minimum": 0}
+            if node.options is None
+            else {"type": "integer", "enum": list(node.options)}
+        )
     raise TypeError(f"no schema for {node!r}")  # pragma: no cover
 
 

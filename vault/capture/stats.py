@@ -130,8 +130,10 @@ def summarize(root: Path) -> dict[str, Any]:
 def not_extracting(summary: dict[str, Any]) -> str | None:
     """The health warning when the model has stopped extracting facts, else None."""
     if summary["emptyStreak"] >= EMPTY_STREAK:
-        return (f"the last {summary['emptyStreak']} captures of substantive turns produced no memories: the model is "
-                "not extracting facts: try a larger model (see docs/capture.md), then `memvault retry` the dead letters")
+        return (
+            f"the last {summary['emptyStreak']} captures of substantive turns produced no memories: the model is "
+            "not extracting facts: try a larger model (see docs/capture.md), then `memvault retry` the dead letters"
+        )
     return None
 
 

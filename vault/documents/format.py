@@ -74,7 +74,7 @@ class ColdReference:
     def text(self) -> str:
         summary = f" Summary: {self.summary}" if self.summary else ""
         return (
-            f"Archived document \"{self.title}\" (revision {self.revision}) is at {self.planned_path},"
+            f'Archived document "{self.title}" (revision {self.revision}) is at {self.planned_path},'
             f" sha256 {self.sha256}.{summary}"
         )
 

@@ -100,7 +100,9 @@ class DocumentStore:
 
     # --- writes --------------------------------------------------------------------------------
 
-    def create(self, title: str, body: str, summary: str = "", *, indexer: ColdIndexer | None = None) -> DocumentReceipt:
+    def create(
+        self, title: str, body: str, summary: str = "", *, indexer: ColdIndexer | None = None
+    ) -> DocumentReceipt:
         title = clean_line(title, "title", MAX_TITLE, required=True)
         draft = _Draft(slug(title), title, clean_line(summary, "summary", MAX_SUMMARY, required=False),
                        clean_body(body), None, True)  # fmt: skip
@@ -152,7 +154,9 @@ class DocumentStore:
                 if plan.fits:
                     return self._commit(draft, existing, candidate, data, plan.used_after, archived)
                 if plan.victim is None:
-                    raise CapacityExceeded(f"{candidate.path} alone ({candidate.size} bytes) exceeds the documents budget")
+                    raise CapacityExceeded(
+                        f"{candidate.path} alone ({candidate.size} bytes) exceeds the documents budget"
+                    )
                 victim, planned = plan.victim, self._planned_path(plan.victim)
             # index first, move second; the lock is not held while a memory space is written
             moved = self._archive(victim, planned, indexer)
@@ -194,7 +198,9 @@ class DocumentStore:
         )  # fmt: skip
         if same:
             used = used - candidate.size + existing.size
-            return DocumentReceipt("unchanged", existing.id, existing.path, existing.revision, used, self.limit, tuple(archived))
+            return DocumentReceipt(
+                "unchanged", existing.id, existing.path, existing.revision, used, self.limit, tuple(archived)
+            )
         ensure_folder(self.root, DOCUMENTS_DIR)
         path = resolve_inside(self.root, candidate.path)
         old = None if existing is None else read_bytes_nofollow(path)
@@ -202,7 +208,9 @@ class DocumentStore:
             raise Conflict(f"{candidate.path} changed while it was being updated: re-read it and retry")
         replace_if_unchanged(path, old, data, mode=0o644, boundary=self._stage)
         status = "created" if draft.create else "updated"
-        return DocumentReceipt(status, candidate.id, candidate.path, candidate.revision, used, self.limit, tuple(archived))
+        return DocumentReceipt(
+            status, candidate.id, candidate.path, candidate.revision, used, self.limit, tuple(archived)
+        )
 
     # --- archiving -----------------------------------------------------------------------------
 
@@ -223,7 +231,9 @@ class DocumentStore:
                 )
             target = resolve_inside(self.root, planned)
             if target.exists():
-                raise Conflict(f"{planned} appeared while {victim.path} was being archived; it stays active. Fix: retry")
+                raise Conflict(
+                    f"{planned} appeared while {victim.path} was being archived; it stays active. Fix: retry"
+                )
             folder = ensure_folder(self.root, ARCHIVED_DIR)
             os.rename(source, target)
             fsync_dir(folder)
@@ -254,7 +264,13 @@ class DocumentStore:
         ids = []
         for entry in os.scandir(folder):
             stem, dot, ext = entry.name.rpartition(".")
-            if dot and ext == "md" and ID_RE.fullmatch(stem) and not is_ignored_name(entry.name) and entry.is_file(follow_symlinks=False):
+            if (
+                dot
+                and ext == "md"
+                and ID_RE.fullmatch(stem)
+                and not is_ignored_name(entry.name)
+                and entry.is_file(follow_symlinks=False)
+            ):
                 ids.append(stem)
                 if len(ids) > MAX_ACTIVE_DOCUMENTS:
                     raise InvalidRecord(f"{folder} holds more than {MAX_ACTIVE_DOCUMENTS} documents: archive some")
@@ -272,7 +288,9 @@ class DocumentStore:
     @staticmethod
     def _check_id(doc_id: object) -> str:
         if not isinstance(doc_id, str) or not ID_RE.fullmatch(doc_id):
-            raise InvalidRecord(f"{doc_id!r} is not a document id (lowercase letters, digits and '-'): see `memvault doc list`")
+            raise InvalidRecord(
+                f"{doc_id!r} is not a document id (lowercase letters, digits and '-'): see `memvault doc list`"
+            )
         return doc_id
 
 

@@ -138,9 +138,17 @@ def admit_turn(
     return admit_record(dirs, record, hook=hook, lock_timeout=lock_timeout)
 
 
-def prepare_turn(*, run_id: object, answer: object, capture_text: object = None, trigger: object = "user",
-                 completed_at: object = None, write_mode: str, tier: str,
-                 now: datetime) -> tuple[IntakeRecord | None, AdmissionResult | None]:
+def prepare_turn(
+    *,
+    run_id: object,
+    answer: object,
+    capture_text: object = None,
+    trigger: object = "user",
+    completed_at: object = None,
+    write_mode: str,
+    tier: str,
+    now: datetime,
+) -> tuple[IntakeRecord | None, AdmissionResult | None]:
     """The checks of admission that touch no file: (the record to write, None), or (None, the
     answer: skipped, or failed with its category). Skip rules, cron/webhook hygiene, the size caps
     (the 640 KiB record included) and credential refusal all run here, so a client that admits
@@ -150,15 +158,18 @@ def prepare_turn(*, run_id: object, answer: object, capture_text: object = None,
     try:
         record, skip = _prepare(run_id, answer, capture_text, trigger, completed_at, write_mode, tier, now)
         if skip is not None:
-            return None, AdmissionResult(SKIPPED, intake_id_for(run_id), skip, f"turn not written: {skip.replace('_', ' ')}")
+            return None, AdmissionResult(
+                SKIPPED, intake_id_for(run_id), skip, f"turn not written: {skip.replace('_', ' ')}"
+            )
         _check_record_size(render_record(record))
     except _Refused as refused:
         return None, AdmissionResult(FAILED, _safe_id(run_id), refused.category, str(refused))
     return record, None
 
 
-def admit_record(dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | None = None,
-                 lock_timeout: float = 10.0) -> AdmissionResult:
+def admit_record(
+    dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | None = None, lock_timeout: float = 10.0
+) -> AdmissionResult:
     """Write a prepared record durably (admitted), or answer duplicate / conflict by its id and
     payload hash. Idempotent: the owner admits turns claimed from the team server through here."""
     try:
@@ -181,7 +192,9 @@ def admit_record(dirs: IntakeDirs, record: IntakeRecord, *, hook: CrashHook | No
 
 def _check_record_size(data: bytes) -> None:
     if len(data) > MAX_RECORD_BYTES:
-        raise _Refused("record_too_large", f"the intake record would be {len(data)} bytes; the limit is {MAX_RECORD_BYTES}")
+        raise _Refused(
+            "record_too_large", f"the intake record would be {len(data)} bytes; the limit is {MAX_RECORD_BYTES}"
+        )
 
 
 def _safe_id(run_id: object) -> str | None:
@@ -194,7 +207,12 @@ def _safe_id(run_id: object) -> str | None:
 def _category(exc: BaseException) -> str:
     if isinstance(exc, LedgerIntegrityError):
         return "ledger_integrity"
-    for kind, category in ((Conflict, "conflict"), (UnsafePath, "unsafe_path"), (VaultLocked, "vault_locked"), (InvalidRecord, "invalid_record")):
+    for kind, category in (
+        (Conflict, "conflict"),
+        (UnsafePath, "unsafe_path"),
+        (VaultLocked, "vault_locked"),
+        (InvalidRecord, "invalid_record"),
+    ):
         if isinstance(exc, kind):
             return category
     return "io_error" if isinstance(exc, OSError) else getattr(exc, "code", "vault_error")
@@ -221,11 +239,17 @@ def _text(value: object, name: str, limit_chars: int) -> str:
     return value
 
 
-def _prepare(run_id, answer, capture_text, trigger, completed_at, write_mode, tier, now) -> tuple[IntakeRecord, str | None]:
+def _prepare(
+    run_id, answer, capture_text, trigger, completed_at, write_mode, tier, now
+) -> tuple[IntakeRecord, str | None]:
     if write_mode not in ADMITTING_WRITE_MODES or tier not in TIERS:
-        raise _Refused("invalid_config", f"write mode {write_mode!r} / tier {tier!r} cannot admit turns: run `memvault validate`")
+        raise _Refused(
+            "invalid_config", f"write mode {write_mode!r} / tier {tier!r} cannot admit turns: run `memvault validate`"
+        )
     if write_mode == "capture" and tier != "bujo":
-        raise _Refused("invalid_config", 'memory.writeMode "capture" requires memory.mode "bujo": run `memvault validate`')
+        raise _Refused(
+            "invalid_config", 'memory.writeMode "capture" requires memory.mode "bujo": run `memvault validate`'
+        )
     run_id = _text(run_id, "runId", MAX_RUN_ID_BYTES)
     if not run_id.strip() or len(run_id.encode("utf-8")) > MAX_RUN_ID_BYTES:
         raise _Refused("invalid_turn", f"runId must be 1 to {MAX_RUN_ID_BYTES} UTF-8 bytes of non-blank text")
@@ -283,8 +307,13 @@ def _staged(dirs: IntakeDirs, record: IntakeRecord, data: bytes, hook: CrashHook
         return nullcontext()
     try:
         ensure_private_dir(pending)  # vetted (ours, 0700, no symlink) before a byte goes in
-        return StagedWrite(pending, dirs.record_path(PENDING, record.id).name, data, mode=0o600,
-                           boundary=lambda stage: hit(hook, _ADMIT_BOUNDARIES[stage]))
+        return StagedWrite(
+            pending,
+            dirs.record_path(PENDING, record.id).name,
+            data,
+            mode=0o600,
+            boundary=lambda stage: hit(hook, _ADMIT_BOUNDARIES[stage]),
+        )
     except FileNotFoundError:  # the folder went away meanwhile (a first admission undone): all under the lock
         return nullcontext()
 

@@ -80,7 +80,9 @@ def render_catalog(catalog: Catalog) -> bytes:
 
 
 def _integrity(path: object, problem: str, fix: str) -> LedgerIntegrityError:
-    return LedgerIntegrityError(f"{path}: {problem}. Intake is refused until this is repaired (fail closed). Fix: {fix}")
+    return LedgerIntegrityError(
+        f"{path}: {problem}. Intake is refused until this is repaired (fail closed). Fix: {fix}"
+    )
 
 
 _RESTORE = "restore .capture-intake/ and .capture-intake-schema from a backup (or git), then `memvault inspect`"
@@ -100,7 +102,7 @@ def parse_catalog(data: bytes, where: object, entry_bytes: int) -> Catalog:
         raise _integrity(where, f"the catalog is {len(data)} bytes, not {CATALOG_BYTES}", _RESTORE)
     if not data.startswith(HEADER):
         raise _integrity(where, "the catalog header is not `memvault-intake-catalog v1`", _RESTORE)
-    body, seal = data[: -SEAL_BYTES], data[-SEAL_BYTES:]
+    body, seal = data[:-SEAL_BYTES], data[-SEAL_BYTES:]
     if not _SEAL_RE.fullmatch(seal) or hashlib.sha256(body).hexdigest().encode("ascii") != seal[:64]:
         raise _integrity(where, "the catalog's seal does not match its slots (damaged or edited)", _RESTORE)
     if not _SLOTS_RE.fullmatch(body, len(HEADER)):
@@ -109,7 +111,9 @@ def parse_catalog(data: bytes, where: object, entry_bytes: int) -> Catalog:
     for index, line in enumerate(body[len(HEADER) :].split(b"\n")[:SHARD_COUNT]):
         size, sha = int(line[3:19], 16), line[20:84].decode("ascii")
         if int(line[:2], 16) != index or size % entry_bytes or (size == 0 and sha != EMPTY_SHA256):
-            raise _integrity(where, f"slot {index:02x} is out of order or names an impossible shard size {size}", _RESTORE)
+            raise _integrity(
+                where, f"slot {index:02x} is out of order or names an impossible shard size {size}", _RESTORE
+            )
         slots.append(Slot(size, sha))
     catalog = Catalog(tuple(slots))
     _last_parsed = (data, catalog)

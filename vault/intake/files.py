@@ -111,7 +111,9 @@ class IntakeDirs:
         except FileNotFoundError:
             return FolderListing((), (), ())
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            raise UnsafePath(f"{directory} is not a real folder. Fix: move it aside; the intake folders must be 0700 folders.")
+            raise UnsafePath(
+                f"{directory} is not a real folder. Fix: move it aside; the intake folders must be 0700 folders."
+            )
         ids, strays, foreign = [], [], []
         with os.scandir(directory) as entries:
             for entry in entries:
@@ -184,7 +186,9 @@ def remove_durably(path: Path) -> bool:
 def move_durably(source: Path, target: Path) -> None:
     """Rename between two intake folders (same filesystem, atomic) and fsync both folders."""
     if os.path.lexists(target):
-        raise InvalidRecord(f"{target} already exists; refusing to overwrite it. Fix: run `memvault inspect` and resolve by hand.")
+        raise InvalidRecord(
+            f"{target} already exists; refusing to overwrite it. Fix: run `memvault inspect` and resolve by hand."
+        )
     os.rename(source, target)
     fsync_dir(target.parent)
     fsync_dir(source.parent)

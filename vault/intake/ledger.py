@@ -149,7 +149,9 @@ class Ledger:
                 size = None
             if size is None or size < slot.size:  # the path object is made only to name a broken shard
                 found = "missing" if size is None else f"truncated: {size} bytes,"
-                raise _broken(self.shard_path(shard), f"the shard is {found} but the catalog committed {slot.size} bytes")
+                raise _broken(
+                    self.shard_path(shard), f"the shard is {found} but the catalog committed {slot.size} bytes"
+                )
 
     def report(self, receipts: ReceiptLookup | None = None) -> LedgerReport:
         """Read-only verification of every shard (inspect, health).
@@ -166,7 +168,10 @@ class Ledger:
             torn += view.torn
             orphans = [i for i, sha in view.suffix if receipts is not None and receipts(i) != sha]
             if orphans:
-                raise _broken(self.shard_path(shard), f"{len(orphans)} entries past the committed mark have no exact resolved receipt")
+                raise _broken(
+                    self.shard_path(shard),
+                    f"{len(orphans)} entries past the committed mark have no exact resolved receipt",
+                )
         return LedgerReport(entries, shards, uncommitted, torn)
 
     # --- writing (intake lock held) ---------------------------------------------------------
@@ -195,7 +200,9 @@ class Ledger:
     def recover_all(self, receipts: ReceiptLookup) -> int:
         return sum(self.recover_shard(shard, receipts) for shard in range(SHARD_COUNT))
 
-    def append(self, intake_id: str, payload_sha256: str, receipts: ReceiptLookup, hook: CrashHook | None = None) -> bool:
+    def append(
+        self, intake_id: str, payload_sha256: str, receipts: ReceiptLookup, hook: CrashHook | None = None
+    ) -> bool:
         """Commit one run for ever: shard append, fsync, then catalog. False if already committed."""
         shard = shard_of(intake_id)
         self.recover_shard(shard, receipts)
@@ -203,7 +210,9 @@ class Ledger:
         known = view.committed.get(intake_id)
         if known is not None:
             if known != payload_sha256:
-                raise Conflict(f"run {intake_id[:16]}… is already in the ledger with another payload; nothing was changed.")
+                raise Conflict(
+                    f"run {intake_id[:16]}… is already in the ledger with another payload; nothing was changed."
+                )
             return False
         self._commit(shard, self._append_entries(view, render_entry(intake_id, payload_sha256), hook))
         return True
@@ -241,7 +250,9 @@ class Ledger:
             hit(hook, "resolve.shard_torn")
             append_durable(path, entries[64:], mode=0o600)
         if offset != expected:
-            raise _broken(path, f"the shard grew behind the intake lock (append landed at {offset}, expected {expected})")
+            raise _broken(
+                path, f"the shard grew behind the intake lock (append landed at {offset}, expected {expected})"
+            )
         hit(hook, "resolve.shard_appended")
         data = view.committed_bytes + entries
         return Slot(len(data), hashlib.sha256(data).hexdigest())

@@ -53,11 +53,15 @@ def retry_runs(root: Path, intake_id: str | None, now: datetime, hook: CrashHook
         return results
 
 
-def resolve_run_as_operator(root: Path, intake_id: str, reason: str, now: datetime, hook: CrashHook | None = None) -> dict:
+def resolve_run_as_operator(
+    root: Path, intake_id: str, reason: str, now: datetime, hook: CrashHook | None = None
+) -> dict:
     """Accept the loss of one run: receipt `operator_resolved`, permanent ledger entry, record gone."""
     _check_id(intake_id)
     if not isinstance(reason, str) or not SLUG_RE.fullmatch(reason):
-        raise InvalidRecord(f"reason {reason!r} is not a slug: use 1-64 of a-z, 0-9 and '-', starting with a letter or digit")
+        raise InvalidRecord(
+            f"reason {reason!r} is not a slug: use 1-64 of a-z, 0-9 and '-', starting with a letter or digit"
+        )
     dirs = IntakeDirs(Path(root))
     with LivenessFence(dirs.root), intake_lock(dirs):
         ledger, _ = recover(dirs, now, hook)

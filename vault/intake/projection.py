@@ -52,7 +52,9 @@ def turn_block_id(intake_id: str) -> str:
     return TURN_ID_PREFIX + intake_id[:TURN_ID_HEX]
 
 
-def project_turn(layout: VaultLayout, record: IntakeRecord, vault_zone: str, hook: CrashHook | None = None) -> Projection:
+def project_turn(
+    layout: VaultLayout, record: IntakeRecord, vault_zone: str, hook: CrashHook | None = None
+) -> Projection:
     """Project a Lite (daily/) or BuJo (audit/) record. Caller holds the vault lock and indexes after.
 
     Journal turns are projected by the store instead (`MemoryStore.project_journal_turn`): their
@@ -60,7 +62,11 @@ def project_turn(layout: VaultLayout, record: IntakeRecord, vault_zone: str, hoo
     """
     folder = AUDIT if record.tier == "bujo" else DAILY
     write = append_bullet_once(
-        layout, folder, projected_text(record.payload.summary), turn_block_id(record.id), record.completed_at,
+        layout,
+        folder,
+        projected_text(record.payload.summary),
+        turn_block_id(record.id),
+        record.completed_at,
         vault_zone,
     )
     hit(hook, "project.note_written")
@@ -96,8 +102,10 @@ def projection_problem(layout: VaultLayout, record: IntakeRecord, vault_zone: st
         kind = _kind(current)
         if kind not in (None, "folder"):
             where = current.relative_to(layout.root)
-            return (f"{where} is a {kind}, where memvault keeps notes in a folder of that name",
-                    f"rename or move {where} away")
+            return (
+                f"{where} is a {kind}, where memvault keeps notes in a folder of that name",
+                f"rename or move {where} away",
+            )
     kind = _kind(layout.root / relpath)
     if kind not in (None, "file"):
         return f"{relpath} is a {kind}, not a note", f"rename or move {relpath} away"
@@ -109,8 +117,10 @@ def projection_problem(layout: VaultLayout, record: IntakeRecord, vault_zone: st
         except (OSError, ValueError) as exc:
             return f"{relpath} cannot be read ({exc})", f"make {relpath} a readable UTF-8 markdown file"
         if note is not None and note.open_at_end is not None:
-            return (f"{relpath} ends inside {note.open_at_end}, so a line appended there would be hidden",
-                    f"close the comment or code fence in {relpath}")
+            return (
+                f"{relpath} ends inside {note.open_at_end}, so a line appended there would be hidden",
+                f"close the comment or code fence in {relpath}",
+            )
     left_open = region_left_open(projected_text(record.payload.summary))
     if left_open is not None:
         return f"the turn's text would leave {left_open} open in {relpath}", f"memvault resolve {record.id} unwritable"

@@ -76,7 +76,12 @@ class Payload:
     capture_text: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"captureText": self.capture_text, "summary": self.summary, "trigger": self.trigger, "writeMode": self.write_mode}
+        return {
+            "captureText": self.capture_text,
+            "summary": self.summary,
+            "trigger": self.trigger,
+            "writeMode": self.write_mode,
+        }
 
     @property
     def sha256(self) -> str:
@@ -193,7 +198,9 @@ class _Strict:
         self.where, self.data = where, data
 
     def fail(self, message: str) -> InvalidRecord:
-        return InvalidRecord(f"{self.where}: {message}. Fix: move the file aside and run `memvault inspect`; memvault never guesses its contents.")
+        return InvalidRecord(
+            f"{self.where}: {message}. Fix: move the file aside and run `memvault inspect`; memvault never guesses its contents."
+        )
 
     def keys(self, expected: set[str], data: dict[str, Any] | None = None) -> None:
         got = set((self.data if data is None else data).keys())
@@ -215,7 +222,9 @@ class _Strict:
             raise self.fail(f"{key} must be an integer from {low} to {high}")
         return value
 
-    def choice(self, key: str, options: tuple[str, ...], data: dict[str, Any] | None = None, *, nullable: bool = False) -> str | None:
+    def choice(
+        self, key: str, options: tuple[str, ...], data: dict[str, Any] | None = None, *, nullable: bool = False
+    ) -> str | None:
         value = self.text(key, data, nullable=nullable)
         if value is not None and value not in options:
             raise self.fail(f"{key} {value!r} is not one of {', '.join(options)}")
@@ -250,11 +259,15 @@ class _Strict:
 
 def _load(data: bytes, where: str) -> dict[str, Any]:
     if len(data) > MAX_RECORD_BYTES:
-        raise InvalidRecord(f"{where}: {len(data)} bytes is over the {MAX_RECORD_BYTES}-byte record limit. Fix: move it aside.")
+        raise InvalidRecord(
+            f"{where}: {len(data)} bytes is over the {MAX_RECORD_BYTES}-byte record limit. Fix: move it aside."
+        )
     try:
         value = loads_strict(data)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidRecord(f"{where}: not a valid intake JSON document ({exc}). Fix: move it aside and run `memvault inspect`.") from exc
+        raise InvalidRecord(
+            f"{where}: not a valid intake JSON document ({exc}). Fix: move it aside and run `memvault inspect`."
+        ) from exc
     if not isinstance(value, dict):
         raise InvalidRecord(f"{where}: an intake document must be a JSON object. Fix: move it aside.")
     return value

@@ -46,8 +46,14 @@ from memvault.vault.intake.backoff import MAX_ATTEMPTS
 from memvault.vault.intake.files import RESOLVED, CrashHook, IntakeDirs, hit
 from memvault.vault.intake.ledger import Ledger
 from memvault.vault.intake.record import PROJECTED, IntakeRecord, Receipt, render_receipt
-from memvault.vault.intake.state import (find_active, intake_lock, prune_receipts, read_receipt, receipt_lookup,
-                                         resolve_run)
+from memvault.vault.intake.state import (
+    find_active,
+    intake_lock,
+    prune_receipts,
+    read_receipt,
+    receipt_lookup,
+    resolve_run,
+)
 
 
 def projected_receipt(record: IntakeRecord, projection: str, now: datetime) -> Receipt:

@@ -61,7 +61,13 @@ def describe_receipt(receipt: Receipt) -> dict:
 
 
 def _invalid(intake_id: str, folder: str, exc: Exception) -> dict:
-    return {"id": intake_id, "state": "invalid", "folder": folder, "failure": getattr(exc, "code", "io_error"), "problem": str(exc)}
+    return {
+        "id": intake_id,
+        "state": "invalid",
+        "folder": folder,
+        "failure": getattr(exc, "code", "io_error"),
+        "problem": str(exc),
+    }
 
 
 def _read_entry(dirs: IntakeDirs, folder: str, intake_id: str, now: datetime) -> dict:

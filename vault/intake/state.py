@@ -153,13 +153,17 @@ def record_failure(
     return dead
 
 
-def mark_awaiting_capture(dirs: IntakeDirs, intake_id: str, revision: int, projection: str, now: datetime) -> IntakeRecord | None:
+def mark_awaiting_capture(
+    dirs: IntakeDirs, intake_id: str, revision: int, projection: str, now: datetime
+) -> IntakeRecord | None:
     """Capture mode: the raw audit is projected; the record waits for the capture pipeline."""
     found = _current(dirs, intake_id, revision)
     if found is None:
         return None
     folder, record = found
-    updated = record.evolve(state=AWAITING_CAPTURE, attempts=record.attempts + 1, failure=None, last_attempt_at=now, projection=projection)
+    updated = record.evolve(
+        state=AWAITING_CAPTURE, attempts=record.attempts + 1, failure=None, last_attempt_at=now, projection=projection
+    )
     write_record(dirs, folder, updated)
     return updated
 
@@ -213,7 +217,9 @@ def resolve_run(
     if receipt is None:
         prune_receipts(dirs, ledger, room=1)
         attempts = min(record.attempts + (outcome in (PROJECTED, CAPTURED)), MAX_ATTEMPTS)  # the attempt that succeeded
-        receipt = Receipt(intake_id, record.payload_sha256, outcome, record.admitted_at, now, attempts, projection, reason)
+        receipt = Receipt(
+            intake_id, record.payload_sha256, outcome, record.admitted_at, now, attempts, projection, reason
+        )
         atomic_write(dirs.record_path(RESOLVED, intake_id), render_receipt(receipt), mode=0o600)
     elif receipt.payload_sha256 != record.payload_sha256:
         raise Conflict(
@@ -332,7 +338,9 @@ def recover(dirs: IntakeDirs, now: datetime, hook: CrashHook | None = None) -> t
     return ledger, RecoveryReport(strays, adopted, finished, moved, tuple(sorted(set(invalid))))
 
 
-def _recover_one(dirs: IntakeDirs, ledger: Ledger, folder: str, intake_id: str, now: datetime, hook: CrashHook | None) -> str:
+def _recover_one(
+    dirs: IntakeDirs, ledger: Ledger, folder: str, intake_id: str, now: datetime, hook: CrashHook | None
+) -> str:
     found = find_active(dirs, intake_id)
     if found is None:
         return "gone"

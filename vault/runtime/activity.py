@@ -82,7 +82,9 @@ class Switches:
 
     def require_write(self, what: str) -> None:
         if not self.write_enabled:
-            raise WritesDisabled(f"writes are disabled (writeEnabled=false), so {what} was rejected; nothing was written")
+            raise WritesDisabled(
+                f"writes are disabled (writeEnabled=false), so {what} was rejected; nothing was written"
+            )
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,10 @@ def check_target(target: object) -> str:
 
 
 def check_importance(importance: object) -> int:
-    if isinstance(importance, bool) or not isinstance(importance, int) or not (
-        IMPORTANCE_MIN <= importance <= IMPORTANCE_MAX
+    if (
+        isinstance(importance, bool)
+        or not isinstance(importance, int)
+        or not (IMPORTANCE_MIN <= importance <= IMPORTANCE_MAX)
     ):
         raise InvalidRecord(
             f"importance {importance!r} is not a whole number from {IMPORTANCE_MIN} to {IMPORTANCE_MAX}:"
@@ -121,7 +123,9 @@ def target_entries(entries: Sequence[RuntimeEntry], target: str) -> list[Runtime
     return [entry for entry in entries if entry.target == target]
 
 
-def replace_target(entries: Sequence[RuntimeEntry], target: str, new: Sequence[RuntimeEntry]) -> tuple[RuntimeEntry, ...]:
+def replace_target(
+    entries: Sequence[RuntimeEntry], target: str, new: Sequence[RuntimeEntry]
+) -> tuple[RuntimeEntry, ...]:
     """All entries with `target`'s replaced by `new`; the other target keeps its order (USER first)."""
     others = [entry for entry in entries if entry.target != target]
     ordered = {USER: [], MEMORY: []}
@@ -183,7 +187,9 @@ def _neg_time(stamp: str) -> tuple[int, ...]:
     return tuple(-ord(ch) for ch in stamp)
 
 
-def touched(entry: RuntimeEntry, *, content: str | None = None, importance: int | None = None, now: str) -> RuntimeEntry:
+def touched(
+    entry: RuntimeEntry, *, content: str | None = None, importance: int | None = None, now: str
+) -> RuntimeEntry:
     return replace(
         entry,
         content=entry.content if content is None else content,

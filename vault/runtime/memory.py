@@ -287,12 +287,14 @@ class RuntimeMemory:
         if sha256_hex(data) != stamp.sha256:
             raise InvalidRecord(
                 f"{STATE_FILE} records a {FILES[target]} digest that its entries do not render to."
-                f" Fix: restore {STATE_FILE} from git, or delete its \"projections\" entry for {target}"
+                f' Fix: restore {STATE_FILE} from git, or delete its "projections" entry for {target}'
             )
         ensure_folder(self.root, "runtime")
         atomic_write(path, data, mode=0o644)
 
-    def _commit(self, old: RuntimeState, entries: tuple[RuntimeEntry, ...], force: tuple[str, ...] = ()) -> RuntimeState:
+    def _commit(
+        self, old: RuntimeState, entries: tuple[RuntimeEntry, ...], force: tuple[str, ...] = ()
+    ) -> RuntimeState:
         revision = old.revision + 1
         stamps = dict(old.projections)
         projections = []

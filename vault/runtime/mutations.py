@@ -106,7 +106,9 @@ def is_duplicate(entries: list[RuntimeEntry], content: str, skip: int | None = N
     return any(entry.content == content for i, entry in enumerate(entries) if i != skip)
 
 
-def apply(entries: list[RuntimeEntry], mutation: Mutation, match: int | None, now: str) -> tuple[list[RuntimeEntry], str]:
+def apply(
+    entries: list[RuntimeEntry], mutation: Mutation, match: int | None, now: str
+) -> tuple[list[RuntimeEntry], str]:
     """(the target's new entries, receipt status). `match` is `find_match`'s answer for replace/remove."""
     if mutation.kind == ADD:
         if is_duplicate(entries, mutation.content or ""):

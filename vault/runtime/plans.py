@@ -126,7 +126,8 @@ def parse_compaction(
         highest = max(sources[i].importance for i in entry.source_indexes)
         if entry.importance < highest:
             raise _refused(
-                worker, f"an entry lowers importance from {highest} to {entry.importance} (sources {list(entry.source_indexes)})"
+                worker,
+                f"an entry lowers importance from {highest} to {entry.importance} (sources {list(entry.source_indexes)})",
             )
     if not fits(planned):
         raise _refused(worker, f"the compacted entries do not fit the {budget}-byte budget")
@@ -183,7 +184,7 @@ def parse_routes(text: object, indexes: Sequence[int], destinations: set[str], *
     seen: list[int] = []
     for number, route in enumerate(routes):
         if not isinstance(route, dict) or set(route) != {"sourceIndex", "space"} or not _whole(route["sourceIndex"]):
-            raise _refused(worker, f"route {number} is not {{\"sourceIndex\": <index>, \"space\": \"<id>\"}}")
+            raise _refused(worker, f'route {number} is not {{"sourceIndex": <index>, "space": "<id>"}}')
         if route["space"] not in destinations:
             raise _refused(worker, f"route {number} names {str(route['space'])[:64]!r}, not an eligible space")
         seen.append(route["sourceIndex"])

@@ -112,7 +112,9 @@ def routes(views, reader, templates) -> list[Route]:
     """Both twins of every view; the `.json` route first (a path parameter would swallow it)."""
     out = []
     for view in views:
-        out.append(Route(view.path + ".json", _endpoint(view, reader, templates, as_json=True), methods=list(view.methods)))
+        out.append(
+            Route(view.path + ".json", _endpoint(view, reader, templates, as_json=True), methods=list(view.methods))
+        )
         out.append(Route(view.path, _endpoint(view, reader, templates, as_json=False), methods=list(view.methods)))
     return out
 
@@ -186,12 +188,22 @@ def status_of(exc: VaultError) -> int:
 
 def error_response(templates, exc: VaultError | None, *, as_json: bool, request: Request) -> Response:
     if exc is None:
-        code, message, status = "internal_error", "The page failed inside memvault; the server's log has the details.", 500
+        code, message, status = (
+            "internal_error",
+            "The page failed inside memvault; the server's log has the details.",
+            500,
+        )
     else:
         code, message, status = exc.code, str(exc), status_of(exc)
     if as_json:
         return json_response({"error": {"code": code, "message": message}}, status)
-    context = {"request": request, "page": None, "data": {}, "title": "Error", "error": {"code": code, "message": message}}
+    context = {
+        "request": request,
+        "page": None,
+        "data": {},
+        "title": "Error",
+        "error": {"code": code, "message": message},
+    }
     try:
         return templates.TemplateResponse(request, "error.html", context, status_code=status)
     except Exception:  # the error page itself must not fail

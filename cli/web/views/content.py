@@ -45,8 +45,10 @@ class ContentView(View):
             "months": [months[m] for m in sorted(months, reverse=True)],
             "month": chosen,
             "calendar": _calendar(chosen, daily, rows) if chosen else [],
-            "audit": [{"path": p, "day": note_day(p).isoformat(), "memories": rows.get(p, 0), "url": note_url(p)}
-                      for p in audit[:MAX_AUDIT_LISTED]],  # fmt: skip
+            "audit": [
+                {"path": p, "day": note_day(p).isoformat(), "memories": rows.get(p, 0), "url": note_url(p)}
+                for p in audit[:MAX_AUDIT_LISTED]
+            ],  # fmt: skip
             "auditTotal": len(audit),
             "documents": _documents(reader),
             "spaces": _spaces(reader),
@@ -91,8 +93,12 @@ def _documents(reader) -> dict:
         return {"problem": str(exc), "active": [], "archived": [], "usedBytes": 0, "limitBytes": 0}
     return {
         "problem": None,
-        "active": [{**doc.to_json(), "url": f"/documents/{doc.id}"} for doc in sorted(active, key=lambda d: d.title.casefold())],
-        "archived": [{"path": p, "name": p.rsplit("/", 1)[-1], "url": f"/archived/{p.rsplit('/', 1)[-1][:-3]}"} for p in archived],
+        "active": [
+            {**doc.to_json(), "url": f"/documents/{doc.id}"} for doc in sorted(active, key=lambda d: d.title.casefold())
+        ],
+        "archived": [
+            {"path": p, "name": p.rsplit("/", 1)[-1], "url": f"/archived/{p.rsplit('/', 1)[-1][:-3]}"} for p in archived
+        ],
         "usedBytes": sum(doc.size for doc in active),
         "limitBytes": limit,
     }
@@ -188,7 +194,9 @@ def _note_relpath(args: Args) -> str:
 def _note_page(relpath: str, note, all_notes: list[str], prefix: str, space: dict | None) -> dict:
     html, parsed = render_note(note.text)
     folder, day = parse_note_relpath(relpath)
-    siblings = sorted((p for p in all_notes if note_day(p, folder) is not None), key=note_sort_key)  # by date, either layout
+    siblings = sorted(
+        (p for p in all_notes if note_day(p, folder) is not None), key=note_sort_key
+    )  # by date, either layout
     position = siblings.index(relpath) if relpath in siblings else -1
     older = siblings[position - 1] if position > 0 else None
     newer = siblings[position + 1] if 0 <= position < len(siblings) - 1 else None

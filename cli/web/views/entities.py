@@ -114,4 +114,3 @@ def _memories(reader, facts) -> list[dict]:
                     "text": text, "html": htmls.get(fact.id), "salience": fact.salience,
                     "missing": "the bullet is no longer in its note" if text is None else None})  # fmt: skip
     return out
-

@@ -45,7 +45,11 @@ def direct_search(args: Args, reader) -> dict:
     result = reader.recall(query, limit=FILTERED_DEPTH if filtered and mode == "tool" else limit, mode=mode)
     zone = ZoneInfo(reader.time_zone)
     hits = [_hit(hit, zone) for hit in result.hits]
-    kept = [h for h in hits if (start is None or h["date"] >= start.isoformat()) and (through is None or h["date"] <= through.isoformat())]
+    kept = [
+        h
+        for h in hits
+        if (start is None or h["date"] >= start.isoformat()) and (through is None or h["date"] <= through.isoformat())
+    ]
     _add_html(kept[:limit], reader)
     body.update(hits=kept[:limit], degraded=result.degraded, guidance=result.guidance, gate=result.gate,
                 filteredOut=len(hits) - len(kept), searched=True,
@@ -164,7 +168,9 @@ class JournalView(View):
         if cursor:
             page = reader.journal(cursor=cursor)
         else:
-            page = reader.journal(from_date=start.isoformat(), through_date=through.isoformat(), time_zone=zone, limit=limit)
+            page = reader.journal(
+                from_date=start.isoformat(), through_date=through.isoformat(), time_zone=zone, limit=limit
+            )
         body = page.to_json()
         for entry in body["entries"]:
             entry["url"] = source_url(entry["source"])

@@ -14,8 +14,15 @@ from datetime import date, datetime, timezone
 from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, require_psycopg
-from memvault.indexer.backend.postgres.lexical import (BM25_SQL, IMPACT_SQL, cjk_bigrams, query_bigrams, query_words,
-                                                       read_sizes, words)
+from memvault.indexer.backend.postgres.lexical import (
+    BM25_SQL,
+    IMPACT_SQL,
+    cjk_bigrams,
+    query_bigrams,
+    query_words,
+    read_sizes,
+    words,
+)
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, line, text, content_hash, context_hash, context"
@@ -26,8 +33,28 @@ _STAGING = (
     "cjk_len integer) "
     "ON COMMIT DELETE ROWS"
 )
-_STAGING_TYPES = ["text", "int4", "text", "text", "text", "text", "date", "int8", "int4", "text", "text", "text",
-                  "text", "text", "text", "int4", "int4", "vector", "text[]", "int4"]
+_STAGING_TYPES = [
+    "text",
+    "int4",
+    "text",
+    "text",
+    "text",
+    "text",
+    "date",
+    "int8",
+    "int4",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "int4",
+    "int4",
+    "vector",
+    "text[]",
+    "int4",
+]
 #: rows arrive by COPY into the session's staging table, then one statement analyses each text
 #: once and writes the rows, their postings and the terms' document frequencies
 _INSERT_STAGED = f"""
@@ -180,8 +207,10 @@ class PostgresBackend:
                 "UPDATE memvault_vaults SET next_generation = next_generation + 1 WHERE name = %s "
                 "RETURNING next_generation - 1", (self.vault,)).fetchone()[0]  # fmt: skip
             schema.create_leaf(conn, self.vault, number)
-            conn.execute("INSERT INTO memvault_generations (vault, generation, embedding, dim) VALUES (%s, %s, %s, %s)",
-                         (self.vault, number, None if embedding is None else json.dumps(embedding), dim))
+            conn.execute(
+                "INSERT INTO memvault_generations (vault, generation, embedding, dim) VALUES (%s, %s, %s, %s)",
+                (self.vault, number, None if embedding is None else json.dumps(embedding), dim),
+            )
         self._dims[number] = dim
         self._with_postings.add(number)
         return number
@@ -198,8 +227,10 @@ class PostgresBackend:
             with conn.transaction():
                 previous = conn.execute("SELECT serving FROM memvault_vaults WHERE name = %s FOR UPDATE",
                                         (self.vault,)).fetchone()[0]  # fmt: skip
-                conn.execute("UPDATE memvault_vaults SET serving = %s, stamp = stamp + 1 WHERE name = %s",
-                             (generation, self.vault))
+                conn.execute(
+                    "UPDATE memvault_vaults SET serving = %s, stamp = stamp + 1 WHERE name = %s",
+                    (generation, self.vault),
+                )
                 older = conn.execute(
                     "SELECT generation FROM memvault_generations WHERE vault = %s AND generation < %s "
                     "AND generation IS DISTINCT FROM %s", (self.vault, generation, previous)).fetchall()  # fmt: skip
@@ -270,8 +301,11 @@ class PostgresBackend:
         """Make the generation hold exactly `data` (None: no projection), in one statement."""
         digest = None if data is None else hashlib.sha256(data).hexdigest()
         with self._session() as conn:
-            found = conn.execute("UPDATE memvault_generations SET replay = %s, replay_sha256 = %s WHERE vault = %s "
-                                 "AND generation = %s RETURNING 1", (data, digest, self.vault, generation)).fetchone()
+            found = conn.execute(
+                "UPDATE memvault_generations SET replay = %s, replay_sha256 = %s WHERE vault = %s "
+                "AND generation = %s RETURNING 1",
+                (data, digest, self.vault, generation),
+            ).fetchone()
         if found is None:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
 
@@ -368,12 +402,17 @@ class PostgresBackend:
         if held is None or held[0] > len(params):
             return set()
         leaf = schema.leaf_table(self.vault, generation)
-        indexes = {"vectors": [f"{leaf}_hnsw"] if any(row[17] is not None for row in params) else [],
-                   "postings": [f"mvpl_{self.vault}_g{generation}", f"mvpd_{self.vault}_g{generation}"]}
+        indexes = {
+            "vectors": [f"{leaf}_hnsw"] if any(row[17] is not None for row in params) else [],
+            "postings": [f"mvpl_{self.vault}_g{generation}", f"mvpd_{self.vault}_g{generation}"],
+        }
         dropped = set()
         for part, names in indexes.items():
-            present = [name for name in names
-                       if conn.execute("SELECT to_regclass(%s)", (_quoted(name),)).fetchone()[0] is not None]
+            present = [
+                name
+                for name in names
+                if conn.execute("SELECT to_regclass(%s)", (_quoted(name),)).fetchone()[0] is not None
+            ]
             if present and len(present) == len(names):
                 conn.execute(f"DROP INDEX {', '.join(_quoted(name) for name in present)}")
                 dropped.add(part)
@@ -399,13 +438,17 @@ class PostgresBackend:
         forget = [path for path, state in files.items() if state is None]
         keep = [(self.vault, generation, path, json.dumps(state)) for path, state in files.items() if state is not None]
         if forget:
-            conn.execute("DELETE FROM memvault_files WHERE vault = %s AND generation = %s AND path = ANY(%s)",
-                         (self.vault, generation, forget))
+            conn.execute(
+                "DELETE FROM memvault_files WHERE vault = %s AND generation = %s AND path = ANY(%s)",
+                (self.vault, generation, forget),
+            )
         if keep:
             with conn.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO memvault_files (vault, generation, path, state) VALUES (%s, %s, %s, %s) "
-                    "ON CONFLICT (vault, generation, path) DO UPDATE SET state = EXCLUDED.state", keep)
+                    "ON CONFLICT (vault, generation, path) DO UPDATE SET state = EXCLUDED.state",
+                    keep,
+                )
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -449,8 +492,11 @@ class PostgresBackend:
 
     def content_hash_keys(self, generation: int) -> dict[str, str]:
         with self._session() as conn:
-            found = conn.execute("SELECT content_hash, min(key) FROM memvault_rows WHERE vault = %s AND generation = %s "
-                                 "AND kind = 'curated' GROUP BY content_hash", (self.vault, generation)).fetchall()
+            found = conn.execute(
+                "SELECT content_hash, min(key) FROM memvault_rows WHERE vault = %s AND generation = %s "
+                "AND kind = 'curated' GROUP BY content_hash",
+                (self.vault, generation),
+            ).fetchall()
         return dict(found)
 
     def journal_rows(self, generation: int, paths: Iterable[str]) -> list[StoredRow]:
@@ -468,12 +514,14 @@ class PostgresBackend:
                                  (self.vault, generation)).fetchall()  # fmt: skip
         return {path: state for path, state in found}
 
-    def lexical_candidates(self, generation: int, query: str, depth: int,
-                           kinds: Sequence[str] = ("curated",)) -> list[tuple[str, float]]:
+    def lexical_candidates(
+        self, generation: int, query: str, depth: int, kinds: Sequence[str] = ("curated",)
+    ) -> list[tuple[str, float]]:
         return self._lexical(generation, query, depth, kinds, with_rows=False)[0]
 
-    def lexical_rows(self, generation: int, query: str, depth: int,
-                     kinds: Sequence[str] = ("curated",)) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
+    def lexical_rows(
+        self, generation: int, query: str, depth: int, kinds: Sequence[str] = ("curated",)
+    ) -> tuple[list[tuple[str, float]], dict[str, StoredRow]]:
         """`lexical_candidates` and the rows of its hits (`rows_by_keys`), in one statement and one
         snapshot: recall reads both (a round trip and a statement's planning less per recall)."""
         return self._lexical(generation, query, depth, kinds, with_rows=True)
@@ -488,8 +536,10 @@ class PostgresBackend:
         sql = BM25_SQL.format(postings=postings, terms=terms)
         if with_rows:  # each hit's row from the leaf by its primary key
             leaf = _quoted(schema.leaf_table(self.vault, generation))
-            sql = (f"SELECT h.score, {', '.join('r.' + c for c in _ROW_COLUMNS.split(', '))} FROM ({sql}) h "
-                   f"JOIN {leaf} r ON r.vault = %(vault)s AND r.generation = %(generation)s AND r.key = h.key")
+            sql = (
+                f"SELECT h.score, {', '.join('r.' + c for c in _ROW_COLUMNS.split(', '))} FROM ({sql}) h "
+                f"JOIN {leaf} r ON r.vault = %(vault)s AND r.generation = %(generation)s AND r.key = h.key"
+            )
         with self._session() as conn:
             found_rows = conn.execute(sql, arguments).fetchall()
         if not with_rows:
@@ -498,8 +548,9 @@ class PostgresBackend:
         hits = sorted(((values[1], float(values[0])) for values in found_rows), key=lambda hit: (-hit[1], hit[0]))
         return hits, rows
 
-    def term_frequencies(self, generation: int, terms: Iterable[str],
-                         field: str = "text") -> tuple[int, dict[str, int]]:
+    def term_frequencies(
+        self, generation: int, terms: Iterable[str], field: str = "text"
+    ) -> tuple[int, dict[str, int]]:
         """(rows in the generation, rows whose own text holds each already-analysed term, or with
         field "cjk" each CJK bigram): one round trip, from the terms table."""
         terms = sorted(set(terms))
@@ -543,8 +594,11 @@ class PostgresBackend:
                                  "GROUP BY kind", (self.vault, generation)).fetchall()  # fmt: skip
             paths = conn.execute("SELECT path, count(*) FROM memvault_rows WHERE vault = %s AND generation = %s "
                                  "GROUP BY path", (self.vault, generation)).fetchall()  # fmt: skip
-            missing = conn.execute("SELECT count(*) FROM memvault_rows WHERE vault = %s AND generation = %s "
-                                   "AND kind = 'curated' AND embedding IS NULL", (self.vault, generation)).fetchone()[0]
+            missing = conn.execute(
+                "SELECT count(*) FROM memvault_rows WHERE vault = %s AND generation = %s "
+                "AND kind = 'curated' AND embedding IS NULL",
+                (self.vault, generation),
+            ).fetchone()[0]
         by_kind = dict(kinds)
         without = missing if self._dim(generation) is not None else 0
         return BackendCounts(sum(by_kind.values()), by_kind, dict(paths), without)

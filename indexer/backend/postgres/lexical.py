@@ -27,8 +27,14 @@ overlapping character bigrams (field 2, weighted 1, as the local `cjk` field): a
 runs are searched by their bigrams alone, so a word inside a sentence is found.
 """
 
-from memvault.indexer.backend.analysis import (CJK_RUN_RE, CONTEXT_BOOST, MAX_QUERY_WORDS, STOPWORDS, WORD_RE,
-                                              cjk_bigrams)
+from memvault.indexer.backend.analysis import (
+    CJK_RUN_RE,
+    CONTEXT_BOOST,
+    MAX_QUERY_WORDS,
+    STOPWORDS,
+    WORD_RE,
+    cjk_bigrams,
+)
 from memvault.indexer.backend.postgres.schema import TEXT_SEARCH_CONFIG
 
 K1, B = 1.2, 0.75
@@ -38,8 +44,11 @@ MAX_TOKEN_BYTES = 40
 def words(text: str) -> list[str]:
     """The tokens BM25 counts, lower-cased, before stemming (the server stems them)."""
     # a character is at most 4 bytes in UTF-8: a word shorter than a quarter of the limit is kept unencoded
-    return [w.lower() for w in WORD_RE.findall(text)
-            if len(w) * 4 < MAX_TOKEN_BYTES or len(w.encode("utf-8")) < MAX_TOKEN_BYTES]
+    return [
+        w.lower()
+        for w in WORD_RE.findall(text)
+        if len(w) * 4 < MAX_TOKEN_BYTES or len(w.encode("utf-8")) < MAX_TOKEN_BYTES
+    ]
 
 
 def query_words(text: str) -> list[str]:
@@ -150,5 +159,8 @@ SELECT key, sum(s ORDER BY n) AS score FROM exact GROUP BY key ORDER BY score DE
 
 def read_sizes(depth: int) -> dict:
     """per_list and pool for a list of `depth` candidates."""
-    return {"per_list": max(PER_LIST_MIN, PER_LIST * depth), "per_text": max(PER_TEXT_LIST_MIN, PER_TEXT_LIST * depth),
-            "pool": max(POOL_MIN, POOL * depth)}
+    return {
+        "per_list": max(PER_LIST_MIN, PER_LIST * depth),
+        "per_text": max(PER_TEXT_LIST_MIN, PER_TEXT_LIST * depth),
+        "pool": max(POOL_MIN, POOL * depth),
+    }

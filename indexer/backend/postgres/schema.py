@@ -250,7 +250,9 @@ def _grant_reads(conn, vault: str) -> None:
     from psycopg import sql
 
     for table in READ_TABLES:
-        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), sql.Identifier(reader_role(vault))))
+        conn.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), sql.Identifier(reader_role(vault)))
+        )
 
 
 def _vault_partitions(conn, vault: str) -> None:
@@ -270,15 +272,24 @@ def create_leaf(conn, vault: str, generation: int) -> None:
     for table in PARTITIONED:
         leaf = sql.Identifier(leaf_table(vault, generation, table))
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(leaf))
-        conn.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
-            leaf, sql.Identifier(vault_table(vault, table)), sql.Literal(generation)))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
+                leaf, sql.Identifier(vault_table(vault, table)), sql.Literal(generation)
+            )
+        )
     terms = leaf_table(vault, generation, "memvault_terms")
-    conn.execute(sql.SQL("CREATE UNIQUE INDEX {} ON {} (lexeme)").format(
-        sql.Identifier(f"mvt_{vault}_g{generation}"), sql.Identifier(terms)))
+    conn.execute(
+        sql.SQL("CREATE UNIQUE INDEX {} ON {} (lexeme)").format(
+            sql.Identifier(f"mvt_{vault}_g{generation}"), sql.Identifier(terms)
+        )
+    )
     for table in PARTITIONED:  # BM25 and the vector list read these leaves by name (engine.py):
         # a grant on one vault's leaves is that vault's isolation, as the policy is the parents'
-        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(
-            sql.Identifier(leaf_table(vault, generation, table)), sql.Identifier(reader_role(vault))))
+        conn.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(
+                sql.Identifier(leaf_table(vault, generation, table)), sql.Identifier(reader_role(vault))
+            )
+        )
 
 
 def ensure_postings_indexes(conn, vault: str, generation: int) -> None:
@@ -302,9 +313,12 @@ def ensure_vector_index(conn, vault: str, generation: int, dim: int) -> None:
     from psycopg import sql
 
     name = f"{leaf_table(vault, generation)}_hnsw"
-    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops) "
-                         f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
-                 .format(sql.Identifier(name), sql.Identifier(leaf_table(vault, generation)), sql.Literal(dim)))
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops) "
+            f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
+        ).format(sql.Identifier(name), sql.Identifier(leaf_table(vault, generation)), sql.Literal(dim))
+    )
 
 
 def analyze_leaf(conn, vault: str, generation: int) -> None:

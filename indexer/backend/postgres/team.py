@@ -131,8 +131,11 @@ def ensure_team_vault(conn, vault: str) -> None:
         for table in _TEAM_TABLES:
             conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), sql.Identifier(reader)))
         for table in ("memvault_team_turns", "memvault_team_facts"):
-            conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
-                sql.Identifier(table), sql.Identifier(writer)))
+            conn.execute(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
+                    sql.Identifier(table), sql.Identifier(writer)
+                )
+            )
 
 
 class TeamServer:
@@ -185,7 +188,9 @@ class TeamServer:
             self._ring()
         return bool(row[0]), row[1], bool(row[2])
 
-    def remember(self, content_hash: str, block_id: str, fact: str, at: datetime, relpath: str) -> tuple[bool, str, str, str]:
+    def remember(
+        self, content_hash: str, block_id: str, fact: str, at: datetime, relpath: str
+    ) -> tuple[bool, str, str, str]:
         """(inserted, id, note path, fact) of the fact this content hash holds: one statement
         (and a ring when it met a sleeping owner)."""
         with self._session() as conn:
@@ -299,7 +304,9 @@ class TeamServer:
 
     def update_settings(self, settings: dict) -> None:
         with self._session() as conn:
-            conn.execute("UPDATE memvault_team_owners SET settings = %s WHERE vault = %s", (json.dumps(settings), self.vault))
+            conn.execute(
+                "UPDATE memvault_team_owners SET settings = %s WHERE vault = %s", (json.dumps(settings), self.vault)
+            )
 
 
 def notify_channel(vault: str) -> str:
@@ -418,13 +425,19 @@ class OwnerLock:
         psycopg = require_psycopg()
         conn = connect(self.dsn, autocommit=True)
         try:
-            conn.execute("SELECT set_config('application_name', %s, false)", (f"memvault owner {self.vault} pid {pid}"[:63],))
+            conn.execute(
+                "SELECT set_config('application_name', %s, false)", (f"memvault owner {self.vault} pid {pid}"[:63],)
+            )
             got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", owner_lock_key(self.vault)).fetchone()[0]
             if not got:
                 holder = conn.execute("SELECT host, pid, started_at FROM memvault_team_owners WHERE vault = %s",
                                       (self.vault,)).fetchone()  # fmt: skip
                 conn.close()
-                who = "another machine" if holder is None else f"pid {holder[1]} on host {holder[0]} (since {holder[2]:%Y-%m-%d %H:%M:%S %Z})"
+                who = (
+                    "another machine"
+                    if holder is None
+                    else f"pid {holder[1]} on host {holder[0]} (since {holder[2]:%Y-%m-%d %H:%M:%S %Z})"
+                )
                 raise VaultLocked(f"vault {self.vault!r} already has an owner on the index server: {who}. One owner per "
                                   "vault: stop that one (`memvault engine stop` on its machine), or use this machine as "
                                   f"a client: `memvault --remote {self.vault} …`")  # fmt: skip
