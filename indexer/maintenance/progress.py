@@ -76,11 +76,6 @@ class PhaseLog:
             self.phases.setdefault(name, PhaseState(name)).done += count
         self._changed()
 
-    def set_total(self, name: str, total: int) -> None:
-        with self._lock:
-            self.phases.setdefault(name, PhaseState(name)).total = total
-        self._changed()
-
     def done(self) -> None:
         with self._lock:
             now = time.monotonic()

@@ -21,7 +21,6 @@ BUILTIN_MODEL = "wordllama-l2-supercat"
 BUILTIN_DIM = 256
 E5_MODEL = "multilingual-e5-small-q4"
 E5_DIM = 384
-HTTP_DEFAULT_DIM = 768
 
 DEFAULT_MODELS = {
     BUILTIN: BUILTIN_MODEL,
@@ -59,14 +58,6 @@ class EmbeddingProvider(Protocol):
     def embed_query(self, text: str) -> np.ndarray:
         """One search query → float32 vector of shape (dim,); may be prefixed unlike documents."""
         ...
-
-
-def default_model(provider: str) -> str | None:
-    return DEFAULT_MODELS.get(provider)
-
-
-def default_dim(provider: str) -> int:
-    return {BUILTIN: BUILTIN_DIM, E5_SMALL: E5_DIM}.get(provider, HTTP_DEFAULT_DIM)
 
 
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
