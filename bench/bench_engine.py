@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC
 from pathlib import Path
 
 from bench.generate import make_vault
@@ -133,13 +134,13 @@ def bench_cli(root: Path, calls: int) -> None:
 
 
 def bench_bulk(tmp: Path, count: int) -> None:
+    from datetime import datetime, timedelta
+
     from memvault import MemoryStore
     from memvault.vault.config import default_config_data, render_config
     from memvault.vault.init import init_vault
 
-    from datetime import datetime, timedelta, timezone
-
-    start = datetime(2026, 1, 1, tzinfo=timezone.utc)  # a backfill in time order: 96 memories a day
+    start = datetime(2026, 1, 1, tzinfo=UTC)  # a backfill in time order: 96 memories a day
     lines = [
         json.dumps(
             {

@@ -155,10 +155,9 @@ def _state_of(root: Path, intake_id: str) -> str:
 @click.pass_context
 def inspect_command(ctx: click.Context, intake_id: str | None, json_: bool) -> None:
     """Show the durable intake (or one run by ID) without any turn content."""
+    from memvault.vault.capture.stats import summarize
     from memvault.vault.intake.files import IntakeDirs
     from memvault.vault.intake.snapshot import inspect_intake, inspect_run
-
-    from memvault.vault.capture.stats import summarize
 
     dirs = IntakeDirs(_vault_root(ctx))
     report = inspect_run(dirs, intake_id, _now()) if intake_id else inspect_intake(dirs, _now())

@@ -12,14 +12,14 @@ becomes a real SIGKILL (through `tests/crash_driver.py`'s hook); library code ne
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.crash_driver import crash_hook  # noqa: E402  (the one place a hook becomes a SIGKILL)
 
-COMPLETED_AT = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+COMPLETED_AT = datetime(2026, 11, 30, 13, 3, tzinfo=UTC)
 TURNS = (
     ("cap-run-0", "We set the Atlas deadline to February 1."),
     ("cap-run-1", "Morgan leads Atlas from now on."),

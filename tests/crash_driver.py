@@ -20,12 +20,12 @@ import json
 import os
 import signal
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-COMPLETED_AT = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+COMPLETED_AT = datetime(2026, 11, 30, 13, 3, tzinfo=UTC)
 POISONED_NOTE = "daily/2026-11-30.md"
 
 
@@ -51,7 +51,7 @@ def crash_hook(target: str | None, nth: int):
 
 
 def fast_clock():
-    state = {"now": datetime.now(timezone.utc)}
+    state = {"now": datetime.now(UTC)}
 
     def clock() -> datetime:
         state["now"] += timedelta(hours=7)

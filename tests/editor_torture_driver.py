@@ -13,10 +13,10 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-AT = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 #: (seconds into the run, how the person saves, saves per second): both save styles at 20 Hz and 1 Hz
 PHASES = ((0.0, "rename", 20.0), (0.25, "inplace", 20.0), (0.5, "rename", 1.0), (0.75, "inplace", 1.0))

@@ -1,6 +1,6 @@
 """Shared helpers for the intake tests: vaults of each tier, a settable clock, quick admission."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from memvault.vault.config import default_config_data, render_config
@@ -8,7 +8,7 @@ from memvault.vault.init import init_vault
 from memvault.vault.intake.admission import admit_turn
 from memvault.vault.intake.files import IntakeDirs
 
-START = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+START = datetime(2026, 11, 30, 13, 3, tzinfo=UTC)
 
 
 class Clock:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 

@@ -55,7 +55,7 @@ def read_only_view(source: Path, mountpoint: Path):
         pytest.skip("root without a `mount` binary: root ignores file modes, so no read-only vault can be made")
     copy = mountpoint / "vault"
     shutil.copytree(source, copy, symlinks=True)
-    for folder, dirs, files in os.walk(copy, topdown=False):
+    for folder, _dirs, files in os.walk(copy, topdown=False):
         for name in files:
             os.chmod(Path(folder) / name, 0o444)
         os.chmod(folder, 0o555)
@@ -103,7 +103,7 @@ def tree_state(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple]:
     """Every file and folder under `root`: kind, mode and (files) content hash. Lock files are
     content-free and left in place by design; `skip` names top-level entries to ignore."""
     state = {}
-    for folder, dirs, files in os.walk(root):
+    for folder, _dirs, files in os.walk(root):
         rel_folder = os.path.relpath(folder, root)
         if rel_folder.split(os.sep)[0] in skip:
             continue

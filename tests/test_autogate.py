@@ -6,7 +6,7 @@ has at least two cases that must admit and two that must not.
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import assume, given, settings
@@ -552,7 +552,7 @@ def test_result_json_is_content_free():
     secret = "Priya lives in Rotterdam."
     result = gate_auto(
         "Where does Priya live?",
-        [Candidate("m-1", secret, 3.2, 0.9, "daily/2026-11-30.md#^m-1", datetime(2026, 11, 30, tzinfo=timezone.utc))],
+        [Candidate("m-1", secret, 3.2, 0.9, "daily/2026-11-30.md#^m-1", datetime(2026, 11, 30, tzinfo=UTC))],
     )
     assert result.admitted and result.hits[0].source == "daily/2026-11-30.md#^m-1"
     body = result.to_json()

@@ -3,7 +3,7 @@ by another process (indexer/search/bm25.py `refresh`)."""
 
 import subprocess
 import sys
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from memvault.indexer.search.bm25 import Bm25Index
 from memvault.vault.ids import content_hash
@@ -38,7 +38,7 @@ def _record(n: int) -> MemoryRecord:
         NOTE,
         "curated",
         date(2026, 11, 30),
-        datetime(2026, 11, 30, 9, n % 60, tzinfo=timezone.utc),
+        datetime(2026, 11, 30, 9, n % 60, tzinfo=UTC),
         text,
         content_hash(text),
         n + 1,

@@ -4,7 +4,7 @@ commit (remembers arriving together share one index commit; each caller hears on
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -40,7 +40,7 @@ def test_remember_many_writes_each_note_once_and_commits_the_batch_once(tmp_path
     root = make_vault(tmp_path)
     with MemoryStore.open(root) as store:
         before = commits["n"]
-        days = [datetime(2026, 11, d, 9, 0, tzinfo=timezone.utc) for d in (2, 3, 4)]
+        days = [datetime(2026, 11, d, 9, 0, tzinfo=UTC) for d in (2, 3, 4)]
         items = [RememberItem(f"Fact {n} about the orchard.", days[n % 3]) for n in range(30)]
         items += [
             "Fact 0 about the orchard.",
@@ -78,12 +78,12 @@ def test_a_batch_reads_each_note_once_before_its_append(tmp_path, monkeypatch):
 
     root = make_vault(tmp_path)
     with MemoryStore.open(root) as store:
-        store.remember("Fact before the batch.", datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc))
+        store.remember("Fact before the batch.", datetime(2026, 11, 2, 9, 0, tzinfo=UTC))
         real, reads = curated.read_note_if_any, []
         monkeypatch.setattr(
             curated, "read_note_if_any", lambda root, relpath: reads.append(relpath) or real(root, relpath)
         )
-        days = [datetime(2026, 11, d, 9, 0, tzinfo=timezone.utc) for d in (2, 3)]
+        days = [datetime(2026, 11, d, 9, 0, tzinfo=UTC) for d in (2, 3)]
         outcomes = store.remember_many([RememberItem(f"Batch fact {n}.", days[n % 2]) for n in range(6)])
         assert [o.receipt.status for o in outcomes] == ["added"] * 6
     assert sorted(reads) == ["daily/2026-11-02.md", "daily/2026-11-03.md"]
@@ -92,7 +92,7 @@ def test_a_batch_reads_each_note_once_before_its_append(tmp_path, monkeypatch):
 
 def test_remember_many_receipts_match_single_remembers(tmp_path):
     one, many = make_vault(tmp_path, name="one"), make_vault(tmp_path, name="many")
-    at = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+    at = datetime(2026, 11, 30, 13, 3, tzinfo=UTC)
     facts = ["Morgan chose blue.", "Standup moved to 10:00.", "Morgan chose blue."]
     with MemoryStore.open(one) as a, MemoryStore.open(many) as b:
         singles = [a.remember(text, at=at).to_json() for text in facts]

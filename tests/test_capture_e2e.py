@@ -7,7 +7,7 @@ retained plans, commit, replay sidecar, recall with its supersession filter.
 """
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
@@ -48,7 +48,7 @@ TURNS = [
      extraction(memory("The Atlas standup is on Mondays at 10:00 and lasts 15 minutes.", 0.5, ["e1"]), entities=[ATLAS])),
     ("Thanks, that is all for today!", extraction()),
 ]  # fmt: skip
-START = datetime(2026, 11, 16, 9, 0, tzinfo=timezone.utc)
+START = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)
 
 
 def extract(turn: str) -> str:

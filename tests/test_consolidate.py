@@ -4,28 +4,21 @@ import hashlib
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from click.testing import CliRunner
 
 from memvault.cli.main import cli
 from memvault.indexer.engine.store import MemoryStore
-from memvault.indexer.maintenance.consolidate import (
-    END,
-    MAX_GROUPS,
-    START,
-    is_calendar_node,
-    lexical_key,
-    scan_groups,
-)
+from memvault.indexer.maintenance.consolidate import END, MAX_GROUPS, START, is_calendar_node, lexical_key, scan_groups
 from memvault.indexer.maintenance.watch import Watcher
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.graph import Entity, FactLink, Graph, render_graph
 from tests.capture_helpers import EMBED_PATH, OLLAMA_PATH, ChatScript, hash_embeddings, make_capture_vault
 from tests.loopback import LoopbackServer
 
-AT = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import hashlib
 import json
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -24,7 +24,7 @@ from memvault.vault.runtime import CapacityExceeded
 
 class Clock:
     def __init__(self):
-        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
     def __call__(self):
         self.now += timedelta(minutes=1)

@@ -6,21 +6,14 @@ import os
 import shutil
 import socket
 import stat
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from memvault.indexer.engine.address import socket_path
 from memvault.indexer.engine.client import find_owner
 from memvault.vault.locks import LivenessFence
-from tests.engine_helpers import (
-    OwnerProcess,
-    memvault,
-    memvault_json,
-    pending_count,
-    turn_json,
-    wait_for,
-)
+from tests.engine_helpers import OwnerProcess, memvault, memvault_json, pending_count, turn_json, wait_for
 from tests.intake_helpers import admit, make_vault
 
 pytestmark = pytest.mark.slow
@@ -294,7 +287,7 @@ def _no_cursor(body):
 def test_health_reports_turns_that_wait_for_a_process_that_never_comes(tmp_path):
     root = make_vault(tmp_path)
     assert memvault(root, "rebuild").returncode == 0  # an index, so the intake is the only finding
-    long_ago = datetime.now(timezone.utc) - timedelta(minutes=5)
+    long_ago = datetime.now(UTC) - timedelta(minutes=5)
     assert admit(root, "forgotten", "Nobody projected this turn.", now=long_ago).status == "admitted"
     report = memvault(root, "health", "--json")  # not --strict: reported as a warning
     assert report.returncode == 0
@@ -304,7 +297,7 @@ def test_health_reports_turns_that_wait_for_a_process_that_never_comes(tmp_path)
     assert memvault(root, "health", "--strict").returncode == 1
     fresh = make_vault(tmp_path, name="fresh")
     assert memvault(fresh, "rebuild").returncode == 0
-    assert admit(fresh, "new", "Admitted just now.", now=datetime.now(timezone.utc)).status == "admitted"
+    assert admit(fresh, "new", "Admitted just now.", now=datetime.now(UTC)).status == "admitted"
     assert "waiting_intake" not in memvault(fresh, "health", "--json").stdout  # a turn seconds old waits for no one
 
 
@@ -313,9 +306,7 @@ def test_health_is_an_error_when_a_live_owner_leaves_old_turns_undrained(tmp_pat
     from memvault.indexer.engine.store import MemoryStore
 
     root = make_vault(tmp_path)
-    assert (
-        admit(root, "old", "Still waiting.", now=datetime.now(timezone.utc) - timedelta(minutes=5)).status == "admitted"
-    )
+    assert admit(root, "old", "Still waiting.", now=datetime.now(UTC) - timedelta(minutes=5)).status == "admitted"
     store = MemoryStore.open(root, engine=False)
     owner = Owner(store, role="python", intake=False).start()  # holds the vault, never drains
     try:

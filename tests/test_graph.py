@@ -1,7 +1,7 @@
 """graph.jsonl (format, determinism, hand edits) and one-hop graph expansion in explicit recall."""
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,7 +13,7 @@ from tests.capture_helpers import EMBED_PATH, hash_embeddings, make_capture_vaul
 from tests.loopback import LoopbackServer
 from tests.postgres_helpers import on_server_database
 
-AT = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
 def sample() -> Graph:

@@ -4,7 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -259,7 +259,7 @@ def test_strict_health_checks_every_vector_against_its_row(journal_vault):
 
 
 def test_queued_deltas_merge_to_each_keys_latest_state():
-    from datetime import date, timezone
+    from datetime import date
 
     from memvault.indexer.maintenance.semantic_service import merge_deltas
     from memvault.indexer.maintenance.sync import IndexDelta
@@ -271,7 +271,7 @@ def test_queued_deltas_merge_to_each_keys_latest_state():
             "daily/2026-11-30.md",
             "curated",
             date(2026, 11, 30),
-            datetime(2026, 11, 30, tzinfo=timezone.utc),
+            datetime(2026, 11, 30, tzinfo=UTC),
             text,
             "h",
             1,

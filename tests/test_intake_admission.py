@@ -6,7 +6,7 @@ import stat
 import subprocess
 import sys
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -252,7 +252,7 @@ def test_turn_json_is_strict_and_bounded():
         parse_turn_json(b" " * (MAX_TURN_JSON_BYTES + 1))
     assert too_big.value.category == "turn_too_large"
     parsed = parse_turn_json(b'{"runId": "r", "answer": "a", "completedAt": "2026-11-30T14:03:00+01:00"}')
-    assert parsed["completed_at"] == datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+    assert parsed["completed_at"] == datetime(2026, 11, 30, 13, 3, tzinfo=UTC)
     assert (parsed["trigger"], parsed["capture_text"]) == ("user", None)
 
 

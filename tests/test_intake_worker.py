@@ -4,7 +4,7 @@ retry/resolve semantics, the liveness fence and the bounded shutdown drain."""
 import subprocess
 import sys
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -39,7 +39,7 @@ def drain(store):
 
 def test_lite_projects_to_daily_on_the_local_date_and_is_searchable_at_once(tmp_path):
     root = make_vault(tmp_path)
-    late = datetime(2026, 11, 30, 23, 30, tzinfo=timezone.utc)  # 00:30 on Dec 1 in Amsterdam
+    late = datetime(2026, 11, 30, 23, 30, tzinfo=UTC)  # 00:30 on Dec 1 in Amsterdam
     with store_for(root) as store:
         store.start_intake(poll_seconds=0.05)
         assert store.persist_completed_turn("run-1", ANSWER).status == "admitted"
@@ -89,7 +89,7 @@ def test_journal_turns_projected_together_fail_only_where_their_own_note_fails(t
     line fails its own turns (backed off, counted), never the other day's."""
     root = make_vault(tmp_path, mode="journal")
     (root / "daily/2026-11-30.md").write_bytes(POISON)
-    next_day = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+    next_day = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
     clock = Clock()
     store = store_for(root, clock)
     for n in range(3):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -54,7 +54,7 @@ def make_vault(
         (root / relpath).parent.mkdir(parents=True, exist_ok=True)
         (root / relpath).write_text(text)
     if layout == "nested":  # this year's folder: today's note goes nested too, whatever today is
-        (root / "daily" / f"{datetime.now(timezone.utc).year:04d}").mkdir(parents=True, exist_ok=True)
+        (root / "daily" / f"{datetime.now(UTC).year:04d}").mkdir(parents=True, exist_ok=True)
     return root.resolve()
 
 
@@ -263,7 +263,7 @@ def test_web_memory_space_notes(web):
     space = SpaceCatalog(web.root / "spaces", time_zone="UTC").create("Work", "Projects")
     space_root = SpaceCatalog(web.root / "spaces", time_zone="UTC").path_of(space.id)
     if web.layout == "nested":
-        (space_root / "daily" / f"{datetime.now(timezone.utc).year:04d}").mkdir(parents=True, exist_ok=True)
+        (space_root / "daily" / f"{datetime.now(UTC).year:04d}").mkdir(parents=True, exist_ok=True)
     with MemoryStore.open(space_root) as store:
         receipt = store.remember("The Northwind offsite is in Haarlem.")
     status, page = page_json(web, f"/spaces/{space.id}.json")

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from memvault.indexer.engine.overlay import B, K1
+from memvault.indexer.engine.overlay import K1, B
 from memvault.indexer.search.bm25 import CONTEXT_BOOST, query_bigrams, query_words, stemmed_terms
 from memvault.vault.ids import content_hash
 from tests.intake_helpers import make_vault as make_local_vault

@@ -1,7 +1,7 @@
 """The Python API's times: anything but a timezone-aware datetime is refused with an error that
 names the fix, in process and through a running owner, and nothing is written for it."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -10,7 +10,7 @@ from memvault.vault.errors import InvalidRecord
 from tests.engine_helpers import OwnerProcess
 
 NOT_TIMES = ["2026-11-30T14:03:00+01:00", 1764507780, 17.5, b"2026-11-30", [2026, 11, 30], {"at": 1}]
-GOOD = datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+GOOD = datetime(2026, 11, 30, 13, 3, tzinfo=UTC)
 
 
 def daily_text(root) -> str:

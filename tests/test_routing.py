@@ -16,9 +16,9 @@ from memvault.indexer.search.routing import (
     RUN_HISTORY_HANDOFF,
     Route,
     guidance_for,
-    run_history_handoff,
     normalize_query,
     route_query,
+    run_history_handoff,
 )
 
 ACTIVE_CHAT = [

@@ -4,7 +4,7 @@ Every invalid compactor or planner answer must leave runtime/ byte-identical (an
 write nothing to any memory space)."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ USER_FACTS = [f"User fact number {i} about preferences." for i in range(6)]  # 3
 
 class Clock:
     def __init__(self):
-        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
     def __call__(self):
         self.now += timedelta(seconds=1)
@@ -300,7 +300,7 @@ def test_an_invalid_route_plan_writes_nothing_anywhere(new_vault, chat_server, n
 def test_a_stale_revision_before_the_space_writes_writes_nothing(new_vault, chat_server):
     server, model, reply, path = chat_server
     service = make_service(new_vault, model)
-    a, b = service.create_space("Work").id, service.create_space("Infra").id
+    a, _b = service.create_space("Work").id, service.create_space("Infra").id
     full_memory(service)
     other = RuntimeMemory(new_vault, user_limit=256, memory_limit=512)
 

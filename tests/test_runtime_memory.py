@@ -3,7 +3,7 @@
 import json
 import os
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from memvault.vault.runtime.projection import render_projection
 
 class Clock:
     def __init__(self):
-        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
     def __call__(self):
         self.now += timedelta(seconds=1)

@@ -1,7 +1,7 @@
 """The semantic queue's bounds, from the spec: "Journal indexing holds at most 256 items / 2 MiB"."""
 
 import threading
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from memvault.indexer.maintenance.semantic_queue import SemanticQueue, marker_path
 from memvault.indexer.maintenance.sync import IndexDelta
@@ -13,7 +13,7 @@ SPEC_BYTES = 2 * 1024 * 1024
 
 def record(n: int, text: str, path: str = "daily/2026-11-30.md") -> MemoryRecord:
     return MemoryRecord(id=f"m-{n:010d}", path=path, kind="curated", day=date(2026, 11, 30),
-                        at=datetime(2026, 11, 30, 12, tzinfo=timezone.utc), text=text, content_hash=f"h{n}",
+                        at=datetime(2026, 11, 30, 12, tzinfo=UTC), text=text, content_hash=f"h{n}",
                         line=n + 1, heading=None, explicit_id=True)  # fmt: skip
 
 

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from memvault.vault.errors import InvalidRecord, UnsafePath
 from memvault.vault.spaces import MODEL_CATALOG_LIMIT, SpaceCatalog
 
 REPO = Path(__file__).resolve().parent.parent
-AT = datetime(2026, 3, 1, tzinfo=timezone.utc)
+AT = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 @pytest.fixture

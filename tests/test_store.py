@@ -2,7 +2,7 @@
 
 import os
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -57,7 +57,7 @@ def test_fresh_vault_remember_then_search_finds_it(new_vault):
     top = result.hits[0]
     assert top.text == "Morgan chose blue as the deployment color."
     assert top.source == receipt.source
-    assert top.at == datetime(2026, 11, 30, 13, 3, tzinfo=timezone.utc)
+    assert top.at == datetime(2026, 11, 30, 13, 3, tzinfo=UTC)
     note = (new_vault / "daily/2026-11-30.md").read_text()
     assert note == f"# 2026-11-30\n\n- 14:03 Morgan chose blue as the deployment color. ^{receipt.id}\n"
 
@@ -252,8 +252,8 @@ def test_cjk_text_is_found_by_a_word_inside_its_run(new_vault):
     """CJK has no spaces: a query for a word inside a sentence finds it on either backend
     (the local engine indexes overlapping bigrams; the server's lexical list must too)."""
     with MemoryStore.open(new_vault) as store:
-        store.remember("私は東京に住んでいます。", at=datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc))
-        store.remember("The billing service times out.", at=datetime(2026, 11, 30, 9, 1, tzinfo=timezone.utc))
+        store.remember("私は東京に住んでいます。", at=datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
+        store.remember("The billing service times out.", at=datetime(2026, 11, 30, 9, 1, tzinfo=UTC))
     with MemoryStore.open(new_vault, sync=False) as store:  # read from the committed index
         hits = store.recall("東京", limit=5).hits
     assert [hit.text for hit in hits][:1] == ["私は東京に住んでいます。"]

@@ -2,16 +2,11 @@
 protocol (a loopback server), and citations filtered to the (source, id) pairs supplied."""
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from memvault.indexer.services.evidence_answer import (
-    MAX_CITATIONS,
-    Evidence,
-    evidence_from_hits,
-    parse_answer,
-)
+from memvault.indexer.services.evidence_answer import MAX_CITATIONS, Evidence, evidence_from_hits, parse_answer
 from memvault.vault.capture.fields import ModelOutputInvalid
 from tests.loopback import LoopbackServer, closed_port_url
 from tests.web_helpers import InProcessServer
@@ -243,7 +238,7 @@ def test_evidence_is_bounded():
     class Hit:
         def __init__(self, n):
             self.id, self.source, self.text = f"m-{n}", f"daily/2026-11-30.md#^m-{n}", "x" * 5000
-            self.at = datetime(2026, 11, 30, tzinfo=timezone.utc)
+            self.at = datetime(2026, 11, 30, tzinfo=UTC)
 
     evidence = evidence_from_hits(Hit(n) for n in range(30))
     assert len(evidence) <= 10

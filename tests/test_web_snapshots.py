@@ -6,7 +6,6 @@ import threading
 from memvault.cli.web.snapshots import StaleWhileRevalidate
 from tests.web_helpers import poll
 
-
 # The snapshot cache is tested with a fake compute function: no vault, no index, so these stay local.
 
 

@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from memvault.vault.errors import InvalidRecord
@@ -121,7 +121,7 @@ def manifest_bytes(members: list[ArchiveMember], now: datetime, consistent: bool
     body = {
         "format": FORMAT,
         "version": VERSION,
-        "createdAt": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "createdAt": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "consistent": consistent,
         "members": [member.to_json() for member in members],
     }

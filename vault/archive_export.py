@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memvault.vault.archive import (
@@ -59,7 +59,7 @@ def export_vault(root: Path, destination: Path, *, now: datetime | None = None, 
     """Write an archive of `root`'s canonical state to `destination` (see the module docstring)."""
     root, destination = Path(root), Path(os.path.abspath(destination))
     _check_destination(root, destination, overwrite)
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     staging = Path(tempfile.mkdtemp(prefix=".memvault-export-", dir=destination.parent))
     try:
         with writer_locks(root, lock_timeout, allow_read_only=True) as consistent:

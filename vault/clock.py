@@ -9,7 +9,7 @@ A bullet without a time stands at the start of its local day.
 """
 
 import re
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memvault.vault.errors import InvalidRecord
@@ -36,7 +36,7 @@ def parse_wall_time(text: str) -> tuple[time, timezone | None]:
     if offset is None:
         return wall, None
     if offset == "Z":
-        return wall, timezone.utc
+        return wall, UTC
     sign = 1 if offset[0] == "+" else -1
     hours, minutes = int(offset[1:3]), int(offset[4:6])
     return wall, timezone(sign * timedelta(hours=hours, minutes=minutes))
@@ -49,12 +49,12 @@ def bullet_instant(day: date, wall_time: str | None, tz: ZoneInfo) -> datetime:
     wall, offset = parse_wall_time(wall_time)
     local = datetime.combine(day, wall)
     if offset is not None:
-        return local.replace(tzinfo=offset).astimezone(timezone.utc)
+        return local.replace(tzinfo=offset).astimezone(UTC)
     return _local_to_utc(local, tz)
 
 
 def _local_to_utc(naive: datetime, tz: ZoneInfo) -> datetime:
-    return naive.replace(tzinfo=tz, fold=0).astimezone(timezone.utc)
+    return naive.replace(tzinfo=tz, fold=0).astimezone(UTC)
 
 
 def is_ambiguous(local: datetime) -> bool:
@@ -92,4 +92,4 @@ def _format_offset(offset: timedelta | None) -> str:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

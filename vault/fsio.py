@@ -13,10 +13,10 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from memvault.vault.errors import UnsafePath
 
@@ -174,7 +174,7 @@ class StagedWrite:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "StagedWrite":
+    def __enter__(self) -> StagedWrite:
         return self
 
     def __exit__(self, *exc) -> None:

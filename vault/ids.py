@@ -48,7 +48,7 @@ def memory_id(text: str) -> str:
 
 def derived_id(text: str, occurrence: int) -> str:
     """A stable id for the `occurrence`-th (0-based) id-less bullet with this text in one file."""
-    key = f"{normalize_text(text)}\0{occurrence}".encode("utf-8")
+    key = f"{normalize_text(text)}\0{occurrence}".encode()
     return DERIVED_ID_PREFIX + hashlib.sha256(key).hexdigest()[:ID_HEX_LENGTH]
 
 

@@ -13,9 +13,9 @@ import os
 import re
 import threading
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 
 from filelock import FileLock, Timeout
@@ -404,7 +404,7 @@ class LivenessFence:
         return False
 
     def _write_note(self) -> None:
-        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        started = datetime.now(UTC).isoformat(timespec="seconds")
         info = {"pid": os.getpid(), "started_at": started}
         atomic_write(self.info_path, json.dumps(info, sort_keys=True).encode() + b"\n", mode=0o600)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from memvault.vault.config import is_time_zone
@@ -68,7 +68,7 @@ class JournalRange:
         day = note_day(relpath)  # flat or daily/YYYY/MM/
         if day is None:
             return True  # not a daily note name: never assume it is irrelevant
-        midnight = datetime.combine(day, time(), tzinfo=timezone.utc)
+        midnight = datetime.combine(day, time(), tzinfo=UTC)
         earliest = midnight - timedelta(hours=_EARLIEST_ZONE_HOURS)
         latest = midnight + timedelta(days=1, hours=_LATEST_ZONE_HOURS)
         return earliest < self.end and self.start < latest
@@ -84,13 +84,13 @@ class JournalRange:
         }
 
     @classmethod
-    def from_json(cls, body: dict) -> "JournalRange":
+    def from_json(cls, body: dict) -> JournalRange:
         """Rebuild a range echoed by `to_json` (a persisted snapshot), re-resolving it exactly."""
         return resolve_range(body["fromDate"], body["throughDate"], body["timeZone"])
 
 
 def iso_z(instant: datetime) -> str:
-    return instant.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def resolve_range(from_date: object, through_date: object, time_zone: object) -> JournalRange:
@@ -119,7 +119,7 @@ def resolve_range(from_date: object, through_date: object, time_zone: object) ->
 
 def start_of_local_day(day: date, tz: ZoneInfo) -> datetime:
     """The first instant (UTC) whose local date in `tz` is `day` (or the next day's, if `day` was skipped)."""
-    return datetime.combine(day, time(0, 0), tzinfo=tz).replace(fold=0).astimezone(timezone.utc)
+    return datetime.combine(day, time(0, 0), tzinfo=tz).replace(fold=0).astimezone(UTC)
 
 
 def _zone_name(value: object) -> str:

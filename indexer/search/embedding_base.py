@@ -4,8 +4,9 @@ vectors, the provider protocol, and the row helpers (unit rows, encodable text).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 

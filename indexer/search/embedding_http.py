@@ -7,7 +7,8 @@ prefixes some models were trained with, and checks every returned row.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

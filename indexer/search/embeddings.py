@@ -16,8 +16,9 @@ import json
 import os
 import platform
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -178,7 +179,7 @@ class _WordLlamaModel:
         """These rows of the token matrix, as float32."""
         return self.matrix[ids].astype(np.float32)
 
-    def word_table(self) -> tuple[dict[str, int], "_WordLlamaModel"]:
+    def word_table(self) -> tuple[dict[str, int], _WordLlamaModel]:
         """The words that are one token each (word → row), and the model, whose `unit_rows`
         gives any rows' unit vectors (normalised when asked: most rows never are)."""
         return self._whole_words, self

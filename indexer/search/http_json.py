@@ -64,7 +64,7 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-def _opener(url: str) -> "urllib.request.OpenerDirector":
+def _opener(url: str) -> urllib.request.OpenerDirector:
     import urllib.request
 
     if _is_loopback(urlsplit(url).hostname):
@@ -183,7 +183,7 @@ def _limit_socket_wait(response: Any, seconds: float) -> None:
         sock.settimeout(max(seconds, 0.001))
 
 
-def _http_error(exc: "urllib.error.HTTPError", where: str, target: HttpTarget) -> ProviderUnavailable:
+def _http_error(exc: urllib.error.HTTPError, where: str, target: HttpTarget) -> ProviderUnavailable:
     import http.client
 
     try:

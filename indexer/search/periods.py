@@ -214,7 +214,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
                 "this evening",
             ),
         ),
-        ("span", rf"(?P<which>last|this|past|previous) (?P<unit>week|weekend|month|year|fortnight)"),
+        ("span", r"(?P<which>last|this|past|previous) (?P<unit>week|weekend|month|year|fortnight)"),
         ("weekday", rf"(?P<which>last|this|on|past) (?P<weekday>{WEEKDAY})"),
     )
 )

@@ -28,11 +28,12 @@ and coverage agree on.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from memvault.indexer.search.hybrid import RRF_K, Fused
 from memvault.indexer.search.http_json import HttpTarget, post_json
+from memvault.indexer.search.hybrid import RRF_K, Fused
 from memvault.vault.errors import ProviderUnavailable
 
 FORMATS = ("cohere", "tei")

@@ -44,8 +44,8 @@ from memvault.vault.capture.commit import commit_plan
 from memvault.vault.capture.fields import EmptyExtraction, ModelOutputInvalid
 from memvault.vault.capture.pipeline import plan_capture, turn_text
 from memvault.vault.capture.plan import ADD_FACT, SUPERSEDE_FACT, UPDATE_FACT, SemanticPlan, read_plan, write_plan
-from memvault.vault.capture.stats import CaptureRun, is_substantive, now_ts, record_run
 from memvault.vault.capture.prompt import Candidate
+from memvault.vault.capture.stats import CaptureRun, is_substantive, now_ts, record_run
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, ProviderUnavailable, VaultError
 from memvault.vault.ids import content_hash
 from memvault.vault.intake.files import CrashHook, hit

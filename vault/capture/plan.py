@@ -27,7 +27,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ def fact_id(intake_id: str, index: int) -> str:
 
 
 def entity_id(name: str, kind: str) -> str:
-    return ENTITY_PREFIX + hashlib.sha256(f"{kind}\0{name.casefold()}".encode("utf-8")).hexdigest()[:10]
+    return ENTITY_PREFIX + hashlib.sha256(f"{kind}\0{name.casefold()}".encode()).hexdigest()[:10]
 
 
 @dataclass(frozen=True)
@@ -233,9 +233,8 @@ def _fact_from_json(item: dict) -> PlannedFact:
 
 
 def _utc():
-    from datetime import timezone
 
-    return timezone.utc
+    return UTC
 
 
 def _int(value: Any) -> int:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memvault.vault.clock import utc_now
@@ -283,7 +283,7 @@ class DocumentStore:
             mtime = os.stat(path, follow_symlinks=False).st_mtime
         except FileNotFoundError:
             raise InvalidRecord(f"no active document {doc_id!r}: see `memvault doc list`") from None
-        return parse_document(doc_id, raw, iso_utc(datetime.fromtimestamp(mtime, timezone.utc)))
+        return parse_document(doc_id, raw, iso_utc(datetime.fromtimestamp(mtime, UTC)))
 
     @staticmethod
     def _check_id(doc_id: object) -> str:

@@ -103,7 +103,7 @@ class IntakeDirs:
         for folder in self.all_folders():
             ensure_private_dir(folder)
 
-    def list_folder(self, folder: str) -> "FolderListing":
+    def list_folder(self, folder: str) -> FolderListing:
         """Record ids in one folder, plus our own stray temp files and anything unexpected."""
         directory = self.folder(folder)
         try:

@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from memvault.vault.errors import InvalidRecord
@@ -155,7 +155,7 @@ def _canonical(value: dict[str, Any]) -> bytes:
 
 def format_ts(instant: datetime) -> str:
     """UTC, microseconds, `Z`: one spelling per instant, so records stay canonical."""
-    return instant.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _ts_or_none(instant: datetime | None) -> str | None:
@@ -237,7 +237,7 @@ class _Strict:
         if not _TS_RE.fullmatch(value):
             raise self.fail(f"{key} is not a UTC timestamp like 2026-11-30T13:03:00.000000Z")
         try:
-            return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+            return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
         except ValueError as exc:
             raise self.fail(f"{key} is not a real instant") from exc
 

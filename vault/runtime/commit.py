@@ -18,8 +18,8 @@ the process exactly there.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from memvault.vault.fsio import PUBLIC_DIR_MODE, fsync_dir, make_dir, remove_quietly, write_temp
 from memvault.vault.paths import resolve_inside

@@ -10,9 +10,9 @@ and a model can be told one number.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from typing import Iterable, Sequence
+from datetime import UTC, datetime
 
 from memvault.vault.credentials import refuse_credentials
 from memvault.vault.errors import InvalidRecord, VaultError
@@ -61,7 +61,7 @@ def iso_utc(moment: datetime) -> str:
     """The one timestamp spelling memories.json uses (sortable as text)."""
     if moment.tzinfo is None:
         raise InvalidRecord("runtime timestamps must be timezone-aware: pass an aware datetime")
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def check_target(target: object) -> str:

@@ -10,8 +10,8 @@ across writes, so they can sit in the system prompt's cached prefix.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from memvault.vault.runtime.entries import MEMORY, USER, packed_bytes
 from memvault.vault.runtime.memory import RuntimeView
