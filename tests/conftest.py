@@ -117,3 +117,24 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     # the long multi-process tests start first, so none of them is left running alone at the end
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+_engine_runs: dict[str, set[str]] = {}
+
+
+def pytest_runtest_logreport(report):
+    # runs in the controller under xdist too: count what ran on each engine for the summary below
+    if report.when == "call" and "both_backends" in report.keywords:
+        test, _, params = report.nodeid.partition("[")
+        ids = params.rstrip("]").split("-")
+        engine = "postgres" if "postgres" in ids else "local"
+        others = [p for p in ids if p not in ("local", "postgres")]
+        _engine_runs.setdefault(f"{test}[{'-'.join(others)}]", set()).add(engine)
+
+
+def pytest_terminal_summary(terminalreporter):
+    both = sum(1 for engines in _engine_runs.values() if engines == {"local", "postgres"})
+    if _engine_runs:
+        terminalreporter.write_line(
+            f"index engines: {both} tests ran on both engines (local Tantivy + hnswlib, and PostgreSQL + pgvector)"
+        )
