@@ -8,13 +8,14 @@ written straight to its files, then measured as a person meets it:
 
 - **rebuild**: `memvault rebuild` in its own process (wall time, and that process's peak RSS);
 - **owner**: `memvault serve` in its own process (time until it answers, and the first recall, which
-  loads the index); after a warm-up of recalls, its RSS (VmRSS from
-  /proc/<pid>/status) and hybrid recall p50 / p95 through the owner's channel (the Python client,
-  tool mode, limit 10: what `memvault search` asks);
+  waits for it to load the index); after a warm-up of recalls, its RSS (VmRSS from
+  /proc/<pid>/status) and hybrid recall p50 / p95 answered by the owner over its channel (tool
+  mode, limit 10: what `memvault search` and MCP get; a long-lived Python client would rank in its
+  own process instead);
 - **bulk import**: `memvault remember --from FILE` of the same batch of lines (dated after the
   vault's last day) through the owner, into an empty vault and into the vault at that size, both
-  in the same run. The rate counts until the command returns (notes written, BM25 committed);
-  vectors follow in the owner's background.
+  in the same run. One rate counts until the command returns (notes written, BM25 committed),
+  the other (+vectors) until the owner's vector search finds the batch's last memory as well.
 
 Memories are realistic text recombined from the LoCoMo dialogue (one to three sentences of one
 speaker's turns), read where it lies at run time and never copied; without the file the
@@ -62,6 +63,7 @@ FIRST_DAY = date(2000, 1, 1)
 IMPORT_DAY = datetime.fromisoformat("2040-01-01T08:00:00+00:00")  # after any vault's last day
 WARM_UP = 20
 OWNER_START_SECONDS = 1800
+VECTORS_WAIT_SECONDS = 900
 
 
 # -- text ----------------------------------------------------------------------------------------
@@ -141,12 +143,13 @@ def write_notes(root: Path, texts: Texts, start: int, count: int) -> None:
         path.write_text(head + "".join(lines), encoding="utf-8")
 
 
-def import_lines(texts: Texts, count: int) -> str:
-    rows = []
+def import_lines(texts: Texts, count: int) -> tuple[str, str]:
+    """JSON lines of `count` new memories, and the last one's text."""
+    rows, text = [], ""
     for n in range(count):
-        at = IMPORT_DAY + timedelta(minutes=10 * n)
-        rows.append(json.dumps({"text": texts.next(), "at": at.isoformat()}) + "\n")
-    return "".join(rows)
+        at, text = IMPORT_DAY + timedelta(minutes=10 * n), texts.next()
+        rows.append(json.dumps({"text": text, "at": at.isoformat()}) + "\n")
+    return "".join(rows), text
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -219,6 +222,8 @@ class Figures:
     rss_mb: float = 0.0
     import_empty: float = 0.0  # memories per second
     import_full: float = 0.0
+    vectors_empty: float = 0.0  # memories per second until their vectors are saved too
+    vectors_full: float = 0.0
     rss_after_import_mb: float = 0.0
 
     @property
@@ -238,22 +243,39 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def recalls(root: Path, queries: list[str]) -> list[float]:
-    from memvault import MemoryStore
-
+    """Milliseconds per recall answered by the owner itself (tool mode, limit 10), as `memvault
+    search` and MCP are answered; a long-lived Python client would rank in its own process."""
     samples = []
-    with MemoryStore.open(root) as client:
-        if type(client).__name__ != "RemoteStore":
-            raise RuntimeError("recall did not go through the owner")
-        for query in queries:
-            started = time.perf_counter()
-            client.recall(query, limit=10)
-            samples.append((time.perf_counter() - started) * 1000)
+    for query in queries:
+        started = time.perf_counter()
+        owner_recall(root, query)
+        samples.append((time.perf_counter() - started) * 1000)
     return samples
 
 
-def import_rate(root: Path, batch: Path, count: int, log: Path) -> float:
-    seconds, _ = run([*MEMVAULT, "--vault", str(root), "remember", "--from", str(batch), "--json"], log)
-    return count / seconds
+def owner_recall(root: Path, query: str, limit: int = 10) -> dict:
+    from memvault.indexer.engine.client import find_owner
+
+    return find_owner(root).call("recall", {"query": query, "limit": limit, "mode": "tool"})
+
+
+def import_rate(root: Path, batch: Path, last: str, count: int, log: Path) -> tuple[float, float]:
+    """Memories per second until `remember --from` returns, and until the owner's vector search
+    finds the batch's last memory too (vectors are embedded in order: then every one is in)."""
+    started = time.perf_counter()
+    run([*MEMVAULT, "--vault", str(root), "remember", "--from", str(batch), "--json"], log)
+    returned = time.perf_counter() - started
+    deadline = time.monotonic() + VECTORS_WAIT_SECONDS
+    while not has_vector(root, last):
+        if time.monotonic() > deadline:
+            return count / returned, float("nan")
+        time.sleep(0.05)
+    return count / returned, count / (time.perf_counter() - started)
+
+
+def has_vector(root: Path, text: str) -> bool:
+    hits = owner_recall(root, text)["hits"]
+    return any(hit["text"] == text and "vector" in hit.get("explain", {}) for hit in hits)
 
 
 def measure(size: int, tmp: Path, texts: Texts, options: argparse.Namespace) -> Figures:
@@ -268,7 +290,8 @@ def measure(size: int, tmp: Path, texts: Texts, options: argparse.Namespace) -> 
     figures.rebuild_s, figures.rebuild_peak_mb = run([*MEMVAULT, "--vault", str(root), "rebuild", "--json"], log)
     progress(f"{size:,}: rebuilt in {figures.rebuild_s:.1f} s; starting the owner")
     batch = tmp / "import.jsonl"
-    batch.write_text(import_lines(texts, options.import_batch), encoding="utf-8")
+    lines, last = import_lines(texts, options.import_batch)
+    batch.write_text(lines, encoding="utf-8")
     owner = Owner(root, log)
     try:
         figures.owner_ready_s = owner.ready_seconds
@@ -278,15 +301,16 @@ def measure(size: int, tmp: Path, texts: Texts, options: argparse.Namespace) -> 
         figures.rss_mb = owner.rss_mb()
         figures.recall_ms = recalls(root, queries[WARM_UP:])
         progress(f"{size:,}: owner {figures.rss_mb:.0f} MB, recall p50 {figures.p50:.1f} ms; importing")
-        figures.import_full = import_rate(root, batch, options.import_batch, log)
+        figures.import_full, figures.vectors_full = import_rate(root, batch, last, options.import_batch, log)
         figures.rss_after_import_mb = owner.rss_mb()
     finally:
         owner.stop()
     shutil.rmtree(root)
     empty = new_vault(tmp / f"empty-{size}")
+    run([*MEMVAULT, "--vault", str(empty), "rebuild", "--json"], log)  # an index, as the full vault has
     owner = Owner(empty, log)
     try:
-        figures.import_empty = import_rate(empty, batch, options.import_batch, log)
+        figures.import_empty, figures.vectors_empty = import_rate(empty, batch, last, options.import_batch, log)
     finally:
         owner.stop()
     shutil.rmtree(empty)
@@ -312,6 +336,9 @@ COLUMNS = [
     ("import empty /s", lambda f: f"{f.import_empty:,.0f}"),
     ("import at size /s", lambda f: f"{f.import_full:,.0f}"),
     ("at size / empty", lambda f: f"{f.import_full / f.import_empty:.2f}"),
+    ("+vectors empty /s", lambda f: f"{f.vectors_empty:,.0f}"),
+    ("+vectors at size /s", lambda f: f"{f.vectors_full:,.0f}"),
+    ("+vectors at size / empty", lambda f: f"{f.vectors_full / f.vectors_empty:.2f}"),
 ]
 
 GROWTH = [
@@ -320,6 +347,7 @@ GROWTH = [
     ("recall p95", lambda f: f.p95),
     ("owner RSS", lambda f: f.rss_mb),
     ("import at size", lambda f: f.import_full),
+    ("+vectors at size", lambda f: f.vectors_full),
 ]
 
 
@@ -355,6 +383,105 @@ def report(results: list[Figures], floor_s: float, batch: int, source: str) -> s
     return "\n".join(out)
 
 
+# -- where the owner's memory goes ----------------------------------------------------------------
+
+
+def rss_parts(pid: int | str = "self") -> dict[str, float]:
+    """VmRSS and its anonymous / file-backed parts (MB) from /proc/<pid>/status."""
+    parts = {}
+    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = row.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+            parts[name] = int(value.split()[0]) / 1024
+    return parts
+
+
+def where(root: Path, trace: bool, top: int, imports: int) -> None:
+    """The owner's opening, step by step, in this process (as `Owner.start` and the first recall
+    do it): RSS after each step and, with `trace`, the Python allocations each step left behind,
+    grouped by file:line; then a bulk import through the library (`remember_many`, committed at
+    once: no owner defers it here) and its vectors' save. Run in a fresh process (`--where-vault`)."""
+    import tracemalloc
+
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.indexer.maintenance.derived import DerivedIndex
+    from memvault.indexer.maintenance.generations import current_generation
+
+    texts = Texts(DEFAULT_DATA)
+    queries = texts.queries(51)
+    steps: list[tuple[str, dict[str, float], object]] = []
+
+    def step(name: str) -> None:
+        steps.append((name, rss_parts(), tracemalloc.take_snapshot() if trace else None))
+
+    if trace:
+        tracemalloc.start(1)
+    step("imports")
+    store = MemoryStore.open(root, sync=False, engine=False)
+    step("store open")
+    store._semantic.provider().embed_query("warm up")
+    step("embedder loaded")
+    index = DerivedIndex.open_generation(current_generation(store.layout.index_dir))
+    index.bm25.search("warm up", 10)
+    step("BM25 + manifest open")
+    store._index, store._manifest_stamp = index, store._stamp(index)
+    store._semantic.attach_serving(index)
+    step("vectors loaded")
+    store.recall(queries[0], limit=10)
+    step("first recall")
+    store.sync()
+    step("after sync")
+    for query in queries[1:]:
+        store.recall(query, limit=10)
+    step("after 50 recalls")
+    rows = len(store._semantic._serving.vectors)
+    at = IMPORT_DAY
+    store.remember_many([{"text": texts.next(), "at": at + timedelta(minutes=10 * n)} for n in range(imports)])
+    step(f"after remember_many({imports:,})")
+    store._semantic.drain(600)
+    store._semantic.save_serving()
+    step("after their vectors, saved")
+    store.close()
+    print(f"vault {root}: {rows:,} vectors")
+    print(
+        "| step | VmRSS MB | RssAnon MB | RssFile MB | step's VmRSS growth MB |"
+        + (" traced growth MB |" if trace else "")
+    )
+    print("|---|---:|---:|---:|---:|" + ("---:|" if trace else ""))
+    previous = None
+    for name, parts, snapshot in steps:
+        grown = parts["VmRSS"] - previous[1]["VmRSS"] if previous else 0.0
+        cells = [name, f"{parts['VmRSS']:.1f}", f"{parts['RssAnon']:.1f}", f"{parts['RssFile']:.1f}", f"{grown:+.1f}"]
+        if trace:
+            traced = 0.0
+            if snapshot is not None and previous is not None and previous[2] is not None:
+                traced = sum(d.size_diff for d in snapshot.compare_to(previous[2], "filename")) / 2**20
+            cells.append(f"{traced:+.1f}")
+        print("| " + " | ".join(cells) + " |")
+        previous = (name, parts, snapshot)
+    if not trace:
+        return
+    first = next(snapshot for name, _, snapshot in steps if name == "embedder loaded")
+    last = steps[-1][2]
+    print(f"\nPython allocations held after the embedder loaded, to the end: top {top} by file:line")
+    print(f"(bytes per memory: over the {rows:,} memories the vault held when opened)")
+    print("| site | MB | bytes per memory | blocks |")
+    print("|---|---:|---:|---:|")
+    for diff in last.compare_to(first, "lineno")[:top]:
+        frame = diff.traceback[0]
+        site = f"{_short(frame.filename)}:{frame.lineno}"
+        print(f"| {site} | {diff.size_diff / 2**20:.1f} | {diff.size_diff / max(rows, 1):.0f} | {diff.count_diff:,} |")
+    total = sum(d.size_diff for d in last.compare_to(first, "filename"))
+    print(f"| all Python allocations | {total / 2**20:.1f} | {total / max(rows, 1):.0f} | |")
+
+
+def _short(filename: str) -> str:
+    for marker in ("/site-packages/", "/work/main/", "/lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated vault sizes")
@@ -363,7 +490,16 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--recalls", type=int, default=200, help="timed recalls per size (after a warm-up)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON (read, never copied)")
     parser.add_argument("--tmp", type=Path, default=None, help="where the vaults are built (deleted after)")
+    parser.add_argument("--where", type=int, default=0, metavar="SIZE", help="instead: where the owner's memory goes")
+    parser.add_argument("--where-vault", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--top", type=int, default=25, help="allocation sites shown by --where")
     options = parser.parse_args(argv)
+    if options.where_vault is not None:
+        where(options.where_vault, options.trace, options.top, options.import_batch)
+        return ""
+    if options.where:
+        return where_at(options)
     sizes = sorted(
         {int(s) for s in options.sizes.split(",") if s.strip()} | ({1_000_000} if options.million else set())
     )
@@ -376,6 +512,23 @@ def main(argv: list[str] | None = None) -> str:
     text = report(results, floor_s, options.import_batch, texts.source)
     print(text)
     return text
+
+
+def where_at(options: argparse.Namespace) -> str:
+    """Build a vault of `--where` memories, rebuild it, then open it as the owner would, twice, each
+    in a fresh process: once for RSS alone, once under tracemalloc (which costs memory itself)."""
+    texts = Texts(options.data)
+    with tempfile.TemporaryDirectory(prefix="memvault-where-", dir=options.tmp) as tmp:
+        root = new_vault(Path(tmp) / "vault")
+        for start in range(0, options.where, 50_000):
+            write_notes(root, texts, start, min(50_000, options.where - start))
+        run([*MEMVAULT, "--vault", str(root), "rebuild", "--json"], Path(tmp) / "memvault.log")
+        me = [sys.executable, "-m", "bench.bench_scale", "--where-vault", str(root), "--top", str(options.top),
+              "--import-batch", str(options.import_batch)]  # fmt: skip
+        for extra in ([], ["--trace"]):
+            print("\n## " + ("under tracemalloc" if extra else "RSS alone"), flush=True)
+            subprocess.run([*me, *extra], env=ENV, cwd=REPO, check=True)
+    return ""
 
 
 if __name__ == "__main__":
