@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from memvault.indexer.engine.owner import ADMIT_WAIT_SECONDS
 from memvault.vault.errors import InvalidRecord
+
+#: how long an `admit` through the owner waits for its turn to be projected (as the in-process drain)
+ADMIT_WAIT_SECONDS = 10.0
 
 
 def package_version() -> str:

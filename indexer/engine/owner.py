@@ -21,23 +21,25 @@ import json
 import os
 import threading
 import time
+import traceback
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from memvault.indexer.engine import protocol
 from memvault.indexer.engine.address import socket_path, status_path
 from memvault.indexer.engine.channel import ChannelServer
 from memvault.indexer.engine.client import find_owner
+from memvault.indexer.engine.operations import ADMIT_WAIT_SECONDS, CONCURRENT, OPERATIONS, UNLOCKED, package_version
 from memvault.indexer.engine.protocol import EngineRunning
+from memvault.indexer.team.drain import team_side_for
 from memvault.vault.errors import StorageError, VaultError
 from memvault.vault.fsio import atomic_write
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import LivenessFence
+from memvault.vault.storage_errors import storage_error
 
 #: how often the guard looks for a deleted fence or socket (no busier: idle owners stay idle)
 GUARD_SECONDS = 5.0
-#: how long an `admit` through the owner waits for its turn to be projected (as the in-process drain)
-ADMIT_WAIT_SECONDS = 10.0
 _SETTLED = frozenset({"resolved", "awaiting_capture", "captured", "dead", "retry_scheduled"})
 
 Log = Callable[[str], None]
@@ -98,7 +100,7 @@ class Owner:
         self._fence.hold()
         try:
             self._hold_team_fence()  # one owner per vault across machines, refused before any work
-            self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
             self._write_status()  # before the socket answers: whoever reaches the owner can read it
             self._channel = ChannelServer(socket_path(self.root), self.handle)
             self._channel.start()
@@ -128,8 +130,6 @@ class Owner:
             self.store.unsynced = f"index not brought up to date with the files: {exc}"
 
     def _hold_team_fence(self) -> None:
-        from memvault.indexer.team.drain import team_side_for
-
         team = team_side_for(self.store, log=self._note, hook=self._crash_hook)
         if team is not None:
             team.hold()
@@ -180,8 +180,6 @@ class Owner:
     # --- identity and status --------------------------------------------------------------------
 
     def identity(self) -> dict:
-        from memvault.indexer.engine.operations import package_version
-
         return {
             "pid": os.getpid(),
             "role": self.role,
@@ -230,8 +228,6 @@ class Owner:
     # --- requests --------------------------------------------------------------------------------
 
     def handle(self, message: dict) -> dict:
-        from memvault.indexer.engine.operations import CONCURRENT, OPERATIONS, UNLOCKED
-
         op = message.get("op")
         args = message.get("args")
         if op not in OPERATIONS:
@@ -248,12 +244,8 @@ class Owner:
                 return protocol.success(OPERATIONS[op](self, args))
         except Exception as exc:  # every failure travels back; the owner keeps serving
             if isinstance(exc, OSError):  # read-only, full, no permission: typed as in-process
-                from memvault.vault.storage_errors import storage_error
-
                 exc = storage_error(exc, self.root) or exc
             if not isinstance(exc, VaultError):
-                import traceback
-
                 self._note("request failed: " + "".join(traceback.format_exception(exc)).strip())
             return protocol.failure(exc)
 
