@@ -13,65 +13,29 @@ The default run trusts the stat fast path and per-file row counts (cheap at any 
 `--strict` re-reads every note and compares every stored field of every row.
 """
 
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from memvault.indexer.maintenance.derived import DerivedIndex, FileIndexing, read_note_records
+from memvault.indexer.maintenance.derived import DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import current_generation, stray_generations
+from memvault.indexer.maintenance.health_checks import (
+    CHECKS,
+    ERROR,
+    REBUILD,
+    WARNING,
+    Finding,
+    HealthContext,
+    register_check,
+)
+from memvault.indexer.maintenance.semantic_health import check_extra_vectors
 from memvault.indexer.maintenance.sync import Row, needs_reading
 from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
 from memvault.vault.layout import VaultLayout
 from memvault.vault.locks import VaultLock
 
-ERROR, WARNING = "error", "warning"
 #: a due admitted turn older than this means nobody drains the intake
 STUCK_TURN_SECONDS = 60.0
-REBUILD = "memvault rebuild"
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    severity: str  # ERROR or WARNING
-    code: str  # machine-readable: "missing_row", "conflict_markers", ...
-    subject: str  # the file, row or component concerned
-    message: str
-    fix: str  # the exact command or edit that repairs it
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class HealthContext:
-    """What checks look at. The index is opened once; canonical files are read lazily, once."""
-
-    layout: VaultLayout
-    config: object  # vault.config.Config
-    strict: bool
-    index: DerivedIndex | None = None
-    index_problem: str | None = None
-    details: dict = field(default_factory=dict)  # extra JSON output (counts) checks may add
-    _canonical: dict[str, FileIndexing] | None = None
-
-    def canonical(self) -> dict[str, FileIndexing]:
-        """Every note on disk, read and parsed now (strict checks only: this reads everything)."""
-        if self._canonical is None:
-            zone = self.config.memory.time_zone
-            self._canonical = {p: read_note_records(self.layout, p, zone) for p in self.layout.note_relpaths()}
-        return self._canonical
-
-
-Check = Callable[[HealthContext], Iterable[Finding]]
-#: (name, check, strict_only), run in order
-CHECKS: list[tuple[str, Check, bool]] = []
-
-
-def register_check(name: str, check: Check, *, strict_only: bool = False) -> None:
-    """Add a check (idempotent by name: registering again replaces it)."""
-    CHECKS[:] = [entry for entry in CHECKS if entry[0] != name]
-    CHECKS.append((name, check, strict_only))
 
 
 @dataclass(frozen=True)
@@ -693,6 +657,5 @@ register_check("capture", check_capture)
 register_check("replay", check_replay)
 register_check("unindexed", check_unindexed_files)
 register_check("temp_files", check_temp_files)
-
 # the second vector list's check (memory.extraEmbeddings) lives beside the semantic index
-import memvault.indexer.maintenance.semantic_health  # noqa: E402,F401  registers "extra_vectors"
+register_check("extra_vectors", check_extra_vectors)

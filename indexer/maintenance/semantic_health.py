@@ -8,7 +8,7 @@ error with the one fix, `memvault rebuild` (which builds both lists).
 
 from collections.abc import Iterable
 
-from memvault.indexer.maintenance.health import ERROR, REBUILD, Finding, HealthContext, register_check
+from memvault.indexer.maintenance.health_checks import ERROR, REBUILD, Finding, HealthContext
 from memvault.indexer.maintenance.semantic import EXTRA_FOLDER, coverage_findings
 from memvault.vault.errors import VaultError
 
@@ -64,6 +64,3 @@ def check_extra_vectors(ctx: HealthContext) -> Iterable[Finding]:
     if ctx.strict:
         for code, key, message in coverage_findings(ctx.index.generation, identity, ctx.index.all_rows(), EXTRA_FOLDER):
             yield Finding("extra_vectors", ERROR, f"extra_{code}", key, message, REBUILD)
-
-
-register_check("extra_vectors", check_extra_vectors)
