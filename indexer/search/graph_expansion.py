@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from memvault.indexer.results import RecallHit, RecallResult
-from memvault.indexer.search.recall import to_recall_hit
+from memvault.indexer.search.hits import to_recall_hit
 from memvault.indexer.search.supersession import superseded_ids
 from memvault.vault.errors import VaultError
 from memvault.vault.graph import Graph, graph_path, read_graph

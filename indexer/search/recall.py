@@ -20,8 +20,10 @@ from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
 from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
 from memvault.indexer.search.coverage import coverage
 from memvault.indexer.search.dated import favour_periods
-from memvault.indexer.search.hybrid import CANDIDATE_DEPTH, Fused, fuse
 from memvault.indexer.search.floor import EMPTY_REASON, evidence
+from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
+from memvault.indexer.search.hits import to_recall_hit
+from memvault.indexer.search.hybrid import CANDIDATE_DEPTH, Fused, fuse
 from memvault.indexer.search.periods import Period, question_periods
 from memvault.indexer.search.rerank import fuse_rerank
 from memvault.indexer.search.routing import Route, guidance_for, route_query, run_history_handoff
@@ -32,10 +34,6 @@ from memvault.vault.errors import ProviderUnavailable, VaultError
 _SPARE_ROWS = 5
 #: candidates of each retriever that question coverage scores
 COVERAGE_POOL = 40
-
-
-def to_recall_hit(hit: Bm25Hit, score: float, explain: dict) -> RecallHit:
-    return RecallHit(hit.id, hit.text, hit.source, score, hit.at, hit.kind, explain)
 
 
 def retrieve(
@@ -219,8 +217,6 @@ def answer_recall(
         return recall_auto(bm25, semantic, query, today=today)
     if tier != "bujo":
         return recall_tool(bm25, semantic, query, limit, run_history=run_history, today=today, reranker=reranker)
-    from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
-
     result = recall_tool(
         bm25, semantic, query, direct_depth(limit), run_history=run_history, today=today, reranker=reranker
     )
