@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from memvault.indexer.search import routing
+from memvault.indexer.search import query_text, routing
 from memvault.indexer.search.routing import (
     ACTIVE_CHAT_GUIDANCE,
     JOURNAL_GUIDANCE,
@@ -248,7 +248,7 @@ def test_non_text_is_targeted():
 def _compiled_patterns():
     for _, patterns in routing._ROUTES:
         yield from patterns
-    yield from (routing._PREFIX_RE, routing._SUFFIX_RE, routing._PUNCT_RE, routing._CONTROL_RE)
+    yield from (query_text._PREFIX_RE, query_text._SUFFIX_RE, query_text._PUNCT_RE, query_text._CONTROL_RE)
 
 
 @pytest.mark.parametrize("pattern", list(_compiled_patterns()), ids=lambda p: p.pattern[:40])

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from memvault.indexer.search.query_text import normalize_query
+
 
 def alt(*words: str) -> str:
     return "(?:" + "|".join(words) + ")"
@@ -223,8 +225,6 @@ _PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
 def question_periods(question: str, today: date) -> tuple[Period, ...]:
     """The periods `question` names, resolved against `today`, in the order they appear; () when
     it names none. Overlapping phrases resolve once, by the most specific pattern."""
-    from memvault.indexer.search.routing import normalize_query  # routing imports this module's vocabulary
-
     if not isinstance(question, str) or len(question) > 4 * MAX_PERIOD_CHARS:
         return ()
     text = normalize_query(question)
