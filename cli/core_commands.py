@@ -12,6 +12,7 @@ import click
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
 from memvault.cli.fact_args import FactCommand, parse_at
+from memvault.cli.foreground_owner import crash_hook_from_env
 
 
 @cli.command("init")
@@ -222,8 +223,6 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
 
     with phase_progress(progress_enabled(json_), opening="Opening the vault…") as progress:
         with open_store(ctx, sync=False, engine=True) as store:  # a running owner rebuilds itself
-            from memvault.cli.watch_commands import crash_hook_from_env
-
             report = store.rebuild(progress=progress, hook=crash_hook_from_env())
     if json_:
         emit_json(report.to_json())

@@ -1,99 +1,26 @@
 """`memvault serve` and `memvault engine status|stop`: the vault's resident owner (docs/engine.md).
 
-`serve` and `watch` both run an owner in the foreground (`run_owner`): it drains the intake,
-keeps the index and vectors in step with the files, compacts and consolidates, and answers the
-other memvault commands over its socket. Extra faces of the owner (the web pages) register with
-`register_face` and run on their own threads inside `serve`.
+`serve` and `watch` both run an owner in the foreground (`foreground_owner.run_owner`): it drains
+the intake, keeps the index and vectors in step with the files, compacts and consolidates, and
+answers the other memvault commands over its socket. Extra faces of the owner (the web pages)
+register with `foreground_owner.register_face` and run on their own threads inside `serve`.
 """
 
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from memvault.cli.app import cli, open_store
+from memvault.cli.app import cli
 from memvault.cli.errors import emit_json, json_option
+from memvault.cli.foreground_owner import FACES, run_owner
 
-#: name -> face(owner, stop_event, options); `serve` runs each on its own thread in the owner process
-FACES: dict[str, Callable] = {}
 _STOP_WAIT_SECONDS = 30.0
 #: how long a forced stop waits for SIGTERM (and then for SIGKILL) to take effect
 _KILL_GRACE_SECONDS = 10.0
-
-
-def register_face(name: str, face: Callable) -> None:
-    """Add a face that `memvault serve` runs inside the owner (e.g. the web pages)."""
-    FACES[name] = face
-
-
-def run_owner(
-    ctx: click.Context,
-    role: str,
-    *,
-    report=None,
-    ready=None,
-    debounce: float = 0.2,
-    compact_after: float = 60.0,
-    consolidate_every: float | None = 3600.0,
-    faces=(),
-    face_options: dict | None = None,
-) -> None:
-    """Own the vault in the foreground until Ctrl-C, SIGTERM or `memvault engine stop`."""
-    from memvault.cli.watch_commands import crash_hook_from_env
-    from memvault.indexer.maintenance.collector import settle_for_a_resident_owner
-    from memvault.indexer.engine.owner import Owner
-    from memvault.indexer.maintenance.watch import Watcher
-
-    store = open_store(ctx, sync=False)
-    if not os.access(store.layout.root, os.W_OK):
-        raise click.ClickException(f"{store.layout.root} is read-only: memvault {role} needs to write the index")
-    hook = crash_hook_from_env()
-    owner = Owner(
-        store, role=role, log=lambda message: click.echo(f"memvault {role}: {message}", err=True), crash_hook=hook
-    )
-    try:
-        owner.start()
-    except BaseException:
-        store.close()
-        raise
-    for name in faces:
-        face = FACES[name]
-        owner.add_face(
-            lambda owner_, stop_, face=face: face(owner_, stop_, face_options or {}), name=f"memvault-face-{name}"
-        )
-    settle_for_a_resident_owner()
-    on_ready = None if ready is None else (lambda: ready(store.layout.root))
-    watcher = Watcher(
-        store,
-        debounce=debounce,
-        compact_after=compact_after,
-        on_batch=report,
-        on_ready=on_ready,
-        hook=hook,
-        consolidate_every=consolidate_every,
-    )
-    stop = threading.Event()
-
-    def request_stop(*_args) -> None:
-        stop.set()
-        watcher.queue.wake()
-
-    threading.Thread(
-        target=lambda: (owner.stop_requested.wait(), request_stop()), daemon=True, name="memvault-stop-request"
-    ).start()
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        watcher.run(stop)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        owner.stop()
-        store.close()
 
 
 @cli.command("serve")
@@ -149,9 +76,9 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
     --json the answer is {"running": false, ...} and the exit status is still 1.
     """
     from memvault.indexer.engine.address import read_status, socket_path
-    from memvault.vault.locks import fence_holder_pid, pid_alive
     from memvault.indexer.engine.client import find_owner
     from memvault.indexer.engine.locate import locate_vault
+    from memvault.vault.locks import fence_holder_pid, pid_alive
 
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     owner = find_owner(root)

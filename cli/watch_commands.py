@@ -1,40 +1,17 @@
 """`memvault watch` and `memvault health`: keeping the index in step with the files, and proving it.
 
-`MEMVAULT_TEST_CRASH_AT=<boundary>[:<n>]` (read here, at the entry layer, and nowhere else)
-SIGKILLs the process at the n-th time (default 1st) the library passes the named boundary:
-`apply.committed`, `rebuild.built`, `rebuild.swapped`. Crash tests use it; nobody else should.
+`watch` runs the owner as `serve` does (`foreground_owner.run_owner`, which also reads the crash
+tests' `MEMVAULT_TEST_CRASH_AT`).
 """
 
 import json
-import os
-import signal
 import sys
 
 import click
 
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
-
-CRASH_ENV = "MEMVAULT_TEST_CRASH_AT"
-
-
-def crash_hook_from_env(env=os.environ):
-    """A boundary hook that kills this process with SIGKILL at the named point, or None."""
-    spec = env.get(CRASH_ENV)
-    if not spec:
-        return None
-    name, _, nth = spec.partition(":")
-    target = int(nth) if nth.isdigit() else 1
-    seen = {"count": 0}
-
-    def hook(boundary: str) -> None:
-        if boundary == name:
-            seen["count"] += 1
-            if seen["count"] == target:
-                sys.stderr.flush()
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    return hook
+from memvault.cli.foreground_owner import run_owner
 
 
 @cli.command("watch")
@@ -70,7 +47,6 @@ def watch_command(
     batch to stdout). Runs the vault's owner (as `memvault serve` does): admitted turns are
     projected, vectors kept complete, and other memvault commands are answered by this process.
     """
-    from memvault.cli.engine_commands import run_owner
 
     def report(batch) -> None:
         if json_:

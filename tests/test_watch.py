@@ -403,7 +403,7 @@ def test_a_stop_signal_that_lands_on_another_thread_stops_an_idle_watcher(new_va
     stop, ready, late = threading.Event(), threading.Event(), []
     watcher = Watcher(store, debounce=0.05, compact_after=None, consolidate_every=None, on_ready=ready.set)
 
-    def request_stop(*_args) -> None:  # as `memvault watch` asks to stop (cli/engine_commands.py)
+    def request_stop(*_args) -> None:  # as `memvault watch` asks to stop (cli/foreground_owner.py)
         stop.set()
         watcher.queue.wake()
 

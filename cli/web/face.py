@@ -12,7 +12,7 @@ import threading
 
 import click
 
-from memvault.cli.engine_commands import register_face
+from memvault.cli.foreground_owner import register_face
 
 
 def web_face(owner, stop: threading.Event, options: dict) -> None:
