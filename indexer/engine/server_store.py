@@ -1,4 +1,5 @@
-"""`ServerIndexedStore`: a MemoryStore whose derived index lives on an index server.
+"""`ServerIndexing`, mixed into MemoryStore as `store.ServerIndexedStore`: a MemoryStore whose
+derived index lives on an index server.
 
 Everything a MemoryStore does (remember, sync, watch, the owner's commits, recall, journal,
 health) runs unchanged; only where generations come from differs: the backend's generations
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from memvault.indexer.backend import open_backend
 from memvault.indexer.engine.generation_methods import REBUILD_BATCH_FILES
-from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.derived import read_note_records
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.replay_index import project_generation
@@ -28,7 +28,10 @@ from memvault.vault.errors import IndexUnavailable, VaultError
 from memvault.vault.layout import VaultLayout
 
 
-class ServerIndexedStore(MemoryStore):
+class ServerIndexing:
+    """The generation plumbing of a store indexed on a server (store.py makes the class; importing
+    MemoryStore here made an import circle)."""
+
     def __init__(self, layout: VaultLayout, config: Config, *, backend=None, **kwargs):
         super().__init__(layout, config, **kwargs)
         self._backend = backend

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from memvault.indexer.engine.deferred import DeferredIndexing
 from memvault.indexer.engine.generation_methods import GenerationMethods
-from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.engine.intake_methods import DurableIntake
 from memvault.indexer.engine.journal_methods import JournalMethods
+from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.engine.overlay import pending_record
+from memvault.indexer.engine.server_store import ServerIndexing
 from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, MovesWait, read_note_records
 from memvault.indexer.maintenance.generations import MANIFEST, Manifest, current_generation
 from memvault.indexer.maintenance.progress import PhaseLog
@@ -33,7 +34,7 @@ from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now, zone
 from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
-from memvault.vault.errors import IndexUnavailable, InvalidRecord, StorageError, VaultError, VaultLocked
+from memvault.vault.errors import IndexUnavailable, StorageError, VaultError, VaultLocked
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import VaultLayout, parse_note_relpath
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
@@ -643,12 +644,14 @@ def _projection(receipt: RememberReceipt):
     return Projection(relpath, block_id, written=receipt.status == "added")
 
 
+class ServerIndexedStore(ServerIndexing, MemoryStore):
+    """A MemoryStore whose derived index lives on an index server (`server_store.py`)."""
+
+
 def _store_class(cls: type, config: Config) -> type:
     """The engine for the vault's index block: `.index/` (this class), or an index server."""
     if config.index.backend == "local":
         return cls
-    from memvault.indexer.engine.server_store import ServerIndexedStore
-
     return ServerIndexedStore
 
 
