@@ -28,6 +28,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "mcp": ("memvault.cli.mcp_server",),
     "web": ("memvault.cli.web.command",),
     "completion": ("memvault.cli.completion_commands",),
+    "git": ("memvault.cli.git_commands",),
 }
 
 

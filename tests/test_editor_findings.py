@@ -113,8 +113,9 @@ def test_2_remembering_text_inside_a_resolved_looking_hunk_never_writes_a_second
     # a merge left the hunk in the file (terminated, unresolved) with the bullet on both sides
     note.write_text(f"# 2026-11-30\n\n<<<<<<< HEAD\n{line}\n=======\n{line}\n>>>>>>> other\n")
     with MemoryStore.open(new_vault) as store:
-        with pytest.raises(NoteNotWritable, match="resolve the merge conflict in daily/2026-11-30.md first"):
-            store.remember("The release is on Friday.", at=AT)
+        # issue 44: both sides of a hunk are memories: the fact is found there, nothing is written
+        again = store.remember("The release is on Friday.", at=AT)
+    assert again.id == first.id and again.status == "duplicate"
     assert note.read_text().count(f"^{first.id}") == 2  # the person's two copies, and no third
 
 

@@ -165,7 +165,7 @@ def test_while_git_holds_its_index_lock_the_repair_waits(repo):
         assert note.read_text().count(f"^{receipt.id}") == 1
 
 
-def test_remember_of_a_fact_inside_an_unresolved_merge_conflict_is_refused(repo):
+def test_remember_of_a_fact_inside_an_unresolved_merge_conflict_finds_it_there(repo):
     relpath = "daily/2026-11-30.md"
     note = _commit_note(repo, relpath, "# 2026-11-30\n\n- typed this morning\n")
     git(repo, "checkout", "-q", "-b", "theirs")
@@ -180,7 +180,8 @@ def test_remember_of_a_fact_inside_an_unresolved_merge_conflict_is_refused(repo)
 
     for fact in ("The deploy color is green.", "The  deploy color is blue."):  # either side, spacing aside
         done = memvault(repo, "remember", "--at", "2026-11-30T12:00:00+00:00", fact)
-        assert done.returncode == 1 and "resolve the merge conflict in daily/2026-11-30.md first" in done.stderr, done
+        # issue 44: both sides of the hunk are memories, so the fact is found there, once
+        assert done.returncode == 0 and done.stdout.startswith("duplicate: daily/2026-11-30.md#^"), done
         assert "Traceback" not in done.stderr
         assert note.read_text() == conflicted  # no second copy below the hunk
     added = memvault_json(repo, "remember", "--at", "2026-11-30T12:00:00+00:00", "A fact from elsewhere.")

@@ -99,17 +99,13 @@ def test_a_row_changed_behind_the_manifest_is_caught_by_strict_only(clean_vault)
 @pytest.mark.parametrize(
     "content, code, fix",
     [
-        (
-            "- 09:00 ok\n<<<<<<< HEAD\n- 10:00 a\n=======\n- 10:00 b\n>>>>>>> x\n",
-            "conflict_markers",
-            "resolve the conflict",
-        ),
         ("- 09:00 ok \xff", "invalid_utf8", "re-save"),
         ("- 09:00 first ^m-aaaaaaaaaa\n- 09:05 pasted ^m-aaaaaaaaaa\n", "duplicate_id", "remove the repeated ^id"),
         ("---\ntimeZone: Mars/Olympus\n---\n- 09:00 on mars\n", "frontmatter_zone", "fix the timeZone"),
     ],
 )
 def test_hand_edits_are_warnings_that_fail_only_strict(clean_vault, content, code, fix):
+    # (merge-conflict markers are an error since issue 44: tests/test_git_merge.py)
     path = clean_vault / "daily/2026-11-27.md"
     path.write_bytes(content.encode("latin-1") if "\xff" in content else content.encode())
     with MemoryStore.open(clean_vault):

@@ -66,17 +66,19 @@ def test_code_fences_hide_bullets():
     assert [b.text for b in note.bullets] == ["real"]
 
 
-def test_conflict_hunks_are_reported_and_their_bullets_skipped():
+def test_conflict_hunks_are_reported_and_both_sides_stay_memories():
+    # issue 44: a note git left in conflict keeps every memory of both sides searchable
     text = "- before\n<<<<<<< HEAD\n- ours\n=======\n- theirs\n>>>>>>> main\n- after\n"
     note = parse(text)
     assert note.conflicts == ((1, 6),)
-    assert [b.text for b in note.bullets] == ["before", "after"]
+    assert [b.text for b in note.bullets] == ["before", "ours", "theirs", "after"]
+    assert note.hidden_lines == {1, 3, 5}
     assert render(note) == text
 
 
 def test_unterminated_conflict_runs_to_end_of_file():
-    note = parse("- keep\n<<<<<<< HEAD\n- lost in conflict\n")
-    assert note.conflicts == ((1, 3),) and [b.text for b in note.bullets] == ["keep"]
+    note = parse("- keep\n<<<<<<< HEAD\n- kept in conflict\n")
+    assert note.conflicts == ((1, 3),) and [b.text for b in note.bullets] == ["keep", "kept in conflict"]
 
 
 def test_continuation_lines_and_nested_bullets():

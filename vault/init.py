@@ -6,12 +6,17 @@ from pathlib import Path
 from memvault.vault.config import is_time_zone
 from memvault.vault.errors import NotAVault
 from memvault.vault.fsio import PUBLIC_DIR_MODE, atomic_write, fsync_dir, make_dir, read_bytes_nofollow
+from memvault.vault.git_setup import ATTRIBUTES_FILE, ensure_attributes, register_drivers, repository_of
 from memvault.vault.layout import CONFIG_FILE, DAILY, GITIGNORE_LINES
 from memvault.vault.paths import resolve_inside
 
 
-def init_vault(root: Path, config_bytes: bytes) -> list[str]:
-    """Create a vault at `root` (which may exist and hold notes). Returns what was created."""
+def init_vault(root: Path, config_bytes: bytes, *, git_driver: str | None = None) -> list[str]:
+    """Create a vault at `root` (which may exist and hold notes). Returns what was created.
+
+    `.gitattributes` is written whether or not the vault is in git yet (it travels with the
+    first commit); with `git_driver` (how git starts memvault) and a repository holding `root`,
+    the merge drivers are registered in its config too (vault/git_setup.py)."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise NotAVault(f"{root} exists and is not a folder: choose another path")
@@ -28,6 +33,9 @@ def init_vault(root: Path, config_bytes: bytes) -> list[str]:
         created.append(DAILY + "/")
     created += _ensure_gitignore(root)
     created += _ensure_living_index(root)
+    created += [ATTRIBUTES_FILE] if ensure_attributes(root)[0] else []
+    if git_driver is not None and repository_of(root) is not None:
+        register_drivers(root, git_driver)
     atomic_write(root / CONFIG_FILE, config_bytes, mode=0o644)
     created.append(CONFIG_FILE)
     fsync_dir(root)

@@ -14,6 +14,7 @@ from functools import cached_property
 from memvault.vault.clock import TIME_PATTERN
 from memvault.vault.ids import BLOCK_ID_PATTERN, derived_id, is_valid_block_id
 from memvault.vault.layered_set import LayeredSet
+from memvault.vault.note_conflicts import hidden_in_hunk
 
 #: a daily note is prose; a bigger file is not indexed (health says so) and memvault refuses to
 #: append to it, since a line written there would not be searchable
@@ -207,9 +208,9 @@ def _hidden_lines(lines, start: int, conflicts) -> tuple[list[bool], str | None,
     hidden = [True] * start + [False] * (len(lines) - start)
     region_open = bytearray(len(lines))
     for first, end in conflicts:
-        for index in range(first, end):
+        region_open[first:end] = b"\x01" * (end - first)
+        for index in hidden_in_hunk(lines, first, end):  # both sides stay memories (vault/note_conflicts.py)
             hidden[index] = True
-            region_open[index] = 1
     fence, fence_line = None, 0
     comment, comment_line = None, 0
     for index in range(start, len(lines)):

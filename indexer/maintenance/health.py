@@ -209,13 +209,14 @@ def check_hand_edits(ctx: HealthContext) -> Iterable[Finding]:
 
 def _problem_finding(path: str, problem: str) -> Finding:
     if problem.startswith("merge-conflict"):
-        return Finding(
+        return Finding(  # degraded, not healthy (issue 44): both sides are indexed, marked in conflict
             "hand_edits",
-            WARNING,
+            ERROR,
             "conflict_markers",
             path,
-            f"{path} has merge-conflict markers; the bullets inside the conflict are not indexed",
-            f"resolve the conflict in {path} (keep one side, delete the <<<<<<< ======= >>>>>>> lines)",
+            f"{path} has merge-conflict markers; the bullets of both sides are indexed and marked in conflict",
+            f"memvault git resolve {path} (keeps both sides' memories), or resolve the conflict in {path} by "
+            "hand (delete the <<<<<<< ======= >>>>>>> lines); then git add it",
         )
     if problem.startswith("invalid UTF-8"):
         return Finding(
