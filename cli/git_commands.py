@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from memvault.cli.app import cli
+from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
 
 
@@ -73,6 +73,10 @@ def git_resolve(ctx: click.Context, paths: tuple[str, ...], json_: bool) -> None
     layout = VaultLayout(_vault_root(ctx))
     chosen = list(paths) or conflicted_notes(layout)
     results = [resolve_note(layout, relpath) for relpath in chosen]
+    changed = [result.relpath for result in results if result.changed]
+    if changed:  # the index follows at once (a running owner is asked to look now)
+        with open_store(ctx, engine=True) as store:
+            store.sync(changed)
     if json_:
         emit_json({"notes": [result.to_json() for result in results]})
     else:
