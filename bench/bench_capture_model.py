@@ -16,8 +16,9 @@ no backoff retries), and prints:
   measured in the same run: the same server answering a one-token request;
 - facts written (added / updated / superseded / no-op) and empty extractions;
 - recall on 10 questions after (with `--minutes`, a slow model may drive fewer turns: the report
-  says how many, and questions about undriven turns cannot be answered): a question is answered when one of the top 5 hits holds the
-  current answer; "stale" counts questions whose top 5 still hold the superseded answer.
+  says how many, and questions about undriven turns cannot be answered): a question is answered
+  when one of the top 5 hits holds the current answer; "stale" counts questions whose top 5 still
+  hold the superseded answer.
 
 Nothing is asserted: this measures a model, not memvault.
 """
@@ -194,7 +195,8 @@ def run(args) -> dict:
         "refusals": dict(sorted(refusals.items(), key=lambda kv: -kv[1])),
         "secondsPerCallMedian": round(statistics.median(seconds), 2), "secondsPerCallMax": round(max(seconds), 2),
         "baselineOneTokenSeconds": round(statistics.median(baselines), 2),
-        "added": stats["added"], "updated": stats["updated"], "superseded": stats["superseded"], "noops": stats["noops"],
+        "added": stats["added"], "updated": stats["updated"], "superseded": stats["superseded"],
+        "noops": stats["noops"],
         "emptyExtractions": stats["emptyExtractions"], "schemaFallback": model.schema_fallback,
         "recallAnswered": f"{answered}/{len(QUESTIONS)}", "recallStale": stale, "vault": str(root),
     }  # fmt: skip

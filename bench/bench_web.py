@@ -36,7 +36,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def line(label: str, samples: list[float]) -> str:
-    return f"  {label:<38} median {statistics.median(samples):7.1f} ms   p95 {percentile(samples, 0.95):7.1f} ms   (n={len(samples)})"
+    return (
+        f"  {label:<38} median {statistics.median(samples):7.1f} ms"
+        f"   p95 {percentile(samples, 0.95):7.1f} ms   (n={len(samples)})"
+    )
 
 
 def start_server(root: Path) -> tuple[subprocess.Popen, str, int, str]:

@@ -340,7 +340,8 @@ def main() -> None:
     if RERANK_MS:
         ordered = sorted(RERANK_MS)
         print(
-            f"reranker added {ordered[len(ordered) // 2]:.1f} ms median, {ordered[int(0.95 * len(ordered))]:.1f} ms p95 "
+            f"reranker added {ordered[len(ordered) // 2]:.1f} ms median, "
+            f"{ordered[int(0.95 * len(ordered))]:.1f} ms p95 "
             f"per recall ({len(ordered)} calls)"
         )
     if args.json:

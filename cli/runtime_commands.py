@@ -66,7 +66,10 @@ def _receipt(receipt, json_: bool) -> None:
     if json_:
         emit_json(receipt.to_json())
         return
-    line = f"{receipt.status}: {receipt.target} revision {receipt.revision} ({receipt.used_bytes}/{receipt.limit_bytes} bytes)"
+    line = (
+        f"{receipt.status}: {receipt.target} revision {receipt.revision} "
+        f"({receipt.used_bytes}/{receipt.limit_bytes} bytes)"
+    )
     if receipt.maintenance:
         line += f"; {receipt.maintenance}" + (f", {receipt.archived} entries archived" if receipt.archived else "")
     if receipt.adopted:
@@ -170,7 +173,8 @@ def _doc_receipt(receipt, json_: bool) -> None:
         emit_json(receipt.to_json())
         return
     click.echo(
-        f"{receipt.status}: {receipt.path} revision {receipt.revision} ({receipt.used_bytes}/{receipt.limit_bytes} bytes)"
+        f"{receipt.status}: {receipt.path} revision {receipt.revision} "
+        f"({receipt.used_bytes}/{receipt.limit_bytes} bytes)"
     )
     for moved in receipt.archived:
         click.echo(f"  archived {moved.id} -> {moved.path}{' (indexed in a memory space)' if moved.indexed else ''}")

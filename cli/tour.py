@@ -86,7 +86,8 @@ def main(argv: list[str]) -> int:
         print(f"# the fact is now a line in {target / added}:")
         print((target / added).read_text())
     print(
-        f"# the tour's vault stays at {target}; remove it with: rm -rf {shlex.quote(str(target.parent if not argv else target))}"
+        f"# the tour's vault stays at {target}; "
+        f"remove it with: rm -rf {shlex.quote(str(target.parent if not argv else target))}"
     )
     return 0
 

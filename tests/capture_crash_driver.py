@@ -6,7 +6,8 @@ It opens the (BuJo, capture-mode) vault, whose config points memory.llm at the t
 chat server, admits the three runs of the story below (a host retrying every turn it handed
 over: already admitted runs are duplicates), starts the intake worker (recovering whatever an
 earlier crash left) and stops it with the 10 s drain. This file is the only place a crash hook
-becomes a real SIGKILL (through `tests/crash_driver.py`'s hook); library code never reads the environment or kills anything.
+becomes a real SIGKILL (through `tests/crash_driver.py`'s hook); library code never reads the
+environment or kills anything.
 """
 
 import argparse

@@ -38,7 +38,8 @@ def make_vault(root: Path, zone: str = "Europe/Amsterdam") -> Path:
 def furnish(root: Path) -> None:
     """A vault with every kind of canonical state in it."""
     with MemoryStore.open(root) as store:
-        for day, text in ((1, "Morgan chose blue as the deployment color."), (2, "The release train leaves on Thursdays."),
+        for day, text in ((1, "Morgan chose blue as the deployment color."),
+                          (2, "The release train leaves on Thursdays."),
                           (3, "Standup moved to 10:00."), (3, "The retro is on Fridays.")):  # fmt: skip
             store.remember(text, at=datetime(2026, 9, day, 9 + len(text) % 7, 0, tzinfo=AMS))
         assert store.persist_completed_turn("run-1", "We agreed to ship the blue build.").status == "admitted"

@@ -104,7 +104,7 @@ def test_remember_many_receipts_match_single_remembers(tmp_path):
 def test_cli_bulk_import_is_idempotent_and_reports_bad_lines(tmp_path):
     root = make_vault(tmp_path, mode="journal")
     lines = [
-        json.dumps({"text": f"Imported memory {n} about tide pools.", "at": "2026-11-0%dT09:30:00+01:00" % (1 + n % 9)})
+        json.dumps({"text": f"Imported memory {n} about tide pools.", "at": f"2026-11-0{1 + n % 9}T09:30:00+01:00"})
         for n in range(40)
     ]
     lines[5] = "not json"
@@ -130,9 +130,7 @@ def test_bulk_import_through_a_running_owner_equals_in_process(tmp_path):
     )
     data = (
         "".join(
-            json.dumps(
-                {"text": f"Backfilled {n}: the ferry left pier {n}.", "at": "2026-10-0%dT08:00:00Z" % (1 + n % 9)}
-            )
+            json.dumps({"text": f"Backfilled {n}: the ferry left pier {n}.", "at": f"2026-10-0{1 + n % 9}T08:00:00Z"})
             + "\n"
             for n in range(600)
         )

@@ -70,8 +70,8 @@ def test_capture_test_says_why_nothing_would_be_stored(tmp_path, server):
     text = invoke(root, "capture", "test").output
     assert "2 call(s), 1 repair(s)" in text
     assert (
-        "would store nothing: invalid_model_output: extraction answer: the answer has unknown fields [] / missing fields ['relations']"
-        in text
+        "would store nothing: invalid_model_output: extraction answer: "
+        "the answer has unknown fields [] / missing fields ['relations']" in text
     )
 
 

@@ -63,7 +63,8 @@ def supersede_first(memories):
 
 def update_first(memories):
     return json.dumps({"decisions": [{"index": m["index"], "action": "UPDATE", "target": m["candidates"][0]["id"],
-                                      "text": m["text"] + " It replaces the old note."} for m in memories]})  # fmt: skip
+                                      "text": m["text"] + " It replaces the old note."}
+                                     for m in memories]})  # fmt: skip
 
 
 @pytest.mark.both_backends

@@ -48,7 +48,8 @@ pytestmark = pytest.mark.slow
 def extract(turn: str) -> str:
     atlas = entity("e1", "Atlas")
     if "Morgan" in turn:
-        return extraction(memory("Morgan leads Atlas.", 0.6, ["e1", "e2"]), entities=[atlas, entity("e2", "Morgan", "person")],
+        return extraction(memory("Morgan leads Atlas.", 0.6, ["e1", "e2"]),
+                          entities=[atlas, entity("e2", "Morgan", "person")],
                           relations=[{"from": "e2", "relation": "leads", "to": "e1"}])  # fmt: skip
     if "moved" in turn:
         return extraction(memory("The Atlas deadline is March 15.", 0.9, ["e1"]), entities=[atlas])

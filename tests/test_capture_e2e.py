@@ -29,15 +29,18 @@ TURNS = [
                 relations=[{"from": "e2", "relation": "leads", "to": "e1"}])),
     ("We picked Postgres as the database for Atlas.",
      extraction(memory("Project Atlas uses Postgres as its database.", 0.7, ["e1", "e4"]),
-                entities=[ATLAS, entity("e4", "Postgres", "tool")], relations=[{"from": "e1", "relation": "uses", "to": "e4"}])),
+                entities=[ATLAS, entity("e4", "Postgres", "tool")],
+                relations=[{"from": "e1", "relation": "uses", "to": "e4"}])),
     ("Put it in the plan: the Atlas launch date is February 1.",
-     extraction(memory("The Atlas launch date is February 1.", 0.9, ["e1", "e5"]), entities=[ATLAS, entity("e5", "February 1", "time")])),
+     extraction(memory("The Atlas launch date is February 1.", 0.9, ["e1", "e5"]),
+                entities=[ATLAS, entity("e5", "February 1", "time")])),
     ("Dana joins Atlas as the designer starting Monday.",
      extraction(memory("Dana is the designer on Project Atlas.", 0.6, ["e1", "e3"]), entities=[ATLAS, DANA],
                 relations=[{"from": "e3", "relation": "works_on", "to": "e1"}])),
     ("Change of plan: for the pilot Atlas moves from Postgres to SQLite.",
      extraction(memory("Project Atlas uses SQLite as its database for the pilot.", 0.8, ["e1", "e6"]),
-                entities=[ATLAS, entity("e6", "SQLite", "tool")], relations=[{"from": "e1", "relation": "uses", "to": "e6"}])),
+                entities=[ATLAS, entity("e6", "SQLite", "tool")],
+                relations=[{"from": "e1", "relation": "uses", "to": "e6"}])),
     ("Bad news, the launch slipped: Atlas now launches on March 15.",
      extraction(memory("The Atlas launch date is March 15.", 0.9, ["e1"]), entities=[ATLAS])),
     ("The Atlas standup is on Mondays at 09:30.",
@@ -45,7 +48,8 @@ TURNS = [
     ("Morgan confirmed again that they lead Atlas.",
      extraction(memory("Morgan leads Project Atlas.", 0.7, ["e1", "e2"]), entities=[ATLAS, MORGAN])),
     ("Standup moves to 10:00 on Mondays and is capped at 15 minutes.",
-     extraction(memory("The Atlas standup is on Mondays at 10:00 and lasts 15 minutes.", 0.5, ["e1"]), entities=[ATLAS])),
+     extraction(memory("The Atlas standup is on Mondays at 10:00 and lasts 15 minutes.", 0.5, ["e1"]),
+                entities=[ATLAS])),
     ("Thanks, that is all for today!", extraction()),
 ]  # fmt: skip
 START = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)
@@ -61,7 +65,7 @@ def reconcile(memories: list) -> str:
     for item in memories:
         text = item["text"]
 
-        def find(word):
+        def find(word, item=item):
             return next((c["id"] for c in item["candidates"] if word in c["text"]), None)
 
         if "SQLite" in text and find("Postgres"):

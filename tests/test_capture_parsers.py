@@ -127,7 +127,8 @@ def decisions(*items):
 
 def test_every_action_shape_parses():
     parsed = parse_reconciliation(
-        decisions({"index": 0, "action": "SUPERSEDE", "target": "f-2222222222", "text": "The launch moved to March 20."},
+        decisions({"index": 0, "action": "SUPERSEDE", "target": "f-2222222222",
+                   "text": "The launch moved to March 20."},
                   {"index": 2, "action": "NOOP", "target": "d-3333333333"}), OFFERED)  # fmt: skip
     assert (parsed[0].action, parsed[0].target, parsed[0].text) == (
         "SUPERSEDE",
@@ -135,7 +136,8 @@ def test_every_action_shape_parses():
         "The launch moved to March 20.",
     )
     assert (parsed[2].action, parsed[2].target, parsed[2].text) == ("NOOP", "d-3333333333", None)
-    update = parse_reconciliation(decisions({"index": 0, "action": "UPDATE", "target": "m-1111111111", "text": "X is y."},
+    update = parse_reconciliation(decisions({"index": 0, "action": "UPDATE", "target": "m-1111111111",
+                                             "text": "X is y."},
                                             {"index": 2, "action": "ADD"}), OFFERED)  # fmt: skip
     assert update[0].action == "UPDATE" and update[2].action == "ADD"
 
@@ -176,7 +178,8 @@ def test_ambiguous_target_collisions_are_refused():
     with pytest.raises(ModelOutputInvalid, match="ambiguous collision"):
         parse_reconciliation(both, offered)
     keep_and_replace = decisions({"index": 0, "action": "NOOP", "target": "m-1111111111"},
-                                 {"index": 1, "action": "SUPERSEDE", "target": "m-1111111111", "text": "A is c."})  # fmt: skip
+                                 {"index": 1, "action": "SUPERSEDE", "target": "m-1111111111",
+                                  "text": "A is c."})  # fmt: skip
     with pytest.raises(ModelOutputInvalid, match="ambiguous collision"):
         parse_reconciliation(keep_and_replace, offered)
     two_noops = decisions(
@@ -208,7 +211,8 @@ def test_plan_ids_are_run_derived_and_the_plan_round_trips_exactly():
     parsed = parse_extraction(VALID)
     intake = "a" * 64
     decided = parse_reconciliation(decisions({"index": 1, "action": "SUPERSEDE", "target": "m-1111111111",
-                                              "text": "The Atlas launch moved to March 20."}), {1: ["m-1111111111"]})  # fmt: skip
+                                              "text": "The Atlas launch moved to March 20."}),
+                                   {1: ["m-1111111111"]})  # fmt: skip
     plan = build_plan(intake_id=intake, payload_sha256="b" * 64, created_at=START, day="2026-11-30", time="14:03",
                       extraction=parsed, decisions=decided, duplicates={}, model_calls=2)  # fmt: skip
     assert [f.id for f in plan.facts] == [fact_id(intake, 0), fact_id(intake, 1)]
@@ -226,7 +230,8 @@ def test_plan_ids_are_run_derived_and_the_plan_round_trips_exactly():
 
 def test_a_plan_with_two_identical_facts_is_refused():
     parsed = parse_extraction(extraction(memory("A is b."), memory("C is d.")))
-    decided = parse_reconciliation(decisions({"index": 1, "action": "UPDATE", "target": "m-1111111111", "text": "A is b."}),
+    decided = parse_reconciliation(decisions({"index": 1, "action": "UPDATE", "target": "m-1111111111",
+                                              "text": "A is b."}),
                                    {1: ["m-1111111111"]})  # fmt: skip
     with pytest.raises(ModelOutputInvalid, match="same fact text"):
         build_plan(intake_id="a" * 64, payload_sha256="b" * 64, created_at=START, day="2026-11-30", time="14:03",
@@ -272,7 +277,8 @@ def test_plan_capture_makes_one_call_for_novel_memories_and_two_when_some_are_cl
     assert len(novel.asked) == 1 and [f.action for f in plan.facts] == ["add", "add"] and plan.model_calls == 1
     assert (plan.day, plan.time) == ("2026-11-30", "14:03")
     finder = FakeFinder(duplicates={"Morgan chose blue as the deployment color.": "m-1111111111"},
-                        close={"The Atlas launch is on March 15.": [("f-2222222222", "The Atlas launch is on March 1.")]})  # fmt: skip
+                        close={"The Atlas launch is on March 15.": [("f-2222222222",
+                                                                      "The Atlas launch is on March 1.")]})  # fmt: skip
     close = FakeModel(
         VALID,
         decisions(
@@ -328,5 +334,5 @@ def test_an_extraction_that_copies_the_worked_example_is_refused_and_repaired():
     # a turn that really says it may be captured as said
     said = _record("Ilse owns the greenhouse sensor rollout. The greenhouse sensor rollout ships on 2031-06-08. "
                    "Ilse prefers Zigbee radios for the greenhouse sensor rollout.")  # fmt: skip
-    assert len(plan_capture(said, model=FakeModel(EXTRACTION_EXAMPLE), finder=FakeFinder(), vault_zone="Europe/Amsterdam",
-                            now=START).facts) == 3  # fmt: skip
+    assert len(plan_capture(said, model=FakeModel(EXTRACTION_EXAMPLE), finder=FakeFinder(),
+                            vault_zone="Europe/Amsterdam", now=START).facts) == 3  # fmt: skip

@@ -122,7 +122,8 @@ def test_an_oversized_completion_is_refused_before_parsing(tmp_path, server):
 def test_ambiguous_targets_in_reconciliation_are_refused(tmp_path, server):
     def reconcile(memories):
         return json.dumps({"decisions": [
-            {"index": m["index"], "action": "SUPERSEDE", "target": m["candidates"][0]["id"], "text": f"Atlas launch update {m['index']}."}
+            {"index": m["index"], "action": "SUPERSEDE", "target": m["candidates"][0]["id"],
+             "text": f"Atlas launch update {m['index']}."}
             for m in memories]})  # fmt: skip
 
     two = extraction(memory("The Atlas launch is on March 20."), memory("The Atlas launch is in March."))

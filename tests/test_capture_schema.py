@@ -64,7 +64,8 @@ def extraction_answers(draw):
     )
     declared = [e["ref"] for e in entities] or ["e1"]
     memories = draw(st.lists(st.fixed_dictionaries({
-        "text": sentence(), "salience": salience(), "entities": st.lists(st.sampled_from(declared), max_size=3)}), max_size=9))  # fmt: skip
+        "text": sentence(), "salience": salience(), "entities": st.lists(st.sampled_from(declared), max_size=3)}),
+        max_size=9))  # fmt: skip
     relations = draw(st.lists(st.fixed_dictionaries({
         "from": st.sampled_from(declared), "relation": st.sampled_from(["works_on", "owns", "Leads", "x"]),
         "to": st.sampled_from(declared)}), max_size=3))  # fmt: skip

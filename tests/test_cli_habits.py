@@ -26,7 +26,8 @@ def test_dash_h_is_help(args):
 
 
 @pytest.mark.parametrize("shell, marker", [("bash", "complete -o nosort -F _memvault_completion memvault"),
-                                           ("zsh", "#compdef memvault"), ("fish", "complete --no-files --command memvault")])  # fmt: skip
+                                           ("zsh", "#compdef memvault"),
+                                           ("fish", "complete --no-files --command memvault")])  # fmt: skip
 def test_completion_scripts_name_the_command(shell, marker):
     done = CliRunner().invoke(cli, ["completion", shell], catch_exceptions=False)
     assert done.exit_code == 0 and marker in done.output and "_MEMVAULT_COMPLETE" in done.output

@@ -146,7 +146,11 @@ def test_threads_of_a_client_find_every_write_another_process_acknowledged(tmp_p
         with ThreadPoolExecutor(max_workers=4) as pool:
             for line in writer.stdout:
                 word = line.strip()
-                found = pool.map(lambda _: any(word in hit.text for hit in store.recall(word, limit=5).hits), range(4))
+
+                def found_by_recall(_, word=word):
+                    return any(word in hit.text for hit in store.recall(word, limit=5).hits)
+
+                found = pool.map(found_by_recall, range(4))
                 misses += [word for hit in found if not hit]
         assert writer.wait(timeout=TIMEOUT) == 0, writer.stderr.read()
         assert misses == [] and store._reads.answered > 0  # a recall may go through the owner (a merge)
@@ -275,7 +279,7 @@ def test_an_older_view_arriving_after_a_newer_one_leaves_no_row_unasked_for(tmp_
     generation = current_generation(VaultLayout(root).index_dir).name
     wire = [{"version": n, "id": f"m-{n:010x}", "path": "daily/2026-12-04.md", "kind": "curated",
              "day": "2026-12-04", "at": "2026-12-04T10:00:00+00:00", "text": f"Pending memory {n}.",
-             "content_hash": f"{n:064x}", "line": 0, "heading": None, "explicit_id": True, "neighbours": []}
+             "content_hash": f"{n:064x}", "heading": None, "explicit_id": True, "neighbours": []}
             for n in (1, 2, 3)]  # fmt: skip
     keys = [f"daily/2026-12-04.md#m-{n:010x}" for n in (1, 2, 3)]
 

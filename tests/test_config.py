@@ -641,7 +641,8 @@ def test_unknown_keys_at_every_level() -> None:
         "tools": {"allowed": []},
     }
     assert problems(data) == [
-        'memroy is not a known key (did you mean "memory"?): the keys allowed at the top level are memory, tools, index',
+        'memroy is not a known key (did you mean "memory"?): the keys allowed at the top level are'
+        " memory, tools, index",
         'memory.writemode is not a known key (did you mean "writeMode"?): the keys allowed in memory are mode,'
         " writeMode, path, timeZone, embeddings, extraEmbeddings, llm, rerank, recallTool, rememberTool, runtime",
         "memory.embeddings.size is not a known key: the keys allowed in memory.embeddings are provider, model, dim,"

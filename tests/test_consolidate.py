@@ -54,7 +54,8 @@ FACTS = [
     ("Orion is the billing service.", ["e-orion"], 30),
 ]
 ENTITIES = [
-    ("e-atlas", "Project Atlas", "project"), ("e-atlas2", "project-atlas", "project"), ("e-atlas3", "Project Atlas", "project"),
+    ("e-atlas", "Project Atlas", "project"), ("e-atlas2", "project-atlas", "project"),
+    ("e-atlas3", "Project Atlas", "project"),
     ("e-morgan", "Morgan", "person"), ("e-orion", "Orion", "project"), ("e-march", "March", "concept"),
     ("e-monday", "Monday", "time"),
 ]  # fmt: skip

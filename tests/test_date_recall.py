@@ -1,8 +1,9 @@
 """Date-aware recall: the periods a question names, resolved to local dates, favour memories dated
 in them or up to a week after; one grammar for routing and recall; no period, no change."""
 
+import datetime as dt
 import json
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -133,7 +134,7 @@ def test_relative_periods_are_read_in_the_vaults_zone(tmp_path):
         )
     with MemoryStore.open(root) as store:  # every vector in place: the order is the same every run
         # 23:30 UTC on 2 December is already 3 December in Auckland: "yesterday" there is 2 December
-        store._clock = lambda: datetime(2026, 12, 2, 23, 30, tzinfo=timezone.utc)
+        store._clock = lambda: datetime(2026, 12, 2, 23, 30, tzinfo=dt.UTC)
         result = store.recall("what happened to the login bug yesterday?", limit=2)
     assert result.explain["periods"][0]["from"] == "2026-12-02"
     assert result.hits[0].text == "We fixed the login bug in the billing service."

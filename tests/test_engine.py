@@ -141,7 +141,8 @@ def mcp_remember(server: OwnerProcess, text: str) -> dict:
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Remember", "arguments": {"text": text}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "Remember", "arguments": {"text": text}}},
     )  # fmt: skip
     for message in messages:
         proc.stdin.write(json.dumps(message) + "\n")

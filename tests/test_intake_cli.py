@@ -126,8 +126,8 @@ def test_malformed_ids_are_usage_errors(root, command):
 
 def test_retry_is_refused_while_a_live_process_holds_the_vault(root):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from memvault.vault.locks import LivenessFence; LivenessFence(sys.argv[1]).hold(); "
-         "print('held', flush=True); sys.stdin.readline()", str(root)],
+        [sys.executable, "-c", "import sys; from memvault.vault.locks import LivenessFence; "
+         "LivenessFence(sys.argv[1]).hold(); print('held', flush=True); sys.stdin.readline()", str(root)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -94,7 +94,8 @@ def test_a_receipt_the_old_code_wrote_in_the_nested_layout_reads_again(tmp_path)
 
     intake_id = "a5fa777a3dc67268caea6eea038ba14177e360dba84e1db44e738dbae137e7ef"
     data = (b'{"admittedAt":"2026-12-02T05:35:01.346879Z","attempts":1,"id":"' + intake_id.encode()
-            + b'","outcome":"projected","payloadSha256":"4dba6437c9e7b445d5fcd19b1700e9a40c3bf264e7a396b69f9f4b75b576b8ca",'
+            + b'","outcome":"projected",'
+            b'"payloadSha256":"4dba6437c9e7b445d5fcd19b1700e9a40c3bf264e7a396b69f9f4b75b576b8ca",'
             b'"projection":"daily/2026/12/2026-12-02.md#^m-09ff72d82c","reason":null,'
             b'"resolvedAt":"2026-12-02T05:35:01.424288Z","v":1}\n')  # fmt: skip
     receipt = parse_receipt(data, intake_id, "resolved/x.json")
@@ -326,7 +327,8 @@ def test_nested_layout_pages_in_chromium(tmp_path):
     root = make_vault(tmp_path, "nested")
     with open(root / NOTE["nested"], "a") as note:  # what Obsidian's reading view hides or draws
         note.write(
-            "\n%% a private aside %%\n<!-- an html comment -->\n\n> [!warning] Mind the gap\n> The offsite *train* leaves at 9.\n"
+            "\n%% a private aside %%\n<!-- an html comment -->\n\n"
+            "> [!warning] Mind the gap\n> The offsite *train* leaves at 9.\n"
         )
     run(root, "rebuild")
     with WebProcess(root) as site, playwright_api.sync_playwright() as playwright:
@@ -409,5 +411,5 @@ def test_the_layout_maps_paths_and_dates_both_ways():
     assert parse_note_ref(f"{NOTE['nested']}#^{BLUE}") == (NOTE["nested"], BLUE)
     assert parse_note_ref(f"{NOTE['nested']}#{BLUE}") is None and parse_note_ref(f"{NOTE['nested']}#^") is None
     mixed = ["daily/2026/12/2026-12-01.md", "daily/2026-11-30.md", "daily/2026-12-02.md", "audit/2026-11-29.md"]
-    assert sorted(mixed, key=note_sort_key) == ["audit/2026-11-29.md", "daily/2026-11-30.md", "daily/2026/12/2026-12-01.md",
-                                                "daily/2026-12-02.md"]  # fmt: skip
+    assert sorted(mixed, key=note_sort_key) == ["audit/2026-11-29.md", "daily/2026-11-30.md",
+                                                "daily/2026/12/2026-12-01.md", "daily/2026-12-02.md"]  # fmt: skip

@@ -51,7 +51,8 @@ def _probe(tmp_path: Path) -> None:
 
 def memvault(vault: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     done = subprocess.run([MEMVAULT, "--vault", str(vault), *args], input=stdin, capture_output=True, text=True,
-                          env=ENV, timeout=300, preexec_fn=_without_dac_override if os.geteuid() == 0 else None)  # fmt: skip
+                          env=ENV, timeout=300,
+                          preexec_fn=_without_dac_override if os.geteuid() == 0 else None)  # fmt: skip
     assert "Traceback" not in done.stderr, (args, done.stderr)
     return done
 

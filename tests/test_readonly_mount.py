@@ -22,7 +22,8 @@ def make_vault(tmp_path, mode: str):
     vault = tmp_path / f"{mode}-vault"
     assert memvault(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC").returncode == 0
     (vault / "daily" / f"{DAY}.md").write_text(
-        f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n- 10:00 Morgan chose blue as the deployment color. ^m-blue\n"
+        f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n"
+        "- 10:00 Morgan chose blue as the deployment color. ^m-blue\n"
     )
     assert memvault(vault, "rebuild").returncode == 0
     assert memvault(vault, "runtime", "add", "user", "Prefers short answers.").returncode == 0

@@ -39,7 +39,10 @@ def make_vault(root: Path, files: int, per_file: int) -> Path:
     for day in range(files):
         lines = [f"# day {day}\n\n"]
         for n in range(per_file):
-            text = f"Fact {n} of day {day}: the {['otter', 'heron', 'lynx', 'ibis'][n % 4]} report number {day * per_file + n}."
+            text = (
+                f"Fact {n} of day {day}: the {['otter', 'heron', 'lynx', 'ibis'][n % 4]} "
+                f"report number {day * per_file + n}."
+            )
             lines.append(format_bullet(text, memory_id(text), f"{8 + n % 10:02d}:{n % 60:02d}"))
         (root / "daily" / f"2025-{day // 28 % 12 + 1:02d}-{day % 28 + 1:02d}.md").write_text("".join(lines))
     return root

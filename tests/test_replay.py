@@ -160,7 +160,8 @@ def supersede_first(memories):
 @pytest.fixture
 def captured(tmp_path, request):
     set_up_the_tests_backend(request)  # its vault follows a both_backends test's backend
-    turns = iter([extraction(memory("The Atlas deadline is February 1.")), extraction(memory("The Atlas deadline is March 15.")),
+    turns = iter([extraction(memory("The Atlas deadline is February 1.")),
+                  extraction(memory("The Atlas deadline is March 15.")),
                   extraction(memory("Dana owns the Atlas billing migration."))])  # fmt: skip
     with LoopbackServer() as server:
         server.route(EMBED_PATH, hash_embeddings)
@@ -223,8 +224,8 @@ def test_adopt_replay_then_rebuild_restores_the_exact_sidecar(captured):
     worker.process_due()  # capture is deferred, spending no attempt
     assert script.calls["extraction"] == 2 and "adopt-replay" in worker.last_error
     runner = CliRunner()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_FENCE, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              cwd=str(REPO))  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_FENCE, str(root)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, cwd=str(REPO))  # fmt: skip
     try:
         assert holder.stdout.readline() == b"held\n"
         result = runner.invoke(cli, ["--vault", str(root), "adopt-replay", "--json"])  # a live agent: refused

@@ -28,7 +28,8 @@ def test_ollama_request_shape_and_answer():
         sent = server.requests_to("/api/chat")[0].json
     # every call is bounded (8,192 tokens without a capture OutputSpec); JSON mode stops at a run of blank lines
     assert sent == {"model": "qwen3:8b", "messages": MESSAGES, "stream": True,
-                    "options": {"temperature": 0, "num_predict": 8192, "stop": ["\n\n\n"]}, "format": "json"}  # fmt: skip
+                    "options": {"temperature": 0, "num_predict": 8192, "stop": ["\n\n\n"]},
+                    "format": "json"}  # fmt: skip
 
 
 def test_openai_request_shape_key_header_and_v1_path():
@@ -136,13 +137,15 @@ def sse(events) -> list[bytes]:
 
 def delta(text, finish=None):
     return {"id": "c-1", "object": "chat.completion.chunk", "model": "m",
-            "choices": [{"index": 0, "delta": {"content": text} if text is not None else {}, "finish_reason": finish}]}  # fmt: skip
+            "choices": [{"index": 0, "delta": {"content": text} if text is not None else {},
+                         "finish_reason": finish}]}  # fmt: skip
 
 
 def test_streamed_answers_are_assembled_for_both_wire_formats():
     with LoopbackServer() as server:
         server.route("/v1/chat/completions", lambda body: Reply(
-            200, chunks=[b": keep-alive\n\n", *sse([delta(None), delta('{"me'), delta('mories": []}'), delta(None, "stop")])],
+            200, chunks=[b": keep-alive\n\n",
+                         *sse([delta(None), delta('{"me'), delta('mories": []}'), delta(None, "stop")])],
             headers={"Content-Type": "text/event-stream"}))  # fmt: skip
         server.route("/api/chat", lambda body: Reply(200, chunks=ndjson([
             {"message": {"role": "assistant", "content": '{"a"'}, "done": False},
@@ -164,7 +167,8 @@ def test_a_stream_cut_at_the_token_cap_is_an_invalid_output_never_a_partial():
             lambda body: Reply(200, chunks=sse([delta('{"memories": [{"te'), delta(None, "length")])),
         )
         server.route("/api/chat", lambda body: Reply(200, chunks=ndjson([
-            {"message": {"content": '{"memo'}, "done": False}, {"message": {"content": ""}, "done": True, "done_reason": "length"}])))  # fmt: skip
+            {"message": {"content": '{"memo'}, "done": False},
+            {"message": {"content": ""}, "done": True, "done_reason": "length"}])))  # fmt: skip
         for provider in ("openai", "ollama"):
             with pytest.raises(CompletionCutOff, match="length"):
                 HttpChatModel(provider, server.url, "m").complete(MESSAGES, response_format_json=True)

@@ -256,7 +256,8 @@ def test_several_spaces_follow_the_planners_routes(new_vault, chat_server):
     def routes(body):
         request = json.loads(body["messages"][1]["content"])
         assert sorted(s["id"] for s in request["spaces"]) == sorted([first.id, second.id])
-        return json.dumps({"routes": [{"sourceIndex": e["sourceIndex"], "space": second.id if e["sourceIndex"] % 2 else first.id}
+        return json.dumps({"routes": [{"sourceIndex": e["sourceIndex"],
+                                       "space": second.id if e["sourceIndex"] % 2 else first.id}
                                       for e in request["entries"]]})  # fmt: skip
 
     reply(routes)

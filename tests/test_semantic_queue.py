@@ -14,7 +14,7 @@ SPEC_BYTES = 2 * 1024 * 1024
 def record(n: int, text: str, path: str = "daily/2026-11-30.md") -> MemoryRecord:
     return MemoryRecord(id=f"m-{n:010d}", path=path, kind="curated", day=date(2026, 11, 30),
                         at=datetime(2026, 11, 30, 12, tzinfo=UTC), text=text, content_hash=f"h{n}",
-                        line=n + 1, heading=None, explicit_id=True)  # fmt: skip
+                        heading=None, explicit_id=True)  # fmt: skip
 
 
 class HeldWorker:
@@ -96,7 +96,7 @@ def test_vectors_are_saved_once_for_many_batches_and_at_once_when_drained(tmp_pa
     queue = SemanticQueue(tmp_path / ".index", batches.append, save=lambda: saves.append(len(batches)))
     for n in range(3):
         assert queue.offer(IndexDelta(upserts=[record(n, f"memory {n}")]))
-        poll(lambda: sum(len(b) for b in batches) == n + 1, what=f"batch {n}")
+        poll(lambda n=n: sum(len(b) for b in batches) == n + 1, what=f"batch {n}")
     assert saves == [] and marker_path(tmp_path / ".index").exists()
     assert queue.drain(60)
     assert saves == [len(batches)]  # one save, after every batch

@@ -106,8 +106,14 @@ def test_bad_titles_and_descriptions_are_refused(catalog, title, description):
         b"[]",
         b'{"format": "other", "spaces": []}',
         b'{"format": "memvault-spaces-v1", "spaces": [{"id": "default"}]}',
-        b'{"format": "memvault-spaces-v1", "spaces": [{"id": "../x", "title": "t", "description": "", "active": true, "writable": true, "created": "c", "lastWrite": null}]}',
-        b'{"format": "memvault-spaces-v1", "spaces": [{"id": "default", "title": "t", "description": "", "active": "yes", "writable": true, "created": "c", "lastWrite": null}]}',
+        (
+            b'{"format": "memvault-spaces-v1", "spaces": [{"id": "../x", "title": "t", "description": "", '
+            b'"active": true, "writable": true, "created": "c", "lastWrite": null}]}'
+        ),
+        (
+            b'{"format": "memvault-spaces-v1", "spaces": [{"id": "default", "title": "t", "description": "", '
+            b'"active": "yes", "writable": true, "created": "c", "lastWrite": null}]}'
+        ),
     ],
 )
 def test_a_malformed_catalog_is_refused_with_the_fix(catalog, raw):

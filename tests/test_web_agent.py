@@ -58,7 +58,8 @@ def ask(server, question: str):
 
 def openai_reply(content: str):
     return 200, {"id": "chatcmpl-1", "object": "chat.completion", "model": "loopback-chat",
-                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}  # fmt: skip
+                 "choices": [{"index": 0, "finish_reason": "stop",
+                              "message": {"role": "assistant", "content": content}}]}  # fmt: skip
 
 
 def citing_first_and_invented(request_json):

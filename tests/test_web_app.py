@@ -407,7 +407,8 @@ def test_oversized_and_odd_requests_do_not_crash_the_server(served):
         status = "closed"  # the server may answer and hang up while the client is still sending
     assert status in (400, 414, 431, "closed")
     status, _, _ = served.request("POST", "/recall/agent.json", token=TOKEN,
-                                  headers={"Content-Type": "multipart/form-data; boundary=x"}, body=b"--x\r\nbroken")  # fmt: skip
+                                  headers={"Content-Type": "multipart/form-data; boundary=x"},
+                                  body=b"--x\r\nbroken")  # fmt: skip
     assert status < 500  # a torn form is no form, never a crash
     assert served.get("/status.json", token=TOKEN)[0] == 200  # still serving
 
@@ -423,7 +424,8 @@ def test_a_taken_port_is_a_clear_error_not_a_traceback(fixture_vault):
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "web", "--port", str(port)],
+        done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(fixture_vault),
+                               "web", "--port", str(port)],
                               capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "--port" in done.stderr

@@ -21,7 +21,8 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)"),
 ]
 playwright_api = pytest.importorskip("playwright.sync_api")
-SCREENSHOTS_ENV = "WEB_SCREENSHOTS"  # a folder (not MEMVAULT_*: the test fixtures clear those): the screenshot test also writes the PNGs there
+# a folder (not MEMVAULT_*: the test fixtures clear those): the screenshot test also writes the PNGs there
+SCREENSHOTS_ENV = "WEB_SCREENSHOTS"
 PAGE_TIMEOUT_MS = 60_000
 
 
@@ -259,8 +260,8 @@ def test_an_xss_corpus_renders_inert(browser, site):
     memory_note = sources[0].split("#")[0][: -len(".md")]
     today = memory_note.rsplit("/", 1)[1]
     pages = ["/recall?q=hostile&limit=20", f"/{'notes/' + memory_note}", "/notes/daily/2026-09-01",
-             "/documents/hostile-notes", "/entities?q=script", "/entities/e-hostile001", f"/entities/{entity_id('Morgan')}",
-             f"/journal?from={today}&through={today}"]  # fmt: skip
+             "/documents/hostile-notes", "/entities?q=script", "/entities/e-hostile001",
+             f"/entities/{entity_id('Morgan')}", f"/journal?from={today}&through={today}"]  # fmt: skip
     # CSP bypassed on purpose: what stops these here must be the escaping, not the policy
     context = browser.new_context(bypass_csp=True, java_script_enabled=True)
     context.set_default_timeout(PAGE_TIMEOUT_MS)
@@ -274,8 +275,12 @@ def test_an_xss_corpus_renders_inert(browser, site):
         report = tab.evaluate("""() => ({
             xss: window.__xss === undefined ? null : window.__xss,
             scripts: document.querySelectorAll('script, iframe, img, object, embed').length,
-            handlers: [...document.querySelectorAll('*')].flatMap(e => [...e.attributes].filter(a => a.name.startsWith('on')).map(a => e.tagName + ' ' + a.name)),
-            links: [...document.querySelectorAll('[href], [src]')].map(e => e.getAttribute('href') || e.getAttribute('src')).filter(v => /^\\s*(javascript|data|vbscript):/i.test(v)),
+            handlers: [...document.querySelectorAll('*')].flatMap(e => [...e.attributes]
+                .filter(a => a.name.startsWith('on'))
+                .map(a => e.tagName + ' ' + a.name)),
+            links: [...document.querySelectorAll('[href], [src]')]
+                .map(e => e.getAttribute('href') || e.getAttribute('src'))
+                .filter(v => /^\\s*(javascript|data|vbscript):/i.test(v)),
             text: document.body.innerText,
         })""")
         assert report["xss"] is None, path

@@ -26,7 +26,8 @@ def get(url: str, token: str) -> tuple[int, str]:
 def test_the_owner_serves_the_pages_and_a_client_write_shows_on_them(fixture_vault, tmp_path):
     log = open(tmp_path / "serve.log", "w+")
     owner = subprocess.Popen([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "serve", "--face", "web",
-                              "--web-port", "0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                              "--web-port", "0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                             text=True)  # fmt: skip
     try:
 
         def url():
@@ -42,7 +43,8 @@ def test_the_owner_serves_the_pages_and_a_client_write_shows_on_them(fixture_vau
         assert status == 200 and page["owner"]["pid"] == owner.pid and page["owner"]["thisProcess"]
         # a client remembers through the owner; the owner's pages find it at once
         done = subprocess.run([sys.executable, "-m", "memvault", "--vault", str(fixture_vault), "remember",
-                               "The pelicans moved to the north pond."], capture_output=True, text=True, timeout=120)  # fmt: skip
+                               "The pelicans moved to the north pond."],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.returncode == 0, done.stderr
         status, body = get(f"{base}/recall.json?q=pelicans+north+pond", token)
         assert status == 200 and json.loads(body)["hits"][0]["text"] == "The pelicans moved to the north pond."

@@ -168,7 +168,8 @@ def test_tasks_are_disabled_checkboxes():
         "- [ ] Ask Alice ^m-0000000001\n- [x] Book the room\n- [X] Pay the deposit\n- not a task [ ]\n"
     )
     tasks = re.findall(
-        r'<li id="([^"]+)" class="bullet depth-0 task( done)?"[^>]*><input type="checkbox" class="task-box" disabled( checked)?',
+        r'<li id="([^"]+)" class="bullet depth-0 task( done)?"[^>]*>'
+        r'<input type="checkbox" class="task-box" disabled( checked)?',
         html,
     )
     assert [(t[1], t[2]) for t in tasks] == [("", ""), (" done", " checked"), (" done", " checked")]
@@ -178,11 +179,13 @@ def test_tasks_are_disabled_checkboxes():
 
 
 def test_callouts_are_boxes_with_their_title():
-    text = ("> [!warning] Careful **now**\n> The *body* line. ^m-callout001\n\n> [!tip]- Folded\n> hidden until opened\n\n"
+    text = ("> [!warning] Careful **now**\n> The *body* line. ^m-callout001\n\n"
+            "> [!tip]- Folded\n> hidden until opened\n\n"
             "> [!NOTE]\n> no title\n\n> a plain quote\n")  # fmt: skip
     html, _ = render_note(text)
     assert re.search(
-        r'<div id="m-callout001" class="callout callout-warning memory"><p class="callout-title">Careful <strong>now</strong>',
+        r'<div id="m-callout001" class="callout callout-warning memory">'
+        r'<p class="callout-title">Careful <strong>now</strong>',
         html,
     )
     assert "<em>body</em>" in html and "[!warning]" not in html and "^m-callout001" not in html

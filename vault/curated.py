@@ -54,8 +54,10 @@ def prepare_fact(text: str) -> str:
         raise InvalidRecord("the fact contains control characters: remove them and try again")
     left_open = region_left_open(fact)
     if left_open is not None:
-        raise InvalidRecord(f"the fact would start {left_open}, hiding every line written after it in its "
-                            "note; nothing was written. Close it in the same text, or leave the marker out")  # fmt: skip
+        raise InvalidRecord(
+            f"the fact would start {left_open}, hiding every line written after it in its "
+            "note; nothing was written. Close it in the same text, or leave the marker out"
+        )
     from memvault.vault.credentials import refuse_credentials  # its patterns load with the first write
 
     refuse_credentials(fact, "the fact")

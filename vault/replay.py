@@ -129,7 +129,8 @@ def render_state(state: ReplayState) -> bytes:
     data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode() + b"\n"
     if len(data) > MAX_SIDECAR_BYTES:
         raise InvalidRecord(
-            f"the replay sidecar would be {len(data)} bytes, over the {MAX_SIDECAR_BYTES}-byte limit; nothing was written"
+            f"the replay sidecar would be {len(data)} bytes, "
+            f"over the {MAX_SIDECAR_BYTES}-byte limit; nothing was written"
         )
     return data
 

@@ -120,7 +120,10 @@ class CursorCodec:
 
 
 def _cursor_help(reason: str) -> str:
-    return f"{reason}: continue with the exact cursor of the latest page, or start again with fromDate, throughDate and timeZone"
+    return (
+        f"{reason}: continue with the exact cursor of the latest page, "
+        "or start again with fromDate, throughDate and timeZone"
+    )
 
 
 class MemorySnapshots:

@@ -131,8 +131,10 @@ def run_review(
             if "done" in step:
                 return ReviewOutcome("completed", guard.layer, tuple(changes), str(step.get("note", ""))[:500])
             result = _run_tool(service, turn, guard, step["tool"], step["arguments"], changes, cancelled)
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": "Tool result: " + json.dumps(result)[:MAX_RESULT_CHARS]}]  # fmt: skip
+            messages += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": "Tool result: " + json.dumps(result)[:MAX_RESULT_CHARS]},
+            ]
         return ReviewOutcome("failed", guard.layer, tuple(changes), f"no decision within {MAX_STEPS} steps")
     except ReviewCancelled:
         return ReviewOutcome("aborted", guard.layer, tuple(changes), "a new turn began")

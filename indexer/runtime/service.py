@@ -39,6 +39,7 @@ from memvault.vault.spaces import Space, SpaceCatalog
 
 SPACES_DIR = "spaces"
 MAX_RELATED_QUERY_CHARS = 1_200
+DEFAULT_SWITCHES = Switches()  # frozen, so one shared default is safe
 
 
 class RuntimeService:
@@ -49,7 +50,7 @@ class RuntimeService:
         *,
         spaces_root: Path | None = None,
         chat: ChatModel | None = None,
-        switches: Switches = Switches(),
+        switches: Switches = DEFAULT_SWITCHES,
         clock: Callable[[], datetime] = utc_now,
         boundary: Boundary | None = None,
         documents_limit: int = DEFAULT_DOCUMENTS_LIMIT,

@@ -3,8 +3,9 @@
 BM25 matches words exactly; pooled vectors compare whole passages, so one strong topic can drown
 the detail a question asks about. Coverage sits between them: each word of the question is
 matched to its closest word in the memory by the builtin model's static word vectors ("puppy"
-finds "dog"), and the memory's score is the mean of those best matches over the question. A word found only in the note neighbours counts for
-NEIGHBOUR_DISCOUNT of its match: conversation memories lean on the turns around them.
+finds "dog"), and the memory's score is the mean of those best matches over the question. A word
+found only in the note neighbours counts for NEIGHBOUR_DISCOUNT of its match: conversation
+memories lean on the turns around them.
 
 It re-scores the best candidates of the other two retrievers (`memvault.indexer.search.recall.retrieve`) and
 enters the fusion as a third ranked list. It reads a static table: no model call, no I/O, and

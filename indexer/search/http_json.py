@@ -121,7 +121,8 @@ def post_raw(
     """POST `payload` as JSON and return the answer's bytes, read to its end within the deadline.
 
     The whole exchange must finish within about `timeout_s` (each socket wait is bounded by
-    the time left, so a server that trickles bytes cannot hold a caller much longer). A streamed answer (server-sent events, JSON lines) is read as it arrives; when the deadline
+    the time left, so a server that trickles bytes cannot hold a caller much longer). A streamed
+    answer (server-sent events, JSON lines) is read as it arrives; when the deadline
     passes the connection is closed, which is what makes a streaming model server stop generating.
     """
     import http.client

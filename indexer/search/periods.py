@@ -196,7 +196,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
         ),
         (
             "season",
-            rf"(?:(?P<which>last|this|previous) |(?:in|during|over) (?:the )?)?(?P<season>spring|summer|autumn|fall|winter)"
+            rf"(?:(?P<which>last|this|previous) |(?:in|during|over) (?:the )?)?"
+            rf"(?P<season>spring|summer|autumn|fall|winter)"
             rf"(?:(?: of)? {_YEAR})?",
         ),
         ("bare_month", rf"(?P<which>in|during|since|last|this|early|mid|late|of) {_MONTH_NAME}"),

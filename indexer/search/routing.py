@@ -191,14 +191,17 @@ _ACTIVE_CHAT = _compile(
     rf"what(?: was|'s| is| were) (?:your|my|the) {_RECENT} {_MESSAGE}(?: (?:to|from) (?:me|you))?(?: {_IN_THIS_CHAT})?",
     rf"what did (?:your|my|the) {_RECENT} {_MESSAGE} (?:say|contain|mention|ask)",
     rf"what (?:was|is|were) the last (?:thing|things|few things) (?:you|i) (?:just )?{_SAID}{_TO}",
-    rf"what (?:happened|has happened|went on|was said|have we done|did we do|have we covered|did we cover) {_IN_THIS_CHAT}",
+    rf"what (?:happened|has happened|went on|was said|have we done|did we do"
+    rf"|have we covered|did we cover) {_IN_THIS_CHAT}",
     rf"what (?:have|did) we (?:just {_TALK}(?: about)?(?: {_SO_FAR})?|{_TALK}(?: about)? {_SO_FAR})",
     rf"what (?:are|were) we (?:just )?(?:talking|speaking|discussing)(?: about)?(?: {_SO_FAR})?",
     rf"what(?: is|'s) {_THIS_CHAT} about",
-    rf"(?:summari[sz]e|recap|review) (?:{_THIS_CHAT}(?: so far)?|what we (?:have|just) (?:discussed|talked about|said|covered)"
+    rf"(?:summari[sz]e|recap|review) (?:{_THIS_CHAT}(?: so far)?"
+    rf"|what we (?:have|just) (?:discussed|talked about|said|covered)"
     rf"(?: so far)?|what we (?:discussed|talked about|said|covered) so far)",
     rf"(?:give me )?(?:a |an )?(?:summary|recap|overview|rundown) of {_THIS_CHAT}(?: so far)?",
-    rf"(?:repeat|restate|say|resend|re-send|reread|quote|paste|show)(?: me)? (?:what you (?:just )?(?:said|wrote|sent|told me)"
+    rf"(?:repeat|restate|say|resend|re-send|reread|quote|paste|show)(?: me)? "
+    rf"(?:what you (?:just )?(?:said|wrote|sent|told me)"
     rf"|that|it|your {_RECENT} {_MESSAGE}|the {_RECENT} {_MESSAGE})(?: again)?(?: {_IN_THIS_CHAT})?",
     r"(?:repeat|say that again|come again)(?: that)?(?: again)?",
 )
@@ -276,12 +279,15 @@ _LEFT_OFF = _alt(
 )
 _TAIL = r"(?: (?:with|on|in|for|of|from) [^\n]{1,200})?"
 _RESUME_WORK = _compile(
-    rf"(?:continue|resume|pick up|pick it up|pick things up|carry on|proceed|go on|keep going|start again|get going again)"
+    rf"(?:continue|resume|pick up|pick it up|pick things up|carry on"
+    rf"|proceed|go on|keep going|start again|get going again)"
     rf"(?: from)? where (?:you|we|i|it) {_LEFT_OFF}{_TAIL}",
     rf"{_RESUME_VERB} (?:the |your |my |our |that |this )?(?:{_STOPPED} )?{_WORK}(?: again)?{_TAIL}",
     rf"(?:continue|resume|keep) working(?: again)?(?: where (?:you|we) {_LEFT_OFF})?",
-    r"where (?:did|were) (?:you|we|i) (?:leave off|left off|stop|stopped|get interrupted|interrupted|get cut off|cut off)",
-    r"what were (?:you|we) (?:doing|working on) (?:before|when) (?:you were |we were |it was |the run was |the task was )?"
+    r"where (?:did|were) (?:you|we|i) "
+    r"(?:leave off|left off|stop|stopped|get interrupted|interrupted|get cut off|cut off)",
+    r"what were (?:you|we) (?:doing|working on) (?:before|when) "
+    r"(?:you were |we were |it was |the run was |the task was )?"
     r"(?:interrupted|the interruption|stopped|it crashed|the crash|cut off)",
 )
 
@@ -333,7 +339,8 @@ _DID = _alt(
 _WHO_WE = _alt("we", "i", "you", "the team", "our team")
 _RETRO = _alt(
     rf"what (?:did|have|had|were) {_WHO_WE} {_DID}",
-    "what (?:happened|went on|was going on|has happened|got done|was done|did i miss|was decided|was discussed|changed)",
+    "what (?:happened|went on|was going on|has happened|got done"
+    "|was done|did i miss|was decided|was discussed|changed)",
     rf"(?:summari[sz]e|recap|review|list|show)(?: (?:me|us))?(?: (?:what|everything) {_WHO_WE} {_DID})?",
     r"(?:give me |i want |i'd like )?(?:a |an )?(?:summary|recap|review|overview|rundown|retrospective|retro|digest)"
     r" (?:of|for)(?: (?:what happened|what we did|our work|my work|the work|everything))?",

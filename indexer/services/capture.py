@@ -184,7 +184,8 @@ class CaptureService:
             if plan is None:
                 try:
                     plan = plan_capture(record, model=model, finder=IndexCandidateFinder(self.store),
-                                        vault_zone=self.store.time_zone, now=now, hook=hook, checkpoint=checkpoint)  # fmt: skip
+                                        vault_zone=self.store.time_zone, now=now, hook=hook,
+                                        checkpoint=checkpoint)  # fmt: skip
                 except EmptyExtraction:
                     record_run(layout.root, _empty_run(record, model, now))
                     raise

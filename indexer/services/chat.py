@@ -166,8 +166,10 @@ class HttpChatModel:
             raise self._fail(f"the completion is {length} characters, over the {MAX_COMPLETION_UTF16} limit")
         if stop_reason == "length":
             field = "done_reason" if self.provider == "ollama" else "finish_reason"
-            raise CompletionCutOff(f"the answer was cut off at the {cap}-token cap ({field} length) after "
-                                   f"{completion_length(text)} characters; it is incomplete and was not parsed")  # fmt: skip
+            raise CompletionCutOff(
+                f"the answer was cut off at the {cap}-token cap ({field} length) after "
+                f"{completion_length(text)} characters; it is incomplete and was not parsed"
+            )
         return text
 
     def _payload(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, mode: str) -> dict:
@@ -184,8 +186,10 @@ class HttpChatModel:
         if json_mode:
             payload["stop"] = list(JSON_STOP)
             if mode == "json_schema":
-                payload["response_format"] = {"type": "json_schema",
-                                              "json_schema": {"name": output.name, "schema": schema, "strict": True}}  # fmt: skip
+                payload["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": output.name, "schema": schema, "strict": True},
+                }
             elif mode == "json_object_schema":
                 payload["response_format"] = {"type": "json_object", "schema": schema}
             else:

@@ -87,8 +87,10 @@ def plan_capture(
 
     extraction, calls = ask(model, messages, EXTRACTION_OUTPUT, parse, checkpoint)
     if not extraction.memories and is_substantive(turn_text(record)):
-        raise EmptyExtraction(f"the model extracted no memory from a substantive turn (at least {SUBSTANTIVE_MIN_WORDS} "
-                              "words): not counted as captured; try a larger model, then `memvault retry`")  # fmt: skip
+        raise EmptyExtraction(
+            f"the model extracted no memory from a substantive turn (at least {SUBSTANTIVE_MIN_WORDS} "
+            "words): not counted as captured; try a larger model, then `memvault retry`"
+        )
     hit(hook, "capture.extracted")
     duplicates: dict[int, str] = {}
     offered: dict[int, Sequence[Candidate]] = {}

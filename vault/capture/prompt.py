@@ -37,7 +37,8 @@ EXTRACTION_EXAMPLE = json.dumps({
     "memories": [
         {"text": "Ilse owns the greenhouse sensor rollout.", "salience": 0.7, "entities": ["e1", "e2"]},
         {"text": "The greenhouse sensor rollout ships on 2031-06-08.", "salience": 0.8, "entities": ["e2"]},
-        {"text": "Ilse prefers Zigbee radios for the greenhouse sensor rollout.", "salience": 0.5, "entities": ["e1", "e2", "e3"]},
+        {"text": "Ilse prefers Zigbee radios for the greenhouse sensor rollout.", "salience": 0.5,
+         "entities": ["e1", "e2", "e3"]},
     ],
     "entities": [
         {"ref": "e1", "name": "Ilse", "type": "person"},
@@ -59,7 +60,8 @@ RECONCILIATION_EXAMPLE_INPUT = json.dumps({"memories": [
 RECONCILIATION_EXAMPLE = json.dumps({"decisions": [
     {"index": 0, "action": "SUPERSEDE", "target": "m-1a2b3c4d5e", "text": "The choir rehearsal is at 19:30."},
     {"index": 1, "action": "NOOP", "target": "f-2b3c4d5e6f"},
-    {"index": 2, "action": "UPDATE", "target": "f-3c4d5e6f7a", "text": "Ilse owns the greenhouse sensor rollout and its maintenance."},
+    {"index": 2, "action": "UPDATE", "target": "f-3c4d5e6f7a",
+     "text": "Ilse owns the greenhouse sensor rollout and its maintenance."},
     {"index": 3, "action": "ADD"},
 ]})  # fmt: skip
 

@@ -32,7 +32,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from memvault.vault.capture.fields import Fields
 
@@ -99,7 +99,7 @@ class Tagged:
     variants: tuple[tuple[str, Record], ...]
 
 
-Node = Union[SafeText, Pattern, Choice, UnitNumber, Integer, ArrayOf, Record, Tagged]
+Node = SafeText | Pattern | Choice | UnitNumber | Integer | ArrayOf | Record | Tagged
 
 
 # --- use 1: the structural check --------------------------------------------------------------

@@ -223,7 +223,10 @@ def _describe(exc: BaseException, root: Path) -> str:
         typed = storage_error(exc, root)  # read-only, full or not ours: the path and the fix
         if typed is not None:
             return f"the turn was NOT saved: {typed}"
-        return f"the intake could not be written ({exc.strerror or exc}); the turn was NOT saved. Fix the disk problem and retry."
+        return (
+            f"the intake could not be written ({exc.strerror or exc}); "
+            "the turn was NOT saved. Fix the disk problem and retry."
+        )
     return str(exc)
 
 

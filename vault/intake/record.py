@@ -199,7 +199,8 @@ class _Strict:
 
     def fail(self, message: str) -> InvalidRecord:
         return InvalidRecord(
-            f"{self.where}: {message}. Fix: move the file aside and run `memvault inspect`; memvault never guesses its contents."
+            f"{self.where}: {message}. Fix: move the file aside and run `memvault inspect`; "
+            "memvault never guesses its contents."
         )
 
     def keys(self, expected: set[str], data: dict[str, Any] | None = None) -> None:

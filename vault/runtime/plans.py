@@ -127,7 +127,8 @@ def parse_compaction(
         if entry.importance < highest:
             raise _refused(
                 worker,
-                f"an entry lowers importance from {highest} to {entry.importance} (sources {list(entry.source_indexes)})",
+                f"an entry lowers importance from {highest} to {entry.importance} "
+                f"(sources {list(entry.source_indexes)})",
             )
     if not fits(planned):
         raise _refused(worker, f"the compacted entries do not fit the {budget}-byte budget")
