@@ -189,12 +189,18 @@ def health(store: MemoryStore, strict: bool = False) -> dict:
     return store.health_report(strict=strict)
 
 
+def only_the_fixtures_conflict(report: dict) -> bool:
+    """Healthy but for fixtures/vault's own merge conflict (daily/2026-11-05.md), an error since issue 44."""
+    errors = [(f["code"], f["subject"]) for f in report["findings"] if f["severity"] == "error"]
+    return errors == [("conflict_markers", "daily/2026-11-05.md")]
+
+
 def rows_equal_rebuild(root: Path) -> None:
     with MemoryStore.open(root, sync=False) as store:
         watched = store._readable_index().all_rows()
         store.rebuild()
         assert store._readable_index().all_rows() == watched
-        assert health(store)["healthy"]
+        assert only_the_fixtures_conflict(health(store))
 
 
 @pytest.fixture
@@ -465,7 +471,7 @@ def test_watch_command_stops_cleanly_and_releases_the_fence(fixture_vault, sig):
     assert not LivenessFence(fixture_vault).is_held_elsewhere()
     with MemoryStore.open(fixture_vault, sync=False) as store:
         assert store.recall("platypus").hits
-        assert health(store)["healthy"]
+        assert only_the_fixtures_conflict(health(store))
 
 
 @pytest.mark.both_backends

@@ -359,7 +359,8 @@ def test_hostile_entity_names_are_escaped(served):
 def test_status_reports_health_index_intake_and_owner(served):
     status, body = get_json(served, "/status.json")
     assert status == 200
-    assert body["health"]["healthy"] is True
+    # the fixture's merge conflict makes it unhealthy (issue 44); it is its only error
+    assert body["health"]["healthy"] is False and body["health"]["errors"] == 1
     assert {f["code"] for f in body["health"]["findings"]} == {"conflict_markers", "duplicate_id"}
     index = served.store._readable_index()  # the serving generation, a folder's or the server's
     assert body["index"]["generation"] == index.generation.name and body["index"]["rows"] == index.bm25.count()

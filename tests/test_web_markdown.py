@@ -122,7 +122,8 @@ def test_conflict_hunks_are_shown_verbatim_and_not_as_bullets(fixture_vault):
     html, note = render_note((fixture_vault / "daily" / "2026-11-05.md").read_text())
     assert '<pre class="conflict"' in html
     assert "&lt;&lt;&lt;&lt;&lt;&lt;&lt; HEAD" in html
-    assert "Tuesday evening" in html and html.count('class="bullet ') == len(note.bullets) == 2
+    # both sides are memories (issue 44), shown inside the verbatim hunk rather than as bullets
+    assert "Tuesday evening" in html and html.count('class="bullet ') == 2 and len(note.bullets) == 4
 
 
 def test_fenced_code_is_not_bullets(fixture_vault):

@@ -85,8 +85,9 @@ def read_hunk(lines, first: int, end: int) -> Hunk:
 
 
 def hidden_in_hunk(lines, first: int, end: int) -> Iterator[int]:
-    """The lines of a hunk a reader is not shown as memories: git's markers and the base section.
-    A hunk cut short before its `=======` hides nothing more than its marker: its lines are kept."""
+    """The lines of a hunk a reader is not shown as memories: git's markers, the base section, and
+    a line of theirs that repeats a memory of ours. A hunk cut short before its `=======` hides
+    nothing more than its marker: its lines are kept."""
     hunk = read_hunk(lines, first, end)
     yield first
     if hunk.base is not None:
@@ -94,6 +95,10 @@ def hidden_in_hunk(lines, first: int, end: int) -> Iterator[int]:
         yield from hunk.base
     if hunk.theirs is not None:
         yield hunk.theirs.start - 1
+        # a memory both sides hold (same id, same text) is one memory, as the union makes it
+        ours = {key for key in map(_bullet_key, (lines[i] for i in hunk.ours)) if key is not None}
+        if ours:
+            yield from (index for index in hunk.theirs if _bullet_key(lines[index]) in ours)
     if hunk.terminated:
         yield end - 1
 
