@@ -17,6 +17,7 @@ MEMVAULT = str(Path(sys.executable).parent / "memvault")
 #: what people read, edit and version: at most 0644 (files) / 0755 (folders)
 CANONICAL_FILES = {
     ".gitignore",
+    ".gitattributes",
     "memvault.json",
     "index.md",
     "graph.jsonl",

@@ -42,6 +42,7 @@ FORMAT, VERSION = "memvault-archive", 1
 MANIFEST_NAME = "memvault-archive.json"
 CANONICAL_FILES = (
     "memvault.json", "index.md", "graph.jsonl", ".replay-projection-v1.json", ".capture-intake-schema", ".gitignore",
+    ".gitattributes",
 )  # fmt: skip
 CANONICAL_DIRS = ("daily", "audit", "runtime", "documents", ".capture-intake")
 #: owner-only state: restored 0700 (folders) / 0600 (files) whatever the archive says

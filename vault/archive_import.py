@@ -9,7 +9,7 @@ the way, so an archive swapped between the two reads is refused too) and placed:
 
 * apply adds files the vault does not have. A file that exists with other bytes is a conflict,
   and any conflict refuses the whole import with the list (nothing is added). The vault keeps
-  its own `memvault.json`, `.gitignore` and `index.md` (configuration and a regenerated view,
+  its own `memvault.json`, `.gitignore`, `.gitattributes` and `index.md` (configuration and a regenerated view,
   not memories). New files are hard-linked into place, which never overwrites.
 * restore replaces the canonical state: each canonical top-level entry is renamed into a backup
   folder and the archive's is renamed into place; then the backup is deleted. Restore may also
@@ -53,7 +53,7 @@ from memvault.vault.locks import LivenessFence
 from memvault.vault.paths import resolve_inside
 
 #: apply keeps the vault's own copy of these (configuration and a regenerated view)
-APPLY_KEEPS = ("memvault.json", ".gitignore", "index.md")
+APPLY_KEEPS = ("memvault.json", ".gitignore", ".gitattributes", "index.md")
 STAGING_PREFIX, BACKUP_PREFIX = ".import-staging-", ".import-backup-"
 _MAX_LISTED = 50
 
