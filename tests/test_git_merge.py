@@ -406,3 +406,20 @@ def test_resolve_refuses_what_is_not_a_note(tmp_path):
                         ("../outside.md", "not a daily/ or audit/ note")):  # fmt: skip
         done = memvault(root, "git", "resolve", name)
         assert done.returncode == 1 and words in done.stderr and "Traceback" not in done.stderr, done
+
+
+def test_health_names_a_clone_that_lacks_the_drivers_and_setup_fixes_it(tmp_path):
+    root = make_repo(tmp_path)
+    hub = tmp_path / "hub.git"
+    git(tmp_path, "clone", "-q", "--bare", str(root), str(hub))
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(hub), str(fresh))
+    report = memvault_json(fresh, "health")
+    finding = next(f for f in report["findings"] if f["code"] == "git_drivers_missing")
+    assert finding["severity"] == "warning" and finding["subject"] == ".gitattributes"
+    assert "memvault-note" in finding["message"] and finding["fix"].startswith("memvault git setup")
+    # a warning: everything works, merges just need a person more often
+    assert all(f["severity"] == "warning" for f in report["findings"] if f["check"] == "git")
+    memvault_json(fresh, "git", "setup")
+    assert "git_drivers_missing" not in {f["code"] for f in memvault_json(fresh, "health")["findings"]}
+    assert "git_drivers_missing" not in {f["code"] for f in memvault_json(root, "health")["findings"]}

@@ -130,12 +130,18 @@ def register_drivers(root: Path, command: str) -> tuple[str, ...]:
 
 def drivers_missing(root: Path) -> tuple[str, ...]:
     """The memvault drivers this clone's config lacks (what `memvault git setup` would add)."""
-    missing = []
-    for driver in DRIVERS:
-        done = _git(Path(root), "config", "--get", f"merge.{driver}.driver", check=False)
-        if done is None or done.returncode != 0:
-            missing.append(driver)
-    return tuple(missing)
+    done = _git(Path(root), "config", "--get-regexp", r"^merge\.memvault-.*\.driver$", check=False)
+    present = set() if done is None else {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    return tuple(driver for driver in DRIVERS if f"merge.{driver}.driver" not in present)
+
+
+def names_memvault_drivers(root: Path) -> bool:
+    """Whether the vault's `.gitattributes` sends any file to a memvault driver (no git run)."""
+    try:
+        text = read_bytes_nofollow(resolve_inside(Path(root), ATTRIBUTES_FILE)).decode("utf-8", errors="replace")
+    except (OSError, VaultError):
+        return False
+    return any(f"merge={driver}" in text for driver in DRIVERS)
 
 
 def setup(root: Path, command: str) -> SetupReport:

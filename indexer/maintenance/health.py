@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 
 from memvault.indexer.maintenance.derived import DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import current_generation, stray_generations
+from memvault.indexer.maintenance.git_health import check_git_drivers
 from memvault.indexer.maintenance.health_checks import (
     CHECKS,
     ERROR,
@@ -654,6 +655,7 @@ register_check("vector_index", check_vector_index)
 register_check("vector_rows", check_vector_rows, strict_only=True)
 register_check("generations", check_generations)
 register_check("intake", check_intake)
+register_check("git", check_git_drivers)
 register_check("capture", check_capture)
 register_check("replay", check_replay)
 register_check("unindexed", check_unindexed_files)
