@@ -94,13 +94,15 @@ def git_resolve(ctx: click.Context, paths: tuple[str, ...], json_: bool) -> None
 
 
 @git_group.command("merge-driver")
-@click.argument("kind", type=click.Choice(["note", "graph", "index"]))
+@click.argument("kind", type=click.Choice(["note", "graph", "index", "replay"]))
 @click.argument("base", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("ours", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("theirs", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("path", required=False, default="")
 def git_merge_driver(kind: str, base: Path, ours: Path, theirs: Path, path: str) -> None:
-    """What git runs to merge a note, graph.jsonl or index.md (%O %A %B %P); writes over OURS.
+    """What git runs to merge a note, graph.jsonl, index.md or the replay sidecar (%O %A %B %P).
+
+    Writes the result over OURS.
 
     Exits 0 when merged, 1 when OURS is left in conflict (git's markers; both sides kept)."""
     from memvault.vault.git_merge import MergeDriverError, merge, write_result

@@ -423,3 +423,41 @@ def test_health_names_a_clone_that_lacks_the_drivers_and_setup_fixes_it(tmp_path
     memvault_json(fresh, "git", "setup")
     assert "git_drivers_missing" not in {f["code"] for f in memvault_json(fresh, "health")["findings"]}
     assert "git_drivers_missing" not in {f["code"] for f in memvault_json(root, "health")["findings"]}
+
+
+# --- the replay sidecar ---------------------------------------------------------------------------
+
+
+def sidecar(*entries: dict) -> bytes:
+    from memvault.vault.replay import ReplayState, identity, render_state
+
+    return render_state(ReplayState({identity(entry): entry for entry in entries}))
+
+
+def capture_entry(run_hex: str, facts: list[str]) -> dict:
+    authority = {"digest": "a" * 64, "kind": "capture"}
+    return {"at": "2026-11-30T09:00:00.000000Z", "authority": authority, "facts": facts, "kind": "capture",
+            "run": run_hex * 64}  # fmt: skip
+
+
+def edge_entry(a: str, b: str, weight: int) -> dict:
+    authority = {"digest": "b" * 64, "kind": "capture"}
+    return {"authority": authority, "from": a, "kind": "edge", "to": b, "type": "thread", "weight": weight}
+
+
+def test_the_replay_sidecar_merges_by_identity_and_stays_canonical(tmp_path):
+    from memvault.vault.replay import parse_state
+
+    base = sidecar(capture_entry("1", ["m-0000000001"]))
+    ours = sidecar(capture_entry("1", ["m-0000000001"]), capture_entry("2", ["m-0000000002"]))
+    theirs = sidecar(capture_entry("1", ["m-0000000001"]), capture_entry("3", ["m-0000000003"]),
+                     edge_entry("m-0000000001", "m-0000000003", 2))  # fmt: skip
+    done, result = run_driver(tmp_path, "replay", base, ours, theirs)
+    assert done.returncode == 0, done.stderr
+    state = parse_state(result, "merged")  # canonical bytes: exactly what render_state writes
+    assert sorted(key[0] for key in state.entries) == ["capture", "capture", "capture", "edge"]
+    clash = sidecar(capture_entry("1", ["m-0000000001"]), edge_entry("m-0000000001", "m-0000000003", 5))
+    done, result = run_driver(tmp_path, "replay", base, clash, theirs)
+    assert done.returncode == 1 and "differs on the two sides" in done.stderr and result == clash
+    done, result = run_driver(tmp_path, "replay", base, b'{"entries":[],"v":1} trailing\n', theirs)
+    assert done.returncode == 1 and "left to a person" in done.stderr and "Traceback" not in done.stderr

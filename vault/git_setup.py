@@ -6,6 +6,7 @@
     audit/** merge=memvault-note
     graph.jsonl merge=memvault-graph
     index.md merge=memvault-index
+    .replay-projection-v1.json merge=memvault-replay
 
 and each clone's own `.git/config` (git never clones config) says what runs them:
 
@@ -37,11 +38,13 @@ ATTRIBUTES = (
     ("audit/**", "memvault-note"),
     ("graph.jsonl", "memvault-graph"),
     ("index.md", "memvault-index"),
+    (".replay-projection-v1.json", "memvault-replay"),
 )
 DRIVERS = {
     "memvault-note": ("note", "memvault: union of a note's bullets, ids unique, in time order"),
     "memvault-graph": ("graph", "memvault: graph.jsonl lines merged by key, deduplicated, sorted"),
     "memvault-index": ("index", "memvault: index.md merged, its generated block taken from ours"),
+    "memvault-replay": ("replay", "memvault: the replay sidecar's entries merged by identity"),
 }
 _HEADER = "# memvault: how git merges this vault's files (docs/backup.md; `memvault git setup`)"
 _GIT_TIMEOUT_SECONDS = 30.0
