@@ -36,7 +36,7 @@ def backend(request, tmp_path):
 
 def record(i: int, text: str, path: str = NOTE, kind: str = "curated", chash: str | None = None) -> MemoryRecord:
     return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), datetime(2026, 11, 30, 9, i % 60, tzinfo=timezone.utc),
-                        text, chash or f"hash-{i}", i + 1, None, True, ())  # fmt: skip
+                        text, chash or f"hash-{i}", None, True, ())  # fmt: skip
 
 
 def unit(seed: int) -> np.ndarray:
@@ -149,7 +149,7 @@ def test_journal_rows_and_counts(backend):
     backend.apply(generation, BackendDelta((), writes([record(70, "Next day.", path=other)], vectors=False), {}))
     rows = backend.journal_rows(generation, [NOTE, other])
     assert [r.path for r in rows] == [NOTE] * len(FACTS) + [other]
-    assert [r.line for r in rows[: len(FACTS)]] == sorted(r.line for r in rows[: len(FACTS)])
+    assert [r.key for r in rows[: len(FACTS)]] == sorted(r.key for r in rows[: len(FACTS)])  # rows hold no line
     counts = backend.counts(generation)
     assert counts.by_path == {NOTE: len(FACTS), other: 1}
     assert counts.by_kind == {"curated": len(FACTS) + 1}

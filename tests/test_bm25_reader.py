@@ -23,7 +23,7 @@ for n in range(int(sys.argv[2]), int(sys.argv[3])):
     text = f"memory number {n} about quince jam"
     record = MemoryRecord(f"m-{n:04d}", "daily/2026-11-30.md", "curated", date(2026, 11, 30),
                           datetime(2026, 11, 30, 9, n % 60, tzinfo=timezone.utc), text,
-                          content_hash(text), n + 1, None, False)
+                          content_hash(text), None, False)
     with index.writer() as writer:
         writer.add([record])
         writer.commit()
@@ -41,7 +41,6 @@ def _record(n: int) -> MemoryRecord:
         datetime(2026, 11, 30, 9, n % 60, tzinfo=UTC),
         text,
         content_hash(text),
-        n + 1,
         None,
         False,
     )

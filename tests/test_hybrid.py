@@ -274,7 +274,6 @@ def test_queued_deltas_merge_to_each_keys_latest_state():
             datetime(2026, 11, 30, tzinfo=UTC),
             text,
             "h",
-            1,
             None,
             True,
         )

@@ -224,7 +224,6 @@ def test_unsafe_text_and_ids_are_replaced_by_fixed_markers(tmp_path):
         "h",
         "control \x1b[31m red",
         1788246000,
-        3,
     )
     entry = journal_entry(row, ZoneInfo(AMS), "valid")
     assert (entry["id"], entry["source"], entry["text"]) == (
@@ -538,9 +537,9 @@ def test_service_with_a_plain_source(tmp_path):
         assert "daily/2026-08-30.md" in paths and "daily/2026-09-03.md" in paths  # two days' margin
         return JournalScan(
             [
-                Row("k1", "i1", "daily/2026-09-01.md", "curated", "2026-09-01", "h", "inside", 1788220800, 1),
-                Row("k2", "i2", "audit/2026-09-01.md", "audit", "2026-09-01", "h", "audit row", 1788220800, 1),
-                Row("k3", "i3", "daily/2026-09-02.md", "curated", "2026-09-02", "h", "after", 1788307200, 1),
+                Row("k1", "i1", "daily/2026-09-01.md", "curated", "2026-09-01", "h", "inside", 1788220800),
+                Row("k2", "i2", "audit/2026-09-01.md", "audit", "2026-09-01", "h", "audit row", 1788220800),
+                Row("k3", "i3", "daily/2026-09-02.md", "curated", "2026-09-02", "h", "after", 1788307200),
             ]
         )
 

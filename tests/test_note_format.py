@@ -388,24 +388,19 @@ def test_a_note_whose_last_lines_changed_parses_as_a_whole_parse_would(head, end
         assert reparsed.marked_ids == note_module.marked_ids(text)
 
 
-def test_a_moved_copy_is_what_replace_makes_and_stays_frozen():
-    """Memories moved by the thousand are copied by `moved_copy`, not `dataclasses.replace`: the
-    same value, a new object, the original untouched, and as frozen as any other."""
+def test_a_memory_moved_by_a_reparse_is_what_replace_makes_and_stays_frozen():
+    """Memories moved by the thousand in a parse are copied field by field, not through
+    `dataclasses.replace`: the same value, a new object, the original untouched, and as frozen."""
     import dataclasses
-    from datetime import date, datetime, timezone
 
-    from memvault.vault.moved_copy import moved_copy
-    from memvault.vault.records import MemoryRecord
+    from memvault.vault.note_reparse import _moved
 
     bullet = parse("# t\n\n- 10:00 a fact ^m-0000000001\n").bullets[0]
-    record = MemoryRecord("m-1", "daily/2026-12-04.md", "curated", date(2026, 12, 4),
-                          datetime(2026, 12, 4, tzinfo=timezone.utc), "a fact", "h", 3, None, True, ("n",))  # fmt: skip
-    for original, changes in ((bullet, {"first_line": 7, "end_line": 8}), (record, {"line": 9})):
-        copy = moved_copy(original, **changes)
-        assert copy == dataclasses.replace(original, **changes) and copy is not original
-        assert all(getattr(original, name) != value for name, value in changes.items())
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            copy.id = "m-2"
+    copy = _moved(bullet, 5)
+    assert copy == dataclasses.replace(bullet, first_line=7, end_line=8) and copy is not bullet
+    assert (bullet.first_line, bullet.end_line) == (2, 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.id = "m-2"
 
 
 def _whole_parse(text: str):
@@ -560,8 +555,8 @@ def test_records_of_a_note_whose_lines_changed_between_kept_ones_equal_records_m
 
 
 def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_made(monkeypatch):
-    """A line added above a day's 20,000 memories: their records are the ones made before, one line
-    further down (making them again cost 0.2 s, under the vault lock for the first writer after)."""
+    """A line added above a day's 20,000 memories: their records are the ones made before (they
+    hold no line; making them again cost 0.2 s, under the vault lock for the first writer after)."""
     from datetime import date
 
     import memvault.vault.note as note_module
@@ -581,7 +576,7 @@ def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_mad
     after = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
     after_text = text
     assert len(made) <= 1 + 2 * records_module.CONTEXT_NEIGHBOURS + 2
-    assert [record.line for record in after[1:4]] == [record.line + 1 for record in before[:3]]
+    assert after[1 + records_module.CONTEXT_NEIGHBOURS : 10] == before[records_module.CONTEXT_NEIGHBOURS : 9]
     # the person saves twice more, a line above each time, and an agent appends between: no
     # records are made of the versions between (a writer parsed them), only of the last
     text = "# t\n\n- the person's second line\n" + text.removeprefix("# t\n\n")
@@ -592,7 +587,7 @@ def test_the_records_of_memories_below_a_line_added_at_the_top_are_moved_not_mad
     made.clear()
     latest = records_module.records_from_note("daily/2026-12-04.md", "daily", day, parse(text), "UTC")
     assert len(made) <= 3 + 2 * records_module.CONTEXT_NEIGHBOURS + 1
-    assert [record.line for record in latest[3:6]] == [record.line + 2 for record in after[1:4]]
+    assert latest[3 + records_module.CONTEXT_NEIGHBOURS : 12] == after[1 + records_module.CONTEXT_NEIGHBOURS : 10]
     monkeypatch.setattr(records_module, "bullet_instant", instant)
     for made_then, its_text in ((after, after_text), (latest, text)):
         records_module._made.clear()

@@ -23,9 +23,7 @@ EVERYTHING = {"per_list": 10**9, "per_text": 10**9, "pool": 10**9}
 def record(i: int, text: str, kind: str = "curated", neighbours: tuple[str, ...] = ()) -> MemoryRecord:
     path = NOTE if kind == "curated" else "audit/2026-11-30.md"
     at = datetime(2026, 11, 30, 9, i % 60, tzinfo=timezone.utc)
-    return MemoryRecord(
-        f"m-{i:04d}", path, kind, date(2026, 11, 30), at, text, f"hash-{i}", i + 1, None, True, neighbours
-    )
+    return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), at, text, f"hash-{i}", None, True, neighbours)
 
 
 def corpus() -> list[MemoryRecord]:

@@ -6,25 +6,24 @@ import random
 import shutil
 import subprocess
 import threading
-import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-
-from memvault.indexer.engine.store import MemoryStore
-from memvault.indexer.maintenance.derived import MAX_NOTE_BYTES, MovesWait, read_note_records
-from memvault.indexer.maintenance.health import check_health
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memvault.indexer.maintenance.sync as sync_module
 import memvault.vault.note_blocks as note_blocks
-from memvault.indexer.maintenance.sync import KnownRows, Row, diff_known, diff_rows, edits_to_show
+from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance.derived import MAX_NOTE_BYTES, read_note_records
+from memvault.indexer.maintenance.health import check_health
+from memvault.indexer.maintenance.sync import KnownRows, Row, diff_known, diff_rows
 from memvault.vault.ids import memory_id
 from memvault.vault.layout import VaultLayout
-from memvault.vault.records import MemoryRecord
+from memvault.vault.note_lines import line_in
+from memvault.vault.records import CONTEXT_NEIGHBOURS, MemoryRecord, with_context
 from tests.postgres_helpers import index_commits
 
 AMS = ZoneInfo("Europe/Amsterdam")
@@ -63,7 +62,7 @@ def rows_of_a_rebuild(root: Path) -> list[Row]:
         return rows(store)
 
 
-def record(text: str, line: int, path: str = "daily/2026-11-30.md", id_: str | None = None) -> MemoryRecord:
+def record(text: str, path: str = "daily/2026-11-30.md", id_: str | None = None) -> MemoryRecord:
     from memvault.vault.ids import content_hash
 
     return MemoryRecord(
@@ -74,7 +73,6 @@ def record(text: str, line: int, path: str = "daily/2026-11-30.md", id_: str | N
         datetime(2026, 11, 30, 9),
         text,
         content_hash(text),
-        line,
         None,
         True,
     )
@@ -84,27 +82,26 @@ def record(text: str, line: int, path: str = "daily/2026-11-30.md", id_: str | N
 
 
 def test_diff_rewrites_only_changed_rows_and_embeds_only_new_text():
-    old_records = [record("alpha", 1), record("beta", 2), record("gamma", 3)]
+    old_records = [record("alpha"), record("beta"), record("gamma")]
     old = {Row.of_record(r).key: Row.of_record(r) for r in old_records}
     assert diff_rows("p", old, old_records).is_empty
 
-    edited = [record("alpha", 1), record("beta", 2, id_=memory_id("beta")), record("gamma", 3)]
-    edited[1] = record("beta two", 2, id_=memory_id("beta"))  # same explicit id, new text
+    edited = [record("alpha"), record("beta", id_=memory_id("beta")), record("gamma")]
+    edited[1] = record("beta two", id_=memory_id("beta"))  # same explicit id, new text
     delta = diff_rows("p", old, edited)
     assert (delta.added, delta.updated, len(delta.removed), delta.unchanged) == (0, 1, 0, 2)
     assert [r.text for r in delta.new_content()] == ["beta two"]
 
-    moved = [record("gamma", 1), record("alpha", 2), record("beta", 3)]  # lines changed, texts did not
-    delta = diff_rows("p", old, moved)
-    assert delta.updated == 3 and delta.new_content() == []
+    moved = [record("gamma"), record("alpha"), record("beta")]  # in another order: rows hold no line
+    assert diff_rows("p", old, moved).is_empty
 
-    delta = diff_rows("p", old, [record("alpha", 1)])
+    delta = diff_rows("p", old, [record("alpha")])
     assert delta.removed == {Row.of_record(r).key for r in old_records[1:]} and delta.upserts == []
 
 
 @pytest.mark.both_backends
 def _delta_fields(delta) -> tuple:
-    return delta.deleted, sorted(map(repr, delta.upserts)), delta.removed, delta.unchanged, delta.files, delta.moved
+    return delta.deleted, sorted(map(repr, delta.upserts)), delta.removed, delta.unchanged, delta.files
 
 
 @settings(max_examples=300, deadline=None)
@@ -119,8 +116,8 @@ def test_a_diff_past_the_records_two_reads_share_equals_the_whole_diff(texts, ke
     same objects: vault/records.py keeps them): its delta, and the rows it says the index holds
     after it, equal the whole diff's, wherever the edit is (a moved line, a changed text, ids
     swapped between the parts)."""
-    before = [record(text, line) for line, text in enumerate(dict.fromkeys(texts), start=1)]
-    after = before[:kept] + [record(text, line + 20) for text, line in dict.fromkeys(ending)]
+    before = [record(text) for line, text in enumerate(dict.fromkeys(texts), start=1)]
+    after = before[:kept] + [record(text) for text, line in dict.fromkeys(ending)]
     after = list({r.id: r for r in after}.values())  # ids are unique within a note
     rows = {row.key: row for row in map(Row.of_record, before)}
     known = KnownRows(rows, tuple(before) if known_records else None)
@@ -130,70 +127,56 @@ def test_a_diff_past_the_records_two_reads_share_equals_the_whole_diff(texts, ke
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), max_size=8),
-    st.integers(0, 8),
-    st.lists(st.sampled_from(["alpha", "beta", "zeta", "eta", "gamma"]), max_size=6),
-    st.integers(0, 3),
-)
-def test_what_a_search_must_see_is_the_diff_less_the_memories_that_only_moved(texts, kept, ending, shift):
-    """The owner's watcher puts beside the index what a save changed (`edits_to_show`), not the
-    memories that only moved to another line: they are found where the index has them, and the
-    commit's diff (`diff_known`) moves them."""
-    before = [record(text, line) for line, text in enumerate(dict.fromkeys(texts), start=1)]
-    after = before[:kept] + [
-        record(text, line + shift) for line, text in enumerate(dict.fromkeys(ending), start=kept + 1)
-    ]
-    after = list({r.id: r for r in after}.values())
+@given(st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), max_size=8), st.integers(1, 3))
+def test_lines_added_above_a_notes_memories_change_only_the_rows_whose_neighbours_changed(texts, added):
+    """Rows hold no line: lines added above a note's memories (each record read again, as a
+    person's save makes them) rewrite the new ones and the memories whose neighbours changed."""
+    before = with_context([record(text) for text in dict.fromkeys(texts)])
+    after = with_context([record(f"the person's line {n}") for n in range(added)] + before)
     known = KnownRows({row.key: row for row in map(Row.of_record, before)}, tuple(before))
-    whole, _ = diff_known("daily/2026-11-30.md", known, after)
-    shown = edits_to_show("daily/2026-11-30.md", known, after)
-    old = {r.id: r for r in before}
-    moved = [r for r in whole.upserts if r.id in old and old[r.id].line != r.line and old[r.id].text == r.text]
-    assert sorted(map(repr, shown.upserts)) == sorted(map(repr, (r for r in whole.upserts if r not in moved)))
-    assert shown.removed == whole.removed and shown.unchanged == whole.unchanged + len(moved)
-    assert set(shown.deleted) == set(whole.deleted) - {Row.of_record(r).key for r in moved}
-    assert edits_to_show("daily/2026-11-30.md", KnownRows(known.rows), after) is None  # rows read back: no records
+    delta, _ = diff_known("daily/2026-11-30.md", known, after)
+    near_the_top = {r.id for r in before[:CONTEXT_NEIGHBOURS]}
+    assert delta.added == added and not delta.removed
+    assert {r.id for r in delta.upserts if r.id in {r.id for r in before}} <= near_the_top
+    assert delta.unchanged == len(before) - delta.updated
 
 
 def test_a_save_of_a_big_notes_last_line_makes_rows_of_the_last_records_only(monkeypatch):
     """A person saving the day's note of 20,000 memories at 15 Hz: each diff after a save made
     every record's row again (a cache of 20,000 rows that a bigger note overflowed), 0.3 s a save
     under the vault lock. Past the shared records, only the changed tail costs anything."""
-    before = [record(f"fact {n}", n, id_=f"m-{n:010x}") for n in range(20_000)]
+    before = [record(f"fact {n}", id_=f"m-{n:010x}") for n in range(20_000)]
     known = KnownRows({row.key: row for row in map(Row.of_record, before)}, tuple(before))
     made = []
     real = Row._made_of.__func__
     monkeypatch.setattr(Row, "_made_of", classmethod(lambda cls, r: made.append(r) or real(cls, r)))
     monkeypatch.setattr(sync_module, "_ROWS_MADE", {})
-    after = before[:-2] + [record("fact 19999", 19_999, id_=f"m-{19_999:010x}"), record("person scratch", 20_000)]
+    after = before[:-2] + [record("fact 19999", id_=f"m-{19_999:010x}"), record("person scratch")]
     delta, held = diff_known("daily/2026-11-30.md", known, after)
     assert (delta.added, delta.updated, len(delta.removed), delta.unchanged) == (1, 0, 1, 19_999)
     assert len(made) <= 6 and len(held.rows) == 20_000
 
 
 def test_a_line_added_above_a_big_notes_memories_makes_no_row_in_the_diff(monkeypatch):
-    """A line added above a day's 20,000 memories moves every one of them: the commit's diff
-    compares each record with its earlier self (their line alone changed) and makes no row of
-    them (a context hash each: 0.16 s a commit, and the rows filled the cache of rows made,
-    which then emptied and had every row of the note made again, 0.5 s). It says which rows
-    only moved (`IndexDelta.moved`); the rows it says the index holds are made when asked for."""
+    """A line added above a day's 20,000 memories: their records hold no line, so the commit's
+    diff finds them unchanged and writes the new line alone (no row is made to see it); the rows
+    it says the index holds are made when asked for."""
     monkeypatch.setattr(sync_module, "_ROWS_MADE", {})  # not one filled (and cleared) by other tests
-    before = [record(f"fact {n}", n + 2, id_=f"m-{n:010x}") for n in range(20_000)]
+    before = [record(f"fact {n}", id_=f"m-{n:010x}") for n in range(20_000)]
     known = KnownRows({row.key: row for row in map(Row.of_record, before)}, tuple(before))
     made = []
     real = Row._made_of.__func__
     monkeypatch.setattr(Row, "_made_of", classmethod(lambda cls, r: made.append(r) or real(cls, r)))
-    after = [record("the person's line", 2)] + [dataclasses.replace(r, line=r.line + 1) for r in before]
+    after = [record("the person's line")] + [dataclasses.replace(r) for r in before]  # read again: equal copies
     delta, held = diff_known("daily/2026-11-30.md", known, after)
-    assert (delta.added, delta.updated, len(delta.moved)) == (1, 20_000, 20_000) and made == []
+    assert (delta.added, delta.updated, delta.unchanged) == (1, 0, 20_000) and made == []
     assert held.rows == {row.key: row for row in (real(Row, r) for r in after)}
     assert len(made) == len(after) == len(held)  # made now, when asked for
 
 
 def test_a_memory_whose_heading_alone_changed_keeps_its_row():
     """Rows do not store a memory's heading: a record that differs in it alone is unchanged."""
-    before = [record("alpha", 3), record("beta", 4)]
+    before = [record("alpha"), record("beta")]
     after = [before[0], dataclasses.replace(before[1], heading="Errands")]
     known = KnownRows(None, tuple(before))
     delta, _ = diff_known("daily/2026-11-30.md", known, after)
@@ -523,23 +506,27 @@ def _add_a_line_above_the_days_memories(store: MemoryStore, root: Path, memories
     return f"daily/{note.name}", first
 
 
-def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_moves_the_rest(new_vault):
+def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_writes_only_what_changed(new_vault):
     """A person adds a line at the top of the day's note in an owner: the watcher puts beside the
-    index the new line and the memories whose neighbours changed, not every memory that moved one
-    line down (they are found where the index has them); the commit then holds exactly what a
-    rebuild would, line numbers included."""
+    index the new line and the memories whose neighbours changed, and the commit writes those
+    alone (rows hold no line: the memories below are unchanged). The index then holds exactly
+    what a rebuild would, and a memory's line is found in the note as it is now."""
     with MemoryStore.open(new_vault, engine=False) as store:
-        relpath, first = _add_a_line_above_the_days_memories(store, new_vault, 40)
+        relpath, first = _add_a_line_above_the_days_memories(store, new_vault, 300)
         store.sync([relpath], defer=True)
         pending = [row.record.text for row in store._deferred.rows.values()]
         assert "the zeppelin quokka arrived early" in pending and len(pending) <= 1 + 2  # and its new neighbours
         assert store.recall("zeppelin quokka").hits[0].text == "the zeppelin quokka arrived early"
         found = store.recall("harbour log entry 31").hits[0]
         assert found.text == "harbour log entry 31 kept by the quartermaster"
+        before = {hit.key: hit for hit in store._readable_index().bm25.hits_for_path(relpath)}
         store.flush_deferred()
+        after = {hit.key: hit for hit in store._readable_index().bm25.hits_for_path(relpath)}
+        assert len([key for key in before if after[key] != before[key]]) <= 2  # the new line's neighbours
         committed = rows(store)
+        entry = next(row for row in committed if row.text.startswith("harbour log entry 0 "))
     assert rows_of_a_rebuild(new_vault) == committed
-    assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
+    assert line_in((new_vault / relpath).read_text(), entry.id) == first + 2
 
 
 def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
@@ -579,60 +566,10 @@ def test_a_persons_save_after_an_append_is_parsed_from_the_note_the_append_left(
         assert len(made) == 1 and len(saved.bullets) == 301
 
 
-#: rows that only moved wait (longer than any test), or their wait is over
-WAITING, OVER = MovesWait(quiet=600.0, most=600.0), MovesWait(quiet=0.0, most=0.0)
-
-
-def test_rows_that_only_moved_wait_for_a_pause_in_the_saves_and_a_minute_at_most():
-    """The committer writes a note's moved rows once no save moved more of them for `quiet`
-    seconds, or `most` seconds after the first were left: a person who keeps saving has them
-    rewritten once a minute, one who paused, five seconds after."""
-    wait = MovesWait(quiet=5.0, most=60.0)
-    assert not wait.over(since=0.0, last=50.0, now=54.9) and wait.over(since=0.0, last=50.0, now=55.0)
-    assert not wait.over(since=0.0, last=58.0, now=59.9) and wait.over(since=0.0, last=58.0, now=60.0)
-    assert wait.due_in(since=0.0, last=50.0, now=52.0) == 3.0 and wait.due_in(since=0.0, last=58.0, now=59.0) == 1.0
-    assert wait.due_in(since=0.0, last=50.0, now=70.0) == 0.0
-
-
-def _physical_lines(store: MemoryStore, relpath: str) -> dict[str, tuple[str, int]]:
-    """Each row's (text, line) as the index's own documents hold them (not the rows it knows)."""
-    return {hit.key: (hit.text, hit.line) for hit in store._readable_index().bm25.hits_for_path(relpath)}
-
-
-def test_memories_that_only_moved_wait_for_a_later_commit_and_reads_take_their_lines_from_the_note(new_vault):
-    """A person adds a line above 300 memories in an owner: the commit on the owner's timer writes
-    the new line and leaves the 300 rows that only moved as they are (rewritten once they have
-    waited (`MOVES_WAIT`), not by every commit while the person keeps saving). Meanwhile the
-    note counts as changed since its commit, so a journal reads its lines from the file; once the
-    wait is over the next commit writes them, and the index equals a rebuild."""
-
-    with MemoryStore.open(new_vault, engine=False) as store:
-        relpath, first = _add_a_line_above_the_days_memories(store, new_vault, 300)
-        before = _physical_lines(store, relpath)
-        store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=WAITING)
-        held = _physical_lines(store, relpath)
-        assert ("the zeppelin quokka arrived early", first + 1) in held.values()  # written, at its line
-        rewritten = [key for key, row in before.items() if held[key] != row]
-        assert len(rewritten) == 2  # the new line's neighbours (their context changed); the 298 others as they were
-        assert relpath in store._index.moves_owed() and not store._deferred.pending
-        assert store._index.manifest.files[relpath] != read_note_records(store.layout, relpath, store.time_zone).state
-        note = read_note_records(store.layout, relpath, store.time_zone).records
-        assert {row.id: row.line for row in store.journal_scan([relpath]).rows} == {r.id: r.line for r in note}
-        store.flush_deferred(moves_wait=WAITING)  # another commit before the wait is over
-        assert _physical_lines(store, relpath) == held
-        store.flush_deferred(moves_wait=OVER)  # the wait is over
-        assert not store._index.moves_owed()
-        assert store._index.manifest.files[relpath] == read_note_records(store.layout, relpath, store.time_zone).state
-        committed = rows(store)
-    assert rows_of_a_rebuild(new_vault) == committed
-    assert {row.line for row in committed if row.text.startswith("harbour log entry 0 ")} == {first + 2}
-
-
-def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_vault):
+def test_saves_that_add_lines_in_the_middle_and_at_the_top_leave_the_index_a_rebuild(new_vault):
     """A person's first save adds a line in the middle (the 300 memories below it move), the next
-    a line at the top (all of them move): once the wait is over, every row is where the note has
-    it, also those the first save left in place."""
+    a line at the top (all of them move): each commit leaves the index equal to a rebuild, and
+    `health --strict` finds the files and the index in step."""
 
     with MemoryStore.open(new_vault, engine=False) as store:
         store.defers_index_commits = True
@@ -645,91 +582,16 @@ def test_rows_moved_by_several_saves_are_all_written_once_the_wait_is_over(new_v
         middle = next(i for i, line in enumerate(lines) if "harbour log entry 300 " in line)
         note.write_text("".join(lines[:middle] + ["- 06:00 a line in the middle\n"] + lines[middle:]))
         store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=WAITING)
+        store.flush_deferred()
+        assert rows_of_a_rebuild(new_vault) == rows(store)
         lines = note.read_text().splitlines(keepends=True)
         first = next(i for i, line in enumerate(lines) if line.startswith("- "))
-        since, last, _ = store._index._moves_owed[relpath]
         note.write_text("".join(lines[:first] + ["- 06:00 a line at the top\n"] + lines[first:]))
         store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=WAITING)
-        assert store._index._moves_owed[relpath][:2] > (since, last) and store._index._moves_owed[relpath][0] == since
-        store.flush_deferred(moves_wait=OVER)
+        store.flush_deferred()
+        report = store.health_report(strict=True)
+        assert report["healthy"], report
         committed = rows(store)
-    assert rows_of_a_rebuild(new_vault) == committed
-
-
-def test_the_committer_keeps_its_pause_after_a_failed_commit_for_rows_that_waited_to_move(new_vault, monkeypatch):
-    """Rows whose wait is over make a commit due, but not before the pause that follows a failed
-    commit (a full disk): the committer would otherwise try again and again at once."""
-    from memvault.indexer.engine import group_commit
-
-    with MemoryStore.open(new_vault, engine=False) as store:
-        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
-        store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=WAITING)
-        monkeypatch.setattr(group_commit, "MOVES_WAIT", OVER)
-        committer = group_commit.GroupCommit.__new__(group_commit.GroupCommit)  # its timing alone, no threads
-        committer._store, committer._retry_at = store, time.monotonic() + 60.0
-        assert not store._deferred.pending and committer._until_due() > 30.0
-        committer._retry_at = 0.0
-        assert committer._until_due() == 0.0
-
-
-@pytest.mark.parametrize("finish", ["health", "close"])
-def test_rows_that_wait_to_move_are_written_by_health_and_by_close(new_vault, finish):
-    """Health compares the files with the index, and a closing owner leaves an index that needs
-    no sync: both write the rows that wait to move first."""
-    from memvault.indexer.maintenance.derived import DerivedIndex
-
-    with MemoryStore.open(new_vault, engine=False) as store:
-        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
-        store.sync([relpath], defer=True)
-        store.flush_deferred(moves_wait=WAITING)
-        assert relpath in store._index.moves_owed()
-        if finish == "health":
-            report = store.health_report(strict=True)
-            assert report["healthy"] and not store._index.moves_owed(), report
-    closed = DerivedIndex.open_current(VaultLayout(new_vault))  # as the close left it: no sync
-    assert (
-        closed.manifest.files[relpath] == read_note_records(VaultLayout(new_vault), relpath, "Europe/Amsterdam").state
-    )
-    committed = closed.all_rows()
-    assert rows_of_a_rebuild(new_vault) == committed
-
-
-def test_the_owners_committer_writes_rows_that_waited_to_move_with_nothing_else_to_commit(new_vault, monkeypatch):
-    """The owner's committer commits when the wait of a note's moved rows is over, though nothing
-    else waits for a commit: a person's last save above the day's memories is written whole."""
-    from memvault.indexer.engine import group_commit
-    from memvault.indexer.engine.owner import Owner
-    from memvault.indexer.maintenance.derived import DerivedIndex
-
-    monkeypatch.setattr(group_commit, "MOVES_WAIT", MovesWait(quiet=0.5, most=60.0))
-    owed_after_each: list[dict] = []
-    real_apply = DerivedIndex.apply
-
-    def watched(index, *args, **kwargs):
-        delta = real_apply(index, *args, **kwargs)
-        owed_after_each.append(index.moves_owed())
-        return delta
-
-    monkeypatch.setattr(DerivedIndex, "apply", watched)
-    store = MemoryStore.open(new_vault, engine=False)
-    owner = Owner(store, role="python", intake=False).start()
-    try:
-        relpath, _ = _add_a_line_above_the_days_memories(store, new_vault, 300)
-        store.sync([relpath], defer=True)
-        deadline = time.monotonic() + 60
-        while (not owed_after_each or owed_after_each[-1] or store._deferred.pending) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert any(relpath in owed for owed in owed_after_each)  # put off by the timer's first commit
-        assert not store._index.moves_owed()  # and written by a later one
-        assert _physical_lines(store, relpath) == {row.key: (row.text, row.line) for row in rows(store)
-                                                   if row.path == relpath}  # fmt: skip
-    finally:
-        owner.stop()
-        store.close()
-    committed = DerivedIndex.open_current(VaultLayout(new_vault)).all_rows()
     assert rows_of_a_rebuild(new_vault) == committed
 
 

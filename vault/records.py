@@ -2,15 +2,13 @@
 
 import threading
 from bisect import bisect_left
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import date, datetime
-from operator import attrgetter
 
 from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import NOTE_KINDS
-from memvault.vault.moved_copy import moved_copy
 from memvault.vault.note import Bullet, Moved, Note, common_prefix
 from memvault.vault.plaintext import plain_text, task_state
 
@@ -26,6 +24,9 @@ TASK_WORDS = {"open": "open task", "done": "done task completed"}
 
 @dataclass(frozen=True)
 class MemoryRecord:
+    """One memory as the indexes hold it. Its address is `path#^id` (`source`): it holds no line
+    number, so moving lines within a note changes no record (vault/note_lines.py finds one for people)."""
+
     id: str
     path: str
     kind: str  # "curated" (daily/) or "audit" (audit/)
@@ -33,7 +34,6 @@ class MemoryRecord:
     at: datetime  # UTC
     text: str  # plain text, what is indexed and shown
     content_hash: str
-    line: int  # 1-based line of the bullet, for people
     heading: str | None
     explicit_id: bool
     #: the plain text of up to CONTEXT_NEIGHBOURS bullets on each side, nearest first
@@ -53,15 +53,6 @@ class MemoryRecord:
     @property
     def source(self) -> str:
         return f"{self.path}#^{self.id}"
-
-
-#: every field of a record but its line, as one tuple (C speed)
-_ALL_BUT_LINE = attrgetter(*(f.name for f in fields(MemoryRecord) if f.name != "line"))
-
-
-def same_but_line(old: MemoryRecord, new: MemoryRecord) -> bool:
-    """Whether two records differ in their line at most (a memory that moved within its note)."""
-    return old is new or _ALL_BUT_LINE(old) == _ALL_BUT_LINE(new)
 
 
 def note_zone_name(note: Note, vault_zone: str) -> str:
@@ -114,14 +105,13 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
             at=bullet_instant(day, bullet.time, tz),
             text=made.kept_texts[index],
             content_hash=content_hash(bullet.text),
-            line=bullet.first_line + 1,
             heading=bullet.heading,
             explicit_id=bullet.has_explicit_id,
             neighbours=neighbour_texts(made.kept_texts, index),
         )
 
     records = made.records
-    for start, end, since, by in runs:
+    for start, end, since in runs:
         if since is None:
             records += [record(index) for index in range(start, end)]
             continue
@@ -132,7 +122,7 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
         inner_to = max(inner_from, end if at_both_ends else end - CONTEXT_NEIGHBOURS)
         records += [record(index) for index in range(start, inner_from)]
         taken = last.records[since + inner_from - start : since + inner_to - start]
-        records += taken if by == 0 else [_moved(taken_up, by) for taken_up in taken]
+        records += taken
         records += [record(index) for index in range(inner_to, end)]
     with _made_lock:
         if len(_made) >= _MADE_NOTES and relpath not in _made:
@@ -141,13 +131,14 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
     return list(records)
 
 
-def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, int | None, int]]:
+def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, int | None]]:
     """Fill `made`'s kept bullets, their texts and places, in runs of the note's bullets: each run
     is (its first kept bullet, the one past it, and for bullets that `last` has, shared or taken
-    up again below a change, the index of the first among `last`'s kept ones and how many lines
-    they moved; None for bullets whose text is read now).
+    up again below a change, the index of the first among `last`'s kept ones; None for bullets
+    whose text is read now). A record holds no line, so one taken up again below a change is
+    `last`'s own.
     Slices: a note of thousands of memories that grew or changed by a few costs what the few cost."""
-    runs: list[tuple[int, int, int | None, int]] = []
+    runs: list[tuple[int, int, int | None]] = []
 
     def take(start: int, end: int, shift: int, by: int) -> None:  # last's kept bullets [start, end)
         first = len(made.kept)
@@ -156,7 +147,7 @@ def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, i
         made.kept_texts.extend(last.kept_texts[start:end])
         made.positions.extend(places)
         if end > start:
-            runs.append((first, len(made.kept), start, by))
+            runs.append((first, len(made.kept), start))
 
     def read(start: int, end: int) -> None:  # the bullets [start, end) of the note, read now
         first = len(made.kept)
@@ -168,7 +159,7 @@ def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, i
                 made.kept_texts.append(text)
                 made.positions.append(place)
         if len(made.kept) > first:
-            runs.append((first, len(made.kept), None, 0))
+            runs.append((first, len(made.kept), None))
 
     shared = common_prefix(last.bullets, note.bullets) if last is not None else 0
     if shared:
@@ -197,10 +188,6 @@ def _run_from(last: _Made, note: Note, shared: int) -> tuple[Moved, int] | None:
         if end > run.first:
             return run, end
     return None
-
-
-def _moved(record: MemoryRecord, by: int) -> MemoryRecord:
-    return moved_copy(record, line=record.line + by)
 
 
 def neighbour_texts(texts: list[str], index: int) -> tuple[str, ...]:

@@ -47,7 +47,6 @@ class StoredRow:
     kind: str  # "curated" | "audit"
     day: date
     at: datetime  # UTC
-    line: int
     text: str
     content_hash: str
     context_hash: str = ""

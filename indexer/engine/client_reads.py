@@ -123,7 +123,7 @@ def row_to_wire(row: PendingRow) -> dict:
     record = row.record
     return {"version": row.version, "id": record.id, "path": record.path, "kind": record.kind,
             "day": record.day.isoformat(), "at": record.at.isoformat(), "text": record.text,
-            "content_hash": record.content_hash, "line": record.line, "heading": record.heading,
+            "content_hash": record.content_hash, "heading": record.heading,
             "explicit_id": record.explicit_id, "neighbours": list(record.neighbours)}  # fmt: skip
 
 
@@ -131,7 +131,7 @@ def row_from_wire(body: dict) -> PendingRow:
     try:
         record = MemoryRecord(id=body["id"], path=body["path"], kind=body["kind"], day=date.fromisoformat(body["day"]),
                               at=datetime.fromisoformat(body["at"]), text=body["text"],
-                              content_hash=body["content_hash"], line=body["line"], heading=body["heading"],
+                              content_hash=body["content_hash"], heading=body["heading"],
                               explicit_id=body["explicit_id"], neighbours=tuple(body["neighbours"]))  # fmt: skip
         return PendingRow.of(record, body["version"])
     except (KeyError, TypeError, ValueError) as exc:

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Iterable
 
 from memvault.indexer.engine.overlay import PendingRow, overlay_of
-from memvault.indexer.maintenance.derived import MovesWait
 from memvault.indexer.results import RememberReceipt
 from memvault.indexer.search.bm25 import record_key
 from memvault.vault.records import MemoryRecord
@@ -36,11 +35,6 @@ IDLE_SECONDS = 0.2
 MAX_DELAY_SECONDS = 1.0
 #: at most this many memories wait for a commit (a bound on what one flush re-reads)
 MAX_PENDING_MEMORIES = 4096
-#: rows that only moved (a line added above them) are rewritten by the commit after the person
-#: paused saving such moves for 5 s, and a minute at most after the first (`DerivedIndex.apply`):
-#: a person saving every second above a day's 20,000 memories had all of them rewritten by
-#: every commit
-MOVES_WAIT = MovesWait(quiet=5.0, most=60.0)
 
 
 class DeferredIndexing:

@@ -73,7 +73,7 @@ class GenerationMethods:
                 source = self._writable_index()
                 if source.deleted_rows() == 0:
                     return False
-                indexed, states = source.snapshot()
+                indexed, states = source.snapshot(self.layout)
                 if self._semantic is not None:  # the vector files are linked, not rewritten: save them first
                     self._semantic.save_serving()
                 target = DerivedIndex.create(self.layout, embedding=source.manifest.embedding)

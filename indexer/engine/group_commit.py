@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from memvault.indexer.engine.bulk import BATCH_ITEMS, RememberItem, remember_batch
-from memvault.indexer.engine.deferred import IDLE_SECONDS, MOVES_WAIT
+from memvault.indexer.engine.deferred import IDLE_SECONDS
 from memvault.indexer.results import RememberReceipt
 from memvault.vault.errors import VaultError
 
@@ -142,17 +142,13 @@ class GroupCommit:
                 return
 
     def _until_due(self) -> float | None:
-        """Seconds until the next commit is due (0: now), None while nothing waits for one: a
-        write put off, or rows that only moved whose wait is over (`MOVES_WAIT`)."""
+        """Seconds until the next commit is due (0: now), None while no write waits for one."""
         deferred = self._store._deferred
-        moves_due_in = None if deferred.pending else self._store.moves_due_in(MOVES_WAIT)
-        if not deferred.pending and moves_due_in is None:
+        if not deferred.pending:
             return None
         now = time.monotonic()
         if now < self._retry_at:
-            return max(self._retry_at - now, moves_due_in or 0.0)
-        if moves_due_in is not None:
-            return moves_due_in
+            return self._retry_at - now
         idle = now - deferred.last_add
         if idle >= IDLE_SECONDS or deferred.due():
             return 0.0
@@ -160,7 +156,7 @@ class GroupCommit:
 
     def _commit(self, closing: bool = False) -> None:
         try:
-            self._store.flush_deferred(moves_wait=None if closing else MOVES_WAIT)
+            self._store.flush_deferred()
         except Exception as exc:  # kept pending: a later pause retries; the notes are durable
             self._retry_at = time.monotonic() + RETRY_SECONDS
             self._log(f"index commit of acknowledged writes failed, retrying in {RETRY_SECONDS:g} s: {exc}")

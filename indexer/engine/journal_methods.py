@@ -8,6 +8,7 @@ commit and from the index for the rest.
 
 from memvault.indexer.maintenance.derived import read_note_records
 from memvault.vault.errors import StorageError
+from memvault.vault.note_lines import note_lines
 
 
 class JournalMethods:
@@ -56,7 +57,7 @@ class JournalMethods:
                 if path in index.manifest.files or (self.layout.root / path).exists()
             ]
         index = self._readable_index()
-        rows = [row for path in relpaths for row in index.rows_of(path).values()]
+        rows = [row for path in relpaths for row in self._in_note_order(path, index.rows_of(path).values())]
         incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
         return JournalScan(rows, sorted(set(incomplete) | set(unsynced)))
 
@@ -80,8 +81,14 @@ class JournalMethods:
                 rows.extend(Row.of_record(record) for record in fresh[path].records)
                 state = fresh[path].state
             else:
-                rows.extend(index.rows_of(path).values())
+                rows.extend(self._in_note_order(path, index.rows_of(path).values()))
                 state = index.manifest.files.get(path)
             if state is not None and state.problem:
                 incomplete.append(path)
         return JournalScan(rows, sorted(incomplete))
+
+    def _in_note_order(self, path: str, rows) -> list:
+        """A note's rows in the order the note holds them now (rows hold no line: the journal
+        lists the memories of one minute as the note does); one it no longer holds goes last."""
+        lines = note_lines(self.layout.root, path)
+        return sorted(rows, key=lambda row: (lines.get(row.id, float("inf")), row.key))

@@ -24,7 +24,7 @@ from memvault.indexer.engine.journal_methods import JournalMethods
 from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.engine.overlay import pending_record
 from memvault.indexer.engine.server_store import ServerIndexing
-from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, MovesWait, read_note_records
+from memvault.indexer.maintenance.derived import BoundaryHook, DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import MANIFEST, Manifest, current_generation
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.sync import IndexDelta, SyncOutcome
@@ -258,8 +258,8 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
 
     def _defer_edits(self, paths: list[str], *, skip_own_appends: bool = False) -> tuple[IndexDelta, list[str]]:
         """The owner's watcher: what a save changed in these notes, searchable at once beside the
-        index (new and edited rows; a removed row stays until the commit, and a row that only
-        moved is found where the index has it until the commit moves it) and committed on the
+        index (new and edited rows; a removed row stays until the commit; rows hold no line, so
+        a line added above a day's memories changes none of them) and committed on the
         committer's timer. Vault lock held; the index lock is not taken, so a save never waits
         for a commit in flight (reading rows beside it is safe). With `skip_own_appends` (the
         watcher), a note exactly as this process's own last append left it is skipped: its new
@@ -270,7 +270,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             stale = [path for path in stale if not written_last_by_us(resolve_inside(self.layout.root, path))]
         delta = IndexDelta()
         for item in (read_note_records(self.layout, path, self.time_zone) for path in stale):
-            delta.extend(index.edits_to_show(item.path, item.records))
+            delta.extend(index.diff_note(item.path, item.records)[0])
         with self._deferred.lock:
             self._deferred.add(stale, {}, delta.upserts)
         return delta, stale
@@ -456,22 +456,20 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                 return
             self._apply(self._writable_index(), list(relpaths))
 
-    def flush_deferred(self, *, moves_wait: MovesWait | None = None) -> None:
+    def flush_deferred(self) -> None:
         """Commit to the index the notes the owner acknowledged meanwhile (indexer/engine/deferred.py).
         A failure leaves them pending; raises it.
 
         The notes are read under the vault lock (an append is never seen half-written); the
         commit itself, the costly part, runs under the index lock alone, so writers go on
-        appending to notes meanwhile. What they add after the read stays pending for the next.
-        With `moves_wait` (the owner's committer), a note's rows that only moved may wait to be
-        rewritten (`DerivedIndex.apply`); without it, every waiting row is written."""
-        if not self._deferred.pending and not self._moves_to_write(moves_wait):
+        appending to notes meanwhile. What they add after the read stays pending for the next."""
+        if not self._deferred.pending:
             return
         self._lock.acquire()
         try:
             with self._deferred.lock:
                 paths, through, read_at = self._deferred.read_point()
-            paths = sorted(set(paths).union(self._moves_to_write(moves_wait)))
+            paths = sorted(set(paths))
             if not paths:
                 return
             self._index_lock.acquire()  # before the vault lock is let go: no other index write between
@@ -484,20 +482,9 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         finally:
             self._lock.release()
         try:
-            self._apply(index, paths, self._intake_hook, indexed=indexed, through=through, read_at=read_at,
-                        moves_wait=moves_wait)  # fmt: skip
+            self._apply(index, paths, self._intake_hook, indexed=indexed, through=through, read_at=read_at)
         finally:
             self._index_lock.release()
-
-    def _moves_to_write(self, moves_wait: MovesWait | None) -> list[str]:
-        """The notes whose rows that only moved are to be written now (every such note when
-        `moves_wait` is None)."""
-        return [] if self._index is None else self._index.moves_over(moves_wait)
-
-    def moves_due_in(self, moves_wait: MovesWait) -> float | None:
-        """Seconds until a note's rows that only moved are to be written (the owner's committer
-        commits then), None while none wait."""
-        return None if self._index is None else self._index.moves_due_in(moves_wait)
 
     def _read_repaired(self, paths: list[str]) -> list:
         """The notes as a commit reads them, with every line memvault wrote lately: a save that
@@ -533,7 +520,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     def _commit_acknowledged(self) -> None:
         """Before a read: commit what the owner acknowledged and put off. Never raises: the read
         is served, and says in recall's `degraded` what it may miss (until a commit succeeds)."""
-        if not self._deferred.pending and not self._moves_to_write(None):
+        if not self._deferred.pending:
             return
         try:
             self.flush_deferred()
@@ -543,8 +530,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
     # --- index plumbing ----------------------------------------------------------------------
 
     def _apply(self, index: DerivedIndex, relpaths: list[str], hook: BoundaryHook | None = None, *, indexed=None,
-               through: int | None = None, read_at: float | None = None,
-               moves_wait: MovesWait | None = None) -> IndexDelta:  # fmt: skip
+               through: int | None = None, read_at: float | None = None) -> IndexDelta:  # fmt: skip
         """Make `index` hold these notes as they are (`indexed`: as they were read, under the
         vault lock, `through` that version of the deferred set). Vault lock held, or the index
         lock taken while it was and `indexed` given: reading the serving index's notes here
@@ -559,7 +545,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
                     # crash tests: acknowledged, not committed (whichever commit takes them: the
                     # committer's timer, or a rescan of the watcher's that came first)
                     self._intake_hook("deferred.committing")
-            delta = index.apply(indexed, hook, moves_wait=moves_wait)
+            delta = index.apply(indexed, hook)
             if index is self._index:
                 self._manifest_stamp = self._stamp(index)
                 if self._deferred.pending:  # committed now: what waited for these notes steps aside

@@ -245,7 +245,7 @@ def freeze(journal_range: JournalRange, scan: JournalScan, state_of: Supersessio
     """The snapshot's entries (oldest first, capped) and its coverage."""
     rows = sorted(
         (row for row in scan.rows if _is_curated_daily(row) and journal_range.contains(row.at)),
-        key=lambda row: (row.at, row.day, row.line, row.id),
+        key=lambda row: (row.at, row.day),  # stable: memories of one minute stay in the scan's note order
     )
     tz = journal_range.zone
     entries: list[dict] = []

@@ -11,31 +11,22 @@ the same files again.
 import hashlib
 import os
 import stat
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from memvault.indexer.maintenance.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
-from memvault.indexer.maintenance.sync import (
-    IndexDelta,
-    KnownRows,
-    Row,
-    diff_known,
-    edits_to_show,
-    is_racy,
-    needs_reading,
-)
+from memvault.indexer.maintenance.sync import IndexDelta, KnownRows, Row, diff_known, is_racy, needs_reading
 from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index, record_key
 from memvault.vault.clock import zone
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, UnsafePath
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, read_bytes_nofollow
 from memvault.vault.layout import VaultLayout, parse_note_relpath
 from memvault.vault.note import MAX_NOTE_BYTES, Note, parse
+from memvault.vault.note_lines import note_lines
 from memvault.vault.paths import resolve_inside
 from memvault.vault.records import MemoryRecord, note_zone_name, records_from_note, with_context
-
 
 #: called at named points of an apply ("apply.committed"); crash tests pass one in explicitly
 BoundaryHook = Callable[[str], None]
@@ -66,25 +57,6 @@ class IndexComponent(Protocol):
 #: how many notes' rows a DerivedIndex keeps per BM25 reader (`rows_of`): those with the most rows
 #: of a commit, which cost the most to read again (the day's note beside a batch of one-turn notes)
 _KNOWN_NOTES = 8
-#: a note with at least this many rows that only moved (a line added above them) may have them
-#: rewritten later (`DerivedIndex.apply`'s `moves_wait`); fewer cost little, and are written at once
-MOVES_PUT_OFF_FROM = 256
-
-
-@dataclass(frozen=True)
-class MovesWait:
-    """How long a note's rows that only moved may wait to be rewritten (`DerivedIndex.apply`):
-    until no save has moved more of them for `quiet` seconds, and `most` seconds at most."""
-
-    quiet: float
-    most: float
-
-    def over(self, since: float, last: float, now: float) -> bool:
-        """Whether rows owed since `since`, and moved again last at `last`, are to be written now."""
-        return now - last >= self.quiet or now - since >= self.most
-
-    def due_in(self, since: float, last: float, now: float) -> float:
-        return max(0.0, min(last + self.quiet, since + self.most) - now)
 
 
 def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> FileIndexing:
@@ -185,10 +157,6 @@ class DerivedIndex:
         #: The rows are kept with the records they were made of, so a diff looks only past the
         #: records a new read shares with them (`diff_known`)
         self._known: tuple[object, dict[str, KnownRows]] = (None, {})
-        #: note path -> (when its rows that only moved were first left as they are, and when more
-        #: were last, in monotonic seconds; the keys of those rows): its manifest entry is left as
-        #: it was until they are written (the rows known of it meanwhile hold the note's lines)
-        self._moves_owed: dict[str, tuple[float, float, set[str]]] = {}
 
     @classmethod
     def open_current(cls, layout: VaultLayout) -> "DerivedIndex | None":
@@ -216,36 +184,19 @@ class DerivedIndex:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None, *,
-              moves_wait: MovesWait | None = None) -> IndexDelta:  # fmt: skip
+    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None) -> IndexDelta:
         """Make the index hold exactly the given files' records; return what changed.
 
         Caller holds the vault lock. Nothing is committed when no row changed, so a file
         memvault itself just wrote and indexed costs the watcher a read and a diff, nothing more.
-
-        With `moves_wait` (the owner's commit timer), a note whose rows only moved by the hundred
-        (a person adding a line above a day's 20,000 memories, saving every second) has those
-        rows rewritten once the person paused or they waited long enough (`MovesWait`), not on
-        every commit: the rest of its rows are written now. Its manifest entry stays as it was
-        meanwhile, so every read takes the note as changed since its commit (from the file), and
-        a crash leaves a note the next sync puts right. Without `moves_wait`, every note is
-        written whole (`moves_owed`).
+        Rows hold no line numbers: a line added above a note's memories changes none of them.
         """
         delta = IndexDelta()
         if not indexed:
             return delta
-        after, put_off, now = {}, set(), time.monotonic()
+        after = {}
         for item in indexed:
-            since, last, owed = self._moves_owed.get(item.path, (now, now, set()))
-            may_wait = moves_wait is not None and not moves_wait.over(since, last, now)
             note_delta, after[item.path] = self.diff_note(item.path, item.records)
-            if may_wait and (owed or len(note_delta.moved) >= MOVES_PUT_OFF_FROM):
-                self._moves_owed[item.path] = (since, now if note_delta.moved else last, owed | note_delta.moved)
-                note_delta = note_delta.without_moves()
-                put_off.add(item.path)
-            elif owed:
-                note_delta = note_delta.with_rows_again(item.path, item.records, owed)
-                del self._moves_owed[item.path]
             delta.extend(note_delta)
         if delta.is_empty:
             self._remember_rows(after)  # the same rows, now known with the records just read
@@ -255,36 +206,16 @@ class DerivedIndex:
             self._commit_bm25(delta)
             # the applied files now hold exactly their records: the diffs were against the reader
             # as refreshed by the one writer (the vault lock's holder, or the owner), so no other
-            # commit came between; a commit by anyone else shows in meta.json, a new reader. The
-            # rows known of a note whose moves wait are kept: they hold its memories' lines now,
-            # and the index's old lines are the moves still owed
-            _, before = self._known
+            # commit came between; a commit by anyone else shows in meta.json, a new reader
             known = dict(sorted(after.items(), key=lambda item: -len(item[1]))[:_KNOWN_NOTES])  # the costliest
-            known.update((path, before[path]) for path in self._moves_owed if path in before and path not in known)
             self._known = (self.bm25.reader(), known)
             for component in self.components:
                 component.committed(delta)
             if hook is not None:
                 hook("apply.committed")
-        if self._record_states([item for item in indexed if item.path not in put_off]):
+        if self._record_states(indexed):
             self.manifest.save(self.generation / MANIFEST)
         return delta
-
-    def moves_owed(self) -> dict[str, float]:
-        """Notes whose rows that only moved wait to be rewritten (`apply`), with when they began to."""
-        return {path: since for path, (since, _, _) in dict(self._moves_owed).items()}  # a C copy: apply may run beside
-
-    def moves_over(self, wait: MovesWait | None) -> list[str]:
-        """The notes whose rows that only moved are to be written now (all of them when `wait` is None)."""
-        now = time.monotonic()
-        return [path for path, (since, last, _) in dict(self._moves_owed).items()
-                if wait is None or wait.over(since, last, now)]  # fmt: skip
-
-    def moves_due_in(self, wait: MovesWait) -> float | None:
-        """Seconds until a note's rows that only moved are to be written, None while none wait."""
-        now = time.monotonic()
-        owed = dict(self._moves_owed).values()
-        return min((wait.due_in(since, last, now) for since, last, _ in owed), default=None)
 
     def _commit_bm25(self, delta: IndexDelta) -> None:
         with self.bm25.writer() as writer:
@@ -314,13 +245,6 @@ class DerivedIndex:
     def diff_note(self, path: str, records: list[MemoryRecord]) -> tuple[IndexDelta, KnownRows]:
         """What turns this file's rows into `records`, and its rows once that is applied."""
         return diff_known(path, self._known_rows(path), records)
-
-    def edits_to_show(self, path: str, records: list[MemoryRecord]) -> IndexDelta:
-        """What a search must see of this file before the next commit (`edits_to_show`): its
-        memories that are new, gone or changed, not those that only moved."""
-        known = self._known_rows(path)
-        shown = edits_to_show(path, known, records)
-        return diff_known(path, known, records)[0] if shown is None else shown
 
     def _known_rows(self, path: str) -> KnownRows:
         reader = self.bm25.reader()
@@ -358,16 +282,19 @@ class DerivedIndex:
         """
         return self.bm25.deleted_rows()
 
-    def snapshot(self) -> tuple[list[FileIndexing], dict[str, FileState]]:
+    def snapshot(self, layout: VaultLayout) -> tuple[list[FileIndexing], dict[str, FileState]]:
         """Every file's rows (as records, in rebuild order) and the manifest. Caller holds the vault lock."""
         by_path: dict[str, list[MemoryRecord]] = {}
-        for row in sorted(self.all_rows(), key=lambda row: (row.path, row.line, row.key)):
+        for row in self.all_rows():
             by_path.setdefault(row.path, []).append(row.to_record())
         files = dict(self.manifest.files)
-        # context is not stored; it is the neighbours' text, so it is recomputed from the rows
-        indexed = [
-            FileIndexing(path, files.get(path), with_context(records)) for path, records in sorted(by_path.items())
-        ]
+        # context is not stored; it is the neighbours' text, so it is recomputed from the rows in
+        # the order their note holds them now (rows hold no line; one the note lost goes last)
+        indexed = []
+        for path, records in sorted(by_path.items()):
+            lines = note_lines(layout.root, path)
+            records.sort(key=lambda record: (lines.get(record.id, float("inf")), record.id))
+            indexed.append(FileIndexing(path, files.get(path), with_context(records)))
         return indexed, files
 
     def link_components_into(self, target: "DerivedIndex") -> None:

@@ -142,7 +142,7 @@ class LocalBackend:
 
     def journal_rows(self, generation: int, paths: Iterable[str]) -> list[StoredRow]:
         rows = [row for path in paths for row in self.rows_of(generation, path)]
-        return sorted(rows, key=lambda row: (row.path, row.line, row.key))
+        return sorted(rows, key=lambda row: (row.path, row.key))
 
     def all_rows(self, generation: int) -> list[StoredRow]:
         return sorted((_stored(hit) for hit in self._index(generation).bm25.all_hits()), key=lambda row: row.key)
@@ -191,5 +191,5 @@ class LocalBackend:
 
 
 def _stored(hit: Bm25Hit) -> StoredRow:
-    return StoredRow(hit.key, hit.id, hit.path, hit.kind, hit.day, hit.at, hit.line, hit.text, hit.content_hash,
+    return StoredRow(hit.key, hit.id, hit.path, hit.kind, hit.day, hit.at, hit.text, hit.content_hash,
                      hit.context_hash, hit.context)  # fmt: skip

@@ -33,18 +33,18 @@ class RowDocument(dict):
 
 def row_document(row: StoredRow) -> RowDocument:
     return RowDocument(key=[row.key], id=[row.id], path=[row.path], kind=[row.kind], day=[row.day.isoformat()],
-                       at=[int(row.at.timestamp())], line=[row.line], text=[row.text], chash=[row.content_hash],
+                       at=[int(row.at.timestamp())], text=[row.text], chash=[row.content_hash],
                        ctxh=[row.context_hash], ctx=[row.context] if row.context else [])  # fmt: skip
 
 
 def as_hit(row: StoredRow, score: float = 0.0) -> Bm25Hit:
-    return Bm25Hit(row.key, row.id, row.path, row.kind, row.day, row.at, row.line, row.text, row.content_hash,
+    return Bm25Hit(row.key, row.id, row.path, row.kind, row.day, row.at, row.text, row.content_hash,
                    float(score), row.context_hash, row.context)  # fmt: skip
 
 
 def as_row(row: StoredRow) -> Row:
     return Row(row.key, row.id, row.path, row.kind, row.day.isoformat(), row.content_hash, row.text,
-               int(row.at.timestamp()), row.line, row.context_hash)  # fmt: skip
+               int(row.at.timestamp()), row.context_hash)  # fmt: skip
 
 
 #: duplicate checks since the last commit after which all curated hashes are fetched at once
@@ -257,26 +257,13 @@ class ServerIndex:
 
     # --- writing -------------------------------------------------------------------------------
 
-    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None, *,
-              moves_wait: object = None) -> IndexDelta:  # fmt: skip
-        """`DerivedIndex.apply` on the server. Rows that only moved are written at once
-        (`moves_wait` is not used): a team's readers on other machines order a journal by the
-        lines the server holds, and have no file to read them from."""
+    def apply(self, indexed: list[FileIndexing], hook: BoundaryHook | None = None) -> IndexDelta:
+        """`DerivedIndex.apply` on the server."""
         prepared = self.prepare(indexed)
         if prepared is not None:
             self.write(prepared)
             self.written(prepared, hook)
         return IndexDelta() if prepared is None else prepared.delta
-
-    # `apply` writes every row at once: no note's rows wait to move (`DerivedIndex.moves_owed`)
-    def moves_owed(self) -> dict[str, float]:
-        return {}
-
-    def moves_over(self, wait: object) -> list[str]:
-        return []
-
-    def moves_due_in(self, wait: object) -> float | None:
-        return None
 
     def prepare(self, indexed: list[FileIndexing]) -> PreparedApply | None:
         """`apply`'s first half, on the calling thread: the diff against the rows the server holds
@@ -360,11 +347,6 @@ class ServerIndex:
     def diff_note(self, path: str, records: list[MemoryRecord]) -> tuple[IndexDelta, KnownRows]:
         """What turns this file's rows on the server into `records` (`DerivedIndex.diff_note`)."""
         return diff_known(path, KnownRows(self.rows_of(path)), records)
-
-    def edits_to_show(self, path: str, records: list[MemoryRecord]) -> IndexDelta:
-        """What a search must see of this file before the next commit (`DerivedIndex.edits_to_show`);
-        the server keeps no records, so every changed row."""
-        return self.diff_note(path, records)[0]
 
     def row_counts(self) -> dict[str, int]:
         return self.backend.counts(self.number).by_path

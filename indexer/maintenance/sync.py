@@ -19,9 +19,8 @@ Two levels of content hash decide the work:
 
 import os
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from operator import attrgetter
 from pathlib import Path
 
 from memvault.indexer.maintenance.generations import FileState
@@ -29,7 +28,7 @@ from memvault.indexer.results import SyncReport
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.ids import DERIVED_ID_PREFIX
 from memvault.vault.note import common_prefix
-from memvault.vault.records import MemoryRecord, same_but_line
+from memvault.vault.records import MemoryRecord
 
 #: a file modified less than this before it was read may change again within the same mtime
 #: tick (ext4 ticks are a few ms; FAT and some network filesystems tick in seconds)
@@ -44,7 +43,8 @@ _ROWS_MADE_MOST = 64_000
 
 @dataclass(frozen=True, order=True)
 class Row:
-    """The stored fields of one index row: what "the same row" means for sync and health."""
+    """The stored fields of one index row: what "the same row" means for sync and health. No line
+    number: a memory's address is its note and id, so a line added above it changes no row."""
 
     key: str
     id: str
@@ -54,7 +54,6 @@ class Row:
     content_hash: str
     text: str
     at: int  # UTC epoch seconds, as BM25 stores it
-    line: int
     context_hash: str = ""  # a neighbour's edit changes this row's context too
 
     @classmethod
@@ -80,7 +79,6 @@ class Row:
             record.content_hash,
             record.text,
             int(record.at.timestamp()),
-            record.line,
             context_hash(record.context),
         )
 
@@ -94,7 +92,6 @@ class Row:
             datetime.fromtimestamp(self.at, timezone.utc),
             self.text,
             self.content_hash,
-            self.line,
             heading=None,
             explicit_id=not self.id.startswith(DERIVED_ID_PREFIX),
         )
@@ -110,13 +107,8 @@ class Row:
             hit.content_hash,
             hit.text,
             int(hit.at.timestamp()),
-            hit.line,
             hit.context_hash,
         )
-
-
-#: every field of a row but its line, as one tuple (C speed)
-_ALL_BUT_LINE = attrgetter(*(f.name for f in fields(Row) if f.name != "line"))
 
 
 @dataclass
@@ -138,8 +130,6 @@ class IndexDelta:
     unchanged: int = 0
     #: files whose rows changed
     files: list[str] = field(default_factory=list)
-    #: keys among the upserts whose rows changed in their line alone (a line added above them)
-    moved: set[str] = field(default_factory=set)
 
     @property
     def is_empty(self) -> bool:
@@ -152,13 +142,13 @@ class IndexDelta:
 
     @property
     def updated(self) -> int:
-        """Existing keys rewritten (text, time, line or heading order changed)."""
+        """Existing keys rewritten (text, time or neighbours changed)."""
         return len(self.upserts) - self.added
 
     def new_content(self) -> list[MemoryRecord]:
         """Upserted rows whose text no row leaving the index had: the ones to embed.
 
-        A bullet that moved (line, time, file rename, `git checkout`) keeps its content hash, so
+        A bullet that moved (time, neighbours, file rename, `git checkout`) keeps its content hash, so
         its vector can be carried over instead of computed again.
         """
         known = set(self.deleted.values())
@@ -170,27 +160,6 @@ class IndexDelta:
         self.removed |= other.removed
         self.unchanged += other.unchanged
         self.files.extend(other.files)
-        self.moved |= other.moved
-
-    def without_moves(self) -> "IndexDelta":
-        """This delta less the rows that only moved: they stay in the index as they are."""
-        moved = self.moved
-        upserts = [record for record in self.upserts if record_key(record.path, record.id) not in moved]
-        deleted = {key: digest for key, digest in self.deleted.items() if key not in moved}
-        files = self.files if upserts or deleted else []
-        return IndexDelta(deleted, upserts, self.removed, self.unchanged + len(moved), files)
-
-    def with_rows_again(self, path: str, records: list[MemoryRecord], keys: set[str]) -> "IndexDelta":
-        """This delta of one note (`records`: what it holds now) with the rows of `keys` written
-        again as the note holds them, where it does not write them already: rows whose moves
-        were left for later (`without_moves`), which the index holds with their old lines."""
-        written = {record_key(record.path, record.id) for record in self.upserts}
-        again = [record for record in records if (key := record_key(path, record.id)) in keys and key not in written]
-        if not again:
-            return self
-        deleted = {**self.deleted, **{record_key(path, record.id): record.content_hash for record in again}}
-        files = self.files if self.files else [path]
-        return IndexDelta(deleted, self.upserts + again, self.removed, self.unchanged - len(again), files, self.moved)
 
 
 def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord]) -> IndexDelta:
@@ -206,8 +175,6 @@ def diff_rows(path: str, old: dict[str, Row], records: list[MemoryRecord]) -> In
             continue
         if before is not None:
             delta.deleted[row.key] = before.content_hash
-            if _ALL_BUT_LINE(before) == _ALL_BUT_LINE(row):
-                delta.moved.add(row.key)
         delta.upserts.append(record)
     for key, row in old.items():
         if key not in new_keys:
@@ -249,47 +216,28 @@ def diff_known(path: str, known: KnownRows, records: list[MemoryRecord]) -> tupl
     """`diff_rows` against rows made of records, and the rows the index holds once it is applied.
 
     Records are compared, not rows: a row is made only of a record whose fields changed (to see
-    whether a stored field did). The records of a note's unchanged first bullets are the same
-    objects from one parse to the next (vault/records.py), so the first records the two lists
-    share are found by halving (C comparisons of slices, `common_prefix`) and only what follows
-    them is diffed: a person's save of the last lines of a day's note of 20,000 memories costs
-    what those lines cost, and one adding a line above them costs a comparison of each record
-    with its earlier self, no row made (rows, with a context hash each, cost ten times that)."""
+    whether a stored field did). The records of a note's unchanged bullets are the same objects
+    from one parse to the next (vault/records.py), so the first records the two lists share are
+    found by halving (C comparisons of slices, `common_prefix`) and only what follows them is
+    diffed. A record holds no position, so a line added above a day's 20,000 memories leaves
+    their records equal (mostly the same objects) and re-indexes only what really changed."""
     now = tuple(records)
     if known.records is None:
         return diff_rows(path, known.rows, records), KnownRows.made_of(now)
-    return _diff_records(path, known.records, now, moves_rewritten=True), KnownRows.made_of(now)
+    return _diff_records(path, known.records, now), KnownRows.made_of(now)
 
 
-def edits_to_show(path: str, known: KnownRows, records: list[MemoryRecord]) -> IndexDelta | None:
-    """What a read of a note changed that a search must see before the next commit: memories that
-    are new, gone, or changed (words, time, neighbours). One that only moved (its line number) is
-    found as the index holds it, and the commit moves it (`diff_known`): a person who adds a line
-    above a day's 20,000 memories moves them all, and putting them all beside the index again
-    held the vault lock for two seconds. None when the known rows were not made of records."""
-    if known.records is None:
-        return None
-    return _diff_records(path, known.records, tuple(records), moves_rewritten=False)
-
-
-def _diff_records(path: str, earlier: tuple[MemoryRecord, ...], now: tuple[MemoryRecord, ...], *,
-                  moves_rewritten: bool) -> IndexDelta:  # fmt: skip
-    """The delta from the rows of `earlier` to `now`, past the records they share. A memory that
-    only moved is rewritten (and in `IndexDelta.moved`) when `moves_rewritten`, else unchanged.
-    A key is never in both parts (ids are unique within a note), so the shared records' rows stand."""
+def _diff_records(path: str, earlier: tuple[MemoryRecord, ...], now: tuple[MemoryRecord, ...]) -> IndexDelta:
+    """The delta from the rows of `earlier` to `now`, past the records they share. A key is never
+    in both parts (ids are unique within a note), so the shared records' rows stand."""
     shared = common_prefix(earlier, now)
     before = {record.id: record for record in earlier[shared:]}
     delta = IndexDelta(unchanged=shared)
     for record in now[shared:]:
         was = before.pop(record.id, None)
         if was is not None:
-            if same_but_line(was, record):
-                if was.line == record.line or not moves_rewritten:
-                    delta.unchanged += 1
-                    continue
-                delta.moved.add(record_key(path, record.id))
-            elif moves_rewritten and Row.of_record(was) == Row.of_record(record):
-                delta.unchanged += 1  # a field rows do not store (the heading)
+            if was is record or was == record or Row.of_record(was) == Row.of_record(record):
+                delta.unchanged += 1  # the same, or differing in a field rows do not store (the heading)
                 continue
             delta.deleted[record_key(path, record.id)] = was.content_hash
         delta.upserts.append(record)

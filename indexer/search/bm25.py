@@ -31,10 +31,12 @@ from memvault.indexer.backend.analysis import (
 from memvault.indexer.search.bm25_snapshot import meta_stamp, needs_snapshot, take_snapshot
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir, read_small, restrict_files
-from memvault.vault.storage_errors import storage_error
 from memvault.vault.records import MemoryRecord
+from memvault.vault.storage_errors import storage_error
 
-SCHEMA_VERSION = 3  # 2: neighbour context field `ctx`; 3: `ctx` stored, for question coverage
+#: 2: neighbour context field `ctx`; 3: `ctx` stored, for question coverage; 4: no `line` (rows
+#: hold none: an index of 3 is rebuilt, never read as if its rows had none)
+SCHEMA_VERSION = 4
 _WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
 _QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}
 KINDS = ("curated", "audit")
@@ -48,7 +50,6 @@ class Bm25Hit:
     kind: str
     day: date
     at: datetime
-    line: int
     text: str
     content_hash: str
     score: float
@@ -68,7 +69,6 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("ctx", stored=True, tokenizer_name="en_stem")
     builder.add_text_field("cjk", stored=False, tokenizer_name="whitespace")
     builder.add_integer_field("at", stored=True, indexed=False, fast=True)
-    builder.add_integer_field("line", stored=True, indexed=False)
     return builder.build()
 
 
@@ -351,7 +351,6 @@ def document_of(record: MemoryRecord) -> tantivy.Document:
         ctxh=context_hash(record.context),
         cjk=" ".join(cjk_bigrams(record.text)),
         at=int(record.at.timestamp()),
-        line=record.line,
     )
 
 
@@ -365,7 +364,6 @@ def row_of(doc: tantivy.Document, score: float = 0.0) -> Bm25Hit:
         kind=doc["kind"][0],
         day=date.fromisoformat(doc["day"][0]),
         at=datetime.fromtimestamp(doc["at"][0], timezone.utc),
-        line=doc["line"][0],
         text=text,
         content_hash=doc["chash"][0],
         score=float(score),

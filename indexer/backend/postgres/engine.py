@@ -25,10 +25,10 @@ from memvault.indexer.backend.postgres.lexical import (
 )
 from memvault.vault.errors import IndexUnavailable
 
-_ROW_COLUMNS = "key, id, path, kind, day, at, line, text, content_hash, context_hash, context"
+_ROW_COLUMNS = "key, id, path, kind, day, at, text, content_hash, context_hash, context"
 _STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS memvault_staging (vault text, generation integer, key text, id text, "
-    "path text, kind text, day date, at bigint, line integer, text text, content_hash text, context_hash text, "
+    "path text, kind text, day date, at bigint, text text, content_hash text, context_hash text, "
     "context text, own text, around text, text_len integer, ctx_len integer, embedding vector, grams text[], "
     "cjk_len integer) "
     "ON COMMIT DELETE ROWS"
@@ -42,7 +42,6 @@ _STAGING_TYPES = [
     "text",
     "date",
     "int8",
-    "int4",
     "text",
     "text",
     "text",
@@ -63,9 +62,9 @@ WITH a AS MATERIALIZED (
     FROM memvault_staging s
 ),
 r AS (
-    INSERT INTO memvault_rows (vault, generation, key, id, path, kind, day, at, line, text, content_hash,
+    INSERT INTO memvault_rows (vault, generation, key, id, path, kind, day, at, text, content_hash,
         context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding)
-    SELECT vault, generation, key, id, path, kind, day, at, line, text, content_hash, context_hash, context,
+    SELECT vault, generation, key, id, path, kind, day, at, text, content_hash, context_hash, context,
         tt, ct, text_len, ctx_len, embedding FROM a
 ),
 lex AS MATERIALIZED (
@@ -363,9 +362,9 @@ class PostgresBackend:
                     schema.ensure_postings_indexes(conn, self.vault, generation)
                 if "vectors" in dropped:
                     schema.ensure_vector_index(conn, self.vault, generation, self._dim(generation))
-            added_text = sum(p[15] for p in params)
-            added_ctx = sum(p[16] for p in params)
-            added_cjk = sum(p[19] for p in params)
+            added_text = sum(p[14] for p in params)
+            added_ctx = sum(p[15] for p in params)
+            added_cjk = sum(p[18] for p in params)
             counted = conn.execute(
                 "UPDATE memvault_generations SET rows = rows + %s, text_tokens = text_tokens + %s, "
                 "ctx_tokens = ctx_tokens + %s, cjk_tokens = cjk_tokens + %s WHERE vault = %s AND generation = %s",
@@ -403,7 +402,7 @@ class PostgresBackend:
             return set()
         leaf = schema.leaf_table(self.vault, generation)
         indexes = {
-            "vectors": [f"{leaf}_hnsw"] if any(row[17] is not None for row in params) else [],
+            "vectors": [f"{leaf}_hnsw"] if any(row[16] is not None for row in params) else [],
             "postings": [f"mvpl_{self.vault}_g{generation}", f"mvpd_{self.vault}_g{generation}"],
         }
         dropped = set()
@@ -430,7 +429,7 @@ class PostgresBackend:
         own, context, grams = words(record.text), words(record.context), cjk_bigrams(record.text)
         vector = None if write.vector is None else _as_vector(write.vector)
         return (self.vault, generation, write.key, record.id, record.path, record.kind, record.day,
-                int(record.at.timestamp()), record.line, record.text, record.content_hash, write.context_hash,
+                int(record.at.timestamp()), record.text, record.content_hash, write.context_hash,
                 record.context, " ".join(own), " ".join(context), len(own), len(context), vector, grams,
                 len(grams))  # fmt: skip
 
@@ -503,7 +502,7 @@ class PostgresBackend:
         paths = list(paths)
         if not paths:
             return []
-        return sorted(self._rows("path = ANY(%s)", (generation, paths)), key=lambda r: (r.path, r.line, r.key))
+        return sorted(self._rows("path = ANY(%s)", (generation, paths)), key=lambda r: (r.path, r.key))
 
     def all_rows(self, generation: int) -> list[StoredRow]:
         return sorted(self._rows("true", (generation,)), key=lambda row: row.key)
@@ -631,9 +630,9 @@ def _as_vector(values):
 
 
 def _stored_row(row: tuple) -> StoredRow:
-    key, id_, path, kind, day, at, line, text, chash, ctxh, context = row
+    key, id_, path, kind, day, at, text, chash, ctxh, context = row
     return StoredRow(key, id_, path, kind, day if isinstance(day, date) else date.fromisoformat(day),
-                     datetime.fromtimestamp(at, timezone.utc), line, text, chash, ctxh, context)  # fmt: skip
+                     datetime.fromtimestamp(at, timezone.utc), text, chash, ctxh, context)  # fmt: skip
 
 
 def _prepare_session(conn) -> None:

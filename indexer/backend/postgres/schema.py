@@ -24,9 +24,10 @@ import re
 
 from memvault.vault.errors import InvalidConfig
 
-SCHEMA_VERSION = 4  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
+SCHEMA_VERSION = 5  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
 #                     3: CJK bigrams in the postings (field 2), their document frequency and token count;
-#                     4: each generation's replay projection (BuJo's supersession filter)
+#                     4: each generation's replay projection (BuJo's supersession filter);
+#                     5: rows hold no line number (a memory's address is path#id)
 TEXT_SEARCH_CONFIG = "memvault_en"
 VAULT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 READER_ROLE_PREFIX = "memvault_read_"
@@ -71,7 +72,6 @@ _DDL = [
         kind text NOT NULL,
         day date NOT NULL,
         at bigint NOT NULL,
-        line integer NOT NULL,
         text text NOT NULL,
         content_hash text NOT NULL,
         context_hash text NOT NULL,
@@ -121,6 +121,9 @@ _MIGRATE_FROM_3 = [
     "ALTER TABLE memvault_generations ADD COLUMN IF NOT EXISTS replay bytea, "
     "ADD COLUMN IF NOT EXISTS replay_sha256 text",
 ]
+#: from schema 4: rows held their memory's line, which a line added above it changed; nothing
+#: reads it now, and the rest of each row stands (no rebuild)
+_MIGRATE_FROM_4 = ["ALTER TABLE memvault_rows DROP COLUMN IF EXISTS line"]
 #: created once; `CREATE POLICY` has no IF NOT EXISTS
 _POLICIES = {
     ("memvault_rows", "memvault_rows_reader"):
@@ -193,6 +196,9 @@ def ensure_schema(conn) -> None:
                 conn.execute(statement)
         if version in (1, 2, 3):  # and the replay projection's columns
             for statement in _MIGRATE_FROM_3:
+                conn.execute(statement)
+        if version in (1, 2, 3, 4):  # and its rows lose their line numbers
+            for statement in _MIGRATE_FROM_4:
                 conn.execute(statement)
         for (table, policy), statement in _POLICIES.items():
             exists = conn.execute("SELECT 1 FROM pg_policies WHERE tablename = %s AND policyname = %s",
