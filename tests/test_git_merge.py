@@ -7,7 +7,6 @@ and the global config is never read or written (GIT_CONFIG_GLOBAL points into tm
 """
 
 import json
-import os
 import random
 import re
 import subprocess
@@ -19,34 +18,15 @@ from memvault import MemoryStore
 from memvault.vault.git_merge import merge, merge_graph
 from memvault.vault.note import parse
 from memvault.vault.note_conflicts import conflicted_ids
-from tests.engine_helpers import ENV, memvault, memvault_json
+from tests.engine_helpers import memvault, memvault_json
+from tests.git_helpers import git, isolate_git
 
 BULLET_RE = re.compile(r"^- (\d\d:\d\d) .* \^([A-Za-z0-9-]+)$", re.M)
 
 
 @pytest.fixture(autouse=True)
 def git_env(tmp_path, monkeypatch):
-    """Identity through the environment; a private, empty global config; no system config."""
-    values = {
-        "GIT_AUTHOR_NAME": "Person",
-        "GIT_AUTHOR_EMAIL": "person@example.org",
-        "GIT_COMMITTER_NAME": "Person",
-        "GIT_COMMITTER_EMAIL": "person@example.org",
-        "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig-global"),
-        "GIT_CONFIG_NOSYSTEM": "1",
-    }
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-        monkeypatch.setitem(ENV, name, value)
-    return values
-
-
-def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=root, capture_output=True,
-                          text=True, timeout=120, env=os.environ.copy())  # fmt: skip
-    if check:
-        assert done.returncode == 0, f"git {' '.join(args)}: {done.stdout}{done.stderr}"
-    return done
+    isolate_git(tmp_path, monkeypatch)
 
 
 def make_repo(tmp_path: Path, name: str = "vault", *, setup: bool = True) -> Path:

@@ -9,14 +9,13 @@ by hand. Every step counts the memories: none lost, none twice, every id unique.
 """
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.engine_helpers import ENV, OwnerProcess, memvault, memvault_json, turn_json, wait_for
+from tests.engine_helpers import OwnerProcess, memvault, memvault_json, turn_json, wait_for
+from tests.git_helpers import git, isolate_git
 
 DAY = "2026-11-30"
 NOTE = f"daily/{DAY}.md"
@@ -25,26 +24,7 @@ BULLET_RE = re.compile(r"^- (\d\d:\d\d) (.*) \^([A-Za-z0-9-]+)$", re.M)
 
 @pytest.fixture(autouse=True)
 def git_env(tmp_path, monkeypatch):
-    """Identity through the environment; a private, empty global config; no system config."""
-    values = {
-        "GIT_AUTHOR_NAME": "Person",
-        "GIT_AUTHOR_EMAIL": "person@example.org",
-        "GIT_COMMITTER_NAME": "Person",
-        "GIT_COMMITTER_EMAIL": "person@example.org",
-        "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig-global"),
-        "GIT_CONFIG_NOSYSTEM": "1",
-    }
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-        monkeypatch.setitem(ENV, name, value)
-
-
-def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "pull.rebase=false", *args], cwd=root,
-                          capture_output=True, text=True, timeout=120, env=os.environ.copy())  # fmt: skip
-    if check:
-        assert done.returncode == 0, f"git {' '.join(args)} in {root.name}: {done.stdout}{done.stderr}"
-    return done
+    isolate_git(tmp_path, monkeypatch)
 
 
 def commit_all(root: Path, message: str) -> None:
