@@ -13,7 +13,7 @@ from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
 from memvault.cli.fact_args import FactCommand, parse_at
 from memvault.cli.foreground_owner import crash_hook_from_env
-from memvault.cli.git_commands import driver_command, hits_in_conflict, print_conflicts
+from memvault.cli.git_commands import driver_command
 
 
 @cli.command("init")
@@ -186,17 +186,12 @@ def search_command(
         return
     with open_store(ctx, engine=True) as store:
         result = store.recall(query, limit=limit, mode=mode)
-        in_conflict = hits_in_conflict(ctx, store, result.hits)
     if json_:
-        body = result.to_json(explain=explain)
-        for hit in body["hits"]:
-            hit["conflict"] = hit["source"] in in_conflict
-        emit_json(body)
+        emit_json(result.to_json(explain=explain))
         return
     from memvault.cli.render import print_recall
 
     print_recall(result, explain=explain)
-    print_conflicts(in_conflict)
 
 
 def _search_across(across: str, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:

@@ -133,20 +133,3 @@ def _read_side(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         return b""  # git passes an empty base for an add/add
-
-
-def hits_in_conflict(ctx: click.Context, store, hits) -> frozenset[str]:
-    """The sources of `hits` that stand inside a merge-conflict hunk of their note (a search
-    marks them); none for a vault reached with --remote, whose files are elsewhere."""
-    layout = getattr(store, "layout", None)
-    if ctx.obj.get("remote") or layout is None or not hits:
-        return frozenset()
-    from memvault.vault.git_resolve import sources_in_conflict
-
-    return sources_in_conflict(layout, [hit.source for hit in hits])
-
-
-def print_conflicts(sources: frozenset[str]) -> None:
-    for relpath in sorted({source.partition("#^")[0] for source in sources}):
-        click.echo(f"in conflict: hits from {relpath} stand in an unresolved merge conflict "
-                   f"(memvault git resolve {relpath})")  # fmt: skip

@@ -28,3 +28,6 @@ def print_recall(result, explain: bool = False) -> None:
         if explain:
             for retriever, detail in sorted(hit.explain.items()):
                 click.echo(f"    {retriever}: {detail}")
+    for relpath in sorted({hit.source.partition("#")[0] for hit in result.hits if getattr(hit, "conflict", False)}):
+        click.echo(f"in conflict: hits from {relpath} stand in an unresolved merge conflict "
+                   f"(memvault git resolve {relpath})")  # fmt: skip

@@ -33,6 +33,8 @@ class RecallHit:
     explain: dict = field(default_factory=dict)
     #: every note that holds this exact text, `source` first (one hit per text, not per note)
     sources: tuple[str, ...] = ()
+    #: the memory stands inside a merge-conflict hunk of its note (engine/conflict_marks.py)
+    conflict: bool = False
 
     def to_json(self, explain: bool = False) -> dict:
         body = {
@@ -43,6 +45,7 @@ class RecallHit:
             "score": round(self.score, 6),
             "at": self.at.isoformat(),
             "date": _note_date(self.source),
+            "conflict": self.conflict,
         }
         if (task := task_state(self.text)) is not None:
             body["task"] = task  # "open" | "done": the box stays in the text too

@@ -126,6 +126,17 @@ def test_recall_json_twin_has_hits_with_evidence_and_links(served):
 
 
 @pytest.mark.both_backends
+def test_recall_marks_the_hits_of_an_unresolved_merge_conflict(served):
+    # the fixture's daily/2026-11-05.md holds one hunk: Tuesday evening against Wednesday morning
+    _, body = get_json(served, "/recall.json?q=deployment+window&limit=10")
+    marked = {hit["text"] for hit in body["hits"] if hit["conflict"]}
+    assert marked == {"The deployment window is Tuesday evening.", "The deployment window is Wednesday morning."}
+    html = served.get("/recall?q=deployment+window&limit=10", token=TOKEN)[2].decode()
+    assert html.count('<span class="conflict-tag"') == 2
+    assert "memvault git resolve daily/2026-11-05.md" in html
+
+
+@pytest.mark.both_backends
 def test_recall_matches_the_library(served):
     _, body = get_json(served, "/recall.json?q=Rotterdam+train&limit=10")
     library = served.store.recall("Rotterdam train", limit=10)

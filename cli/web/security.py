@@ -19,10 +19,10 @@ included:
 
 from __future__ import annotations
 
-import hmac
-import secrets
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
+
+from memvault.indexer.runtime.loopback import LOOPBACK_NAMES, LoopbackPolicy, new_token
 
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -36,11 +36,7 @@ SECURITY_HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
+__all__ = ["CSP", "LOOPBACK_NAMES", "SECURITY_HEADERS", "Guard", "cookie_name", "new_token"]
 
 
 def cookie_name(port: int) -> str:
@@ -52,11 +48,10 @@ class Guard:
         if not token or len(token) < 16:
             raise ValueError("the web access token must be at least 16 characters")
         self.app = app
+        self.policy = LoopbackPolicy(token=token, port=port)  # the Host names, Origins and token check
         self.token = token
         self.port = port
         self.cookie = cookie_name(port)
-        self.hosts = {f"{name}:{port}".encode() for name in LOOPBACK_NAMES}
-        self.origins = {f"http://{name}:{port}".encode() for name in LOOPBACK_NAMES}
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -64,7 +59,7 @@ class Guard:
                 await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        if headers.get(b"host", b"").lower() not in self.hosts:
+        if not self.policy.host_ok(headers):
             await _plain(send, 400, "This server answers only on 127.0.0.1, localhost or [::1] with its own port.")
             return
         if scope["method"] not in ("GET", "HEAD") and not self._same_origin(headers):
@@ -83,20 +78,19 @@ class Guard:
 
     def _same_origin(self, headers: dict) -> bool:
         origin = headers.get(b"origin", b"").lower()
-        if origin in self.origins:
+        if origin in self.policy.origins:
             return True
         # browsers may send "Origin: null" for a form post; their Fetch metadata still says where from
         return origin in (b"", b"null") and headers.get(b"sec-fetch-site", b"same-origin") == b"same-origin"
 
     def _good(self, candidate: str) -> bool:
-        return hmac.compare_digest(candidate.encode(), self.token.encode())
+        return self.policy.token_ok(candidate)
 
     def _authorised(self, headers: dict, offered: list[str]) -> bool:
         if offered:
             return self._good(offered[-1])
-        auth = headers.get(b"authorization", b"").decode("latin-1")
-        if auth.startswith("Bearer "):
-            return self._good(auth[7:].strip())
+        if headers.get(b"authorization", b"").startswith(b"Bearer "):
+            return self.policy.bearer_ok(headers)
         cookies = SimpleCookie()
         try:
             cookies.load(headers.get(b"cookie", b"").decode("latin-1"))

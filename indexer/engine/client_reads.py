@@ -33,6 +33,7 @@ import threading
 from datetime import date, datetime
 from pathlib import Path
 
+from memvault.indexer.engine.conflict_marks import conflicted_in, mark_conflicts
 from memvault.indexer.engine.overlay import PendingRow, overlay_of
 from memvault.indexer.engine.protocol import ProtocolError
 from memvault.indexer.results import RecallResult
@@ -88,6 +89,7 @@ def read_view(store, args: dict) -> dict:
         "tier": store.config.memory.mode,
         "time_zone": store.time_zone,
         "behind": store.unsynced or deferred.problem,
+        "conflicted": sorted(conflicted_in(index.manifest.files)),
     }
 
 
@@ -191,6 +193,7 @@ class ClientReads:
             self._found.extend(hit.source.replace("#^", "#", 1) for hit in result.hits)
             del self._found[:-MAX_FOUND]
             self.answered += 1
+        result = mark_conflicts(result, self.layout, frozenset(view.get("conflicted") or ()))
         if view["behind"] and not result.degraded:
             result = dataclasses.replace(result, degraded=view["behind"])
         return result.in_zone(tz)

@@ -270,6 +270,7 @@ def recall_result_from_json(body: dict) -> RecallResult:
             hit["score"],
             datetime.fromisoformat(hit["at"]),
             explain=hit.get("explain") or {},
+            conflict=hit.get("conflict") is True,
         )
         for hit in body["hits"]
     )

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from memvault.indexer.engine.conflict_marks import conflicted_notes, mark_conflicts
 from memvault.indexer.engine.deferred import DeferredIndexing
 from memvault.indexer.engine.generation_methods import GenerationMethods
 from memvault.indexer.engine.intake_methods import DurableIntake
@@ -284,7 +285,10 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
 
     # --- reads -------------------------------------------------------------------------------
 
-    def recall(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
+    #: `recall(..., lookups=TurnLookups())` shares one backend lookup per question (a host's turn)
+    shares_turn_lookups = True
+
+    def recall(self, query: str, limit: int = 10, mode: str = "tool", *, lookups=None) -> RecallResult:
         check_recall_request(query, limit, mode)
         # recall's ranking pulls numpy (coverage, the floor): imported by the first recall, so a CLI
         # command that never recalls (journal, admit, health, inspect) starts without it
@@ -299,10 +303,13 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
         bm25 = self._deferred.view(index.bm25)  # acknowledged writes not yet committed, beside the index
+        semantic = self._semantic
+        if lookups is not None:  # a host's turn: an identical question reads the turn's one lookup
+            bm25, semantic = lookups.around(query, bm25, semantic)
         today = self._clock().astimezone(zone(self.time_zone)).date()  # "last week" is the vault's week
         result = answer_recall(
             bm25,
-            self._semantic,
+            semantic,
             query,
             limit,
             mode,
@@ -313,6 +320,7 @@ class MemoryStore(DurableIntake, JournalMethods, GenerationMethods):
             reranker=self._reranker(),
         )
         self.access_log.record((hit.source.replace("#^", "#", 1) for hit in result.hits), self._clock())
+        result = mark_conflicts(result, self.layout, conflicted_notes(index.manifest.files, result))
         behind = self.unsynced or self._deferred.problem
         if behind and not result.degraded:
             result = dataclasses.replace(result, degraded=behind)

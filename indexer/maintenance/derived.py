@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from memvault.indexer.maintenance.generations import MANIFEST, FileState, Manifest, current_generation, new_generation
+from memvault.indexer.maintenance.generations import (
+    CONFLICT_PROBLEM,
+    MANIFEST,
+    FileState,
+    Manifest,
+    current_generation,
+    new_generation,
+)
 from memvault.indexer.maintenance.sync import IndexDelta, KnownRows, Row, diff_known, is_racy, needs_reading
 from memvault.indexer.search.bm25 import SCHEMA_VERSION, Bm25Index, record_key
 from memvault.vault.clock import zone
@@ -97,7 +104,7 @@ def read_note_records(layout: VaultLayout, relpath: str, vault_zone: str) -> Fil
         records = records_from_note(relpath, folder, day, note, vault_zone)
     except (ValueError, InvalidRecord, RecursionError) as exc:
         return _unindexed(relpath, info, digest, f"cannot be parsed ({type(exc).__name__})")
-    problem = "merge-conflict markers" if note.has_conflicts else None
+    problem = CONFLICT_PROBLEM if note.has_conflicts else None
     state = FileState(
         digest,
         info.st_size,

@@ -38,6 +38,11 @@ _GENERATION_RE = re.compile(r"gen-(\d{6,})")
 _NEW_GENERATION_ATTEMPTS = 16
 
 
+#: a note's file-state problem while git's conflict markers are in it: its bullets are indexed
+#: all the same, marked in conflict (engine/conflict_marks.py), and health is degraded
+CONFLICT_PROBLEM = "merge-conflict markers"
+
+
 @dataclass(frozen=True)
 class FileState:
     """What the index last saw of a canonical file: the stat fast path and the content hash."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from memvault.indexer.maintenance.derived import DerivedIndex, read_note_records
-from memvault.indexer.maintenance.generations import current_generation, stray_generations
+from memvault.indexer.maintenance.generations import CONFLICT_PROBLEM, current_generation, stray_generations
 from memvault.indexer.maintenance.git_health import check_git_drivers
 from memvault.indexer.maintenance.health_checks import (
     CHECKS,
@@ -209,7 +209,7 @@ def check_hand_edits(ctx: HealthContext) -> Iterable[Finding]:
 
 
 def _problem_finding(path: str, problem: str) -> Finding:
-    if problem.startswith("merge-conflict"):
+    if problem == CONFLICT_PROBLEM:
         return Finding(  # degraded, not healthy (issue 44): both sides are indexed, marked in conflict
             "hand_edits",
             ERROR,
