@@ -84,9 +84,23 @@ def _prepare(session: VaultSession) -> None:
 
 def _run(session: VaultSession) -> None:
     import anyio
-    import mcp.types as types
-    from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
+
+    server = build_server(session)
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+def build_server(session: VaultSession):
+    """The SDK's low-level `Server` over `session`: the same tools, resources and prompt for every
+    transport (stdio here, streamable HTTP in `cli/mcp_http.py`)."""
+    import anyio
+    from mcp import types
+    from mcp.server.lowlevel import Server
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 
     bus = InMemorySubscriptionBus()
@@ -164,12 +178,7 @@ def _run(session: VaultSession) -> None:
                     on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe,
                     on_subscriptions_listen=ListenHandler(bus),
                     on_list_prompts=list_prompts, on_get_prompt=get_prompt)  # fmt: skip
-
-    async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-
-    anyio.run(main)
+    return server
 
 
 _PROMPT_DESCRIPTION = "The Runtime Memory protocol and routing guidance, for the system prompt (static)."

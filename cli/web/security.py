@@ -94,7 +94,7 @@ class Guard:
         cookies = SimpleCookie()
         try:
             cookies.load(headers.get(b"cookie", b"").decode("latin-1"))
-        except Exception:  # a malformed Cookie header is simply no cookie
+        except Exception:  # noqa: BLE001 - a malformed Cookie header is simply no cookie
             return False
         morsel = cookies.get(self.cookie)
         return morsel is not None and self._good(morsel.value)

@@ -32,10 +32,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
+from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.runtime.budget import TurnRecall
+from memvault.indexer.runtime.memory_tools import JOURNAL, RECALL
 from memvault.indexer.runtime.review import ReviewOutcome, run_review
 from memvault.indexer.runtime.service import RuntimeService
+from memvault.indexer.runtime.turn_endpoint import EndpointInfo, EndpointUnavailable, TurnEndpoint, open_turn_endpoint
+from memvault.indexer.runtime.turn_memory import TurnMemory
 from memvault.vault.config import RuntimeSettings
 from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, make_dir, read_bytes_nofollow
 from memvault.vault.runtime.activity import ActivityTracker, TurnSignals, no_memory_intent
@@ -60,6 +65,9 @@ class TurnStart:
     wake_changed: bool  # append `wake.text` as a new message only when True
     protocol: str  # the static system-prompt section(s), byte-identical across memory writes
     cue: str | None  # at most one short recall/writeback cue per session
+    memory: TurnMemory | None = None  # automatic recall and MemoryRecall/MemoryJournal, one lookup per question
+    endpoint: EndpointInfo | None = None  # the turn's loopback MCP endpoint (holds_slot=True), else None
+    warnings: tuple[str, ...] = ()  # for the host's log: why the turn has no endpoint, when it asked for one
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,16 @@ class HostSession:
         session_id: str = "default",
         clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000,
         agent_teams: bool = False,
+        store=None,
+        env: Mapping[str, str] | None = None,
+        endpoint_port: int = 0,
     ) -> None:
         self.service = service
+        self._store, self._owns_store = store, store is None  # the vault's store, opened on first recall
+        self._env = {} if env is None else dict(env)
+        self._store_lock = threading.Lock()
+        self.endpoint_port = endpoint_port  # 0: a port the OS picks for each turn's endpoint
+        self._endpoint: TurnEndpoint | None = None
         self.settings = settings or service.config.memory.runtime
         self.chat = chat if chat is not None else service.maintenance.chat
         self.review_enabled = self.settings.idle_review_enabled if review is None else review
@@ -117,12 +133,18 @@ class HostSession:
     ) -> HostSession:
         service_kwargs = {k: kwargs.pop(k) for k in ("chat", "spaces_root") if k in kwargs}
         service = RuntimeService.open(path, env=env, **service_kwargs)
-        return cls(service, chat=service_kwargs.get("chat"), **kwargs)
+        return cls(service, chat=service_kwargs.get("chat"), env=env, **kwargs)
 
     # --- turns ---------------------------------------------------------------------------------
 
-    def begin_turn(self, turn_id: str | None = None) -> TurnStart:
-        """Turn start: cancel any pending or running review (the activity stays), pin a budget."""
+    def begin_turn(self, turn_id: str | None = None, *, holds_slot: bool = False) -> TurnStart:
+        """Turn start: cancel any pending or running review (the activity stays), pin a budget.
+
+        With `holds_slot` (the turn has its provider-concurrency slot: a queued turn must not pass
+        it) the turn gets its own loopback MCP endpoint serving MemoryRecall and MemoryJournal over
+        `start.memory`; if it cannot start, `start.warnings` says why and the turn has no tool,
+        while automatic recall (`start.memory.auto`) works as before."""
+        self._close_endpoint()  # a turn the host never ended keeps no listener
         with self._lock:
             self._generation += 1
             self._stop_review()
@@ -136,7 +158,39 @@ class HostSession:
         self._last_wake = wake.digest
         recall = self.service.begin_turn()  # pins the spaces active now (none, if the catalog is unreadable)
         self._pinned = recall.scope(None)
-        return TurnStart(name, recall, wake, changed, self.protocol(), cue)
+        memory = TurnMemory(self.memory_store, self._tools())
+        endpoint, warnings = self._open_endpoint(memory, name) if holds_slot else (None, ())
+        return TurnStart(name, recall, wake, changed, self.protocol(), cue, memory, endpoint, warnings)
+
+    def _tools(self) -> tuple[str, ...]:
+        """The read tools the vault's policy offers (memory.recallTool, tools.allowed/deniedTools)."""
+        config = self.service.config
+        return tuple(name for name in (RECALL, JOURNAL) if config.tool_enabled(name))
+
+    def _open_endpoint(self, memory: TurnMemory, name: str) -> tuple[EndpointInfo | None, tuple[str, ...]]:
+        if RECALL not in memory.tools:
+            return None, ()  # the recall tool is off: nothing to serve, nothing to warn about
+        try:
+            endpoint = open_turn_endpoint(memory, host_tools=self.service.config.tools.host_tools,
+                                          port=self.endpoint_port, name=name)  # fmt: skip
+        except EndpointUnavailable as exc:
+            return None, (f"{exc}; MemoryRecall is left out of this turn, automatic recall goes on",)
+        with self._lock:
+            self._endpoint = endpoint
+        return endpoint.info, ()
+
+    def _close_endpoint(self) -> None:
+        with self._lock:
+            endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            endpoint.close()
+
+    def memory_store(self):
+        """The vault's store, shared by every turn's recall (opened on first use); raises VaultError."""
+        with self._store_lock:
+            if self._store is None:
+                self._store = MemoryStore.open(self.service.root, env=self._env)
+            return self._store
 
     def child_turn(self) -> TurnRecall:
         """A child agent's own turn: its own budget over the spaces its parent's turn pinned, with
@@ -165,7 +219,9 @@ class HostSession:
         no_memory: bool = False,
         persist: bool = False,
     ) -> TurnEnd:
-        """Turn end: add the turn's signals, decide admission, and schedule the review if due."""
+        """Turn end: close the turn's endpoint, add the turn's signals, decide admission, and
+        schedule the review if due."""
+        self._close_endpoint()
         tools = tuple(dict.fromkeys(str(t) for t in tools_used))
         signals = TurnSignals(user_text, len(assistant_text), int(tool_results), tools,
                               non_memory_work=any(t not in MEMORY_TOOLS for t in tools))  # fmt: skip
@@ -265,12 +321,17 @@ class HostSession:
                     "lastOutcome": None if self.last_outcome is None else self.last_outcome.to_json()}  # fmt: skip
 
     def close(self) -> None:
+        self._close_endpoint()
         with self._lock:
             self._generation += 1
             self._stop_review()
             _save_activity(self._state_path, self.activity)
+        with self._store_lock:
+            store, self._store = self._store, None
+        if store is not None and self._owns_store:
+            store.close()
 
-    def __enter__(self) -> HostSession:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

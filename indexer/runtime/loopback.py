@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from memvault.vault.errors import VaultError
+from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 LOOPBACK_ADDRESSES = ("127.0.0.1", "::1")
@@ -266,6 +267,7 @@ class LoopbackThread:
 
     def __init__(self, app, bound: Bound, *, name: str, lifespan: str = "on", start_timeout: float = 30.0) -> None:
         self.bound = bound
+        self.name = name
         self._app, self._lifespan, self._timeout = app, lifespan, start_timeout
         self._stop = threading.Event()
         self._started = threading.Event()
@@ -275,7 +277,7 @@ class LoopbackThread:
     def _run(self) -> None:
         try:
             serve(self._app, self.bound, on_started=self._started.set, until=self._stop, lifespan=self._lifespan,
-                  graceful_seconds=1.0)  # fmt: skip
+                  graceful_seconds=SHUTDOWN_DRAIN_SECONDS)  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - reported to the thread that started it
             self._error = exc
         finally:
@@ -293,7 +295,8 @@ class LoopbackThread:
             raise PortUnavailable(f"the loopback server could not start ({type(reason).__name__}: {reason})"
                                   if isinstance(reason, BaseException) else f"the loopback server could not start: {reason}")  # fmt: skip
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
+        """Stop listening at once; a request in flight gets up to the spec's drain deadline."""
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
