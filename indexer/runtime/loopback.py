@@ -178,7 +178,9 @@ class BearerGuard:
                          f"{self.name} answers only on 127.0.0.1, localhost or [::1] with its own port")  # fmt: skip
             return
         if not self.policy.origin_ok(headers):
-            await refuse(send, 403, "foreign_origin", "cross-origin request refused: web pages may not call this server")
+            await refuse(
+                send, 403, "foreign_origin", "cross-origin request refused: web pages may not call this server"
+            )
             return
         if not self.policy.bearer_ok(headers):
             await refuse(send, 401, "unauthorized",
