@@ -30,6 +30,7 @@ MAX_CONTEXT_WORDS = 400
 #: words learnt beyond the model's vocabulary (~1 KB each) and texts remembered between calls;
 #: both memos start over when either is full
 MEMO_LIMIT = 50_000
+FIRST_LEARNT_ROWS = 1024  # rows the learnt table starts with; it doubles from there
 _WORD_RE = re.compile(r"\w{1,40}")  # a longer run of letters is read in pieces
 
 
@@ -165,7 +166,10 @@ class _WordMemo:
         vectors = builtin_word_vectors(words)
         start, end = self._size, self._size + len(words)
         if end > len(self._digests):
-            capacity = max(end, 2 * len(self._digests))
+            # the learnt rows double, not the whole table: doubling the model's vocabulary on the
+            # first new word held tens of MB for a handful of words (issue 43)
+            learnt_rows = max(end - self._vocabulary, 2 * len(self._learnt), FIRST_LEARNT_ROWS)
+            capacity = self._vocabulary + learnt_rows
             learnt = np.zeros((capacity - self._vocabulary, vectors.shape[1]), dtype=np.float32)
             digests, digested = np.zeros(capacity, dtype=np.uint64), np.zeros(capacity, dtype=bool)
             learnt[: start - self._vocabulary] = self._learnt[: start - self._vocabulary]
