@@ -124,21 +124,27 @@ def test_the_file_must_be_an_owner_only_0600_single_link_regular_file(tmp_path):
     data = write_sidecar(root, None, state_of(CAPTURE))
     path = sidecar_path(root)
     assert os.stat(path).st_mode & 0o777 == 0o600 and read_sidecar(root)[1] == data
-    for mode in (0o644, 0o400):
+    for mode in (0o644, 0o640, 0o604):  # git's checkout modes: narrowed on the first read
+        path.chmod(mode)
+        assert read_sidecar(root)[1] == data and os.stat(path).st_mode & 0o7777 == 0o600
+    for mode in (0o400, 0o200, 0o666, 0o660, 0o606, 0o700, 0o744, 0o4644, 0o1644):
         path.chmod(mode)
         with pytest.raises(UnsafePath):
             read_sidecar(root)
-    path.chmod(0o600)
+        assert os.stat(path).st_mode & 0o7777 == mode  # never narrowed: someone else may have written it
+    path.chmod(0o644)
     os.link(path, tmp_path / "second-name")
     with pytest.raises(UnsafePath, match="hard links"):
         read_sidecar(root)
+    assert os.stat(path).st_mode & 0o777 == 0o644  # a second name is never narrowed either
     os.unlink(tmp_path / "second-name")
     path.rename(tmp_path / "real")
     os.symlink(tmp_path / "real", path)
     with pytest.raises(UnsafePath):
         read_sidecar(root)
+    assert os.stat(tmp_path / "real").st_mode & 0o777 == 0o644  # a link is never followed to narrow
     os.unlink(path)
-    os.mkfifo(path, 0o600)
+    os.mkfifo(path, 0o644)
     with pytest.raises(UnsafePath, match="regular"):
         read_sidecar(root)
     os.unlink(path)
@@ -185,7 +191,7 @@ def codes(store, strict=True):
 
 @pytest.mark.both_backends
 def test_health_compares_sidecar_and_index_exactly(captured):
-    root, store, _, _ = captured
+    _root, store, _, _ = captured
     assert codes(store) == [] and codes(store, strict=False) == []
     generation = store._readable_index().generation
     state, _ = read_projection(generation)
@@ -203,7 +209,7 @@ def test_health_compares_sidecar_and_index_exactly(captured):
 
 @pytest.mark.both_backends
 def test_lite_and_journal_reject_replay_state_in_their_index(captured):
-    root, store, _, _ = captured
+    root, _store, _, _ = captured
     journal = store_for(root)
     journal.config = dataclasses.replace(
         journal.config, memory=dataclasses.replace(journal.config.memory, mode="journal")
@@ -289,7 +295,7 @@ def test_a_pending_capture_intent_is_attested_and_finished_without_the_model(cap
 
 @pytest.mark.both_backends
 def test_nothing_to_adopt_and_the_wrong_tier(captured, tmp_path):
-    root, store, _, _ = captured
+    _root, _store, _, _ = captured
     empty = make_capture_vault(tmp_path, "http://127.0.0.1:9", name="empty")
     assert (
         json.loads(CliRunner().invoke(cli, ["--vault", str(empty), "adopt-replay", "--json"]).output)["reason"]

@@ -32,6 +32,16 @@ RUNTIME_MEMORY_LIMIT_BYTES = 10 * 1024
 IDLE_REVIEW_MS = 30_000
 IDLE_REVIEW_MIN_INTERVAL_MS = 5 * 60 * 1000
 
+#: "The sidecar itself is strict canonical JSON, an owner-owned single-link regular file with
+#: mode 0600": the replay sidecar's only accepted mode.
+SIDECAR_MODE = 0o600
+#: git writes the files it checks out with 0666 & ~umask (0644 usually), so a cloned or pulled
+#: sidecar arrives readable by group and other. memvault narrows such a file to SIDECAR_MODE
+#: only when its sole extra bits are group/other read: any bit of this mask (setuid, setgid,
+#: sticky, an execute bit, group/other write) means someone else may already have changed it,
+#: and the file stays refused.
+SIDECAR_NOT_NARROWABLE_BITS = 0o7133
+
 
 def completion_length(text: str) -> int:
     """A model completion's length as the spec counts it: JavaScript (UTF-16) characters."""

@@ -19,7 +19,10 @@ its ledger entry can recompute it, nobody can recover content from it.
 
 The file is strict: owner-owned, exactly mode 0600, one hard link, a regular file, at most
 32 MiB and 131,072 entries, and byte-for-byte the canonical rendering of what it holds. Any
-other bytes are refused (`SidecarInvalid`), never repaired by guessing.
+other bytes are refused (`SidecarInvalid`), never repaired by guessing. The one mode memvault
+narrows itself is git's checkout mode (0644 under the usual umask: a clone or a pull on another
+machine): an owner-owned single-link regular file whose only extra bits are group/other read
+becomes 0600 on its first read; a file anyone else could write stays refused.
 
 Merging a capture's delta is idempotent: an identical entry is already there. A memory that an
 earlier commit already marked superseded keeps its first lifecycle entry (the later run's
@@ -42,6 +45,7 @@ from memvault.vault.errors import Conflict, InvalidRecord, UnsafePath
 from memvault.vault.fsio import check_private_file
 from memvault.vault.intake.files import is_intake_id, read_private
 from memvault.vault.intake.record import format_ts
+from memvault.vault.limits import SIDECAR_MODE, SIDECAR_NOT_NARROWABLE_BITS
 from memvault.vault.locks import replace_if_unchanged
 from memvault.vault.paths import resolve_inside
 from memvault.vault.strict_json import loads_strict
@@ -270,10 +274,42 @@ def check_sidecar_file(path: Path) -> None:
     """Owner-owned, single-link regular file with mode exactly 0600 (UnsafePath otherwise)."""
     check_private_file(path)
     mode = stat.S_IMODE(os.lstat(path).st_mode)
-    if mode != 0o600:
+    if mode != SIDECAR_MODE:
         raise UnsafePath(
             f"{path} has mode {mode:04o}; the replay sidecar must be exactly 0600. Fix: `chmod 600 {path}`."
         )
+
+
+def narrow_checked_out_sidecar(path: Path) -> bool:
+    """Narrow a sidecar git checked out (group/other may read it) to 0600; True if it was.
+
+    Checked and changed on one descriptor (O_NOFOLLOW: a link is never followed, and nothing can
+    swap the file between the look and the chmod). Only an owner-owned, single-link regular file
+    with owner read+write whose other bits are group/other read is narrowed; anything else, and
+    any OSError (a read-only mount), is left as it is for `check_sidecar_file` to name.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        narrowable = (
+            stat.S_ISREG(st.st_mode)
+            and st.st_uid == os.geteuid()
+            and st.st_nlink == 1
+            and mode & (stat.S_IRUSR | stat.S_IWUSR) == stat.S_IRUSR | stat.S_IWUSR
+            and mode & SIDECAR_NOT_NARROWABLE_BITS == 0
+            and mode != SIDECAR_MODE
+        )
+        if narrowable:
+            os.fchmod(fd, SIDECAR_MODE)
+        return narrowable
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def read_sidecar(root: Path) -> tuple[ReplayState, bytes | None]:
@@ -281,6 +317,7 @@ def read_sidecar(root: Path) -> tuple[ReplayState, bytes | None]:
     path = sidecar_path(root)
     if not os.path.lexists(path):
         return ReplayState(), None
+    narrow_checked_out_sidecar(path)
     check_sidecar_file(path)
     data = read_private(path, MAX_SIDECAR_BYTES)
     return parse_state(data, str(path)), data
@@ -290,5 +327,5 @@ def write_sidecar(root: Path, old: bytes | None, state: ReplayState) -> bytes:
     """Publish `state` (CAS against `old`, mode 0600); returns the bytes now on disk. Vault lock held."""
     new = render_state(state)
     if new != old:
-        replace_if_unchanged(sidecar_path(root), old, new, mode=0o600)
+        replace_if_unchanged(sidecar_path(root), old, new, mode=SIDECAR_MODE)
     return new

@@ -1,0 +1,128 @@
+"""A BuJo vault on two machines through git (issue 44): the replay sidecar and capture travel.
+
+A bare hub and clones of it stand for a laptop and a server; the capture model is a loopback
+server both clones' config names (tests/capture_helpers.py), counting every call. The intake
+(`.capture-intake/`, plans included) is per machine and never in git; the replay sidecar is.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from memvault.indexer.services.intake_worker import IntakeWorker
+from memvault.vault.errors import UnsafePath
+from memvault.vault.replay import read_sidecar, sidecar_path
+from tests.capture_helpers import (
+    EMBED_PATH,
+    GOOD,
+    OLLAMA_PATH,
+    TURN,
+    ChatScript,
+    add_only,
+    daily_text,
+    hash_embeddings,
+    make_capture_vault,
+)
+from tests.engine_helpers import memvault_json
+from tests.git_helpers import git, isolate_git
+from tests.intake_helpers import Clock, store_for
+from tests.loopback import LoopbackServer
+
+ANSWER = "Morgan leads Project Atlas; the launch is on March 15."
+
+
+@pytest.fixture(autouse=True)
+def git_env(tmp_path, monkeypatch):
+    isolate_git(tmp_path, monkeypatch)
+
+
+@pytest.fixture(autouse=True)
+def checkout_umask():
+    """git writes what it checks out as 0666 & ~umask: the usual 022 gives 0644."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.fixture
+def model():
+    script = ChatScript(lambda _turn: GOOD, add_only)
+    with LoopbackServer() as server:
+        server.route(EMBED_PATH, hash_embeddings)
+        server.route(OLLAMA_PATH, script)
+        yield server, script
+
+
+def commit_all(root: Path, message: str) -> None:
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--allow-empty", "-m", message)
+
+
+@pytest.fixture
+def hub_and_laptop(tmp_path, model) -> tuple[Path, Path]:
+    server, _ = model
+    hub = tmp_path / "hub.git"
+    git(tmp_path, "init", "-q", "--bare", str(hub))
+    laptop = make_capture_vault(tmp_path, server.url, embed_endpoint=server.url, name="laptop")
+    git(laptop, "init", "-q")
+    assert memvault_json(laptop, "git", "setup")["configSet"]
+    commit_all(laptop, "a new vault")
+    git(laptop, "remote", "add", "origin", str(hub))
+    git(laptop, "push", "-q", "-u", "origin", "main")
+    return hub, laptop
+
+
+def clone(hub: Path, where: Path) -> Path:
+    git(where.parent, "clone", "-q", str(hub), str(where))
+    memvault_json(where, "git", "setup")
+    return where
+
+
+def capture(root: Path, run_id: str = "run-1") -> IntakeWorker:
+    """One completed turn admitted on this machine and captured by its intake worker."""
+    with store_for(root, Clock()) as store:
+        store.persist_completed_turn(run_id, ANSWER, capture_text=TURN)
+        worker = IntakeWorker(store, clock=Clock())
+        worker.process_due()
+        return worker
+
+
+def mode_of(path: Path) -> int:
+    return os.lstat(path).st_mode & 0o7777
+
+
+def test_a_cloned_sidecar_is_narrowed_to_0600_on_its_first_read_and_a_writable_one_is_refused(tmp_path, hub_and_laptop):
+    hub, laptop = hub_and_laptop
+    capture(laptop)
+    _, published = read_sidecar(laptop)
+    assert published is not None and mode_of(sidecar_path(laptop)) == 0o600
+    commit_all(laptop, "the laptop's capture")
+    git(laptop, "push", "-q")
+
+    server = clone(hub, tmp_path / "server")
+    path = sidecar_path(server)
+    assert mode_of(path) == 0o644  # as git checked it out
+    assert read_sidecar(server)[1] == published
+    assert mode_of(path) == 0o600
+    assert git(server, "status", "--porcelain").stdout == ""  # git does not track 0644 vs 0600
+
+    # a pull that changes the sidecar checks it out anew (0644 again); the next reader narrows it
+    capture(laptop, "run-2")
+    commit_all(laptop, "the laptop's second capture")
+    git(laptop, "push", "-q")
+    git(server, "pull", "-q", "--no-edit")
+    assert mode_of(path) == 0o644
+    assert read_sidecar(server)[1] == read_sidecar(laptop)[1]
+    assert mode_of(path) == 0o600
+
+    path.chmod(0o666)  # anyone could have written it: never narrowed, refused with the fix
+    with pytest.raises(UnsafePath, match="chmod 600"):
+        read_sidecar(server)
+    assert mode_of(path) == 0o666
+    report = memvault_json(server, "health")
+    assert not report["healthy"]
+    [finding] = [f for f in report["findings"] if f["code"] == "sidecar_invalid"]
+    assert "0666" in finding["message"] and "chmod 600" in finding["message"], finding
+    assert "Traceback" not in str(report)
+    assert daily_text(server).count("Morgan leads Project Atlas.") == 1
