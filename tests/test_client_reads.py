@@ -225,6 +225,22 @@ def test_every_backend_answers_a_warm_client_and_a_server_index_keeps_recalls_in
             assert store._reads.answered == 3
 
 
+@pytest.mark.both_backends
+def test_a_text_held_by_two_notes_names_both_through_the_owner_and_here(tmp_path):
+    """One hit per text, listing every note that holds it: the owner's wire keeps the list."""
+    root = make_vault(tmp_path)
+    bullet = "- 09:00 The harbour crane lifted crates of copper on Tuesday. ^m-crane-{}\n"
+    for day in ("01", "02"):
+        (root / "daily" / f"2026-09-{day}.md").write_text(f"# 2026-09-{day}\n\n" + bullet.format(day))
+    both = ("daily/2026-09-01.md#^m-crane-01", "daily/2026-09-02.md#^m-crane-02")
+    with client_of_an_owner(tmp_path, vault=root) as (_, store):
+        through_the_owner = store.recall("harbour crane copper")
+        warm(store)
+        answered_here = store.recall("harbour crane copper")
+    for result in (through_the_owner, answered_here):
+        assert [hit.sources for hit in result.hits] == [both]
+
+
 def test_a_vault_with_a_reranker_keeps_every_recall_in_the_owner(tmp_path):
     """The second stage calls a model with the owner's credentials (its environment), so the owner
     answers `reads: owner` and ranks every recall itself."""

@@ -270,6 +270,7 @@ def recall_result_from_json(body: dict) -> RecallResult:
             hit["score"],
             datetime.fromisoformat(hit["at"]),
             explain=hit.get("explain") or {},
+            sources=_copies(hit.get("sources")),
             conflict=hit.get("conflict") is True,
         )
         for hit in body["hits"]
@@ -284,6 +285,11 @@ def recall_result_from_json(body: dict) -> RecallResult:
         empty_reason=body.get("empty_reason"),
         explain=body.get("explain"),
     )
+
+
+def _copies(sources) -> tuple[str, ...]:
+    """A hit's `sources` as the owner's RecallHit held them: every copy when there are several."""
+    return tuple(sources) if isinstance(sources, list) and len(sources) > 1 else ()
 
 
 def admit_here(root: Path, config, **turn):
