@@ -21,6 +21,7 @@ from tests.capture_helpers import (
     ChatScript,
     add_only,
     daily_text,
+    entry,
     hash_embeddings,
     make_capture_vault,
 )
@@ -79,10 +80,10 @@ def clone(hub: Path, where: Path) -> Path:
     return where
 
 
-def capture(root: Path, run_id: str = "run-1") -> IntakeWorker:
+def capture(root: Path, run_id: str = "run-1", *, answer: str = ANSWER, text: str = TURN) -> IntakeWorker:
     """One completed turn admitted on this machine and captured by its intake worker."""
     with store_for(root, Clock()) as store:
-        store.persist_completed_turn(run_id, ANSWER, capture_text=TURN)
+        store.persist_completed_turn(run_id, answer, capture_text=text)
         worker = IntakeWorker(store, clock=Clock())
         worker.process_due()
         return worker
@@ -126,3 +127,42 @@ def test_a_cloned_sidecar_is_narrowed_to_0600_on_its_first_read_and_a_writable_o
     assert "0666" in finding["message"] and "chmod 600" in finding["message"], finding
     assert "Traceback" not in str(report)
     assert daily_text(server).count("Morgan leads Project Atlas.") == 1
+
+
+def test_a_run_captured_on_one_machine_makes_no_model_call_and_no_conflict_on_the_other(
+    tmp_path, hub_and_laptop, model
+):
+    _, script = model
+    hub, laptop = hub_and_laptop
+    server = clone(hub, tmp_path / "server")
+    capture(laptop)
+    assert entry(laptop)["outcome"] == "captured"
+    calls = dict(script.calls)
+    assert calls["extraction"] == 1, calls
+    commit_all(laptop, "the laptop's capture")
+    git(laptop, "push", "-q")
+    pulled = git(server, "pull", "-q", "--no-edit")
+    assert "CONFLICT" not in pulled.stdout + pulled.stderr
+
+    # the same turn reaches the server's intake (a host that retried there): no plan on this
+    # machine, but the pulled sidecar holds the run's capture under the same authority digest
+    worker = capture(server)
+    assert script.calls == calls, "the server called the model for a run the laptop captured"
+    assert worker.last_error is None, worker.last_error
+    assert entry(server)["outcome"] == "captured"
+    assert read_sidecar(server)[1] == read_sidecar(laptop)[1]
+    for fact in ("Morgan leads Project Atlas.", "The Atlas launch is on March 15."):
+        assert daily_text(server).count(fact) == 1
+        hits = [hit for hit in memvault_json(server, "search", fact)["hits"] if hit["text"] == fact]
+        assert len(hits) == 1, hits
+    report = memvault_json(server, "health", "--strict")
+    assert report["healthy"], report
+    assert git(server, "status", "--porcelain", "--", "daily", "graph.jsonl", ".replay-projection-v1.json").stdout == ""
+
+    # another turn under the same run id on a third machine: refused before any model call, named
+    other = clone(hub, tmp_path / "other")
+    worker = capture(other, answer="The standup moved to Friday.", text="user: standup?\nassistant: Friday now.")
+    assert script.calls == calls
+    assert "already captured in the replay sidecar from other bytes" in worker.last_error, worker.last_error
+    assert entry(other)["state"] == "awaiting_capture" and entry(other)["failure"] == "note_conflict", entry(other)
+    assert "Friday" not in daily_text(other) and read_sidecar(other)[1] == read_sidecar(laptop)[1]

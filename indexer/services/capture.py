@@ -4,7 +4,10 @@ The intake worker calls `capture_record` for a record awaiting capture (after it
 was projected). Under the per-vault capture lock (so captures never race each other, in this
 process or another) it
 
-1. reuses the run's retained plan if one exists (a replay: no model call), or plans it now:
+1. reuses the run's retained plan if one exists (a replay: no model call); or, when the replay
+   sidecar already holds the run's capture with the same authority digest (captured on another
+   machine, pulled through git), projects the sidecar and is done (no model call either); or
+   plans it now:
    one extraction call, candidate lookup in the serving index, at most one reconciliation
    call (`vault/capture/pipeline.py`), and makes the plan durable;
 2. under the vault lock, commits the plan (facts, graph, sidecar), indexes the note, projects
@@ -46,12 +49,13 @@ from memvault.vault.capture.pipeline import plan_capture, turn_text
 from memvault.vault.capture.plan import ADD_FACT, SUPERSEDE_FACT, UPDATE_FACT, SemanticPlan, read_plan, write_plan
 from memvault.vault.capture.prompt import Candidate
 from memvault.vault.capture.stats import CaptureRun, is_substantive, now_ts, record_run
-from memvault.vault.errors import IndexUnavailable, InvalidRecord, ProviderUnavailable, VaultError
+from memvault.vault.errors import Conflict, IndexUnavailable, InvalidRecord, ProviderUnavailable, VaultError
 from memvault.vault.ids import content_hash
 from memvault.vault.intake.files import CrashHook, hit
 from memvault.vault.intake.record import IntakeRecord
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
+from memvault.vault.replay import ReplayState, capture_authority, read_sidecar
 
 CLOSE_MIN_STRENGTH = 0.35
 CLOSE_MIN_OVERLAP = 0.3
@@ -180,6 +184,10 @@ class CaptureService:
                     f"the retained plan of run {record.id} belongs to another payload: move "
                     f".capture-intake/plans/{record.id}.json aside and run `memvault inspect`"
                 )
+            if plan is None:
+                elsewhere = self.captured_elsewhere(record)
+                if elsewhere is not None:
+                    return elsewhere
             model = CountingModel(self.model())
             if plan is None:
                 try:
@@ -197,6 +205,31 @@ class CaptureService:
             # observability only: written after the commit, so a crash here loses a row, never a fact
             record_run(layout.root, _run_row(plan, record, model, now, replayed))
         return _outcome(plan, replayed)
+
+    def captured_elsewhere(self, record: IntakeRecord) -> CaptureOutcome | None:
+        """The outcome of a run the sidecar says is already captured (None when it is not).
+
+        `.capture-intake/` (plans included) is per machine, the sidecar travels with the notes
+        (git): the same run admitted on a second machine finds its capture entry there, attested
+        by the same authority digest, and its facts in the pulled notes. Planning again would call
+        the model for facts that exist and publish a second capture entry for the run (a Conflict);
+        instead the sidecar is projected into the serving generation and the run is resolved.
+        """
+        with VaultLock(self.store.layout.root):
+            state, data = read_sidecar(self.store.layout.root)
+            entry = state.entries.get(("capture", record.id))
+            if entry is None:
+                return None
+            if entry["authority"] != {"digest": capture_authority(record.id, record.payload_sha256), "kind": "capture"}:
+                raise Conflict(
+                    f"run {record.id[:16]}… is already captured in the replay sidecar from other bytes (another "
+                    "machine, or another turn under the same run id); nothing was written. Fix: compare the turn with "
+                    f"`memvault inspect {record.id[:16]}…`; a run id names one turn in the whole vault."
+                )
+            generation = self.store._writable_index().generation
+            write_projection(generation, data)
+            verify_projection(generation, data)
+        return _outcome_of_entry(entry, state)
 
     def dry_run(self, text: str, *, now: datetime) -> CaptureTest:
         """`memvault capture test`: one sample turn through the configured model; writes nothing."""
@@ -298,6 +331,13 @@ def _outcome(plan: SemanticPlan, replayed: bool) -> CaptureOutcome:
     return CaptureOutcome(
         plan.id, len(plan.facts), len(plan.noops), retired, 0 if replayed else plan.model_calls, replayed
     )
+
+
+def _outcome_of_entry(entry: dict, state: ReplayState) -> CaptureOutcome:
+    """A replayed outcome from the sidecar's own record of the capture (no plan on this machine)."""
+    facts = set(entry["facts"])
+    retired = sum(1 for e in state.superseded().values() if e["by"] in facts and e["authority"] == entry["authority"])
+    return CaptureOutcome(entry["run"], len(facts), 0, retired, 0, True)
 
 
 class CaptureQueue:
