@@ -25,7 +25,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "serve": ("memvault.cli.engine_commands", "memvault.cli.web.face"),
     "engine": ("memvault.cli.engine_commands",),
     "journal": ("memvault.cli.journal_commands",),
-    "mcp": ("memvault.cli.mcp_server",),
+    "mcp": ("memvault.cli.mcp_command",),
     "web": ("memvault.cli.web.command",),
     "completion": ("memvault.cli.completion_commands",),
     "git": ("memvault.cli.git_commands",),

@@ -1,4 +1,5 @@
-"""`memvault mcp`: the vault's memory tools, the Wake snapshot and the protocol text, over stdio.
+"""The MCP server of `memvault mcp` (`cli/mcp_command.py`): the vault's memory tools, the Wake
+snapshot and the protocol text, over stdio here and over streamable HTTP in `cli/mcp_http.py`.
 
 Built on the official `mcp` SDK's low-level `Server` (the SDK's MCPServer would derive each
 schema from a Python signature and coerce "5" into 5; the tools here publish hand-written JSON
@@ -27,29 +28,12 @@ import sys
 import threading
 from pathlib import Path
 
-import click
-
-from memvault.cli.app import cli
 from memvault.cli.mcp_tools import INSTRUCTIONS, READ_ONLY, SCHEMAS, WRITES, ToolOutcome, VaultSession
 from memvault.indexer.runtime.turns import TURN_META_KEY
 from memvault.vault.errors import VaultError
 
 WAKE_URI, PROTOCOL_URI = "memvault://wake", "memvault://protocol"
 PROTOCOL_PROMPT = "memvault-protocol"
-
-
-@cli.command("mcp")
-@click.pass_context
-def mcp_command(ctx: click.Context) -> None:
-    """Serve the vault to an MCP client over stdio: memory tools, the Wake snapshot, the protocol.
-
-    Launched by the client, not by hand: register `memvault mcp` (with --vault PATH or
-    MEMVAULT_MEMORY_PATH) in the client's MCP server config. Which tools are offered follows the
-    vault's memory.recallTool, memory.rememberTool, memory.runtime.writeEnabled and
-    tools.allowedTools / deniedTools. A host names each agent turn in a request's
-    _meta["memvault/turnId"] (see docs/mcp.md).
-    """
-    serve(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
 
 
 def serve(vault_path, env: dict, cwd: Path) -> None:

@@ -136,7 +136,7 @@ def test_a_command_imports_only_its_own_module(tmp_path):
         f"r = CliRunner().invoke(cli, ['--vault', {str(vault)!r}, 'search', 'anything']); "
         "assert r.exit_code == 0, r.output; "
         "print(','.join(sorted(m for m in sys.modules if m.startswith('memvault.cli.') and m.endswith("
-        "('mcp_server', 'mcp_tools', 'archive_commands', '.web.app', '.web.command')))))"
+        "('mcp_command', 'mcp_server', 'mcp_tools', 'archive_commands', '.web.app', '.web.command')))))"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
