@@ -25,7 +25,7 @@ from tests.capture_helpers import (
     hash_embeddings,
     make_capture_vault,
 )
-from tests.engine_helpers import memvault_json
+from tests.engine_helpers import OwnerProcess, memvault_json, wait_for
 from tests.git_helpers import git, isolate_git
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
@@ -166,3 +166,29 @@ def test_a_run_captured_on_one_machine_makes_no_model_call_and_no_conflict_on_th
     assert "already captured in the replay sidecar from other bytes" in worker.last_error, worker.last_error
     assert entry(other)["state"] == "awaiting_capture" and entry(other)["failure"] == "note_conflict", entry(other)
     assert "Friday" not in daily_text(other) and read_sidecar(other)[1] == read_sidecar(laptop)[1]
+
+
+def test_the_owner_reprojects_a_sidecar_a_pull_changed_without_a_rebuild(tmp_path, hub_and_laptop):
+    hub, laptop = hub_and_laptop
+    server = clone(hub, tmp_path / "server")
+    owner = OwnerProcess(server, "watch", None, "--consolidate-every", "0").wait_serving()
+    try:
+        wait_for(lambda: memvault_json(server, "health")["healthy"], what="a healthy server before the pull")
+        capture(laptop)
+        commit_all(laptop, "the laptop's capture")
+        git(laptop, "push", "-q")
+        pulled = git(server, "pull", "-q", "--no-edit")
+        assert "CONFLICT" not in pulled.stdout + pulled.stderr
+
+        def in_step() -> bool:
+            report = memvault_json(server, "health", "--strict")
+            return report["healthy"] and not any(f["code"] == "canonical_mismatch" for f in report["findings"])
+
+        wait_for(in_step, what="the owner to project the pulled sidecar")
+        fact = "Morgan leads Project Atlas."
+        wait_for(lambda: [h for h in memvault_json(server, "search", fact)["hits"] if h["text"] == fact],
+                 what="the pulled facts")  # fmt: skip
+        assert mode_of(sidecar_path(server)) == 0o600
+    finally:
+        err = owner.stop()
+    assert "Traceback" not in err, err

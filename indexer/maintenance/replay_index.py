@@ -30,10 +30,11 @@ from memvault.indexer.search.supersession import (
     projection_path,
     read_projection,
 )
-from memvault.vault.errors import Conflict, IndexUnavailable, InvalidConfig, VaultError
+from memvault.vault.errors import Conflict, IndexUnavailable, InvalidConfig, VaultError, VaultLocked
 from memvault.vault.fsio import atomic_write, ensure_private_dir, fsync_dir, read_bytes_nofollow
 from memvault.vault.layout import VaultLayout
-from memvault.vault.replay import ReplayState, read_sidecar, sidecar_path
+from memvault.vault.locks import VaultLock
+from memvault.vault.replay import ReplayState, narrow_checked_out_sidecar, read_sidecar, sidecar_path
 
 #: written by adopt-replay, removed by the rebuild that must follow it
 ADOPTION_MARKER = ".replay-adoption-pending"
@@ -97,6 +98,51 @@ def verify_projection(generation: Path, expected: bytes | None) -> None:
             f"{where} does not match the replay sidecar just published: "
             "the capture stays pending and is retried (or run `memvault rebuild`)"
         )
+
+
+class SidecarFollower:
+    """The owner's serving projection follows a sidecar changed behind its back (a git pull,
+    merge or rebase; another machine's captures): on each watcher batch, in BuJo, a sidecar
+    whose stat stamp changed since it was last projected is read and projected into the serving
+    generation, so health and recall agree with it without a rebuild.
+
+    Never infers: a sidecar that went away leaves the projection as it is (health then asks for
+    `adopt-replay`), and one that is not valid is not projected (health names it and its fix)."""
+
+    def __init__(self, layout: VaultLayout, config, lock_timeout: float = 5.0):
+        self.layout, self.config, self.lock_timeout = layout, config, lock_timeout
+        self._stamp: tuple | None = None
+
+    def follow(self) -> tuple[bool, str | None]:
+        """(the projection changed, why the sidecar could not be projected or None). A busy vault
+        lock is neither: the stamp stays unseen and the next call tries again."""
+        if self.config.memory.mode != "bujo":
+            return False, None
+        path = sidecar_path(self.layout.root)
+        narrow_checked_out_sidecar(path)  # before the stamp: narrowing changes its ctime
+        stamp = _stamp_of(path)
+        if stamp is None or stamp == self._stamp:
+            return False, None
+        try:
+            with VaultLock(self.layout.root, timeout=self.lock_timeout):
+                generation = serving_generation(self.layout)
+                if generation is None:
+                    return False, None  # no index yet: the first build projects it
+                self._stamp = stamp
+                _, data = read_sidecar(self.layout.root)
+                return data is not None and write_projection(generation, data), None
+        except VaultLocked:
+            return False, None
+        except (VaultError, OSError) as exc:
+            return False, f"the replay sidecar was not projected: {exc}"
+
+
+def _stamp_of(path: Path) -> tuple | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
 class SupersessionSource:
@@ -269,6 +315,6 @@ def _mismatch(sidecar: ReplayState, held: ReplayState | None, strict: bool) -> s
 
 
 __all__ = [
-    "ADOPTION_MARKER", "SupersessionSource", "capture_blocked_reason", "finish_rebuild", "project_generation",
-    "replay_findings", "verify_projection",
+    "ADOPTION_MARKER", "SidecarFollower", "SupersessionSource", "capture_blocked_reason", "finish_rebuild",
+    "project_generation", "replay_findings", "verify_projection",
 ]  # fmt: skip

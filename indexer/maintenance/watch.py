@@ -21,6 +21,11 @@ Only the note folders are watched below the vault's top (indexer/maintenance/not
 the intake, the index and `.git/` never cost an event. Editor temp/backup names never reach the
 queue (`vault.paths.is_ignored_name`).
 
+BuJo's replay sidecar (`.replay-projection-v1.json`, at the top) is not a note: an event on it
+names it, and after the batch's sync the serving generation's projection follows it when its stat
+stamp changed (`replay_index.SidecarFollower`): a pull that brings another machine's captures
+leaves health and recall in step without a rebuild.
+
 Writes made by memvault itself index the note inline, under the vault lock, and record its
 new stat and hash; when their events arrive the watcher reads the file, finds every row
 already right, and commits nothing.
@@ -31,8 +36,8 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from watchdog.events import (
@@ -51,11 +56,13 @@ from watchdog.events import (
 from memvault.indexer.maintenance.collector import collect_while_idle
 from memvault.indexer.maintenance.derived import BoundaryHook
 from memvault.indexer.maintenance.note_watches import NoteWatches
+from memvault.indexer.maintenance.replay_index import SidecarFollower
 from memvault.indexer.maintenance.sync import SyncOutcome
 from memvault.vault.errors import IndexUnavailable, UnsafePath, VaultError
 from memvault.vault.layout import NOTE_KINDS, parse_note_relpath
 from memvault.vault.locks import LivenessFence
 from memvault.vault.paths import is_ignored_name, vault_relative
+from memvault.vault.replay import SIDECAR_NAME
 
 #: more distinct paths than this in one quiet period (a huge checkout) become one rescan
 MAX_PENDING_PATHS = 4096
@@ -190,6 +197,14 @@ class VaultEventHandler(FileSystemEventHandler):
             relpath = self._relpath(path)
             if relpath is not None and parse_note_relpath(relpath) is not None:
                 self.queue.add(relpath)
+            elif self._names_sidecar(path):
+                self.queue.add(SIDECAR_NAME)  # not synced: the batch's projection follows it
+
+    def _names_sidecar(self, path: str | bytes) -> bool:
+        try:
+            return bool(path) and vault_relative(self.root, Path(os.fsdecode(path))) == SIDECAR_NAME
+        except (UnsafePath, ValueError):
+            return False
 
     def _relpath(self, path: str | bytes) -> str | None:
         """The vault-relative name of an event path, or None if outside or ignored."""
@@ -234,6 +249,8 @@ class BatchReport:
         if self.action:
             return f"[{stamp}] {self.action} the index"
         o = self.outcome
+        if o is None:
+            return f"[{stamp}] nothing to index ({what})"
         return (
             f"[{stamp}] indexed {len(o.files)} file(s) of {o.checked} read ({what}): "
             f"+{o.added} ~{o.updated} -{o.removed} memories in {o.seconds:.3f}s"
@@ -279,6 +296,7 @@ class Watcher:
         self.queue = ChangeQueue(self.debounce, self.max_delay)
         self.handler = VaultEventHandler(self.store.layout.root, self.queue)
         self._backoff = 0.0
+        self._follower = SidecarFollower(self.store.layout, self.store.config)
 
     def stop(self) -> None:
         """Ask `run` to return after the batch in hand (safe from a signal handler)."""
@@ -363,18 +381,30 @@ class Watcher:
         return report
 
     def _apply(self, batch: Batch) -> BatchReport:
-        at = datetime.now(timezone.utc)
-        named = len(batch.paths)
+        at = datetime.now(UTC)
+        notes = tuple(path for path in batch.paths if path != SIDECAR_NAME)
+        named = len(notes)
+        if not notes and not batch.rescan:
+            return self._follow_sidecar(BatchReport(at, 0, False))
         try:
             # in an owner, named notes join its timed index commit (one bounded repair per save)
-            outcome = self.store.sync(None if batch.rescan else batch.paths, hook=self.hook, defer=True)
+            outcome = self.store.sync(None if batch.rescan else notes, hook=self.hook, defer=True)
         except IndexUnavailable as exc:
             return self._rebuild_instead(batch, at, exc)
         except (VaultError, OSError) as exc:
             return BatchReport(at, named, batch.rescan, error=f"{type(exc).__name__}: {exc}")
         if outcome.skipped:
             return BatchReport(at, named, batch.rescan, outcome, error=outcome.skipped)
-        return BatchReport(at, named, batch.rescan, outcome)
+        return self._follow_sidecar(BatchReport(at, named, batch.rescan, outcome))
+
+    def _follow_sidecar(self, report: BatchReport) -> BatchReport:
+        """The batch's report, with the replay projection brought in step with the sidecar."""
+        changed, problem = self._follower.follow()
+        if problem is not None:
+            return replace(report, action="could not project the replay sidecar", error=problem)
+        if changed:
+            return replace(report, action="re-projected the replay sidecar into")
+        return report
 
     def _rebuild_instead(self, batch: Batch, at: datetime, cause: IndexUnavailable) -> BatchReport:
         """The serving index is unreadable (deleted, corrupt, old schema): it is derived, so rebuild."""
@@ -391,11 +421,11 @@ class Watcher:
         try:
             done = compact()
         except (VaultError, OSError) as exc:
-            report = BatchReport(datetime.now(timezone.utc), 0, False, error=str(exc), action="could not compact")
+            report = BatchReport(datetime.now(UTC), 0, False, error=str(exc), action="could not compact")
         else:
             if not done:
                 return
-            report = BatchReport(datetime.now(timezone.utc), 0, False, action="compacted")
+            report = BatchReport(datetime.now(UTC), 0, False, action="compacted")
         if self.on_batch is not None:
             self.on_batch(report)
 
@@ -414,11 +444,11 @@ class Watcher:
         try:
             report = self.store.consolidate(scheduled=True)
         except (VaultError, OSError) as exc:
-            result = BatchReport(datetime.now(timezone.utc), 0, False, error=f"consolidation failed: {exc}")
+            result = BatchReport(datetime.now(UTC), 0, False, error=f"consolidation failed: {exc}")
         else:
             if not report.changed:
                 return
-            result = BatchReport(datetime.now(timezone.utc), 0, False, action="consolidated")
+            result = BatchReport(datetime.now(UTC), 0, False, action="consolidated")
         if self.on_batch is not None:
             self.on_batch(result)
 
