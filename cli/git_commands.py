@@ -67,12 +67,18 @@ def git_resolve(ctx: click.Context, paths: tuple[str, ...], json_: bool) -> None
 
     NOTE is a vault-relative path (daily/2026-11-30.md); without one, every note that holds
     conflict markers. A hunk where one memory was edited two ways is left for you, and named."""
+    from memvault.vault.config import load_config
+    from memvault.vault.errors import VaultError
     from memvault.vault.git_resolve import conflicted_notes, resolve_note
     from memvault.vault.layout import VaultLayout
 
     layout = VaultLayout(_vault_root(ctx))
+    try:
+        zone = load_config(layout.root, dict(os.environ)).memory.zone  # bullets ordered by instant
+    except (VaultError, ValueError):
+        zone = None  # a config it cannot read: by wall time, as written
     chosen = list(paths) or conflicted_notes(layout)
-    results = [resolve_note(layout, relpath) for relpath in chosen]
+    results = [resolve_note(layout, relpath, zone) for relpath in chosen]
     changed = [result.relpath for result in results if result.changed]
     if changed:  # the index follows at once (a running owner is asked to look now)
         with open_store(ctx, engine=True) as store:
@@ -105,11 +111,12 @@ def git_merge_driver(kind: str, base: Path, ours: Path, theirs: Path, path: str)
     Writes the result over OURS.
 
     Exits 0 when merged, 1 when OURS is left in conflict (git's markers; both sides kept)."""
-    from memvault.vault.git_merge import MergeDriverError, merge, write_result
+    from memvault.vault.git_merge import MergeDriverError, merge, note_clock, write_result
 
     try:
         sides = [_read_side(side) for side in (base, ours, theirs)]
-        outcome = merge(kind, *sides, path=path)
+        when = note_clock(path, Path.cwd(), dict(os.environ)) if kind == "note" and path else None
+        outcome = merge(kind, *sides, path=path, when=when)
         write_result(ours, outcome.data)
     except (MergeDriverError, OSError) as exc:
         raise click.ClickException(

@@ -441,3 +441,76 @@ def test_the_replay_sidecar_merges_by_identity_and_stays_canonical(tmp_path):
     assert done.returncode == 1 and "differs on the two sides" in done.stderr and result == clash
     done, result = run_driver(tmp_path, "replay", base, b'{"entries":[],"v":1} trailing\n', theirs)
     assert done.returncode == 1 and "left to a person" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- time order by instant ------------------------------------------------------------------------
+
+FOLD_DAY = "2026-10-25"  # Europe/Amsterdam repeats 02:00-03:00 that night (CEST +02:00, then CET +01:00)
+
+
+def remember_on(root: Path, text: str, at: str) -> str:
+    receipt = memvault_json(root, "remember", "--at", at, text)
+    assert receipt["status"] == "added", receipt
+    return receipt["source"].partition("#^")[2]
+
+
+def test_a_merge_orders_two_machines_bullets_by_instant_across_offsets(tmp_path):
+    root = tmp_path / "vault"
+    root.mkdir()
+    git(root, "init", "-q")
+    assert memvault(root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam").returncode == 0
+    note = root / f"daily/{FOLD_DAY}.md"
+    early = remember_on(root, "Both: the night shift starts.", f"{FOLD_DAY}T01:45:00+02:00")  # 23:45 UTC
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    git(root, "checkout", "-q", "-B", "server")
+    second_pass = remember_on(root, "Server: the backup ran in the repeated hour.", f"{FOLD_DAY}T01:10:00Z")
+    late = remember_on(root, "Server: the shift ends.", f"{FOLD_DAY}T03:15:00+01:00")  # 02:15 UTC
+    with note.open("a") as out:  # a person on a machine in India wrote their own offset
+        out.write("- 05:00+05:30 Pune: the overnight report is in. ^m-0000000051\n")  # 23:30 UTC the day before
+    git(root, "commit", "-qam", "server")
+    git(root, "checkout", "-q", "main")
+    first_pass = remember_on(root, "Laptop: the deploy ran in the first 02:30.", f"{FOLD_DAY}T00:30:00Z")
+    git(root, "commit", "-qam", "laptop")
+    theirs_before = git(root, "show", f"server:daily/{FOLD_DAY}.md").stdout
+    done = git(root, "merge", "-q", "--no-edit", "server", check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = note.read_text()
+    assert "<<<<<<<" not in text
+    rows = re.findall(r"^- (\S+) .* \^([A-Za-z0-9-]+)$", text, re.M)
+    # by instant: 23:30Z (+05:30), 23:45Z, 00:30Z (02:30+02:00), 01:10Z (02:10+01:00), 02:15Z;
+    # by wall time the repeated hour's 02:10 would come before 02:30, and 05:00 last
+    assert [block for _, block in rows] == ["m-0000000051", early, first_pass, second_pass, late], text
+    assert [time for time, _ in rows] == ["05:00+05:30", "01:45", "02:30+02:00", "02:10+01:00", "03:15"]
+    for line in theirs_before.splitlines()[2:]:
+        assert line in text.splitlines(), f"a line changed: {line}"  # ids and texts as written
+
+
+def test_resolve_orders_by_instant_too_and_keeps_ties_in_place(tmp_path):
+    root = tmp_path / "vault"
+    root.mkdir()
+    git(root, "init", "-q")
+    assert memvault(root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam").returncode == 0
+    git(root, "config", "--local", "--remove-section", "merge.memvault-note")  # git's plain conflict
+    relpath = f"daily/{FOLD_DAY}.md"
+    base = f"# {FOLD_DAY}\n\n- 01:00 Base. ^m-00000000b0\n"
+    ours = base + "- 02:30+02:00 First pass. ^m-00000000a1\n- 02:40+02:00 Tie, ours. ^m-00000000a2\n"
+    theirs = base + "- 02:10+01:00 Second pass. ^m-00000000c1\n- 01:40+01:00 Tie, theirs. ^m-00000000c2\n"
+    done = branch_and_merge(root, relpath, base, ours, theirs)
+    assert done.returncode != 0 and "<<<<<<<" in (root / relpath).read_text()
+    resolved = memvault_json(root, "git", "resolve", relpath)
+    assert resolved["notes"][0]["resolved"], resolved
+    ids = re.findall(r"\^([a-z0-9-]+)$", (root / relpath).read_text(), re.M)
+    # 02:40+02:00 and 01:40+01:00 are one instant (00:40 UTC): ours first, as the hunk had them
+    assert ids == ["m-00000000b0", "m-00000000a1", "m-00000000a2", "m-00000000c2", "m-00000000c1"]
+
+
+def test_order_bullets_without_a_zone_keeps_wall_time_order():
+    from memvault.vault.note_conflicts import order_bullets
+
+    lines = ["- 02:30+02:00 a ^m-1\n", "- 02:10+01:00 b ^m-2\n"]
+    assert order_bullets(lines) == lines[::-1]  # no zone known: by wall time, as before
+    from datetime import date
+    from zoneinfo import ZoneInfo
+
+    assert order_bullets(lines, date(2026, 10, 25), ZoneInfo("Europe/Amsterdam")) == lines

@@ -8,7 +8,8 @@ the file, and searchable, until a person resolves it). It never loses a line:
 * a note (`daily/**`, `audit/**`): git's own three-way merge (`git merge-file`), then every hunk
   left in conflict becomes the union of its sides (vault/note_conflicts.py): a bullet both sides
   hold (same block id, same text; Remember gives one fact one id on every machine) once, at its
-  earliest time; then each run of memvault's bullets back in time order. Ids never change. A block
+  earliest time; then each run of memvault's bullets back in time order (by instant: the note's
+  day, each bullet's time and offset, the vault's zone from its config). Ids never change. A block
   id with two different texts, a note that already held markers, or one that is not UTF-8 or is
   over the note size limit is left to git's plain merge, in conflict.
 * `graph.jsonl`: a three-way merge of its lines by key (an entity or fact by id, a relation by its
@@ -33,11 +34,16 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
-from memvault.vault.errors import InvalidRecord
+from memvault.vault.config import load_config
+from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.graph import MAX_GRAPH_BYTES
+from memvault.vault.layout import CONFIG_FILE, parse_note_relpath
 from memvault.vault.note_blocks import MAX_NOTE_BYTES
 from memvault.vault.note_conflicts import (
     OURS_MARK,
@@ -56,6 +62,8 @@ KINDS = ("note", "graph", "index", "replay")
 BLOCK_START, BLOCK_END = "<!-- memvault:consolidate:start -->", "<!-- memvault:consolidate:end -->"
 _LIMITS = {"note": MAX_NOTE_BYTES, "graph": MAX_GRAPH_BYTES, "index": MAX_NOTE_BYTES, "replay": MAX_SIDECAR_BYTES}
 _GIT_TIMEOUT_SECONDS = 60.0
+#: a note's day and its vault's zone: what orders its bullets by instant
+NoteClock = tuple[date, ZoneInfo]
 
 
 class MergeDriverError(Exception):
@@ -70,8 +78,11 @@ class MergeOutcome:
     message: str = ""
 
 
-def merge(kind: str, base: bytes, ours: bytes, theirs: bytes, path: str = "") -> MergeOutcome:
-    """The merge of one file's three versions (git's %O %A %B); `path` only names it in messages."""
+def merge(
+    kind: str, base: bytes, ours: bytes, theirs: bytes, path: str = "", when: NoteClock | None = None
+) -> MergeOutcome:
+    """The merge of one file's three versions (git's %O %A %B); `path` only names it in messages.
+    `when` (a note's day and the vault's zone, `note_clock`) orders its bullets by instant."""
     if kind not in KINDS:
         raise MergeDriverError(f"unknown merge driver kind {kind!r}: one of {', '.join(KINDS)}")
     name = path or kind
@@ -90,16 +101,35 @@ def merge(kind: str, base: bytes, ours: bytes, theirs: bytes, path: str = "") ->
         return _plain(base, ours, theirs, f"{name} already held conflict markers; left to a person")
     merged, conflicts = merge_file(base, ours, theirs)
     if kind == "note":
-        return _finish_note(merged, name)
+        return _finish_note(merged, name, when)
     return _finish_index(merged, conflicts, name)
 
 
-def _finish_note(merged: bytes, name: str) -> MergeOutcome:
+def note_clock(path: str, top: Path, env: Mapping[str, str]) -> NoteClock | None:
+    """The day and the vault's zone of the note git names `path` (%P, relative to the worktree
+    `top`): the nearest folder at or under `top` holding a vault config is its vault. None when
+    the note is in no vault, or its config cannot say (the merge then orders by wall time)."""
+    where = Path(top) / path
+    for folder in where.parents:
+        if folder != top and top not in folder.parents:
+            return None
+        if (folder / CONFIG_FILE).is_file():
+            parsed = parse_note_relpath(where.relative_to(folder).as_posix())
+            try:
+                return None if parsed is None else (parsed[1], load_config(folder, env).memory.zone)
+            except (VaultError, OSError, ValueError):
+                return None
+    return None
+
+
+def _finish_note(merged: bytes, name: str, when: NoteClock | None = None) -> MergeOutcome:
     resolution = resolve_hunks(merged.decode("utf-8").splitlines(keepends=True))
     if resolution.unresolved:  # left as git made it, for a person
         data = "".join(resolution.lines).encode("utf-8")
         return MergeOutcome(data, False, f"{name}: left in conflict ({'; '.join(resolution.unresolved)})")
-    return MergeOutcome("".join(order_bullets(dedupe_bullets(resolution.lines))).encode("utf-8"), True)
+    day, tz = when or (None, None)
+    ordered = order_bullets(dedupe_bullets(resolution.lines, day, tz), day, tz)
+    return MergeOutcome("".join(ordered).encode("utf-8"), True)
 
 
 def _finish_index(merged: bytes, conflicts: int, name: str) -> MergeOutcome:

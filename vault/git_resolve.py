@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.fsio import read_bytes_nofollow
@@ -49,11 +50,13 @@ def conflicted_notes(layout: VaultLayout) -> list[str]:
     return found
 
 
-def resolve_note(layout: VaultLayout, relpath: str) -> Resolved:
-    """Resolve one note's conflict hunks (see the module docstring). Raises InvalidRecord for a
-    path that is not a note, or a note that cannot be read as UTF-8."""
+def resolve_note(layout: VaultLayout, relpath: str, tz: ZoneInfo | None = None) -> Resolved:
+    """Resolve one note's conflict hunks (see the module docstring); with the vault's zone `tz`,
+    its bullets are ordered by instant. Raises InvalidRecord for a path that is not a note, or a
+    note that cannot be read as UTF-8."""
     relpath = relpath.replace("\\", "/").removeprefix("./")
-    if parse_note_relpath(relpath) is None:
+    parsed = parse_note_relpath(relpath)
+    if parsed is None:
         raise InvalidRecord(f"{relpath} is not a daily/ or audit/ note. Fix: name a note, e.g. daily/2026-11-30.md")
     path = resolve_inside(layout.root, relpath)
     with VaultLock(layout.root):
@@ -70,7 +73,10 @@ def resolve_note(layout: VaultLayout, relpath: str) -> Resolved:
         if not has_markers(text):
             return Resolved(relpath, resolved=True)
         resolution = resolve_hunks(text.splitlines(keepends=True))
-        lines = resolution.lines if resolution.unresolved else order_bullets(dedupe_bullets(resolution.lines))
+        if resolution.unresolved:
+            lines = resolution.lines
+        else:
+            lines = order_bullets(dedupe_bullets(resolution.lines, parsed[1], tz), parsed[1], tz)
         new = "".join(lines).encode("utf-8")
         if new != data:
             replace_if_unchanged(path, data, new, mode=Path(path).stat().st_mode & 0o777)

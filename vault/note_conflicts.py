@@ -27,8 +27,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import date
+from zoneinfo import ZoneInfo
 
-from memvault.vault.clock import TIME_PATTERN
+from memvault.vault.clock import TIME_PATTERN, bullet_instant
 from memvault.vault.ids import BLOCK_ID_PATTERN, normalize_text
 
 OURS_MARK, BASE_MARK, SPLIT_MARK, THEIRS_MARK = "<<<<<<<", "|||||||", "=======", ">>>>>>>"
@@ -192,9 +194,11 @@ def _hunk_end(lines: list[str], first: int) -> int:
     return len(lines)
 
 
-def dedupe_bullets(lines: list[str]) -> list[str]:
+def dedupe_bullets(lines: list[str], day: date | None = None, tz: ZoneInfo | None = None) -> list[str]:
     """A memvault bullet (one line, `^id`) held twice with the same text, as both machines'
-    Remember of one fact makes it (the id is the content's), kept once: its earliest copy."""
+    Remember of one fact makes it (the id is the content's), kept once: its earliest copy (by
+    instant with the note's `day` and the vault's zone `tz`, as `order_bullets`)."""
+    key = _time_key(day, tz)
     copies: dict[tuple[str, str], list[int]] = {}
     for index, line in enumerate(lines):
         match = _ONE_LINE_BULLET.fullmatch(line)
@@ -203,15 +207,20 @@ def dedupe_bullets(lines: list[str]) -> list[str]:
     dropped = set()
     for places in copies.values():
         if len(places) > 1:
-            keep = min(places, key=lambda place: (_ONE_LINE_BULLET.fullmatch(lines[place])["time"], place))
+            keep = min(places, key=lambda place: (key(lines[place]), place))
             dropped.update(place for place in places if place != keep)
     return [line for index, line in enumerate(lines) if index not in dropped]
 
 
-def order_bullets(lines: list[str]) -> list[str]:
+def order_bullets(lines: list[str], day: date | None = None, tz: ZoneInfo | None = None) -> list[str]:
     """Each run of one-line timed bullets (no other line in between, none continued on the next
-    line) in time order; a stable sort, so bullets of one minute keep their order, and no line
-    changes."""
+    line) in time order; a stable sort, so bullets of one instant keep their order, and no line
+    changes.
+
+    With the note's `day` and the vault's zone `tz`, the order is the instants' (vault/clock.py:
+    `09:30+05:30` is 04:00 UTC and comes before a bare `06:00` in Europe/Amsterdam; the two
+    `01:30`s of a DST fold by their offsets). Without them, by wall time (HH:MM), as written."""
+    key = _time_key(day, tz)
     out = list(lines)
     index = 0
     while index < len(out):
@@ -223,12 +232,23 @@ def order_bullets(lines: list[str]) -> list[str]:
             newline = "\r\n" if run[0].endswith("\r\n") else "\n"
             last_has_newline = run[-1].endswith("\n")
             ended = [line if line.endswith("\n") else line + newline for line in run]
-            ended.sort(key=lambda line: _TIMED_LINE.fullmatch(line)["time"][:5])
+            ended.sort(key=key)
             if not last_has_newline:
                 ended[-1] = ended[-1].rstrip("\r\n")
             out[index:end] = ended
         index = max(end, index + 1)
     return out
+
+
+def _time_key(day: date | None, tz: ZoneInfo | None):
+    """What orders two timed bullet lines: their instants when the day and zone are known."""
+    if day is None or tz is None:
+        return lambda line: _time_of(line)[:5]
+    return lambda line: bullet_instant(day, _time_of(line), tz)
+
+
+def _time_of(line: str) -> str:
+    return _TIMED_LINE.fullmatch(line)["time"]
 
 
 def _in_run(lines: list[str], index: int) -> bool:
