@@ -60,14 +60,12 @@ def init_command(
     json_: bool,
 ) -> None:
     """Create a vault in PATH (default: the current folder)."""
-    from memvault.vault.config import default_config_data, render_config
+    from memvault.vault.config import default_config_data, index_block, render_config
     from memvault.vault.init import host_time_zone, init_vault
 
     root = path or ctx.obj["vault_path"] or Path.cwd()
-    block = None
-    if index == "postgres":
-        block = {"backend": "postgres", "name": index_name or root.resolve().name.lower()}
-    elif index_name is not None:
+    block = index_block(index, index_name or root.resolve().name.lower())
+    if block is None and index_name is not None:
         raise click.UsageError("--index-name applies to --index postgres")
     data = default_config_data(mode=mode, time_zone=time_zone or host_time_zone(dict(os.environ)), index=block)
     created = init_vault(root, render_config(data), git_driver=driver_command())
@@ -246,7 +244,7 @@ def validate_command(ctx: click.Context, json_: bool) -> None:
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     config = load_config(root, dict(os.environ))
     problems = []
-    if config.index.backend != "local":  # the server is part of the configuration: reach it
+    if config.index.on_server:  # the server is part of the configuration: reach it
         from memvault.indexer.backend import check_server
 
         problems = check_server(config.index)
@@ -268,7 +266,7 @@ def validate_command(ctx: click.Context, json_: bool) -> None:
     else:
         click.echo(
             f"{root}: configuration is valid ({config.memory.mode}, {config.memory.write_mode}"
-            f"{', index on ' + config.index.backend if config.index.backend != 'local' else ''})."
+            f"{', index on ' + config.index.backend if config.index.on_server else ''})."
         )
     if problems:
         ctx.exit(1)

@@ -35,12 +35,12 @@ def make_vault(tmp_path: Path, mode: str = "lite", write_mode: str = "append-hos
 
 
 def store_for(root: Path, clock=None):
-    from memvault.indexer.engine.store import MemoryStore, _store_class
+    from memvault.indexer.engine.store import MemoryStore
     from memvault.vault.config import load_config
     from memvault.vault.layout import VaultLayout
 
-    config = load_config(root, {})  # an index block (a both_backends test's postgres run): the server store
-    return _store_class(MemoryStore, config)(VaultLayout(root), config, clock=clock or Clock())
+    config = load_config(root, {})  # an index block (a both_backends test's postgres run): the server's engine
+    return MemoryStore(VaultLayout(root), config, clock=clock or Clock())
 
 
 def admit(

@@ -464,7 +464,7 @@ def test_a_save_landing_between_a_commits_repair_and_its_read_hides_no_acknowled
     (without memvault's new line) right after the committer repaired the note and before it
     read it. The commit must not take that read: the memory would leave the pending rows before
     the index had it. It repairs and reads again, and every read finds the memory."""
-    import memvault.indexer.engine.store as store_module
+    import memvault.indexer.engine.index_commits as store_module  # the commit's repair and read
     from memvault import MemoryStore
 
     root = make_local_vault(tmp_path, mode="journal")

@@ -96,3 +96,72 @@ def test_indexer_never_prints():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("print", "exit", "quit"):
                 offences.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offences == []
+
+
+#: the engines' own names, as the config's index block spells them
+ENGINE_NAMES = {"local", "postgres"}
+#: classes of one engine (or of one engine's generations) that no caller may test for or build
+ENGINE_CLASSES = {"DerivedIndex", "LocalBackend", "PostgresBackend", "LocalGenerations", "ServerGenerations"}
+#: the local engine, in indexer/maintenance/: its generations, its vectors, its health, its adapter
+LOCAL_ENGINE = {"derived", "local_generations", "local_backend", "semantic_service", "semantic_catch_up",
+                "health", "health_checks", "replay_adopt"}  # fmt: skip
+
+
+def _engine_checks(path: Path, tree: ast.AST):
+    """(line, what) for each place the module checks or names an engine (docstrings are not code)."""
+    stem = path.stem
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            operands += [elt for op in operands if isinstance(op, ast.Tuple | ast.List | ast.Set) for elt in op.elts]
+            strings = {op.value for op in operands if isinstance(op, ast.Constant) and isinstance(op.value, str)}
+            by_attribute = any(isinstance(op, ast.Attribute) and op.attr in ("backend", "engine") for op in operands)
+            if "postgres" in strings or (by_attribute and strings):
+                yield node.lineno, f"compares with {sorted(strings)}"
+        elif isinstance(node, ast.Call):
+            callee = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+            if callee == "IndexConfig" and any(
+                isinstance(a, ast.Constant) and a.value in ENGINE_NAMES for a in arguments
+            ):
+                yield node.lineno, "builds an IndexConfig naming an engine"
+        names = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.ImportFrom):
+            names = [alias.name for alias in node.names]
+        for name in set(names) & ENGINE_CLASSES:
+            chooser = name.endswith("Generations") and stem == "index_engines"
+            if not (chooser or name == "DerivedIndex" and stem in LOCAL_ENGINE and "maintenance" in path.parts):
+                yield node.lineno, f"names {name}"
+        modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        modules += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        for module in modules:
+            if module.startswith("memvault.indexer.backend.postgres"):
+                yield node.lineno, f"imports {module}"
+
+
+def test_nothing_outside_the_backends_and_the_config_loader_names_an_engine():
+    """Where the engines differ, the seam says so (`IndexConfig.on_server`, the capabilities of
+    `backend.base.IndexGenerations`); no caller asks which engine it is talking to."""
+    offences = []
+    for top in ("memvault", "vault", "indexer", "cli"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            relative = path.relative_to(REPO)
+            if relative.parts[:2] == ("indexer", "backend") or (top == "vault" and path.stem.startswith("config")):
+                continue
+            for line, what in _engine_checks(path, ast.parse(path.read_text())):
+                offences.append(f"{relative}:{line} {what}")
+    assert offences == []
+
+
+def test_the_engine_name_check_sees_code_not_prose():
+    flagged = list(_engine_checks(Path("cli/x.py"), ast.parse('"""if backend == "postgres", DerivedIndex"""\n')))
+    assert flagged == []
+    code = (
+        'if config.index.backend != "local": pass\nIndexConfig("postgres", n, d)\nisinstance(i, DerivedIndex)\n'
+        "from memvault.indexer.backend.postgres.engine import PostgresBackend\n"
+    )
+    assert sorted({line for line, _ in _engine_checks(Path("cli/x.py"), ast.parse(code))}) == [1, 2, 3, 4]

@@ -541,7 +541,7 @@ def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
     (new_vault / "daily" / "2026-11-30.md").write_text("# 2026-11-30\n\n" + lines)
     with MemoryStore.open(new_vault, engine=False) as store:
         store.sync()
-        _, known = store._index._known
+        _, known = store._engine.current._known
         assert "daily/2026-11-30.md" in known and len(known) == 8
 
 

@@ -164,6 +164,16 @@ class IndexConfig:
     #: else "" (libpq's defaults, PGSERVICE, ~/.pg_service.conf and ~/.pgpass)
     dsn: str = field(default="", repr=False)
 
+    @property
+    def on_server(self) -> bool:
+        """The index lives on an index server (shared, reached by name), not in `.index/`."""
+        return self.backend != "local"
+
+    @classmethod
+    def server(cls, name: str, dsn: str) -> IndexConfig:
+        """A vault reached by its name on the team's index server (docs/team.md)."""
+        return cls("postgres", name, dsn)
+
 
 @dataclass(frozen=True)
 class Config:
@@ -520,6 +530,11 @@ def _resolve_index(flat: dict[str, Any], vault_path: Path | None, env: Mapping[s
 
 
 # --- writing ----------------------------------------------------------------------------------
+
+
+def index_block(backend: str, name: str) -> dict | None:
+    """The `index` block `memvault init --index BACKEND` writes; None for the vault's own `.index/`."""
+    return None if backend == "local" else {"backend": backend, "name": name}
 
 
 def default_config_data(mode: str = "journal", time_zone: str = "UTC", index: dict | None = None) -> dict:

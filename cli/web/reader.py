@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memvault.cli.web.snapshots import StaleWhileRevalidate
@@ -50,7 +50,7 @@ class VaultReader:
         self.root: Path = store.layout.root
         self.config = store.config
         self.env = dict(env if env is not None else getattr(store, "env", {}))
-        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._clock = clock or (lambda: datetime.now(UTC))
         self._calls = threading.Lock()
         self._meta_cache: dict[Path, tuple[tuple[int, int], int | None]] = {}
         self._status: StaleWhileRevalidate | None = None
@@ -207,7 +207,7 @@ class VaultReader:
     def archived_document(self, name: str):
         from memvault.vault.documents.format import ARCHIVED_DIR, ID_RE, parse_document
 
-        stem = name[:-3] if name.endswith(".md") else name
+        stem = name.removesuffix(".md")
         if ID_RE.fullmatch(stem) is None:
             raise InvalidRecord(f"{name!r} is not an archived document name: see the Content page for the list")
         note = self._text_file(f"{ARCHIVED_DIR}/{stem}.md")
@@ -268,7 +268,7 @@ class VaultReader:
     def health(self):
         from memvault.indexer.maintenance.health import check_health
 
-        if self.config.index.backend != "local":  # the server's rows, not `.index/`: the store's own report
+        if self.config.index.on_server:  # the server's rows, not `.index/`: the store's own report
             return _HealthJson(self.store.health_report(strict=False))
         return check_health(self.store.layout, self.config, strict=False)
 
@@ -373,13 +373,10 @@ class VaultReader:
         return count
 
     def _index_or_none(self):
-        from memvault.indexer.maintenance.derived import DerivedIndex
+        from memvault.indexer.maintenance.index_engines import index_for_reader  # tantivy: only pages that count rows
 
         try:
-            if self.config.index.backend != "local":  # the store's serving generation on the server
-                readable = getattr(self.store, "_readable_index", None)  # (an owner's client has none)
-                return None if readable is None else readable()
-            return DerivedIndex.open_current(self.store.layout)
+            return index_for_reader(self.store)
         except (VaultError, OSError, ValueError):
             return None
 

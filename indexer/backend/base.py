@@ -8,7 +8,9 @@ them itself, so fusion, question coverage and the modes are the same whatever en
 
 Engines: Tantivy + hnswlib (`indexer/maintenance/local_backend.py`, the default) and
 PostgreSQL + pgvector (`indexer/backend/postgres/`). Nothing above this module imports an
-engine's own classes; differences are the `supports_…` flags, never `if backend == …`.
+engine's own classes. The store keeps its generations through `IndexGenerations`, one per
+engine (`maintenance/local_generations.py`, `maintenance/server_generations.py`); where the
+engines differ it says so in a capability its callers read, never `if backend == …`.
 
 Guarantees every engine keeps (tests/test_backend_conformance.py runs the same suite on each):
 * `apply` is one commit: when it returns, the rows, their vectors and the file states are
@@ -21,6 +23,7 @@ Guarantees every engine keeps (tests/test_backend_conformance.py runs the same s
 """
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Protocol, runtime_checkable
@@ -90,12 +93,6 @@ class IndexBackend(Protocol):
 
     #: the engine's name in messages and `health` ("local", "postgres")
     engine: str
-    #: a rebuild from the index's own rows (Tantivy keeps deleted rows in its statistics)
-    supports_compaction: bool
-    #: vectors are written by `apply` itself, in its commit (no background embedding queue)
-    supports_vectors_in_commit: bool
-    #: one server holds many vaults, and `search_across` can fuse them
-    supports_many_vaults: bool
 
     # --- generations --------------------------------------------------------------------------
 
@@ -205,3 +202,46 @@ class ServerIndexBackend(IndexBackend, Protocol):
 
     def set_replay_projection(self, generation: int, data: bytes | None) -> None:
         """Make the generation hold exactly `data` (None: no projection), in one statement."""
+
+
+class IndexGenerations(Protocol):
+    """What `MemoryStore` asks of its engine: the serving generation, a new one built beside it,
+    the swap, health and closing. Generations are the engine's index objects (`DerivedIndex`,
+    `ServerIndex`); the store diffs notes into them through their `apply`."""
+
+    #: the serving generation this process last opened, or None
+    current: object | None
+    #: the engine's vectors (`semantic_service.SemanticService`, `server_index.ServerVectors`), or None
+    vectors: object | None
+    #: the index is files on this machine: another process of the vault (a client of the owner,
+    #: the web pages) may open and read them itself; False: the owner answers its reads
+    files_on_this_machine: bool
+
+    def serving(self, create_missing: bool) -> object:
+        """The serving generation, built first when `create_missing` and there is none yet."""
+
+    def writable(self) -> object:
+        """The serving generation, current with other processes' commits. Vault lock held."""
+
+    def seen(self, generation: object) -> None:
+        """This process committed to `generation` (the serving one): not another's commit."""
+
+    def building(self) -> AbstractContextManager[None]:
+        """Around a rebuild's build and swap (rebuild lock held): leftovers of killed builds go
+        first, and a failure leaves the serving generation as it was."""
+
+    def build(self, progress, hook=None) -> object:
+        """A new generation holding every note, not serving yet."""
+
+    def swap_in(self, generation: object, hook=None, progress=None) -> None:
+        """Catch up with writes made while building, then make it serving. Vault lock held."""
+
+    def compact(self, hook=None) -> bool:
+        """Rewrite the serving generation from its own rows; False when there was nothing to do."""
+
+    def health_report(self, config, *, strict: bool, extra) -> dict:
+        """`memvault health` as JSON (`maintenance/health.py`) under the store's `config` as it is
+        now, with `extra` findings (the owner's own state)."""
+
+    def close(self) -> None:
+        """Let go of the serving generation and any connection."""

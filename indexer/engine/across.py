@@ -67,7 +67,7 @@ def search_across(names: Iterable[str], query: str, *, dsn: str = "", limit: int
     opened, hidden = [], []
     try:
         for name in names:
-            backend = open_backend(IndexConfig("postgres", name, dsn), create=False)
+            backend = open_backend(IndexConfig.server(name, dsn), create=False)
             opened.append(backend)
             generation = _serving(backend)
             if generation is None:

@@ -63,12 +63,9 @@ class ReadsThroughOwner(VaultError):
 
 def read_view(store, args: dict) -> dict:
     """What a client needs to answer `query` in its own process (see the module's docstring)."""
-    from memvault.indexer.maintenance.derived import DerivedIndex
-    from memvault.indexer.search.bm25 import Bm25Index
-
     query, since, epoch = _view_args(args)
     index = store._readable_index()
-    if type(index) is not DerivedIndex or not isinstance(index.bm25, Bm25Index):
+    if not store._engine.files_on_this_machine:
         return {"reads": "owner"}  # a vault indexed on a server: its owner answers recalls
     if store.config.memory.rerank is not None:
         return {"reads": "owner"}  # the second stage calls a model with the owner's credentials

@@ -104,7 +104,7 @@ class ConnectedStore:
     @property
     def backend(self):
         if self._backend is None:
-            self._backend = open_backend(IndexConfig("postgres", self.name, self.dsn), create=False)
+            self._backend = open_backend(IndexConfig.server(self.name, self.dsn), create=False)
         return self._backend
 
     def settings(self) -> dict:
@@ -353,7 +353,7 @@ class ConnectedStore:
 
         findings = [
             _finding("error", "server", problem, "see docs/team.md")
-            for problem in check_server(IndexConfig("postgres", self.name, self.dsn))
+            for problem in check_server(IndexConfig.server(self.name, self.dsn))
         ]
         details: dict = {}
         if not findings:

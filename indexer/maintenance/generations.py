@@ -238,3 +238,12 @@ def _pointer_name(index_dir: Path) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     return name if _GENERATION_RE.fullmatch(name) else None
+
+
+def embedding_identity(config) -> dict | None:
+    """The identity a new generation is built for ({"provider","model","dim"}); sync and the
+    watcher never change it."""
+    embeddings = config.memory.embeddings
+    if embeddings is None:
+        return None
+    return {"provider": embeddings.provider, "model": embeddings.model, "dim": embeddings.dim}

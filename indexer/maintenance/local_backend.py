@@ -27,9 +27,6 @@ _NUMBER_RE = re.compile(r"gen-(\d+)")
 
 class LocalBackend:
     engine = "local"
-    supports_compaction = True
-    supports_vectors_in_commit = False  # the store embeds through its background queue
-    supports_many_vaults = False
 
     def __init__(self, layout: VaultLayout):
         self.layout = layout

@@ -389,15 +389,6 @@ class ServerVectors:
         runs statements of different threads at once (each on a connection of its own)."""
         return self.index is not None and self.index.backend.concurrent_statements >= 2
 
-    def attach_building(self, index, progress=None) -> None:
-        """Nothing to set up: the rows carry their vectors."""
-
-    def finish_building(self, index, progress=None) -> None:
-        """Nothing to finish: every apply embedded what it wrote."""
-
-    def abandon_building(self, index) -> None:
-        """Nothing runs in the background."""
-
     def catch_up(self, index, vault_zone: str, *, thorough: bool = False) -> int:
         return 0  # no row is ever written without its vector
 

@@ -12,8 +12,8 @@ the generation's own row, `maintenance/server_index.py`). Readers find it two wa
 * recall reads it from the rows it searches (`bm25.kept_projection`: the owner's, a connected
   client's and a search across vaults' alike);
 * callers that name a generation by its path (capture, consolidation, health, graph expansion)
-  find it through the store that keeps that vault's generations: a `ServerIndexedStore`
-  registers itself for its vault's `.index/` folder (`keep_elsewhere`), and a path under that
+  find it through what keeps that vault's generations: a store's server engine
+  (`maintenance/server_generations.py`) registers itself for its vault's `.index/` folder (`keep_elsewhere`), and a path under that
   folder is asked of it. A path nobody keeps is read from its folder, as before.
 
 Parsed projections are cached by their SHA-256, so a reader that knows the digest (read with the
@@ -57,7 +57,7 @@ class KeptProjection(Protocol):
 
 
 class ProjectionKeeper(Protocol):
-    """What keeps a vault's generations elsewhere (a ServerIndexedStore): asked by path."""
+    """What keeps a vault's generations elsewhere (a store's server engine): asked by path."""
 
     def kept_projection(self, generation: Path) -> KeptProjection | None:
         """The projection of the generation this path stands for, None if it is not one of ours."""

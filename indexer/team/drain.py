@@ -276,6 +276,6 @@ class TeamSide:
 def team_side_for(store, *, log=None, hook=None) -> TeamSide | None:
     """A TeamSide when the vault's index lives on a server that holds many vaults, else None."""
     index = getattr(store.config, "index", None)
-    if index is None or index.backend == "local":
+    if index is None or not index.on_server:
         return None
     return TeamSide(store, log=log, hook=hook)

@@ -137,9 +137,6 @@ _CONNECTIONS = 2
 
 class PostgresBackend:
     engine = "postgres"
-    supports_compaction = False
-    supports_vectors_in_commit = True
-    supports_many_vaults = True
 
     def __init__(self, dsn: str, vault: str, *, create: bool = True):
         require_psycopg()
