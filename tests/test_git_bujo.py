@@ -6,10 +6,13 @@ server both clones' config names (tests/capture_helpers.py), counting every call
 """
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+from memvault.indexer.maintenance.generations import current_generation
+from memvault.indexer.search.supersession import read_projection
 from memvault.indexer.services.intake_worker import IntakeWorker
 from memvault.vault.errors import UnsafePath
 from memvault.vault.replay import read_sidecar, sidecar_path
@@ -189,6 +192,32 @@ def test_the_owner_reprojects_a_sidecar_a_pull_changed_without_a_rebuild(tmp_pat
         wait_for(lambda: [h for h in memvault_json(server, "search", fact)["hits"] if h["text"] == fact],
                  what="the pulled facts")  # fmt: skip
         assert mode_of(sidecar_path(server)) == 0o600
+    finally:
+        err = owner.stop()
+    assert "Traceback" not in err, err
+
+
+def test_the_owner_follows_a_checkout_that_changes_only_the_sidecar(tmp_path, hub_and_laptop):
+    hub, laptop = hub_and_laptop
+    server = clone(hub, tmp_path / "server")
+    capture(laptop)
+    commit_all(laptop, "the laptop's capture")
+    git(laptop, "push", "-q")
+    owner = OwnerProcess(server, "watch", None, "--consolidate-every", "0").wait_serving()
+    try:
+        generation = wait_for(lambda: current_generation(server / ".index"), what="the server's first index")
+        time.sleep(1.0)  # the owner's start-up rescan is over: only the sidecar's own event is left
+        git(server, "fetch", "-q")
+        git(server, "checkout", "origin/main", "--", ".replay-projection-v1.json")  # no note changes
+        published = read_sidecar(laptop)[1]
+
+        def projected() -> bool:  # the file itself: a CLI command would ask the owner to rescan
+            found = read_projection(current_generation(server / ".index") or generation)
+            return found is not None and found[1] == published
+
+        wait_for(projected, what="the owner to project a sidecar no note event came with")
+        report = memvault_json(server, "health", "--strict")
+        assert not any(f["code"] in ("canonical_mismatch", "sidecar_invalid") for f in report["findings"]), report
     finally:
         err = owner.stop()
     assert "Traceback" not in err, err
