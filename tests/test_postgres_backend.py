@@ -321,7 +321,7 @@ def test_a_bulk_import_into_a_new_vault_rebuilds_its_vector_index_after_the_load
         generation = store.backend.serving_generation()
         wanted = {f"memvault_rows_bulk_g{generation}_hnsw", f"mvpl_bulk_g{generation}", f"mvpd_bulk_g{generation}"}
         assert wanted <= _leaf_indexes(postgres_dsn, "bulk", generation)
-        vector = store._embedder().embed_query("barge from the harbour")
+        vector = store._engine._embedder().embed_query("barge from the harbour")
         assert len(store.backend.vector_candidates(generation, vector, 50)) == 50
         assert store.recall("shipment 123 harbour barge").hits[0].text == facts[123]
         more = [f"Crate {i} reached the depot on a lorry." for i in range(40)]
