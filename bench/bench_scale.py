@@ -424,7 +424,8 @@ def where(root: Path, trace: bool, top: int, imports: int) -> None:
     index = DerivedIndex.open_generation(current_generation(store.layout.index_dir))
     index.bm25.search("warm up", 10)
     step("BM25 + manifest open")
-    store._index, store._manifest_stamp = index, store._stamp(index)
+    store._engine.current = index  # the store's local engine serves this generation from here
+    store._engine.seen(index)
     store._semantic.attach_serving(index)
     step("vectors loaded")
     store.recall(queries[0], limit=10)
