@@ -190,7 +190,7 @@ def bench_locomo(tmp: Path, env: dict, conversations: int, filler: int = 0) -> N
     holds that many generated memories (bench/generate.py), so the server's lexical lists are
     long enough to be cut where a question's words are common."""
     from bench.generate import write_memories
-    from bench.locomo import DEFAULT_DATA, KS, _EVIDENCE_RE, dialog_id, write_vault
+    from bench.locomo import _EVIDENCE_RE, DEFAULT_DATA, KS, dialog_id, write_vault
 
     data = json.loads(DEFAULT_DATA.read_text())[:conversations]
     scores: dict[tuple[str, str, int], list[float]] = {}

@@ -4,7 +4,7 @@ promises are checked here, the same way on each engine."""
 
 import hashlib
 import uuid
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import numpy as np
 import pytest
@@ -35,7 +35,7 @@ def backend(request, tmp_path):
 
 
 def record(i: int, text: str, path: str = NOTE, kind: str = "curated", chash: str | None = None) -> MemoryRecord:
-    return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), datetime(2026, 11, 30, 9, i % 60, tzinfo=timezone.utc),
+    return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), datetime(2026, 11, 30, 9, i % 60, tzinfo=UTC),
                         text, chash or f"hash-{i}", None, True, ())  # fmt: skip
 
 
@@ -128,7 +128,7 @@ def test_lexical_candidates_are_ranked_and_curated_only(backend):
     assert hits[0][0] == f"{NOTE}#m-0000"
     assert {k for k, _ in hits} == {f"{NOTE}#m-0000", f"{NOTE}#m-0001"}
     assert hits == sorted(hits, key=lambda h: (-h[1], h[0]))
-    assert backend.lexical_candidates(generation, "blue", 10, ("audit",))[0][0] == f"audit/2026-11-30.md#m-0050"
+    assert backend.lexical_candidates(generation, "blue", 10, ("audit",))[0][0] == "audit/2026-11-30.md#m-0050"
     assert backend.lexical_candidates(generation, "", 10) == []
 
 

@@ -6,8 +6,7 @@ it is the reported `sed -i` loop itself, against Remember.
 
 import os
 import subprocess
-import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -162,7 +161,7 @@ def test_2_duplicate_means_findable_now(new_vault):
 @pytest.mark.both_backends
 def test_3_frontmatter_zone_decides_the_written_wall_time(new_vault):
     write(new_vault, NOTE, "---\ntimeZone: America/New_York\n---\n# 2026-11-30\n\n")
-    at = datetime(2026, 11, 30, 17, 0, tzinfo=timezone.utc)  # 18:00 in Amsterdam, 12:00 in New York
+    at = datetime(2026, 11, 30, 17, 0, tzinfo=UTC)  # 18:00 in Amsterdam, 12:00 in New York
     with MemoryStore.open(new_vault) as store:
         store.remember("Lunch with the New York team.", at=at)
         [hit] = store.recall("Lunch with the New York team").hits[:1]
@@ -173,7 +172,7 @@ def test_3_frontmatter_zone_decides_the_written_wall_time(new_vault):
 @pytest.mark.both_backends
 def test_3_frontmatter_zone_on_another_date_writes_an_exact_offset(new_vault):
     write(new_vault, NOTE, "---\ntimeZone: America/New_York\n---\n")
-    at = datetime(2026, 11, 30, 2, 30, tzinfo=timezone.utc)  # 03:30 on the 30th in Amsterdam, the 29th in New York
+    at = datetime(2026, 11, 30, 2, 30, tzinfo=UTC)  # 03:30 on the 30th in Amsterdam, the 29th in New York
     with MemoryStore.open(new_vault) as store:
         store.remember("Late call with New York.", at=at)
         assert store.recall("Late call with New York").hits[0].at == at
@@ -185,7 +184,7 @@ def test_3_bom_before_frontmatter_still_reads_the_zone(new_vault):
     write(new_vault, NOTE, "\ufeff---\ntimeZone: America/New_York\n---\n- 12:00 Standup with New York.\n")
     with MemoryStore.open(new_vault) as store:
         [hit] = store.recall("Standup with New York").hits[:1]
-        assert hit.at == datetime(2026, 11, 30, 17, 0, tzinfo=timezone.utc)
+        assert hit.at == datetime(2026, 11, 30, 17, 0, tzinfo=UTC)
         assert (new_vault / NOTE).read_bytes().startswith(b"\xef\xbb\xbf---")
 
 
@@ -339,7 +338,7 @@ def test_8_an_opted_in_index_md_is_rewritten_only_when_what_it_shows_changes(new
 def test_3_and_5_batch_writer_uses_the_notes_zone_and_the_nested_layout(new_vault):
     write(new_vault, "daily/2026/11/2026-11-29.md", "---\ntimeZone: America/New_York\n---\n- 09:00 older\n")
     write(new_vault, "daily/2026/11/2026-11-30.md", "---\ntimeZone: America/New_York\n---\n")
-    at = datetime(2026, 11, 30, 17, 0, tzinfo=timezone.utc)
+    at = datetime(2026, 11, 30, 17, 0, tzinfo=UTC)
     with MemoryStore.open(new_vault) as store:
         [outcome] = store.remember_many([{"text": "Batch lunch with New York.", "at": at}])
         assert outcome.receipt.source.startswith("daily/2026/11/2026-11-30.md#^m-")

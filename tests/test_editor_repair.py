@@ -217,8 +217,8 @@ def test_saves_by_rename_during_appends_are_retried_at_once_then_with_backoff(ne
     """A save by rename that lands during an append leaves a whole new file: the append goes
     again at once (a few times), and only a save that keeps landing meets the backoff; a save in
     place (the file may be half written) meets it at once."""
-    from memvault.vault.note_append import APPEND_ATTEMPTS, NewBullet, append_bullets_once
     from memvault.vault.layout import VaultLayout
+    from memvault.vault.note_append import APPEND_ATTEMPTS, NewBullet, append_bullets_once
 
     layout = VaultLayout(new_vault)
     with MemoryStore.open(new_vault) as store:

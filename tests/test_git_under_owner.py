@@ -8,6 +8,7 @@ back: it would exist nowhere else. See docs/durability.md, "git and the recent-w
 """
 
 import subprocess
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -125,12 +126,10 @@ def _commit_note(root: Path, relpath: str, text: str) -> Path:
 def test_a_line_git_keeps_nowhere_is_put_back_and_an_editor_save_still_repaired(repo):
     relpath = "daily/2026-11-30.md"
     note = _commit_note(repo, relpath, "# 2026-11-30\n\n- typed this morning\n")
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     with MemoryStore.open(repo) as store:
-        receipt = store.remember(
-            "Discarded by checkout, kept by memvault.", at=datetime(2026, 11, 30, 9, tzinfo=timezone.utc)
-        )
+        receipt = store.remember("Discarded by checkout, kept by memvault.", at=datetime(2026, 11, 30, 9, tzinfo=UTC))
         git(repo, "checkout", "--", relpath)  # discards an uncommitted, never-stashed line
         assert f"^{receipt.id}" not in note.read_text()
         store.sync([relpath])
@@ -147,10 +146,10 @@ def test_a_line_git_keeps_nowhere_is_put_back_and_an_editor_save_still_repaired(
 def test_while_git_holds_its_index_lock_the_repair_waits(repo):
     relpath = "daily/2026-11-30.md"
     note = _commit_note(repo, relpath, "# 2026-11-30\n\n")
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     with MemoryStore.open(repo) as store:
-        receipt = store.remember("Written while git was busy.", at=datetime(2026, 11, 30, 9, tzinfo=timezone.utc))
+        receipt = store.remember("Written while git was busy.", at=datetime(2026, 11, 30, 9, tzinfo=UTC))
         note.write_text("# 2026-11-30\n\n- an edit\n")
         lock = repo / ".git" / "index.lock"
         lock.write_text("")

@@ -4,6 +4,7 @@ configuration, a vault kept on the server end to end, isolation by the server, B
 import json
 import re
 import uuid
+from datetime import UTC
 
 import psycopg
 import pytest
@@ -264,13 +265,13 @@ def test_a_libpq_service_file_names_the_server(tmp_path, postgres_dsn, monkeypat
 
 
 def test_consolidation_counts_from_the_server(tmp_path, postgres_dsn):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     root = make_vault(tmp_path, mode="lite")
     with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
-        store.remember("The pager rotates on Mondays.", at=datetime(2026, 11, 2, 9, tzinfo=timezone.utc))
-        store.remember("The pager rotates on Mondays.", at=datetime(2026, 11, 3, 9, tzinfo=timezone.utc))
-        store.remember("Lunch is at noon.", at=datetime(2026, 11, 3, 10, tzinfo=timezone.utc))
+        store.remember("The pager rotates on Mondays.", at=datetime(2026, 11, 2, 9, tzinfo=UTC))
+        store.remember("The pager rotates on Mondays.", at=datetime(2026, 11, 3, 9, tzinfo=UTC))
+        store.remember("Lunch is at noon.", at=datetime(2026, 11, 3, 10, tzinfo=UTC))
         (root / "daily" / "2026-11-04.md").write_text("- 09:00 The pager rotates on Mondays.\n")
         store.sync()
         report = store.consolidate()

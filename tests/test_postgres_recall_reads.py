@@ -8,7 +8,7 @@ same row with every posting read, and the order must be the engine's (score, the
 Rows are read from the generation's leaf by name, and a generation dropped meanwhile holds none."""
 
 import uuid
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 
@@ -22,7 +22,7 @@ EVERYTHING = {"per_list": 10**9, "per_text": 10**9, "pool": 10**9}
 
 def record(i: int, text: str, kind: str = "curated", neighbours: tuple[str, ...] = ()) -> MemoryRecord:
     path = NOTE if kind == "curated" else "audit/2026-11-30.md"
-    at = datetime(2026, 11, 30, 9, i % 60, tzinfo=timezone.utc)
+    at = datetime(2026, 11, 30, 9, i % 60, tzinfo=UTC)
     return MemoryRecord(f"m-{i:04d}", path, kind, date(2026, 11, 30), at, text, f"hash-{i}", None, True, neighbours)
 
 

@@ -4,7 +4,7 @@ output shapes as against the vault, and `memvault --remote NAME mcp` through the
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -52,7 +52,7 @@ def test_remote_commands_admit_remember_search_journal_inspect_health(home, tmp_
     found = json.loads(remote(dsn, "search", "--json", "who owns the staging certificates?").stdout)
     assert found["hits"][0]["id"] == receipt["id"]
     wait_for(lambda: "30 seconds" in files_text(root) and receipt["id"] in files_text(root), what="the owner's files")
-    today = datetime.now(timezone.utc).date().isoformat()
+    today = datetime.now(UTC).date().isoformat()
     wait_for(
         lambda: any(
             e["text"] == "Jonas owns the staging certificates."
@@ -103,7 +103,7 @@ def test_remote_mcp_serves_recall_journal_and_remember(home):  # noqa: F811
             out["remember"] = await client.call_tool("Remember", {"text": "The design review is on Wednesdays."})
             out["recall"] = await client.call_tool("MemoryRecall", {"query": "when is the design review?"})
             out["bad"] = await client.call_tool("MemoryRecall", {"query": ""})
-            today = datetime.now(timezone.utc).date().isoformat()
+            today = datetime.now(UTC).date().isoformat()
             out["journal"] = await client.call_tool(
                 "MemoryJournal", {"fromDate": today, "throughDate": today, "timeZone": "UTC"}
             )

@@ -5,7 +5,7 @@ import hashlib
 import subprocess
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from memvault.vault.intake.admission import prepare_turn
 from tests.engine_helpers import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
-NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 def record_for(run_id: str, answer: str):

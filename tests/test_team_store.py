@@ -2,9 +2,7 @@
 through the index server; the vault's owner drains what they send into its files; one owner
 per vault across machines."""
 
-import json
-import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -75,7 +73,7 @@ def test_remote_remember_is_recallable_at_once_with_the_local_id_and_lands_in_th
 
 def test_a_remote_fact_reports_the_nested_daily_path_the_owner_writes(tmp_path, postgres_dsn):
     root = make_home(tmp_path)
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     (root / "daily" / f"{today.year:04d}").mkdir(parents=True)  # the person keeps the Daily Notes plugin's layout
     env = {"MEMVAULT_INDEX_DSN": postgres_dsn}
     with MemoryStore.open(root, env=env) as store:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from itertools import chain
 
-
 #: up to this many items are added by looking each up in the layers
 _FEW = 64
 

@@ -23,9 +23,9 @@ mistune turns each memory's inline markdown into the plain text that is indexed 
 import re
 
 from memvault.vault.note_blocks import (
+    _COMMENT_CLOSE,
     BOM,
     MAX_NOTE_BYTES,
-    _COMMENT_CLOSE,
     Bullet,
     Moved,
     Note,

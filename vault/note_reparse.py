@@ -13,10 +13,10 @@ from collections import Counter
 
 from memvault.vault.layered_set import LayeredSet
 from memvault.vault.note_blocks import (
-    BOM,
     _BULLET_RE,
     _FRONTMATTER_SCAN_LIMIT,
     _ID_MARK_RE,
+    BOM,
     Bullet,
     Moved,
     Note,
@@ -32,7 +32,6 @@ from memvault.vault.note_blocks import (
     _Tail,
     marked_ids,
 )
-
 
 #: how many earlier versions a note keeps runs of (`Note.moved`)
 _MOVED_VERSIONS = 3

@@ -15,7 +15,7 @@ The default run trusts the stat fast path and per-file row counts (cheap at any 
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from memvault.indexer.maintenance.derived import DerivedIndex, read_note_records
 from memvault.indexer.maintenance.generations import CONFLICT_PROBLEM, current_generation, stray_generations
@@ -402,7 +402,7 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
     if not dirs.exists():
         return
     try:
-        snapshot = runtime_snapshot(dirs, datetime.now(timezone.utc))
+        snapshot = runtime_snapshot(dirs, datetime.now(UTC))
     except (VaultError, OSError) as exc:
         yield Finding("intake", ERROR, "intake_unreadable", ".capture-intake/", str(exc), "memvault inspect --json")
         return
@@ -483,7 +483,7 @@ def _stuck_turns(dirs) -> Iterable[Finding]:
     from memvault.vault.intake.snapshot import list_entries
     from memvault.vault.locks import LivenessFence, fence_holder_pid
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     stuck = [
         e
         for e in list_entries(dirs, now)
@@ -529,7 +529,7 @@ def _failing_turns(dirs, layout, vault_zone: str) -> Iterable[Finding]:
     from memvault.vault.intake.snapshot import list_entries
     from memvault.vault.intake.state import read_record
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     failing = [
         e
         for e in list_entries(dirs, now)

@@ -39,7 +39,7 @@ EMBED_BATCH = 32
 
 def passage_hash(text: str, ctx_hash: str) -> str:
     """Identity of what a vector embeds, computable from a record or from a stored BM25 row."""
-    return hashlib.sha256(f"{text}\0{ctx_hash}".encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(f"{text}\0{ctx_hash}".encode()).hexdigest()[:16]
 
 
 def record_passage_hash(record: MemoryRecord) -> str:

@@ -61,7 +61,7 @@ class _Building:
         self._phase = phase
         self.queued = 0  # curated memories handed to the builder: the embedding phase's total
         progress.start_beside(phase)
-        self._deltas: "queue.Queue[IndexDelta | None]" = queue.Queue()
+        self._deltas: queue.Queue[IndexDelta | None] = queue.Queue()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="memvault-rebuild-vectors", daemon=True)
         self._thread.start()

@@ -20,7 +20,7 @@ Two levels of content hash decide the work:
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from memvault.indexer.maintenance.generations import FileState
@@ -89,7 +89,7 @@ class Row:
             self.path,
             self.kind,
             date.fromisoformat(self.day),
-            datetime.fromtimestamp(self.at, timezone.utc),
+            datetime.fromtimestamp(self.at, UTC),
             self.text,
             self.content_hash,
             heading=None,

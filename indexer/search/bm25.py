@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Iterable
 
@@ -363,7 +363,7 @@ def row_of(doc: tantivy.Document, score: float = 0.0) -> Bm25Hit:
         path=doc["path"][0],
         kind=doc["kind"][0],
         day=date.fromisoformat(doc["day"][0]),
-        at=datetime.fromtimestamp(doc["at"][0], timezone.utc),
+        at=datetime.fromtimestamp(doc["at"][0], UTC),
         text=text,
         content_hash=doc["chash"][0],
         score=float(score),

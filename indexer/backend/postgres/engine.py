@@ -9,7 +9,7 @@ sync catches the server up.
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
@@ -629,7 +629,7 @@ def _as_vector(values):
 def _stored_row(row: tuple) -> StoredRow:
     key, id_, path, kind, day, at, text, chash, ctxh, context = row
     return StoredRow(key, id_, path, kind, day if isinstance(day, date) else date.fromisoformat(day),
-                     datetime.fromtimestamp(at, timezone.utc), text, chash, ctxh, context)  # fmt: skip
+                     datetime.fromtimestamp(at, UTC), text, chash, ctxh, context)  # fmt: skip
 
 
 def _prepare_session(conn) -> None:
