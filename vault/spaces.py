@@ -132,9 +132,6 @@ class SpaceCatalog:
         """Record a successful write; writing to an inactive space activates it."""
         return self._update(space_id, lambda s: replace(s, active=True, last_write=iso_utc(self._clock())))
 
-    def set_active(self, space_id: str, active: bool) -> Space:
-        return self._update(space_id, lambda s: replace(s, active=active))
-
     # --- internals -----------------------------------------------------------------------------
 
     def _lock(self) -> VaultLock:

@@ -11,12 +11,11 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Iterable
 
 import tantivy
 
@@ -429,10 +428,6 @@ class Bm25Writer:
             raise IndexUnavailable(
                 f"cannot open a writer on {index.folder} ({exc}): another process may be writing; retry"
             ) from exc
-
-    def delete_path(self, path: str) -> None:
-        with tantivy_refusals(self._index.folder):
-            self._writer.delete_documents_by_term("path", path)
 
     def delete_key(self, key: str) -> None:
         with tantivy_refusals(self._index.folder):
