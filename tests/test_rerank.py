@@ -10,7 +10,7 @@ import pytest
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.search.rerank import HttpReranker
 from memvault.vault.config import default_config_data, load_config, render_config
-from memvault.vault.config_schema import validate_config_data
+from memvault.vault.config_checks import validate_config_data
 from memvault.vault.errors import InvalidConfig, ProviderUnavailable
 from memvault.vault.init import init_vault
 from tests.loopback import LoopbackServer, Reply

@@ -21,6 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memvault.vault.config_checks import (  # noqa: F401  public names are re-exported
+    _HugeNumber,
+    _Problem,
+    _problems,
+    _show,
+    _show_key,
+    is_time_zone,
+    validate_config_data,
+)
 from memvault.vault.config_schema import (  # noqa: F401  public names are re-exported
     _ENV_INT_RE,
     DEFAULT_EMBEDDING_PROVIDER,
@@ -42,13 +51,6 @@ from memvault.vault.config_schema import (  # noqa: F401  public names are re-ex
     VAULT_PATH_ENV,
     WRITE_MODES,
     EmbeddingProvider,
-    _HugeNumber,
-    _Problem,
-    _problems,
-    _show,
-    _show_key,
-    is_time_zone,
-    validate_config_data,
 )
 from memvault.vault.errors import InvalidConfig
 from memvault.vault.layout import CONFIG_FILE
