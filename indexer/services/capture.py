@@ -215,8 +215,11 @@ class CaptureService:
         the model for facts that exist and publish a second capture entry for the run (a Conflict);
         instead the sidecar is projected into the serving generation and the run is resolved.
         """
-        with VaultLock(self.store.layout.root):
-            state, data = read_sidecar(self.store.layout.root)
+        root = self.store.layout.root
+        if ("capture", record.id) not in read_sidecar(root)[0].entries:
+            return None  # the usual case, a run never captured: no vault lock taken for it
+        with VaultLock(root):
+            state, data = read_sidecar(root)  # again under the lock: the projection is of this state
             entry = state.entries.get(("capture", record.id))
             if entry is None:
                 return None
