@@ -47,12 +47,12 @@ def main() -> None:
             paths = [root / p for p in files]
 
             def size_and_mtime() -> None:
-                for path, state in zip(paths, files.values()):
+                for path, state in zip(paths, files.values(), strict=True):
                     info = os.stat(path, follow_symlinks=False)
                     _ = info.st_size != state.size or info.st_mtime_ns != state.mtime_ns
 
             def needs_reading_loop() -> None:
-                for path, state in zip(paths, files.values()):
+                for path, state in zip(paths, files.values(), strict=True):
                     _ = needs_reading(path, state)
 
             def stale_paths() -> None:

@@ -93,7 +93,7 @@ def main() -> None:
         runs = [one_run(vault) for _ in range(args.runs)]
         bare = statistics.median(baseline("pass") for _ in range(args.runs))
         sdk = statistics.median(baseline("import mcp.server.lowlevel, mcp.server.stdio") for _ in range(args.runs))
-    init, listed, called = (statistics.median(column) for column in zip(*runs))
+    init, listed, called = (statistics.median(column) for column in zip(*runs, strict=True))
     print(f"memvault mcp, median of {args.runs} runs on a 2,000-memory vault:")
     print(f"  spawn → initialize answered   {init * 1000:7.0f} ms   (target: under 1,500 ms)")
     print(f"  spawn → tools/list answered   {listed * 1000:7.0f} ms   (waits for the vault to be opened)")

@@ -121,7 +121,7 @@ def bench_pruning(root: Path, env: dict, query_count: int) -> None:
             exact = [backend.lexical_candidates(generation, q, 100) for q in asked]
         finally:
             engine.read_sizes = usual
-    pairs = [(a, b) for a, b in zip(lists, exact) if b]
+    pairs = [(a, b) for a, b in zip(lists, exact, strict=True) if b]
     by_key = {k: statistics.mean(len({key for key, _ in a[:k]} & {key for key, _ in b[:k]}) / min(k, len(b))
                                  for a, b in pairs) for k in (10, 100)}  # fmt: skip
     by_score = {k: statistics.mean(sum(1 for _, score in a[:k] if score >= b[min(k, len(b)) - 1][1] - 1e-9) / min(k, len(b))

@@ -64,7 +64,7 @@ def _refusal(line: int, message: str) -> dict:
 def summarize(items: list[tuple[int, dict]], outcomes: list, refused: list[dict]) -> dict:
     counts = {"added": 0, "duplicate": 0, "completed": 0, "refused": len(refused)}
     rows = list(refused)
-    for (line, _), outcome in zip(items, outcomes):
+    for (line, _), outcome in zip(items, outcomes, strict=True):
         if outcome.receipt is not None:
             counts[outcome.receipt.status] = counts.get(outcome.receipt.status, 0) + 1
         else:

@@ -190,7 +190,7 @@ def test_admissions_in_many_processes_beside_a_sweeping_recovery_all_land(tmp_pa
     )
     outputs = [writer.communicate(timeout=TIMEOUT) for writer in writers]
     assert sweeper.wait(timeout=TIMEOUT) == 0, sweeper.stderr.read()
-    for writer, (out, err) in zip(writers, outputs):
+    for writer, (out, err) in zip(writers, outputs, strict=True):
         assert writer.returncode == 0, err
         assert out.split() == ["admitted"] * 40
     dirs = IntakeDirs(root)

@@ -255,7 +255,7 @@ def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
             committed = [[h.text for h in store.recall(q, limit=10).hits] for q in queries]
         finally:
             owner.stop()
-    for before, after in zip(pending, committed):
+    for before, after in zip(pending, committed, strict=True):
         assert fresh <= set(before) and fresh <= set(after)
         assert "The harbour crane 2 lifted crates of copper." in before  # committed rows beside them
 

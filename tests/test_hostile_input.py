@@ -239,7 +239,7 @@ def test_hostile_mcp_calls(vault, tmp_path):
     stderr = errlog.read_text("utf-8", "replace")
     assert "Traceback" not in stderr, stderr
     assert len(answers) == len(calls)
-    for (name, arguments), (_, answer) in zip(calls, answers):
+    for (name, arguments), (_, answer) in zip(calls, answers, strict=True):
         if isinstance(answer, Exception):
             assert str(answer), (name, arguments)
             continue

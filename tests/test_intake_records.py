@@ -141,7 +141,7 @@ def test_backoff_schedule_matches_the_spec():
     assert backoff.MAX_ATTEMPTS == 16 and len(waits) == 15
     assert waits[0] == timedelta(minutes=1) and waits[1] == timedelta(minutes=2)
     assert max(waits) == timedelta(hours=6) and waits[-1] == timedelta(hours=6)
-    assert all(b >= a for a, b in zip(waits, waits[1:]))
+    assert all(b >= a for a, b in zip(waits, waits[1:], strict=False))
     assert waits[:9] == [timedelta(minutes=2**n) for n in range(9)]
     assert sum(waits, timedelta()) > timedelta(hours=24)
     assert sum(waits, timedelta()) == timedelta(minutes=2671)

@@ -134,7 +134,9 @@ def test_http_offers_the_same_tools_schemas_answers_and_errors_as_stdio(fixture_
         code, err = server.stop()
     for key in ("tools", "resources"):
         assert views["http"][key] == views["stdio"][key]
-    for (http_error, http_body), (stdio_error, stdio_body) in zip(views["http"]["answers"], views["stdio"]["answers"]):
+    for (http_error, http_body), (stdio_error, stdio_body) in zip(
+        views["http"]["answers"], views["stdio"]["answers"], strict=True
+    ):
         assert http_error == stdio_error
         assert http_body == stdio_body, (http_body, stdio_body)
     names = [tool["name"] for tool in views["http"]["tools"]]

@@ -58,7 +58,7 @@ def reference_scores(overlay, query: str, kinds: tuple[str, ...]) -> list[tuple[
     scored = []
     for row in rows:
         score = 0.0
-        for (_, attribute, boost, terms), (idf, average) in zip(fields, weights):
+        for (_, attribute, boost, terms), (idf, average) in zip(fields, weights, strict=True):
             counts = getattr(row, attribute)
             length = sum(counts.values())
             for term in terms:

@@ -161,7 +161,7 @@ def test_bm25_on_the_server_ranks_as_tantivy_does(tmp_path, postgres_dsn):
             assert [a._readable_index().bm25.get_by_keys([k])[k].text for k, _ in left] == [
                 b._readable_index().bm25.get_by_keys([k])[k].text for k, _ in right
             ], query
-            for (_, x), (_, y) in zip(left, right):
+            for (_, x), (_, y) in zip(left, right, strict=True):
                 assert y == pytest.approx(x, rel=0.05), query
 
 

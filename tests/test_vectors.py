@@ -133,7 +133,7 @@ def test_matches_a_brute_force_model(tmp_path: Path, operations: list, seed: int
         if action == "add":
             matrix = rng.standard_normal((len(names), DIM)).astype(np.float32)
             index.add(names, matrix)
-            model.update(zip(names, matrix))
+            model.update(zip(names, matrix, strict=True))
         else:
             index.delete(names)
             for name in names:

@@ -387,7 +387,7 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
             get("memory.llm.apiKeyEnv"),
             get("memory.llm.systemRole", "auto"),
         )
-        used.update({f"memory.llm.{k}": v for k, v in zip(OBJECTS["memory.llm"], _values(llm))})
+        used.update({f"memory.llm.{k}": v for k, v in zip(OBJECTS["memory.llm"], _values(llm), strict=True)})
     rerank = None
     if "memory.rerank" in flat:
         rerank = RerankConfig(
@@ -399,7 +399,7 @@ def _resolve(flat: dict[str, Any]) -> tuple[MemoryConfig, ToolsConfig, dict[str,
             get("memory.rerank.candidates", DEFAULT_RERANK_CANDIDATES),
             get("memory.rerank.apiKeyEnv"),
         )
-        used.update({f"memory.rerank.{k}": v for k, v in zip(OBJECTS["memory.rerank"], _values(rerank))})
+        used.update({f"memory.rerank.{k}": v for k, v in zip(OBJECTS["memory.rerank"], _values(rerank), strict=True)})
     for key in (
         "memory.recallTool.enabled",
         "memory.rememberTool.enabled",
@@ -446,7 +446,7 @@ def _embeddings_at(
         flat.get(f"{block}.endpoint", provider.endpoint),
         flat.get(f"{block}.apiKeyEnv"),
     )
-    used.update({f"{block}.{k}": v for k, v in zip(OBJECTS[block], _values(config))})
+    used.update({f"{block}.{k}": v for k, v in zip(OBJECTS[block], _values(config), strict=True)})
     return config
 
 

@@ -96,7 +96,7 @@ def _serving(backend) -> int | None:
 def _merged(query: str, names: list[str], backends: list, limit: int) -> AcrossResult:
     hits: list[AcrossHit] = []
     degraded = []
-    for name, backend in zip(names, backends):
+    for name, backend in zip(names, backends, strict=True):
         number = backend.serving_generation()
         embedding = backend.generation_embedding(number)
         embedder = None if embedding is None else _embedder_for(embedding)

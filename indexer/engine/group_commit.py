@@ -120,7 +120,7 @@ class GroupCommit:
                     results = remember_batch(self._store, [w.item for w in batch], self._now, defer_index=True)
             except BaseException as exc:  # the whole batch failed (index unavailable, lock timeout)
                 results = [exc] * len(batch)
-            for waiting, result in zip(batch, results):
+            for waiting, result in zip(batch, results, strict=True):
                 waiting.result = result
                 waiting.done.set()
 

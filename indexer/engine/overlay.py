@@ -177,7 +177,7 @@ class OverlayBm25:
         rows, postings_by_field = fields
         scores = [0.0] * len(rows)
         for (name, boost, terms), (postings, lengths, total) in zip(
-            (("text", 1.0, words), ("ctx", CONTEXT_BOOST, words), ("cjk", 1.0, grams)), postings_by_field
+            (("text", 1.0, words), ("ctx", CONTEXT_BOOST, words), ("cjk", 1.0, grams)), postings_by_field, strict=True
         ):
             if not terms:
                 continue
@@ -192,7 +192,7 @@ class OverlayBm25:
                 for position, tf in postings.get(term, ()):
                     norm = K1 * (1 - B + B * lengths[position] / average)
                     scores[position] += boost * idf[term] * (1 + K1) * tf / (tf + norm)
-        return [(row.key, score) for row, score in zip(rows, scores) if score > 0]
+        return [(row.key, score) for row, score in zip(rows, scores, strict=True) if score > 0]
 
 
 class _Snapshot:

@@ -133,7 +133,7 @@ class SemanticIndex:
             self.passages.pop(key, None)
         if prepared.keys:
             self.vectors.add(prepared.keys, prepared.vectors)
-            self.passages.update(zip(prepared.keys, prepared.hashes))
+            self.passages.update(zip(prepared.keys, prepared.hashes, strict=True))
         self.version += 1
 
     def save(self) -> None:

@@ -120,7 +120,7 @@ def recall_spaces(
     with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(ids))) as pool:
         answers = list(pool.map(lambda sid: _search_one(catalog, sid, query, limit), ids))
     degraded = tuple(problem for _, problem in answers if problem)
-    per_space = {sid: hits for sid, (hits, _) in zip(ids, answers)}
+    per_space = {sid: hits for sid, (hits, _) in zip(ids, answers, strict=True)}
     return FusedRecall(fuse(per_space), degraded)
 
 

@@ -146,7 +146,9 @@ class _WordMemo:
             (hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), limit)
             for text, limit in texts
         ]
-        fresh = {key: _words(text)[:limit] for key, (text, limit) in zip(keys, texts) if key not in self._texts}
+        fresh = {
+            key: _words(text)[:limit] for key, (text, limit) in zip(keys, texts, strict=True) if key not in self._texts
+        }
         self._learn([w for w in dict.fromkeys(w for words in fresh.values() for w in words) if w not in self._rows])
         for key, words in fresh.items():
             self._texts[key] = np.fromiter((self._rows[w] for w in words), dtype=np.int32, count=len(words))

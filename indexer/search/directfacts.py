@@ -103,7 +103,7 @@ VERB_FORMS: dict[str, tuple[str, str, str, str, str]] = {
 #: form -> (lemma, the tenses it can be: "lived" is both past and participle)
 VERB_FORM_INDEX: dict[str, tuple[str, frozenset[str]]] = {}
 for _lemma_name, _forms in VERB_FORMS.items():
-    for _tense, _form in zip(TENSES, _forms):
+    for _tense, _form in zip(TENSES, _forms, strict=True):
         _known = VERB_FORM_INDEX.get(_form, (_lemma_name, frozenset()))[1]
         VERB_FORM_INDEX[_form] = (_lemma_name, _known | {_tense})
 #: which verb form each auxiliary takes: "does X live", "is X living", "has X lived", "will X live"

@@ -161,7 +161,7 @@ class _WordLlamaModel:
         ids = [[self._whole_words[word]] if word in self._whole_words else None for word in words]
         rest = [n for n, word_ids in enumerate(ids) if word_ids is None]
         encodings = self.tokenizer.encode_batch([clean_text(words[n]) for n in rest], add_special_tokens=False)
-        for n, encoding in zip(rest, encodings):
+        for n, encoding in zip(rest, encodings, strict=True):
             word_ids = encoding.ids[:_TOKEN_CHUNK]
             ids[n] = word_ids[1:] if len(word_ids) > 1 and word_ids[0] == self._boundary else word_ids
         out = np.zeros((len(words), self.matrix.shape[1]), dtype=np.float32)

@@ -193,7 +193,7 @@ class VectorIndex:
             return None  # hnswlib found fewer than k (heavy deletion, or a selective filter)
         hits = [
             (ids_by_label[label], 1.0 - float(distance))
-            for label, distance in zip(labels[0].tolist(), distances[0].tolist())
+            for label, distance in zip(labels[0].tolist(), distances[0].tolist(), strict=True)
             if label in ids_by_label
         ]
         return hits if len(hits) == want else None
@@ -241,7 +241,7 @@ class VectorIndex:
             new_labels = list(range(self._next_label, self._next_label + len(ids)))
             self._index.add_items(matrix, new_labels, num_threads=1, replace_deleted=True)
             self._next_label += len(ids)
-            for id_, label in zip(ids, new_labels):
+            for id_, label in zip(ids, new_labels, strict=True):
                 self._labels[id_] = label
                 self._ids_by_label[label] = id_
 

@@ -236,7 +236,7 @@ class IntakeWorker:
         except Exception as exc:  # the whole batch failed (the lock, the index): each attempt is recorded
             projections = [exc] * len(records)
         projected = []
-        for record, projection in zip(records, projections):
+        for record, projection in zip(records, projections, strict=True):
             if self._abort.is_set():
                 self.transitions["aborted"] += 1
             elif isinstance(projection, Exception):
@@ -275,7 +275,7 @@ class IntakeWorker:
             outcomes = [exc] * len(plain)
         finally:
             discard(prepared)
-        for (record, _), outcome in zip(plain, outcomes):
+        for (record, _), outcome in zip(plain, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 self._fail(record, outcome)
             else:

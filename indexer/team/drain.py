@@ -172,7 +172,7 @@ class TeamDrainer:
         written, held = [], []
         if fresh:
             results = self.store.remember_together([(fact, at) for _, fact, at in fresh])
-            for (digest, _, _), result in zip(fresh, results):
+            for (digest, _, _), result in zip(fresh, results, strict=True):
                 if isinstance(result, VaultError):  # a note that refuses it: tried again next round
                     self._log(f"team drain: fact {digest[:12]}… not written yet: {result}")
                 else:

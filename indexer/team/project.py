@@ -56,7 +56,7 @@ def _journal_turns(store, records: list[IntakeRecord], log) -> tuple[list[str], 
     results = store.remember_together([(projected_text(record.payload.summary), record.completed_at)
                                        for record in records])  # fmt: skip
     done, refused = [], []
-    for record, result in zip(records, results):
+    for record, result in zip(records, results, strict=True):
         if isinstance(result, VaultError):
             log(f"team drain: turn {record.id} goes to the local intake: {result}")
             refused.append(record)

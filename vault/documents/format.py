@@ -131,7 +131,7 @@ def capacity_plan(active: list[Document], candidate: Document, limit: int) -> Ca
 
 def render_document(title: str, summary: str, body: str, revision: int, created: str, updated: str) -> bytes:
     head = [f"{key}: {json.dumps(value, ensure_ascii=False) if isinstance(value, str) else value}"
-            for key, value in zip(_FIELDS, (title, summary, revision, created, updated))]  # fmt: skip
+            for key, value in zip(_FIELDS, (title, summary, revision, created, updated), strict=True)]  # fmt: skip
     text = "---\n" + "\n".join(head) + "\n---\n\n" + body.rstrip("\n") + "\n"
     return text.encode("utf-8")
 

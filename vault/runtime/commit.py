@@ -61,7 +61,7 @@ def commit(
             temps.append(write_temp(folder, path.name, data, mode=0o644))
         temps.append(write_temp(folder, state_path.name, state_bytes, mode=0o644))
         hook(TEMPS_WRITTEN)
-        for (target, path, _data), tmp in zip(paths, temps):
+        for (target, path, _data), tmp in zip(paths, temps, strict=False):  # temps ends with the state file's
             os.replace(tmp, path)
             temps[temps.index(tmp)] = None
             hook(renamed(target))
