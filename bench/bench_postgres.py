@@ -94,7 +94,7 @@ def bench_scale(roots: dict[str, list[Path]], env: dict, query_count: int) -> No
         try:
             for store in stores:
                 store.recall("warm up")
-            samples = timed_ms(lambda i: stores[i % len(stores)].recall(asked[i]), range(len(asked)))
+            samples = timed_ms(lambda i, stores=stores: stores[i % len(stores)].recall(asked[i]), range(len(asked)))
         finally:
             for store in stores:
                 store.close()
@@ -146,7 +146,8 @@ def bench_owner(roots: dict[str, list[Path]], env: dict, query_count: int, write
             store.recall("warm up")
             recall = timed_ms(store.recall, asked)
             remember = timed_ms(
-                lambda i: store.remember(f"Bench fact {i} about the owner path {time.time_ns()}."), range(writes)
+                lambda i, store=store: store.remember(f"Bench fact {i} about the owner path {time.time_ns()}."),
+                range(writes),
             )
             store.close()
         finally:

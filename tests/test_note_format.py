@@ -334,8 +334,8 @@ def test_a_note_parsed_from_an_earlier_parse_of_its_first_lines_equals_a_whole_p
     before = "".join(line + newline for line in head)
     after = before + breaks.join(more) + (newline if closed else "")
     note_module._cache = note_module._ParseCache(4, smallest=0)  # the extension starts from `before`'s parse
-    parse(before).by_block_id  # made on the earlier parse: the extension carries it on
-    parse(before).marked_ids
+    _ = parse(before).by_block_id  # made on the earlier parse: the extension carries it on
+    _ = parse(before).marked_ids
     extended = parse(after)
     whole = note_module._parse_lines(tuple(after.splitlines(keepends=True))).note
     assert extended == whole
@@ -357,7 +357,7 @@ def test_appends_to_a_note_holding_a_rare_line_break_parse_as_a_whole_parse_woul
 
     note_module._cache = note_module._ParseCache(4, smallest=0)
     text = "".join(line + brk for line, brk in head) + "\n"
-    parse(text).marked_ids
+    _ = parse(text).marked_ids  # made on the cached parse the appends extend
     for lines in appends:
         text += "".join(line + "\n" for line in lines)
         reparsed = parse(text)
@@ -430,7 +430,7 @@ def test_a_note_whose_lines_changed_between_kept_ones_parses_as_a_whole_parse_wo
         text = "".join(line + newline for line in head + middle + tail)
         reparsed = parse(text)
         if version == 0:
-            reparsed.by_block_id, reparsed.marked_ids  # made here, carried on to the versions after
+            _ = reparsed.by_block_id, reparsed.marked_ids  # made here, carried on to the versions after
         whole = _whole_parse(text)
         assert reparsed == whole.note
         assert reparsed.by_block_id == whole.note.by_block_id

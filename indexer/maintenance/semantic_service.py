@@ -19,7 +19,7 @@ fails (its model cannot load) leaves the other one working; recall says which is
 import queue
 import threading
 from collections.abc import Callable
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -309,7 +309,7 @@ class SemanticService:
         return max((plan.stale_notes for plan in plans), default=0)
 
     def catch_up_beside_writers(
-        self, locked_index: Callable[[], ContextManager[DerivedIndex]], vault_zone: str, paths: set[str] | None
+        self, locked_index: Callable[[], AbstractContextManager[DerivedIndex]], vault_zone: str, paths: set[str] | None
     ) -> None:
         """A live owner's catch-up after its queue overflowed: plan and commit under the vault
         lock (`locked_index()` holds it and gives the serving index), embed between the two, so

@@ -31,8 +31,9 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import hnswlib
 import numpy as np
