@@ -296,7 +296,8 @@ def report(label: str, results: list[dict], elapsed: float, saves: int, projecti
         values = [v for r in results for v in r["samples"][op]]
         if values:
             print(
-                f"  {op:<9} n={len(values):>5}  p50 {percentile(values, 0.5):7.1f} ms  p95 {percentile(values, 0.95):7.1f} ms"
+                f"  {op:<9} n={len(values):>5}  p50 {percentile(values, 0.5):7.1f} ms"
+                f"  p95 {percentile(values, 0.95):7.1f} ms"
                 f"  p99 {percentile(values, 0.99):7.1f} ms"
             )
     if projections:

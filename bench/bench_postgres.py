@@ -124,8 +124,8 @@ def bench_pruning(root: Path, env: dict, query_count: int) -> None:
     pairs = [(a, b) for a, b in zip(lists, exact, strict=True) if b]
     by_key = {k: statistics.mean(len({key for key, _ in a[:k]} & {key for key, _ in b[:k]}) / min(k, len(b))
                                  for a, b in pairs) for k in (10, 100)}  # fmt: skip
-    by_score = {k: statistics.mean(sum(1 for _, score in a[:k] if score >= b[min(k, len(b)) - 1][1] - 1e-9) / min(k, len(b))
-                                   for a, b in pairs) for k in (10, 100)}  # fmt: skip
+    by_score = {k: statistics.mean(sum(1 for _, score in a[:k] if score >= b[min(k, len(b)) - 1][1] - 1e-9)
+                                   / min(k, len(b)) for a, b in pairs) for k in (10, 100)}  # fmt: skip
     print(
         f"postgres BM25 list on one {rows:,}-row vault, early termination vs every posting: top-10 overlap "
         f"{100 * by_key[10]:.1f}% by key, {100 * by_score[10]:.1f}% by score; top-100 {100 * by_key[100]:.1f}% / "

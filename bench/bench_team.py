@@ -278,7 +278,8 @@ def main() -> int:
 
     versions = server_versions_of(IndexConfig("postgres", NAME, dsn))
     print(
-        f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; clients on this machine over a Unix socket"
+        f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']};"
+        " clients on this machine over a Unix socket"
     )
     disk = data_folder(dsn, args.fsync_dir)
     owner = MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn})

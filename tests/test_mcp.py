@@ -295,7 +295,8 @@ def test_sigterm_releases_the_fence(tmp_path):
     )
     try:
         for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+                            "protocolVersion": "2025-11-25", "capabilities": {},
+                            "clientInfo": {"name": "t", "version": "0"}}},
                         {"jsonrpc": "2.0", "method": "notifications/initialized"},
                         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):  # fmt: skip
             server.stdin.write(json.dumps(message) + "\n")

@@ -231,7 +231,8 @@ def test_bad_options_get_a_clear_error_and_nothing_listens(new_vault, tmp_path, 
     (tmp_path / "short").write_text("abc")
     (tmp_path / "spaced").write_text("a token with spaces in it")
     result = subprocess.run([*MEMVAULT, "--vault", str(new_vault), "mcp", *args], env=ENV, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+                            capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                            check=False)  # fmt: skip
     assert result.returncode == 2, result
     assert message in result.stderr and "Traceback" not in result.stderr
 

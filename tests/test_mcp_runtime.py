@@ -73,8 +73,9 @@ def test_space_recall_envelope_refinement_replay_and_turns(tmp_path):
         out["other turn related"] = await call("SpaceRelated", related, meta=turn("b"))
         out["short"] = body_of(await call("SpaceRecall", {"query": "okapi record", "memoryBodyIds": [okapi]},
                                           meta=turn("b")))  # fmt: skip
-        out["short refine"] = body_of(await call("SpaceRecall", {"query": "okapi field team dates",
-                                                                 "memoryBodyIds": [okapi]}, meta=turn("b")))  # fmt: skip
+        out["short refine"] = body_of(await call("SpaceRecall",
+                                                 {"query": "okapi field team dates", "memoryBodyIds": [okapi]},
+                                                 meta=turn("b")))  # fmt: skip
         parallel = []
 
         async def one(query):

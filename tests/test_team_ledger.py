@@ -136,9 +136,14 @@ admission = NetworkAdmission(open_team_server(dsn, "team-a"))
 now = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 out = []
 for i in range(runs):
-    answer = "Race turn %d settled topic %d." % (i, i) if worker % 4 else "Race turn %d was answered otherwise by %d." % (i, worker)
-    record, _ = prepare_turn(run_id="race-%d" % i, answer=answer, write_mode="append-host-summary", tier="journal", now=now)
-    out.append([i, "same" if worker % 4 else str(worker), admission.admit(record).status, admission.admit(record).status])
+    if worker % 4:
+        answer = "Race turn %d settled topic %d." % (i, i)
+    else:
+        answer = "Race turn %d was answered otherwise by %d." % (i, worker)
+    record, _ = prepare_turn(run_id="race-%d" % i, answer=answer, write_mode="append-host-summary",
+                             tier="journal", now=now)
+    first, second = admission.admit(record).status, admission.admit(record).status
+    out.append([i, "same" if worker % 4 else str(worker), first, second])
 print(json.dumps(out))
 """
 

@@ -315,7 +315,8 @@ def _check_extra_differs(flat: dict[str, Any], problems: list[_Problem]) -> None
     if "memory.embeddings" in flat and first == second and same_model:
         problems.append(
             _Problem(
-                f'memory.extraEmbeddings names the same model as memory.embeddings ("{first}"): the extra list must come'
+                f'memory.extraEmbeddings names the same model as memory.embeddings ("{first}"):'
+                " the extra list must come"
                 ' from another model, e.g. {"provider": "e5-small"} beside the builtin one, or remove the block',
                 ("memory.extraEmbeddings.provider", "memory.embeddings.provider"),
             )

@@ -93,8 +93,9 @@ def append_bullets_once(layout, relpath: str, title: str, bullets: list[NewBulle
     """Append every bullet whose block id the note lacks; the ids written (empty: all there).
 
     With `match_text` (repairs), a memory with the same text and no id also counts as there:
-    the person removed the id and kept the line. Caller holds the vault lock. Raises NoteNotWritable (nothing written) when the note cannot
-    hold a searchable line, or when a person's saves dropped the line on every attempt.
+    the person removed the id and kept the line. Caller holds the vault lock. Raises
+    NoteNotWritable (nothing written) when the note cannot hold a searchable line, or when a
+    person's saves dropped the line on every attempt.
     """
     path = note_path_for_writing(layout.root, relpath)
     written: list[str] = []

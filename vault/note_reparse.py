@@ -271,7 +271,8 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
         lines, note.body_start, note.frontmatter, note.bullets[:kept] + tuple(bullets) + moved,
         tuple(hunk for hunk in note.conflicts if hunk[0] < line) + conflicts
         + tuple((start + by, end + by) for start, end in note.conflicts if start >= old_stop),
-        note.duplicate_ids[:above] + tuple(duplicates) + note.duplicate_ids[len(note.duplicate_ids) - duplicates_below:],
+        note.duplicate_ids[:above] + tuple(duplicates)
+        + note.duplicate_ids[len(note.duplicate_ids) - duplicates_below:],
         None,
         frozenset(i for i in note.hidden_lines if i < line) | frozenset(i for i in range(line, stop) if hidden[i])
         | frozenset(i + by for i in note.hidden_lines if i >= old_stop),

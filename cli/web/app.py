@@ -37,7 +37,8 @@ from memvault.vault.errors import VaultError
 HERE = Path(__file__).resolve().parent
 SECTIONS = (("Recall", "/recall"), ("Entities", "/entities"), ("Content", "/content"), ("Status", "/status"))
 VIEWS = (RecallView(), AgentView(), JournalView(), EntitiesView(), EntityView(), ContentView(), NoteView(),
-         DocumentView(), ArchivedDocumentView(), RuntimeView(), SpaceView(), SpaceNoteView(), IndexMdView(), StatusView())  # fmt: skip
+         DocumentView(), ArchivedDocumentView(), RuntimeView(), SpaceView(), SpaceNoteView(), IndexMdView(),
+         StatusView())  # fmt: skip
 
 
 def templates_for(reader) -> Jinja2Templates:

@@ -2,7 +2,8 @@
 
 The owner runs `web_face(owner, stop)` on a thread of its own: the pages read through the
 owner's own store (no second process, no client hop), listen on loopback only, and stop when
-the owner stops. `memvault serve --face web --web-port N` picks the port. The URL with its per-start token is printed on stdout, as `memvault web` does.
+the owner stops. `memvault serve --face web --web-port N` picks the port. The URL with its
+per-start token is printed on stdout, as `memvault web` does.
 """
 
 from __future__ import annotations

@@ -275,7 +275,10 @@ def _task(text: str) -> tuple[str, str, bool | None]:
     if match is None:
         return "", text, None
     done = match["mark"] != " "
-    box = f'<input type="checkbox" class="task-box" disabled{" checked" if done else ""} aria-label="{"done" if done else "open"} task"> '
+    box = (
+        f'<input type="checkbox" class="task-box" disabled{" checked" if done else ""}'
+        f' aria-label="{"done" if done else "open"} task"> '
+    )
     return box, match["text"] or "", done
 
 
@@ -292,8 +295,8 @@ def _bullet_html(bullet, comment: str | None) -> str:
 def _block_html(bullet, shown: list[str | None], comment: str | None) -> str:
     """A paragraph as a paragraph; a quote as a quote; `> [!type] Title` as Obsidian's callout box."""
     if bullet.kind != "quote":
-        return (f'<p id="{escape(bullet.id)}" class="memory paragraph">{render_inline(_uncomment(bullet.text, comment)[0])}'
-                f" {_anchor(bullet.id)}</p>")  # fmt: skip
+        return (f'<p id="{escape(bullet.id)}" class="memory paragraph">'
+                f"{render_inline(_uncomment(bullet.text, comment)[0])} {_anchor(bullet.id)}</p>")  # fmt: skip
     lines = [_QUOTE_PREFIX_RE.sub("", line.rstrip("\r\n"), count=1)
              for line in shown[bullet.first_line : bullet.end_line] if line is not None]  # fmt: skip
     if bullet.has_explicit_id:  # the `^id` at its end is the anchor, not text
@@ -302,7 +305,10 @@ def _block_html(bullet, shown: list[str | None], comment: str | None) -> str:
             lines[last] = _TRAILING_BLOCK_ID_RE.sub("", lines[last])
     callout = _CALLOUT_RE.fullmatch(lines[0]) if lines else None
     if callout is None:
-        return f'<blockquote id="{escape(bullet.id)}" class="memory">{_MD(chr(10).join(lines))}{_anchor(bullet.id)}</blockquote>'
+        return (
+            f'<blockquote id="{escape(bullet.id)}" class="memory">{_MD(chr(10).join(lines))}'
+            f"{_anchor(bullet.id)}</blockquote>"
+        )
     kind = re.sub(r"[^a-z0-9-]", "", callout["type"].strip().lower()) or "note"
     title = render_inline(callout["title"].strip() or kind.capitalize())
     body = _MD("\n".join(lines[1:])) if "".join(lines[1:]).strip() else ""

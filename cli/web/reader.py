@@ -138,7 +138,10 @@ class VaultReader:
         try:
             return NoteFile(relpath, data.decode("utf-8"), size)
         except UnicodeDecodeError as exc:
-            problem = f"{relpath} is not valid UTF-8 (byte {exc.start}); shown with replacement characters: re-save it as UTF-8"
+            problem = (
+                f"{relpath} is not valid UTF-8 (byte {exc.start}); shown with replacement characters:"
+                " re-save it as UTF-8"
+            )
             return NoteFile(relpath, data.decode("utf-8", errors="replace"), size, problem)
 
     def graph(self):
@@ -174,7 +177,8 @@ class VaultReader:
             return cached[1]
         if info.st_size > MAX_GRAPH_BYTES:  # refused by its size, never read whole
             raise GraphInvalid(
-                f"{GRAPH_FILE} is {info.st_size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
+                f"{GRAPH_FILE} is {info.st_size} bytes; the limit is {MAX_GRAPH_BYTES}."
+                " Fix: archive old lines elsewhere."
             )
         try:
             data = read_bytes_nofollow(path)
@@ -387,8 +391,8 @@ def _existing_note(root: Path, relpath: str) -> str:
     the vault keeps it. The layout (vault/layout.py) says what a note's name is."""
     parsed = parse_note_relpath(relpath)
     if parsed is None:
-        raise InvalidRecord(f"{relpath!r} is not a note: notes are {DAILY}/YYYY-MM-DD.md, {DAILY}/YYYY/MM/YYYY-MM-DD.md "
-                            f"or the same under {AUDIT}/")  # fmt: skip
+        raise InvalidRecord(f"{relpath!r} is not a note: notes are {DAILY}/YYYY-MM-DD.md, "
+                            f"{DAILY}/YYYY/MM/YYYY-MM-DD.md or the same under {AUDIT}/")  # fmt: skip
     if os.path.lexists(root / relpath):
         return relpath
     return next((c for c in note_relpath_candidates(*parsed) if os.path.lexists(root / c)), relpath)

@@ -39,8 +39,8 @@ def neighbourhood(graph, entity_id: str) -> dict:
         entity = graph.entities[other]
         nodes.append({"id": other, "name": entity.name, "label": _short(entity.name), "type": entity.type,
                       "x": x, "y": y, "centre": False, "url": f"/entities/{other}"})  # fmt: skip
-        edges.append({"x1": cx, "y1": cy, "x2": x, "y2": y, "lx": round((cx + x) / 2, 1), "ly": round((cy + y) / 2 - 4, 1),
-                      "label": _short(", ".join(labels[other]), 28)})  # fmt: skip
+        edges.append({"x1": cx, "y1": cy, "x2": x, "y2": y, "lx": round((cx + x) / 2, 1),
+                      "ly": round((cy + y) / 2 - 4, 1), "label": _short(", ".join(labels[other]), 28)})  # fmt: skip
     return {"width": _WIDTH, "height": _HEIGHT, "nodes": nodes, "edges": edges, "more": len(neighbours) - len(shown)}
 
 

@@ -366,14 +366,16 @@ class ConnectedStore:
                 if not snapshot["ownerRunning"]:
                     waiting = snapshot["remote"]["turnsWaiting"] + snapshot["remote"]["factsWaiting"]
                     findings.append(_finding("warning", "owner", f"no owner runs for vault {self.name!r}: {waiting} "
-                                             "turn(s)/fact(s) wait on the server", "start `memvault serve` on the vault's home machine"))  # fmt: skip
+                                             "turn(s)/fact(s) wait on the server",
+                                             "start `memvault serve` on the vault's home machine"))  # fmt: skip
             except VaultError as exc:
                 findings.append(_finding("error", "server", str(exc), "see docs/team.md"))
         errors = [f for f in findings if f["severity"] == "error"]
         warnings = [f for f in findings if f["severity"] == "warning"]
-        return {"healthy": not errors and not (strict and warnings), "strict": strict, "checks": ["server", "index", "owner"],
-                "errors": len(errors), "warnings": len(warnings), "findings": findings,
-                "fixes": list(dict.fromkeys(f["fix"] for f in errors + warnings)), "details": details}  # fmt: skip
+        return {"healthy": not errors and not (strict and warnings), "strict": strict,
+                "checks": ["server", "index", "owner"], "errors": len(errors), "warnings": len(warnings),
+                "findings": findings, "fixes": list(dict.fromkeys(f["fix"] for f in errors + warnings)),
+                "details": details}  # fmt: skip
 
 
 def _finding(severity: str, check: str, message: str, fix: str) -> dict:

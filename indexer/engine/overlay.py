@@ -69,8 +69,9 @@ def pending_record(
     text = plain_text(fact)
     if not text:
         return None
-    return MemoryRecord(id=block_id, path=relpath, kind=NOTE_KINDS[folder], day=day, at=bullet_instant(day, wall_time, tz),
-                        text=text, content_hash=content_hash(fact), heading=None, explicit_id=True)  # fmt: skip
+    return MemoryRecord(id=block_id, path=relpath, kind=NOTE_KINDS[folder], day=day,
+                        at=bullet_instant(day, wall_time, tz), text=text, content_hash=content_hash(fact),
+                        heading=None, explicit_id=True)  # fmt: skip
 
 
 @dataclass(frozen=True)

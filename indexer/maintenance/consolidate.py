@@ -150,7 +150,8 @@ def render_block(
     ]
     lines += ["", "## Counts", "", f"- curated memories: {report.curated} ({report.superseded} superseded)",
               f"- raw observations (audit): {report.audit}",
-              f"- duplicate groups: {report.duplicate_fact_groups} of memories, {report.duplicate_entity_groups} of entities"]  # fmt: skip
+              f"- duplicate groups: {report.duplicate_fact_groups} of memories, "
+              f"{report.duplicate_entity_groups} of entities"]  # fmt: skip
     if bujo:
         lines += [f"- entities: {report.entities}, relations: {report.relations}", "", "## Top entities", ""]
         for group in groups:

@@ -1,8 +1,9 @@
 """How a long job reports where it is: named phases, each with a count done out of a total.
 
 The library never prints: a rebuild (or a bulk import) records its phases in a `PhaseLog`, which
-the CLI may watch and draw, and which ends up in the job's report. Events carry only numbers, so a reporter can show counts and rates and can never
-claim a phase is complete before the job says so.
+the CLI may watch and draw, and which ends up in the job's report. Events carry only numbers,
+so a reporter can show counts and rates and can never claim a phase is complete before the job
+says so.
 
     phase("notes", total=20000)      reading notes and filling BM25 (files)
     advance("notes", 500)            500 more files done

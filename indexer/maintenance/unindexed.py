@@ -32,7 +32,8 @@ def unindexed_daily_files(layout: VaultLayout) -> list[UnindexedFile]:
     root = layout.root / DAILY
     if os.path.islink(root):
         return [UnindexedFile(DAILY, "daily/ is a symlink; memvault never follows links inside a vault",
-                              "move the real folder into the vault as daily/ (and link the other way if needed)")]  # fmt: skip
+                              "move the real folder into the vault as daily/ "
+                              "(and link the other way if needed)")]  # fmt: skip
     if os.path.lexists(root) and not root.is_dir():
         return [UnindexedFile(DAILY, "daily is a file, not a folder", "rename that file, then run `memvault rebuild`")]
     found: list[UnindexedFile] = []

@@ -295,7 +295,8 @@ class LoopbackThread:
             self.stop()
             reason = self._error or "it stopped during start-up"
             raise PortUnavailable(f"the loopback server could not start ({type(reason).__name__}: {reason})"
-                                  if isinstance(reason, BaseException) else f"the loopback server could not start: {reason}")  # fmt: skip
+                                  if isinstance(reason, BaseException)
+                                  else f"the loopback server could not start: {reason}")  # fmt: skip
 
     def stop(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         """Stop listening at once; a request in flight gets up to the spec's drain deadline."""

@@ -13,8 +13,9 @@ the generation's own row, `maintenance/server_index.py`). Readers find it two wa
   client's and a search across vaults' alike);
 * callers that name a generation by its path (capture, consolidation, health, graph expansion)
   find it through what keeps that vault's generations: a store's server engine
-  (`maintenance/server_generations.py`) registers itself for its vault's `.index/` folder (`keep_elsewhere`), and a path under that
-  folder is asked of it. A path nobody keeps is read from its folder, as before.
+  (`maintenance/server_generations.py`) registers itself for its vault's `.index/` folder
+  (`keep_elsewhere`), and a path under that folder is asked of it. A path nobody keeps is read
+  from its folder, as before.
 
 Parsed projections are cached by their SHA-256, so a reader that knows the digest (read with the
 serving pointer, one round trip) never fetches the bytes again until they change.

@@ -64,7 +64,8 @@ def nested_years(root) -> list[int]:
     folder = Path(root) / DAILY
     try:
         return sorted(int(entry.name) for entry in folder.iterdir()
-                      if len(entry.name) == 4 and entry.name.isdigit() and entry.is_dir() and not entry.is_symlink())  # fmt: skip
+                      if len(entry.name) == 4 and entry.name.isdigit() and entry.is_dir()
+                      and not entry.is_symlink())  # fmt: skip
     except OSError:
         return []
 

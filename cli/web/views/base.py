@@ -38,8 +38,8 @@ MAX_PARAM_CHARS = 2_000
 MAX_FORM_BYTES = 64 * 1024
 #: how much of a refused body is read and dropped so the 413 reaches the browser; past it, hang up
 DRAIN_BYTES = 16 * 1024 * 1024
-_STATUS = [("not_found", 404), ("method_not_allowed", 405), ("payload_too_large", 413), (UnsafePath, 403), (IndexUnavailable, 503), (ProviderUnavailable, 502),
-           (InvalidConfig, 500), (InvalidRecord, 400)]  # fmt: skip
+_STATUS = [("not_found", 404), ("method_not_allowed", 405), ("payload_too_large", 413), (UnsafePath, 403),
+           (IndexUnavailable, 503), (ProviderUnavailable, 502), (InvalidConfig, 500), (InvalidRecord, 400)]  # fmt: skip
 
 
 class BadRequest(InvalidRecord):

@@ -162,7 +162,8 @@ class SpaceView(View):
         notes = sorted(reader.space_notes(space.id), key=note_sort_key, reverse=True)
         prefix = f"/spaces/{space.id}/notes"
         return {"space": space.to_json(), "total": len(notes),
-                "notes": [{"path": p, "url": note_url(p, prefix=prefix)} for p in notes[:MAX_SPACE_NOTES_LISTED]]}  # fmt: skip
+                "notes": [{"path": p, "url": note_url(p, prefix=prefix)}
+                          for p in notes[:MAX_SPACE_NOTES_LISTED]]}  # fmt: skip
 
     def title(self, data: dict) -> str:
         return data["space"]["title"]
@@ -227,7 +228,8 @@ class IndexMdView(View):
         if note is None:
             raise NotFound("there is no index.md yet: `memvault consolidate` (or `memvault watch`) writes it")
         return {"title": "index.md", "path": "index.md", "summary": "", "revision": None, "updated": None,
-                "bytes": note.size, "archived": False, "html": render_markdown(note.text), "problem": note.problem}  # fmt: skip
+                "bytes": note.size, "archived": False, "html": render_markdown(note.text),
+                "problem": note.problem}  # fmt: skip
 
     def title(self, data: dict) -> str:
         return "index.md"

@@ -47,7 +47,8 @@ class EntitiesView(View):
                          "spellings": sorted(group.names), "memories": group.memories,
                          "url": f"/entities/{sorted(group.ids)[0]}"})  # fmt: skip
         return {"query": query, "groups": rows[:MAX_LISTED_GROUPS], "total": len(rows), "entities": len(graph.entities),
-                "relations": len(graph.relations), "notice": None, "scanComplete": complete, **_problems(reader)}  # fmt: skip
+                "relations": len(graph.relations), "notice": None, "scanComplete": complete,
+                **_problems(reader)}  # fmt: skip
 
 
 class EntityView(View):
@@ -64,7 +65,8 @@ class EntityView(View):
         if entity is None:
             raise NotFound(f"no entity {entity_id!r} in graph.jsonl: search the Entities page")
         key = lexical_key(entity.name)
-        spellings = sorted((e for e in graph.entities.values() if e.id != entity.id and key and lexical_key(e.name) == key),
+        spellings = sorted((e for e in graph.entities.values()
+                            if e.id != entity.id and key and lexical_key(e.name) == key),
                            key=lambda e: e.id)  # fmt: skip
 
         def named(other: str) -> dict:

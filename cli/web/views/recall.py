@@ -62,7 +62,8 @@ def _hit(hit, zone: ZoneInfo) -> dict:
     return {
         "id": hit.id, "text": hit.text, "source": hit.source, "url": source_url(hit.source),
         "date": local.date().isoformat(), "local": local.strftime("%Y-%m-%d %H:%M"), "score": round(hit.score, 6),
-        "kind": hit.kind, "conflict": getattr(hit, "conflict", False), "explain": {name: _jsonable(detail) for name, detail in sorted(hit.explain.items())},
+        "kind": hit.kind, "conflict": getattr(hit, "conflict", False),
+        "explain": {name: _jsonable(detail) for name, detail in sorted(hit.explain.items())},
     }  # fmt: skip
 
 

@@ -58,7 +58,8 @@ _STAGING_TYPES = [
 #: once and writes the rows, their postings and the terms' document frequencies
 _INSERT_STAGED = f"""
 WITH a AS MATERIALIZED (
-    SELECT s.*, to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.own) AS tt, to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.around) AS ct
+    SELECT s.*, to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.own) AS tt,
+        to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.around) AS ct
     FROM memvault_staging s
 ),
 r AS (

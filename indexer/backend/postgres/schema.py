@@ -307,7 +307,8 @@ def ensure_postings_indexes(conn, vault: str, generation: int) -> None:
     from psycopg import sql
 
     leaf = leaf_table(vault, generation, "memvault_postings")
-    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (lexeme, field, kind, impact DESC) INCLUDE (key, tf, len)")
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} "
+                         "(lexeme, field, kind, impact DESC) INCLUDE (key, tf, len)")
                  .format(sql.Identifier(f"mvpl_{vault}_g{generation}"), sql.Identifier(leaf)))  # fmt: skip
     conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (key, field, lexeme) INCLUDE (tf, len)")
                  .format(sql.Identifier(f"mvpd_{vault}_g{generation}"), sql.Identifier(leaf)))  # fmt: skip

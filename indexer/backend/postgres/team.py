@@ -218,8 +218,8 @@ class TeamServer:
     def projected(self, run_hash: str) -> bool | None:
         """Whether the owner has the turn in its files (None: the ledger holds no such run)."""
         with self._session() as conn:
-            row = conn.execute("SELECT projected_at IS NOT NULL FROM memvault_team_turns WHERE vault = %s AND run_hash = %s",
-                               (self.vault, run_hash)).fetchone()  # fmt: skip
+            row = conn.execute("SELECT projected_at IS NOT NULL FROM memvault_team_turns "
+                               "WHERE vault = %s AND run_hash = %s", (self.vault, run_hash)).fetchone()  # fmt: skip
         return None if row is None else bool(row[0])
 
     def waiting_facts(self) -> list[tuple[str, str, str, datetime, str, bool]]:
@@ -233,7 +233,8 @@ class TeamServer:
         """Content-free counts of the team rows (inspect and health, from any machine)."""
         with self._session() as conn:
             turns = conn.execute(
-                "SELECT count(*) FILTER (WHERE projected_at IS NULL), count(*) FILTER (WHERE projected_at IS NOT NULL), "
+                "SELECT count(*) FILTER (WHERE projected_at IS NULL), "
+                "count(*) FILTER (WHERE projected_at IS NOT NULL), "
                 "extract(epoch FROM now() - min(admitted_at) FILTER (WHERE projected_at IS NULL)) "
                 "FROM memvault_team_turns WHERE vault = %s", (self.vault,)).fetchone()  # fmt: skip
             facts = conn.execute("SELECT count(*) FILTER (WHERE projected_at IS NULL), count(*) "
@@ -268,15 +269,16 @@ class TeamServer:
         and projecting a turn again finds it in its note (run-derived or content id) and writes
         nothing. The number marked."""
         with self._session() as conn, conn.transaction():
-            rows = conn.execute("SELECT run_hash, record FROM memvault_team_turns WHERE vault = %s AND projected_at IS NULL "
+            rows = conn.execute("SELECT run_hash, record FROM memvault_team_turns "
+                                "WHERE vault = %s AND projected_at IS NULL "
                                 "ORDER BY admitted_at, run_hash LIMIT %s FOR UPDATE SKIP LOCKED",
                                 (self.vault, limit)).fetchall()  # fmt: skip
             if not rows:
                 return 0
             done = project([(run_hash, bytes(record)) for run_hash, record in rows])
             if done:
-                conn.execute("UPDATE memvault_team_turns SET projected_at = now() WHERE vault = %s AND run_hash = ANY(%s)",
-                             (self.vault, list(done)))  # fmt: skip
+                conn.execute("UPDATE memvault_team_turns SET projected_at = now() "
+                             "WHERE vault = %s AND run_hash = ANY(%s)", (self.vault, list(done)))  # fmt: skip
         return len(done)
 
     def set_sleeping(self, sleeping: bool) -> None:
@@ -289,8 +291,9 @@ class TeamServer:
         """Facts written into their note (`content_hashes`), and facts the rows now hold (`forget`)."""
         with self._session() as conn, conn.transaction():
             if content_hashes:
-                conn.execute("UPDATE memvault_team_facts SET projected_at = now() WHERE vault = %s AND content_hash = ANY(%s) "
-                             "AND projected_at IS NULL", (self.vault, content_hashes))  # fmt: skip
+                conn.execute("UPDATE memvault_team_facts SET projected_at = now() "
+                             "WHERE vault = %s AND content_hash = ANY(%s) AND projected_at IS NULL",
+                             (self.vault, content_hashes))  # fmt: skip
             if forget:
                 conn.execute("DELETE FROM memvault_team_facts WHERE vault = %s AND content_hash = ANY(%s) "
                              "AND projected_at IS NOT NULL", (self.vault, forget))  # fmt: skip
@@ -438,9 +441,9 @@ class OwnerLock:
                     if holder is None
                     else f"pid {holder[1]} on host {holder[0]} (since {holder[2]:%Y-%m-%d %H:%M:%S %Z})"
                 )
-                raise VaultLocked(f"vault {self.vault!r} already has an owner on the index server: {who}. One owner per "
-                                  "vault: stop that one (`memvault engine stop` on its machine), or use this machine as "
-                                  f"a client: `memvault --remote {self.vault} …`")  # fmt: skip
+                raise VaultLocked(f"vault {self.vault!r} already has an owner on the index server: {who}. "
+                                  "One owner per vault: stop that one (`memvault engine stop` on its machine), "
+                                  f"or use this machine as a client: `memvault --remote {self.vault} …`")  # fmt: skip
         except psycopg.Error as exc:
             conn.close()
             raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
