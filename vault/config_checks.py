@@ -43,6 +43,7 @@ from memvault.vault.config_schema import (
     SYSTEM_ROLES,
     VAULT_PATH_ENV,
     WRITE_MODES,
+    EmbeddingProvider,
 )
 from memvault.vault.layout import CONFIG_FILE
 
@@ -262,6 +263,16 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: st
                 )
             )
         return
+    _check_model_and_dim(flat, problems, prefix, name, provider)
+    _check_provider_fields(flat, problems, prefix, name, provider)
+    if extra:
+        _check_extra_differs(flat, problems)
+
+
+def _check_model_and_dim(
+    flat: dict[str, Any], problems: list[_Problem], prefix: str, name: str, provider: EmbeddingProvider
+) -> None:
+    """An embeddings block's model and dim against its (known) provider."""
     both = (f"{prefix}.provider",)
     model, dim = flat.get(f"{prefix}.model"), flat.get(f"{prefix}.dim")
     if isinstance(model, str) and (message := _text_problem(f"{prefix}.model", model)):
@@ -288,6 +299,13 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: st
                 (f"{prefix}.dim",),
             )
         )
+
+
+def _check_provider_fields(
+    flat: dict[str, Any], problems: list[_Problem], prefix: str, name: str, provider: EmbeddingProvider
+) -> None:
+    """An embeddings block's endpoint and apiKeyEnv: unused in-process, else checked as given."""
+    both = (f"{prefix}.provider",)
     for field in ("endpoint", "apiKeyEnv"):
         key, value = f"{prefix}.{field}", flat.get(f"{prefix}.{field}")
         if not isinstance(value, str):
@@ -300,8 +318,6 @@ def _check_embeddings(flat: dict[str, Any], problems: list[_Problem], prefix: st
             message = _api_key_env_problem(key, value)
         if message:
             problems.append(_Problem(message, (key, *both)))
-    if extra:
-        _check_extra_differs(flat, problems)
 
 
 def _check_extra_differs(flat: dict[str, Any], problems: list[_Problem]) -> None:
@@ -418,6 +434,14 @@ def _check_rerank(flat: dict[str, Any], problems: list[_Problem]) -> None:
 
 
 def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    _check_memory_scalars(flat, problems)
+    _check_runtime_scalars(flat, problems)
+    _check_tool_names(flat, problems)
+
+
+def _check_memory_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    """memory.mode, writeMode, path and timeZone."""
+
     def add(key: str, message: str, *more: str) -> None:
         problems.append(_Problem(message, (key, *more)))
 
@@ -445,6 +469,14 @@ def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
             f'memory.timeZone {_show(zone)} is not an IANA time zone: use a name like "Europe/Amsterdam",'
             ' "America/New_York" or "UTC"',
         )
+
+
+def _check_runtime_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    """memory.runtime's limits, choices and ranges."""
+
+    def add(key: str, message: str, *more: str) -> None:
+        problems.append(_Problem(message, (key, *more)))
+
     lo, hi = RUNTIME_LIMIT_RANGE
     for field in ("userLimit", "memoryLimit"):
         key = f"memory.runtime.{field}"
@@ -461,6 +493,14 @@ def _check_scalars(flat: dict[str, Any], problems: list[_Problem]) -> None:
         value = flat.get(key)
         if value is not None and not lo <= value <= hi:
             add(key, f"{key} must be between {lo} and {hi} (got {value}): the default is {LEAVES[key][1]}")
+
+
+def _check_tool_names(flat: dict[str, Any], problems: list[_Problem]) -> None:
+    """tools.hostTools' names and the tools.allowedTools / deniedTools lists."""
+
+    def add(key: str, message: str, *more: str) -> None:
+        problems.append(_Problem(message, (key, *more)))
+
     for name in OBJECTS["tools.hostTools"]:
         key = f"tools.hostTools.{name}"
         value = flat.get(key)
