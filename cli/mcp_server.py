@@ -118,13 +118,7 @@ def build_server(session: VaultSession):
         if uri not in _resource_uris(session):
             raise MCPError(-32602, f"no resource {uri[:80]!r}: the resources are {', '.join(_resource_uris(session))}")
         if uri == WAKE_URI:
-            try:
-                snapshot = await anyio.to_thread.run_sync(session.wake)
-            except VaultError as exc:
-                raise MCPError(-32603, f"the Wake snapshot cannot be built: {exc}") from None
-            wake.seen(snapshot.digest)
-            session.turns.end_implicit_turn()  # reading the Wake is how a host starts a turn
-            text, meta = snapshot.text, {"memvault/revision": snapshot.revision, "memvault/digest": snapshot.digest}
+            text, meta = await _read_wake(session, wake)
         else:
             text, meta = session.protocol_text(), None
         contents = types.TextResourceContents(uri=uri, mime_type="text/markdown", text=text, meta=meta)
@@ -166,6 +160,20 @@ def build_server(session: VaultSession):
 
 
 _PROMPT_DESCRIPTION = "The Runtime Memory protocol and routing guidance, for the system prompt (static)."
+
+
+async def _read_wake(session: VaultSession, wake: _WakeWatch) -> tuple[str, dict]:
+    """The Wake resource's text and meta. The client has now seen its digest, and its turn begins."""
+    import anyio
+    from mcp.shared.exceptions import MCPError
+
+    try:
+        snapshot = await anyio.to_thread.run_sync(session.wake)
+    except VaultError as exc:
+        raise MCPError(-32603, f"the Wake snapshot cannot be built: {exc}") from None
+    wake.seen(snapshot.digest)
+    session.turns.end_implicit_turn()  # reading the Wake is how a host starts a turn
+    return snapshot.text, {"memvault/revision": snapshot.revision, "memvault/digest": snapshot.digest}
 
 
 class _WakeWatch:

@@ -325,6 +325,14 @@ def random_edit(rng: random.Random, root: Path, step: int, snapshots: list[dict]
     path = rng.choice(files)
     lines = path.read_bytes().decode("utf-8", "replace").splitlines(keepends=True)
     bullets = [i for i, line in enumerate(lines) if line.startswith("- ")]
+    if not _replace_file(rng, root, path, files, lines, op, step, snapshots):
+        _edit_lines(rng, lines, bullets, op, step)
+        path.write_bytes("".join(lines).encode("utf-8"))
+
+
+def _edit_lines(rng: random.Random, lines: list[str], bullets: list[int], op: str, step: int) -> None:
+    """The edits inside a note's lines (`lines` changed in place; an edit that needs a bullet
+    where there is none leaves them as they are)."""
     if op == "edit" and bullets:
         i = rng.choice(bullets)
         lines[i] = lines[i].replace(" ", f" {_bullet(rng, step)} ", 1)
@@ -345,28 +353,40 @@ def random_edit(rng: random.Random, root: Path, step: int, snapshots: list[dict]
     elif op == "conflict" and bullets:
         i = rng.choice(bullets)
         lines[i : i + 1] = ["<<<<<<< HEAD\n", lines[i], "=======\n", f"- {_bullet(rng, step)}\n", ">>>>>>> theirs\n"]
-    elif op == "utf8":
-        path.write_bytes("".join(lines).encode() + b"- bad \xff\n")
-        return
-    elif op == "rename":
-        os.rename(path, daily / f"2028-02-{step % 28 + 1:02d}.md")
-        return
-    elif op == "delete_file":
-        path.unlink()
-        return
     elif op == "zone":
         lines[:0] = ["---\n", f"timeZone: {rng.choice(['Asia/Tokyo', 'Mars/Olympus'])}\n", "---\n"]
+
+
+def _replace_file(
+    rng: random.Random,
+    root: Path,
+    path: Path,
+    files: list[Path],
+    lines: list[str],
+    op: str,
+    step: int,
+    snapshots: list[dict],
+) -> bool:
+    """The edits of whole files (bad bytes, a rename, a deletion, a checkout, the folder gone and
+    back); False for an edit of lines, or a checkout with no snapshot to go back to."""
+    daily = root / "daily"
+    if op == "utf8":
+        path.write_bytes("".join(lines).encode() + b"- bad \xff\n")
+    elif op == "rename":
+        os.rename(path, daily / f"2028-02-{step % 28 + 1:02d}.md")
+    elif op == "delete_file":
+        path.unlink()
     elif op == "checkout" and snapshots:
         restore(root, rng.choice(snapshots))  # a `git checkout` of an older vault
-        return
     elif op == "folder":
         snapshot = {p.name: p.read_bytes() for p in files}
         shutil.rmtree(daily)  # the folder goes, then comes back (a sync tool, a branch switch)
         daily.mkdir()
         for name, data in list(snapshot.items())[: len(snapshot) // 2]:
             (daily / name).write_bytes(data)
-        return
-    path.write_bytes("".join(lines).encode("utf-8"))
+    else:
+        return False
+    return True
 
 
 def take_snapshot(root: Path) -> dict:
