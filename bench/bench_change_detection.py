@@ -38,7 +38,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = make_vault(Path(folder) / "v", args.memories, args.per_file)
         with MemoryStore.open(root) as store:
-            index = store._writable_index()
+            index = store.writable_index()
             old = time.time_ns() - 10_000_000_000  # out of the racy window, as an old vault's files are
             for relpath in store.layout.note_relpaths():
                 os.utime(root / relpath, ns=(old, old))

@@ -205,7 +205,7 @@ def bench_locomo(tmp: Path, env: dict, conversations: int, filler: int = 0) -> N
                 on_server(root, f"locomo-{number}")
             with MemoryStore.open(root, env=env, sync=False) as store:
                 store.rebuild()
-                index = store._readable_index()
+                index = store.serving_index()
                 for qa in sample["qa"]:
                     evidence = {e for raw in qa.get("evidence", []) for e in _EVIDENCE_RE.findall(raw)}
                     if not evidence:

@@ -55,7 +55,7 @@ def bench_size(size: int, query_count: int, tier: str) -> None:
             for q in qs[:20]:
                 store.recall(q, limit=10)  # warm caches
             ours = timed(lambda q: store.recall(q, limit=10), qs)
-            bm25 = store._readable_index().bm25
+            bm25 = store.serving_index().bm25
             parsed = [bm25.build_query(q, ("curated",)) for q in qs]
             searcher = bm25._current_searcher()
             bare = timed(lambda p: searcher.search(p, 10, count=False), parsed)  # uncounted, as recall's

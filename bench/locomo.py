@@ -106,7 +106,7 @@ _SYLLABLES = ("ka", "zu", "mo", "fe", "qui", "rt", "plo", "xa", "vex", "nor", "b
 
 
 def rankings(store: MemoryStore, question: str, depth: int) -> dict[str, list[str]]:
-    index = store._readable_index()
+    index = store.serving_index()
     bm25 = [dialog_id(hit.key) for hit in index.bm25.search(question, depth)]
     vectors, _ = store._semantic.search(question, depth)
     ranked = {"bm25": bm25, "vectors": [dialog_id(key) for key, _ in vectors or []]}
@@ -132,7 +132,7 @@ def hybrid(
     """memvault's tool-mode recall on the store's index, with the given settings (the reranker
     when `memory.rerank` is configured, unless `rerank` is False; the extra list when
     memory.extraEmbeddings is, unless `extra` is False)."""
-    index = store._readable_index()
+    index = store.serving_index()
     reranker = store._reranker() if rerank else None
     result = recall_tool(
         index.bm25,

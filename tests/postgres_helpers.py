@@ -216,7 +216,7 @@ def index_commits(store) -> object:
     """What changes with every commit of a store's serving index: on the local engine its BM25
     segment files and manifest bytes, on the server the vault's commit stamp."""
     if TEST_BACKEND == "local":
-        generation = store._readable_index().generation
+        generation = store.serving_index().generation
         return sorted(p.name for p in (generation / "bm25").iterdir()), (generation / "manifest.json").read_bytes()
     return store.backend.stamp()
 
@@ -226,7 +226,7 @@ def vector_count(store) -> int:
     that carry one."""
     if TEST_BACKEND == "local":
         return len(store._semantic._serving.vectors)
-    index = store._readable_index()
+    index = store.serving_index()
     counts = index.backend.counts(index.number)
     return counts.by_kind.get("curated", 0) - counts.without_vector
 
@@ -252,7 +252,7 @@ def drop_a_vector(store) -> str:
     if TEST_BACKEND == "local":
         from memvault.indexer.maintenance.semantic import SemanticIndex
 
-        semantic = SemanticIndex.open(store._readable_index().generation, store._semantic.identity)
+        semantic = SemanticIndex.open(store.serving_index().generation, store._semantic.identity)
         victim = sorted(semantic.passages)[0]
         semantic.vectors.delete([victim])
         semantic.passages.pop(victim)
@@ -260,7 +260,7 @@ def drop_a_vector(store) -> str:
         return victim
     import psycopg
 
-    index = store._readable_index()
+    index = store.serving_index()
     victim = min(row.key for row in index.backend.all_rows(index.number) if row.kind == "curated")
     with psycopg.connect("", autocommit=True) as conn:  # the PG* variables the fixture set
         conn.execute(
@@ -273,7 +273,7 @@ def drop_a_vector(store) -> str:
 def tamper_a_row(store) -> str:
     """Rewrite the first row's text (by key) behind the index's back, its file state untouched
     (only a strict health compares every field); the row's key."""
-    index = store._writable_index()
+    index = store.writable_index()
     target = index.all_rows()[0]
     if TEST_BACKEND == "local":
         from dataclasses import replace
@@ -297,7 +297,7 @@ def set_built_embedding(store, identity: dict) -> None:
     """Say the serving generation's vectors were built by `identity` (another model's index)."""
     import json
 
-    index = store._readable_index()
+    index = store.serving_index()
     if TEST_BACKEND == "local":
         from memvault.indexer.maintenance.generations import MANIFEST, Manifest
 
@@ -317,7 +317,7 @@ def set_built_embedding(store, identity: dict) -> None:
 def leave_a_stray_generation(store) -> str:
     """What a rebuild killed halfway leaves: a generation beside the serving one that nothing
     serves (a `.index/gen-*` folder, or a leaf on the server). Health's subject for it."""
-    index = store._readable_index()
+    index = store.serving_index()
     if TEST_BACKEND == "local":
         from memvault.indexer.maintenance.generations import new_generation
 
@@ -336,14 +336,14 @@ def stray_left(store, subject: str) -> bool:
         return (store.layout.root / subject / "half-built").exists()
     from memvault.indexer.maintenance.server_index import generation_number
 
-    backend = store._readable_index().backend
+    backend = store.serving_index().backend
     return generation_number(backend, subject) in backend.generations()
 
 
 def break_the_serving_index(store) -> None:
     """Make the serving generation unreadable behind the store's back: locally its manifest
     holds garbage, on the server its generation's row is gone (the pointer still names it)."""
-    index = store._readable_index()
+    index = store.serving_index()
     if TEST_BACKEND == "local":
         from memvault.indexer.maintenance.generations import MANIFEST
 

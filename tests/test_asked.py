@@ -61,7 +61,7 @@ def vault(tmp_path, request):
 def test_the_answer_outranks_the_memory_that_asks(vault):
     question = "What instruments does Melanie play?"
     with MemoryStore.open(vault) as store:
-        index = store._readable_index()
+        index = store.serving_index()
         plain = recall_tool(index.bm25, store._semantic, question, 3, asked=False)
         found = recall_tool(index.bm25, store._semantic, question, 3)
     asking = {hit.text: hit for hit in found.hits}[ASKS]

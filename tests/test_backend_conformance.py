@@ -22,7 +22,7 @@ NOTE = "daily/2026-11-30.md"
 @pytest.fixture(params=["local", "postgres"])
 def backend(request, tmp_path):
     if request.param == "local":
-        from memvault.indexer.maintenance.local_backend import LocalBackend
+        from tests.local_row_backend import LocalBackend
 
         engine = LocalBackend(VaultLayout(tmp_path / "vault"))
     else:
@@ -188,7 +188,7 @@ def test_cjk_bigrams_rank_the_same_on_each_backend_and_deletes_keep_their_statis
     """A word inside a CJK run is found by its bigrams with the same BM25 scores on both engines,
     and a row deleted on the server takes its bigrams' statistics along (equal to a fresh build)."""
     from memvault.indexer.backend.postgres.engine import PostgresBackend
-    from memvault.indexer.maintenance.local_backend import LocalBackend
+    from tests.local_row_backend import LocalBackend
 
     local, server = LocalBackend(VaultLayout(tmp_path / "vault")), PostgresBackend(postgres_dsn, "conf-cjk")
     fresh = PostgresBackend(postgres_dsn, "conf-cjk-fresh")

@@ -182,7 +182,7 @@ def test_rebuilding_a_pending_bujo_capture_into_journal_is_refused_before_any_ch
     clock = Clock()
     with store_for(root, clock) as store:
         capture(store, clock, "run-1", "Dana owns billing.")
-        generation = store._readable_index().generation.name
+        generation = store.serving_index().generation.name
     config = json.loads((root / "memvault.json").read_text())
     config["memory"].update(mode="journal", writeMode="append-host-summary")
     del config["memory"]["llm"]

@@ -56,7 +56,7 @@ def test_two_processes_remembering_lose_nothing_and_duplicate_nothing(new_vault)
     assert len(texts) == len(set(texts)), "no fact is written twice"
     assert set(texts) == expected, "no fact is lost"
     with MemoryStore.open(new_vault) as store:
-        assert store._readable_index().bm25.count() == len(expected), "every fact is indexed exactly once"
+        assert store.serving_index().bm25.count() == len(expected), "every fact is indexed exactly once"
         assert store.recall("beta wrote fact number 79").hits[0].text == "beta wrote fact number 79."
 
 

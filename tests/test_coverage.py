@@ -166,7 +166,7 @@ def test_the_index_stores_each_memorys_note_context(tmp_path):
 
     root = make_vault(tmp_path / "journal", "journal", FACTS)
     with MemoryStore.open(root) as store:
-        bm25 = store._readable_index().bm25
+        bm25 = store.serving_index().bm25
         keys, docs = bm25.search_docs("Biscuit beach", 10)
         rows = bm25.get_by_keys([key for key, _ in keys])
         by_key = bm25.docs_by_keys([key for key, _ in keys])

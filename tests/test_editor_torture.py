@@ -80,9 +80,9 @@ def test_person_saves_and_memvault_writes_all_survive_a_minute_of_contention(new
         copies |= {f"t-{r['intake_id'][:10]}": text.count(f"^t-{r['intake_id'][:10]}") for r in admitted}
         lost_writes = sorted(i for i, n in copies.items() if n == 0)
         doubled = sorted(i for i, n in copies.items() if n > 1)
-        served = store._writable_index().all_rows()
+        served = store.writable_index().all_rows()
         store.rebuild()
-        rebuilt = store._writable_index().all_rows()
+        rebuilt = store.writable_index().all_rows()
     print(
         f"\nperson saves: {len(saves)} ({sum(s['style'] == 'rename' for s in saves)} rename, "
         f"{sum(s['style'] == 'inplace' for s in saves)} in place), lost {len(lost_saves)}; "

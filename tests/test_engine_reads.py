@@ -445,7 +445,7 @@ def test_a_commit_landing_as_a_read_refreshes_its_searcher_hides_no_acknowledged
     with MemoryStore.open(root, engine=False) as store:
         store.defers_index_commits = True  # as an owner: remembers wait for the committer
         store.remember("The purser locked the ledger in the chart room.")
-        index = store._readable_index()
+        index = store.serving_index()
         refresh = index.bm25.refresh
 
         def refresh_then_commit():

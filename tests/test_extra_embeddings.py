@@ -97,7 +97,7 @@ def e5_vault(tmp_path) -> Path:
 
 
 def extra_count(store: MemoryStore) -> int:
-    generation = store._readable_index().generation
+    generation = store.serving_index().generation
     return len(SemanticIndex.open(generation, store._semantic.extra_identity, EXTRA_FOLDER).vectors)
 
 
@@ -109,9 +109,9 @@ def test_both_lists_follow_writes_and_rebuilds_and_recall_fuses_both(e5_vault):
         first = result.hits[0]
         assert first.text == "Sam adopted a rescue dog named Biscuit."
         assert {"bm25", "vector", "extra"} <= set(first.explain)
-        old = store._readable_index().generation
+        old = store.serving_index().generation
         store.rebuild()
-        new = store._readable_index().generation
+        new = store.serving_index().generation
         assert new != old and (new / EXTRA_FOLDER).is_dir()  # each generation holds its own lists
         assert extra_count(store) == len(FACTS)
         store.remember("Lena speaks fluent Portuguese.", at=datetime(2026, 11, 30, 10, 0, tzinfo=AMS))
@@ -122,7 +122,7 @@ def test_both_lists_follow_writes_and_rebuilds_and_recall_fuses_both(e5_vault):
 
 def test_a_missing_extra_list_is_degraded_and_named_by_health(e5_vault):
     with MemoryStore.open(e5_vault) as store:
-        shutil.rmtree(store._readable_index().generation / EXTRA_FOLDER)
+        shutil.rmtree(store.serving_index().generation / EXTRA_FOLDER)
     with MemoryStore.open(e5_vault) as store:
         result = store.recall("Where does Priya live?", limit=3)
         assert result.hits[0].text == "Priya lives in Rotterdam."  # the first list and BM25 still answer

@@ -24,7 +24,7 @@ def _as_tantivy_holds(root) -> dict:
     if postgres_helpers.TEST_BACKEND == "local":
         return DerivedIndex.open_current(VaultLayout(root)).rows_of(NOTE)
     with MemoryStore.open(root, sync=False) as other:
-        return other._readable_index().rows_of(NOTE)
+        return other.serving_index().rows_of(NOTE)
 
 
 # The second test checks the row cache of records (a pure function of a record): it stays local.
@@ -33,7 +33,7 @@ def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
     with MemoryStore.open(new_vault) as store:
 
         def check():
-            known = store._writable_index().rows_of(NOTE)
+            known = store.writable_index().rows_of(NOTE)
             assert known == _as_tantivy_holds(new_vault)
             return known
 

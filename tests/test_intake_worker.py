@@ -62,7 +62,7 @@ def test_bujo_projects_raw_audit_outside_curated_recall(tmp_path):
         store.persist_completed_turn("run-1", ANSWER)
         drain(store)
         assert store.recall("incident").hits == ()
-        assert store._readable_index().bm25.count_kind("audit") == 1
+        assert store.serving_index().bm25.count_kind("audit") == 1
     assert "^t-" in (root / "audit/2026-11-30.md").read_text()
     assert not (root / "daily/2026-11-30.md").exists()
     assert state_of(root, "run-1")["state"] == "resolved"

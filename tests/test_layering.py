@@ -102,8 +102,8 @@ def test_indexer_never_prints():
 ENGINE_NAMES = {"local", "postgres"}
 #: classes of one engine (or of one engine's generations) that no caller may test for or build
 ENGINE_CLASSES = {"DerivedIndex", "LocalBackend", "PostgresBackend", "LocalGenerations", "ServerGenerations"}
-#: the local engine, in indexer/maintenance/: its generations, its vectors, its health, its adapter
-LOCAL_ENGINE = {"derived", "local_generations", "local_backend", "semantic_service", "semantic_catch_up",
+#: the local engine, in indexer/maintenance/: its generations, its vectors, its health
+LOCAL_ENGINE = {"derived", "local_generations", "semantic_service", "semantic_catch_up",
                 "health", "health_checks", "replay_adopt"}  # fmt: skip
 
 

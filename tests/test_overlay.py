@@ -82,7 +82,7 @@ def test_pending_rows_score_as_a_scan_of_every_row_would(tmp_path, seed):
         facts = [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) + f" p{n}." for n in range(60)]
         for fact in facts:
             store.remember(fact)
-        overlay = store._deferred.view(store._readable_index().bm25)
+        overlay = store._deferred.view(store.serving_index().bm25)
         assert len(overlay._rows) >= 50
         scored = 0
         for _ in range(25):
@@ -137,6 +137,6 @@ def test_a_save_that_moves_pending_lines_keeps_their_terms_and_scores_as_a_scan_
         assert all(after[key].text_terms is before[key].text_terms for key in kept)
         [edited] = [row for row in after.values() if row.record.text.startswith("harbour pier 7")]
         assert edited.text_terms["cook"] == 1
-        overlay = store._deferred.view(store._readable_index().bm25)
+        overlay = store._deferred.view(store.serving_index().bm25)
         for query in ("harbour pier", "cook ledger", "captain dinghy", "pier 7"):
             assert overlay._scores(query, ("curated",)) == reference_scores(overlay, query, ("curated",))

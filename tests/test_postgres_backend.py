@@ -155,11 +155,11 @@ def test_bm25_on_the_server_ranks_as_tantivy_does(tmp_path, postgres_dsn):
         queries = ("blue deployment", "Morgan", "coffee on floor three", "who deploys on Fridays?", "lunch")
         # depth 2: the server skips rows that match only through neighbours once they cannot reach the list
         for query, depth in [(query, depth) for query in queries for depth in (10, 2)]:
-            left = a._readable_index().bm25.search_keys(query, depth)
-            right = b._readable_index().bm25.search_keys(query, depth)
+            left = a.serving_index().bm25.search_keys(query, depth)
+            right = b.serving_index().bm25.search_keys(query, depth)
             assert [re.sub(r"#.*", "", k) for k, _ in left] == [re.sub(r"#.*", "", k) for k, _ in right]
-            assert [a._readable_index().bm25.get_by_keys([k])[k].text for k, _ in left] == [
-                b._readable_index().bm25.get_by_keys([k])[k].text for k, _ in right
+            assert [a.serving_index().bm25.get_by_keys([k])[k].text for k, _ in left] == [
+                b.serving_index().bm25.get_by_keys([k])[k].text for k, _ in right
             ], query
             for (_, x), (_, y) in zip(left, right, strict=True):
                 assert y == pytest.approx(x, rel=0.05), query

@@ -144,7 +144,7 @@ def test_captures_read_back_proves_the_bytes_the_server_holds(captured):
 
     root, store, dsn = captured
     _, sidecar = read_sidecar(root)
-    generation = store._readable_index().generation
+    generation = store.serving_index().generation
     verify_projection(generation, sidecar)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE memvault_generations SET replay = replay || '\\x20'::bytea WHERE vault = %s", (NAME,))

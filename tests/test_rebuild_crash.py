@@ -70,9 +70,9 @@ def assert_converged(root: Path) -> None:
     report = strict_health(root)
     assert report["healthy"], report["findings"][:5]
     with MemoryStore.open(root, sync=False) as store:
-        rows = store._readable_index().all_rows()
+        rows = store.serving_index().all_rows()
         store.rebuild()
-        assert store._readable_index().all_rows() == rows
+        assert store.serving_index().all_rows() == rows
 
 
 @pytest.fixture(scope="module")

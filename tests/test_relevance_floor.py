@@ -52,7 +52,7 @@ def test_without_the_floor_the_same_question_returns_every_memory(tmp_path):
         for minute, fact in enumerate(FACTS):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
     with MemoryStore.open(root) as store:
-        index = store._readable_index()
+        index = store.serving_index()
         noise = recall_tool(index.bm25, store._semantic, "What is Alex's favourite band?", 10, floor=False)
         floored = recall_tool(index.bm25, store._semantic, "What is Alex's favourite band?", 10)
     assert noise.hits and floored.hits == ()

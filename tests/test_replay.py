@@ -193,7 +193,7 @@ def codes(store, strict=True):
 def test_health_compares_sidecar_and_index_exactly(captured):
     _root, store, _, _ = captured
     assert codes(store) == [] and codes(store, strict=False) == []
-    generation = store._readable_index().generation
+    generation = store.serving_index().generation
     state, _ = read_projection(generation)
     forged = {"at": TS, "authority": next(iter(state.entries.values()))["authority"], "by": "f-0000000009",
               "id": "f-0000000008", "kind": "lifecycle", "state": "superseded"}  # fmt: skip
@@ -261,7 +261,7 @@ def test_adopt_replay_then_rebuild_restores_the_exact_sidecar(captured):
 def test_an_unattested_entry_refuses_the_whole_adoption(captured):
     root, store, _, _ = captured
     sidecar_path(root).unlink()
-    generation = store._readable_index().generation
+    generation = store.serving_index().generation
     state, _ = read_projection(generation)
     key, entry = next((k, e) for k, e in state.entries.items() if e["kind"] == "capture")
     state.entries[key] = {**entry, "authority": {"digest": "f" * 64, "kind": "capture"}}

@@ -52,7 +52,7 @@ def hit_sets(store: MemoryStore) -> list:
 
 
 def rows(store: MemoryStore) -> list[Row]:
-    return store._readable_index().all_rows()
+    return store.serving_index().all_rows()
 
 
 def rows_of_a_rebuild(root: Path) -> list[Row]:
@@ -192,7 +192,7 @@ def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         before = {(r.id, r.text) for r in rows(store) if r.path == "daily/2026-10-14.md"}
         os.rename(fixture_vault / "daily/2026-10-14.md", fixture_vault / "daily/2026-12-14.md")
-        index = store._writable_index()
+        index = store.writable_index()
         indexed = [
             read_note_records(store.layout, p, store.time_zone) for p in ("daily/2026-10-14.md", "daily/2026-12-14.md")
         ]
@@ -246,7 +246,7 @@ def test_crash_between_bm25_commit_and_manifest_is_repaired_by_the_next_sync(fix
         with pytest.raises(Crash):
             store.sync(hook=crash)
         assert (
-            store._readable_index().manifest.files["daily/2026-11-10.md"].sha256
+            store.serving_index().manifest.files["daily/2026-11-10.md"].sha256
             != read_note_records(store.layout, "daily/2026-11-10.md", store.time_zone).state.sha256
         ), "manifest is behind the index"
         repaired = store.sync()
@@ -539,9 +539,9 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_write
         assert store.recall("zeppelin quokka").hits[0].text == "the zeppelin quokka arrived early"
         found = store.recall("harbour log entry 31").hits[0]
         assert found.text == "harbour log entry 31 kept by the quartermaster"
-        before = {hit.key: hit for hit in store._readable_index().bm25.hits_for_path(relpath)}
+        before = {hit.key: hit for hit in store.serving_index().bm25.hits_for_path(relpath)}
         store.flush_deferred()
-        after = {hit.key: hit for hit in store._readable_index().bm25.hits_for_path(relpath)}
+        after = {hit.key: hit for hit in store.serving_index().bm25.hits_for_path(relpath)}
         assert len([key for key in before if after[key] != before[key]]) <= 2  # the new line's neighbours
         committed = rows(store)
         entry = next(row for row in committed if row.text.startswith("harbour log entry 0 "))

@@ -186,7 +186,7 @@ def test_a_plan_is_overtaken_by_a_commit_a_swap_or_another_process_s_save(tmp_pa
         assert store._semantic.drain(120)
         lane = store._semantic._lanes[0]
         with VaultLock(root):
-            index = store._writable_index()
+            index = store.writable_index()
             plans, failure = semantic_catch_up.plan([lane], store.layout, index, store.time_zone, paths=set(names))
             assert failure is None and len(plans) == 1 and not plans[0].changes  # nothing lags
             assert not semantic_catch_up.overtaken(plans)

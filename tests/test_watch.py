@@ -197,9 +197,9 @@ def only_the_fixtures_conflict(report: dict) -> bool:
 
 def rows_equal_rebuild(root: Path) -> None:
     with MemoryStore.open(root, sync=False) as store:
-        watched = store._readable_index().all_rows()
+        watched = store.serving_index().all_rows()
         store.rebuild()
-        assert store._readable_index().all_rows() == watched
+        assert store.serving_index().all_rows() == watched
         assert only_the_fixtures_conflict(health(store))
 
 
@@ -239,8 +239,8 @@ def test_editor_save_patterns_are_followed(watching, fixture_vault):
     shutil.rmtree(fixture_vault / "audit")
     (fixture_vault / "audit").mkdir()
     (fixture_vault / "audit/2026-11-30.md").write_text("- 09:00 host observation: the audit came back.\n")
-    wait_for(lambda: "audit/2026-11-30.md" in store._readable_index().row_counts(), what="folder recreate")
-    assert "audit/2026-11-05.md" not in store._readable_index().row_counts()
+    wait_for(lambda: "audit/2026-11-30.md" in store.serving_index().row_counts(), what="folder recreate")
+    assert "audit/2026-11-05.md" not in store.serving_index().row_counts()
     watching.stop()
     rows_equal_rebuild(fixture_vault)
 
@@ -291,7 +291,7 @@ def test_a_checkout_of_many_files_and_a_burst_of_1000(watching, fixture_vault):
     daily = fixture_vault / "daily"
     for day in range(1000):
         (daily / f"2030-{day // 28 % 12 + 1:02d}-{day % 28 + 1:02d}.md").write_text(f"- 09:00 burst note {day}\n")
-    wait_for(lambda: watching.store._readable_index().bm25.count() >= 168 + 336, what="burst")
+    wait_for(lambda: watching.store.serving_index().bm25.count() >= 168 + 336, what="burst")
     # `git checkout` style: files replaced wholesale, some removed
     for path in sorted(daily.glob("2030-*.md"))[:200]:
         path.unlink()
@@ -368,7 +368,7 @@ def test_compaction_after_quiet_makes_scores_match_a_rebuild(fixture_vault):
             note = fixture_vault / f"daily/{day}.md"
             note.write_text(note.read_text().replace("- ", "- edited ", 2))
         store.sync()
-        assert (store._readable_index().deleted_rows() > 0) == local
+        assert (store.serving_index().deleted_rows() > 0) == local
         reports = []
         watcher = Watcher(store, debounce=0.05, compact_after=0.3, on_batch=reports.append)
         thread = threading.Thread(target=watcher.run)
@@ -379,7 +379,7 @@ def test_compaction_after_quiet_makes_scores_match_a_rebuild(fixture_vault):
             wait_for(lambda: reports, what="the watcher's first rescan")
         watcher.stop()
         thread.join(10)
-        assert store._readable_index().deleted_rows() == 0
+        assert store.serving_index().deleted_rows() == 0
         quiet = scores(store)
         store.rebuild()
         assert scores(store) == quiet

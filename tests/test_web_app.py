@@ -373,7 +373,7 @@ def test_status_reports_health_index_intake_and_owner(served):
     # the fixture's merge conflict makes it unhealthy (issue 44); it is its only error
     assert body["health"]["healthy"] is False and body["health"]["errors"] == 1
     assert {f["code"] for f in body["health"]["findings"]} == {"conflict_markers", "duplicate_id"}
-    index = served.store._readable_index()  # the serving generation, a folder's or the server's
+    index = served.store.serving_index()  # the serving generation, a folder's or the server's
     assert body["index"]["generation"] == index.generation.name and body["index"]["rows"] == index.bm25.count()
     assert body["intake"]["counts"]["pending"] == 0 and body["intake"]["ledger"]["ok"] is True
     assert body["mode"] == "lite" and body["vectors"]["configured"] is None

@@ -1,18 +1,23 @@
 """The index backend seam: what the engine needs from a vault's derived index, in its own words.
 
-A backend holds, for one vault, generations of rows (one row per memory bullet, keyed
-`path#id`), each row's vector, and the index's account of which file bytes it has seen. The
-engine (`MemoryStore`, through `indexer/maintenance/server_index.py`) diffs files against the
-rows a backend returns and hands it deltas; recall asks it for ranked candidate lists and fuses
-them itself, so fusion, question coverage and the modes are the same whatever engine runs.
+`IndexGenerations` (at the end) is what `MemoryStore` drives, whatever the engine: the serving
+generation, a new one built beside it, the swap, health. Each engine implements it once:
+Tantivy + hnswlib in `.index/` (`maintenance/local_generations.py`, the default) and an index
+server (`maintenance/server_generations.py`), chosen from the config in
+`maintenance/index_engines.py`. Nothing above this module imports an engine's own classes;
+where the engines differ it says so in a capability its callers read, never `if backend == …`.
 
-Engines: Tantivy + hnswlib (`indexer/maintenance/local_backend.py`, the default) and
-PostgreSQL + pgvector (`indexer/backend/postgres/`). Nothing above this module imports an
-engine's own classes. The store keeps its generations through `IndexGenerations`, one per
-engine (`maintenance/local_generations.py`, `maintenance/server_generations.py`); where the
-engines differ it says so in a capability its callers read, never `if backend == …`.
+`IndexBackend` is what a server engine stores for one vault: generations of rows (one row per
+memory bullet, keyed `path#id`), each row's vector, and the index's account of which file bytes
+it has seen. `ServerGenerations` drives it through `maintenance/server_index.py`, which diffs
+files against the rows a backend returns and hands it deltas; recall asks it for ranked
+candidate lists and fuses them itself, so fusion, question coverage and the modes are the same
+as on the local engine. PostgreSQL + pgvector (`indexer/backend/postgres/`) is its engine; the
+conformance suite (tests/test_backend_conformance.py) runs the same checks on it and on the
+local engine's own components behind the same calls (tests/local_row_backend.py), so both
+rank alike row for row.
 
-Guarantees every engine keeps (tests/test_backend_conformance.py runs the same suite on each):
+Guarantees every engine keeps:
 * `apply` is one commit: when it returns, the rows, their vectors and the file states are
   durable together; when it raises, none of them changed. Applying the same delta twice leaves
   the same rows (idempotent), so a crash is repaired by applying the files again.

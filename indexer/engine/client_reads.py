@@ -64,8 +64,8 @@ class ReadsThroughOwner(VaultError):
 def read_view(store, args: dict) -> dict:
     """What a client needs to answer `query` in its own process (see the module's docstring)."""
     query, since, epoch = _view_args(args)
-    index = store._readable_index()
-    if not store._engine.files_on_this_machine:
+    index = store.serving_index()
+    if not store.index_files_on_this_machine:
         return {"reads": "owner"}  # a vault indexed on a server: its owner answers recalls
     if store.config.memory.rerank is not None:
         return {"reads": "owner"}  # the second stage calls a model with the owner's credentials

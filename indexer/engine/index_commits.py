@@ -51,7 +51,7 @@ class IndexCommits:
         for a commit in flight (reading rows beside it is safe). With `skip_own_appends` (the
         watcher), a note exactly as this process's own last append left it is skipped: its new
         rows joined the deferred set with the append, and the commit reads the note anyway."""
-        index = self._writable_index()
+        index = self.writable_index()
         stale = index.stale_paths(self.layout, paths)
         if skip_own_appends:
             stale = [path for path in stale if not written_last_by_us(resolve_inside(self.layout.root, path))]
@@ -74,7 +74,7 @@ class IndexCommits:
             if self.defers_index_commits:  # their rows searchable at once (capture's next candidate lookup)
                 self._defer_edits(list(relpaths))
                 return
-            self._apply(self._writable_index(), list(relpaths))
+            self._apply(self.writable_index(), list(relpaths))
 
     def flush_deferred(self) -> None:
         """Commit to the index the notes the owner acknowledged meanwhile (indexer/engine/deferred.py).
@@ -95,7 +95,7 @@ class IndexCommits:
             self._index_lock.acquire()  # before the vault lock is let go: no other index write between
             try:
                 indexed = self._read_repaired(paths)
-                index = self._writable_index()
+                index = self.writable_index()
             except BaseException:
                 self._index_lock.release()
                 raise
@@ -174,12 +174,18 @@ class IndexCommits:
                         self._deferred.committed(relpaths, through, read_at)
         return delta
 
-    def _writable_index(self):
+    @property
+    def index_files_on_this_machine(self) -> bool:
+        """The index is files on this machine that another process of the vault may open and read
+        itself (False: on a server, where the owner answers its reads)."""
+        return self._engine.files_on_this_machine
+
+    def writable_index(self):
         """The serving generation, current with other processes' commits; created if missing.
         Caller holds the vault lock."""
         return self._engine.writable()
 
-    def _readable_index(self, create_missing: bool = False, *, flush: bool = False):
+    def serving_index(self, create_missing: bool = False, *, flush: bool = False):
         """The serving generation for a read. Reads never wait for an index commit: recall
         searches the acknowledged, uncommitted rows beside it (`self._deferred.view`). With
         `flush` (health, which compares files with the index) they are committed first."""

@@ -20,5 +20,4 @@ def index_for_reader(store):
     store's own; None when there is none (an owner's client keeps no index)."""
     if engine_class(store.config).files_on_this_machine:
         return LocalGenerations.open_current(store.layout)
-    readable = getattr(store, "_readable_index", None)
-    return None if readable is None else readable()
+    return store.serving_index()

@@ -1,9 +1,8 @@
-"""`LocalBackend`: Tantivy + hnswlib in `.index/`, behind the index backend seam.
-
-It adapts the existing pieces (`DerivedIndex`'s generations and manifest, `Bm25Index`,
-`SemanticIndex`) to `indexer/backend/base.py`, so one conformance suite runs against this
-engine and the PostgreSQL one. The store itself still drives `DerivedIndex` directly for the
-local engine (its figures are unchanged); moving it onto this adapter is the next step.
+"""`LocalBackend`: the local engine's own components (`DerivedIndex`'s generations and
+manifest, `Bm25Index`, `SemanticIndex`) behind a server engine's row calls
+(`indexer/backend/base.IndexBackend`), so the conformance suite checks both engines' rows and
+rankings with the same tests. The store never uses it: it drives the local engine through
+`maintenance/local_generations.py`.
 
 Order inside `apply` is the local engine's own: vectors first (idempotent), the BM25 commit
 (the commit point), then the manifest, which can only lag the rows after a crash.
