@@ -3,6 +3,7 @@
 from datetime import datetime
 
 from memvault.vault.errors import VaultError
+from memvault.vault.strict_json import loads_strict
 
 #: one line of the import at most this long (a fact is at most 4 KiB; room for JSON escapes)
 MAX_LINE_BYTES = 64 * 1024
@@ -10,8 +11,6 @@ MAX_LINE_BYTES = 64 * 1024
 
 def parse_lines(stream) -> tuple[list[tuple[int, dict]], list[dict]]:
     """([(line number, {"text", "at"})], [refused lines with why]); blank lines are skipped."""
-    from memvault.vault.strict_json import loads_strict
-
     items, refused = [], []
     for number, raw in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b""), 1):
         if len(raw) > MAX_LINE_BYTES:

@@ -13,6 +13,7 @@ import click
 
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
+from memvault.vault.errors import VaultError
 
 #: MemoryJournal's argument names (the library's messages use them) → what this command calls them
 _CLI_NAMES = {"fromDate": "FROM", "throughDate": "THROUGH", "timeZone": "--tz", "{cursor}": "--cursor"}
@@ -80,8 +81,6 @@ def journal_command(
 @contextmanager
 def _cli_names():
     """A refused request is told in this command's words (FROM, --tz), not MemoryJournal's (fromDate)."""
-    from memvault.vault.errors import VaultError
-
     try:
         yield
     except VaultError as exc:  # by code: through an owner the error arrives as a VaultError with its code

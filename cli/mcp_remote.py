@@ -9,8 +9,10 @@ import signal
 import sys
 import threading
 
+from memvault.cli.mcp_server import _run, _terminate
 from memvault.cli.mcp_tools import JOURNAL, RECALL, REMEMBER, VaultSession, describe
 from memvault.vault.errors import VaultError
+from memvault.vault.runtime.wake import ROUTING_GUIDANCE, RUNTIME_MEMORY_PROTOCOL
 
 
 class RemoteSession(VaultSession):
@@ -40,15 +42,11 @@ class RemoteSession(VaultSession):
         return self.store  # every read asks the server: nothing to sync
 
     def protocol_text(self) -> str:
-        from memvault.vault.runtime.wake import ROUTING_GUIDANCE, RUNTIME_MEMORY_PROTOCOL
-
         self.wait_ready()
         return RUNTIME_MEMORY_PROTOCOL + "\n" + ROUTING_GUIDANCE
 
 
 def serve_remote(name: str, env: dict) -> None:
-    from memvault.cli.mcp_server import _run, _terminate
-
     session = RemoteSession(name, env)
 
     def prepare() -> None:

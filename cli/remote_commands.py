@@ -6,12 +6,17 @@ forms here, with the same output shapes. Every other command needs the vault's f
 The connection comes from MEMVAULT_INDEX_DSN, else libpq's own service and password files.
 """
 
+import dataclasses
 import os
 import sys
 
 import click
 
 from memvault.cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
+from memvault.indexer.team.ledger import CLAIMED
+from memvault.vault.errors import VaultError
+from memvault.vault.intake.admission import AdmissionResult
+from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
 
 #: the commands that run against a vault reached by name (the rest need its files)
 SHARED_COMMANDS = ("search", "journal", "remember", "health")
@@ -58,9 +63,6 @@ def remote_admit(ctx: click.Context, wait: bool) -> None:
     and the vault's owner projects the turn into its files ("worker": null; with --wait,
     "drained" once it has, or why not yet). Exit 1 only when the turn was NOT saved.
     """
-    from memvault.vault.intake.admission import AdmissionResult
-    from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
-
     ctx.meta[JSON_META_KEY] = True
     try:
         turn = parse_turn_json(sys.stdin.buffer.read(MAX_TURN_JSON_BYTES + 1))
@@ -79,11 +81,6 @@ def remote_admit(ctx: click.Context, wait: bool) -> None:
 
 def _wait_for_owner(store, result):
     """(the result, with state claimed_by_owner once projected; what the owner did with it)."""
-    import dataclasses
-
-    from memvault.indexer.team.ledger import CLAIMED
-    from memvault.vault.errors import VaultError
-
     try:
         if store.wait_projected(result.id, ADMIT_WAIT_SECONDS):
             return dataclasses.replace(result, state=CLAIMED), "drained"
@@ -151,7 +148,7 @@ def remote_mcp(ctx: click.Context) -> None:
     Register `memvault --remote NAME mcp` in the agent's MCP config on any machine; set
     MEMVAULT_INDEX_DSN (or a libpq service) for the connection.
     """
-    from memvault.cli.mcp_remote import serve_remote
+    from memvault.cli.mcp_remote import serve_remote  # the MCP server: only `--remote NAME mcp` loads it
 
     serve_remote(ctx.obj["remote"], dict(os.environ))
 

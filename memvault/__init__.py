@@ -8,6 +8,8 @@ in the repository's top-level folders and install beneath this package (see pypr
 `memvault` stays cheap.
 """
 
+from memvault.vault.errors import VaultError
+
 __all__ = ["MemoryStore", "RuntimeService", "VaultError", "search_across"]
 
 
@@ -24,10 +26,6 @@ def __getattr__(name: str):
         from memvault.indexer.engine.across import search_across
 
         return search_across
-    if name == "VaultError":
-        from memvault.vault.errors import VaultError
-
-        return VaultError
     if name == "__version__":  # the installed distribution's version, read only when asked
         from importlib.metadata import PackageNotFoundError, version
 

@@ -45,6 +45,7 @@ from memvault.vault.config_schema import (
     WRITE_MODES,
     EmbeddingProvider,
 )
+from memvault.vault.credentials import find_credential
 from memvault.vault.layout import CONFIG_FILE
 
 _SECRET_KEY_NAMES = {"apikey", "api_key", "key", "token", "secret", "password", "authorization"}
@@ -72,8 +73,6 @@ class _HugeNumber:
 def _show(value: Any) -> str:
     """A short, escaped rendering of a value for a message; secrets and long text are not echoed."""
     if isinstance(value, str):
-        from memvault.vault.credentials import find_credential  # only when a message shows a value
-
         if find_credential(value):
             return "(a value that looks like a secret, not shown)"
         shown = value if len(value) <= 60 else value[:60] + "..."
@@ -216,8 +215,6 @@ def _endpoint_problem(key: str, value: str, example: str) -> str | None:
 
 
 def _api_key_env_problem(key: str, value: str) -> str | None:
-    from memvault.vault.credentials import find_credential
-
     if _ENV_NAME_RE.fullmatch(value) and not find_credential(value):
         return None
     return (

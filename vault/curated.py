@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memvault.vault.clock import local_day_and_time, zone
+from memvault.vault.credentials import refuse_credentials
 from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id, normalize_text, without_bidi_controls
 from memvault.vault.layout import DAILY, VaultLayout
@@ -58,7 +59,6 @@ def prepare_fact(text: str) -> str:
             f"the fact would start {left_open}, hiding every line written after it in its "
             "note; nothing was written. Close it in the same text, or leave the marker out"
         )
-    from memvault.vault.credentials import refuse_credentials  # its patterns load with the first write
 
     refuse_credentials(fact, "the fact")
     return fact

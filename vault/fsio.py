@@ -10,6 +10,7 @@ would let a write escape the vault or alias another file.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 import tempfile
@@ -130,7 +131,6 @@ class StagedWrite:
 
     def __init__(self, folder: Path, name: str, data: bytes, *, mode: int,
                  boundary: Callable[[str], None] | None = None):  # fmt: skip
-        import fcntl
 
         self._stage = boundary or (lambda _name: None)
         while True:
@@ -185,8 +185,6 @@ def remove_if_unlocked(path: Path) -> bool:
     """Remove a temp file no live `StagedWrite` holds (a crash's leftover); False if one does or
     it is gone. It is removed while its flock is held here, and a `StagedWrite` that locks it
     after that sees it unlinked and starts a new one: never a record lost to the sweep."""
-    import fcntl
-
     try:
         fd = _open_nofollow(path, os.O_RDONLY)
     except FileNotFoundError:

@@ -18,8 +18,9 @@ from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.fsio import read_bytes_nofollow
 from memvault.vault.layout import VaultLayout, parse_note_relpath
 from memvault.vault.locks import VaultLock, replace_if_unchanged
+from memvault.vault.note import parse
 from memvault.vault.note_blocks import MAX_NOTE_BYTES
-from memvault.vault.note_conflicts import dedupe_bullets, has_markers, order_bullets, resolve_hunks
+from memvault.vault.note_conflicts import conflicted_ids, dedupe_bullets, has_markers, order_bullets, resolve_hunks
 from memvault.vault.paths import resolve_inside
 
 
@@ -86,9 +87,6 @@ def resolve_note(layout: VaultLayout, relpath: str, tz: ZoneInfo | None = None) 
 def sources_in_conflict(layout: VaultLayout, sources: list[str]) -> frozenset[str]:
     """Which of these hit sources (`daily/2026-11-30.md#^m-…`) stand inside a conflict hunk of
     their note now: a search marks them, so a person knows the memory awaits a resolution."""
-    from memvault.vault.note import parse
-    from memvault.vault.note_conflicts import conflicted_ids
-
     marked = set()
     by_note: dict[str, list[str]] = {}
     for source in sources:

@@ -17,6 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from memvault.cli.web.reader import NotFound
 from memvault.cli.web.security import Guard
 from memvault.cli.web.views.base import routes
 from memvault.cli.web.views.content import (
@@ -73,7 +74,6 @@ def _not_routed(templates):
     """Unknown paths and wrong methods answer like every other error: a page, or JSON for `.json`."""
 
     async def handler(request, exc):
-        from memvault.cli.web.reader import NotFound
         from memvault.cli.web.views.base import error_response
 
         if exc.status_code == 405:

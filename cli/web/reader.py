@@ -13,6 +13,7 @@ intake counts and the files are read here, read-only).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -21,8 +22,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memvault.cli.web.snapshots import StaleWhileRevalidate
+from memvault.indexer.services.chat import chat_model_from_config
+from memvault.vault.documents import DocumentStore
+from memvault.vault.documents.format import ARCHIVED_DIR, ID_RE, parse_document
 from memvault.vault.errors import InvalidRecord, ProviderUnavailable, UnsafePath, VaultError
-from memvault.vault.layout import AUDIT, DAILY, note_relpath_candidates, parse_note_relpath
+from memvault.vault.fsio import read_bytes_nofollow
+from memvault.vault.graph import GRAPH_FILE, MAX_GRAPH_BYTES, Graph, GraphInvalid, graph_path, parse_graph_skipping
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.snapshot import list_entries, runtime_snapshot
+from memvault.vault.layout import AUDIT, DAILY, VaultLayout, note_relpath_candidates, parse_note_relpath
+from memvault.vault.locks import LivenessFence
+from memvault.vault.paths import resolve_inside
+from memvault.vault.runtime.memory import RuntimeMemory
+from memvault.vault.spaces import SpaceCatalog
 
 #: a note bigger than this is listed but not rendered (the index stops at 16 MiB; a page must stay light)
 MAX_RENDERED_NOTE_BYTES = 1024 * 1024
@@ -81,8 +93,6 @@ class VaultReader:
 
     def chat(self) -> ChatAvailability:
         """The configured `memory.llm` chat model, or why agent search is off."""
-        from memvault.indexer.services.chat import chat_model_from_config
-
         try:
             model = chat_model_from_config(self.config, self.env)
         except ProviderUnavailable as exc:
@@ -117,9 +127,6 @@ class VaultReader:
             return None
 
     def _text_file(self, relpath: str, root: Path | None = None) -> NoteFile:
-        from memvault.vault.fsio import read_bytes_nofollow
-        from memvault.vault.paths import resolve_inside
-
         path = resolve_inside(root or self.root, relpath)
         try:
             size = os.lstat(path).st_size
@@ -156,16 +163,6 @@ class VaultReader:
         """Parsed again only when the file's stat changed: it can be tens of megabytes, and the
         Entities pages read it on every load. A bad line is left out and named, not fatal: the
         page shows the rest (capture, a writer, still refuses the file until it is fixed)."""
-        from memvault.vault.fsio import read_bytes_nofollow
-        from memvault.vault.graph import (
-            GRAPH_FILE,
-            MAX_GRAPH_BYTES,
-            Graph,
-            GraphInvalid,
-            graph_path,
-            parse_graph_skipping,
-        )
-
         path = graph_path(self.root)
         try:
             info = os.lstat(path)
@@ -193,8 +190,6 @@ class VaultReader:
         return parsed
 
     def graph_exists(self) -> bool:
-        from memvault.vault.graph import GRAPH_FILE
-
         return (self.root / GRAPH_FILE).is_file()
 
     # --- the runtime layer ----------------------------------------------------------------------
@@ -209,8 +204,6 @@ class VaultReader:
         return self._document_store().read(doc_id)
 
     def archived_document(self, name: str):
-        from memvault.vault.documents.format import ARCHIVED_DIR, ID_RE, parse_document
-
         stem = name.removesuffix(".md")
         if ID_RE.fullmatch(stem) is None:
             raise InvalidRecord(f"{name!r} is not an archived document name: see the Content page for the list")
@@ -221,8 +214,6 @@ class VaultReader:
         return self._document_store().limit
 
     def runtime(self):
-        from memvault.vault.runtime.memory import RuntimeMemory
-
         return RuntimeMemory.for_vault(self.root, self.config).load()
 
     def spaces(self):
@@ -239,8 +230,6 @@ class VaultReader:
             raise NotFound(str(exc)) from None
 
     def space_notes(self, space_id: str) -> list[str]:
-        from memvault.vault.layout import VaultLayout
-
         return VaultLayout(self._space_catalog().path_of(space_id)).note_relpaths()
 
     def space_note(self, space_id: str, relpath: str) -> NoteFile:
@@ -250,13 +239,9 @@ class VaultReader:
         return self._text_file(_existing_note(root, relpath), root)
 
     def _space_catalog(self):
-        from memvault.vault.spaces import SpaceCatalog
-
         return SpaceCatalog(self.root / "spaces", time_zone=self.time_zone)
 
     def _document_store(self):
-        from memvault.vault.documents import DocumentStore
-
         return DocumentStore(self.root)
 
     # --- status ---------------------------------------------------------------------------------
@@ -278,15 +263,10 @@ class VaultReader:
 
     def intake(self) -> dict:
         """Content-free, as `memvault inspect` is: counts, ledger health, the oldest pending age."""
-        from memvault.vault.intake.files import IntakeDirs
-        from memvault.vault.intake.snapshot import list_entries
-
         dirs = IntakeDirs(self.root)
         now = self.now()
         local = getattr(self.store, "intake_snapshot", None)  # a live owner's RemoteStore has none
         if local is None:
-            from memvault.vault.intake.snapshot import runtime_snapshot
-
             snapshot = {**runtime_snapshot(dirs, now), "worker": None}
         else:
             with self._calls:
@@ -340,8 +320,6 @@ class VaultReader:
 
     def owner(self) -> dict:
         """Who owns the vault (the liveness fence), from this process's point of view."""
-        from memvault.vault.locks import LivenessFence
-
         fence = LivenessFence(self.root)
         info = fence.holder_info() or {}
         here = info.get("pid") == os.getpid()
@@ -356,8 +334,6 @@ class VaultReader:
 
     def _vector_count(self, folder: Path) -> int | None:
         """The vector meta's count, re-read only when the meta file changed (it names every label)."""
-        import json
-
         from memvault.indexer.search.vectors import META_FILE
 
         try:

@@ -1,8 +1,12 @@
-"""The index backend seam (`base.py`) and the server engine behind it: `base.IndexGenerations` is
-what the store drives on either engine; a server engine also stores rows through
-`base.IndexBackend` and `base.ServerIndexBackend`. Tantivy + hnswlib serve by default
-(`maintenance/local_generations.py`); PostgreSQL + pgvector (`backend/postgres/`) when a vault's
-config names it."""
+"""The index backend seam: what the engine needs from a derived index (`base.IndexBackend`; a
+server engine also offers `base.ServerIndexBackend`), and its engines. Tantivy + hnswlib serve
+by default (`maintenance/local_backend.py` adapts them); PostgreSQL + pgvector
+(`backend/postgres/`) when a vault's config names it."""
+
+from memvault.indexer.backend.postgres.connection import connect, describe_target, server_versions, version_problems
+from memvault.indexer.backend.postgres.engine import PostgresBackend
+from memvault.indexer.backend.postgres.team import OwnerLock, TeamListener, TeamServer
+from memvault.vault.errors import VaultError
 
 
 def open_backend(index, *, create: bool = True):
@@ -11,8 +15,6 @@ def open_backend(index, *, create: bool = True):
     `create`: make the vault's partition and role when missing (the owner's open); without it a
     vault the server does not hold is an IndexUnavailable."""
     if index.backend == "postgres":
-        from memvault.indexer.backend.postgres.engine import PostgresBackend
-
         return PostgresBackend(index.dsn, index.name, create=create)
     raise ValueError(f"index backend {index.backend!r} has no server engine")
 
@@ -20,9 +22,6 @@ def open_backend(index, *, create: bool = True):
 def check_server(index) -> list[str]:
     """What is wrong with the configured server for this backend (unreachable, too old, no
     pgvector), each naming the fix; [] when it will do. Never raises for a server's state."""
-    from memvault.indexer.backend.postgres.connection import connect, server_versions, version_problems
-    from memvault.vault.errors import VaultError
-
     try:
         with connect(index.dsn, autocommit=True) as conn:
             return version_problems(*server_versions(conn))
@@ -32,8 +31,6 @@ def check_server(index) -> list[str]:
 
 def server_versions_of(index) -> dict:
     """{"postgresql": "18.3", "pgvector": "0.8.2"} of the configured server (bench output, health)."""
-    from memvault.indexer.backend.postgres.connection import connect, server_versions
-
     with connect(index.dsn, autocommit=True) as conn:
         _, server, vector = server_versions(conn)
     return {"postgresql": server, "pgvector": vector}
@@ -43,27 +40,19 @@ def open_team_server(dsn: str, vault: str, *, create: bool = False):
     """The team rows of one vault on the index server (backend/postgres/team.py): the run ledger
     clients admit to, remembered facts waiting for their owner, the owner's registration.
     `create`: make the team tables and the vault's writer role (the owner's start)."""
-    from memvault.indexer.backend.postgres.team import TeamServer
-
     return TeamServer(dsn, vault, create=create)
 
 
 def team_listener(dsn: str, vault: str):
     """The owner's wake-up channel for one vault (LISTEN; backend/postgres/team.py)."""
-    from memvault.indexer.backend.postgres.team import TeamListener
-
     return TeamListener(dsn, vault)
 
 
 def server_label(dsn: str) -> str:
     """Where a DSN points (host, port, database, user), never its password."""
-    from memvault.indexer.backend.postgres.connection import describe_target
-
     return describe_target(dsn)
 
 
 def owner_lock(dsn: str, vault: str):
     """The server-side owner fence of one vault (a session advisory lock), not yet taken."""
-    from memvault.indexer.backend.postgres.team import OwnerLock
-
     return OwnerLock(dsn, vault)

@@ -20,6 +20,7 @@ from memvault.vault.curated import NewBullet, append_bullets_once, plan_bullet, 
 from memvault.vault.errors import InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id
 from memvault.vault.layout import DAILY
+from memvault.vault.records import note_zone_name
 
 #: items per critical section of the group commit: bounds a waiting caller's lock hold
 BATCH_ITEMS = 512
@@ -77,7 +78,7 @@ def remember_batch(
             continue
         prepared.append((position, fact, when))
     with store._lock:  # the deferred set's own lock only around its changes (it is taken last, always)
-        index = store.writable_index()
+        index = store._writable_index()
         seen: dict[str, RememberReceipt] = {}
         per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)
         titles: dict[str, str] = {}
@@ -147,7 +148,6 @@ def remember_batch(
 def _pending(store, note, relpath: str, bullet: NewBullet, fact: str):
     """The row a bullet just written will have once committed (read back in the note's zone)."""
     from memvault.indexer.engine.overlay import pending_record
-    from memvault.vault.records import note_zone_name
 
     note_zone = store.time_zone if note is None else note_zone_name(note, store.time_zone)
     return pending_record(relpath, bullet.block_id, fact, bullet.wall_time, note_zone)

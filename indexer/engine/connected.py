@@ -30,8 +30,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from memvault.indexer.backend import open_backend, open_team_server
+from memvault.indexer.backend import check_server, open_backend, open_team_server, server_label
+from memvault.indexer.engine.bulk import BulkOutcome, as_item
 from memvault.indexer.engine.overlay import PendingRow, overlay_of, pending_record
+from memvault.indexer.journal.cursor import snapshot_store_for
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
 from memvault.indexer.results import RecallResult, RememberReceipt
 from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
@@ -78,8 +80,6 @@ class ConnectedStore:
     def connect(cls, name: str, dsn: str | None = None, *, env: Mapping[str, str] | None = None) -> ConnectedStore:
         """`dsn` defaults to `env["MEMVAULT_INDEX_DSN"]` (the entry point passes its environment),
         else "" (libpq's defaults, PGSERVICE, ~/.pg_service.conf, ~/.pgpass)."""
-        from memvault.indexer.backend.base import IndexServerUnavailable  # noqa: F401 - typed errors travel up
-
         env = dict(env or {})
         if dsn is None:
             dsn = env.get("MEMVAULT_INDEX_DSN", "")
@@ -191,8 +191,6 @@ class ConnectedStore:
     def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
         """Remember each item (text, {"text", "at"} or RememberItem), one statement each; a refused
         item is reported and nothing is sent for it. One BulkOutcome per item, in order."""
-        from memvault.indexer.engine.bulk import BulkOutcome, as_item
-
         outcomes = []
         for position, value in enumerate(items):
             try:
@@ -298,7 +296,6 @@ class ConnectedStore:
         """`persistent` (the CLI, a process per call): snapshots and cursor key kept owner-only on
         this machine (`cursor_folder`), so a cursor one `memvault --remote NAME journal` printed
         works in the next call; else in this object."""
-        from memvault.indexer.journal.cursor import snapshot_store_for
         from memvault.indexer.journal.query import JournalService
 
         if self._journal is None or (persistent and not self._journal.snapshots.persistent):
@@ -315,8 +312,6 @@ class ConnectedStore:
         """This user's folder for the vault's journal cursors on this machine (0700), one per
         server and vault name: $XDG_STATE_HOME/memvault/remote/NAME-HASH (else ~/.local/state/…);
         None when it cannot be made (the cursors then live in this process only)."""
-        from memvault.indexer.backend import server_label
-
         base = self.env.get("XDG_STATE_HOME") or (
             os.path.join(self.env["HOME"], ".local", "state") if self.env.get("HOME") else None
         )
@@ -349,8 +344,6 @@ class ConnectedStore:
 
     def health_report(self, *, strict: bool = False) -> dict:
         """`memvault health` for a vault reached by name: the server, its index, the owner, the backlog."""
-        from memvault.indexer.backend import check_server
-
         findings = [
             _finding("error", "server", problem, "see docs/team.md")
             for problem in check_server(IndexConfig.server(self.name, self.dsn))

@@ -6,6 +6,11 @@ The logic lives in vault/intake/ (admission, records) and indexer/services/intak
 
 from datetime import datetime
 
+from memvault.indexer.engine.owner import Owner
+from memvault.indexer.services.intake_worker import IntakeWorker
+from memvault.vault.intake.admission import admit_turn
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.snapshot import runtime_snapshot
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
 
@@ -32,9 +37,6 @@ class DurableIntake:
         Projection to markdown happens in the intake worker (`start_intake`), or in the next
         process that starts it; the admitted record is the restart boundary.
         """
-        from memvault.vault.intake.admission import admit_turn
-        from memvault.vault.intake.files import IntakeDirs
-
         result = admit_turn(
             IntakeDirs(self.layout.root),
             run_id=run_id,
@@ -59,7 +61,6 @@ class DurableIntake:
             return self._intake
         if not serve:
             return self.start_worker(crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition)
-        from memvault.indexer.engine.owner import Owner
 
         owner = Owner(
             self, role="python", crash_hook=crash_hook, poll_seconds=poll_seconds, on_transition=on_transition
@@ -70,8 +71,6 @@ class DurableIntake:
 
     def start_worker(self, *, crash_hook=None, poll_seconds: float = 2.0, on_transition=None):
         """The intake worker alone (the owner calls this): fence, recovery, background projection."""
-        from memvault.indexer.services.intake_worker import IntakeWorker
-
         if self._intake is not None:
             return self._intake
         self._intake_hook = crash_hook
@@ -98,9 +97,6 @@ class DurableIntake:
 
     def intake_snapshot(self) -> dict:
         """Content-free intake counts, ledger health and worker state (for inspect and health)."""
-        from memvault.vault.intake.files import IntakeDirs
-        from memvault.vault.intake.snapshot import runtime_snapshot
-
         snapshot = runtime_snapshot(IntakeDirs(self.layout.root), self._clock())
         snapshot["worker"] = None if self._intake is None else self._intake.snapshot()
         return snapshot

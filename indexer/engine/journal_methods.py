@@ -6,6 +6,7 @@ vault's owner (which never commits for a read), from the files for notes changed
 commit and from the index for the rest.
 """
 
+from memvault.indexer.journal.cursor import snapshot_store_for
 from memvault.indexer.maintenance.derived import read_note_records
 from memvault.vault.errors import StorageError
 from memvault.vault.note_lines import note_lines
@@ -13,7 +14,7 @@ from memvault.vault.note_lines import note_lines
 
 class JournalMethods:
     """Mixed into `MemoryStore` (indexer/engine/store.py), which provides `layout`, `sync`,
-    `serving_index`, `_deferred`, `_lock`, `time_zone` and `defers_index_commits`."""
+    `_readable_index`, `_deferred`, `_lock`, `time_zone` and `defers_index_commits`."""
 
     #: BuJo hook: memory id → "valid" | "superseded" | "dropped" at journal snapshot time; None: all valid
     supersession_state = None
@@ -29,7 +30,6 @@ class JournalMethods:
     def journal_service(self, *, persistent: bool = False):
         """The JournalService: in-memory cursors, or (`persistent`, for the CLI) owner-only
         snapshots in `.index/journal/` that a later process can continue."""
-        from memvault.indexer.journal.cursor import snapshot_store_for
         from memvault.indexer.journal.query import JournalService
 
         if persistent:
@@ -50,13 +50,13 @@ class JournalMethods:
             self.sync(relpaths)
             unsynced: list[str] = []
         except StorageError:  # a full disk: answer from the index, and name the notes it lags behind
-            index = self.serving_index()
+            index = self._readable_index()
             unsynced = [
                 path
                 for path in index.stale_paths(self.layout, relpaths)
                 if path in index.manifest.files or (self.layout.root / path).exists()
             ]
-        index = self.serving_index()
+        index = self._readable_index()
         rows = [row for path in relpaths for row in self._in_note_order(path, index.rows_of(path).values())]
         incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
         return JournalScan(rows, sorted(set(incomplete) | set(unsynced)))
@@ -69,7 +69,7 @@ class JournalMethods:
         from memvault.indexer.journal.query import JournalScan
         from memvault.indexer.maintenance.sync import Row
 
-        index = self.serving_index()
+        index = self._readable_index()
         with self._deferred.lock:
             pending = set(self._deferred.paths())
         changed = set(index.stale_paths(self.layout, relpaths)) | (pending & set(relpaths))

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
+from memvault.indexer.engine.bulk import IMPORT_BATCH_ITEMS, BulkOutcome, RememberItem, as_item, chunks, remember_batch
+from memvault.indexer.engine.client import find_owner
 from memvault.indexer.engine.conflict_marks import conflicted_notes, mark_conflicts
 from memvault.indexer.engine.deferred import DeferredIndexing
 from memvault.indexer.engine.generation_methods import GenerationMethods
@@ -24,17 +26,22 @@ from memvault.indexer.engine.intake_methods import DurableIntake
 from memvault.indexer.engine.journal_methods import JournalMethods
 from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.engine.overlay import pending_record
+from memvault.indexer.engine.remote import RemoteStore
+from memvault.indexer.maintenance.consolidate import consolidate
 from memvault.indexer.maintenance.derived import BoundaryHook, read_note_records
 from memvault.indexer.maintenance.index_engines import open_generations
+from memvault.indexer.maintenance.replay_index import SupersessionSource
 from memvault.indexer.maintenance.sync import SyncOutcome
 from memvault.indexer.results import RecallResult, RememberReceipt, SyncReport
 from memvault.indexer.search.recall_request import check_recall_request
+from memvault.indexer.search.rerank import reranker_from_config
 from memvault.indexer.search.telemetry import AccessLog
 from memvault.vault.clock import utc_now, zone
 from memvault.vault.config import Config, load_config
 from memvault.vault.curated import prepare_fact, write_fact
 from memvault.vault.errors import IndexUnavailable, StorageError, VaultError, VaultLocked
 from memvault.vault.ids import content_hash
+from memvault.vault.intake.projection import Projection
 from memvault.vault.layout import VaultLayout
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
@@ -61,8 +68,6 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         #: when each memory was last recalled, and how often: telemetry, never used for ranking
         self.access_log = AccessLog(layout.root, layout.index_dir)
         if config.memory.mode == "bujo":  # MemoryJournal reads capture's supersession lifecycle
-            from memvault.indexer.maintenance.replay_index import SupersessionSource
-
             self.supersession_state = SupersessionSource(layout).supersession_state
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -96,9 +101,6 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         env = {} if env is None else env
         root = locate_vault(path, env, Path.cwd())
         if engine:
-            from memvault.indexer.engine.client import find_owner
-            from memvault.indexer.engine.remote import RemoteStore
-
             owner = find_owner(root)
             if owner is not None and not owner.is_this_process:
                 return RemoteStore(root, owner, env)
@@ -150,7 +152,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         fact = prepare_fact(text)
         when = at if at is not None else self._clock()
         with self._lock:
-            index = self.writable_index()
+            index = self._writable_index()
             pending = self._deferred.receipt(content_hash(fact))
             if pending is not None:  # written and acknowledged, its index commit still to come
                 return RememberReceipt(pending.id, pending.source, "duplicate", pending.text)
@@ -172,8 +174,6 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         and one index commit per batch of 4,096. Idempotent per item, like `remember`; an item that
         is refused (empty, oversized, a credential, a naive time) is reported and nothing is
         written for it. Returns one BulkOutcome per item, in order."""
-        from memvault.indexer.engine.bulk import IMPORT_BATCH_ITEMS, BulkOutcome, as_item, chunks, remember_batch
-
         outcomes: list[BulkOutcome] = []
         for batch in chunks(items, IMPORT_BATCH_ITEMS):
             parsed, refused = [], {}
@@ -223,7 +223,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
                     delta, stale = self._defer_edits(list(paths), skip_own_appends=True)
                     return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
                 with self._index_lock:
-                    index = self.writable_index()
+                    index = self._writable_index()
                     stale = index.stale_paths(self.layout, None if paths is None else list(paths))
                     delta = self._apply(index, stale, hook)
                     if self._semantic is not None and paths is None:
@@ -248,7 +248,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         if routed is not None:
             return routed
         try:  # an owner never commits for a read; alone, a commit a full disk refused is retried here
-            index = self.serving_index(flush=not self.defers_index_commits)
+            index = self._readable_index(flush=not self.defers_index_commits)
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
         bm25 = self._deferred.view(index.bm25)  # acknowledged writes not yet committed, beside the index
@@ -292,8 +292,6 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
     def _reranker(self):
         """The configured second stage (`memory.rerank`), built on first use; None without one."""
         if self._rerank is None and self.config.memory.rerank is not None:
-            from memvault.indexer.search.rerank import reranker_from_config
-
             self._rerank = reranker_from_config(self.config.memory.rerank, getattr(self, "env", {}))
         return self._rerank
 
@@ -335,9 +333,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         """Regenerate index.md (recent days, counts, top entities, duplicate groups); no model call,
         canonical memory untouched. Returns a ConsolidationReport (indexer/maintenance/consolidate.py).
         `scheduled` (the watcher): only in a vault whose index.md already holds memvault's block."""
-        from memvault.indexer.maintenance.consolidate import consolidate
-
-        index = self.serving_index(create_missing=True)
+        index = self._readable_index(create_missing=True)
         return consolidate(self.layout, self.config, index, create=not scheduled)
 
     def project_journal_turn(self, summary: str, completed_at: datetime):
@@ -373,8 +369,6 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         """Remember (text, at) pairs in one write per daily note (`bulk.remember_batch`), for the
         owner's batch writers (projected turns, agents' facts from the server): one RememberReceipt,
         or the VaultError that refused it, per pair, in order; in an owner, committed on its timer."""
-        from memvault.indexer.engine.bulk import RememberItem, remember_batch
-
         items = [RememberItem(text, at) for text, at in facts]
         return remember_batch(self, items, self._clock, defer_index=self.defers_index_commits)
 
@@ -388,7 +382,5 @@ def _note_holds(indexed, row) -> bool:
 
 
 def _projection(receipt: RememberReceipt):
-    from memvault.vault.intake.projection import Projection
-
     relpath, _, block_id = receipt.source.partition("#^")
     return Projection(relpath, block_id, written=receipt.status == "added")

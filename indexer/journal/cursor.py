@@ -24,6 +24,7 @@ import hmac
 import json
 import re
 import secrets
+import shutil
 import threading
 import time
 from collections import OrderedDict
@@ -284,6 +285,4 @@ def snapshot_store_for(vault_root: Path, persistent: bool):
 
 def discard_persisted_snapshots(vault_root: Path) -> None:
     """Drop the CLI's kept snapshots (after an import replaced what they were frozen from)."""
-    import shutil
-
     shutil.rmtree(Path(vault_root) / ".index" / "journal", ignore_errors=True)

@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from memvault.indexer.search.supersession import superseded_ids
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.fsio import read_bytes_nofollow
 from memvault.vault.graph import Graph, read_graph
@@ -198,8 +199,6 @@ def consolidate(layout: VaultLayout, config, index, *, create: bool = True) -> C
     first `memvault consolidate` adds it). A vault kept in git that never asked for index.md
     never sees one appear, and `git status` stays clean.
     """
-    from memvault.indexer.search.supersession import superseded_ids
-
     bujo = config.memory.mode == "bujo"
     retired = superseded_ids(index.generation) if bujo else frozenset()
     graph = _read_graph(layout.root) if bujo else Graph()

@@ -29,11 +29,19 @@ from memvault.indexer.maintenance.health_checks import (
     HealthContext,
     register_check,
 )
+from memvault.indexer.maintenance.leftovers import stray_temp_files
+from memvault.indexer.maintenance.replay_index import replay_findings
 from memvault.indexer.maintenance.semantic_health import check_extra_vectors
 from memvault.indexer.maintenance.sync import Row, needs_reading
+from memvault.indexer.maintenance.unindexed import unindexed_daily_files
+from memvault.vault.capture.stats import not_extracting, summarize
 from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
+from memvault.vault.intake.files import PENDING, IntakeDirs
+from memvault.vault.intake.projection import projection_problem
+from memvault.vault.intake.snapshot import list_entries, runtime_snapshot
+from memvault.vault.intake.state import read_record
 from memvault.vault.layout import VaultLayout
-from memvault.vault.locks import VaultLock
+from memvault.vault.locks import LivenessFence, VaultLock, fence_holder_pid
 
 #: a due admitted turn older than this means nobody drains the intake
 STUCK_TURN_SECONDS = 60.0
@@ -395,9 +403,6 @@ def current_generation_or_none(layout: VaultLayout):
 
 def check_intake(ctx: HealthContext) -> Iterable[Finding]:
     """The durable intake's content-free counts, and its ledger's integrity."""
-    from memvault.vault.intake.files import IntakeDirs
-    from memvault.vault.intake.snapshot import runtime_snapshot
-
     dirs = IntakeDirs(ctx.layout.root)
     if not dirs.exists():
         return
@@ -450,8 +455,6 @@ def check_intake(ctx: HealthContext) -> Iterable[Finding]:
 
 def check_capture(ctx: HealthContext) -> Iterable[Finding]:
     """What recent captures produced (counts only), and a warning when the model extracts nothing."""
-    from memvault.vault.capture.stats import not_extracting, summarize
-
     if ctx.config.memory.write_mode != "capture":
         return
     summary = summarize(ctx.layout.root)
@@ -480,9 +483,6 @@ def check_capture(ctx: HealthContext) -> Iterable[Finding]:
 def _stuck_turns(dirs) -> Iterable[Finding]:
     """Due turns admitted more than a minute ago. With a live owner that is an error (it is not
     draining); with none it is a warning: they wait for the next owner, as a restart resumes them."""
-    from memvault.vault.intake.snapshot import list_entries
-    from memvault.vault.locks import LivenessFence, fence_holder_pid
-
     now = datetime.now(UTC)
     stuck = [
         e
@@ -524,11 +524,6 @@ def _failing_turns(dirs, layout, vault_zone: str) -> Iterable[Finding]:
     """Pending turns whose last attempt failed and that wait for the next retry: they make no
     progress until the cause goes. Each is named with its failure, age and the fix; a failure no
     retry can cure (a folder where the note goes, an unwritable note) is an error."""
-    from memvault.vault.intake.files import PENDING
-    from memvault.vault.intake.projection import projection_problem
-    from memvault.vault.intake.snapshot import list_entries
-    from memvault.vault.intake.state import read_record
-
     now = datetime.now(UTC)
     failing = [
         e
@@ -616,8 +611,6 @@ def owner_findings(pid: int, worker: dict | None) -> list[Finding]:
 
 def check_replay(ctx: HealthContext) -> Iterable[Finding]:
     """BuJo's replay sidecar against the serving generation's projection, exactly (capture owns it)."""
-    from memvault.indexer.maintenance.replay_index import replay_findings
-
     generation = None if ctx.index is None else ctx.index.generation
     for severity, code, subject, message, fix in replay_findings(ctx.layout, ctx.config, generation, ctx.strict):
         yield Finding("replay", severity, code, subject, message, fix)
@@ -625,16 +618,12 @@ def check_replay(ctx: HealthContext) -> Iterable[Finding]:
 
 def check_unindexed_files(ctx: HealthContext) -> Iterable[Finding]:
     """Markdown under daily/ that is not indexed (wrong extension, bad date, a symlink...)."""
-    from memvault.indexer.maintenance.unindexed import unindexed_daily_files
-
     for item in unindexed_daily_files(ctx.layout):
         yield Finding("unindexed", WARNING, "unindexed_file", item.path, f"not indexed: {item.why}", item.fix)
 
 
 def check_temp_files(ctx: HealthContext) -> Iterable[Finding]:
     """Temp files left by a memvault write that was killed before its rename (indexer/maintenance/leftovers.py)."""
-    from memvault.indexer.maintenance.leftovers import stray_temp_files
-
     for path, target in stray_temp_files(ctx.layout.root):
         yield Finding(
             "temp_files",

@@ -31,8 +31,11 @@ from datetime import datetime
 
 from memvault.indexer.maintenance.replay_index import ADOPTION_MARKER, serving_generation
 from memvault.indexer.search.supersession import read_projection
-from memvault.vault.errors import Conflict, InvalidConfig
+from memvault.vault.errors import Conflict, InvalidConfig, VaultError
 from memvault.vault.fsio import atomic_write
+from memvault.vault.intake.files import IntakeDirs
+from memvault.vault.intake.ledger import Ledger
+from memvault.vault.intake.state import find_active, read_receipt
 from memvault.vault.layout import VaultLayout
 from memvault.vault.locks import LivenessFence, VaultLock
 from memvault.vault.replay import capture_authority, render_state, sidecar_path
@@ -99,11 +102,6 @@ def attest(layout: VaultLayout, state) -> dict:
 
 
 def _capture_evidence(layout: VaultLayout, intake_id: str, digest: str) -> str | None:
-    from memvault.vault.errors import VaultError
-    from memvault.vault.intake.files import IntakeDirs
-    from memvault.vault.intake.ledger import Ledger
-    from memvault.vault.intake.state import find_active, read_receipt
-
     dirs = IntakeDirs(layout.root)
     if not dirs.exists():
         return None

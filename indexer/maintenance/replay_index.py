@@ -30,8 +30,11 @@ from memvault.indexer.search.supersession import (
     projection_path,
     read_projection,
 )
+from memvault.vault.capture.plan import retained_plan_ids
 from memvault.vault.errors import Conflict, IndexUnavailable, InvalidConfig, VaultError, VaultLocked
 from memvault.vault.fsio import atomic_write, ensure_private_dir, fsync_dir, read_bytes_nofollow
+from memvault.vault.intake.files import DEAD, PENDING, IntakeDirs
+from memvault.vault.intake.state import read_record
 from memvault.vault.layout import VaultLayout
 from memvault.vault.locks import VaultLock
 from memvault.vault.replay import ReplayState, narrow_checked_out_sidecar, read_sidecar, sidecar_path
@@ -201,7 +204,6 @@ def refuse_retained_plan_in_other_tier(layout: VaultLayout, config) -> None:
     """Rebuild guard: a BuJo plan cannot be rebuilt into Lite/Journal (refused before any change)."""
     if config.memory.mode == "bujo":
         return
-    from memvault.vault.capture.plan import retained_plan_ids
 
     waiting = sorted(set(retained_plan_ids(layout.root)) | set(_awaiting_capture(layout)))
     if waiting:
@@ -223,9 +225,6 @@ def refuse_unadopted_replay_state(layout: VaultLayout, config) -> None:
 
 
 def _awaiting_capture(layout: VaultLayout) -> list[str]:
-    from memvault.vault.intake.files import DEAD, PENDING, IntakeDirs
-    from memvault.vault.intake.state import read_record
-
     dirs = IntakeDirs(layout.root)
     if not dirs.exists():
         return []

@@ -7,9 +7,10 @@ come first and say whether the server can be used at all, and how to fix it.
 
 from collections.abc import Callable
 
-from memvault.indexer.backend import check_server
+from memvault.indexer.backend import check_server, server_versions_of
 from memvault.indexer.maintenance.health import ERROR, REBUILD, WARNING, Finding
-from memvault.vault.errors import VaultError
+from memvault.vault.errors import VaultError, VaultLocked
+from memvault.vault.locks import VaultLock
 
 SERVER_FIX = ("start the index server, or point MEMVAULT_INDEX_DSN (or a libpq service) at a PostgreSQL 16+ "
               "with pgvector 0.8+ (docs/team.md)")  # fmt: skip
@@ -30,8 +31,6 @@ def server_findings(
         return [Finding("server", ERROR, "index_unavailable", subject, str(exc), REBUILD)], None
     findings = []
     try:  # shown beside the counts: which server the figures come from
-        from memvault.indexer.backend import server_versions_of
-
         index.server_details = {**server_versions_of(index_config), "vault": index_config.name,
                                 "generation": index.number}  # fmt: skip
     except VaultError:
@@ -54,8 +53,6 @@ def _stray_generations(index) -> list[Finding]:
     """Generations a killed or failed rebuild left on the server beside the serving one (the next
     rebuild drops them), as `.index/gen-*` folders locally; none while a rebuild is building one."""
     from memvault.indexer.maintenance.server_index import generation_name
-    from memvault.vault.errors import VaultLocked
-    from memvault.vault.locks import VaultLock
 
     strays = index.backend.stray_generations()
     if not strays:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import anyio
+
 from memvault.indexer.runtime.loopback import BearerGuard, LoopbackThread, PortUnavailable, bind_loopback, new_token
 from memvault.indexer.runtime.memory_tools import READ_ONLY, SCHEMAS, TURN_INSTRUCTIONS, describe
 from memvault.indexer.runtime.turn_memory import TurnMemory
@@ -94,7 +96,6 @@ def open_turn_endpoint(memory: TurnMemory, *, host_tools=None, port: int = 0, na
 
 def _mcp_app(memory: TurnMemory, host_tools):
     """The SDK's streamable-HTTP app over `memory.call` (the SDK loads only when a turn asks)."""
-    import anyio
     from mcp import types
     from mcp.server.lowlevel import Server
 

@@ -12,6 +12,7 @@ import functools
 import json
 import re
 import time
+import urllib.error
 from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import TYPE_CHECKING, Any
@@ -126,7 +127,6 @@ def post_raw(
     passes the connection is closed, which is what makes a streaming model server stop generating.
     """
     import http.client
-    import urllib.error
     import urllib.request
 
     limit = MAX_RESPONSE_BYTES if max_bytes is None else max_bytes

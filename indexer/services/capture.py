@@ -35,7 +35,10 @@ judged by half the evidence.
 from __future__ import annotations
 
 import hashlib
+import queue
 import re
+import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,16 +46,19 @@ from datetime import datetime
 from memvault.indexer.maintenance.replay_index import capture_blocked_reason, verify_projection, write_projection
 from memvault.indexer.search.bm25 import STOPWORDS
 from memvault.indexer.search.supersession import superseded_ids
+from memvault.indexer.services.chat import chat_model_from_config
 from memvault.vault.capture.commit import commit_plan
 from memvault.vault.capture.fields import EmptyExtraction, ModelOutputInvalid
 from memvault.vault.capture.pipeline import plan_capture, turn_text
 from memvault.vault.capture.plan import ADD_FACT, SUPERSEDE_FACT, UPDATE_FACT, SemanticPlan, read_plan, write_plan
 from memvault.vault.capture.prompt import Candidate
 from memvault.vault.capture.stats import CaptureRun, is_substantive, now_ts, record_run
+from memvault.vault.credentials import refuse_credentials
 from memvault.vault.errors import Conflict, IndexUnavailable, InvalidRecord, ProviderUnavailable, VaultError
 from memvault.vault.ids import content_hash
+from memvault.vault.intake.admission import host_summary, intake_id_for
 from memvault.vault.intake.files import CrashHook, hit
-from memvault.vault.intake.record import IntakeRecord
+from memvault.vault.intake.record import IntakeRecord, Payload
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 from memvault.vault.replay import ReplayState, capture_authority, read_sidecar
@@ -105,7 +111,7 @@ class IndexCandidateFinder:
 
     def __init__(self, store):
         try:
-            index = store.serving_index()
+            index = store._readable_index()
         except IndexUnavailable:
             index = None  # an empty vault: nothing can be close yet
         self._bm25 = None if index is None else store._deferred.view(index.bm25)  # uncommitted rows too
@@ -156,7 +162,6 @@ class CaptureService:
                 raise ProviderUnavailable(
                     'capture needs memory.mode "bujo" with a memory.llm block: run `memvault validate`'
                 )
-            from memvault.indexer.services.chat import chat_model_from_config
 
             self._model = chat_model_from_config(self.store.config, self.store.env)
         return self._model
@@ -229,7 +234,7 @@ class CaptureService:
                     "machine, or another turn under the same run id); nothing was written. Fix: compare the turn with "
                     f"`memvault inspect {record.id[:16]}…`; a run id names one turn in the whole vault."
                 )
-            generation = self.store.writable_index().generation
+            generation = self.store._writable_index().generation
             write_projection(generation, data)
             verify_projection(generation, data)
         return _outcome_of_entry(entry, state)
@@ -250,7 +255,7 @@ class CaptureService:
         with VaultLock(self.store.layout.root):
             published = commit_plan(self.store.layout, plan, hook, authority=authority)
             self.store.index_notes([plan.note_in(self.store.layout)])
-            generation = self.store.writable_index().generation
+            generation = self.store._writable_index().generation
             write_projection(generation, published)
             verify_projection(generation, published)
         hit(hook, "capture.indexed")
@@ -315,10 +320,6 @@ def _empty_run(record: IntakeRecord, model: CountingModel, now: datetime) -> Cap
 
 def direct_record(text: str, at: datetime, now: datetime) -> IntakeRecord:
     """A transient record for a direct capture: its run id derives from the text and instant."""
-    from memvault.vault.credentials import refuse_credentials
-    from memvault.vault.intake.admission import host_summary, intake_id_for
-    from memvault.vault.intake.record import Payload
-
     if not isinstance(text, str) or not text.strip():
         raise InvalidRecord("direct capture needs non-empty text")
     if at.tzinfo is None:
@@ -353,9 +354,6 @@ class CaptureQueue:
     MAX_ITEMS = 64
 
     def __init__(self, service: CaptureService, clock):
-        import queue
-        import threading
-
         self._service, self._clock = service, clock
         self._items: queue.Queue = queue.Queue(self.MAX_ITEMS)
         self.failures = 0
@@ -363,8 +361,6 @@ class CaptureQueue:
         self._thread.start()
 
     def offer(self, text: str, at: datetime) -> bool:
-        import queue
-
         try:
             self._items.put_nowait((text, at))
         except queue.Full:
@@ -387,8 +383,6 @@ class CaptureQueue:
 
     def drain(self, timeout: float = SHUTDOWN_DRAIN_SECONDS) -> bool:
         """Wait (bounded) until every scheduled capture has run; True if the queue emptied."""
-        import time
-
         deadline = time.monotonic() + timeout
         while self._items.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.02)

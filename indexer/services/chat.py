@@ -45,6 +45,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from memvault.indexer.search.http_json import HttpTarget, post_raw
+from memvault.indexer.services.chat_stream import assemble
 from memvault.vault.capture.fields import ModelOutputInvalid
 from memvault.vault.capture.schema import OutputSpec
 from memvault.vault.errors import ProviderUnavailable
@@ -151,8 +153,6 @@ class HttpChatModel:
     def _call(self, messages: list[dict], json_mode: bool, output: OutputSpec | None, mode: str) -> str:
         # the shared transport lives beside the embedding client, which imports numpy: load it
         # only when a model is actually called, so commands that never call one start fast
-        from memvault.indexer.search.http_json import HttpTarget, post_raw
-        from memvault.indexer.services.chat_stream import assemble
 
         payload = self._payload(messages, json_mode, output, mode)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}

@@ -28,7 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from memvault.indexer.maintenance.replay_index import capture_blocked_reason
 from memvault.vault.capture.fields import EmptyExtraction, ModelOutputInvalid
+from memvault.vault.capture.plan import retained_plan_ids, retire_plan
 from memvault.vault.errors import (
     Conflict,
     IndexUnavailable,
@@ -389,8 +391,6 @@ class IntakeWorker:
         return self._capture
 
     def _capture_blocked(self) -> str | None:
-        from memvault.indexer.maintenance.replay_index import capture_blocked_reason
-
         return capture_blocked_reason(self.store.layout)
 
     def _capture_step(self, record: IntakeRecord) -> None:
@@ -416,8 +416,6 @@ class IntakeWorker:
             self._fail(record, exc)
 
     def _resolve_captured(self, record: IntakeRecord) -> None:
-        from memvault.vault.capture.plan import retire_plan
-
         with intake_lock(self.dirs):
             ledger = Ledger(self.dirs, create=True, hook=self._hook)
             resolve_run(self.dirs, ledger, record.id, outcome=CAPTURED, projection=record.projection,
@@ -428,8 +426,6 @@ class IntakeWorker:
 
     def _retire_orphan_plans(self) -> None:
         """Plans of runs that are no longer active (resolved just before a crash). Intake lock held."""
-        from memvault.vault.capture.plan import retained_plan_ids, retire_plan
-
         active = set(self.dirs.list_folder(PENDING).ids) | set(self.dirs.list_folder(DEAD).ids)
         for intake_id in retained_plan_ids(self.dirs.root):
             if intake_id not in active:

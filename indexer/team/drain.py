@@ -26,8 +26,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from memvault.indexer.backend import open_team_server
+from memvault.indexer.backend import open_team_server, team_listener
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.team.fence import ServerFence
 from memvault.indexer.team.project import project_batch
@@ -59,8 +60,6 @@ def owner_settings(config, root=None) -> dict:
 
 def nested_years(root) -> list[int]:
     """The years `daily/` holds as `daily/YYYY/` folders (VaultLayout.note_relpath's rule)."""
-    from pathlib import Path
-
     folder = Path(root) / DAILY
     try:
         return sorted(int(entry.name) for entry in folder.iterdir()
@@ -192,7 +191,7 @@ class TeamDrainer:
         """Whether the vault's committed rows hold this fact (the owner commits on its timer)."""
         if self.store._deferred.receipt(digest) is not None:
             return False
-        return self.store.serving_index().bm25.find_by_content_hash(digest) is not None
+        return self.store._readable_index().bm25.find_by_content_hash(digest) is not None
 
 
 class TeamSide:
@@ -232,8 +231,6 @@ class TeamSide:
             self.server = server
 
     def start_draining(self) -> None:
-        from memvault.indexer.backend import team_listener
-
         index = self._store.config.index
         self.listener = team_listener(index.dsn, index.name)
         self.drainer = TeamDrainer(self._store, lambda: self.server, hook=self._hook, log=self._log, fence=self,

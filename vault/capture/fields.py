@@ -25,6 +25,7 @@ from memvault.vault.credentials import find_credential
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import normalize_text
 from memvault.vault.limits import MAX_COMPLETION_UTF16, completion_overflow
+from memvault.vault.note import format_bullet, parse, region_left_open
 from memvault.vault.strict_json import finite_float, loads_strict
 
 MAX_DEPTH = 8
@@ -144,7 +145,6 @@ def unsafe_text_problem(text: str, max_chars: int) -> str | None:
         return f"looks like it contains {kind}"
     if not _round_trips(text):
         return "does not survive being written as a note bullet"
-    from memvault.vault.note import region_left_open
 
     left_open = region_left_open(text)
     if left_open is not None:
@@ -153,7 +153,5 @@ def unsafe_text_problem(text: str, max_chars: int) -> str | None:
 
 
 def _round_trips(text: str) -> bool:
-    from memvault.vault.note import format_bullet, parse
-
     note = parse("# t\n\n" + format_bullet(text, "f-0000000000", "00:00"))
     return len(note.bullets) == 1 and note.bullets[0].text == text and note.bullets[0].block_id == "f-0000000000"

@@ -20,6 +20,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from memvault.vault.capture.plan import plan_path
 from memvault.vault.errors import Conflict, InvalidRecord
 from memvault.vault.intake.files import DEAD, PENDING, CrashHook, IntakeDirs, is_intake_id
 from memvault.vault.intake.record import OPERATOR_RESOLVED, SLUG_RE
@@ -81,8 +82,6 @@ def resolve_run_as_operator(
 
 def _refuse_retained_plan(dirs: IntakeDirs, intake_id: str) -> None:
     """A retained BuJo semantic plan is recoverable without the model: never accept its loss."""
-    from memvault.vault.capture.plan import plan_path  # capture owns the plan; the intake only asks
-
     if os.path.lexists(plan_path(dirs.root, intake_id)):
         raise Conflict(
             f"run {intake_id} has a retained semantic plan (.capture-intake/plans/{intake_id}.json): it is "

@@ -31,6 +31,7 @@ from memvault.vault.intake.files import CrashHook, hit
 from memvault.vault.intake.record import IntakeRecord
 from memvault.vault.layout import AUDIT, DAILY, VaultLayout
 from memvault.vault.note import region_left_open
+from memvault.vault.note_append import read_note_if_any
 
 TURN_ID_PREFIX = "t-"
 TURN_ID_HEX = 10
@@ -110,8 +111,6 @@ def projection_problem(layout: VaultLayout, record: IntakeRecord, vault_zone: st
     if kind not in (None, "file"):
         return f"{relpath} is a {kind}, not a note", f"rename or move {relpath} away"
     if kind == "file":
-        from memvault.vault.note_append import read_note_if_any
-
         try:
             note = read_note_if_any(layout.root, relpath)
         except (OSError, ValueError) as exc:

@@ -13,7 +13,9 @@ from memvault.cli.web.markdown import memory_html, note_url
 from memvault.cli.web.reader import NotFound
 from memvault.cli.web.svg import neighbourhood
 from memvault.cli.web.views.base import Args, View
+from memvault.indexer.maintenance.consolidate import lexical_key, scan_groups
 from memvault.vault.errors import VaultError
+from memvault.vault.note import parse
 
 MAX_LISTED_GROUPS = 500
 MAX_MEMORIES_SHOWN = 50
@@ -28,8 +30,6 @@ class EntitiesView(View):
     section = "Entities"
 
     def data(self, args: Args, reader) -> dict:
-        from memvault.indexer.maintenance.consolidate import lexical_key, scan_groups
-
         query = args.text("q", max_chars=200)
         if not reader.graph_exists():
             return {"query": query, "groups": [], "total": 0, "entities": 0, "relations": 0, "notice": NO_GRAPH,
@@ -57,8 +57,6 @@ class EntityView(View):
     section = "Entities"
 
     def data(self, args: Args, reader) -> dict:
-        from memvault.indexer.maintenance.consolidate import lexical_key
-
         entity_id = args.text("entity_id", max_chars=64)
         graph = reader.graph()
         entity = graph.entities.get(entity_id)
@@ -99,8 +97,6 @@ def _problems(reader) -> dict:
 
 def _memories(reader, facts) -> list[dict]:
     """Each associated fact with its bullet's current text (read from its note), or why not."""
-    from memvault.vault.note import parse
-
     notes: dict[str, tuple[dict[str, str], dict[str, str]] | None] = {}
     out = []
     for fact in facts:

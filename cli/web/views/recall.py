@@ -10,13 +10,14 @@ vault's zone, paged by its cursors.
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from html import escape
 from zoneinfo import ZoneInfo
 
 from memvault.cli.web.markdown import memory_html, source_url
 from memvault.cli.web.views.base import Args, BadRequest, View
 from memvault.indexer.journal.query import UNSAFE_TEXT_MARKER
+from memvault.indexer.services.evidence_answer import answer_from_evidence, evidence_from_hits
 from memvault.vault.errors import InvalidRecord, ProviderUnavailable, VaultError
 
 MAX_QUERY_CHARS = 1_000
@@ -118,8 +119,6 @@ class AgentView(View):
     methods = ("POST",)
 
     def data(self, args: Args, reader) -> dict:
-        from memvault.indexer.services.evidence_answer import answer_from_evidence, evidence_from_hits
-
         body = direct_search(args, reader)
         body["agent"] = agent_status(reader)
         body["timeZone"] = reader.time_zone
@@ -145,8 +144,6 @@ class _HitView:
     """A page hit seen as a recall hit (id, text, source, at) for `evidence_from_hits`."""
 
     def __init__(self, hit: dict):
-        from datetime import datetime
-
         self.id, self.text, self.source = hit["id"], hit["text"], hit["source"]
         self.at = datetime.fromisoformat(hit["local"])
 

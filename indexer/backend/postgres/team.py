@@ -27,7 +27,9 @@ writing them its writer role (memvault_write_<name>, which is granted the reader
 owner connects as the tables' owner.
 """
 
+import hashlib
 import json
+import threading
 from datetime import datetime
 
 from memvault.indexer.backend.base import IndexServerUnavailable
@@ -322,8 +324,6 @@ class Ringer:
     after one round trip even when it must wake the owner; rings that pile up go as one."""
 
     def __init__(self, dsn: str, vault: str):
-        import threading
-
         self._session = ServerSession(dsn)
         self._channel = notify_channel(vault)
         self._cond = threading.Condition()
@@ -408,8 +408,6 @@ class TeamListener:
 
 def owner_lock_key(vault: str) -> tuple[int, int]:
     """The (classid, objid) pair of the vault's owner lock: a fixed space, and a 31-bit hash of the name."""
-    import hashlib
-
     return _OWNER_LOCK_SPACE, int.from_bytes(hashlib.sha256(vault.encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
