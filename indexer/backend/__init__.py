@@ -1,7 +1,8 @@
-"""The index backend seam: what the engine needs from a derived index (`base.IndexBackend`; a
-server engine also offers `base.ServerIndexBackend`), and its engines. Tantivy + hnswlib serve
-by default (`maintenance/local_backend.py` adapts them); PostgreSQL + pgvector
-(`backend/postgres/`) when a vault's config names it."""
+"""The index backend seam (`base.py`) and the server engine behind it: `base.IndexGenerations` is
+what the store drives on either engine; a server engine also stores rows through
+`base.IndexBackend` and `base.ServerIndexBackend`. Tantivy + hnswlib serve by default
+(`maintenance/local_generations.py`); PostgreSQL + pgvector (`backend/postgres/`) when a vault's
+config names it."""
 
 from memvault.indexer.backend.postgres.connection import connect, describe_target, server_versions, version_problems
 from memvault.indexer.backend.postgres.engine import PostgresBackend

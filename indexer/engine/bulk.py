@@ -78,7 +78,7 @@ def remember_batch(
             continue
         prepared.append((position, fact, when))
     with store._lock:  # the deferred set's own lock only around its changes (it is taken last, always)
-        index = store._writable_index()
+        index = store.writable_index()
         seen: dict[str, RememberReceipt] = {}
         per_note: dict[str, list[tuple[int, NewBullet, str]]] = defaultdict(list)
         titles: dict[str, str] = {}

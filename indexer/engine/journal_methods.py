@@ -14,7 +14,7 @@ from memvault.vault.note_lines import note_lines
 
 class JournalMethods:
     """Mixed into `MemoryStore` (indexer/engine/store.py), which provides `layout`, `sync`,
-    `_readable_index`, `_deferred`, `_lock`, `time_zone` and `defers_index_commits`."""
+    `serving_index`, `_deferred`, `_lock`, `time_zone` and `defers_index_commits`."""
 
     #: BuJo hook: memory id → "valid" | "superseded" | "dropped" at journal snapshot time; None: all valid
     supersession_state = None
@@ -50,13 +50,13 @@ class JournalMethods:
             self.sync(relpaths)
             unsynced: list[str] = []
         except StorageError:  # a full disk: answer from the index, and name the notes it lags behind
-            index = self._readable_index()
+            index = self.serving_index()
             unsynced = [
                 path
                 for path in index.stale_paths(self.layout, relpaths)
                 if path in index.manifest.files or (self.layout.root / path).exists()
             ]
-        index = self._readable_index()
+        index = self.serving_index()
         rows = [row for path in relpaths for row in self._in_note_order(path, index.rows_of(path).values())]
         incomplete = [path for path in relpaths if (state := index.manifest.files.get(path)) and state.problem]
         return JournalScan(rows, sorted(set(incomplete) | set(unsynced)))
@@ -69,7 +69,7 @@ class JournalMethods:
         from memvault.indexer.journal.query import JournalScan
         from memvault.indexer.maintenance.sync import Row
 
-        index = self._readable_index()
+        index = self.serving_index()
         with self._deferred.lock:
             pending = set(self._deferred.paths())
         changed = set(index.stale_paths(self.layout, relpaths)) | (pending & set(relpaths))

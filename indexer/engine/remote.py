@@ -67,6 +67,10 @@ class RemoteStore:
     def time_zone(self) -> str:
         return self.config.memory.time_zone
 
+    def serving_index(self):
+        """None: a client of the owner keeps no index of its own."""
+        return None
+
     @property
     def owner_pid(self) -> int | None:
         return self.client.pid

@@ -152,7 +152,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         fact = prepare_fact(text)
         when = at if at is not None else self._clock()
         with self._lock:
-            index = self._writable_index()
+            index = self.writable_index()
             pending = self._deferred.receipt(content_hash(fact))
             if pending is not None:  # written and acknowledged, its index commit still to come
                 return RememberReceipt(pending.id, pending.source, "duplicate", pending.text)
@@ -223,7 +223,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
                     delta, stale = self._defer_edits(list(paths), skip_own_appends=True)
                     return SyncOutcome.of_delta(len(stale), delta, time.monotonic() - started)
                 with self._index_lock:
-                    index = self._writable_index()
+                    index = self.writable_index()
                     stale = index.stale_paths(self.layout, None if paths is None else list(paths))
                     delta = self._apply(index, stale, hook)
                     if self._semantic is not None and paths is None:
@@ -248,7 +248,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         if routed is not None:
             return routed
         try:  # an owner never commits for a read; alone, a commit a full disk refused is retried here
-            index = self._readable_index(flush=not self.defers_index_commits)
+            index = self.serving_index(flush=not self.defers_index_commits)
         except IndexUnavailable as exc:
             return RecallResult(query, mode, (), degraded=str(exc))
         bm25 = self._deferred.view(index.bm25)  # acknowledged writes not yet committed, beside the index
@@ -333,7 +333,7 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
         """Regenerate index.md (recent days, counts, top entities, duplicate groups); no model call,
         canonical memory untouched. Returns a ConsolidationReport (indexer/maintenance/consolidate.py).
         `scheduled` (the watcher): only in a vault whose index.md already holds memvault's block."""
-        index = self._readable_index(create_missing=True)
+        index = self.serving_index(create_missing=True)
         return consolidate(self.layout, self.config, index, create=not scheduled)
 
     def project_journal_turn(self, summary: str, completed_at: datetime):

@@ -111,7 +111,7 @@ class IndexCandidateFinder:
 
     def __init__(self, store):
         try:
-            index = store._readable_index()
+            index = store.serving_index()
         except IndexUnavailable:
             index = None  # an empty vault: nothing can be close yet
         self._bm25 = None if index is None else store._deferred.view(index.bm25)  # uncommitted rows too
@@ -234,7 +234,7 @@ class CaptureService:
                     "machine, or another turn under the same run id); nothing was written. Fix: compare the turn with "
                     f"`memvault inspect {record.id[:16]}…`; a run id names one turn in the whole vault."
                 )
-            generation = self.store._writable_index().generation
+            generation = self.store.writable_index().generation
             write_projection(generation, data)
             verify_projection(generation, data)
         return _outcome_of_entry(entry, state)
@@ -255,7 +255,7 @@ class CaptureService:
         with VaultLock(self.store.layout.root):
             published = commit_plan(self.store.layout, plan, hook, authority=authority)
             self.store.index_notes([plan.note_in(self.store.layout)])
-            generation = self.store._writable_index().generation
+            generation = self.store.writable_index().generation
             write_projection(generation, published)
             verify_projection(generation, published)
         hit(hook, "capture.indexed")

@@ -191,7 +191,7 @@ class TeamDrainer:
         """Whether the vault's committed rows hold this fact (the owner commits on its timer)."""
         if self.store._deferred.receipt(digest) is not None:
             return False
-        return self.store._readable_index().bm25.find_by_content_hash(digest) is not None
+        return self.store.serving_index().bm25.find_by_content_hash(digest) is not None
 
 
 class TeamSide:
