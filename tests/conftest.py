@@ -120,21 +120,45 @@ def pytest_collection_modifyitems(config, items):
 
 
 _engine_runs: dict[str, set[str]] = {}
+#: tests (engine parameter left out) that opened an index: a vault of theirs reached the server,
+#: or got an `.index/` folder on this machine
+_index_tests: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _notes_an_opened_index(request, tmp_path):
+    """After the test: did it open an index (in its own process or any it started)? The summary
+    counts what share of such tests ran on both engines."""
+    yield
+    if any(tmp_path.glob(".index")) or any(tmp_path.glob("*/.index")) or any(tmp_path.glob("*/*/.index")):
+        request.node.user_properties.append(("opened_index", True))
+    elif "index_backend" in request.fixturenames and request.getfixturevalue("index_backend") == "postgres":
+        request.node.user_properties.append(("opened_index", True))  # its fixture checked the server
+
+
+def _test_and_engine(nodeid: str) -> tuple[str, str | None]:
+    """("tests/x.py::test_y[other-params]", "local" | "postgres" | None) of a test's node id."""
+    test, _, params = nodeid.partition("[")
+    ids = params.rstrip("]").split("-") if params else []
+    engine = next((p for p in ids if p in ("local", "postgres")), None)
+    others = [p for p in ids if p not in ("local", "postgres")]
+    return (f"{test}[{'-'.join(others)}]" if others else test), engine
 
 
 def pytest_runtest_logreport(report):
     # runs in the controller under xdist too: count what ran on each engine for the summary below
+    test, engine = _test_and_engine(report.nodeid)
     if report.when == "call" and "both_backends" in report.keywords:
-        test, _, params = report.nodeid.partition("[")
-        ids = params.rstrip("]").split("-")
-        engine = "postgres" if "postgres" in ids else "local"
-        others = [p for p in ids if p not in ("local", "postgres")]
-        _engine_runs.setdefault(f"{test}[{'-'.join(others)}]", set()).add(engine)
+        _engine_runs.setdefault(test, set()).add(engine or "local")
+    if report.when == "teardown" and ("opened_index", True) in report.user_properties:
+        _index_tests.add(test)
 
 
 def pytest_terminal_summary(terminalreporter):
     both = sum(1 for engines in _engine_runs.values() if engines == {"local", "postgres"})
-    if _engine_runs:
+    if _engine_runs or _index_tests:
+        share = f" ({100 * both / len(_index_tests):.0f}%)" if _index_tests else ""
         terminalreporter.write_line(
-            f"index engines: {both} tests ran on both engines (local Tantivy + hnswlib, and PostgreSQL + pgvector)"
+            f"index engines: {both} of {len(_index_tests)} tests that open an index ran on both engines{share} "
+            "(local Tantivy + hnswlib, and PostgreSQL + pgvector)"
         )
