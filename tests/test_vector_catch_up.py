@@ -11,11 +11,15 @@ import pytest
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.derived import DerivedIndex
 from memvault.indexer.maintenance.health import check_health
+from memvault.indexer.maintenance.semantic_queue import MAX_LAGGING_NOTES, MAX_QUEUE_ITEMS
 from memvault.vault.locks import VaultLock
 from tests.engine_helpers import OwnerProcess, memvault, wait_for
 from tests.intake_helpers import make_vault
 
 NOTES = 300  # more memories than the 256-item semantic queue holds
+#: a big checkout: more notes than the semantic queue holds (it overflows), fewer than
+#: MAX_LAGGING_NOTES (1,024: the catch-up reads only the notes that overflowed), as 1,000 did
+CHECKOUT_NOTES = 400
 
 
 def write_notes(root, count: int, start=date(2020, 1, 1), word="lantern") -> list[str]:
@@ -62,6 +66,7 @@ def test_overflow_in_a_live_store_is_caught_up_and_recall_says_degraded_until_th
 
 @pytest.mark.slow
 def test_a_big_checkout_under_a_running_watcher_ends_with_no_missing_and_no_orphaned_vectors(tmp_path):
+    assert MAX_QUEUE_ITEMS < CHECKOUT_NOTES <= MAX_LAGGING_NOTES
     root = make_vault(tmp_path, mode="journal")
     assert memvault(root, "rebuild").returncode == 0
     owner = OwnerProcess(root, "watch").wait_serving()
@@ -69,14 +74,14 @@ def test_a_big_checkout_under_a_running_watcher_ends_with_no_missing_and_no_orph
         staging = tmp_path / "checkout"
         staging.mkdir()
         (staging / "daily").mkdir()
-        write_notes(staging, 1000)
-        for path in sorted((staging / "daily").iterdir()):  # a `git checkout` landing 1,000 notes
+        write_notes(staging, CHECKOUT_NOTES)
+        for path in sorted((staging / "daily").iterdir()):  # a `git checkout` landing 400 notes
             shutil.move(str(path), root / "daily" / path.name)
 
         def strict_clean():
             done = memvault(root, "health", "--strict", "--json")
             body = json.loads(done.stdout)
-            return done.returncode == 0 and body["details"].get("rows") == 1000
+            return done.returncode == 0 and body["details"].get("rows") == CHECKOUT_NOTES
 
         wait_for(strict_clean, timeout=300, what="vectors to be complete after the checkout")
         for path in sorted((root / "daily").iterdir()):  # and back out
