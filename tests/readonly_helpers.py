@@ -132,3 +132,16 @@ def memvault(
         env=environment,
         cwd=str(vault.parent),
     )
+
+
+def memvault_here(vault: Path, *args: str) -> int:
+    """`memvault --vault VAULT ...` run in this process (click's test runner): for the set-up steps
+    of a test about other commands, which need no process of their own. Its exit code."""
+    from click.testing import CliRunner
+
+    from memvault.cli.main import cli
+
+    done = CliRunner().invoke(cli, ["--vault", str(vault), *args])
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception
+    return done.exit_code

@@ -9,7 +9,7 @@ import pytest
 
 from memvault.vault.errors import ReadOnlyVault, StorageFull, StoragePermission
 from memvault.vault.storage_errors import storage_error, storage_errors
-from tests.readonly_helpers import fill_disk, memvault, small_tmpfs, tree_state
+from tests.readonly_helpers import fill_disk, memvault, memvault_here, small_tmpfs, tree_state
 
 DAY = "2026-11-30"
 
@@ -28,7 +28,8 @@ WRITES = [
 def test_full_disk_reads_work_writes_fail_cleanly(tmp_path, mode):
     with small_tmpfs(tmp_path / "disk", "24m") as disk:
         vault = disk / "vault"
-        assert memvault(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC").returncode == 0
+        # the set-up runs in this process (memvault_here); the commands under test each run as a process
+        assert memvault_here(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC") == 0
         note = vault / "daily" / f"{DAY}.md"
         note.write_text(f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n")
         for args in (
@@ -36,7 +37,7 @@ def test_full_disk_reads_work_writes_fail_cleanly(tmp_path, mode):
             ("runtime", "add", "user", "Prefers short answers."),
             ("doc", "create", "Plan", "--body", "The plan."),
         ):
-            assert memvault(vault, *args).returncode == 0, args
+            assert memvault_here(vault, *args) == 0, args
         with open(note, "a") as edit:  # a hand edit the index has not seen: opening must sync, and cannot
             edit.write("- 10:00 Morgan chose blue as the deployment color. ^m-blue\n")
         fill_disk(disk)

@@ -13,21 +13,22 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from memvault import MemoryStore
-from tests.readonly_helpers import MEMVAULT, memvault, read_only_view, tree_state
+from tests.readonly_helpers import MEMVAULT, memvault, memvault_here, read_only_view, tree_state
 
 DAY = "2026-11-30"
 
 
 def make_vault(tmp_path, mode: str):
     vault = tmp_path / f"{mode}-vault"
-    assert memvault(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC").returncode == 0
+    # the set-up runs in this process (memvault_here); the commands under test each run as a process
+    assert memvault_here(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC") == 0
     (vault / "daily" / f"{DAY}.md").write_text(
         f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n"
         "- 10:00 Morgan chose blue as the deployment color. ^m-blue\n"
     )
-    assert memvault(vault, "rebuild").returncode == 0
-    assert memvault(vault, "runtime", "add", "user", "Prefers short answers.").returncode == 0
-    assert memvault(vault, "doc", "create", "Plan", "--body", "The plan.").returncode == 0
+    assert memvault_here(vault, "rebuild") == 0
+    assert memvault_here(vault, "runtime", "add", "user", "Prefers short answers.") == 0
+    assert memvault_here(vault, "doc", "create", "Plan", "--body", "The plan.") == 0
     return vault
 
 
