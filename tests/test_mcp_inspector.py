@@ -1,10 +1,12 @@
 """The official MCP Inspector (CLI mode) lists and calls the runtime tools of `memvault mcp`.
 
 Runs `npx -y @modelcontextprotocol/inspector --cli <memvault> --vault V mcp --method …`, the way
-docs/mcp.md tells a person to check a server. Skipped, with the reason, when `npx` is missing
+docs/mcp.md tells a person to check a server (the command npx runs is looked up once, then run
+directly for each method). Skipped, with the reason, when `npx` is missing
 or the package cannot be fetched; any other failure fails the test.
 """
 
+import functools
 import json
 import shutil
 import subprocess
@@ -18,11 +20,22 @@ INSPECTOR = "@modelcontextprotocol/inspector"
 NOT_FETCHED = ("ENOTFOUND", "E404", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "network request")
 
 
-def inspector(vault, *args: str) -> dict:
-    command = ["npx", "-y", INSPECTOR, "--cli", MEMVAULT, "--vault", str(vault), "mcp", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=vault.parent)
+@functools.cache
+def inspector_command() -> str:
+    """The `mcp-inspector` command that `npx -y @modelcontextprotocol/inspector` runs, fetched and
+    found once: npx's own start-up and package check took seconds on every one of the calls below."""
+    done = subprocess.run(
+        ["npx", "-y", "-p", INSPECTOR, "-c", "command -v mcp-inspector"], capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0 and any(marker in done.stderr for marker in NOT_FETCHED):
         pytest.skip(f"the MCP Inspector could not be fetched from npm: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def inspector(vault, *args: str) -> dict:
+    command = [inspector_command(), "--cli", MEMVAULT, "--vault", str(vault), "mcp", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=vault.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
