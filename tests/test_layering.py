@@ -5,7 +5,6 @@ every import, the lazy ones inside functions included: a lazy import may save st
 it may not hide an upward dependency."""
 
 import ast
-import functools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,26 +17,14 @@ INDEXER_GROUPS = ["runtime", "engine", "team", "services", "journal", "maintenan
 SHARED = {"results"}
 
 
-@functools.cache
-def parsed(path: Path) -> ast.Module:
-    """One parse of each file for all the tests here (they walk the same trees; none changes one):
-    parsing every source once per test was most of this module's time."""
-    return ast.parse(path.read_text(), filename=str(path))
-
-
-@functools.cache
-def _imports(path: Path) -> tuple[str, ...]:
-    found = []
-    for node in ast.walk(parsed(path)):
-        if isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
-    return tuple(found)
-
-
 def imported_modules(path: Path):
-    yield from _imports(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
 
 
 def project_sources():
@@ -105,7 +92,7 @@ def test_nothing_above_the_seam_imports_an_engine():
 def test_indexer_never_prints():
     offences = []
     for path in sorted((REPO / "indexer").rglob("*.py")):
-        for node in ast.walk(parsed(path)):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("print", "exit", "quit"):
                 offences.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offences == []
@@ -165,7 +152,7 @@ def test_nothing_outside_the_backends_and_the_config_loader_names_an_engine():
             relative = path.relative_to(REPO)
             if relative.parts[:2] == ("indexer", "backend") or (top == "vault" and path.stem.startswith("config")):
                 continue
-            for line, what in _engine_checks(path, parsed(path)):
+            for line, what in _engine_checks(path, ast.parse(path.read_text())):
                 offences.append(f"{relative}:{line} {what}")
     assert offences == []
 
