@@ -12,12 +12,7 @@ from pathlib import Path
 
 import click
 
-from memvault.cli import remote_commands
 from memvault.cli.errors import ErrorTranslatingGroup
-from memvault.cli.remote_commands import connected_store
-from memvault.indexer.engine.client import find_owner
-from memvault.indexer.engine.locate import locate_vault
-from memvault.indexer.engine.remote import RemoteStore
 from memvault.vault.errors import VaultLocked
 
 #: command name → the modules that register it (and what it runs inside, like serve's web face)
@@ -69,6 +64,8 @@ class CommandGroup(SuggestingGroup):
 
     def get_command(self, ctx: click.Context, name: str):
         if ctx.params.get("remote") and name in COMMAND_MODULES:  # a vault reached by name: cli/remote_commands.py
+            from memvault.cli import remote_commands
+
             if name in remote_commands.REMOTE_FORM_COMMANDS:
                 return remote_commands.REMOTE_FORM_COMMANDS[name]
             if name not in remote_commands.SHARED_COMMANDS:
@@ -110,6 +107,8 @@ def open_store(ctx: click.Context, *, sync: bool = True, engine: bool = False):
     imports nothing heavy, so the everyday commands answer fast while `serve`/`watch` run.
     With `--remote NAME`, the ConnectedStore of that vault on the index server."""
     if ctx.obj.get("remote"):
+        from memvault.cli.remote_commands import connected_store
+
         return connected_store(ctx)
     if engine:
         remote = owner_store(ctx)
@@ -122,10 +121,14 @@ def open_store(ctx: click.Context, *, sync: bool = True, engine: bool = False):
 
 def owner_store(ctx: click.Context):
     """A RemoteStore for the vault's live owner, or None when no owner runs (work in-process)."""
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     owner = find_owner(root)
     if owner is None:
         return None
+    from memvault.indexer.engine.remote import RemoteStore
 
     return RemoteStore(root, owner, dict(os.environ))
 
@@ -136,6 +139,9 @@ def require_no_owner(ctx: click.Context, what: str, root: Path | None = None) ->
     Operator steps that need the agent stopped (retry, resolve, import, adopt-replay) also take
     the liveness fence, but right after `rm -rf .locks` the fence file is briefly gone (the
     owner's guard re-creates it within 5 s) while the owner still runs: the socket still answers."""
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd()) if root is None else Path(root)
     owner = find_owner(root)
     if owner is not None and not owner.is_this_process:

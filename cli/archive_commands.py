@@ -12,11 +12,7 @@ import click
 
 from memvault.cli.app import cli, require_no_owner
 from memvault.cli.errors import emit_json, json_option
-from memvault.indexer.journal.cursor import discard_persisted_snapshots
-from memvault.vault.archive_export import export_vault
-from memvault.vault.archive_import import apply_archive, restore_archive
 from memvault.vault.errors import VaultError
-from memvault.vault.locks import LivenessFence
 
 
 @cli.command("export")
@@ -26,6 +22,8 @@ from memvault.vault.locks import LivenessFence
 @click.pass_context
 def export_command(ctx: click.Context, file: Path, force: bool, json_: bool) -> None:
     """Write the vault's canonical files to FILE (a .tar.gz with a SHA-256 manifest); safe while an agent runs."""
+    from memvault.vault.archive_export import export_vault
+
     report = export_vault(_vault_root(ctx), file, overwrite=force)
     if json_:
         emit_json(report.to_json())
@@ -48,6 +46,8 @@ def import_group() -> None:
 @click.pass_context
 def import_apply_command(ctx: click.Context, file: Path, json_: bool) -> None:
     """Add the archive's files that the vault lacks; any conflicting file refuses the whole import."""
+    from memvault.vault.archive_import import apply_archive
+
     root = require_no_owner(ctx, "memvault import apply")
     report = apply_archive(root, file)
     _finish(root, report, json_)
@@ -59,6 +59,8 @@ def import_apply_command(ctx: click.Context, file: Path, json_: bool) -> None:
 @click.pass_context
 def import_restore_command(ctx: click.Context, file: Path, json_: bool) -> None:
     """Replace the vault's canonical state with the archive's (--vault may name an empty or new folder)."""
+    from memvault.vault.archive_import import restore_archive
+
     root = ctx.obj["vault_path"] or _vault_root(ctx)
     require_no_owner(ctx, "memvault import restore", Path(root))
     report = restore_archive(root, file)
@@ -74,6 +76,8 @@ def _vault_root(ctx: click.Context) -> Path:
 def _finish(root: Path, report, json_: bool) -> None:
     """Rebuild the index from the imported files (holding the fence), then report."""
     from memvault.indexer.engine.store import MemoryStore
+    from memvault.indexer.journal.cursor import discard_persisted_snapshots
+    from memvault.vault.locks import LivenessFence
 
     discard_persisted_snapshots(root)
     rebuilt, problem = None, None

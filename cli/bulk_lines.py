@@ -11,6 +11,7 @@ MAX_LINE_BYTES = 64 * 1024
 
 def parse_lines(stream) -> tuple[list[tuple[int, dict]], list[dict]]:
     """([(line number, {"text", "at"})], [refused lines with why]); blank lines are skipped."""
+
     items, refused = [], []
     for number, raw in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b""), 1):
         if len(raw) > MAX_LINE_BYTES:

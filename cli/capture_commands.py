@@ -4,9 +4,6 @@ import click
 
 from memvault.cli.app import cli, open_store, require_no_owner
 from memvault.cli.errors import emit_json, json_option
-from memvault.indexer.maintenance.replay_adopt import adopt_replay
-from memvault.indexer.services.chat import SCHEMA_FORMS
-from memvault.vault.clock import utc_now
 
 
 @cli.command("adopt-replay")
@@ -21,6 +18,9 @@ def adopt_replay_command(ctx: click.Context, json_: bool) -> None:
     unattested entry refuses the whole adoption. Reads and writes metadata only. Never start
     the agent between this command and the rebuild that must follow it.
     """
+    from memvault.indexer.maintenance.replay_adopt import adopt_replay
+    from memvault.vault.clock import utc_now
+
     require_no_owner(ctx, "memvault adopt-replay")
     store = open_store(ctx, sync=False)
     try:
@@ -85,6 +85,7 @@ def capture_test_command(ctx: click.Context, text: str | None, json_: bool) -> N
     graph line, no plan, no intake record.
     """
     from memvault.indexer.services.capture import CaptureService
+    from memvault.vault.clock import utc_now
 
     with open_store(ctx, sync=False) as store:
         service = CaptureService(store)
@@ -137,5 +138,7 @@ def _capture_test_report(result, model) -> dict:
 
 
 def _schema_form(model) -> str:
+    from memvault.indexer.services.chat import SCHEMA_FORMS
+
     modes = SCHEMA_FORMS.get(getattr(model, "provider", ""), ("unknown",))
     return modes[min(getattr(model, "schema_mode", 0), len(modes) - 1)]

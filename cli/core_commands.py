@@ -10,18 +10,10 @@ from pathlib import Path
 import click
 
 from memvault.cli.app import cli, open_store
-from memvault.cli.bulk_lines import parse_lines, summarize
 from memvault.cli.errors import emit_json, json_option
 from memvault.cli.fact_args import FactCommand, parse_at
 from memvault.cli.foreground_owner import crash_hook_from_env
 from memvault.cli.git_commands import driver_command
-from memvault.cli.progress import phase_progress, progress_enabled
-from memvault.cli.render import print_recall
-from memvault.indexer.backend import check_server
-from memvault.indexer.engine.locate import locate_vault
-from memvault.vault.config import default_config_data, index_block, load_config, render_config
-from memvault.vault.config_schema import INDEX_DSN_ENV
-from memvault.vault.init import host_time_zone, init_vault
 
 
 @cli.command("init")
@@ -68,6 +60,9 @@ def init_command(
     json_: bool,
 ) -> None:
     """Create a vault in PATH (default: the current folder)."""
+    from memvault.vault.config import default_config_data, index_block, render_config
+    from memvault.vault.init import host_time_zone, init_vault
+
     root = path or ctx.obj["vault_path"] or Path.cwd()
     block = index_block(index, index_name or root.resolve().name.lower())
     if block is None and index_name is not None:
@@ -135,6 +130,9 @@ def remember_command(ctx: click.Context, text: str | None, at_: str | None, from
 
 
 def _remember_lines(ctx: click.Context, stream, json_: bool) -> None:
+    from memvault.cli.bulk_lines import parse_lines, summarize
+    from memvault.cli.progress import phase_progress, progress_enabled
+
     items, refused = parse_lines(stream)
     with phase_progress(progress_enabled(json_)) as log, open_store(ctx, engine=True) as store:
         progress = None if log is None else _import_progress(log, len(items))  # on a terminal only
@@ -189,12 +187,14 @@ def search_command(
     if json_:
         emit_json(result.to_json(explain=explain))
         return
+    from memvault.cli.render import print_recall
 
     print_recall(result, explain=explain)
 
 
 def _search_across(across: str, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:
     from memvault.indexer.engine.across import parse_vault_names, search_across
+    from memvault.vault.config_schema import INDEX_DSN_ENV
 
     if mode != "tool":
         raise click.UsageError("--across searches in tool mode only")
@@ -218,6 +218,8 @@ def _search_across(across: str, query: str, limit: int, mode: str, explain: bool
 @click.pass_context
 def rebuild_command(ctx: click.Context, json_: bool) -> None:
     """Recreate every derived index from the files alone."""
+    from memvault.cli.progress import phase_progress, progress_enabled
+
     with phase_progress(progress_enabled(json_), opening="Opening the vault…") as progress:
         with open_store(ctx, sync=False, engine=True) as store:  # a running owner rebuilds itself
             report = store.rebuild(progress=progress, hook=crash_hook_from_env())
@@ -236,10 +238,15 @@ def rebuild_command(ctx: click.Context, json_: bool) -> None:
 @click.pass_context
 def validate_command(ctx: click.Context, json_: bool) -> None:
     """Check the vault's config file and environment; exit 1 with every problem found."""
+    from memvault.indexer.engine.locate import locate_vault
+    from memvault.vault.config import load_config
+
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     config = load_config(root, dict(os.environ))
     problems = []
     if config.index.on_server:  # the server is part of the configuration: reach it
+        from memvault.indexer.backend import check_server
+
         problems = check_server(config.index)
     if json_:
         emit_json(

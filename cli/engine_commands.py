@@ -17,12 +17,7 @@ import click
 from memvault.cli.app import cli
 from memvault.cli.errors import emit_json, json_option
 from memvault.cli.foreground_owner import FACES, run_owner
-from memvault.indexer.engine.address import read_status, socket_path, status_path
-from memvault.indexer.engine.client import find_owner
-from memvault.indexer.engine.locate import locate_vault
-from memvault.indexer.engine.protocol import EngineStuck
 from memvault.vault.errors import VaultError
-from memvault.vault.locks import LivenessFence, fence_holder_pid, pid_alive, process_stopped
 
 _STOP_WAIT_SECONDS = 30.0
 #: how long a forced stop waits for SIGTERM (and then for SIGKILL) to take effect
@@ -81,6 +76,11 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
     works in-process), so a script can ask `memvault engine status >/dev/null && ...`. With
     --json the answer is {"running": false, ...} and the exit status is still 1.
     """
+    from memvault.indexer.engine.address import read_status, socket_path
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+    from memvault.vault.locks import fence_holder_pid, pid_alive
+
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     owner = find_owner(root)
     if owner is None:
@@ -131,6 +131,11 @@ def engine_status(ctx: click.Context, json_: bool) -> None:
 @click.pass_context
 def engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
     """Ask the vault's owner to stop (it drains the intake first); wait until it has."""
+    from memvault.indexer.engine.address import read_status
+    from memvault.indexer.engine.client import find_owner
+    from memvault.indexer.engine.locate import locate_vault
+    from memvault.indexer.engine.protocol import EngineStuck
+
     root = locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
     try:
         owner = find_owner(root)
@@ -162,6 +167,8 @@ def engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
 
 
 def _wait_gone(root: Path, timeout: float) -> bool:
+    from memvault.indexer.engine.client import find_owner
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -176,6 +183,8 @@ def _wait_gone(root: Path, timeout: float) -> bool:
 def _stuck_owner_pid(root: Path, status: dict | None) -> int | None:
     """The pid of an owner that does not answer: its status file, else the kernel's record of who
     holds the vault's ownership lock (the status file may have been deleted with `.locks/`)."""
+    from memvault.vault.locks import fence_holder_pid, pid_alive
+
     pid = (status or {}).get("pid")
     if isinstance(pid, int) and pid_alive(pid):
         return pid
@@ -187,6 +196,8 @@ def _kill(pid) -> str:
 
     A stopped process (SIGSTOP, a debugger's breakpoint) cannot act on SIGTERM before it is
     continued, so waiting out the grace would only delay the SIGKILL the operator asked for."""
+    from memvault.vault.locks import pid_alive, process_stopped
+
     if not isinstance(pid, int) or not pid_alive(pid):
         raise click.ClickException(
             "the owner's pid is unknown (no live process named by .locks/engine.json "
@@ -209,6 +220,9 @@ def _kill(pid) -> str:
 def _clean_status(root: Path, pid: int) -> None:
     """Remove the killed owner's status notes (engine.json, live.json) when they name it: the kernel
     dropped its locks, and `engine status` should not show a dead owner as the vault's."""
+    from memvault.indexer.engine.address import read_status, status_path
+    from memvault.vault.locks import LivenessFence
+
     if (read_status(root) or {}).get("pid") == pid:
         status_path(root).unlink(missing_ok=True)
     fence = LivenessFence(root)

@@ -5,7 +5,6 @@ import sys
 
 import click
 
-from memvault.vault.credentials import find_credential
 from memvault.vault.errors import VaultError
 from memvault.vault.storage_errors import storage_error
 
@@ -60,6 +59,8 @@ class SafeUsageError(click.UsageError):
 
 
 def safe_message(message: str) -> str:
+    from memvault.vault.credentials import find_credential
+
     kind = find_credential(message)
     if kind is not None:
         return (

@@ -14,8 +14,6 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from memvault.indexer.journal.date_range import JournalRequestError, resolve_range
-
 #: what an option looks like: `-h`, `--at`, `--json`; anything else starting with '-' is text
 _OPTION_SHAPE = re.compile(r"--?[A-Za-z]")
 
@@ -61,6 +59,8 @@ def parse_at(text: str, time_zone: str) -> datetime:
     """`--at`: ISO-8601 with an offset (`2026-11-30T14:03:00+01:00`, `…Z`), or a bare date
     (`2026-11-30`), which means the first instant of that day in the vault's zone (midnight,
     or the end of a DST gap that swallows midnight), as MemoryJournal reads a day."""
+    from memvault.indexer.journal.date_range import JournalRequestError, resolve_range
+
     if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
         try:
             return resolve_range(text, text, time_zone).start.astimezone(_zone(time_zone))
@@ -83,4 +83,5 @@ def parse_at(text: str, time_zone: str) -> datetime:
 
 
 def _zone(name: str):
+
     return ZoneInfo(name)

@@ -16,8 +16,6 @@ from collections.abc import Callable
 import click
 
 from memvault.cli.app import open_store
-from memvault.indexer.engine.owner import Owner
-from memvault.indexer.maintenance.collector import settle_for_a_resident_owner
 
 CRASH_ENV = "MEMVAULT_TEST_CRASH_AT"
 
@@ -63,6 +61,8 @@ def run_owner(
     face_options: dict | None = None,
 ) -> None:
     """Own the vault in the foreground until Ctrl-C, SIGTERM or `memvault engine stop`."""
+    from memvault.indexer.engine.owner import Owner
+    from memvault.indexer.maintenance.collector import settle_for_a_resident_owner
     from memvault.indexer.maintenance.watch import Watcher
 
     store = open_store(ctx, sync=False)

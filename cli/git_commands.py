@@ -14,13 +14,7 @@ import click
 
 from memvault.cli.app import cli, open_store
 from memvault.cli.errors import emit_json, json_option
-from memvault.indexer.engine.locate import locate_vault
-from memvault.vault.config import load_config
 from memvault.vault.errors import VaultError
-from memvault.vault.git_merge import MergeDriverError, merge, note_clock, write_result
-from memvault.vault.git_resolve import conflicted_notes, resolve_note
-from memvault.vault.git_setup import setup
-from memvault.vault.layout import VaultLayout
 
 
 def driver_command() -> str:
@@ -29,6 +23,8 @@ def driver_command() -> str:
 
 
 def _vault_root(ctx: click.Context) -> Path:
+    from memvault.indexer.engine.locate import locate_vault
+
     return locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
 
 
@@ -45,6 +41,8 @@ def git_setup(ctx: click.Context, json_: bool) -> None:
 
     Run it once in every clone: git versions .gitattributes but never clones the config that
     names the drivers."""
+    from memvault.vault.git_setup import setup
+
     report = setup(_vault_root(ctx), driver_command())
     if json_:
         emit_json(report.to_json())
@@ -70,6 +68,10 @@ def git_resolve(ctx: click.Context, paths: tuple[str, ...], json_: bool) -> None
 
     NOTE is a vault-relative path (daily/2026-11-30.md); without one, every note that holds
     conflict markers. A hunk where one memory was edited two ways is left for you, and named."""
+    from memvault.vault.config import load_config
+    from memvault.vault.git_resolve import conflicted_notes, resolve_note
+    from memvault.vault.layout import VaultLayout
+
     layout = VaultLayout(_vault_root(ctx))
     try:
         zone = load_config(layout.root, dict(os.environ)).memory.zone  # bullets ordered by instant
@@ -109,6 +111,8 @@ def git_merge_driver(kind: str, base: Path, ours: Path, theirs: Path, path: str)
     Writes the result over OURS.
 
     Exits 0 when merged, 1 when OURS is left in conflict (git's markers; both sides kept)."""
+    from memvault.vault.git_merge import MergeDriverError, merge, note_clock, write_result
+
     try:
         sides = [_read_side(side) for side in (base, ours, theirs)]
         when = note_clock(path, Path.cwd(), dict(os.environ)) if kind == "note" and path else None
@@ -128,6 +132,8 @@ MAX_SIDE_BYTES = 256 * 1024 * 1024
 
 
 def _read_side(path: Path) -> bytes:
+    from memvault.vault.git_merge import MergeDriverError
+
     try:
         if path.stat().st_size > MAX_SIDE_BYTES:
             raise MergeDriverError(f"{path} is over {MAX_SIDE_BYTES} bytes; resolve it by hand")

@@ -13,37 +13,29 @@ import click
 
 from memvault.cli.app import cli, open_store, require_no_owner
 from memvault.cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
-from memvault.indexer.engine.locate import locate_vault
-from memvault.indexer.engine.protocol import EngineStuck
-from memvault.indexer.engine.remote import admit_here, owner_not_answering
-from memvault.vault.capture.stats import summarize
-from memvault.vault.clock import utc_now
-from memvault.vault.config import load_config
 from memvault.vault.errors import VaultError
-from memvault.vault.intake.admission import AdmissionResult, intake_id_for
-from memvault.vault.intake.files import PENDING, IntakeDirs, is_intake_id
-from memvault.vault.intake.operator import resolve_run_as_operator, retry_runs
-from memvault.vault.intake.projection import projection_problem
-from memvault.vault.intake.snapshot import inspect_intake, inspect_run
-from memvault.vault.intake.state import read_record
-from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
-from memvault.vault.layout import VaultLayout
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
 _ID_HELP = "the 64-hex intake id `memvault inspect` shows"
 
 
 def _vault_root(ctx: click.Context) -> Path:
+    from memvault.indexer.engine.locate import locate_vault  # light: inspect stays a fast command
+
     return locate_vault(ctx.obj["vault_path"], dict(os.environ), Path.cwd())
 
 
 def _check_id(_ctx, _param, value: str | None) -> str | None:
+    from memvault.vault.intake.files import is_intake_id
+
     if value is not None and not is_intake_id(value):
         raise click.BadParameter(f"{value!r} is not an intake id: use {_ID_HELP}")
     return value
 
 
 def _now():
+    from memvault.vault.clock import utc_now
+
     return utc_now()
 
 
@@ -68,6 +60,10 @@ def admit_command(ctx: click.Context, wait: bool) -> None:
     has); an owner that does not answer changes only "worker". With no owner, this process
     projects it, bounded by a 10 s drain.
     """
+    from memvault.indexer.engine.protocol import EngineStuck
+    from memvault.vault.intake.admission import AdmissionResult, intake_id_for
+    from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
+
     ctx.meta[JSON_META_KEY] = True
     try:
         turn = parse_turn_json(sys.stdin.buffer.read(MAX_TURN_JSON_BYTES + 1))
@@ -101,6 +97,9 @@ def admit_command(ctx: click.Context, wait: bool) -> None:
 def _admit_beside_stuck_owner(ctx: click.Context, turn: dict, stuck: Exception):
     """Admission is a file write any process may make: the stuck owner projects it once it
     answers again, or the next owner does (`memvault engine stop --force` names the fix)."""
+    from memvault.indexer.engine.remote import admit_here, owner_not_answering
+    from memvault.vault.config import load_config
+
     root = _vault_root(ctx)
     result = admit_here(root, load_config(root, dict(os.environ)), **turn)
     return result, (owner_not_answering(stuck) if result.status == "admitted" else None)
@@ -108,6 +107,7 @@ def _admit_beside_stuck_owner(ctx: click.Context, turn: dict, stuck: Exception):
 
 def _drain(store) -> str:
     """Project now when this process may own the vault; otherwise leave it to the live owner."""
+
     try:
         store.start_intake(serve=False)  # one short drain: this process is not a resident owner
     except VaultError as exc:
@@ -120,6 +120,12 @@ def _drain(store) -> str:
 
 def _projection_failure(root: Path, intake_id: str) -> str | None:
     """Why an admitted turn's projection failed (its note, its text), or None when it did not."""
+    from memvault.vault.config import load_config
+    from memvault.vault.intake.files import PENDING, IntakeDirs
+    from memvault.vault.intake.projection import projection_problem
+    from memvault.vault.intake.state import read_record
+    from memvault.vault.layout import VaultLayout
+
     dirs = IntakeDirs(root)
     try:
         record = read_record(dirs, PENDING, intake_id)
@@ -136,6 +142,9 @@ def _projection_failure(root: Path, intake_id: str) -> str | None:
 
 
 def _state_of(root: Path, intake_id: str) -> str:
+    from memvault.vault.intake.files import IntakeDirs
+    from memvault.vault.intake.snapshot import inspect_run
+
     return inspect_run(IntakeDirs(root), intake_id, _now())["entries"][0]["state"]
 
 
@@ -145,6 +154,10 @@ def _state_of(root: Path, intake_id: str) -> str:
 @click.pass_context
 def inspect_command(ctx: click.Context, intake_id: str | None, json_: bool) -> None:
     """Show the durable intake (or one run by ID) without any turn content."""
+    from memvault.vault.capture.stats import summarize
+    from memvault.vault.intake.files import IntakeDirs
+    from memvault.vault.intake.snapshot import inspect_intake, inspect_run
+
     dirs = IntakeDirs(_vault_root(ctx))
     report = inspect_run(dirs, intake_id, _now()) if intake_id else inspect_intake(dirs, _now())
     if not intake_id:
@@ -200,6 +213,8 @@ def _print_entry(entry: dict) -> None:
 @click.pass_context
 def retry_command(ctx: click.Context, intake_id: str | None, json_: bool) -> None:
     """Make dead or delayed intake work due at the next start (agent must be stopped)."""
+    from memvault.vault.intake.operator import retry_runs
+
     results = retry_runs(require_no_owner(ctx, "memvault retry"), intake_id, _now())
     if json_:
         emit_json({"retried": results})
@@ -221,6 +236,8 @@ def resolve_command(ctx: click.Context, intake_id: str, reason: str, json_: bool
     The turn is not projected or captured afterwards; a retry of the same run id stays a
     duplicate for ever. REASON-SLUG: 1-64 of a-z, 0-9 and '-'. The agent must be stopped.
     """
+    from memvault.vault.intake.operator import resolve_run_as_operator
+
     result = resolve_run_as_operator(require_no_owner(ctx, "memvault resolve"), intake_id, reason, _now())
     if json_:
         emit_json(result)

@@ -81,6 +81,7 @@ def journal_command(
 @contextmanager
 def _cli_names():
     """A refused request is told in this command's words (FROM, --tz), not MemoryJournal's (fromDate)."""
+
     try:
         yield
     except VaultError as exc:  # by code: through an owner the error arrives as a VaultError with its code

@@ -42,11 +42,13 @@ class RemoteSession(VaultSession):
         return self.store  # every read asks the server: nothing to sync
 
     def protocol_text(self) -> str:
+
         self.wait_ready()
         return RUNTIME_MEMORY_PROTOCOL + "\n" + ROUTING_GUIDANCE
 
 
 def serve_remote(name: str, env: dict) -> None:
+
     session = RemoteSession(name, env)
 
     def prepare() -> None:

@@ -29,8 +29,6 @@ import sys
 import threading
 from pathlib import Path
 
-import anyio
-
 from memvault.cli.mcp_tools import INSTRUCTIONS, READ_ONLY, SCHEMAS, WRITES, ToolOutcome, VaultSession
 from memvault.indexer.runtime.turns import TURN_META_KEY
 from memvault.vault.errors import VaultError
@@ -70,6 +68,7 @@ def _prepare(session: VaultSession) -> None:
 
 
 def _run(session: VaultSession) -> None:
+    import anyio
     from mcp.server.stdio import stdio_server
 
     server = build_server(session)
@@ -84,6 +83,7 @@ def _run(session: VaultSession) -> None:
 def build_server(session: VaultSession):
     """The SDK's low-level `Server` over `session`: the same tools, resources and prompt for every
     transport (stdio here, streamable HTTP in `cli/mcp_http.py`)."""
+    import anyio
     from mcp import types
     from mcp.server.lowlevel import Server
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
@@ -165,6 +165,7 @@ _PROMPT_DESCRIPTION = "The Runtime Memory protocol and routing guidance, for the
 
 async def _read_wake(session: VaultSession, wake: _WakeWatch) -> tuple[str, dict]:
     """The Wake resource's text and meta. The client has now seen its digest, and its turn begins."""
+    import anyio
     from mcp.shared.exceptions import MCPError
 
     try:
@@ -197,6 +198,8 @@ class _WakeWatch:
 async def _announce_wake(ctx, session: VaultSession, wake: _WakeWatch, bus, event, *, reconcile: bool) -> None:
     """Tell subscribers the Wake changed, only when its digest did (a client appends a snapshot then).
     Reads check without adopting hand edits (a read tool must not write); the client's next read does."""
+    import anyio
+
     try:
         snapshot = await anyio.to_thread.run_sync(session.wake, reconcile)
     except VaultError:
@@ -244,6 +247,7 @@ def _tool(types, session: VaultSession, name: str):
 
 
 def _result(types, outcome: ToolOutcome):
+
     text = json.dumps(outcome.payload, ensure_ascii=False, default=str)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],

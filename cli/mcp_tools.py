@@ -24,8 +24,6 @@ from pathlib import Path
 
 from memvault.cli import mcp_runtime
 from memvault.cli.mcp_runtime import READ_TOOLS, WRITE_TOOLS, ArgumentProblem
-from memvault.indexer.engine.attach import owner_or_client
-from memvault.indexer.engine.locate import locate_vault
 from memvault.indexer.runtime import memory_tools
 from memvault.indexer.runtime.memory_tools import (
     JOURNAL,
@@ -43,10 +41,7 @@ from memvault.indexer.runtime.memory_tools import (
     unknown_tool,
 )
 from memvault.indexer.runtime.turns import InvalidTurnId, TurnRegistry, check_turn_id
-from memvault.vault.config import load_config
 from memvault.vault.errors import CredentialRefused, VaultError
-from memvault.vault.layout import VaultLayout
-from memvault.vault.runtime.wake import ROUTING_GUIDANCE, RUNTIME_MEMORY_PROTOCOL
 
 TOOL_ORDER = (RECALL, JOURNAL, REMEMBER, *mcp_runtime.READ_TOOLS, *mcp_runtime.WRITE_TOOLS)
 #: a hand edit is picked up by the next call at most this long after it (the stat fast path is cheap)
@@ -117,6 +112,10 @@ class VaultSession:
             self._ready.set()
 
     def _prepare(self) -> None:
+        from memvault.indexer.engine.attach import owner_or_client
+        from memvault.indexer.engine.locate import locate_vault
+        from memvault.vault.config import load_config
+
         try:
             self.root = locate_vault(self._vault_path, self._env, self._cwd)
             self.config = load_config(self.root, self._env)
@@ -133,6 +132,7 @@ class VaultSession:
                 self.notes.append(self.attached.note)
         except VaultError as exc:  # keep serving: reads report the damage, writes are refused
             from memvault.indexer.engine.store import MemoryStore
+            from memvault.vault.layout import VaultLayout
 
             self.store_problem = str(exc)
             self.notes.append(f"the index could not be brought up to date: {exc}")
@@ -216,6 +216,7 @@ class VaultSession:
             )
 
     def _runtime_call(self, name: str, arguments: Mapping, turn_id: object) -> ToolOutcome:
+
         try:
             _, turn = self.turns.turn(check_turn_id(turn_id))
         except InvalidTurnId as exc:
@@ -235,6 +236,8 @@ class VaultSession:
 
     def protocol_text(self) -> str:
         """The static system-prompt text: byte-identical across memory writes."""
+        from memvault.vault.runtime.wake import ROUTING_GUIDANCE, RUNTIME_MEMORY_PROTOCOL
+
         self.wait_ready()
         routing = self.config is None or self.config.memory.runtime.routing_guidance
         return RUNTIME_MEMORY_PROTOCOL + ("\n" + ROUTING_GUIDANCE if routing else "")

@@ -63,6 +63,7 @@ def remote_admit(ctx: click.Context, wait: bool) -> None:
     and the vault's owner projects the turn into its files ("worker": null; with --wait,
     "drained" once it has, or why not yet). Exit 1 only when the turn was NOT saved.
     """
+
     ctx.meta[JSON_META_KEY] = True
     try:
         turn = parse_turn_json(sys.stdin.buffer.read(MAX_TURN_JSON_BYTES + 1))
@@ -81,6 +82,7 @@ def remote_admit(ctx: click.Context, wait: bool) -> None:
 
 def _wait_for_owner(store, result):
     """(the result, with state claimed_by_owner once projected; what the owner did with it)."""
+
     try:
         if store.wait_projected(result.id, ADMIT_WAIT_SECONDS):
             return dataclasses.replace(result, state=CLAIMED), "drained"
@@ -148,7 +150,7 @@ def remote_mcp(ctx: click.Context) -> None:
     Register `memvault --remote NAME mcp` in the agent's MCP config on any machine; set
     MEMVAULT_INDEX_DSN (or a libpq service) for the connection.
     """
-    from memvault.cli.mcp_remote import serve_remote  # the MCP server: only `--remote NAME mcp` loads it
+    from memvault.cli.mcp_remote import serve_remote
 
     serve_remote(ctx.obj["remote"], dict(os.environ))
 

@@ -16,7 +16,6 @@ import click
 
 from memvault.cli.app import cli
 from memvault.cli.errors import emit_json, json_option
-from memvault.vault.runtime.activity import Switches
 
 CRASH_ENV = "MEMVAULT_TEST_CRASH_AT"
 TARGET = click.Choice(["USER", "MEMORY"], case_sensitive=False)
@@ -36,6 +35,7 @@ def _crash_hook():
 
 def _service(ctx: click.Context, spaces_root: Path | None = None, strategy: str = "layered"):
     from memvault.indexer.runtime.service import RuntimeService
+    from memvault.vault.runtime.activity import Switches
 
     return RuntimeService.open(
         ctx.obj["vault_path"], env=dict(os.environ), spaces_root=spaces_root,

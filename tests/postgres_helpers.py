@@ -113,7 +113,7 @@ class PostgresServer:
         databases before its session could end."""
         with contextlib.suppress(Exception):
             self.stop_immediately()
-        subprocess.Popen(["rm", "-rf", "--", str(self.pgdata)], start_new_session=True)  # noqa: S603
+        subprocess.Popen(["rm", "-rf", "--", str(self.pgdata)], start_new_session=True)
 
     def _dsn_of(self, database: str) -> str:
         return self.dsn.replace("dbname=postgres", f"dbname={database}")

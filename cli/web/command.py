@@ -15,11 +15,7 @@ from pathlib import Path
 import click
 
 from memvault.cli.app import cli, open_store
-from memvault.cli.web.reader import VaultReader
-from memvault.cli.web.security import new_token
-from memvault.cli.web.server import bind_loopback, serve
 from memvault.vault.errors import VaultError
-from memvault.vault.fsio import atomic_write
 
 
 @cli.command("web")
@@ -45,6 +41,10 @@ def web_command(ctx: click.Context, port: int, token_file: Path | None) -> None:
     drains the durable intake too.
     """
     from memvault.cli.web.app import build_app
+    from memvault.cli.web.reader import VaultReader
+    from memvault.cli.web.security import new_token
+    from memvault.cli.web.server import bind_loopback, serve
+    from memvault.vault.fsio import atomic_write
 
     store = open_store(ctx, engine=True)  # a client of the live owner, if one runs (docs/engine.md)
     try:

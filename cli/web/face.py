@@ -14,13 +14,13 @@ import threading
 import click
 
 from memvault.cli.foreground_owner import register_face
-from memvault.cli.web.reader import VaultReader
-from memvault.cli.web.security import new_token
-from memvault.cli.web.server import bind_loopback, serve
 
 
 def web_face(owner, stop: threading.Event, options: dict) -> None:
     from memvault.cli.web.app import build_app
+    from memvault.cli.web.reader import VaultReader
+    from memvault.cli.web.security import new_token
+    from memvault.cli.web.server import bind_loopback, serve
 
     bound = bind_loopback(options.get("web_port", 8765))
     token = new_token()

@@ -93,6 +93,7 @@ class VaultReader:
 
     def chat(self) -> ChatAvailability:
         """The configured `memory.llm` chat model, or why agent search is off."""
+
         try:
             model = chat_model_from_config(self.config, self.env)
         except ProviderUnavailable as exc:
@@ -127,6 +128,7 @@ class VaultReader:
             return None
 
     def _text_file(self, relpath: str, root: Path | None = None) -> NoteFile:
+
         path = resolve_inside(root or self.root, relpath)
         try:
             size = os.lstat(path).st_size
@@ -163,6 +165,7 @@ class VaultReader:
         """Parsed again only when the file's stat changed: it can be tens of megabytes, and the
         Entities pages read it on every load. A bad line is left out and named, not fatal: the
         page shows the rest (capture, a writer, still refuses the file until it is fixed)."""
+
         path = graph_path(self.root)
         try:
             info = os.lstat(path)
@@ -190,6 +193,7 @@ class VaultReader:
         return parsed
 
     def graph_exists(self) -> bool:
+
         return (self.root / GRAPH_FILE).is_file()
 
     # --- the runtime layer ----------------------------------------------------------------------
@@ -204,6 +208,7 @@ class VaultReader:
         return self._document_store().read(doc_id)
 
     def archived_document(self, name: str):
+
         stem = name.removesuffix(".md")
         if ID_RE.fullmatch(stem) is None:
             raise InvalidRecord(f"{name!r} is not an archived document name: see the Content page for the list")
@@ -214,6 +219,7 @@ class VaultReader:
         return self._document_store().limit
 
     def runtime(self):
+
         return RuntimeMemory.for_vault(self.root, self.config).load()
 
     def spaces(self):
@@ -230,6 +236,7 @@ class VaultReader:
             raise NotFound(str(exc)) from None
 
     def space_notes(self, space_id: str) -> list[str]:
+
         return VaultLayout(self._space_catalog().path_of(space_id)).note_relpaths()
 
     def space_note(self, space_id: str, relpath: str) -> NoteFile:
@@ -239,9 +246,11 @@ class VaultReader:
         return self._text_file(_existing_note(root, relpath), root)
 
     def _space_catalog(self):
+
         return SpaceCatalog(self.root / "spaces", time_zone=self.time_zone)
 
     def _document_store(self):
+
         return DocumentStore(self.root)
 
     # --- status ---------------------------------------------------------------------------------
@@ -263,6 +272,7 @@ class VaultReader:
 
     def intake(self) -> dict:
         """Content-free, as `memvault inspect` is: counts, ledger health, the oldest pending age."""
+
         dirs = IntakeDirs(self.root)
         now = self.now()
         local = getattr(self.store, "intake_snapshot", None)  # a live owner's RemoteStore has none
@@ -320,6 +330,7 @@ class VaultReader:
 
     def owner(self) -> dict:
         """Who owns the vault (the liveness fence), from this process's point of view."""
+
         fence = LivenessFence(self.root)
         info = fence.holder_info() or {}
         here = info.get("pid") == os.getpid()
@@ -334,6 +345,7 @@ class VaultReader:
 
     def _vector_count(self, folder: Path) -> int | None:
         """The vector meta's count, re-read only when the meta file changed (it names every label)."""
+
         from memvault.indexer.search.vectors import META_FILE
 
         try:
