@@ -132,7 +132,7 @@ def _notes_an_opened_index(request, tmp_path):
     yield
     if any(tmp_path.glob(".index")) or any(tmp_path.glob("*/.index")) or any(tmp_path.glob("*/*/.index")):
         request.node.user_properties.append(("opened_index", True))
-    elif "index_backend" in request.fixturenames and request.getfixturevalue("index_backend") == "postgres":
+    elif getattr(getattr(request.node, "callspec", None), "params", {}).get("index_backend") == "postgres":
         request.node.user_properties.append(("opened_index", True))  # its fixture checked the server
 
 
@@ -148,7 +148,7 @@ def _test_and_engine(nodeid: str) -> tuple[str, str | None]:
 def pytest_runtest_logreport(report):
     # runs in the controller under xdist too: count what ran on each engine for the summary below
     test, engine = _test_and_engine(report.nodeid)
-    if report.when == "call" and "both_backends" in report.keywords:
+    if report.when == "call" and (engine is not None or "both_backends" in report.keywords):
         _engine_runs.setdefault(test, set()).add(engine or "local")
     if report.when == "teardown" and ("opened_index", True) in report.user_properties:
         _index_tests.add(test)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from memvault.indexer.backend.base import BackendDelta, IndexBackend, RowWrite
+from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.layout import VaultLayout
 from memvault.vault.records import MemoryRecord
@@ -289,3 +290,101 @@ def test_a_server_of_an_earlier_schema_is_migrated_when_an_owner_opens_it(postgr
         assert found == {f"{NOTE}#m-{i:04d}" for i in (5, 6, 8)}
     finally:
         backend.close()
+
+
+# --- the store's side of the seam: backend.base.IndexGenerations, on both engines ----------------
+# The checks above hold a server engine's rows to the local engine's. These hold what MemoryStore
+# drives (maintenance/index_engines.open_generations) to the promises IndexGenerations makes, the
+# same way on each engine, with the vault's own notes.
+
+
+def _generations(root):
+    import threading
+
+    from memvault.indexer.maintenance.derived import read_note_records
+    from memvault.indexer.maintenance.index_engines import open_generations
+    from memvault.vault.config import load_config
+    from memvault.vault.locks import VaultLock
+
+    layout, config = VaultLayout(root), load_config(root, {})
+
+    def apply(index, relpaths, hook=None):
+        return index.apply([read_note_records(layout, path, config.memory.time_zone) for path in relpaths], hook)
+
+    lock = VaultLock(root)
+    return layout, lock, open_generations(layout, config, lock=lock, index_lock=threading.RLock(), apply=apply)
+
+
+def _write_note(root, day: str, *facts: str) -> None:
+    from memvault.vault.note import format_bullet, new_note_text
+
+    bullets = [format_bullet(fact, f"m-{day.replace('-', '')}{i:02d}", "09:00") for i, fact in enumerate(facts)]
+    (root / "daily" / f"{day}.md").write_text(new_note_text(day) + "".join(bullets))
+
+
+def _found(generation, query: str) -> set[str]:
+    return {key for key, _ in generation.bm25.search_keys(query, 10)}
+
+
+@pytest.mark.both_backends
+def test_a_built_generation_serves_only_once_swapped_in_and_catches_up_on_writes_made_meanwhile(new_vault):
+    _write_note(new_vault, "2026-11-30", "Morgan chose blue as the deployment color.")
+    layout, lock, engine = _generations(new_vault)
+    try:
+        with pytest.raises(IndexUnavailable, match="memvault rebuild"):
+            engine.serving(create_missing=False)
+        with lock:
+            first = engine.serving(create_missing=True)  # a vault's first write builds one inline
+        assert _found(first, "deployment color")
+        with engine.building():
+            built = engine.build(PhaseLog())
+            _write_note(new_vault, "2026-12-01", "Priya prefers green tea.")  # written while it was built
+            assert engine.serving(create_missing=False) is not built  # never served half made
+            with lock:
+                engine.swap_in(built)
+        serving = engine.serving(create_missing=False)
+        assert _found(serving, "green tea") and _found(serving, "deployment color")
+    finally:
+        engine.close()
+
+
+@pytest.mark.both_backends
+def test_a_failed_build_leaves_the_serving_generation_as_it_was(new_vault):
+    _write_note(new_vault, "2026-11-30", "Morgan chose blue as the deployment color.")
+    layout, lock, engine = _generations(new_vault)
+    try:
+        with lock:
+            before = engine.serving(create_missing=True)
+        with pytest.raises(RuntimeError, match="killed mid-build"), engine.building():
+            engine.build(PhaseLog())
+            raise RuntimeError("killed mid-build")
+        engine.close()
+        layout, lock, engine = _generations(new_vault)  # as the next process finds it
+        after = engine.serving(create_missing=False)
+        assert _found(after, "deployment color")
+        assert after.row_counts() == before.row_counts()
+    finally:
+        engine.close()
+
+
+@pytest.mark.both_backends
+def test_the_engines_differ_only_in_what_the_seam_names(new_vault, index_backend):
+    """Where the engines differ, IndexGenerations says so in a capability: the local engine's
+    files can be read by another process of the vault, a server's only through its owner."""
+    _write_note(new_vault, "2026-11-30", "Morgan chose blue as the deployment color.")
+    layout, lock, engine = _generations(new_vault)
+    try:
+        assert engine.files_on_this_machine is (index_backend == "local")
+        with lock:
+            engine.writable()
+        assert engine.compact() in (True, False)
+        report = engine.health_report(load_config_of(new_vault), strict=True, extra=[])
+        assert report["healthy"] is True, report["findings"]
+    finally:
+        engine.close()
+
+
+def load_config_of(root):
+    from memvault.vault.config import load_config
+
+    return load_config(root, {})
