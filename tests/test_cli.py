@@ -119,6 +119,24 @@ def test_help_imports_nothing_heavy():
     assert out.stdout.strip() == ""
 
 
+def test_a_lite_vault_never_loads_numpy(tmp_path):
+    """Lite never embeds: its searches and remembers load neither numpy nor a vector index (they
+    are most of a CLI call's start-up where they are loaded)."""
+    vault = tmp_path / "v"
+    assert subprocess.run([sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite"], cwd=REPO,
+                          capture_output=True).returncode == 0  # fmt: skip
+    probe = (
+        "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
+        f"v = {str(vault)!r}; "
+        "calls = [['remember', 'Priya lives in Rotterdam.'], ['search', 'Priya'], "
+        "['search', 'Where does Priya live?'], ['journal', '2026-01-01', '2026-01-02']]; "
+        "codes = [CliRunner().invoke(cli, ['--vault', v, *args]).exit_code for args in calls]; "
+        "print(codes, sorted(m for m in ('numpy', 'hnswlib', 'wordllama') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[0, 0, 0, 0] []"
+
+
 def test_every_command_is_registered_by_the_module_the_group_imports_for_it():
     import importlib
 

@@ -9,7 +9,6 @@ error with the one fix, `memvault rebuild` (which builds both lists).
 from collections.abc import Iterable
 
 from memvault.indexer.maintenance.health_checks import ERROR, REBUILD, Finding, HealthContext
-from memvault.indexer.maintenance.semantic import EXTRA_FOLDER, coverage_findings
 from memvault.vault.errors import VaultError
 
 
@@ -19,6 +18,7 @@ def check_extra_vectors(ctx: HealthContext) -> Iterable[Finding]:
         return
     if not getattr(ctx.index, "has_local_vectors", True):  # a server's rows carry one model's vectors
         return
+    from memvault.indexer.maintenance.semantic import EXTRA_FOLDER, coverage_findings  # numpy: only vaults that embed
     from memvault.indexer.search.embeddings import EmbeddingIdentity
     from memvault.indexer.search.vectors import INDEX_FILE, VectorIndex, read_identity
 

@@ -32,15 +32,16 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from memvault.indexer.backend.analysis import CJK_RUN_RE, STOPWORDS, cjk_bigrams
 from memvault.indexer.search.bm25 import stemmed_terms
-from memvault.indexer.search.coverage import word_matches
 from memvault.indexer.search.periods import Period
 from memvault.indexer.search.routing import normalize_query
 from memvault.vault.errors import ProviderUnavailable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: the share below which an answer is empty
 FLOOR = 0.2
@@ -161,7 +162,7 @@ def evidence(
         found = 0.0
         for term, weight in weights.items():
             exact = 1.0 if term in own else NEIGHBOUR_WEIGHT if term in around else 0.0
-            found += weight * max(exact, soft.get(term, _NO_MATCH)[column])
+            found += weight * max(exact, soft[term][column] if term in soft else 0.0)
         best = max(best, float(found / mass))
     # a hit holding the name knows it even before its row is committed (the owner's pending rows)
     unknown = bool(names) and all(frequencies.get(name, 0) == 0 and name not in seen for name in names)
@@ -192,14 +193,15 @@ def _spellings(name: str) -> list[str]:
     return [name[:i] + name[i + 1 :] for i in dict.fromkeys(cuts)]
 
 
-_NO_MATCH = np.zeros(SHARE_HITS, dtype=np.float32)
-
-
 def _soft_matches(asked: str, weights: dict[str, float], passages: list[tuple[str, str]]) -> dict[str, np.ndarray]:
     """Per question term, per passage: the credit for its closest word there ("puppy" → "dog"),
     from coverage's static word vectors: 0 at SOFT_FLOOR similarity or less, 1 at identity."""
     if not passages or not weights:
         return {}
+    import numpy as np  # only a question whose terms a passage lacks asks for soft matches
+
+    from memvault.indexer.search.coverage import word_matches  # numpy and the word table: the same
+
     try:
         # each term is matched as the question spells it and as its stem: "pets" is two tokens of
         # the word table and lands far from "dog", "pet" is one and lands near it
@@ -213,7 +215,7 @@ def _soft_matches(asked: str, weights: dict[str, float], passages: list[tuple[st
     for row, word in enumerate(words):
         for term in terms_of(word)[:1]:
             if term in weights:
-                soft[term] = np.maximum(soft.get(term, _NO_MATCH[: len(passages)]), credit[row])
+                soft[term] = np.maximum(soft.get(term, np.zeros(len(passages), dtype=np.float32)), credit[row])
     return soft
 
 

@@ -18,7 +18,6 @@ from memvault.indexer.results import RecallHit, RecallResult
 from memvault.indexer.search.asked import ASKED_HEAD, discount_asked
 from memvault.indexer.search.autogate import WINDOW, Candidate, gate_auto
 from memvault.indexer.search.bm25 import Bm25Hit, Bm25Index, passage_of, row_of
-from memvault.indexer.search.coverage import coverage
 from memvault.indexer.search.dated import favour_periods
 from memvault.indexer.search.floor import EMPTY_REASON, evidence
 from memvault.indexer.search.graph_expansion import direct_depth, expand_recall
@@ -169,6 +168,8 @@ def _coverage(bm25: Bm25Index, query: str, lists, docs: dict) -> tuple[list | No
     pool = list(dict.fromkeys(key for hits in lists for key, _ in hits[:COVERAGE_POOL]))
     docs.update(bm25.docs_by_keys([key for key in pool if key not in docs]))
     try:
+        from memvault.indexer.search.coverage import coverage  # numpy: only tiers with vectors cover
+
         return coverage(query, [(key, *passage_of(docs[key])) for key in pool if key in docs]), None
     except ProviderUnavailable as exc:
         return None, f"question coverage unavailable ({exc})"
