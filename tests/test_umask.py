@@ -88,7 +88,10 @@ def listing(root: Path) -> list[tuple[str, str, int]]:
     for folder, dirs, files in os.walk(root):
         for name in [".", *dirs, *files] if folder == str(root) else [*dirs, *files]:
             path = Path(folder) / name if name != "." else Path(folder)
-            info = os.lstat(path)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:  # a running owner's temp file, renamed into place since the walk saw it
+                continue
             kind = "dir" if stat.S_ISDIR(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "file"
             found.append((os.path.relpath(path, root), kind, stat.S_IMODE(info.st_mode)))
     return sorted(found)
