@@ -388,3 +388,11 @@ def load_config_of(root):
     from memvault.vault.config import load_config
 
     return load_config(root, {})
+
+
+@pytest.mark.both_backends
+def test_the_store_names_its_server_backend_or_none(new_vault, index_backend):
+    from memvault import MemoryStore
+
+    with MemoryStore.open(new_vault, engine=False) as store:
+        assert (store.backend is None) is (index_backend == "local")

@@ -218,6 +218,8 @@ class IndexGenerations(Protocol):
     current: object | None
     #: the engine's vectors (`semantic_service.SemanticService`, `server_index.ServerVectors`), or None
     vectors: object | None
+    #: the server's rows of the vault (`ServerIndexBackend`), or None on the local engine
+    backend: object | None
     #: the index is files on this machine: another process of the vault (a client of the owner,
     #: the web pages) may open and read them itself; False: the owner answers its reads
     files_on_this_machine: bool

@@ -131,7 +131,8 @@ class MemoryStore(IndexCommits, DurableIntake, JournalMethods, GenerationMethods
 
     @property
     def backend(self):
-        """The server backend (`base.ServerIndexBackend`) of a vault indexed on a server."""
+        """The server backend (`base.ServerIndexBackend`) of a vault indexed on a server; None
+        on the local engine."""
         return self._engine.backend
 
     def __enter__(self) -> "MemoryStore":

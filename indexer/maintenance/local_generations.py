@@ -33,6 +33,8 @@ REBUILD_BATCH_FILES = 64
 
 class LocalGenerations:
     files_on_this_machine = True
+    #: no server: the index is the vault's own `.index/` files
+    backend = None
 
     def __init__(self, layout: VaultLayout, config: Config, *, lock, index_lock, apply: Callable):
         self.layout, self.config = layout, config
