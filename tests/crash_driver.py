@@ -96,6 +96,13 @@ def operate(vault: Path, op: str, hook) -> dict:
 
 
 def main() -> int:
+    print(json.dumps(run(sys.argv[1:])))
+    return 0
+
+
+def run(argv: list[str]) -> dict:
+    """What the driver does for `argv`, in the calling process (a test's clean restart calls it
+    directly: only a run that is killed needs a process of its own)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("vault", type=Path)
     parser.add_argument("--runs", type=int, default=4)
@@ -106,7 +113,7 @@ def main() -> int:
     parser.add_argument("--poison", action="store_true")
     parser.add_argument("--fast-clock", action="store_true")
     parser.add_argument("--together", action="store_true", help="admit every run before the worker starts")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.poison:
         (args.vault / POISONED_NOTE).write_bytes(b"# 2026-11-30\n\n- \xff\xfe not UTF-8\n")
     hook = crash_hook(args.crash, args.nth)
@@ -114,8 +121,7 @@ def main() -> int:
         summary = admit(args.vault, range(args.offset, args.offset + args.runs), hook, args.fast_clock, args.together)
     else:
         summary = operate(args.vault, args.op, hook)
-    print(json.dumps(summary))
-    return 0
+    return summary
 
 
 if __name__ == "__main__":

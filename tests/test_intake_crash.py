@@ -1,11 +1,14 @@
 """Crash matrix: a real subprocess SIGKILLed at each named intake boundary, then restarted.
 
+The killed processes are real subprocesses (tests/crash_driver.py); the clean runs (the restart
+that converges, set-up and operator steps that are not killed) make the same library calls in
+this process (`drive_here`).
+
 After the restart every admitted run is projected exactly once, indexed once, resolved with a
 committed ledger entry, the ledger and catalog agree, no temp file is left, and `inspect`
 accounts for every run.
 """
 
-import json
 import signal
 import subprocess
 import sys
@@ -34,6 +37,15 @@ def drive(vault: Path, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=120,
     )
+
+
+def drive_here(vault: Path, *args: str) -> dict:
+    """What `drive` runs, in this process: for the clean runs (restarts, set-up, operator steps that
+    are not killed), which need no process of their own. Its summary (what the driver prints)."""
+    from tests import crash_driver
+
+    assert "--crash" not in args, "a run that is killed needs its own process (drive)"
+    return crash_driver.run([str(vault), "--runs", str(RUNS), *args])
 
 
 def run_ids(total: int = RUNS) -> list[str]:
@@ -96,9 +108,8 @@ def test_killed_at_each_boundary_then_restarted(new_vault, chain):
         killed = drive(new_vault, "--offset", str(step * RUNS), "--crash", boundary, "--nth", str(nth))
         assert killed.returncode == -signal.SIGKILL, f"boundary {boundary} never reached: {killed.stderr[-2000:]}"
     total = len(CHAINS[chain]) * RUNS
-    restarted = drive(new_vault, "--runs", str(total))
-    assert restarted.returncode == 0, restarted.stderr[-2000:]
-    statuses = {r["status"] for r in json.loads(restarted.stdout)["results"]}
+    restarted = drive_here(new_vault, "--runs", str(total))
+    statuses = {r["status"] for r in restarted["results"]}
     assert statuses <= {"admitted", "duplicate"}
     assert_consistent(new_vault, total)
 
@@ -128,9 +139,8 @@ def test_a_batch_resolved_together_killed_at_each_boundary_then_restarted(tmp_pa
         killed = drive(vault, "--offset", str(step * RUNS), "--crash", boundary, "--nth", str(nth), "--together")
         assert killed.returncode == -signal.SIGKILL, f"boundary {boundary} never reached: {killed.stderr[-2000:]}"
     total = len(TOGETHER) * RUNS
-    restarted = drive(vault, "--runs", str(total), "--together")
-    assert restarted.returncode == 0, restarted.stderr[-2000:]
-    assert {r["status"] for r in json.loads(restarted.stdout)["results"]} == {"duplicate"}
+    restarted = drive_here(vault, "--runs", str(total), "--together")
+    assert {r["status"] for r in restarted["results"]} == {"duplicate"}
     text = "".join(p.read_text() for p in sorted((vault / "daily").rglob("*.md")))
     assert {i: text.count(f"topic{i} ") for i in range(total)} == dict.fromkeys(range(total), 1)
     assert_consistent(vault, total, projected=False)
@@ -140,8 +150,7 @@ def test_killed_while_dead_lettering_then_retried(new_vault):
     killed = drive(new_vault, "--runs", "1", "--poison", "--fast-clock", "--crash", "dead.rewritten")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # restart (still poisoned): recovery finishes the interrupted move into dead/
-    restarted = drive(new_vault, "--runs", "1", "--poison", "--fast-clock")
-    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    drive_here(new_vault, "--runs", "1", "--poison", "--fast-clock")
     dirs = IntakeDirs(new_vault)
     dead_id = intake_id_for("crash-run-0")
     [entry] = inspect_run(dirs, dead_id, utc_now())["entries"]
@@ -155,25 +164,24 @@ def test_killed_while_dead_lettering_then_retried(new_vault):
     (new_vault / "daily/2026-11-30.md").write_text("# 2026-11-30\n\n- fixed by hand\n")
     killed = drive(new_vault, "--op", "retry", "--crash", "retry.rewritten")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert drive(new_vault, "--op", "retry").returncode == 0
-    assert drive(new_vault).returncode == 0  # all four runs: run 0 revived, the others new
+    drive_here(new_vault, "--op", "retry")
+    drive_here(new_vault)  # all four runs: run 0 revived, the others new
     assert_consistent(new_vault)
 
 
 def test_operator_resolve_killed_then_finished(new_vault):
-    assert drive(new_vault, "--runs", "2", "--poison", "--fast-clock").returncode == 0  # two dead letters
+    drive_here(new_vault, "--runs", "2", "--poison", "--fast-clock")  # two dead letters
     killed = drive(new_vault, "--op", "resolve", "--crash", "resolve.shard_appended", "--nth", "2")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    finished = drive(new_vault, "--op", "resolve")
-    assert finished.returncode == 0, finished.stderr[-2000:]
+    drive_here(new_vault, "--op", "resolve")
     dirs = IntakeDirs(new_vault)
     for intake_id in run_ids()[:2]:
         [entry] = inspect_run(dirs, intake_id, utc_now())["entries"]
         assert (entry["state"], entry["outcome"], entry["reason"]) == ("resolved", "operator_resolved", "crash-matrix")
     assert Ledger(dirs, create=False).report().entries == 2
     # resolved runs stay duplicates for ever; nothing was projected for them
-    again = drive(new_vault, "--runs", "2", "--fast-clock")
-    assert {r["status"] for r in json.loads(again.stdout)["results"]} == {"duplicate"}
+    again = drive_here(new_vault, "--runs", "2", "--fast-clock")
+    assert {r["status"] for r in again["results"]} == {"duplicate"}
     assert "^t-" not in (new_vault / "daily/2026-11-30.md").read_bytes().decode("utf-8", "replace")
 
 
