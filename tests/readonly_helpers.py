@@ -134,14 +134,20 @@ def memvault(
     )
 
 
-def memvault_here(vault: Path, *args: str) -> int:
+def memvault_here(vault: Path, *args: str, input: str | None = None) -> int:
     """`memvault --vault VAULT ...` run in this process (click's test runner): for the set-up steps
-    of a test about other commands, which need no process of their own. Its exit code."""
+    of a test about other commands, which need no process of their own. `input`: its stdin. Its exit code."""
+    return memvault_here_result(vault, *args, input=input).exit_code
+
+
+def memvault_here_result(vault: Path, *args: str, input: str | None = None):
+    """`memvault_here`'s whole click result (`.exit_code`, `.stdout`): for a check a test makes
+    between the processes it is about (a health report after a kill), not for the command under test."""
     from click.testing import CliRunner
 
     from memvault.cli.main import cli
 
-    done = CliRunner().invoke(cli, ["--vault", str(vault), *args])
+    done = CliRunner().invoke(cli, ["--vault", str(vault), *args], input=input)
     if done.exception is not None and not isinstance(done.exception, SystemExit):
         raise done.exception
-    return done.exit_code
+    return done

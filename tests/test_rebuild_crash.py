@@ -22,6 +22,7 @@ from memvault.vault.config import default_config_data, render_config
 from memvault.vault.ids import memory_id
 from memvault.vault.init import init_vault
 from memvault.vault.note import format_bullet
+from tests.readonly_helpers import memvault_here, memvault_here_result
 
 REPO = Path(__file__).resolve().parent.parent
 MEMVAULT = [sys.executable, "-m", "memvault"]
@@ -60,9 +61,10 @@ def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -
 
 
 def strict_health(root: Path) -> dict:
-    result = run(root, "health", "--strict", "--json")
+    """`memvault health --strict --json`, in this process (a check between the killed processes)."""
+    result = memvault_here_result(root, "health", "--strict", "--json")
     report = json.loads(result.stdout)
-    assert result.returncode == (0 if report["healthy"] else 1)
+    assert result.exit_code == (0 if report["healthy"] else 1)
     return report
 
 
@@ -86,7 +88,7 @@ def vault(template, tmp_path) -> Path:
 
     target = tmp_path / "vault"
     shutil.copytree(template, target)
-    assert run(target, "rebuild").returncode == 0
+    assert memvault_here(target, "rebuild") == 0  # set-up: in this process
     return target
 
 
@@ -127,12 +129,13 @@ def test_rebuild_killed_at_random_moments_then_rerun(vault):
     assert_converged(vault)
 
 
-def start_watch(root: Path, env: dict | None = None) -> subprocess.Popen:
+def start_watch(root: Path, env: dict | None = None, *, batches: bool = False) -> subprocess.Popen:
+    """`memvault watch`, once it watches; with `batches`, its --json batch reports on its stdout."""
     proc = subprocess.Popen(
-        [*MEMVAULT, "--vault", str(root), "watch", "--debounce", "0.05"],
+        [*MEMVAULT, "--vault", str(root), "watch", "--debounce", "0.05", *(["--json"] if batches else [])],
         cwd=REPO,
         env={**ENV, **(env or {})},
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if batches else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -141,6 +144,15 @@ def start_watch(root: Path, env: dict | None = None) -> subprocess.Popen:
         proc.kill()  # what it printed in full, to see why
         raise AssertionError(line + proc.stderr.read())
     return proc
+
+
+def wait_for_the_first_rescan(proc: subprocess.Popen) -> None:
+    """Until the restarted watch has applied its first rescan (the catch-up with what changed while
+    nobody watched), read from its --json batch reports instead of sleeping."""
+    for line in proc.stdout:
+        if json.loads(line)["rescan"]:
+            return
+    raise AssertionError(f"watch exited before its first rescan: {proc.wait(30)} {proc.stderr.read()}")
 
 
 def stop_watch(proc: subprocess.Popen) -> str:
@@ -171,8 +183,8 @@ def test_watch_killed_after_the_index_commit_converges_on_restart(vault):
     proc = start_watch(vault, env={"MEMVAULT_TEST_CRASH_AT": "apply.committed"})
     edit_some(vault, random.Random(3), 5, "first")
     assert proc.wait(30) == -signal.SIGKILL, "killed between the BM25 commit and the manifest write"
-    proc = start_watch(vault)
-    time.sleep(1.5)
+    proc = start_watch(vault, batches=True)
+    wait_for_the_first_rescan(proc)
     stop_watch(proc)
     assert_converged(vault)
 
@@ -185,8 +197,8 @@ def test_watch_killed_at_random_moments_during_edit_bursts(vault):
         time.sleep(rng.uniform(0.05, 1.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    proc = start_watch(vault)  # restart: the first rescan catches up with everything
-    time.sleep(2.0)
+    proc = start_watch(vault, batches=True)  # restart: the first rescan catches up with everything
+    wait_for_the_first_rescan(proc)
     stop_watch(proc)
     assert_converged(vault)
 
