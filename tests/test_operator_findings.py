@@ -18,6 +18,7 @@ from memvault.indexer.engine.client import find_owner
 from memvault.vault.locks import LivenessFence, fence_holder_pid, pid_alive, process_stopped
 from tests.engine_helpers import OwnerProcess, memvault, memvault_json, wait_for
 from tests.intake_helpers import make_vault
+from tests.readonly_helpers import memvault_here, memvault_here_result
 
 pytestmark = pytest.mark.slow
 
@@ -172,8 +173,9 @@ def _loop_device(mountpoint) -> str:
 def test_a_file_system_gone_read_only_under_an_owner_answers_as_without_one(tmp_path):
     with ext4_that_can_go_read_only(tmp_path) as (disk, go_read_only):
         root = disk / "v"
-        assert memvault(tmp_path, "init", str(root), "--mode", "lite", "--time-zone", "UTC").returncode == 0
-        assert memvault(root, "remember", "Priya lives in Rotterdam.").returncode == 0
+        # the set-up runs in this process (memvault_here); the commands under test each run as a process
+        assert memvault_here(tmp_path, "init", str(root), "--mode", "lite", "--time-zone", "UTC") == 0
+        assert memvault_here(root, "remember", "Priya lives in Rotterdam.") == 0
         owner = OwnerProcess(root, "serve").wait_serving()
         try:
             wait_for(
@@ -224,25 +226,26 @@ def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_pat
 
     with small_tmpfs(tmp_path / "disk", "40m") as disk:
         root = disk / "v"
-        assert memvault(tmp_path, "init", str(root), "--mode", "journal", "--time-zone", "UTC").returncode == 0
+        # the set-up runs in this process (memvault_here); the commands under test each run as a process
+        assert memvault_here(tmp_path, "init", str(root), "--mode", "journal", "--time-zone", "UTC") == 0
         lines = "".join(
             json.dumps({"text": f"Background fact {n}: crane {n} lifts crates."}) + "\n" for n in range(800)
         )
-        assert memvault(root, "remember", "--from", "-", input=lines).returncode == 0
+        assert memvault_here(root, "remember", "--from", "-", input=lines) == 0
         owner = OwnerProcess(root, "serve").wait_serving()
         try:
             fill_leaving(disk, 300_000)
             remembered = memvault(root, "remember", "Sam works at Acme as a welder.")
             assert remembered.returncode == 0, remembered.stderr  # the note and BM25 took it; the vectors could not
 
-            def degraded() -> str | None:
-                return json.loads(memvault(root, "search", "--json", "Sam welder").stdout)["degraded"]
+            def degraded() -> str | None:  # asked of the owner from this process: a poll starts no process
+                return json.loads(memvault_here_result(root, "search", "--json", "Sam welder").stdout)["degraded"]
 
             said = wait_for(degraded, what="search to say its vectors lag")
             assert "vector" in said and "No space left" in said, said
             os.unlink(disk / "ballast")
             wait_for(
-                lambda: memvault(root, "health", "--strict").returncode == 0,
+                lambda: memvault_here(root, "health", "--strict") == 0,
                 what="the owner to embed what the full disk refused",
             )
             assert degraded() is None
@@ -256,7 +259,7 @@ def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_pat
 
 def test_a_killed_doc_create_leaves_a_temp_file_that_health_names_with_the_fix(tmp_path):
     root = make_vault(tmp_path)
-    assert memvault(root, "rebuild").returncode == 0  # an index, so the leftover is the only finding
+    assert memvault_here(root, "rebuild") == 0  # an index, so the leftover is the only finding (in this process)
     killed = memvault(
         root, "doc", "create", "Plan", "--body", "The plan.", env={"MEMVAULT_TEST_CRASH_AT": "document.fsynced"}
     )  # after the temp file, before the rename
@@ -325,8 +328,9 @@ def test_an_import_the_full_disk_refused_is_not_written_later_by_the_repair(tmp_
 
     with small_tmpfs(tmp_path / "disk", "24m") as disk:
         root = disk / "v"
-        assert memvault(tmp_path, "init", str(root), "--mode", "lite", "--time-zone", "UTC").returncode == 0
-        assert memvault(root, "remember", "Priya lives in Rotterdam.").returncode == 0
+        # the set-up runs in this process (memvault_here); the commands under test each run as a process
+        assert memvault_here(tmp_path, "init", str(root), "--mode", "lite", "--time-zone", "UTC") == 0
+        assert memvault_here(root, "remember", "Priya lives in Rotterdam.") == 0
         note = next((root / "daily").glob("*.md"))
         fill_leaving(disk, 60_000)  # room for the repair ledger's entries, none for the note's lines
         lines = "".join(json.dumps({"text": f"Imported fact {n} about the quay."}) + "\n" for n in range(300))
