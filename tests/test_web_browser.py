@@ -194,7 +194,8 @@ def test_status_reports_a_note_broken_by_an_editor(each_site, page):
     note.write_bytes(note.read_bytes() + b"- 18:00 half-saved \xff\xfe bytes from a crashed editor\n")
 
     def reported():
-        page.reload()
+        # "check now" (?fresh=1): a new snapshot, instead of waiting out the served one's 5 s max age
+        page.goto(site.base + "/status?fresh=1")
         return (
             "daily/2026-10-20.md" in page.locator("table.findings").inner_text()
             if page.locator("table.findings").count()
