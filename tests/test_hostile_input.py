@@ -18,6 +18,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.readonly_helpers import memvault_here
+
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 PEM = "-----BEGIN " + "RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAz9" + "Qk3" * 20 + "\n-----END RSA PRIVATE KEY-----"
 SLACK_HOOK = "https://hooks.slack.com/services/" + "T0AB12CDE/B0FG34HIJ/" + "aB3dE5gH7jK9mN1pQ3sT5vX7"
@@ -29,10 +31,10 @@ DEEP = "[" * 100_000 + "]" * 100_000
 @pytest.fixture(scope="module")
 def vault(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile") / "v"
-    done = subprocess.run([MEMVAULT, "init", str(root), "--mode", "lite", "--time-zone", "UTC"], capture_output=True)
-    assert done.returncode == 0, done.stderr
+    # the set-up runs in this process (memvault_here); the commands under test each run as a process
+    assert memvault_here(root.parent, "init", str(root), "--mode", "lite", "--time-zone", "UTC") == 0
     (root / "daily" / "2026-11-30.md").write_text("# 2026-11-30\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n")
-    assert subprocess.run([MEMVAULT, "--vault", str(root), "rebuild"], capture_output=True).returncode == 0
+    assert memvault_here(root, "rebuild") == 0
     return root
 
 
