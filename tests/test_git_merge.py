@@ -20,6 +20,7 @@ from memvault.vault.note import parse
 from memvault.vault.note_conflicts import conflicted_ids
 from tests.engine_helpers import memvault, memvault_json
 from tests.git_helpers import git, isolate_git
+from tests.readonly_helpers import memvault_here
 
 BULLET_RE = re.compile(r"^- (\d\d:\d\d) .* \^([A-Za-z0-9-]+)$", re.M)
 
@@ -33,8 +34,8 @@ def make_repo(tmp_path: Path, name: str = "vault", *, setup: bool = True) -> Pat
     root = tmp_path / name
     root.mkdir()
     git(root, "init", "-q")
-    done = memvault(root, "init", str(root), "--mode", "lite", "--time-zone", "UTC")
-    assert done.returncode == 0, done.stderr
+    # the set-up runs in this process (memvault_here); the commands under test each run as a process
+    assert memvault_here(root, "init", str(root), "--mode", "lite", "--time-zone", "UTC") == 0
     if not setup:
         git(root, "config", "--local", "--remove-section", "merge.memvault-note")
     git(root, "add", "-A")

@@ -17,6 +17,7 @@ from memvault import MemoryStore
 from memvault.vault.locks import VaultLock
 from memvault.vault.recent_writes import repair_lost_lines
 from tests.engine_helpers import OwnerProcess, memvault, memvault_json, wait_for
+from tests.readonly_helpers import memvault_here
 
 GIT = ["git", "-c", "user.email=person@example.org", "-c", "user.name=Person", "-c", "init.defaultBranch=main"]
 
@@ -31,7 +32,7 @@ def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 @pytest.fixture
 def repo(tmp_path) -> Path:
     root = tmp_path / "vault"
-    assert memvault(root, "init", str(root), "--time-zone", "UTC").returncode == 0
+    assert memvault_here(root, "init", str(root), "--time-zone", "UTC") == 0  # set-up: in this process
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "a new vault")

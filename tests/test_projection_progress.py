@@ -8,6 +8,7 @@ import pytest
 
 from tests.engine_helpers import memvault
 from tests.intake_helpers import make_vault
+from tests.readonly_helpers import memvault_here_result
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def test_an_answer_that_would_open_a_comment_is_projected_readable_and_hides_not
         ("sign-off rollback", "pending sign-off"),
         ("canary green", "The canary is green."),
     ):
-        found = json.loads(memvault(root, "search", "--json", query).stdout)
+        found = json.loads(memvault_here_result(root, "search", "--json", query).stdout)  # a check: in this process
         assert any(words in hit["text"] for hit in found["hits"]), (query, found)
     health = memvault(root, "health", "--strict")
     assert health.returncode == 0, health.stdout + health.stderr
