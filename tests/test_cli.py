@@ -119,6 +119,19 @@ def test_help_imports_nothing_heavy():
     assert out.stdout.strip() == ""
 
 
+def test_the_thin_client_loads_no_engine_intake_or_note_code():
+    """`RemoteStore`, which every command through a running owner uses, loads what a search needs:
+    the bulk import, turn admission, note and config code wait for the calls that use them."""
+    probe = (
+        "import sys, memvault.indexer.engine.remote; "
+        "print(','.join(sorted(m for m in sys.modules if m.startswith(('memvault.indexer.engine.bulk', "
+        "'memvault.vault.intake', 'memvault.vault.curated', 'memvault.vault.note', 'memvault.vault.config', "
+        "'memvault.indexer.maintenance', 'memvault.indexer.search')))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_a_lite_vault_never_loads_numpy(tmp_path):
     """Lite never embeds: its searches and remembers load neither numpy nor a vector index (they
     are most of a CLI call's start-up where they are loaded)."""

@@ -5,8 +5,9 @@ Heavy is what the doc's table lists (read from the doc, so the two cannot drift 
 memvault module whose module-level imports reach a listed module: follow memvault's own
 module-level imports transitively (with the packages `__init__.py` files a dotted import runs),
 statically with ast. One more deferral is for start-up: `memvault --help` loads every command
-module to list the commands, so a module it loads defers what only its commands run (a memvault
-module `--help` does not load); tests/test_cli.py keeps that set small. Every other import
+module to list the commands, and every command through a running owner loads the thin client, so
+a module either loads defers what only some of its calls run (a memvault module neither loads);
+tests/test_cli.py and tests/test_engine.py keep that set small. Every other import
 inside a function of the product code (memvault/, vault/, indexer/, cli/) belongs at the top of
 its module; one that cannot move is on DEFERRED_ON_PURPOSE with its reason."""
 
@@ -105,16 +106,24 @@ def with_packages(name: str, modules: dict[str, Path]) -> list[str]:
     return [".".join(parts[:n]) for n in range(1, len(parts) + 1) if ".".join(parts[:n]) in modules]
 
 
+#: what each start-up path runs before its work: `memvault --help` (it loads every command module
+#: to list the commands) and the thin client (every command through a running owner uses it)
+STARTUPS = {
+    "--help": "from click.testing import CliRunner; from memvault.cli.main import cli; "
+    "assert CliRunner().invoke(cli, ['--help']).exit_code == 0",
+    "the thin client": "import memvault.indexer.engine.remote",
+}
+
+
 @functools.cache
-def startup_modules() -> frozenset[str]:
-    """The memvault modules `memvault --help` loads, in a fresh interpreter."""
-    probe = (
-        "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
-        "assert CliRunner().invoke(cli, ['--help']).exit_code == 0; "
-        "print(' '.join(m for m in sys.modules if m == 'memvault' or m.startswith('memvault.')))"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
-    return frozenset(out.stdout.split())
+def startup_sets() -> tuple[frozenset[str], ...]:
+    """The memvault modules each start-up path loads, each in a fresh interpreter."""
+    found = []
+    for code in STARTUPS.values():
+        probe = f"import sys; {code}; print(' '.join(m for m in sys.modules if m.partition('.')[0] == 'memvault'))"
+        out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+        found.append(frozenset(out.stdout.split()))
+    return tuple(found)
 
 
 class Imports:
@@ -163,16 +172,17 @@ class Imports:
 
     def light_deferred(self):
         """(module, line, the import as written, its light target) for each light import inside a
-        function, but for what a module `--help` loads defers beyond that start-up set."""
-        startup = startup_modules()
+        function, but for what a module of a start-up path defers beyond that path."""
+        startups = startup_sets()
         for module, tree in self.trees.items():
             path = self.modules[module]
             for node, in_function in imports_of(tree):
                 if not in_function:
                     continue
                 for target in targets(module, path, node, self.modules):
-                    if module in startup and not set(with_packages(target, self.modules)) <= startup:
-                        continue  # kept out of `memvault --help`
+                    loaded = set(with_packages(target, self.modules))
+                    if any(module in startup and not loaded <= startup for startup in startups):
+                        continue  # kept out of a start-up path
                     if not self.is_heavy(target):
                         yield module, node.lineno, ast.unparse(node), target
 

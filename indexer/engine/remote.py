@@ -19,15 +19,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
-from memvault.indexer.engine.bulk import BulkOutcome, as_item, chunks
 from memvault.indexer.engine.client import EngineClient
 from memvault.indexer.engine.protocol import EngineRunning, error_from_wire
 from memvault.indexer.results import RebuildReport, RecallHit, RecallResult, RememberReceipt
 from memvault.vault.clock import aware_instant, utc_now
-from memvault.vault.config import load_config
 from memvault.vault.errors import InvalidRecord, VaultError
-from memvault.vault.intake.admission import admit_turn
-from memvault.vault.intake.files import IntakeDirs
 from memvault.vault.layout import VaultLayout
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
@@ -60,6 +56,8 @@ class RemoteStore:
     @property
     def config(self):
         if self._config is None:
+            from memvault.vault.config import load_config
+
             self._config = load_config(self.layout.root, self.env)
         return self._config
 
@@ -84,6 +82,8 @@ class RemoteStore:
     def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
         """Through the owner, 2,048 items per request (at most 4 KiB each: far below the 16 MiB
         message limit); each request is one batch there."""
+        from memvault.indexer.engine.bulk import BulkOutcome, as_item, chunks
+
         outcomes = []
         for batch in chunks(items, 2048):
             wire, refused = [], {}  # refused here: position in the batch -> the error (nothing sent)
@@ -173,6 +173,7 @@ class RemoteStore:
         return result, self._hand_over(result.id, wait)
 
     def _hand_over(self, intake_id: str, wait: bool) -> str:
+
         try:
             if not wait:  # told, not asked: the turn is durable, and a busy owner never holds this up
                 self.client.tell("admitted", {"id": intake_id})
@@ -219,6 +220,7 @@ class RemoteStore:
 
     def rebuild(self, progress=None, *, hook=None):
         """The owner rebuilds (it holds the serving generation); progress is not streamed."""
+
         body = self.client.call("rebuild", {})
         return RebuildReport(
             **{**body, "problems": tuple(body.get("problems") or ()), "phases": tuple(body.get("phases") or ())}
@@ -294,6 +296,9 @@ def _copies(sources) -> tuple[str, ...]:
 def admit_here(root: Path, config, **turn):
     """Admit one completed turn durably in this process (vault/intake/admission.py): the intake's
     own lock and an fsynced record, safe beside a live, stuck or dead owner. An AdmissionResult."""
+    from memvault.vault.intake.admission import admit_turn
+    from memvault.vault.intake.files import IntakeDirs
+
     return admit_turn(
         IntakeDirs(root), **turn, write_mode=config.memory.write_mode, tier=config.memory.mode, now=utc_now()
     )
