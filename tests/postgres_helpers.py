@@ -52,9 +52,9 @@ class PostgresServer:
         self.port = info.port
         self.dsn = f"host={self.socket_dir} port={self.port} user=postgres dbname=postgres"
         self._check_pgvector_runs()
-        self._without_flushes()
+        self._prepare_for_tests()
 
-    def _without_flushes(self) -> None:
+    def _prepare_for_tests(self) -> None:
         """No fsync and no full-page images, and a template holding pgvector for `new_database`.
         The tests kill the server's processes (an immediate stop, SIGKILL), never the machine: every
         write a commit made is in the OS's page cache and survives them, so a flush to the disk

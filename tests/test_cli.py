@@ -102,6 +102,11 @@ def test_cli_reference_doc_is_current():
     assert committed == render(), "docs/cli.md is stale: run `python -m memvault.cli.docgen > docs/cli.md`"
 
 
+def _printed_by(probe: str) -> str:
+    """What `python -c probe` prints, run from the checkout in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+
 def test_help_imports_nothing_heavy():
     probe = (
         "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
@@ -113,10 +118,9 @@ def test_help_imports_nothing_heavy():
         "'memvault.vault.intake', 'memvault.vault.capture', 'memvault.vault.config'))]; "
         "print(','.join(heavy + sorted(engine)))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     # neither a heavy library nor memvault's engine, intake, capture or config: the command
     # modules defer what only their commands run (docs/contributing.md, tests/test_deferred_imports.py)
-    assert out.stdout.strip() == ""
+    assert _printed_by(probe).strip() == ""
 
 
 def test_the_thin_client_loads_no_engine_intake_or_note_code():
@@ -128,8 +132,7 @@ def test_the_thin_client_loads_no_engine_intake_or_note_code():
         "'memvault.vault.intake', 'memvault.vault.curated', 'memvault.vault.note', 'memvault.vault.config', "
         "'memvault.indexer.maintenance', 'memvault.indexer.search')))))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert _printed_by(probe).strip() == ""
 
 
 def test_a_lite_vault_never_loads_numpy(tmp_path):
@@ -146,8 +149,7 @@ def test_a_lite_vault_never_loads_numpy(tmp_path):
         "codes = [CliRunner().invoke(cli, ['--vault', v, *args]).exit_code for args in calls]; "
         "print(codes, sorted(m for m in ('numpy', 'hnswlib', 'wordllama') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[0, 0, 0, 0] []"
+    assert _printed_by(probe).strip() == "[0, 0, 0, 0] []"
 
 
 def test_every_command_is_registered_by_the_module_the_group_imports_for_it():

@@ -18,9 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.test_import_cycles import product_modules
+
 REPO = Path(__file__).resolve().parent.parent
-#: the folders and the package each installs as (pyproject's package-dir)
-ROOTS = {"memvault": "memvault", "vault": "memvault.vault", "indexer": "memvault.indexer", "cli": "memvault.cli"}
 SECTION = "## Imports inside functions only to defer a heavy import"
 
 #: (module, imported name) -> why the import stays inside its functions although it is light.
@@ -42,17 +42,6 @@ def heavy_modules() -> set[str]:
         if len(cells) > 2 and not set(cells[1].strip()) <= {"-"}:
             names.update(re.findall(r"`([\w.]+)`", cells[1]))
     return names
-
-
-def product_modules() -> dict[str, Path]:
-    modules = {}
-    for folder, package in ROOTS.items():
-        for path in sorted((REPO / folder).rglob("*.py")):
-            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            modules[".".join([package, *parts])] = path
-    return modules
 
 
 def _is_type_checking(node: ast.If) -> bool:
