@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from memvault.cli.main import cli
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_test_backend, set_up_the_tests_backend
 
 LAYOUTS = ("flat", "nested")
 #: the note each layout files 30 November 2026 under (spelt out: the layout code is under test)
@@ -55,7 +56,7 @@ def make_vault(
         (root / relpath).write_text(text)
     if layout == "nested":  # this year's folder: today's note goes nested too, whatever today is
         (root / "daily" / f"{datetime.now(UTC).year:04d}").mkdir(parents=True, exist_ok=True)
-    return root.resolve()
+    return on_test_backend(root.resolve())  # a both_backends test's postgres run: indexed on the server
 
 
 def run(root: Path, *args: str, stdin: str | None = None, code: int = 0):
@@ -67,6 +68,7 @@ def run(root: Path, *args: str, stdin: str | None = None, code: int = 0):
 # --- the CLI: rebuild, search, remember, journal, admit, inspect, health ---------------------------
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cli_surfaces(tmp_path, layout):
     root = make_vault(tmp_path, layout)
@@ -110,6 +112,7 @@ def test_a_receipt_the_old_code_wrote_in_the_nested_layout_reads_again(tmp_path)
 # --- export / import restore -----------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_export_and_restore_keep_the_layout_and_a_readable_intake(tmp_path, layout):
     root = make_vault(tmp_path, layout)
@@ -131,6 +134,7 @@ def test_export_and_restore_keep_the_layout_and_a_readable_intake(tmp_path, layo
 # --- MCP: the SDK's stdio client against `memvault mcp` --------------------------------------------
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_mcp_tools(tmp_path, layout):
     from mcp import Client
@@ -159,6 +163,7 @@ def test_mcp_tools(tmp_path, layout):
     assert re.search(TODAY_NOTE_RE[layout] + r"#\^m-", source), source
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_mcp_beside_a_running_owner_ranks_recalls_itself_in_either_layout(tmp_path, layout):
     """`memvault mcp` beside `memvault watch` is the owner's client: from its second recall on it
@@ -203,6 +208,7 @@ def web(tmp_path, request):
     from tests.web_helpers import InProcessServer
 
     layout = request.param
+    set_up_the_tests_backend(request)  # before the vault: it follows the test's backend
     root = make_vault(tmp_path, layout)
     store = MemoryStore.open(root)
     store.rebuild()
@@ -218,6 +224,7 @@ def page_json(server, path: str) -> tuple[int, dict]:
     return status, json.loads(body)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("web", LAYOUTS, indirect=True)
 def test_web_status(web):
     status, body = page_json(web, "/status.json")
@@ -226,6 +233,7 @@ def test_web_status(web):
     assert web.get("/status", token=TOKEN)[0] == 200
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("web", LAYOUTS, indirect=True)
 def test_web_recall_hits_link_to_their_bullet(web):
     status, body = page_json(web, "/recall.json?q=deployment+color")
@@ -240,6 +248,7 @@ def test_web_recall_hits_link_to_their_bullet(web):
     assert "Morgan chose <em>blue</em> as the deployment color." in html  # the index's text dropped the `*`
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("web", LAYOUTS, indirect=True)
 def test_web_content_calendar_and_note_page(web):
     status, body = page_json(web, "/content.json?month=2026-11")
@@ -256,6 +265,7 @@ def test_web_content_calendar_and_note_page(web):
     assert status == 200 and by_date["path"] == NOTE[web.layout] and by_date["month"] == "2026-11"
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("web", LAYOUTS, indirect=True)
 def test_web_memory_space_notes(web):
     from memvault.indexer.engine.store import MemoryStore
@@ -278,6 +288,7 @@ def test_web_memory_space_notes(web):
 # --- capture: BuJo against a loopback chat model ---------------------------------------------------
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_capture_writes_facts_and_graph_in_the_layout(tmp_path, layout):
     from memvault.vault.graph import read_graph
@@ -318,6 +329,7 @@ def test_capture_writes_facts_and_graph_in_the_layout(tmp_path, layout):
 
 
 @pytest.mark.slow
+@pytest.mark.both_backends
 def test_nested_layout_pages_in_chromium(tmp_path):
     from tests.web_helpers import CHROMIUM, WebProcess, launch_chromium
 
@@ -357,6 +369,7 @@ def test_nested_layout_pages_in_chromium(tmp_path):
             browser.close()
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_index_md_links_each_day_where_it_is_filed(tmp_path, layout):
     root = make_vault(tmp_path, layout)
