@@ -14,6 +14,7 @@ from memvault.indexer.search.floor import EMPTY_REASON, evidence
 from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_test_backend, on_the_tests_backend
 
 AMS = ZoneInfo("Europe/Amsterdam")
 FACTS = [
@@ -29,12 +30,14 @@ FACTS = [
 def vault(tmp_path, request):
     root = tmp_path / "v"
     init_vault(root, render_config(default_config_data(mode=request.param, time_zone="Europe/Amsterdam")))
+    on_the_tests_backend(request, root)
     with MemoryStore.open(root) as store:
         for minute, fact in enumerate(FACTS):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
     return root
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("query", ["quokkafoo", "xyzzy plugh nothing", "zorblax quintessence vexillum"])
 def test_nonsense_gets_no_hits_and_says_why(vault, query):
     with MemoryStore.open(vault) as store:
@@ -44,10 +47,12 @@ def test_nonsense_gets_no_hits_and_says_why(vault, query):
     assert "run history" in result.guidance  # the empty answer still repeats the handoff
 
 
+@pytest.mark.both_backends
 def test_without_the_floor_the_same_question_returns_every_memory(tmp_path):
     """The floor is what empties it: ranking alone (vectors always find a nearest) returns noise."""
     root = tmp_path / "j"
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
+    on_test_backend(root)
     with MemoryStore.open(root) as store:
         for minute, fact in enumerate(FACTS):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
@@ -58,6 +63,7 @@ def test_without_the_floor_the_same_question_returns_every_memory(tmp_path):
     assert noise.hits and floored.hits == ()
 
 
+@pytest.mark.both_backends
 def test_a_person_the_vault_never_met_gets_nothing_and_one_it_knows_gets_the_fact(vault):
     with MemoryStore.open(vault) as store:
         unknown = store.recall("Where does Alex live?", limit=5)
@@ -67,6 +73,7 @@ def test_a_person_the_vault_never_met_gets_nothing_and_one_it_knows_gets_the_fac
     assert known.empty_reason is None and known.explain["evidence"]["share"] >= 0.6
 
 
+@pytest.mark.both_backends
 def test_real_questions_keep_their_hits(vault):
     with MemoryStore.open(vault) as store:
         for query, expected in [
@@ -78,9 +85,11 @@ def test_real_questions_keep_their_hits(vault):
             assert expected in [hit.text for hit in result.hits], query
 
 
+@pytest.mark.both_backends
 def test_a_paraphrase_counts_through_the_word_vectors(tmp_path):
     root = tmp_path / "v"
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
+    on_test_backend(root)
     with MemoryStore.open(root) as store:
         for minute, fact in enumerate(FACTS):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
@@ -97,6 +106,7 @@ def test_one_unknown_fragment_does_not_outweigh_a_small_vault_where_every_word_i
     assert found.share > 0.6 and not found.empty  # idf alone would give the fragment ~98% of the weight
 
 
+@pytest.mark.both_backends
 def test_the_cli_says_nothing_matches_and_json_carries_the_reason(vault):
     out = CliRunner().invoke(cli, ["--vault", str(vault), "search", "quokkafoo"], catch_exceptions=False)
     assert "No memories found: nothing in memory matches." in out.output
@@ -105,6 +115,7 @@ def test_the_cli_says_nothing_matches_and_json_carries_the_reason(vault):
     assert body["hits"] == [] and body["empty_reason"] == "nothing in memory matches"
 
 
+@pytest.mark.both_backends
 def test_explain_shows_the_evidence_against_the_floor(vault):
     out = CliRunner().invoke(
         cli, ["--vault", str(vault), "search", "Where does Priya live?", "--explain"], catch_exceptions=False
@@ -112,9 +123,11 @@ def test_explain_shows_the_evidence_against_the_floor(vault):
     assert "evidence: {'share': " in out.output and "'floor': 0.2" in out.output
 
 
+@pytest.mark.both_backends
 def test_cjk_questions_are_weighed_by_their_bigrams(tmp_path):
     root = tmp_path / "lite"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone="Asia/Tokyo")))
+    on_test_backend(root)
     with MemoryStore.open(root) as store:
         store.remember("来週、東京に出張します。", at=datetime(2026, 11, 30, 9, 0, tzinfo=ZoneInfo("Asia/Tokyo")))
         store.remember("Priya lives in Rotterdam.", at=datetime(2026, 11, 30, 9, 1, tzinfo=ZoneInfo("Asia/Tokyo")))
@@ -122,10 +135,12 @@ def test_cjk_questions_are_weighed_by_their_bigrams(tmp_path):
         assert store.recall("大阪", limit=3).hits == ()  # a city the vault never mentions
 
 
+@pytest.mark.both_backends
 def test_a_name_in_another_common_spelling_is_known_but_a_stranger_is_not(tmp_path):
     """John for the vault's Jon (a silent h) keeps its hits; Jonas, whom the vault never met, does not."""
     root = tmp_path / "lite"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone="Europe/Amsterdam")))
+    on_test_backend(root)
     with MemoryStore.open(root) as store:
         store.remember("Jon moved to Lisbon last spring.", at=datetime(2026, 11, 30, 9, 0, tzinfo=AMS))
         misspelt = store.recall("Where did John move?", limit=5)
