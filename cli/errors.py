@@ -30,7 +30,6 @@ def json_option(function):
 
 
 RAW_ARGS_KEY = "memvault.raw_args"
-EXIT_USAGE = 2
 
 
 def emit_json(payload: object) -> None:

@@ -43,7 +43,6 @@ from memvault.indexer.runtime.memory_tools import (
 from memvault.indexer.runtime.turns import InvalidTurnId, TurnRegistry, check_turn_id
 from memvault.vault.errors import CredentialRefused, VaultError
 
-TOOL_ORDER = (RECALL, JOURNAL, REMEMBER, *mcp_runtime.READ_TOOLS, *mcp_runtime.WRITE_TOOLS)
 #: a hand edit is picked up by the next call at most this long after it (the stat fast path is cheap)
 SYNC_INTERVAL_SECONDS = 2.0
 

@@ -18,10 +18,9 @@ from memvault.vault.errors import VaultError
 from memvault.vault.intake.admission import AdmissionResult
 from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
 
-#: the commands that run against a vault reached by name (the rest need its files)
+#: the commands that run as they are against a vault reached by name (`REMOTE_FORM_COMMANDS` have
+#: forms of their own; the rest need its files)
 SHARED_COMMANDS = ("search", "journal", "remember", "health")
-REMOTE_FORMS = ("admit", "inspect", "engine", "mcp")
-REMOTE_COMMANDS = (*SHARED_COMMANDS, *REMOTE_FORMS)
 
 
 def connected_store(ctx: click.Context, *, probe: bool = True):

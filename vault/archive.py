@@ -101,10 +101,6 @@ class VerifiedArchive:
     created_at: str
     consistent: bool
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(member.size for member in self.members)
-
     def paths(self) -> set[str]:
         return {member.path for member in self.members}
 

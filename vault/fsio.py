@@ -86,9 +86,6 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-#: the stages `atomic_write` reports to a boundary callback, in order (crash tests kill there)
-WRITE_STAGES = ("written", "fsynced", "renamed", "committed")
-
 Writer = Callable[[BinaryIO], None]
 
 
@@ -207,7 +204,8 @@ def atomic_write(path: Path, data: bytes | Writer, *, mode: int = 0o644,
     up to and including ``os.replace`` fails, the temp file is removed and the old bytes stay.
     If the final folder fsync fails, the new bytes are already visible but the rename may not
     yet be durable; the error is raised so the caller does not claim durability. ``boundary``
-    is called with each of `WRITE_STAGES` as it is passed.
+    is called with each stage ("written", "fsynced", "renamed", "committed") as it is passed
+    (crash tests kill there).
     """
     path = Path(path)
     if _is_symlink(path):

@@ -24,28 +24,12 @@ class VaultLayout:
     root: Path
 
     @property
-    def config_path(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
     def index_dir(self) -> Path:
         return self.root / ".index"
 
     @property
     def locks_dir(self) -> Path:
         return self.root / ".locks"
-
-    @property
-    def intake_dir(self) -> Path:
-        return self.root / ".capture-intake"
-
-    @property
-    def runtime_dir(self) -> Path:
-        return self.root / "runtime"
-
-    @property
-    def documents_dir(self) -> Path:
-        return self.root / "documents"
 
     def note_relpath(self, folder: str, day: date) -> str:
         """Where the note of `day` is, or goes: the flat name, or the Daily Notes plugin's layout.
@@ -63,9 +47,6 @@ class VaultLayout:
         if any((self.root / folder / year).is_dir() for year in years):
             return nested
         return flat
-
-    def note_path(self, folder: str, day: date) -> Path:
-        return self.root / self.note_relpath(folder, day)
 
     def note_relpaths(self) -> list[str]:
         """Every canonical note, sorted: `daily/` then `audit/`, flat or in `YYYY/MM/` folders."""

@@ -11,7 +11,7 @@ Needs no vault folder: the embedding model each vault was built with is stored o
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from memvault.indexer.backend import open_backend
@@ -42,7 +42,6 @@ class AcrossResult:
     vaults: tuple[str, ...]
     hits: tuple[AcrossHit, ...]
     degraded: str | None = None
-    per_vault: dict = field(default_factory=dict)
 
     def to_json(self, explain: bool = False) -> dict:
         return {"query": self.query, "vaults": list(self.vaults), "degraded": self.degraded,

@@ -24,7 +24,7 @@ class GenerationMethods:
         The build runs without the vault lock (writers and the watcher keep going on the serving
         generation); the short catch-up and the pointer swap run under it. Refusals
         (`REBUILD_GUARDS`) run before anything is touched; leftovers of killed rebuilds go first.
-        `progress` hears each phase (`REBUILD_PHASES`) with counts as the work is done.
+        `progress` hears each phase (notes, embedding, vectors, swap) with counts as the work is done.
         """
         progress = progress or PhaseLog()
         started = time.monotonic()

@@ -69,10 +69,6 @@ class RemoteStore:
         """None: a client of the owner keeps no index of its own."""
         return None
 
-    @property
-    def owner_pid(self) -> int | None:
-        return self.client.pid
-
     # --- calls -----------------------------------------------------------------------------------
 
     def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
@@ -200,9 +196,6 @@ class RemoteStore:
     def sync(self, paths=None, **_ignored):
         """The owner keeps its index current; asking it to look now costs one request."""
         return self.client.call("sync", {})
-
-    def engine_status(self) -> dict:
-        return self.client.call("status", {})
 
     # --- owner-only work ---------------------------------------------------------------------------
 

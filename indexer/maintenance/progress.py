@@ -19,9 +19,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-#: the phases a rebuild goes through, in order
-REBUILD_PHASES = ("notes", "embedding", "vectors", "swap")
-
 
 @dataclass
 class PhaseState:

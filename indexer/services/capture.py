@@ -356,7 +356,6 @@ class CaptureQueue:
     def __init__(self, service: CaptureService, clock):
         self._service, self._clock = service, clock
         self._items: queue.Queue = queue.Queue(self.MAX_ITEMS)
-        self.failures = 0
         self._thread = threading.Thread(target=self._run, name="memvault-capture-queue", daemon=True)
         self._thread.start()
 
@@ -375,8 +374,7 @@ class CaptureQueue:
                     return
                 try:
                     self._service.capture_text(item[0], at=item[1], now=self._clock())
-                except Exception as exc:  # best effort by contract: count it, keep a warning, go on
-                    self.failures += 1
+                except Exception as exc:  # best effort by contract: keep a warning, go on
                     self._service.warnings.append(f"scheduled capture failed ({getattr(exc, 'code', 'unexpected')})")
             finally:
                 self._items.task_done()

@@ -47,7 +47,6 @@ from memvault.vault.intake.projection import project_turn, projected_text
 from memvault.vault.intake.record import AWAITING_CAPTURE, CAPTURED, PROJECTED, IntakeRecord
 from memvault.vault.intake.resolve_together import discard, prepare_receipts, resolve_projected_together
 from memvault.vault.intake.state import (
-    RecoveryReport,
     intake_lock,
     mark_awaiting_capture,
     read_record,
@@ -121,7 +120,6 @@ class IntakeWorker:
         self._cache: dict[str, tuple[tuple[int, int, int], IntakeRecord | None]] = {}
         self.transitions: Counter[str] = Counter()
         self.last_error: str | None = None
-        self.recovery: RecoveryReport | None = None
         self._capture = None  # the CaptureService, created on the first capture-mode record
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -131,7 +129,7 @@ class IntakeWorker:
         self._fence.hold()
         try:
             with intake_lock(self.dirs):
-                _, self.recovery = recover(self.dirs, self._clock(), self._hook)
+                recover(self.dirs, self._clock(), self._hook)
                 self._retire_orphan_plans()
         except BaseException:
             self._fence.release()

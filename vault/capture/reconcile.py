@@ -41,7 +41,6 @@ from memvault.vault.capture.schema import (
 from memvault.vault.capture.schema import check as check_shape
 
 ADD, NOOP, UPDATE, SUPERSEDE = "ADD", "NOOP", "UPDATE", "SUPERSEDE"
-ACTIONS = (ADD, NOOP, UPDATE, SUPERSEDE)
 REPLACING = (UPDATE, SUPERSEDE)
 
 

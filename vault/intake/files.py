@@ -31,7 +31,6 @@ INTAKE_DIR = ".capture-intake"
 MARKER_NAME = ".capture-intake-schema"
 CATALOG_NAME = "catalog"
 PENDING, DEAD, RESOLVED, LEDGER = "pending", "dead", "resolved", "ledger"
-ACTIVE_FOLDERS = (PENDING, DEAD)
 RECORD_SUFFIX = ".json"
 
 #: the spec's bound on one intake record (and on one receipt), in bytes

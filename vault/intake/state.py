@@ -169,7 +169,7 @@ def mark_awaiting_capture(
 
 
 def make_due(dirs: IntakeDirs, intake_id: str, now: datetime, hook: CrashHook | None = None) -> str:
-    """Operator retry of one run; returns what happened (see `RETRY_OUTCOMES`)."""
+    """Operator retry of one run; returns what happened (one of the outcome strings below)."""
     found = find_active(dirs, intake_id)
     if found is None:
         if read_receipt(dirs, intake_id) is not None:
@@ -188,9 +188,6 @@ def make_due(dirs: IntakeDirs, intake_id: str, now: datetime, hook: CrashHook | 
         return "already_due"
     write_record(dirs, folder, record.evolve(next_attempt_at=now))
     return "made_due"
-
-
-RETRY_OUTCOMES = ("revived", "made_due", "already_due", "already_resolved", "awaiting_capture")
 
 
 def resolve_run(
