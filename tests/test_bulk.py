@@ -12,23 +12,32 @@ from memvault.indexer.engine.bulk import RememberItem
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.derived import DerivedIndex
 from memvault.indexer.maintenance.health import check_health
+from memvault.indexer.maintenance.server_index import ServerIndex
 from memvault.vault.errors import CredentialRefused, InvalidRecord
 from memvault.vault.layout import VaultLayout
+from tests import postgres_helpers
 from tests.engine_helpers import ENV, REPO, OwnerProcess, memvault, wait_for
 from tests.intake_helpers import make_vault
+from tests.readonly_helpers import memvault_here, memvault_here_result
+
+pytestmark = pytest.mark.both_backends  # every test here opens an index
 
 
 @pytest.fixture
 def commits(monkeypatch):
-    """How many index commits (DerivedIndex.apply calls) this process makes; the real apply runs."""
+    """How many index commits (the serving generation's apply calls: DerivedIndex's locally,
+    ServerIndex's on a server) this process makes; the real apply runs."""
     counter = {"n": 0}
-    real = DerivedIndex.apply
 
-    def counting(self, *args, **kwargs):
-        counter["n"] += 1
-        return real(self, *args, **kwargs)
+    def counted(real):
+        def counting(self, *args, **kwargs):
+            counter["n"] += 1
+            return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(DerivedIndex, "apply", counting)
+        return counting
+
+    for generation in (DerivedIndex, ServerIndex):
+        monkeypatch.setattr(generation, "apply", counted(generation.apply))
     return counter
 
 
@@ -118,8 +127,8 @@ def test_cli_bulk_import_is_idempotent_and_reports_bad_lines(tmp_path):
     assert [row["line"] for row in body["refused"]] == [6, 10, 13]
     again = json.loads(memvault(root, "remember", "--from", "-", "--json", input=data).stdout)
     assert again["counts"] == {"added": 0, "duplicate": 37, "completed": 0, "refused": 3}
-    assert memvault(root, "health", "--strict").returncode == 0
-    assert memvault(root, "remember", "text", "--from", "-").returncode == 2  # either TEXT or --from
+    assert memvault_here(root, "health", "--strict") == 0  # checks in this process: the import is under test
+    assert memvault_here(root, "remember", "text", "--from", "-") == 2  # either TEXT or --from
 
 
 @pytest.mark.slow
@@ -139,7 +148,7 @@ def test_bulk_import_through_a_running_owner_equals_in_process(tmp_path):
     owner = OwnerProcess(served, "serve").wait_serving()
     try:
         there = memvault(served, "remember", "--from", "-", "--json", input=data)
-        assert json.loads(memvault(served, "engine", "status", "--json").stdout)["pid"] == owner.proc.pid
+        assert json.loads(memvault_here_result(served, "engine", "status", "--json").stdout)["pid"] == owner.proc.pid
     finally:
         owner.stop()
     here = memvault(local, "remember", "--from", "-", "--json", input=data)
@@ -147,7 +156,7 @@ def test_bulk_import_through_a_running_owner_equals_in_process(tmp_path):
     assert json.loads(here.stdout)["counts"]["added"] == 600
     for day in sorted(p.name for p in (local / "daily").glob("*.md")):
         assert (local / "daily" / day).read_bytes() == (served / "daily" / day).read_bytes()
-    assert memvault(served, "health", "--strict").returncode == 0
+    assert memvault_here(served, "health", "--strict") == 0
 
 
 @pytest.mark.slow
@@ -198,9 +207,21 @@ def test_concurrent_remembers_through_the_owner_are_each_durable_once(tmp_path, 
 
 
 def committed_texts(root) -> set[str]:
-    """What the serving generation's BM25 holds as committed, read by a fresh reader."""
-    index = DerivedIndex.open_current(VaultLayout(root))
-    return {hit.text for hit in index.bm25.search("Deferred", 50)}
+    """What the serving generation's BM25 holds as committed, read by a fresh reader (on a
+    server: a connection of its own)."""
+    if postgres_helpers.TEST_BACKEND == "local":
+        index = DerivedIndex.open_current(VaultLayout(root))
+        return {hit.text for hit in index.bm25.search("Deferred", 50)}
+    from memvault.indexer.backend import open_backend
+    from memvault.vault.config import load_config
+
+    backend = open_backend(load_config(root, {}).index, create=False)
+    try:
+        number, _ = backend.serving_replay()
+        index = ServerIndex(backend, number, VaultLayout(root), None)
+        return {hit.text for hit in index.bm25.search("Deferred", 50)}
+    finally:
+        backend.close()
 
 
 @pytest.fixture
@@ -279,4 +300,4 @@ def test_sigkill_before_the_deferred_commit_loses_no_acknowledged_remember(tmp_p
     assert found == {r.id for r in receipts}
     text = daily_text(root)
     assert all(text.count(f"Deferred memory {n} about the night ferry.") == 1 for n in range(5))
-    assert memvault(root, "health", "--strict").returncode == 0
+    assert memvault_here(root, "health", "--strict") == 0
