@@ -27,19 +27,12 @@ from memvault.vault.note_blocks import (
     BOM,
     MAX_NOTE_BYTES,
     Bullet,
-    Moved,
     Note,
     _parse_lines,
     _track_fence,
     marked_ids,
 )
-from memvault.vault.note_reparse import (
-    _PARSE_CACHE_CHARS,
-    _PARSE_CACHE_NOTES,
-    _ParseCache,
-    common_prefix,
-    common_suffix,
-)
+from memvault.vault.note_reparse import _PARSE_CACHE_CHARS, _PARSE_CACHE_NOTES, _ParseCache
 
 #: what other modules take from here: the note's types and the helpers on its text (the parse's
 #: steps live in vault/note_blocks.py and vault/note_reparse.py)
@@ -47,13 +40,10 @@ __all__ = [
     "BOM",
     "MAX_NOTE_BYTES",
     "Bullet",
-    "Moved",
     "Note",
     "append_line",
     "append_lines",
     "bullet_region_left_open",
-    "common_prefix",
-    "common_suffix",
     "format_bullet",
     "marked_ids",
     "new_note_text",

@@ -36,10 +36,10 @@ BOM = "\ufeff"
 
 @dataclass(frozen=True)
 class Bullet:
-    """One memory: a list item, a paragraph or a quote/callout. Lines are 0-based, end exclusive."""
+    """One memory: a list item, a paragraph or a quote/callout. It holds no line number: where it
+    stands is its note's (`Note.starts`, `Note.ends`), so the memories below a changed line are
+    the same objects in the next parse of the note, and whatever was made of them stands."""
 
-    first_line: int
-    end_line: int
     indent: str
     time: str | None
     text: str
@@ -66,9 +66,9 @@ class Note:
     open_at_end: str | None = None
     #: 0-based indexes of lines hidden from a reader (fences, comments, conflict hunks)
     hidden_lines: frozenset[int] = frozenset()
-    #: for a note parsed from earlier versions of it: runs of their memories it holds, moved but
-    #: otherwise the same (`Moved`), the newest version's first, a few at most
-    moved: "tuple[Moved, ...]" = field(default=(), compare=False, repr=False)
+    #: where each memory stands in this version: its first line and the line past its last (0-based)
+    starts: tuple[int, ...] = ()
+    ends: tuple[int, ...] = ()
 
     @property
     def has_conflicts(self) -> bool:
@@ -108,33 +108,6 @@ class Note:
 
 
 @dataclass(frozen=True)
-class Moved:
-    """`count` of a note's memories from its `to`-th on are an earlier version's from its
-    `first`-th on (`before`: that version's memories), each `by` lines further down (up when
-    negative), otherwise the same."""
-
-    before: tuple[Bullet, ...]
-    first: int
-    to: int
-    by: int
-    count: int
-
-    def within(self, kept: int) -> "Moved | None":
-        """This run, for a note that keeps only the first `kept` memories of this one's."""
-        count = min(self.count, kept - self.to)
-        return None if count <= 0 else Moved(self.before, self.first, self.to, self.by, count)
-
-    def then(self, later: "Moved") -> "Moved | None":
-        """The run of this one's earlier memories in a later version (`later`: run of this
-        note's memories there), or None when none is in both."""
-        start, end = max(self.to, later.first), min(self.to + self.count, later.first + later.count)
-        if start >= end:
-            return None
-        return Moved(self.before, self.first + start - self.to, later.to + start - later.first, self.by + later.by,
-                     end - start)  # fmt: skip
-
-
-@dataclass(frozen=True)
 class _Tail:
     """What parsing the lines after a note's end needs to know of it: the heading in force and
     the ids given so far (explicit and derived, and how often each id-less text was seen)."""
@@ -160,9 +133,10 @@ def _parse_lines(lines: tuple[str, ...]) -> _Parsed:
     body_start, frontmatter = _parse_frontmatter(lines)
     conflicts = _conflict_hunks(lines, body_start)
     hidden, open_at_end, region_open = _hidden_lines(lines, body_start, conflicts)
-    bullets, duplicates, tail = _parse_blocks(lines, body_start, hidden)
-    note = Note(lines, body_start, frontmatter, tuple(bullets), conflicts, tuple(duplicates), open_at_end,
-                frozenset(i for i, masked in enumerate(hidden) if masked))  # fmt: skip
+    found, duplicates, tail = _parse_blocks(lines, body_start, hidden)
+    note = Note(lines, body_start, frontmatter, tuple(found.bullets), conflicts, tuple(duplicates), open_at_end,
+                frozenset(i for i, masked in enumerate(hidden) if masked), tuple(found.starts),
+                tuple(found.ends))  # fmt: skip
     return _Parsed(note, tail, bytes(region_open))
 
 
@@ -291,23 +265,37 @@ def _is_block_start(line: str) -> bool:
     )  # fmt: skip
 
 
+@dataclass
+class _Found:
+    """Memories found in a run of a note's lines, and where each stands (`Note.starts`, `Note.ends`)."""
+
+    bullets: list[Bullet] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    def add(self, bullet: Bullet, start: int, end: int) -> None:
+        self.bullets.append(bullet)
+        self.starts.append(start)
+        self.ends.append(end)
+
+
 def _parse_blocks(lines, start: int, hidden: list[bool],
-                  tail: "_Tail | None" = None) -> tuple[list[Bullet], list[str], _Tail]:  # fmt: skip
+                  tail: "_Tail | None" = None) -> tuple[_Found, list[str], _Tail]:  # fmt: skip
     """The memories from line `start` on (after `tail`: the note's lines before `start`)."""
-    bullets, heading, _ = _find_blocks(lines, start, len(lines), hidden, None if tail is None else tail.heading)
+    found, heading, _ = _find_blocks(lines, start, len(lines), hidden, None if tail is None else tail.heading)
     seen = _Growing(LayeredSet() if tail is None else tail.seen)
     occurrences = {} if tail is None else dict(tail.occurrences)
-    bullets, duplicates, bumped = _assign_ids(bullets, seen, occurrences)
-    return bullets, duplicates, _Tail(heading, seen.base | seen.added, occurrences,
+    found.bullets, duplicates, bumped = _assign_ids(found.bullets, seen, occurrences)
+    return found, duplicates, _Tail(heading, seen.base | seen.added, occurrences,
                                       bumped or (tail is not None and tail.bumped))  # fmt: skip
 
 
 def _find_blocks(lines, start: int, stop: int, hidden: list[bool],
-                 heading: str | None) -> tuple[list[Bullet], str | None, int]:  # fmt: skip
+                 heading: str | None) -> tuple[_Found, str | None, int]:  # fmt: skip
     """The memories that start from line `start` up to `stop`, without ids yet, the heading in
     force after them, and the line the next block would start on (`stop`, or past it when the
     last block runs on over `stop`)."""
-    bullets: list[Bullet] = []
+    found = _Found()
     index = start
     while index < stop:
         line = lines[index].rstrip("\r\n")
@@ -322,7 +310,7 @@ def _find_blocks(lines, start: int, stop: int, hidden: list[bool],
         if bullet_match is not None:
             end = _continuation_end(lines, index, len(bullet_match["indent"]), hidden)
             if bullet_match["rest"]:
-                bullets.append(_make_bullet(lines, index, end, bullet_match, heading))
+                found.add(_make_bullet(lines, index, end, bullet_match, heading), index, end)
             index = end  # a nested item ends the continuation range, so it is found next
             continue
         if _RULE_RE.fullmatch(line) or line.lstrip().startswith("|"):
@@ -332,9 +320,9 @@ def _find_blocks(lines, start: int, stop: int, hidden: list[bool],
         end = _block_end(lines, index, hidden, kind)
         block = _make_block(lines, index, end, kind, heading)
         if block is not None:
-            bullets.append(block)
+            found.add(block, index, end)
         index = end
-    return bullets, heading, index
+    return found, heading, index
 
 
 class _Growing:
@@ -400,7 +388,7 @@ def _make_bullet(lines, index: int, end: int, match, heading: str | None) -> Bul
     continuation = [lines[i].strip() for i in range(index + 1, end)]
     rest, continuation, block_id = _split_block_id(rest, continuation)
     text = "\n".join([rest, *continuation]).strip()
-    return Bullet(index, end, match["indent"], wall_time, text, block_id, id="", heading=heading)
+    return Bullet(match["indent"], wall_time, text, block_id, id="", heading=heading)
 
 
 def _make_block(lines, index: int, end: int, kind: str, heading: str | None) -> Bullet | None:
@@ -416,7 +404,7 @@ def _make_block(lines, index: int, end: int, kind: str, heading: str | None) -> 
     text = "\n".join([first, *rest]).strip()
     if not text:
         return None
-    return Bullet(index, end, "", None, text, block_id, id="", heading=heading, kind=kind)
+    return Bullet("", None, text, block_id, id="", heading=heading, kind=kind)
 
 
 def _assign_ids(bullets: list[Bullet], seen: _Growing,

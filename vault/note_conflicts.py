@@ -113,7 +113,7 @@ def conflicted_ids(note) -> frozenset[str]:
     for first, end in note.conflicts:
         for index in range(first, end):
             inside[index] = True
-    return frozenset(bullet.id for bullet in note.bullets if inside[bullet.first_line])
+    return frozenset(bullet.id for bullet, start in zip(note.bullets, note.starts, strict=True) if inside[start])
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from memvault.vault.paths import resolve_inside
 
 def lines_in(text: str) -> dict[str, int]:
     """The 1-based line each memory of a note's `text` starts on, by id (derived ids included)."""
-    return {bullet.id: bullet.first_line + 1 for bullet in parse(text).bullets}
+    note = parse(text)
+    return {bullet.id: start + 1 for bullet, start in zip(note.bullets, note.starts, strict=True)}
 
 
 def line_in(text: str, memory_id: str) -> int | None:

@@ -3,7 +3,7 @@
 `vault/note.py`'s `parse` keeps the last few parses (`_ParseCache`). A new text is parsed from
 the one that shares the most lines with it: from the last memory they share at their start and,
 where it can, only up to the first memory of the lines they share at their end, whose memories
-it takes up again, moved (`_reparse_between`). Every result equals a whole parse
+it takes up again as they are (`_reparse_between`). Every result equals a whole parse
 (`vault/note_blocks.py`): property tests in tests/test_note_format.py compare them.
 """
 
@@ -18,7 +18,6 @@ from memvault.vault.note_blocks import (
     _ID_MARK_RE,
     BOM,
     Bullet,
-    Moved,
     Note,
     _assign_ids,
     _conflict_hunks,
@@ -32,14 +31,7 @@ from memvault.vault.note_blocks import (
     _Tail,
     marked_ids,
 )
-
-#: how many earlier versions a note keeps runs of (`Note.moved`)
-_MOVED_VERSIONS = 3
-
-
-def _runs_kept(runs) -> tuple[Moved, ...]:
-    return tuple(run for run in runs if run is not None)[:_MOVED_VERSIONS]
-
+from memvault.vault.sequences import common_prefix, common_suffix
 
 #: notes up to this many characters are parsed once per distinct text (`parse` is pure and a Note
 #: is frozen), and a text that shares its first lines with one parsed lately is parsed only from
@@ -138,40 +130,6 @@ def _has_rare_break(text: str) -> bool:
     return any(rare in text for rare in _RARE_BREAKS)  # a C scan each, not a regular expression's loop
 
 
-def common_prefix(old: tuple, new: tuple) -> int:
-    """How many leading items two tuples share, by halving: each step is one C comparison of
-    slices (an item identical in both compares equal without a call)."""
-    limit = min(len(old), len(new))
-    if old[:limit] == new[:limit]:
-        return limit
-    low, high = 0, limit  # old[:low] == new[:low] and old[:high] != new[:high]: halve (tuple == is C)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if old[low:middle] == new[low:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
-def common_suffix(old: tuple, new: tuple, prefix: int = 0) -> int:
-    """How many trailing items two tuples share beyond the `prefix` leading ones they share, by
-    halving as `common_prefix` does."""
-    limit, old_end, new_end = min(len(old), len(new)) - prefix, len(old), len(new)
-    if limit <= 0:
-        return 0
-    if old[old_end - limit :] == new[new_end - limit :]:
-        return limit
-    low, high = 0, limit  # the last `low` items are shared, the last `high` are not
-    while high - low > 1:
-        middle = (low + high) // 2
-        if old[old_end - middle : old_end - low] == new[new_end - middle : new_end - low]:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
 def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int, suffix: int = 0) -> _Parsed | None:
     """Parse `lines`, whose first `shared` and last `suffix` lines are `base`'s, from a line where
     parsing `base` stood in the open (outside every fence, comment and conflict hunk, between two
@@ -192,17 +150,16 @@ def _reparse(base: _Parsed, lines: tuple[str, ...], shared: int, suffix: int = 0
     prefix_conflicts = tuple(hunk for hunk in note.conflicts if hunk[0] < line)
     conflicts = _conflict_hunks(lines, line)
     hidden, open_at_end, region_open = _hidden_lines(lines, line, conflicts)
-    bullets, duplicates, new_tail = _parse_blocks(lines, line, hidden, tail)
-    kept_bullets = note.bullets[:kept]
+    found, duplicates, new_tail = _parse_blocks(lines, line, hidden, tail)
     # the repeated ids are in their memories' order: those of the memories left behind are the last
     left_behind = sum(1 for b in note.bullets[kept:] if b.block_id is not None and b.id != b.block_id)
     kept_duplicates = note.duplicate_ids[: len(note.duplicate_ids) - left_behind]
     kept_hidden = note.hidden_lines if line == len(note.lines) else frozenset(i for i in note.hidden_lines if i < line)
-    reparsed = Note(lines, note.body_start, note.frontmatter, kept_bullets + tuple(bullets),
+    reparsed = Note(lines, note.body_start, note.frontmatter, note.bullets[:kept] + tuple(found.bullets),
                     prefix_conflicts + conflicts, kept_duplicates + tuple(duplicates), open_at_end,
                     kept_hidden | frozenset(i for i in range(line, len(lines)) if hidden[i]),
-                    _runs_kept(run.within(kept) for run in note.moved))  # fmt: skip
-    _carry_ids_on(note, reparsed, note.bullets[kept:], bullets)
+                    note.starts[:kept] + tuple(found.starts), note.ends[:kept] + tuple(found.ends))  # fmt: skip
+    _carry_ids_on(note, reparsed, note.bullets[kept:], found.bullets)
     if "marked_ids" in note.__dict__:
         reparsed.__dict__["marked_ids"], reparsed.__dict__["_marked_twice"] = _marks_carried_on(note, lines, line)
     return _Parsed(reparsed, new_tail, base.region_open[:line] + bytes(region_open[line:]))
@@ -228,8 +185,9 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
                      suffix: int) -> _Parsed | None:  # fmt: skip
     """`_reparse` of `lines` from `line` (after base's first `kept` memories, in state `tail`)
     that stops at the first of base's memories within the last `suffix` lines and takes them up
-    again, moved by the lines gained or lost above them, or None when they would not parse the
-    same there: a person who adds a line above a day's 20,000 memories costs the lines changed.
+    again as they are (a memory holds no line: only `Note.starts` and `ends` shift), or None
+    when they would not parse the same there: a person who adds a line above a day's 20,000
+    memories costs the lines changed.
 
     They parse the same when both parses stand there between blocks, in the open, under the same
     heading, and their ids come out the same: no id given to the changed lines' memories is one
@@ -241,10 +199,10 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
     if note.open_at_end is not None or tail.bumped:
         return None  # what is left open is named by its line
     by = len(lines) - len(note.lines)
-    first = bisect.bisect_left(note.bullets, len(note.lines) - suffix, key=lambda bullet: bullet.first_line)
-    if first == len(note.bullets) or base.region_open[note.bullets[first].first_line]:
+    first = bisect.bisect_left(note.starts, len(note.lines) - suffix)
+    if first == len(note.bullets) or base.region_open[note.starts[first]]:
         return None
-    old_stop = note.bullets[first].first_line
+    old_stop = note.starts[first]
     stop = old_stop + by
     conflicts = _conflict_hunks(lines[:stop], line)
     hidden, open_at_stop, region_open = _hidden_lines(lines[:stop], line, conflicts)
@@ -255,20 +213,20 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
     if end != stop or heading != note.bullets[first].heading:
         return None
     seen, occurrences = _Growing(tail.seen), dict(tail.occurrences)
-    bullets, duplicates, bumped = _assign_ids(found, seen, occurrences)
+    bullets, duplicates, bumped = _assign_ids(found.bullets, seen, occurrences)
     left = note.bullets[kept:first]
     gone = {memory.id for memory in left}
     counted = _ids_below_stand(base, tail, left, bullets, gone, seen.added)
     if counted is None:
         return None
-    moved = note.bullets[first:] if by == 0 else tuple(_moved(memory, by) for memory in note.bullets[first:])
+    below = note.bullets[first:]
     duplicates_left = duplicates_below = 0
     if note.duplicate_ids:
         duplicates_left = sum(1 for memory in left if memory.block_id is not None and memory.id != memory.block_id)
-        duplicates_below = sum(1 for memory in moved if memory.block_id is not None and memory.id != memory.block_id)
+        duplicates_below = sum(1 for memory in below if memory.block_id is not None and memory.id != memory.block_id)
     above = len(note.duplicate_ids) - duplicates_left - duplicates_below
     reparsed = Note(
-        lines, note.body_start, note.frontmatter, note.bullets[:kept] + tuple(bullets) + moved,
+        lines, note.body_start, note.frontmatter, note.bullets[:kept] + tuple(bullets) + below,
         tuple(hunk for hunk in note.conflicts if hunk[0] < line) + conflicts
         + tuple((start + by, end + by) for start, end in note.conflicts if start >= old_stop),
         note.duplicate_ids[:above] + tuple(duplicates)
@@ -276,11 +234,10 @@ def _reparse_between(base: _Parsed, lines: tuple[str, ...], line: int, kept: int
         None,
         frozenset(i for i in note.hidden_lines if i < line) | frozenset(i for i in range(line, stop) if hidden[i])
         | frozenset(i + by for i in note.hidden_lines if i >= old_stop),
-        _runs_kept(_runs_on(note, Moved(note.bullets, first, kept + len(bullets), by, len(note.bullets) - first),
-                            kept)),
+        note.starts[:kept] + tuple(found.starts) + _shifted(note.starts[first:], by),
+        note.ends[:kept] + tuple(found.ends) + _shifted(note.ends[first:], by),
     )  # fmt: skip
-    if by == 0:  # the memories below are base's own: they keep their places in by_block_id
-        _carry_ids_on(note, reparsed, left, bullets)
+    _carry_ids_on(note, reparsed, left, bullets)
     if "marked_ids" in note.__dict__:
         reparsed.__dict__["marked_ids"], reparsed.__dict__["_marked_twice"] = _marks_carried_on(
             note, lines, line, old_stop, stop
@@ -317,23 +274,8 @@ def _ids_below_stand(base: _Parsed, tail: _Tail, left: tuple[Bullet, ...], bulle
     return counted
 
 
-def _runs_on(note: Note, below: Moved, kept: int):
-    """The runs of earlier versions' memories in a note parsed from `note`, which keeps `note`'s
-    first `kept` memories as they are and takes those of run `below` up again, moved."""
-    yield below
-    for run in note.moved:
-        yield run.within(kept)
-        yield run.then(below)
-
-
-def _moved(memory: Bullet, by: int) -> Bullet:
-    """`memory` `by` lines further down. Its fields are copied, not passed through
-    `dataclasses.replace` (whose checks and `__init__` cost twice as much for the thousands of
-    memories below a line added at the top of a day's note)."""
-    fields = dict(memory.__dict__, first_line=memory.first_line + by, end_line=memory.end_line + by)
-    copy = object.__new__(Bullet)
-    object.__setattr__(copy, "__dict__", fields)
-    return copy
+def _shifted(places: tuple[int, ...], by: int) -> tuple[int, ...]:
+    return places if by == 0 else tuple(place + by for place in places)
 
 
 def _cut_line(base: _Parsed, lines: tuple[str, ...], shared: int) -> tuple[int, int, _Tail] | None:
@@ -352,20 +294,28 @@ def _cut_line(base: _Parsed, lines: tuple[str, ...], shared: int) -> tuple[int, 
     if (shared == count and note.lines[-1].endswith("\n") and note.open_at_end is None
             and ends_the_block_above(count)):  # fmt: skip
         return count, len(note.bullets), base.tail  # `lines` extends base by whole lines
-    starting_inside = bisect.bisect_right(note.bullets, shared, key=lambda bullet: bullet.first_line)
+    starting_inside = bisect.bisect_right(note.starts, shared)
     for kept in range(starting_inside - 1, max(starting_inside - 8, 0) - 1, -1):  # a few memories back at most
-        line = note.bullets[kept].first_line
+        line = note.starts[kept]
         if line >= note.body_start and not base.region_open[line] and ends_the_block_above(line):
             return line, kept, _tail_at(base, kept, note.bullets[kept].heading)
     return None
 
 
 def _tail_at(base: _Parsed, kept: int, heading: str | None) -> _Tail:
-    """The state after base's first `kept` memories: the state at its end less what its later
-    memories added, which is little when an editor rewrote the note's last lines. Every assigned
-    id is unique within a note (`_assign_ids`), and an id differing from the memory's own
+    """The state after base's first `kept` memories, from whichever side is shorter: what those
+    memories gave (a person's line near the top of a day's 20,000 memories), or the state at its
+    end less what its later memories added (an editor rewrote the note's last lines). Every
+    assigned id is unique within a note (`_assign_ids`), and an id differing from the memory's own
     (absent or repeated) was derived from its text's occurrence count."""
-    later = base.note.bullets[kept:]
+    bullets = base.note.bullets
+    if kept <= len(bullets) - kept:
+        occurrences: dict[str, int] = {}
+        for bullet in bullets[:kept]:
+            if bullet.id != bullet.block_id:
+                occurrences[bullet.text] = occurrences.get(bullet.text, 0) + 1
+        return _Tail(heading, LayeredSet(bullet.id for bullet in bullets[:kept]), occurrences, base.tail.bumped)
+    later = bullets[kept:]
     occurrences = dict(base.tail.occurrences)
     for bullet in later:
         if bullet.id != bullet.block_id:

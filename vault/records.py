@@ -9,8 +9,9 @@ from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
 from memvault.vault.ids import content_hash
 from memvault.vault.layout import NOTE_KINDS
-from memvault.vault.note import Bullet, Moved, Note, common_prefix
+from memvault.vault.note import Bullet, Note
 from memvault.vault.plaintext import plain_text, task_state
+from memvault.vault.sequences import shared_runs
 
 #: frontmatter keys that set a note's own zone (for a person who travels)
 ZONE_KEYS = ("timeZone", "timezone", "tz")
@@ -76,7 +77,7 @@ class _Made:
 
 #: note path -> the records last made of it: a note that grew or was saved again keeps its earlier
 #: Bullet objects (vault/note.py parses from the last memory the versions share, and takes those
-#: below a change up again, moved), and their records are made again only where a neighbour changed
+#: below a change up again), and their records are made again only where a neighbour changed
 _made: dict[str, _Made] = {}
 _MADE_NOTES = 16
 _made_lock = threading.Lock()  # the owner indexes on several threads
@@ -133,19 +134,19 @@ def records_from_note(relpath: str, folder: str, day: date, note: Note, vault_zo
 
 def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, int | None]]:
     """Fill `made`'s kept bullets, their texts and places, in runs of the note's bullets: each run
-    is (its first kept bullet, the one past it, and for bullets that `last` has, shared or taken
-    up again below a change, the index of the first among `last`'s kept ones; None for bullets
-    whose text is read now). A record holds no line, so one taken up again below a change is
-    `last`'s own.
+    is (its first kept bullet, the one past it, and for bullets that `last` has (the runs both
+    versions share, `shared_runs`) the index of the first among `last`'s kept ones; None for
+    bullets whose text is read now). A bullet holds no line, so those below a change are `last`'s
+    own objects (vault/note.py takes them up again) and so are their records.
     Slices: a note of thousands of memories that grew or changed by a few costs what the few cost."""
     runs: list[tuple[int, int, int | None]] = []
 
-    def take(start: int, end: int, shift: int, by: int) -> None:  # last's kept bullets [start, end)
+    def take(start: int, end: int, shift: int) -> None:  # last's kept bullets [start, end)
         first = len(made.kept)
-        places = last.positions[start:end] if shift == 0 else [place + shift for place in last.positions[start:end]]
-        made.kept.extend(last.kept[start:end] if by == 0 and shift == 0 else [note.bullets[place] for place in places])
+        made.kept.extend(last.kept[start:end])
         made.kept_texts.extend(last.kept_texts[start:end])
-        made.positions.extend(places)
+        made.positions.extend(last.positions[start:end] if shift == 0 else
+                              [place + shift for place in last.positions[start:end]])  # fmt: skip
         if end > start:
             runs.append((first, len(made.kept), start))
 
@@ -161,33 +162,13 @@ def _runs(made: _Made, note: Note, last: _Made | None) -> list[tuple[int, int, i
         if len(made.kept) > first:
             runs.append((first, len(made.kept), None))
 
-    shared = common_prefix(last.bullets, note.bullets) if last is not None else 0
-    if shared:
-        take(0, bisect_left(last.positions, shared), 0, 0)
-    moved = None if last is None else _run_from(last, note, shared)
-    if moved is None:  # no earlier version's run that last has records of: the rest is read now
-        read(shared, len(note.bullets))
-        return runs
-    run, end = moved  # the run's memories from its version that last has too: before[run.first:end]
-    shift = run.to - run.first
-    read(shared, run.to)
-    take(bisect_left(last.positions, run.first), bisect_left(last.positions, end), shift, run.by)
-    read(end + shift, len(note.bullets))
+    place = 0
+    for old_from, new_from, count in shared_runs(last.bullets, note.bullets) if last is not None else ():
+        read(place, new_from)
+        take(bisect_left(last.positions, old_from), bisect_left(last.positions, old_from + count), new_from - old_from)
+        place = new_from + count
+    read(place, len(note.bullets))
     return runs
-
-
-def _run_from(last: _Made, note: Note, shared: int) -> tuple[Moved, int] | None:
-    """A run of an earlier version's memories in `note` (vault/note.py, `Note.moved`) that `last`
-    has records of, below the first `shared`, and where in that version the memories `last`
-    shares with it end (its versions share its first memories: appends), or None."""
-    for run in note.moved:
-        if run.to < shared:
-            continue  # (memories equal to those they replaced: read from `shared` on)
-        along = len(last.bullets) if run.before is last.bullets else common_prefix(last.bullets, run.before)
-        end = min(along, run.first + run.count)
-        if end > run.first:
-            return run, end
-    return None
 
 
 def neighbour_texts(texts: list[str], index: int) -> tuple[str, ...]:

@@ -162,7 +162,7 @@ def render_note(text: str) -> tuple[str, Note]:
         rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in note.frontmatter.items())
         out.append(f'<table class="frontmatter">{rows}</table>')
     conflict_at = {first: end for first, end in note.conflicts}
-    bullet_at = {bullet.first_line: bullet for bullet in note.bullets}
+    bullet_at = {start: (bullet, end) for bullet, start, end in zip(note.bullets, note.starts, note.ends, strict=True)}
     chunk: list[str] = []
     bullets: list[str] = []
     index = note.body_start
@@ -186,14 +186,14 @@ def render_note(text: str) -> tuple[str, Note]:
                        + escape("".join(note.lines[index:end])) + "</pre>")  # fmt: skip
             index = end
         elif index in bullet_at:
-            bullet = bullet_at[index]
+            bullet, end = bullet_at[index]
             flush_chunk()
             if bullet.kind == "bullet":
                 bullets.append(_bullet_html(bullet, comment_before[index]))
             else:  # a paragraph or a quote/callout is a memory too, drawn as what it is
                 flush_bullets()
-                out.append(_block_html(bullet, shown, comment_before[index]))
-            index = bullet.end_line
+                out.append(_block_html(bullet, shown[index:end], comment_before[index]))
+            index = end
         else:
             if note.lines[index].strip():
                 flush_bullets()
@@ -262,8 +262,8 @@ def memory_html(text: str) -> dict[str, str]:
     note = parse(text)
     _shown, comment_before = _visible_lines(note)
     out = {}
-    for bullet in note.bullets:
-        shown = _uncomment(bullet.text, comment_before[bullet.first_line])[0]
+    for bullet, start in zip(note.bullets, note.starts, strict=True):
+        shown = _uncomment(bullet.text, comment_before[start])[0]
         task, shown, _done = _task(shown) if bullet.kind == "bullet" else ("", shown, None)
         out[bullet.id] = f"{task}{render_inline(shown)}"
     return out
@@ -293,12 +293,13 @@ def _bullet_html(bullet, comment: str | None) -> str:
 
 
 def _block_html(bullet, shown: list[str | None], comment: str | None) -> str:
-    """A paragraph as a paragraph; a quote as a quote; `> [!type] Title` as Obsidian's callout box."""
+    """A paragraph as a paragraph; a quote as a quote; `> [!type] Title` as Obsidian's callout box
+    (`shown`: its lines as a reader sees them, None where hidden)."""
     if bullet.kind != "quote":
         return (f'<p id="{escape(bullet.id)}" class="memory paragraph">'
                 f"{render_inline(_uncomment(bullet.text, comment)[0])} {_anchor(bullet.id)}</p>")  # fmt: skip
     lines = [_QUOTE_PREFIX_RE.sub("", line.rstrip("\r\n"), count=1)
-             for line in shown[bullet.first_line : bullet.end_line] if line is not None]  # fmt: skip
+             for line in shown if line is not None]  # fmt: skip
     if bullet.has_explicit_id:  # the `^id` at its end is the anchor, not text
         last = max((i for i, line in enumerate(lines) if line.strip()), default=None)
         if last is not None:

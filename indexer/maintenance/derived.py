@@ -137,9 +137,9 @@ def _lstat(path: Path) -> os.stat_result | None:
 def note_issues(note: Note, vault_zone: str) -> tuple[str, ...]:
     """Hand-edit findings that do not stop indexing: a pasted duplicate id, a bad frontmatter zone."""
     issues = []
-    for bullet in note.bullets if note.duplicate_ids else ():  # a note of thousands seldom repeats an id
-        if bullet.block_id is not None and bullet.id != bullet.block_id:
-            issues.append(f"duplicate id ^{bullet.block_id} on line {bullet.first_line + 1} (indexed as {bullet.id})")
+    for bullet, start in zip(note.bullets, note.starts, strict=True) if note.duplicate_ids else ():
+        if bullet.block_id is not None and bullet.id != bullet.block_id:  # (a note of thousands seldom repeats one)
+            issues.append(f"duplicate id ^{bullet.block_id} on line {start + 1} (indexed as {bullet.id})")
     zone_name = note_zone_name(note, vault_zone)
     if zone_name != vault_zone:
         try:

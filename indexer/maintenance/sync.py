@@ -27,8 +27,8 @@ from memvault.indexer.maintenance.generations import FileState
 from memvault.indexer.results import SyncReport
 from memvault.indexer.search.bm25 import Bm25Hit, context_hash, record_key
 from memvault.vault.ids import DERIVED_ID_PREFIX
-from memvault.vault.note import common_prefix
 from memvault.vault.records import MemoryRecord
+from memvault.vault.sequences import shared_runs
 
 #: a file modified less than this before it was read may change again within the same mtime
 #: tick (ext4 ticks are a few ms; FAT and some network filesystems tick in seconds)
@@ -217,10 +217,10 @@ def diff_known(path: str, known: KnownRows, records: list[MemoryRecord]) -> tupl
 
     Records are compared, not rows: a row is made only of a record whose fields changed (to see
     whether a stored field did). The records of a note's unchanged bullets are the same objects
-    from one parse to the next (vault/records.py), so the first records the two lists share are
-    found by halving (C comparisons of slices, `common_prefix`) and only what follows them is
-    diffed. A record holds no position, so a line added above a day's 20,000 memories leaves
-    their records equal (mostly the same objects) and re-indexes only what really changed."""
+    from one parse to the next (vault/records.py), so the runs of records the two lists share are
+    found by C comparisons of slices (`shared_runs`) and only what lies between them is diffed.
+    A record holds no position, so a line added above a day's 20,000 memories leaves their records
+    the same objects and re-indexes only what really changed."""
     now = tuple(records)
     if known.records is None:
         return diff_rows(path, known.rows, records), KnownRows.made_of(now)
@@ -228,12 +228,12 @@ def diff_known(path: str, known: KnownRows, records: list[MemoryRecord]) -> tupl
 
 
 def _diff_records(path: str, earlier: tuple[MemoryRecord, ...], now: tuple[MemoryRecord, ...]) -> IndexDelta:
-    """The delta from the rows of `earlier` to `now`, past the records they share. A key is never
-    in both parts (ids are unique within a note), so the shared records' rows stand."""
-    shared = common_prefix(earlier, now)
-    before = {record.id: record for record in earlier[shared:]}
-    delta = IndexDelta(unchanged=shared)
-    for record in now[shared:]:
+    """The delta from the rows of `earlier` to `now`, outside the runs of records they share. A
+    key is never in a run and outside one (ids are unique within a note), so the runs' rows stand."""
+    runs = shared_runs(earlier, now)
+    before = {record.id: record for record in _outside(earlier, sorted((old, count) for old, _, count in runs))}
+    delta = IndexDelta(unchanged=sum(count for _, _, count in runs))
+    for record in _outside(now, [(new, count) for _, new, count in runs]):
         was = before.pop(record.id, None)
         if was is not None:
             if was is record or was == record or Row.of_record(was) == Row.of_record(record):
@@ -248,6 +248,15 @@ def _diff_records(path: str, earlier: tuple[MemoryRecord, ...], now: tuple[Memor
     if not delta.is_empty:
         delta.files.append(path)
     return delta
+
+
+def _outside(items: tuple, runs: list[tuple[int, int]]):
+    """The items not in any of `runs` ((start, how many), ascending and apart)."""
+    place = 0
+    for start, count in runs:
+        yield from items[place:start]
+        place = start + count
+    yield from items[place:]
 
 
 def stat_state(path: Path) -> os.stat_result | None:

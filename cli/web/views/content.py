@@ -207,8 +207,9 @@ def _note_page(relpath: str, note, all_notes: list[str], prefix: str, space: dic
 
     return {
         "path": relpath, "bytes": note.size, "problem": note.problem, "html": html, "space": space,
-        "bullets": [{"id": b.id, "time": b.time, "text": b.text, "line": b.first_line + 1,
-                     "explicitId": b.has_explicit_id, "url": url(relpath, b.id)} for b in parsed.bullets],
+        "bullets": [{"id": b.id, "time": b.time, "text": b.text, "line": start + 1,
+                     "explicitId": b.has_explicit_id, "url": url(relpath, b.id)}
+                    for b, start in zip(parsed.bullets, parsed.starts, strict=True)],
         "conflicts": len(parsed.conflicts), "duplicateIds": list(parsed.duplicate_ids),
         "older": older and {"path": older, "url": url(older)},
         "newer": newer and {"path": newer, "url": url(newer)},
