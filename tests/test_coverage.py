@@ -14,6 +14,7 @@ from memvault.indexer.maintenance.generations import MANIFEST, current_generatio
 from memvault.indexer.search.coverage import MAX_MEMORY_WORDS, NEIGHBOUR_DISCOUNT, coverage
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_test_backend
 
 AMS = ZoneInfo("Europe/Amsterdam")
 
@@ -131,6 +132,7 @@ def test_concurrent_callers_get_what_they_would_get_alone():
 
 def make_vault(root: Path, mode: str, facts: list[str]) -> Path:
     init_vault(root, render_config(default_config_data(mode=mode, time_zone="Europe/Amsterdam")))
+    on_test_backend(root)
     with MemoryStore.open(root) as store:
         for minute, fact in enumerate(facts):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
@@ -145,6 +147,7 @@ FACTS = [
 ]
 
 
+@pytest.mark.both_backends
 def test_journal_recall_fuses_coverage_and_explains_it(tmp_path):
     root = make_vault(tmp_path / "journal", "journal", FACTS)
     with MemoryStore.open(root) as store:
@@ -154,6 +157,7 @@ def test_journal_recall_fuses_coverage_and_explains_it(tmp_path):
     assert all(0.0 <= hit.explain["fused"]["strength"] <= 1.0 for hit in hits)
 
 
+@pytest.mark.both_backends
 def test_lite_recall_has_no_coverage(tmp_path):
     root = make_vault(tmp_path / "lite", "lite", FACTS)
     with MemoryStore.open(root) as store:
@@ -161,6 +165,7 @@ def test_lite_recall_has_no_coverage(tmp_path):
     assert hits and all("coverage" not in hit.explain and "vector" not in hit.explain for hit in hits)
 
 
+@pytest.mark.both_backends
 def test_the_index_stores_each_memorys_note_context(tmp_path):
     from memvault.indexer.search.bm25 import passage_of, row_of
 
@@ -179,6 +184,7 @@ def test_the_index_stores_each_memorys_note_context(tmp_path):
     assert "rescue dog" in biscuit.context and "Rotterdam" in biscuit.context
 
 
+# local only: the older schema is written into a `.index/` generation's manifest (the local engine's own files)
 def test_an_index_of_an_older_schema_asks_for_a_rebuild(tmp_path):
     root = make_vault(tmp_path / "journal", "journal", FACTS)
     manifest = current_generation(root / ".index") / MANIFEST
@@ -197,6 +203,7 @@ def test_a_giant_word_is_read_in_pieces():
     assert got["small"] == pytest.approx(1.0, abs=1e-5) and -1.0 <= got["giant"] <= 1.0
 
 
+@pytest.mark.both_backends
 def test_without_the_builtin_table_recall_still_answers_and_says_why(tmp_path, monkeypatch):
     from memvault.vault.errors import ProviderUnavailable
 

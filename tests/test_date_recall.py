@@ -14,6 +14,7 @@ from memvault.indexer.search.periods import PERIOD, question_periods
 from memvault.indexer.search.routing import Route, route_query
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_test_backend, on_the_tests_backend
 
 TODAY = date(2026, 12, 2)  # a Wednesday
 
@@ -93,15 +94,17 @@ JUNE = "Dave: The car show! I went to the car show and loved the car show."
 
 
 @pytest.fixture
-def dated_vault(tmp_path):
+def dated_vault(tmp_path, request):
     root = tmp_path / "v"
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="UTC")))
+    on_the_tests_backend(request, root)
     with MemoryStore.open(root) as store:
         store.remember(OCTOBER, at=datetime(2023, 10, 9, 18, 0, tzinfo=UTC))
         store.remember(JUNE, at=datetime(2023, 6, 1, 18, 0, tzinfo=UTC))
     return root
 
 
+@pytest.mark.both_backends
 def test_a_named_period_puts_the_memory_dated_just_after_it_first(dated_vault):
     with MemoryStore.open(dated_vault) as store:
         plain = store.recall("What did Dave do at the car show?", limit=2)
@@ -114,15 +117,18 @@ def test_a_named_period_puts_the_memory_dated_just_after_it_first(dated_vault):
     ]
 
 
+@pytest.mark.both_backends
 def test_a_memory_more_than_a_week_after_the_period_is_not_favoured(dated_vault):
     with MemoryStore.open(dated_vault) as store:
         late = store.recall("What did Dave do at the car show in September 2023?", limit=2)
     assert late.hits[0].text == JUNE and all("date" not in hit.explain for hit in late.hits)
 
 
+@pytest.mark.both_backends
 def test_relative_periods_are_read_in_the_vaults_zone(tmp_path):
     root = tmp_path / "v"
     init_vault(root, render_config(default_config_data(mode="journal", time_zone="Pacific/Auckland")))
+    on_test_backend(root)
     auckland = ZoneInfo("Pacific/Auckland")
     with MemoryStore.open(root) as store:
         store.remember(
@@ -140,6 +146,7 @@ def test_relative_periods_are_read_in_the_vaults_zone(tmp_path):
     assert result.hits[0].text == "We fixed the login bug in the billing service."
 
 
+@pytest.mark.both_backends
 def test_explain_shows_the_period_in_the_cli(dated_vault):
     from click.testing import CliRunner
 

@@ -70,6 +70,7 @@ def reference_scores(overlay, query: str, kinds: tuple[str, ...]) -> list[tuple[
     return scored
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("seed", range(4))
 def test_pending_rows_score_as_a_scan_of_every_row_would(tmp_path, seed):
     from memvault import MemoryStore
@@ -103,6 +104,7 @@ def test_pending_rows_score_as_a_scan_of_every_row_would(tmp_path, seed):
         assert overlay.find_by_content_hash("0" * 64) is None
 
 
+@pytest.mark.both_backends
 def test_a_save_that_moves_pending_lines_keeps_their_terms_and_scores_as_a_scan_would(tmp_path):
     """A person's save of the day's note hands its pending rows to the deferred set again (their
     lines moved): a row whose words and neighbours are the same keeps the terms counted when it

@@ -14,6 +14,7 @@ from memvault.vault.config_checks import validate_config_data
 from memvault.vault.errors import InvalidConfig, ProviderUnavailable
 from memvault.vault.init import init_vault
 from tests.loopback import LoopbackServer, Reply
+from tests.postgres_helpers import on_test_backend
 
 AMS = ZoneInfo("Europe/Amsterdam")
 FACTS = [
@@ -180,6 +181,7 @@ def test_a_bad_rerank_block_stops_the_vault_from_opening(tmp_path):
 def vault_with_reranker(root, server, **extra):
     rerank = {"provider": "http", "endpoint": server.url + "/v1/rerank", "model": "m", **extra}
     init_vault(root, render_config(journal_config(rerank)))
+    on_test_backend(root)
     with MemoryStore.open(root) as store:
         for minute, fact in enumerate(FACTS):
             store.remember(fact, at=datetime(2026, 11, 30, 9, minute, tzinfo=AMS))
@@ -199,6 +201,7 @@ def by_text(score_of):
     return lambda request: (200, cohere_answer([score_of(text) for text in request["documents"]]))
 
 
+@pytest.mark.both_backends
 def test_the_rerankers_choice_moves_up_and_explain_says_what_it_did(tmp_path, server):
     root = vault_with_reranker(tmp_path / "v", server)
     server.route("/v1/rerank", by_text(lambda text: 1.0 if "Biscuit" in text else 0.0))
@@ -214,6 +217,7 @@ def test_the_rerankers_choice_moves_up_and_explain_says_what_it_did(tmp_path, se
     )
 
 
+@pytest.mark.both_backends
 def test_a_reranker_that_reverses_the_list_cannot_wreck_its_head(tmp_path, server):
     root = vault_with_reranker(tmp_path / "v", server)
     query = "Which deployment color did Morgan choose?"
@@ -225,6 +229,7 @@ def test_a_reranker_that_reverses_the_list_cannot_wreck_its_head(tmp_path, serve
     assert reranked[0] == plain[0]  # fused, not replaced: the reranker put it last of all
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "reply",
     [Reply(500, "boom"), Reply(200, b"<html>"), Reply(200, {"results": [{"index": 99}]})],
@@ -240,6 +245,7 @@ def test_a_failing_reranker_leaves_the_answer_as_without_it_and_says_degraded(tm
     assert [hit.text for hit in result.hits] == plain_hits(root, "Where does Priya live?")
 
 
+@pytest.mark.both_backends
 def test_a_reranker_past_its_deadline_is_answered_without(tmp_path, server):
     root = vault_with_reranker(tmp_path / "v", server, timeoutMs=200)
     server.route("/v1/rerank", json=cohere_answer([1.0] * 5), delay=3.0)
@@ -249,6 +255,7 @@ def test_a_reranker_past_its_deadline_is_answered_without(tmp_path, server):
     assert result.hits[0].text == "Priya lives in Rotterdam."
 
 
+@pytest.mark.both_backends
 def test_a_named_but_unset_api_key_variable_degrades_instead_of_calling(tmp_path, server):
     root = vault_with_reranker(tmp_path / "v", server, apiKeyEnv="RERANK_TEST_KEY")
     server.route("/v1/rerank", json=cohere_answer([1.0] * 5))
