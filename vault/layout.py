@@ -10,7 +10,6 @@ from memvault.vault.ids import BLOCK_ID_PATTERN
 CONFIG_FILE = "memvault.json"
 DAILY, AUDIT = "daily", "audit"
 NOTE_KINDS = {DAILY: "curated", AUDIT: "audit"}
-FORMAT_VERSION = 1
 #: derived state, lock files, and the intake (it holds turn summaries and capture text: private
 #: data that `memvault export` backs up, not something to push to a git remote)
 GITIGNORE_LINES = (".index/", ".locks/", ".capture-intake/", ".capture-intake-schema")

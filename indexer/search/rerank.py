@@ -39,7 +39,6 @@ from memvault.vault.errors import ProviderUnavailable
 FORMATS = ("cohere", "tei")
 #: fused candidates sent to the reranker (the issue's 30–50 band; config `memory.rerank.candidates`)
 DEFAULT_CANDIDATES = 40
-MAX_CANDIDATES = 100
 DEFAULT_TIMEOUT_MS = 2000
 #: characters of one memory sent (a cross-encoder reads ~512 tokens anyway)
 MAX_DOCUMENT_CHARS = 2000

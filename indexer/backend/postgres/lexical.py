@@ -67,10 +67,9 @@ def query_bigrams(text: str) -> list[str]:
 #: thousands of postings costs more than reading them
 _K1, _B, _BOOST = (f"{value!r}::float8" for value in (K1, B, CONTEXT_BOOST))
 #: field lengths a posting's impact is computed at (it only orders a list; scores use the
-#: generation's own averages): about a bullet's words and its neighbours'
+#: generation's own averages), by the postings' field: 0 a row's own words (about a bullet's),
+#: 1 its neighbours' words, 2 its CJK bigrams
 REFERENCE_LENGTH = {0: 12.0, 1: 40.0, 2: 12.0}
-#: the fields of the postings: a row's own words, its neighbours' words, its CJK bigrams
-TEXT, CONTEXT, CJK = 0, 1, 2
 #: how many postings of each list are read, and how many candidates are scored exactly, per
 #: result asked for (and at least): the trade-off bench/bench_postgres.py measures
 PER_LIST, PER_LIST_MIN = 3, 200
