@@ -25,6 +25,10 @@ from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
 from tests.postgres_helpers import on_test_backend, set_up_the_tests_backend
 
+# both_backends tests name no vault fixture that asks for index_backend: without this, their postgres run
+# never sets it up and runs locally again (TEST_BACKEND stays "local", no server is checked)
+pytestmark = pytest.mark.usefixtures("index_backend")
+
 LAYOUTS = ("flat", "nested")
 #: the note each layout files 30 November 2026 under (spelt out: the layout code is under test)
 NOTE = {"flat": "daily/2026-11-30.md", "nested": "daily/2026/11/2026-11-30.md"}

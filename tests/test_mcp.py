@@ -46,7 +46,11 @@ def make_vault(parent: Path, name: str, memory: dict | None = None, tools: dict 
 
 def params(vault: Path) -> StdioServerParameters:
     return StdioServerParameters(
-        command=MEMVAULT, args=["--vault", str(vault), "mcp"], cwd=str(vault.parent), env={"PYTHONUNBUFFERED": "1"}
+        command=MEMVAULT,
+        args=["--vault", str(vault), "mcp"],
+        cwd=str(vault.parent),
+        # the PG* variables a both_backends test's postgres run set: the server reaches its index there too
+        env={"PYTHONUNBUFFERED": "1", **{name: value for name, value in os.environ.items() if name.startswith("PG")}},
     )
 
 

@@ -14,6 +14,10 @@ from memvault.indexer.search.bm25 import CONTEXT_BOOST, query_bigrams, query_wor
 from memvault.vault.ids import content_hash
 from tests.intake_helpers import make_vault as make_local_vault
 
+# both_backends tests name no vault fixture that asks for index_backend: without this, their postgres run
+# never sets it up and runs locally again (TEST_BACKEND stays "local", no server is checked)
+pytestmark = pytest.mark.usefixtures("index_backend")
+
 WORDS = [
     "harbour",
     "pier",

@@ -16,6 +16,10 @@ from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
 from tests.postgres_helpers import on_test_backend, on_the_tests_backend
 
+# both_backends tests name no vault fixture that asks for index_backend: without this, their postgres run
+# never sets it up and runs locally again (TEST_BACKEND stays "local", no server is checked)
+pytestmark = pytest.mark.usefixtures("index_backend")
+
 AMS = ZoneInfo("Europe/Amsterdam")
 FACTS = [
     "Morgan chose blue as the deployment color.",
