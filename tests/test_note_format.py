@@ -429,6 +429,62 @@ def test_a_note_whose_lines_changed_between_kept_ones_parses_as_a_whole_parse_wo
         )
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(_NOTE_LINES, max_size=8),
+    st.lists(st.tuples(st.lists(_NOTE_LINES, max_size=4), st.lists(_NOTE_LINES, max_size=4)), min_size=2, max_size=5),
+    st.lists(_NOTE_LINES, min_size=1, max_size=8),
+    st.sampled_from(["\n", "\r\n"]),
+)
+def test_an_editors_save_that_drops_lines_appended_since_it_read_parses_as_a_whole_parse_would(
+    head, versions, tail, newline
+):
+    """An editor saves from a buffer read a moment ago: its lines changed near the top, and the
+    lines memvault appended since then are gone from the end. Each version (parsed from the one
+    before, with its last lines dropped first, `_shared_with`) must equal a whole parse."""
+    import memvault.vault.note as note_module
+
+    note_module._cache = note_module._ParseCache(4, smallest=0)
+    for middle, appended in versions:
+        text = "".join(line + newline for line in head + middle + tail + appended)
+        reparsed = parse(text)
+        whole = _whole_parse(text)
+        assert reparsed == whole.note
+        assert reparsed.by_block_id == whole.note.by_block_id
+        assert reparsed.marked_ids == note_module.marked_ids(text)
+        kept = next(parsed for cached, parsed, _ in note_module._cache._entries if cached == text)
+        assert kept.region_open == whole.region_open
+        assert (kept.tail.heading, kept.tail.seen, kept.tail.occurrences) == (
+            whole.tail.heading,
+            whole.tail.seen,
+            whole.tail.occurrences,
+        )
+
+
+def test_a_save_above_a_big_note_that_dropped_its_last_appends_parses_the_changed_lines_only(monkeypatch):
+    """The editor read the note, memvault appended four lines, the person saved with a line added at
+    the top (and without the four): the 20,000 memories below are taken up again, not parsed."""
+    import memvault.vault.note as note_module
+
+    note_module._cache = note_module._ParseCache(4)
+    lines = "".join(f"- 10:00 agent fact {n} ^m-{n:010x}\n" for n in range(20_000))
+    read = parse("# 2026-12-04\n\n" + lines)
+    appended = ""
+    for n in range(4):  # memvault's appends since the editor read push that version out of the cache
+        appended += f"- 10:01 appended {n} ^m-a00000000{n}\n"
+        parse("# 2026-12-04\n\n" + lines + appended)
+    made = []
+    make_bullet = note_blocks._make_bullet
+    monkeypatch.setattr(note_blocks, "_make_bullet", lambda *args: made.append(args[1]) or make_bullet(*args))
+    text = "# 2026-12-04\n\n- a line of the person's, at the top\n" + lines
+    after = parse(text)
+    assert len(made) < 10
+    # all but the last, which the parse without the two lines read again, are the same objects
+    assert all(now is then for now, then in zip(after.bullets[1:-1], read.bullets[:-1], strict=True))
+    monkeypatch.setattr(note_blocks, "_make_bullet", make_bullet)
+    assert after == _whole_parse(text).note
+
+
 def test_a_line_added_above_a_big_notes_memories_parses_that_line_only(monkeypatch):
     """A person adds a line at the top of a day's note of 20,000 memories: the memories below it
     are taken up again, one line further down, not parsed again (that cost the owner 0.9 s)."""

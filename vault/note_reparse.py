@@ -113,17 +113,33 @@ def _reparse_from_best(bases: list[tuple[str, _Parsed, bool]], text: str) -> tup
     if _has_rare_break(text):
         return None, True
     lines = tuple(text.splitlines(keepends=True))
-    best, shared, suffix = None, 0, 0
+    best, shared, suffix, keep = None, 0, 0, 0
     for _, base, _ in bases[:_PREFIX_BASES]:  # newest first: an editor saves over a version just read
-        common = common_prefix(base.note.lines, lines)
-        if common == 0:
-            continue
-        common_end = common_suffix(base.note.lines, lines, common)
+        common, common_end, base_keep = _shared_with(base.note.lines, lines)
         if common + common_end > shared + suffix:
-            best, shared, suffix = base, common, common_end
+            best, shared, suffix, keep = base, common, common_end, base_keep
         if len(lines) - shared - suffix <= _CLOSE_ENOUGH_LINES:
             break  # no older version can save more than parsing these few lines
+    if best is not None and keep < len(best.note.lines):
+        best = _reparse(best, best.note.lines[:keep], keep)  # its last few lines dropped: cheap
     return (None if best is None else _reparse(best, lines, shared, suffix)), False
+
+
+def _shared_with(base: tuple[str, ...], lines: tuple[str, ...]) -> tuple[int, int, int]:
+    """(the first lines `lines` shares with `base`, the last ones, how many of base's lines that
+    counts from). An editor that saves from a buffer read a moment ago drops the lines memvault
+    appended since, so `lines` may end with what `base` held a few lines before its own end."""
+    common = common_prefix(base, lines)
+    if common == 0:
+        return 0, 0, len(base)
+    common_end = common_suffix(base, lines, common)
+    if common_end or not lines:
+        return common, common_end, len(base)
+    for keep in range(len(base) - 1, max(len(base) - _CLOSE_ENOUGH_LINES, common) - 1, -1):
+        if base[keep - 1] == lines[-1]:  # `lines` may end where `base`'s first `keep` lines do
+            shared = min(common, keep)
+            return shared, common_suffix(base[:keep], lines, shared), keep
+    return common, 0, len(base)
 
 
 def _has_rare_break(text: str) -> bool:
