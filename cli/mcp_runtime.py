@@ -130,10 +130,8 @@ class ArgumentProblem(ValueError):
     """Arguments the tool's schema does not allow (answered as `invalid_arguments`)."""
 
 
-def text_argument(arguments: Mapping, name: str, limit: int, *, required: bool = True) -> str | None:
+def text_argument(arguments: Mapping, name: str, limit: int) -> str:
     value = arguments.get(name)
-    if value is None and not required:
-        return None
     if not isinstance(value, str) or not value.strip():
         raise ArgumentProblem(f"{name} is required as non-empty text" if value is None or isinstance(value, str)
                               else f"{name} must be text, not {type(value).__name__}")  # fmt: skip

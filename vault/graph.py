@@ -127,12 +127,14 @@ def render_graph(graph: Graph) -> bytes:
 # --- tolerant, fail-closed parsing ---------------------------------------------------------------
 
 
+def graph_too_big(where: str, size: int) -> GraphInvalid:
+    return GraphInvalid(f"{where} is {size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere.")
+
+
 def parse_graph(data: bytes, where: str = GRAPH_FILE) -> Graph:
     """The graph in `data`, or GraphInvalid naming the first line memvault will not guess about."""
     if len(data) > MAX_GRAPH_BYTES:
-        raise GraphInvalid(
-            f"{where} is {len(data)} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
-        )
+        raise graph_too_big(where, len(data))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -149,9 +151,7 @@ def parse_graph_skipping(data: bytes, where: str = GRAPH_FILE) -> tuple[Graph, l
     one (its line number and fix). Writers keep `parse_graph`: capture never rewrites a file it
     could not read whole, but one bad line must not hide every entity from a person."""
     if len(data) > MAX_GRAPH_BYTES:
-        raise GraphInvalid(
-            f"{where} is {len(data)} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
-        )
+        raise graph_too_big(where, len(data))
     graph, problems = Graph(), []
     for number, raw_bytes in enumerate(data.splitlines(), 1):
         try:
@@ -250,9 +250,7 @@ def read_graph(root: Path) -> tuple[Graph, bytes | None]:
     except FileNotFoundError:
         return Graph(), None
     if size > MAX_GRAPH_BYTES:  # refused by its size, never read whole
-        raise GraphInvalid(
-            f"{GRAPH_FILE} is {size} bytes; the limit is {MAX_GRAPH_BYTES}. Fix: archive old lines elsewhere."
-        )
+        raise graph_too_big(GRAPH_FILE, size)
     try:
         data = read_bytes_nofollow(path)
     except FileNotFoundError:

@@ -243,11 +243,10 @@ def _keep_live_tail(layout, now: float) -> None:
     atomic_write(path, data[start:], mode=MACHINE_FILE_MODE)
 
 
-def forget_written(layout, relpath: str, block_ids: list[str], now: float | None = None) -> None:
+def forget_written(layout, relpath: str, block_ids: list[str]) -> None:
     """Drop entries for lines that were refused, so no repair writes them later. Lock held."""
-    now = time.time() if now is None else now
     dropped = set(block_ids)
-    entries = _load(layout, now)
+    entries = _load(layout, time.time())
     _rewrite(layout, [e for e in entries if not (e.get("path") == relpath and e.get("id") in dropped)])
 
 
@@ -265,12 +264,11 @@ def repair_lost_lines(layout, relpaths: Iterable[str] | None = None, now: float 
     return [relpath for relpath in sorted(notes) if _restore(layout, relpath, notes[relpath])]
 
 
-def lines_lost_from(layout, read: dict[str, Iterable[str]], now: float | None = None) -> bool:
+def lines_lost_from(layout, read: dict[str, Iterable[str]]) -> bool:
     """Whether a line memvault wrote within the window to one of these notes is not among the
     ids a read of that note found (`read`: note -> ids): a save landed between a repair and
     that read."""
-    now = time.time() if now is None else now
-    by_path = _live_state(layout, now).by_path
+    by_path = _live_state(layout, time.time()).by_path
     return any(by_path.get(relpath, {}).keys() - set(ids) for relpath, ids in read.items())
 
 

@@ -60,10 +60,10 @@ def utf16_length(text: str) -> int:
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
 
 
-def loads_strict(text: str | bytes, *, max_nesting: int = MAX_NESTING, **options: Any) -> Any:
+def loads_strict(text: str | bytes, **options: Any) -> Any:
     """`json.loads` with the refusals above; ValueError (or UnicodeDecodeError) on anything odd."""
     if isinstance(text, bytes):
         text = text.decode("utf-8")
-    if text.count("[") + text.count("{") > max_nesting and nesting_depth(text) > max_nesting:
-        raise ValueError(f"JSON nested deeper than {max_nesting} levels")
+    if text.count("[") + text.count("{") > MAX_NESTING and nesting_depth(text) > MAX_NESTING:
+        raise ValueError(f"JSON nested deeper than {MAX_NESTING} levels")
     return json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=reject_constant, **options)

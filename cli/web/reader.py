@@ -27,7 +27,7 @@ from memvault.vault.documents import DocumentStore
 from memvault.vault.documents.format import ARCHIVED_DIR, ID_RE, parse_document
 from memvault.vault.errors import InvalidRecord, ProviderUnavailable, UnsafePath, VaultError
 from memvault.vault.fsio import read_bytes_nofollow
-from memvault.vault.graph import GRAPH_FILE, MAX_GRAPH_BYTES, Graph, GraphInvalid, graph_path, parse_graph_skipping
+from memvault.vault.graph import GRAPH_FILE, MAX_GRAPH_BYTES, Graph, graph_path, graph_too_big, parse_graph_skipping
 from memvault.vault.intake.files import IntakeDirs
 from memvault.vault.intake.snapshot import list_entries, runtime_snapshot
 from memvault.vault.layout import AUDIT, DAILY, VaultLayout, note_relpath_candidates, parse_note_relpath
@@ -176,10 +176,7 @@ class VaultReader:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         if info.st_size > MAX_GRAPH_BYTES:  # refused by its size, never read whole
-            raise GraphInvalid(
-                f"{GRAPH_FILE} is {info.st_size} bytes; the limit is {MAX_GRAPH_BYTES}."
-                " Fix: archive old lines elsewhere."
-            )
+            raise graph_too_big(GRAPH_FILE, info.st_size)
         try:
             data = read_bytes_nofollow(path)
         except FileNotFoundError:

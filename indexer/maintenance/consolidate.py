@@ -109,16 +109,14 @@ def lexical_key(name: str) -> str:
     return _LEXICAL_DROP.sub("", unicodedata.normalize("NFKC", name).casefold())
 
 
-def scan_groups(
-    graph: Graph, retired: frozenset[str], ceiling: int = SCAN_CEILING
-) -> tuple[dict[str, EntityGroup], int, bool]:
-    """Walk the graph's rows in canonical order up to `ceiling`; (groups, rows read, complete)."""
+def scan_groups(graph: Graph, retired: frozenset[str]) -> tuple[dict[str, EntityGroup], int, bool]:
+    """Walk the graph's rows in canonical order up to `SCAN_CEILING`; (groups, rows read, complete)."""
     rows = [("entity", e.id) for e in sorted(graph.entities.values(), key=lambda e: e.id)]
     rows += [("fact", f) for f in sorted(graph.facts)]
     rows += [("relation", r) for r in sorted(graph.relations)]
     groups: dict[str, EntityGroup] = {}
     group_of: dict[str, str] = {}
-    for kind, item in rows[:ceiling]:
+    for kind, item in rows[:SCAN_CEILING]:
         if kind == "entity":
             entity = graph.entities[item]
             if is_calendar_node(entity.name, entity.type) or not lexical_key(entity.name):
@@ -131,7 +129,7 @@ def scan_groups(
         elif kind == "fact" and item not in retired:
             for key in {group_of[e] for e in graph.facts[item].entities if e in group_of}:
                 groups[key].memories += 1
-    return groups, min(len(rows), ceiling), len(rows) <= ceiling
+    return groups, min(len(rows), SCAN_CEILING), len(rows) <= SCAN_CEILING
 
 
 def render_block(

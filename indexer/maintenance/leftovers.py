@@ -26,11 +26,10 @@ _SKIPPED_DIRS = frozenset({".git", ".obsidian", ".trash", "node_modules"})
 MAX_LISTED = 50
 
 
-def stray_temp_files(root: Path, *, now: float | None = None,
-                     older_than: float = STALE_TEMP_SECONDS) -> Iterator[tuple[str, str]]:  # fmt: skip
+def stray_temp_files(root: Path) -> Iterator[tuple[str, str]]:
     """(vault-relative path, the file it was to replace) of each stale temp file, sorted, bounded."""
     root = Path(root)
-    now = time.time() if now is None else now
+    now = time.time()
     found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not os.path.islink(os.path.join(folder, d)))
@@ -43,7 +42,7 @@ def stray_temp_files(root: Path, *, now: float | None = None,
                 info = os.lstat(path)
             except OSError:
                 continue  # renamed or removed meanwhile: a write that finished
-            if now - info.st_mtime >= older_than:
+            if now - info.st_mtime >= STALE_TEMP_SECONDS:
                 found.append((os.path.relpath(path, root), os.path.relpath(os.path.join(folder, match["name"]), root)))
         if len(found) > MAX_LISTED:
             break

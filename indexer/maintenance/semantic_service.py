@@ -120,13 +120,13 @@ class _Serving:
 class _Lane:
     """One vector list of the vault: where it lives in a generation, its model, its serving index."""
 
-    def __init__(self, name: str, folder: str, embeddings, timeout_s: float, provider: EmbeddingProvider | None = None):
+    def __init__(self, name: str, folder: str, embeddings, timeout_s: float):
         self.name = name  # "vector" (memory.embeddings) or "extra" (memory.extraEmbeddings)
         self.folder = folder
         self.identity = EmbeddingIdentity(embeddings.provider, embeddings.model, embeddings.dim)
         self._embeddings = embeddings
         self._timeout_s = timeout_s
-        self._provider = provider
+        self._provider: EmbeddingProvider | None = None
         self.serving: SemanticIndex | None = None
         #: why this list cannot be searched in the serving generation, or None
         self.unavailable: str | None = None
@@ -150,12 +150,12 @@ class SemanticService:
     #: queries and the providers take their own locks, and both release the GIL while they work
     searches_beside_bm25 = True
 
-    def __init__(self, layout: VaultLayout, config: Config, provider: EmbeddingProvider | None = None):
+    def __init__(self, layout: VaultLayout, config: Config):
         llm = config.memory.llm
         timeout = (llm.timeout_ms / 1000) if llm is not None else 60.0
         self.layout = layout
         self._config = config
-        self._lanes = [_Lane("vector", FOLDER, config.memory.embeddings, timeout, provider)]
+        self._lanes = [_Lane("vector", FOLDER, config.memory.embeddings, timeout)]
         extra = config.memory.extra_embeddings
         #: the second model's list (memory.extraEmbeddings), or None
         self._extra = _Lane("extra", EXTRA_FOLDER, extra, timeout) if extra is not None else None

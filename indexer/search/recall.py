@@ -229,7 +229,6 @@ def recall_tool(
     semantic,
     query: str,
     limit: int,
-    mode: str = "tool",
     run_history: str | None = None,
     today: date | None = None,
     floor: bool = True,
@@ -273,7 +272,7 @@ def recall_tool(
         guidance = "\n".join(filter(None, (guidance, run_history_handoff(run_history))))
         empty_reason = empty_reason or EMPTY_REASON
     return RecallResult(
-        query, mode, hits, degraded=degraded, guidance=guidance, empty_reason=empty_reason, explain=explain
+        query, "tool", hits, degraded=degraded, guidance=guidance, empty_reason=empty_reason, explain=explain
     )
 
 
@@ -290,7 +289,7 @@ def _remembered(doc_freqs):
     return lookup
 
 
-def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto", today: date | None = None) -> RecallResult:
+def recall_auto(bm25: Bm25Index, semantic, query: str, today: date | None = None) -> RecallResult:
     """What a host injects: only gated direct facts; the gate's reason goes in `gate`."""
     periods = question_periods(query, today) if today is not None else ()
     candidates, degraded = retrieve(bm25, semantic, query, rows_for=2 * WINDOW, periods=periods)
@@ -300,7 +299,7 @@ def recall_auto(bm25: Bm25Index, semantic, query: str, mode: str = "auto", today
     decision = gate_auto(query, offered)
     by_source = {row.source: (entry, row) for entry, row in candidates}
     hits = tuple(_hit(*by_source[candidate.source]) for candidate in decision.hits)
-    return RecallResult(query, mode, hits, degraded=degraded, gate=decision.to_json())
+    return RecallResult(query, "auto", hits, degraded=degraded, gate=decision.to_json())
 
 
 def _one_hit_per_text(bm25: Bm25Index, candidates: list[tuple[Fused, Bm25Hit]]) -> list[RecallHit]:

@@ -32,9 +32,9 @@ def conflict(record_id: str) -> AdmissionResult:
 class NetworkAdmission:
     """Admits prepared records to one vault's ledger; thread-safe (one LRU per store process)."""
 
-    def __init__(self, server, lru: FingerprintLRU | None = None):
+    def __init__(self, server):
         self.server = server
-        self.lru = lru if lru is not None else FingerprintLRU()
+        self.lru = FingerprintLRU()
         #: requests actually sent (tests count them: retained retries and coalesced ones send none)
         self.requests = 0
 
