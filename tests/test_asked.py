@@ -12,6 +12,7 @@ from memvault.indexer.search.hybrid import Fused
 from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_the_tests_backend
 
 AMS = ZoneInfo("Europe/Amsterdam")
 ASKS = "Thanks, Melanie! You play any musical instruments?"
@@ -52,12 +53,14 @@ def test_discount_reorders_and_leaves_strength():
 def vault(tmp_path, request):
     root = tmp_path / "v"
     init_vault(root, render_config(default_config_data(mode=request.param, time_zone="Europe/Amsterdam")))
+    on_the_tests_backend(request, root)
     with MemoryStore.open(root) as store:
         for minute, text in enumerate([ASKS, *FILLER, TELLS]):
             store.remember(text, at=datetime(2026, 11, 30 - minute // 3, 9, minute, tzinfo=AMS))
     return root
 
 
+@pytest.mark.both_backends
 def test_the_answer_outranks_the_memory_that_asks(vault):
     question = "What instruments does Melanie play?"
     with MemoryStore.open(vault) as store:

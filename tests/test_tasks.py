@@ -4,6 +4,7 @@
 import json
 from datetime import date
 
+import pytest
 from click.testing import CliRunner
 
 from memvault.cli.main import cli
@@ -47,6 +48,7 @@ def _search(root, query: str) -> list[dict]:
     return json.loads(done.output)["hits"]
 
 
+@pytest.mark.both_backends
 def test_open_and_done_tasks_are_found_and_shown_apart(new_vault):
     (new_vault / "daily" / "2026-12-02.md").write_text(NOTE)
     for query in ("which tasks are still open?", "open tasks"):
