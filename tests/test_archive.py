@@ -24,6 +24,10 @@ from memvault.vault.archive_import import apply_archive, restore_archive
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.errors import Conflict, NotAVault, VaultLocked
 from memvault.vault.init import init_vault
+from tests.postgres_helpers import on_test_backend
+
+# both_backends tests make their vaults with on_test_backend, not a vault fixture: they ask for index_backend
+pytestmark = pytest.mark.usefixtures("index_backend")
 
 AMS = ZoneInfo("Europe/Amsterdam")
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +36,7 @@ QUERIES = ("which deployment color did we choose", "when does the release train 
 
 def make_vault(root: Path, zone: str = "Europe/Amsterdam") -> Path:
     init_vault(root, render_config(default_config_data(mode="lite", time_zone=zone)))
-    return root
+    return on_test_backend(root, f"test-{root.name}")  # a both_backends test's postgres run: on the server
 
 
 def furnish(root: Path) -> None:
@@ -88,6 +92,7 @@ def run_cli(*args):
     return result
 
 
+@pytest.mark.both_backends
 def test_export_wipe_restore_gives_identical_files_and_answers(tmp_path):
     vault = make_vault(tmp_path / "vault")
     furnish(vault)
@@ -110,6 +115,7 @@ def test_export_wipe_restore_gives_identical_files_and_answers(tmp_path):
     assert not any(p.name.startswith(".import-") for p in vault.iterdir())
 
 
+@pytest.mark.both_backends
 def test_restore_replaces_canonical_state_and_keeps_other_files(tmp_path):
     vault = make_vault(tmp_path / "vault")
     furnish(vault)
@@ -150,6 +156,7 @@ def test_restore_cleans_stale_staging_and_reports_old_backups(tmp_path):
 # --- apply: merge without overwriting ---------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_apply_adds_what_is_missing_and_keeps_the_vaults_config(tmp_path):
     source = make_vault(tmp_path / "a")
     furnish(source)
@@ -171,6 +178,7 @@ def test_apply_adds_what_is_missing_and_keeps_the_vaults_config(tmp_path):
     assert again.added == () and len(again.unchanged) == len(verify_archive(archive).members) - 2
 
 
+@pytest.mark.both_backends
 def test_apply_refuses_everything_on_any_conflict(tmp_path):
     source = make_vault(tmp_path / "a")
     furnish(source)
@@ -270,6 +278,7 @@ def _hostile_cases(good: Path, tmp: Path):
     yield "not gzip", tmp / "plain.tar.gz"
 
 
+@pytest.mark.both_backends
 def test_hostile_archives_are_refused_before_anything_is_written(tmp_path):
     source = make_vault(tmp_path / "source")
     furnish(source)
@@ -295,6 +304,7 @@ def test_hostile_archives_are_refused_before_anything_is_written(tmp_path):
     assert not fresh.exists()  # a restore into a new folder creates it only after verification
 
 
+@pytest.mark.both_backends
 def test_size_and_count_bounds(tmp_path):
     source = make_vault(tmp_path / "source")
     furnish(source)
@@ -372,6 +382,7 @@ def test_import_refuses_a_vault_another_process_owns(tmp_path):
     assert restore_archive(vault, archive).restored > 0  # once the owner is gone
 
 
+@pytest.mark.both_backends
 def test_export_beside_concurrent_writers_is_consistent(tmp_path, monkeypatch):
     import memvault.vault.archive_export as archive_module
 
