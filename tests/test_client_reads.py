@@ -225,7 +225,7 @@ def test_every_backend_answers_a_warm_client_and_a_server_index_keeps_recalls_in
             assert store._reads.answered == 3
 
 
-@pytest.mark.both_backends
+# local only: it asks the client for reads on this machine (ClientReads), which a server-indexed vault has none of
 def test_a_text_held_by_two_notes_names_both_through_the_owner_and_here(tmp_path):
     """One hit per text, listing every note that holds it: the owner's wire keeps the list."""
     root = make_vault(tmp_path)

@@ -63,7 +63,7 @@ class HeldOwner:
             self.proc.wait(TIMEOUT)
 
 
-@pytest.mark.both_backends
+# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
 def test_another_client_finds_a_remember_while_its_index_commit_is_held(tmp_path):
     """Client A remembers; the owner's commit of it starts and is held; client B (another
     process) searches and finds it, and an admission answers at once: no read and no admission
@@ -223,7 +223,7 @@ def test_a_rescan_that_takes_acknowledged_writes_passes_their_commit_boundary(tm
     assert "The pilot boat left at dawn." in committed_texts(root, "pilot boat dawn")
 
 
-@pytest.mark.both_backends
+# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
 def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
     """Near-real-time reads in one owner process: memories waiting for their commit are found by
     their own words beside committed ones, as the committed index then finds them (their order
@@ -297,7 +297,7 @@ def test_projected_turns_are_written_by_the_owners_group_commit(tmp_path):
     assert daily_text(root).count("The ferry left on the hour.") == 1
 
 
-@pytest.mark.both_backends
+# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
 def test_journal_through_an_owner_reads_pending_and_hand_edited_notes_without_a_commit(tmp_path, monkeypatch):
     """A journal page in an owner shows what waits for its commit and what a person just typed
     (the watcher not yet run), and commits nothing for it; after the commit the page is the same."""
@@ -343,7 +343,7 @@ def test_journal_through_an_owner_reads_pending_and_hand_edited_notes_without_a_
     )
 
 
-@pytest.mark.both_backends
+# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
 def test_the_watchers_event_for_memvaults_own_append_costs_no_reread(tmp_path, monkeypatch):
     """The watcher names today's note after each of memvault's own appends: a note exactly as
     that append left it is skipped (its rows joined the pending set with the append); a person's

@@ -281,7 +281,7 @@ def test_a_conflicted_note_one_day_outside_still_makes_the_range_incomplete(tmp_
     assert body["coverage"]["complete"] is False and body["coverage"]["incompleteNotes"] == ["2026-09-11"]
 
 
-@pytest.mark.both_backends
+# local only: it breaks the local engine's index files to make the backend fail
 def test_backend_failure_is_the_generic_journal_unavailable(tmp_path):
     def broken(_paths):
         raise OSError(5, "Input/output error", "/home/someone/private/vault/.index/gen-000001")
