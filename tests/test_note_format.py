@@ -394,6 +394,24 @@ def _whole_parse(text: str):
     return note_module._parse_lines(tuple(text.splitlines(keepends=True)))
 
 
+def _assert_parsed_as_a_whole_parse_would(text: str, reparsed) -> None:
+    """`reparsed` (parse(text), from an earlier parse) equals a whole parse of `text`, and so does the
+    state a later version is parsed from (ids given, id-less texts counted, open regions)."""
+    import memvault.vault.note as note_module
+
+    whole = _whole_parse(text)
+    assert reparsed == whole.note
+    assert reparsed.by_block_id == whole.note.by_block_id
+    assert reparsed.marked_ids == note_module.marked_ids(text)
+    kept = next(parsed for cached, parsed, _ in note_module._cache._entries if cached == text)
+    assert kept.region_open == whole.region_open
+    assert (kept.tail.heading, kept.tail.seen, kept.tail.occurrences) == (
+        whole.tail.heading,
+        whole.tail.seen,
+        whole.tail.occurrences,
+    )
+
+
 @settings(max_examples=800, deadline=None)
 # a comment opened in the changed lines closes on the first line kept: it starts in a comment there
 @example(["- an id-less fact", ""], [["<!--"], []], ["--> text after a comment"], "\n")
@@ -416,17 +434,7 @@ def test_a_note_whose_lines_changed_between_kept_ones_parses_as_a_whole_parse_wo
         reparsed = parse(text)
         if version == 0:
             _ = reparsed.by_block_id, reparsed.marked_ids  # made here, carried on to the versions after
-        whole = _whole_parse(text)
-        assert reparsed == whole.note
-        assert reparsed.by_block_id == whole.note.by_block_id
-        assert reparsed.marked_ids == note_module.marked_ids(text)
-        kept = next(parsed for cached, parsed, _ in note_module._cache._entries if cached == text)
-        assert kept.region_open == whole.region_open
-        assert (kept.tail.heading, kept.tail.seen, kept.tail.occurrences) == (
-            whole.tail.heading,
-            whole.tail.seen,
-            whole.tail.occurrences,
-        )
+        _assert_parsed_as_a_whole_parse_would(text, reparsed)
 
 
 @settings(max_examples=500, deadline=None)
@@ -445,20 +453,12 @@ def test_an_editors_save_that_drops_lines_appended_since_it_read_parses_as_a_who
     import memvault.vault.note as note_module
 
     note_module._cache = note_module._ParseCache(4, smallest=0)
-    for middle, appended in versions:
+    for version, (middle, appended) in enumerate(versions):
         text = "".join(line + newline for line in head + middle + tail + appended)
         reparsed = parse(text)
-        whole = _whole_parse(text)
-        assert reparsed == whole.note
-        assert reparsed.by_block_id == whole.note.by_block_id
-        assert reparsed.marked_ids == note_module.marked_ids(text)
-        kept = next(parsed for cached, parsed, _ in note_module._cache._entries if cached == text)
-        assert kept.region_open == whole.region_open
-        assert (kept.tail.heading, kept.tail.seen, kept.tail.occurrences) == (
-            whole.tail.heading,
-            whole.tail.seen,
-            whole.tail.occurrences,
-        )
+        if version == 0:
+            _ = reparsed.by_block_id, reparsed.marked_ids  # made here, carried on to the versions after
+        _assert_parsed_as_a_whole_parse_would(text, reparsed)
 
 
 def test_a_save_above_a_big_note_that_dropped_its_last_appends_parses_the_changed_lines_only(monkeypatch):
