@@ -159,12 +159,12 @@ def pytest_runtest_logreport(report):
     test, engine = _test_and_engine(report.nodeid)
     if report.when == "call" and (engine is not None or "both_backends" in report.keywords):
         _engine_runs.setdefault(test, set()).add(engine or "local")
-    if report.when == "teardown" and ("opened_index", True) in report.user_properties:
-        _index_tests.add(test)
+    if report.when == "teardown" and (("opened_index", True) in report.user_properties or engine == "postgres"):
+        _index_tests.add(test)  # a postgres run opened the server's index, whatever fixture made its vault
 
 
 def pytest_terminal_summary(terminalreporter):
-    both = sum(1 for engines in _engine_runs.values() if engines == {"local", "postgres"})
+    both = sum(1 for test in _index_tests if _engine_runs.get(test) == {"local", "postgres"})
     if _engine_runs or _index_tests:
         share = f" ({100 * both / len(_index_tests):.0f}%)" if _index_tests else ""
         terminalreporter.write_line(
