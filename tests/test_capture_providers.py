@@ -51,6 +51,7 @@ def assert_nothing_curated(root, store):
     assert store.recall("Project Atlas launch").hits == ()  # ... and never in curated recall
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
 def test_a_valid_plan_is_committed_over_each_wire_protocol(tmp_path, server, provider):
     root, store, clock, script = setup(tmp_path, server, GOOD, provider=provider)
@@ -90,6 +91,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("shape", sorted(MALFORMED))
 def test_malformed_output_retries_and_never_counts_as_captured(tmp_path, server, shape):
     root, store, clock, script = setup(tmp_path, server, MALFORMED[shape])
@@ -111,6 +113,7 @@ def test_malformed_output_retries_and_never_counts_as_captured(tmp_path, server,
     store.close()
 
 
+@pytest.mark.both_backends
 def test_an_oversized_completion_is_refused_before_parsing(tmp_path, server):
     root, store, clock, _ = setup(tmp_path, server, '{"memories": [], "entities": [], "relations": []}' + " " * 262_144)
     run_once(store, clock)
@@ -119,6 +122,7 @@ def test_an_oversized_completion_is_refused_before_parsing(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_ambiguous_targets_in_reconciliation_are_refused(tmp_path, server):
     def reconcile(memories):
         return json.dumps({"decisions": [
@@ -136,6 +140,7 @@ def test_ambiguous_targets_in_reconciliation_are_refused(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_a_timeout_leaves_the_turn_pending_with_a_warning(tmp_path, server):
     root, store, clock, script = setup(
         tmp_path, server, lambda _t: Reply(200, {"message": {"content": GOOD}}, delay=3.0), timeout_ms=300
@@ -148,6 +153,7 @@ def test_a_timeout_leaves_the_turn_pending_with_a_warning(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_a_500_leaves_the_turn_pending_and_backs_off(tmp_path, server):
     root, store, clock, script = setup(tmp_path, server, lambda _t: (500, "model crashed"))
     worker = run_once(store, clock)
@@ -158,6 +164,7 @@ def test_a_500_leaves_the_turn_pending_and_backs_off(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_sixteen_failed_attempts_make_a_dead_letter(tmp_path, server):
     root, store, clock, script = setup(tmp_path, server, lambda _t: (500, "down"))
     worker = run_once(store, clock)
@@ -171,6 +178,7 @@ def test_sixteen_failed_attempts_make_a_dead_letter(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_a_missing_api_key_is_a_provider_failure_not_a_crash(tmp_path, server):
     root, store, clock, script = setup(tmp_path, server, GOOD, provider="openai")
     store.env = {}
@@ -179,6 +187,7 @@ def test_a_missing_api_key_is_a_provider_failure_not_a_crash(tmp_path, server):
     store.close()
 
 
+@pytest.mark.both_backends
 def test_the_timeout_comes_from_memvault_memory_llm_timeout_ms(tmp_path, server):
     from memvault.indexer.engine.store import MemoryStore
 
