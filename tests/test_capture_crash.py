@@ -166,6 +166,9 @@ MATRIX = [
 ]
 
 
+#: every boundary on both engines (capture.indexed writes the serving generation's projection, in
+#: .index/ or on the server, and proves it; the postgres runs replace the three server-only ones)
+@pytest.mark.both_backends
 @pytest.mark.parametrize(("boundary", "nth", "planned"), MATRIX)
 def test_killed_at_a_capture_boundary_then_restarted(model, reference, tmp_path, boundary, nth, planned):
     server, script = model
@@ -185,21 +188,6 @@ def test_killed_at_a_capture_boundary_then_restarted(model, reference, tmp_path,
         assert used == expected_calls
     else:  # killed before the plan: that run's calls are made again, never more
         assert used[0] <= expected_calls[0] + 1 and used[1] <= expected_calls[1] + 1 and used >= expected_calls
-
-
-#: on the index server: killed just before, at and just after the step that writes the serving
-#: generation's projection on the server and proves it (capture.indexed). The other boundaries
-#: touch only files and the durable intake, the same whichever backend holds the index
-SERVER_MATRIX = [
-    row for row in MATRIX if row[0] in ("capture.sidecar_written", "capture.indexed", "resolve.receipt_written")
-]
-
-
-@pytest.mark.parametrize("index_backend", ["postgres"], indirect=True)
-@pytest.mark.parametrize(("boundary", "nth", "planned"), SERVER_MATRIX)
-def test_killed_at_a_capture_boundary_on_the_index_server_then_restarted(model, reference, tmp_path, index_backend,
-                                                                        boundary, nth, planned):  # fmt: skip
-    test_killed_at_a_capture_boundary_then_restarted(model, reference, tmp_path, boundary, nth, planned)
 
 
 def test_every_capture_boundary_is_in_the_matrix():
