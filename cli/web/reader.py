@@ -261,11 +261,8 @@ class VaultReader:
         return self._status.get(fresh=fresh)
 
     def health(self):
-        from memvault.indexer.maintenance.health import check_health
-
-        if self.config.index.on_server:  # the server's rows, not `.index/`: the store's own report
-            return _HealthJson(self.store.health_report(strict=False))
-        return check_health(self.store.layout, self.config, strict=False)
+        with self._calls:
+            return _HealthJson(self.store.health_report(strict=False))  # the engine's own report
 
     def intake(self) -> dict:
         """Content-free, as `memvault inspect` is: counts, ledger health, the oldest pending age."""
@@ -401,7 +398,7 @@ def _size(path: Path) -> int:
 
 
 class _HealthJson:
-    """A health report the store already turned into JSON (a server-indexed vault's)."""
+    """A health report the store already turned into JSON."""
 
     def __init__(self, report: dict):
         self._report = report
