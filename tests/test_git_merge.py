@@ -30,12 +30,19 @@ def git_env(tmp_path, monkeypatch):
     isolate_git(tmp_path, monkeypatch)
 
 
+def index_flags() -> list[str]:
+    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
+    from tests import postgres_helpers
+
+    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
+
+
 def make_repo(tmp_path: Path, name: str = "vault", *, setup: bool = True) -> Path:
     root = tmp_path / name
     root.mkdir()
     git(root, "init", "-q")
     # the set-up runs in this process (memvault_here); the commands under test each run as a process
-    assert memvault_here(root, "init", str(root), "--mode", "lite", "--time-zone", "UTC") == 0
+    assert memvault_here(root, "init", str(root), "--mode", "lite", "--time-zone", "UTC", *index_flags()) == 0
     if not setup:
         git(root, "config", "--local", "--remove-section", "merge.memvault-note")
     git(root, "add", "-A")
@@ -76,11 +83,12 @@ def branch_and_merge(root: Path, relpath: str, base: str, ours: str, theirs: str
 # --- setup -----------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_setup_is_idempotent_and_names_what_it_did(tmp_path):
     root = tmp_path / "vault"
     root.mkdir()
     git(root, "init", "-q")
-    assert memvault(root, "init", str(root), "--time-zone", "UTC").returncode == 0
+    assert memvault(root, "init", str(root), "--time-zone", "UTC", *index_flags()).returncode == 0
     attributes = (root / ".gitattributes").read_bytes()
     assert b"daily/** merge=memvault-note" in attributes and b"graph.jsonl merge=memvault-graph" in attributes
     driver = git(root, "config", "--get", "merge.memvault-note.driver").stdout
@@ -92,6 +100,7 @@ def test_setup_is_idempotent_and_names_what_it_did(tmp_path):
     assert "Already set up" in memvault(root, "git", "setup").stdout
 
 
+@pytest.mark.both_backends
 def test_setup_never_clobbers_a_persons_own_attributes(tmp_path):
     root = make_repo(tmp_path)
     mine = "# my own rules\n*.png binary\ndaily/** merge=union\naudit/** text eol=lf\n"
@@ -105,9 +114,10 @@ def test_setup_never_clobbers_a_persons_own_attributes(tmp_path):
     assert (root / ".gitattributes").read_text() == text
 
 
+@pytest.mark.both_backends
 def test_setup_outside_a_repository_is_a_clear_refusal_and_writes_nothing(tmp_path):
     root = tmp_path / "plain"
-    assert memvault(root, "init", str(root), "--time-zone", "UTC").returncode == 0
+    assert memvault(root, "init", str(root), "--time-zone", "UTC", *index_flags()).returncode == 0
     assert (root / ".gitattributes").is_file()  # init writes them anyway: they travel with a first commit
     before = (root / ".gitattributes").read_bytes()
     done = memvault(root, "git", "setup")
@@ -121,6 +131,7 @@ def test_setup_outside_a_repository_is_a_clear_refusal_and_writes_nothing(tmp_pa
 BASE = "# 2026-11-30\n\n- 08:00 The office opens at eight. ^m-0000000001\n"
 
 
+@pytest.mark.both_backends
 def test_both_machines_appending_the_same_day_merge_cleanly_in_time_order(tmp_path):
     root = make_repo(tmp_path)
     ours = BASE + "- 09:30 Laptop: the train leaves Thursday. ^m-000000000a\n- 12:00 Same fact. ^m-00000000ff\n"
@@ -134,6 +145,7 @@ def test_both_machines_appending_the_same_day_merge_cleanly_in_time_order(tmp_pa
     assert git(root, "status", "--porcelain").stdout == ""
 
 
+@pytest.mark.both_backends
 def test_one_memory_edited_two_ways_stays_in_conflict_with_both_sides(tmp_path):
     root = make_repo(tmp_path)
     line = "- 09:00 The deploy color is blue. ^m-0000000002\n"
@@ -150,6 +162,7 @@ def test_one_memory_edited_two_ways_stays_in_conflict_with_both_sides(tmp_path):
     assert (root / "daily/2026-11-30.md").read_text() == text  # left for the person, untouched
 
 
+@pytest.mark.both_backends
 def test_a_persons_prose_merges_as_git_merges_it(tmp_path):
     root = make_repo(tmp_path)
     base = BASE + "\nSome prose a person wrote.\n\nMore prose.\n\nToday:\n\n"
@@ -161,6 +174,7 @@ def test_a_persons_prose_merges_as_git_merges_it(tmp_path):
     assert assert_one_memory_per_id_in_time_order(text) == ["m-0000000001", "m-000000000d", "m-000000000c"]
 
 
+@pytest.mark.both_backends
 def test_audit_notes_and_nested_day_notes_use_the_driver_too(tmp_path):
     root = make_repo(tmp_path)
     for relpath in ("audit/2026-11-30.md", "daily/2026/11/2026-11-30.md"):
@@ -174,6 +188,7 @@ def test_audit_notes_and_nested_day_notes_use_the_driver_too(tmp_path):
         ]
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("seed", range(6))
 def test_random_days_on_two_machines_lose_and_duplicate_nothing(tmp_path, seed):
     rng = random.Random(seed)
@@ -287,6 +302,7 @@ def lines(*items: str) -> str:
     return "".join(item + "\n" for item in items)
 
 
+@pytest.mark.both_backends
 def test_graph_edges_are_deduplicated_in_a_deterministic_order(tmp_path):
     root = make_repo(tmp_path)
     base = lines(entity("e-1", "Morgan"), entity("e-9", "Old"))
@@ -329,6 +345,7 @@ def test_graph_merge_keeps_garbage_and_huge_lines_and_is_the_same_either_way():
 # --- index.md -----------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_index_block_conflicts_take_ours_and_a_persons_text_stays_in_conflict(tmp_path):
     root = make_repo(tmp_path)
     block = "<!-- memvault:consolidate:start -->\n- counts: {n}\n<!-- memvault:consolidate:end -->\n"
@@ -353,11 +370,7 @@ def test_index_block_conflicts_take_ours_and_a_persons_text_stays_in_conflict(tm
 
 @pytest.mark.both_backends
 def test_a_conflict_left_by_git_stays_searchable_marked_and_unhealthy_until_resolved(tmp_path):
-    from tests.postgres_helpers import on_test_backend
-
     root = make_repo(tmp_path, setup=False)
-    on_test_backend(root)
-    git(root, "commit", "-qam", "on the test's backend", check=False)
     done = branch_and_merge(root, "daily/2026-11-30.md", BASE, BASE + "- 10:00 Laptop saw a heron. ^m-000000000c\n",
                             BASE + "- 09:00 Server saw a kingfisher.\n")  # fmt: skip
     assert done.returncode != 0, "the test needs git's plain merge to leave markers"
@@ -381,6 +394,7 @@ def test_a_conflict_left_by_git_stays_searchable_marked_and_unhealthy_until_reso
     assert "No note holds conflict markers" in memvault(root, "git", "resolve").stdout
 
 
+@pytest.mark.both_backends
 def test_resolve_refuses_what_is_not_a_note(tmp_path):
     root = make_repo(tmp_path)
     for name, words in (("graph.jsonl", "not a daily/ or audit/ note"), ("daily/2026-01-01.md", "does not exist"),
@@ -389,6 +403,7 @@ def test_resolve_refuses_what_is_not_a_note(tmp_path):
         assert done.returncode == 1 and words in done.stderr and "Traceback" not in done.stderr, done
 
 
+@pytest.mark.both_backends
 def test_health_names_a_clone_that_lacks_the_drivers_and_setup_fixes_it(tmp_path):
     root = make_repo(tmp_path)
     hub = tmp_path / "hub.git"
@@ -455,11 +470,17 @@ def remember_on(root: Path, text: str, at: str) -> str:
     return receipt["source"].partition("#^")[2]
 
 
+@pytest.mark.both_backends
 def test_a_merge_orders_two_machines_bullets_by_instant_across_offsets(tmp_path):
     root = tmp_path / "vault"
     root.mkdir()
     git(root, "init", "-q")
-    assert memvault(root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam").returncode == 0
+    assert (
+        memvault(
+            root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam", *index_flags()
+        ).returncode
+        == 0
+    )
     note = root / f"daily/{FOLD_DAY}.md"
     early = remember_on(root, "Both: the night shift starts.", f"{FOLD_DAY}T01:45:00+02:00")  # 23:45 UTC
     git(root, "add", "-A")
@@ -487,11 +508,17 @@ def test_a_merge_orders_two_machines_bullets_by_instant_across_offsets(tmp_path)
         assert line in text.splitlines(), f"a line changed: {line}"  # ids and texts as written
 
 
+@pytest.mark.both_backends
 def test_resolve_orders_by_instant_too_and_keeps_ties_in_place(tmp_path):
     root = tmp_path / "vault"
     root.mkdir()
     git(root, "init", "-q")
-    assert memvault(root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam").returncode == 0
+    assert (
+        memvault(
+            root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam", *index_flags()
+        ).returncode
+        == 0
+    )
     git(root, "config", "--local", "--remove-section", "merge.memvault-note")  # git's plain conflict
     relpath = f"daily/{FOLD_DAY}.md"
     base = f"# {FOLD_DAY}\n\n- 01:00 Base. ^m-00000000b0\n"
