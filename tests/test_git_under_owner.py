@@ -30,9 +30,14 @@ def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 
 
 @pytest.fixture
-def repo(tmp_path) -> Path:
+def repo(tmp_path, request) -> Path:
+    """A committed vault, on the test's index backend (a both_backends test's postgres run: init --index postgres)."""
+    from tests import postgres_helpers
+
+    postgres_helpers.set_up_the_tests_backend(request)
+    flags = ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
     root = tmp_path / "vault"
-    assert memvault_here(root, "init", str(root), "--time-zone", "UTC") == 0  # set-up: in this process
+    assert memvault_here(root, "init", str(root), "--time-zone", "UTC", *flags) == 0  # set-up: in this process
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "a new vault")
@@ -59,6 +64,7 @@ def settled_without(root: Path, relpath: str, text: str, expected: str) -> None:
     assert note.read_text() == expected, "the owner put its line back into a note git had just written"
 
 
+@pytest.mark.both_backends
 def test_stash_and_pop_under_a_running_owner_lose_nothing(repo):
     relpath, first = remember(repo, "The release train leaves on Thursday.")
     git(repo, "add", "-A")
@@ -82,6 +88,7 @@ def test_stash_and_pop_under_a_running_owner_lose_nothing(repo):
         owner.stop()
 
 
+@pytest.mark.both_backends
 def test_revert_and_branch_checkout_under_a_running_owner(repo):
     relpath, _ = remember(repo, "The day's first memory.")
     git(repo, "add", "-A")
@@ -124,6 +131,7 @@ def _commit_note(root: Path, relpath: str, text: str) -> Path:
     return note
 
 
+@pytest.mark.both_backends
 def test_a_line_git_keeps_nowhere_is_put_back_and_an_editor_save_still_repaired(repo):
     relpath = "daily/2026-11-30.md"
     note = _commit_note(repo, relpath, "# 2026-11-30\n\n- typed this morning\n")
@@ -144,6 +152,7 @@ def test_a_line_git_keeps_nowhere_is_put_back_and_an_editor_save_still_repaired(
         assert note.read_text().count(f"^{receipt.id}") == 1
 
 
+@pytest.mark.both_backends
 def test_while_git_holds_its_index_lock_the_repair_waits(repo):
     relpath = "daily/2026-11-30.md"
     note = _commit_note(repo, relpath, "# 2026-11-30\n\n")
@@ -165,6 +174,7 @@ def test_while_git_holds_its_index_lock_the_repair_waits(repo):
         assert note.read_text().count(f"^{receipt.id}") == 1
 
 
+@pytest.mark.both_backends
 def test_remember_of_a_fact_inside_an_unresolved_merge_conflict_finds_it_there(repo):
     relpath = "daily/2026-11-30.md"
     note = _commit_note(repo, relpath, "# 2026-11-30\n\n- typed this morning\n")
