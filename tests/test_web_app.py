@@ -10,9 +10,9 @@ import pytest
 
 from tests.web_helpers import InProcessServer, entity_id, write_demo_graph
 
-# Tests marked both_backends read what the index holds (recall, journal, notes' ids, status, an entity's
-# memories); the rest stay local: the guard and HTTP limits, and pages built from the files alone
-# (documents, runtime memory, the graph's entities, index.md, refused paths) never read the index.
+# Every test whose vault is served runs on both index engines (marked both_backends): the pages that
+# read the index (recall, journal, notes' ids, status, an entity's memories) and the rest alike (the
+# guard and HTTP limits, and pages built from the files) are served by an app whose store opened it.
 TOKEN = "test-token-0123456789abcdef"
 
 
@@ -44,6 +44,7 @@ def get_json(server, path):
 # --- the guard -----------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_without_the_token_nothing_is_served(served):
     for path in ("/recall", "/status.json", "/static/style.css", "/notes/daily/2026-11-16"):
         status, headers, body = served.get(path)
@@ -53,6 +54,7 @@ def test_without_the_token_nothing_is_served(served):
     assert served.get("/status.json", token="wrong-token-0123456789")[0] == 401
 
 
+@pytest.mark.both_backends
 def test_the_printed_url_sets_a_cookie_and_drops_the_token_from_the_address(served):
     status, headers, _ = served.get(f"/recall?q=blue&token={TOKEN}")
     assert status == 303
@@ -67,6 +69,7 @@ def test_the_printed_url_sets_a_cookie_and_drops_the_token_from_the_address(serv
     assert served.get("/recall", headers={"Cookie": "garbage;;;=\x7f"})[0] == 401
 
 
+@pytest.mark.both_backends
 def test_other_host_names_are_refused(served):
     for host in ("evil.example", f"evil.example:{served.port}", "127.0.0.1", f"127.0.0.1:{served.port + 1}",
                  f"192.168.1.5:{served.port}", f"localhost.evil.example:{served.port}"):  # fmt: skip
@@ -76,6 +79,7 @@ def test_other_host_names_are_refused(served):
         assert served.get("/status.json", token=TOKEN, host=host)[0] == 200, host
 
 
+@pytest.mark.both_backends
 def test_it_listens_on_loopback_only(served):
     assert served.bound.sockets[0].getsockname()[0] == "127.0.0.1"
     for sock in served.bound.sockets[1:]:
@@ -85,6 +89,7 @@ def test_it_listens_on_loopback_only(served):
         assert status == 200
 
 
+@pytest.mark.both_backends
 def test_every_answer_carries_the_strict_headers(served):
     for path in ("/recall", "/status.json", "/static/style.css", "/notes/daily/1999-01-01", "/nowhere"):
         _, headers, _ = served.get(path, token=TOKEN)
@@ -95,12 +100,14 @@ def test_every_answer_carries_the_strict_headers(served):
         assert headers["cache-control"] == "no-store"
 
 
+@pytest.mark.both_backends
 def test_no_state_change_or_model_call_over_get(served):
     assert served.get("/recall/agent?q=blue", token=TOKEN)[0] == 405
     assert served.request("POST", "/status", token=TOKEN)[0] == 405
     assert served.request("DELETE", "/recall", token=TOKEN)[0] == 405
 
 
+@pytest.mark.both_backends
 def test_a_cross_origin_post_is_refused(served):
     headers = {"Origin": "http://evil.example", "Content-Type": "application/x-www-form-urlencoded"}
     status, _, body = served.request("POST", "/recall/agent", token=TOKEN, headers=headers, body=b"q=blue")
@@ -158,6 +165,7 @@ def test_auto_mode_reports_the_gate(served):
     assert body["mode"] == "auto" and body["gate"] is not None and len(body["hits"]) <= 5
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     ("query", "names"),
     [
@@ -198,6 +206,7 @@ def test_journal_rejects_a_bad_zone(served):
     assert status == 400 and "Mars/Olympus" in body["error"]["message"]
 
 
+@pytest.mark.both_backends
 def test_agent_search_is_off_without_a_model_and_says_why(served):
     _, body = get_json(served, "/recall.json?q=blue")
     assert body["agent"]["enabled"] is False
@@ -231,6 +240,7 @@ def test_content_lists_months_with_a_calendar(served):
     assert get_json(served, "/content.json?month=2026-13")[0] == 400
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "path",
     [
@@ -248,11 +258,13 @@ def test_note_paths_outside_the_notes_are_refused(served, path):
     assert "error" in body
 
 
+@pytest.mark.both_backends
 def test_a_missing_note_is_a_404_naming_it(served):
     status, body = get_json(served, "/notes/daily/1999-01-01.json")
     assert status == 404 and "daily/1999-01-01.md does not exist" in body["error"]["message"]
 
 
+@pytest.mark.both_backends
 def test_a_symlinked_note_is_refused(served, tmp_path):
     secret = tmp_path / "secret.md"
     secret.write_text("- the secret\n")
@@ -261,6 +273,7 @@ def test_a_symlinked_note_is_refused(served, tmp_path):
     assert status in (403, 404) and "the secret" not in json.dumps(body)
 
 
+@pytest.mark.both_backends
 def test_documents_runtime_and_spaces(served):
     from memvault.vault.documents import DocumentStore
     from memvault.vault.runtime.memory import RuntimeMemory
@@ -291,6 +304,7 @@ def test_documents_runtime_and_spaces(served):
 # --- Entities --------------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_entities_group_spellings_as_index_md_does(served):
     _, body = get_json(served, "/entities.json")
     heron = next(g for g in body["groups"] if g["key"] == "heron")
@@ -301,6 +315,7 @@ def test_entities_group_spellings_as_index_md_does(served):
     assert none["groups"] == [] and none["total"] == 0
 
 
+@pytest.mark.both_backends
 def test_calendar_nodes_are_left_out_of_the_list(served):
     from memvault.vault.graph import Entity, read_graph, render_graph
 
@@ -330,11 +345,13 @@ def test_an_entity_page_has_relations_memories_and_a_drawing(served):
     assert "<svg" in html and html.count('<circle class="node') == len(body["svg"]["nodes"])
 
 
+@pytest.mark.both_backends
 def test_an_unknown_entity_is_a_404(served):
     status, body = get_json(served, "/entities/e-nope.json")
     assert status == 404 and "e-nope" in body["error"]["message"]
 
 
+@pytest.mark.both_backends
 def test_a_broken_graph_line_is_named_and_the_rest_still_shown(served):
     lines = (served.root / "graph.jsonl").read_text().count("\n")
     with open(served.root / "graph.jsonl", "a") as graph:
@@ -350,6 +367,7 @@ def test_a_broken_graph_line_is_named_and_the_rest_still_shown(served):
     assert status == 200 and f"graph.jsonl line {lines + 1}" in html.decode()
 
 
+@pytest.mark.both_backends
 def test_hostile_entity_names_are_escaped(served):
     from memvault.vault.graph import Entity, read_graph, render_graph
 
@@ -407,11 +425,13 @@ def test_a_remembered_fact_appears_without_a_restart(served):
     assert body["hits"][0]["text"] == "The web page test fact: the kettle is descaled on Sundays."
 
 
+@pytest.mark.both_backends
 def test_unknown_pages_are_404_not_tracebacks(served):
     status, _, body = served.get("/wp-admin", token=TOKEN)
     assert status == 404 and b"Traceback" not in body
 
 
+@pytest.mark.both_backends
 def test_oversized_and_odd_requests_do_not_crash_the_server(served):
     try:
         status = served.get("/recall.json?q=" + "x" * 60_000, token=TOKEN)[0]
@@ -475,6 +495,7 @@ def test_a_memory_space_and_its_notes(served):
     assert get_json(served, f"/spaces/{space.id}/notes/daily/..%2Fmemvault.json")[0] in (400, 404)
 
 
+@pytest.mark.both_backends
 def test_index_md_is_rendered_when_consolidation_wrote_it(served):
     assert get_json(served, "/index-md.json")[0] == 404
     served.store.consolidate()
@@ -526,6 +547,7 @@ def test_beside_a_running_owner_the_pages_read_through_it(fixture_vault):
         owner.wait(timeout=60)
 
 
+@pytest.mark.both_backends
 def test_a_huge_form_post_is_answered_413_not_a_reset(served):
     headers = {"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://127.0.0.1:{served.port}"}
     body = b"q=" + b"x" * (5 * 1024 * 1024)
