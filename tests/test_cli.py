@@ -58,14 +58,15 @@ def test_remember_with_explicit_time(tmp_path, index_backend):
     assert naive.exit_code == 2 and "UTC offset" in naive.output
 
 
-def test_errors_are_one_line_messages_or_json(tmp_path):
+@pytest.mark.both_backends
+def test_errors_are_one_line_messages_or_json(tmp_path, index_backend):
     missing = CliRunner().invoke(cli, ["--vault", str(tmp_path / "none"), "search", "x"])
     assert missing.exit_code == 1 and "memvault init" in missing.output and "Traceback" not in missing.output
     as_json = CliRunner().invoke(cli, ["--vault", str(tmp_path / "none"), "search", "x", "--json"])
     assert as_json.exit_code == 1
     assert json.loads(as_json.output)["error"]["code"] == "not_a_vault"
     vault = tmp_path / "v"
-    run("init", str(vault))
+    assert run("init", str(vault), *index_flags()).exit_code == 0
     secret = CliRunner().invoke(cli, ["--vault", str(vault), "remember", "pw postgres://u:supersecret1@h/db", "--json"])
     assert secret.exit_code == 1 and json.loads(secret.output)["error"]["code"] == "credential_refused"
     again = CliRunner().invoke(cli, ["init", str(vault)])
@@ -74,10 +75,13 @@ def test_errors_are_one_line_messages_or_json(tmp_path):
     assert bad_limit.exit_code == 2
 
 
-def test_validate_reports_every_problem(tmp_path):
+@pytest.mark.both_backends
+def test_validate_reports_every_problem(tmp_path, index_backend):
     vault = tmp_path / "v"
-    run("init", str(vault))
-    (vault / "memvault.json").write_text('{"memory": {"mode": "lite", "writeMode": "capture", "colour": 1}}')
+    assert run("init", str(vault), *index_flags()).exit_code == 0
+    config = json.loads((vault / "memvault.json").read_text())  # its index block (the engine) stays
+    config["memory"] = {"mode": "lite", "writeMode": "capture", "colour": 1}
+    (vault / "memvault.json").write_text(json.dumps(config))
     out = CliRunner().invoke(cli, ["--vault", str(vault), "validate"])
     assert out.exit_code == 1
     assert "capture" in out.output and "bujo" in out.output and "colour" in out.output
@@ -135,12 +139,13 @@ def test_the_thin_client_loads_no_engine_intake_or_note_code():
     assert _printed_by(probe).strip() == ""
 
 
-def test_a_lite_vault_never_loads_numpy(tmp_path):
+@pytest.mark.both_backends
+def test_a_lite_vault_never_loads_numpy(tmp_path, index_backend):
     """Lite never embeds: its searches and remembers load neither numpy nor a vector index (they
     are most of a CLI call's start-up where they are loaded)."""
     vault = tmp_path / "v"
-    assert subprocess.run([sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite"], cwd=REPO,
-                          capture_output=True).returncode == 0  # fmt: skip
+    init = [sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite", *index_flags()]
+    assert subprocess.run(init, cwd=REPO, capture_output=True).returncode == 0
     probe = (
         "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
         f"v = {str(vault)!r}; "
@@ -165,11 +170,12 @@ def test_every_command_is_registered_by_the_module_the_group_imports_for_it():
         assert command.callback.__module__ == COMMAND_MODULES[name][0], name
 
 
-def test_a_command_imports_only_its_own_module(tmp_path):
+@pytest.mark.both_backends
+def test_a_command_imports_only_its_own_module(tmp_path, index_backend):
     """`memvault search` loads neither the MCP server nor the web pages nor the archive code."""
     vault = tmp_path / "v"
-    assert subprocess.run([sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite"], cwd=REPO,
-                          capture_output=True).returncode == 0  # fmt: skip
+    init = [sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite", *index_flags()]
+    assert subprocess.run(init, cwd=REPO, capture_output=True).returncode == 0
     probe = (
         "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
         f"r = CliRunner().invoke(cli, ['--vault', {str(vault)!r}, 'search', 'anything']); "
