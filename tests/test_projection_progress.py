@@ -19,6 +19,7 @@ def admit(root, run_id: str, answer: str, completed_at: str = "2026-11-20T10:00:
     return json.loads(done.stdout)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("mode", ["lite", "journal"])
 def test_an_answer_that_would_open_a_comment_is_projected_readable_and_hides_nothing(tmp_path, mode):
     root = make_vault(tmp_path, mode=mode)
@@ -44,6 +45,7 @@ def test_an_answer_that_would_open_a_comment_is_projected_readable_and_hides_not
     assert health.returncode == 0, health.stdout + health.stderr
 
 
+@pytest.mark.both_backends
 def test_a_folder_where_the_note_goes_is_named_by_admit_health_and_remember(tmp_path):
     root = make_vault(tmp_path)
     (root / "daily" / "2026-11-20.md").mkdir(parents=True)
