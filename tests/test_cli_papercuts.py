@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import memvault
 from memvault.cli.main import cli
+from tests.postgres_helpers import on_test_backend
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -77,6 +78,8 @@ def test_a_mistyped_command_is_answered_with_the_closest_ones(new_vault):
 MCP_NAMES = ("fromDate", "throughDate", "timeZone", "{cursor}")
 
 
+# local only: each request is refused before any index is read (a server run never reaches the server); what
+# counts the local run as opening an index is `.index/journal/cursor.key`, the CLI's journal cursor key
 @pytest.mark.parametrize(
     "args, says",
     [
@@ -119,9 +122,11 @@ def test_remember_at_a_bare_date_is_the_start_of_that_day_in_the_vaults_zone(new
     assert impossible.exit_code == 2 and "does not exist in the calendar" in impossible.output
 
 
+@pytest.mark.both_backends
 def test_a_bare_date_whose_midnight_never_happened_starts_when_the_day_did(tmp_path):
     vault = tmp_path / "chile"
     ok("init", str(vault), "--mode", "lite", "--time-zone", "America/Santiago")
+    on_test_backend(vault)
     # 2026-09-06: Chile's clocks jump from 00:00 to 01:00, so the day begins at 01:00
     ok("--vault", str(vault), "remember", "Clocks went forward.", "--at", "2026-09-06")
     assert "- 01:00 Clocks went forward. ^" in (vault / "daily" / "2026-09-06.md").read_text(encoding="utf-8")
