@@ -27,7 +27,6 @@ def _as_tantivy_holds(root) -> dict:
         return other.serving_index().rows_of(NOTE)
 
 
-# The second test checks the row cache of records (a pure function of a record): it stays local.
 @pytest.mark.both_backends
 def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
     with MemoryStore.open(new_vault) as store:
@@ -70,6 +69,7 @@ def test_the_rows_known_after_each_change_are_the_rows_tantivy_holds(new_vault):
         assert len(check()) == 6
 
 
+@pytest.mark.both_backends
 def test_a_records_row_is_made_once_and_always_equals_one_made_afresh(new_vault, monkeypatch):
     from dataclasses import replace
 
