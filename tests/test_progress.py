@@ -39,6 +39,8 @@ def run_in_terminal(args: list[str]) -> str:
     return b"".join(chunks).decode()
 
 
+# local only: product difference: on the server a journal rebuild draws no embedding or vector-index phase
+# (only reading notes, then switching), though it embeds every memory, and names its generation otherwise
 def test_a_journal_rebuild_on_a_terminal_reports_every_phase_in_order(tmp_path: Path):
     vault = make_vault(tmp_path / "v", 1200, per_day=50, mode="journal")
     drawn = run_in_terminal(["--vault", str(vault), "rebuild"])
@@ -54,6 +56,8 @@ def test_a_journal_rebuild_on_a_terminal_reports_every_phase_in_order(tmp_path: 
     assert lines[-1].startswith("Rebuilt gen-") and "1200 memories from 24 files" in lines[-1]
 
 
+# local only: product difference: on the server `rebuild --json` reports the phases notes and swap only
+# (no embedding, no vectors), though it embeds every memory; it says "Rebuilt postgres-<vault>-g000001"
 def test_off_a_terminal_nothing_is_drawn_and_json_reports_the_phases(tmp_path: Path):
     vault = make_vault(tmp_path / "v", 600, per_day=50, mode="journal")
     quiet = CliRunner().invoke(cli, ["--vault", str(vault), "rebuild"], catch_exceptions=False)
