@@ -22,6 +22,7 @@ from memvault.vault.config import default_config_data, render_config
 from memvault.vault.errors import VaultLocked
 from memvault.vault.init import init_vault
 from memvault.vault.locks import LivenessFence
+from tests.postgres_helpers import on_test_backend
 
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 AMS = "Europe/Amsterdam"
@@ -42,6 +43,12 @@ def make_vault(parent: Path, name: str, memory: dict | None = None, tools: dict 
         "- 11:00 Standup moved to 10:00. ^m-standup\n"
     )
     return root
+
+
+def backend_vault(parent: Path, name: str, memory: dict | None = None, tools: dict | None = None) -> Path:
+    """`make_vault`'s vault on the test's index backend (a both_backends test's postgres run: on the server,
+    under its own name, as a test's vaults share one database)."""
+    return on_test_backend(make_vault(parent, name, memory, tools), name=name)
 
 
 def params(vault: Path) -> StdioServerParameters:
@@ -86,6 +93,7 @@ def body_of(result) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.both_backends
 def test_tools_offered_under_each_policy(tmp_path):
     policies = {
         "default": ({}, {}, ALL_TOOLS),
@@ -110,7 +118,7 @@ def test_tools_offered_under_each_policy(tmp_path):
         ),
     }
     jobs = {
-        name: (make_vault(tmp_path, f"v{i}", memory, tools), tool_names)
+        name: (backend_vault(tmp_path, f"v{i}", memory, tools), tool_names)
         for i, (name, (memory, tools, _)) in enumerate(policies.items())
     }
     broken = tmp_path / "broken"
@@ -122,11 +130,12 @@ def test_tools_offered_under_each_policy(tmp_path):
     assert listed == expected
 
 
+@pytest.mark.both_backends
 def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
     from memvault.vault.archive_export import export_vault
     from memvault.vault.archive_import import restore_archive
 
-    vault = make_vault(tmp_path, "v")
+    vault = backend_vault(tmp_path, "v")
     archive = tmp_path / "backup.tar.gz"
     export_vault(vault, archive)
     with open(vault / "daily" / "2026-09-01.md", "a") as note:  # the vault moves on after the backup
@@ -263,9 +272,10 @@ def test_a_broken_vault_gets_explicit_degraded_answers_not_a_crash(tmp_path):
     assert body_of(answers[RECALL][1])["degraded"]  # and it is still serving after all that
 
 
+@pytest.mark.both_backends
 def test_session_policy_in_process(tmp_path):
     """The same policy without a subprocess: Remember also needs a writable vault."""
-    vault = make_vault(tmp_path, "v")
+    vault = backend_vault(tmp_path, "v")
     session = VaultSession(str(vault), {}, tmp_path)
     session.prepare()
     try:
@@ -288,8 +298,9 @@ def test_session_policy_in_process(tmp_path):
     assert not os.path.exists(vault / ".locks" / "live.json")
 
 
+@pytest.mark.both_backends
 def test_sigterm_releases_the_fence(tmp_path):
-    vault = make_vault(tmp_path, "v")
+    vault = backend_vault(tmp_path, "v")
     server = subprocess.Popen(
         [MEMVAULT, "--vault", str(vault), "mcp"],
         stdin=subprocess.PIPE,
