@@ -233,14 +233,24 @@ def test_each_tool_answers_and_malformed_arguments_are_tool_errors(tmp_path):
     assert not LivenessFence(vault).is_held_elsewhere()  # released when the client closed the server
 
 
+@pytest.mark.both_backends
 def test_a_broken_vault_gets_explicit_degraded_answers_not_a_crash(tmp_path):
+    from tests import postgres_helpers
+
     invalid = tmp_path / "invalid"
     invalid.mkdir()
     (invalid / "memvault.json").write_text('{"memory": {"mode": "lite", "timeZone": "Nowhere/City"}}')
     missing = tmp_path / "no-such-vault"
-    damaged = make_vault(tmp_path, "damaged")
-    (damaged / ".index").mkdir(exist_ok=True)
-    (damaged / ".index" / "CURRENT").write_text("gen-999999\n")
+    damaged = backend_vault(tmp_path, "damaged")
+    if postgres_helpers.TEST_BACKEND == "local":  # its pointer names a generation that is not there
+        (damaged / ".index").mkdir(exist_ok=True)
+        (damaged / ".index" / "CURRENT").write_text("gen-999999\n")
+    else:  # the server's pointer names a generation whose row is gone
+        from memvault.indexer.engine.store import MemoryStore
+
+        with MemoryStore.open(damaged) as store:
+            store.rebuild()
+            postgres_helpers.break_the_serving_index(store)
 
     async def ask_everything(client):
         names = await tool_names(client)
