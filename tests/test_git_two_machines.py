@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_helpers import OwnerProcess, memvault, memvault_json, turn_json, wait_for
+from tests import engine_helpers, postgres_helpers
+from tests.engine_helpers import OwnerProcess, turn_json, wait_for
 from tests.git_helpers import git, isolate_git
 
 DAY = "2026-11-30"
@@ -32,13 +33,40 @@ def commit_all(root: Path, message: str) -> None:
     git(root, "commit", "-q", "--allow-empty", "-m", message)
 
 
+#: the environment of each machine's processes: on a both_backends test's postgres run a clone
+#: indexes into a database of its own (MEMVAULT_INDEX_DSN), as a second machine's server would: a
+#: vault on the index server has one owner, and each machine here runs its own
+MACHINES: dict[Path, dict[str, str]] = {}
+
+
+def memvault(root: Path, *args: str, input: str | None = None):
+    return engine_helpers.memvault(root, *args, input=input, env=MACHINES.get(root))
+
+
+def memvault_json(root: Path, *args: str) -> dict:
+    done = memvault(root, *args, "--json")
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout)
+
+
+def index_flags() -> list[str]:
+    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
+    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
+
+
 @pytest.fixture
-def hub_and_laptop(tmp_path) -> tuple[Path, Path]:
+def hub_and_laptop(tmp_path, request) -> tuple[Path, Path]:
+    postgres_helpers.set_up_the_tests_backend(request)
+    MACHINES.clear()
+    if postgres_helpers.TEST_BACKEND == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        for name in ("server", "other"):  # the clones' own databases
+            MACHINES[tmp_path / name] = {"MEMVAULT_INDEX_DSN": server.new_database()}
     hub, laptop = tmp_path / "hub.git", tmp_path / "laptop"
     git(tmp_path, "init", "-q", "--bare", str(hub))
     laptop.mkdir()
     git(laptop, "init", "-q")
-    assert memvault(laptop, "init", str(laptop), "--mode", "lite", "--time-zone", "UTC").returncode == 0
+    assert memvault(laptop, "init", str(laptop), "--mode", "lite", "--time-zone", "UTC", *index_flags()).returncode == 0
     commit_all(laptop, "a new vault")
     git(laptop, "remote", "add", "origin", str(hub))
     git(laptop, "push", "-q", "-u", "origin", "main")
@@ -55,7 +83,7 @@ def clone(hub: Path, where: Path, *, setup: bool = True) -> Path:
 
 def owner_on(root: Path) -> OwnerProcess:
     # no scheduled consolidation: index.md changing under a pull would stop git ("local changes")
-    return OwnerProcess(root, "watch", None, "--consolidate-every", "0").wait_serving()
+    return OwnerProcess(root, "watch", MACHINES.get(root), "--consolidate-every", "0").wait_serving()
 
 
 def remember(root: Path, text: str, clock: str) -> str:
@@ -86,6 +114,7 @@ def memories(root: Path, *, ordered: bool = True) -> list[tuple[str, str, str]]:
     return rows
 
 
+@pytest.mark.both_backends
 def test_two_machines_pull_rebase_and_replay_lose_and_duplicate_nothing(tmp_path, hub_and_laptop):
     hub, laptop = hub_and_laptop
     server = clone(hub, tmp_path / "server")
@@ -155,6 +184,7 @@ def test_two_machines_pull_rebase_and_replay_lose_and_duplicate_nothing(tmp_path
             owner.stop()
 
 
+@pytest.mark.both_backends
 def test_a_clone_without_the_drivers_keeps_the_conflict_searchable_until_resolved_by_hand(tmp_path, hub_and_laptop):
     hub, laptop = hub_and_laptop
     other = clone(hub, tmp_path / "other", setup=False)
