@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from memvault.indexer.runtime.service import RuntimeService
 from memvault.vault.config import load_config
-from tests.test_mcp import ALL_TOOLS, MEMVAULT, body_of, make_vault, params, run_all, tool_names
+from tests.test_mcp import ALL_TOOLS, MEMVAULT, backend_vault, body_of, params, run_all, tool_names
 
 WAKE, PROTOCOL = "memvault://wake", "memvault://protocol"
 FILLER = "the field team logged this observation carefully with dates places and names for later review "
@@ -35,7 +35,7 @@ def bullets(word: str, count: int, size: int) -> str:
 def runtime_vault(tmp_path, name="v", memory=None, tools=None):
     """A vault with two active spaces (long 'zebra' records, short 'okapi' ones), 16 inactive
     spaces, and documents: 3 long 'runbook' ones and 6 short 'checklist' ones."""
-    vault = make_vault(tmp_path, name, memory, tools)
+    vault = backend_vault(tmp_path, name, memory, tools)
     service = RuntimeService(vault, load_config(vault, {}))
     zebra, okapi = service.create_space("Wildlife A"), service.create_space("Wildlife B")
     for space, text in ((zebra, bullets("zebra", 8, 1500)), (okapi, bullets("okapi", 8, 300))):
@@ -49,6 +49,7 @@ def runtime_vault(tmp_path, name="v", memory=None, tools=None):
     return vault, (zebra.id, okapi.id)
 
 
+@pytest.mark.both_backends
 def test_space_recall_envelope_refinement_replay_and_turns(tmp_path):
     vault, (zebra, okapi) = runtime_vault(tmp_path)
 
@@ -143,6 +144,7 @@ def test_space_recall_envelope_refinement_replay_and_turns(tmp_path):
     assert all(set(s) == {"id", "title", "description", "active"} for s in spaces)
 
 
+@pytest.mark.both_backends
 def test_documents_runtime_memory_and_status(tmp_path):
     vault, _ = runtime_vault(tmp_path, memory={"runtime": {"memoryLimit": 256}})
 
@@ -224,9 +226,10 @@ def test_documents_runtime_memory_and_status(tmp_path):
     assert str(vault) not in status_text and "endpoint" not in status_text and "/" not in status_text
 
 
+@pytest.mark.both_backends
 def test_write_enabled_false_removes_the_write_tools_and_host_tools_are_named(tmp_path):
     read_only, _ = runtime_vault(tmp_path, "ro", memory={"runtime": {"writeEnabled": False}})
-    host = make_vault(tmp_path, "host", tools={"hostTools": {"runHistory": "HostRuns", "sessionHistory": "HostLog"}})
+    host = backend_vault(tmp_path, "host", tools={"hostTools": {"runHistory": "HostRuns", "sessionHistory": "HostLog"}})
 
     async def session(client):
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -256,8 +259,9 @@ def test_write_enabled_false_removes_the_write_tools_and_host_tools_are_named(tm
     assert "HostRuns {}" in resume["guidance"]
 
 
+@pytest.mark.both_backends
 def test_wake_and_protocol_resources_and_updated_notifications(tmp_path):
-    vault = make_vault(tmp_path, "v")
+    vault = backend_vault(tmp_path, "v")
 
     async def modern(client):
         listed = [str(r.uri) for r in (await client.list_resources()).resources]
@@ -321,9 +325,10 @@ def test_wake_and_protocol_resources_and_updated_notifications(tmp_path):
     assert anyio.run(legacy) == [1, 1, 2, 3]  # a duplicate add changes nothing, so no notification
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("routing", [True, False])
 def test_routing_guidance_switch_removes_only_the_routing_section(tmp_path, routing):
-    vault = make_vault(tmp_path, "v", memory={"runtime": {"routingGuidance": routing}})
+    vault = backend_vault(tmp_path, "v", memory={"runtime": {"routingGuidance": routing}})
 
     async def read(client):
         return (await client.read_resource(PROTOCOL)).contents[0].text, await tool_names(client)
@@ -334,6 +339,7 @@ def test_routing_guidance_switch_removes_only_the_routing_section(tmp_path, rout
     assert names == ALL_TOOLS
 
 
+@pytest.mark.both_backends
 def test_a_full_user_target_is_compacted_by_the_configured_model(tmp_path):
     """Layered capacity maintenance over MCP: the server calls the chat model (a loopback Ollama)."""
     from tests.loopback import LoopbackServer
@@ -349,7 +355,7 @@ def test_a_full_user_target_is_compacted_by_the_configured_model(tmp_path):
     with LoopbackServer() as chat:
         chat.route("/api/chat", compactor)
         llm = {"provider": "ollama", "model": "m", "endpoint": chat.url, "timeoutMs": 60_000}
-        vault = make_vault(tmp_path, "v", memory={"runtime": {"userLimit": 256}, "llm": llm})
+        vault = backend_vault(tmp_path, "v", memory={"runtime": {"userLimit": 256}, "llm": llm})
 
         async def session(client):
             receipts = []
@@ -376,6 +382,7 @@ def test_a_full_user_target_is_compacted_by_the_configured_model(tmp_path):
     assert "Profile: likes tea" in user_md and "long walks" in user_md
 
 
+@pytest.mark.both_backends
 def test_a_damaged_space_catalog_gets_clear_answers_not_a_crash(tmp_path):
     vault, _ = runtime_vault(tmp_path)
     (vault / "spaces" / "spaces.json").write_text('{"spaces": [{"id": "default"')  # truncated by hand
