@@ -5,6 +5,7 @@ server both clones' config names (tests/capture_helpers.py), counting every call
 (`.capture-intake/`, plans included) is per machine and never in git; the replay sidecar is.
 """
 
+import json
 import os
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from memvault.indexer.search.supersession import read_projection
 from memvault.indexer.services.intake_worker import IntakeWorker
 from memvault.vault.errors import UnsafePath
 from memvault.vault.replay import read_sidecar, sidecar_path
+from tests import engine_helpers, postgres_helpers
 from tests.capture_helpers import (
     EMBED_PATH,
     GOOD,
@@ -28,9 +30,9 @@ from tests.capture_helpers import (
     hash_embeddings,
     make_capture_vault,
 )
-from tests.engine_helpers import OwnerProcess, memvault_json, wait_for
+from tests.engine_helpers import OwnerProcess, wait_for
 from tests.git_helpers import git, isolate_git
-from tests.intake_helpers import Clock, store_for
+from tests.intake_helpers import Clock
 from tests.loopback import LoopbackServer
 
 ANSWER = "Morgan leads Project Atlas; the launch is on March 15."
@@ -63,8 +65,36 @@ def commit_all(root: Path, message: str) -> None:
     git(root, "commit", "-q", "--allow-empty", "-m", message)
 
 
+#: the environment of each machine's processes and stores: on a both_backends test's postgres run a
+#: clone indexes into a database of its own (MEMVAULT_INDEX_DSN), as a second machine's server would
+#: (a vault on the index server is one folder's, with one owner)
+MACHINES: dict[Path, dict[str, str]] = {}
+
+
+def memvault_json(root: Path, *args: str) -> dict:
+    done = engine_helpers.memvault(root, *args, "--json", env=MACHINES.get(root))
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout)
+
+
+def store_for(root: Path, clock):
+    """tests.intake_helpers.store_for, with the machine's environment."""
+    from memvault.indexer.engine.store import MemoryStore
+    from memvault.vault.config import load_config
+    from memvault.vault.layout import VaultLayout
+
+    return MemoryStore(VaultLayout(root), load_config(root, MACHINES.get(root, {})), clock=clock)
+
+
 @pytest.fixture
-def hub_and_laptop(tmp_path, model) -> tuple[Path, Path]:
+def hub_and_laptop(tmp_path, model, request) -> tuple[Path, Path]:
+    postgres_helpers.set_up_the_tests_backend(request)
+    MACHINES.clear()
+    if postgres_helpers.TEST_BACKEND == "postgres":
+        for name in ("server", "other"):  # the clones' own databases
+            MACHINES[tmp_path / name] = {
+                "MEMVAULT_INDEX_DSN": request.getfixturevalue("postgres_server").new_database()
+            }
     server, _ = model
     hub = tmp_path / "hub.git"
     git(tmp_path, "init", "-q", "--bare", str(hub))
@@ -96,6 +126,7 @@ def mode_of(path: Path) -> int:
     return os.lstat(path).st_mode & 0o7777
 
 
+@pytest.mark.both_backends
 def test_a_cloned_sidecar_is_narrowed_to_0600_on_its_first_read_and_a_writable_one_is_refused(tmp_path, hub_and_laptop):
     hub, laptop = hub_and_laptop
     capture(laptop)
@@ -132,6 +163,7 @@ def test_a_cloned_sidecar_is_narrowed_to_0600_on_its_first_read_and_a_writable_o
     assert daily_text(server).count("Morgan leads Project Atlas.") == 1
 
 
+@pytest.mark.both_backends
 def test_a_run_captured_on_one_machine_makes_no_model_call_and_no_conflict_on_the_other(
     tmp_path, hub_and_laptop, model
 ):
@@ -171,10 +203,11 @@ def test_a_run_captured_on_one_machine_makes_no_model_call_and_no_conflict_on_th
     assert "Friday" not in daily_text(other) and read_sidecar(other)[1] == read_sidecar(laptop)[1]
 
 
+@pytest.mark.both_backends
 def test_the_owner_reprojects_a_sidecar_a_pull_changed_without_a_rebuild(tmp_path, hub_and_laptop):
     hub, laptop = hub_and_laptop
     server = clone(hub, tmp_path / "server")
-    owner = OwnerProcess(server, "watch", None, "--consolidate-every", "0").wait_serving()
+    owner = OwnerProcess(server, "watch", MACHINES.get(server), "--consolidate-every", "0").wait_serving()
     try:
         wait_for(lambda: memvault_json(server, "health")["healthy"], what="a healthy server before the pull")
         capture(laptop)
@@ -197,13 +230,15 @@ def test_the_owner_reprojects_a_sidecar_a_pull_changed_without_a_rebuild(tmp_pat
     assert "Traceback" not in err, err
 
 
+# local only: it reads the projection from the local engine's generation folder (.index/gen-*/), not through
+# a command (which would ask the owner to rescan, and so would not show that the owner followed by itself)
 def test_the_owner_follows_a_checkout_that_changes_only_the_sidecar(tmp_path, hub_and_laptop):
     hub, laptop = hub_and_laptop
     server = clone(hub, tmp_path / "server")
     capture(laptop)
     commit_all(laptop, "the laptop's capture")
     git(laptop, "push", "-q")
-    owner = OwnerProcess(server, "watch", None, "--consolidate-every", "0").wait_serving()
+    owner = OwnerProcess(server, "watch", MACHINES.get(server), "--consolidate-every", "0").wait_serving()
     try:
         generation = wait_for(lambda: current_generation(server / ".index"), what="the server's first index")
         time.sleep(1.0)  # the owner's start-up rescan is over: only the sidecar's own event is left
