@@ -107,6 +107,7 @@ def test_a_turn_serves_recall_and_journal_and_shares_one_lookup_with_automatic_r
         assert port_is_closed(int(start.endpoint.url.split(":")[2].split("/")[0]))
 
 
+@pytest.mark.both_backends
 def test_a_queued_turn_holds_no_listener_and_the_recall_tool_off_opens_none(vault):
     before = listening_ports()
     with HostSession.open(vault, env={}) as session:
@@ -123,6 +124,7 @@ def test_a_queued_turn_holds_no_listener_and_the_recall_tool_off_opens_none(vaul
     assert listening_ports() == before
 
 
+@pytest.mark.both_backends
 def test_strangers_are_refused_by_a_turns_endpoint(vault):
     with HostSession.open(vault, env={}) as session:
         info = session.begin_turn(holds_slot=True).endpoint
@@ -135,9 +137,12 @@ def test_strangers_are_refused_by_a_turns_endpoint(vault):
         second = session.begin_turn(holds_slot=True).endpoint  # the next turn: a fresh token and port
         assert second.token != info.token
         assert port_is_closed(port)  # the turn the host never ended keeps no listener
-        assert over_mcp(second, [])["tools"] == ["MemoryRecall", "MemoryJournal"]
+        seen = over_mcp(second, [("MemoryRecall", {"query": "When does the release train leave?"})])
+        assert seen["tools"] == ["MemoryRecall", "MemoryJournal"]
+        assert seen["answers"][0][1]["hits"][0]["id"] == "m-train"  # and it serves its own caller the vault's index
 
 
+@pytest.mark.both_backends
 def test_fifty_turns_open_and_close_their_endpoints_and_leave_no_listener_behind(vault):
     before, threads = listening_ports(), threading.active_count()
     ports = []
@@ -156,6 +161,7 @@ def test_fifty_turns_open_and_close_their_endpoints_and_leave_no_listener_behind
     wait_for(lambda: threading.active_count() <= threads, what="the endpoints' threads to end")
 
 
+@pytest.mark.both_backends
 def test_an_endpoint_that_cannot_start_is_a_warning_and_automatic_recall_goes_on(vault):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -183,6 +189,7 @@ def test_a_backend_failure_mid_turn_is_a_degraded_answer_with_no_hits(vault):
         assert start.memory.auto("standup").degraded  # automatic recall says so too, and does not raise
 
 
+@pytest.mark.both_backends
 def test_the_shared_lookup_is_one_embedding_request_at_the_provider(tmp_path):
     """Counted where it costs: the embedding provider (a loopback Ollama /api/embed server) sees
     one request for a question asked by automatic recall and then by the tool, whatever its case
@@ -194,6 +201,7 @@ def test_the_shared_lookup_is_one_embedding_request_at_the_provider(tmp_path):
                                         "endpoint": server.url}  # fmt: skip
         root = tmp_path / "v"
         init_vault(root, render_config(data))
+        postgres_helpers.on_test_backend(root)
         (root / "daily" / "2026-09-01.md").write_text("# 2026-09-01\n\n" + "".join(FACTS))
 
         def asked(words: str) -> int:
