@@ -29,7 +29,19 @@ CANONICAL_PREFIXES = ("daily/", "audit/", "documents/", "spaces/")
 CANONICAL_DIRS = {".", "daily", "audit", "documents", "documents/archived", "runtime", "spaces"}
 
 
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("MEMVAULT_")}
+def env() -> dict[str, str]:
+    """The commands' environment: no MEMVAULT_* variables, and the libpq ones of a both_backends
+    test's postgres run (tests.engine_helpers.ENV, which its fixture extends)."""
+    from tests import engine_helpers
+
+    return {k: v for k, v in engine_helpers.ENV.items() if k != "PYTHONPATH"}
+
+
+def index_flags() -> list[str]:
+    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
+    from tests import postgres_helpers
+
+    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
 
 
 def run(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -39,7 +51,7 @@ def run(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Completed
         capture_output=True,
         text=True,
         cwd=str(cwd),
-        env=ENV,
+        env=env(),
         timeout=300,
         preexec_fn=lambda: os.umask(0),
     )
@@ -75,7 +87,7 @@ def run_in_one_process(cwd: Path, steps: list[tuple[str, ...]], stdin: dict[int,
         capture_output=True,
         text=True,
         cwd=str(cwd),
-        env=ENV,
+        env=env(),
         timeout=600,
         preexec_fn=lambda: os.umask(0),
     )
@@ -117,11 +129,12 @@ def wrong_modes(entries: list[tuple[str, str, int]]) -> list[tuple[str, str]]:
     return wrong
 
 
+@pytest.mark.both_backends
 @pytest.mark.slow
 def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
     vault = tmp_path / "v"
     steps = [
-        ("init", str(vault), "--mode", "journal", "--time-zone", "UTC"),
+        ("init", str(vault), "--mode", "journal", "--time-zone", "UTC", *index_flags()),
         ("--vault", str(vault), "remember", "Priya lives in Rotterdam."),
         ("--vault", str(vault), "rebuild"),
         ("--vault", str(vault), "remember", "Morgan chose blue as the deployment color."),
@@ -155,7 +168,6 @@ def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
         "documents",
         "runtime",
         ".index",
-        ".index/CURRENT",
         ".locks",
         ".capture-intake",
         "memvault.json",
@@ -163,11 +175,16 @@ def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
         ".index/journal",
     ):
         assert expected in kinds, expected
-    assert any(path.startswith(".index/gen-") and "/bm25/" in path and path.endswith(".idx") for path in kinds)
-    assert any(path.endswith("vectors/vectors.hnsw") for path in kinds)
+    from tests import postgres_helpers
+
+    if postgres_helpers.TEST_BACKEND == "local":  # the local engine's own files (the server holds rows instead)
+        assert ".index/CURRENT" in kinds
+        assert any(path.startswith(".index/gen-") and "/bm25/" in path and path.endswith(".idx") for path in kinds)
+        assert any(path.endswith("vectors/vectors.hnsw") for path in kinds)
     assert stat.S_IMODE(os.stat(tmp_path / "backup.tar.gz").st_mode) == 0o600  # a copy of every memory
 
 
+@pytest.mark.both_backends
 def test_a_bujo_owner_under_umask_000_creates_capture_and_engine_files_with_explicit_modes(tmp_path):
     """A BuJo vault served by `memvault serve` (umask 000) captures an admitted turn through a
     loopback model: the audit note, graph.jsonl, the replay sidecar, the engine's socket and
@@ -199,7 +216,7 @@ def test_a_bujo_owner_under_umask_000_creates_capture_and_engine_files_with_expl
         vault = make_capture_vault(tmp_path, server.url, embed_endpoint=server.url)
         owner = subprocess.Popen(
             [MEMVAULT, "--vault", str(vault), "serve"],
-            env=ENV,
+            env=env(),
             cwd=str(tmp_path),
             text=True,
             stdout=subprocess.PIPE,
