@@ -53,6 +53,7 @@ def test_a_live_owners_lag_marker_is_not_taken_for_a_dead_ones(tmp_path):
     assert dead_markers(index_dir) == [dead]
 
 
+@pytest.mark.both_backends
 def test_engine_stop_force_kills_a_stopped_owner_and_cleans_its_status(tmp_path):
     root = make_vault(tmp_path)
     owner = OwnerProcess(root, "serve").wait_serving()
@@ -73,6 +74,7 @@ def test_engine_stop_force_kills_a_stopped_owner_and_cleans_its_status(tmp_path)
     assert after.returncode == 0 and after.stdout.startswith("added:"), after.stderr
 
 
+@pytest.mark.both_backends
 def test_engine_stop_force_finds_a_stuck_owner_whose_status_was_deleted(tmp_path):
     root = make_vault(tmp_path)
     owner = OwnerProcess(root, "serve").wait_serving()
@@ -88,6 +90,7 @@ def test_engine_stop_force_finds_a_stuck_owner_whose_status_was_deleted(tmp_path
     assert fence_holder_pid(root) is None
 
 
+@pytest.mark.both_backends
 def test_no_second_owner_after_the_socket_and_the_locks_folder_are_deleted_together(tmp_path):
     root = make_vault(tmp_path)
     first = OwnerProcess(root, "watch").wait_serving()
@@ -257,6 +260,7 @@ def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_pat
 # --- temp files of interrupted writes --------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_a_killed_doc_create_leaves_a_temp_file_that_health_names_with_the_fix(tmp_path):
     root = make_vault(tmp_path)
     assert memvault_here(root, "rebuild") == 0  # an index, so the leftover is the only finding (in this process)
@@ -280,6 +284,7 @@ def test_a_killed_doc_create_leaves_a_temp_file_that_health_names_with_the_fix(t
     assert memvault(root, "health", "--strict").returncode == 0
 
 
+@pytest.mark.both_backends
 def test_normal_operation_leaves_no_temp_file(tmp_path):
     from datetime import datetime
     from zoneinfo import ZoneInfo
