@@ -73,6 +73,9 @@ def set_writable(root: Path, writable: bool, only: str | None = None) -> None:
         )
 
 
+# local only (not both_backends): the commands run as root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, and
+# the test server's socket sits in its pgserver-owned 0700 data folder (tests/postgres_helpers.py): a postgres
+# run's commands are refused the connection ("Permission denied" on .s.PGSQL.5432) before any vault file
 @pytest.fixture()
 def vault(tmp_path):
     _probe(tmp_path)
