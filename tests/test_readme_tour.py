@@ -20,10 +20,17 @@ def tour_blocks() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.both_backends
 def test_the_readme_tour_runs_as_written(tmp_path):
+    from tests import postgres_helpers
+
     blocks = tour_blocks()
     assert len(blocks) == 2 and "memvault watch &" in blocks[1]
     script = "\n".join(blocks).replace("source .venv/bin/activate\n", "")
+    if postgres_helpers.TEST_BACKEND == "postgres":  # the same tour with its index on the server (PG* variables)
+        init = "memvault init ~/notes/agent-memory --time-zone Europe/Amsterdam\n"
+        assert init in script
+        script = script.replace(init, init.replace("\n", " --index postgres\n"))
     # wait for the owner the way a person would (by looking), not by racing it
     script = script.replace(
         "memvault engine status ",
