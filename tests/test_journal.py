@@ -38,10 +38,9 @@ SPEC_TEXT_MAX_BYTES = 2 * 1024
 
 AMS = "Europe/Amsterdam"
 
-# Tests marked both_backends read the journal's rows and coverage from the index. The others stay local:
-# ranges and arguments are checked before any read, the cursors (HMAC, expiry, races, snapshot files)
-# work on the snapshot memvault already took, and the other conflicted-note zones repeat the rows path
-# the marked tests cover.
+# Tests marked both_backends read the journal's rows and coverage from the index, or page through
+# the snapshot memvault took of them. The others stay local: ranges and arguments are checked before
+# any read, and a plain source callable stands in for the index.
 
 
 def make_vault(tmp_path: Path, zone: str = AMS) -> Path:
@@ -257,6 +256,7 @@ def test_a_note_that_cannot_be_read_makes_coverage_incomplete(tmp_path):
 CONFLICTED = "# {day}\n\n<<<<<<< HEAD\n- 09:00 ours ^c1\n=======\n- 09:00 theirs ^c2\n>>>>>>> branch\n"
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("zone", [AMS, "UTC", "America/New_York", "Asia/Tokyo"])
 def test_a_conflicted_note_two_days_outside_the_range_leaves_it_complete(tmp_path, zone):
     # the scan reads notes two days either side (zones differ by up to 26 h), but a note two days
@@ -281,7 +281,8 @@ def test_a_conflicted_note_one_day_outside_still_makes_the_range_incomplete(tmp_
     assert body["coverage"]["complete"] is False and body["coverage"]["incompleteNotes"] == ["2026-09-11"]
 
 
-# local only: it breaks the local engine's index files to make the backend fail
+# local only: product difference: the serving generation broken under an open store, the journal is
+# unavailable locally, but the server's still serves its entries (coverage complete; recall finds none)
 def test_backend_failure_is_the_generic_journal_unavailable(tmp_path):
     def broken(_paths):
         raise OSError(5, "Input/output error", "/home/someone/private/vault/.index/gen-000001")
@@ -402,6 +403,7 @@ def test_cursor_pages_through_the_frozen_snapshot_exactly_once(forty):
     assert fresh.page["snapshotEntries"] == 41
 
 
+@pytest.mark.both_backends
 def test_tampered_foreign_and_replayed_cursors_are_refused(forty):
     service = forty.journal_service()
     first = service.query(FIRST)
@@ -432,6 +434,7 @@ def test_tampered_foreign_and_replayed_cursors_are_refused(forty):
     assert service.query({"cursor": second.cursor}).page["offset"] == 20
 
 
+@pytest.mark.both_backends
 def test_continuation_takes_only_the_cursor(forty):
     service = forty.journal_service()
     token = service.query(FIRST).cursor
@@ -445,6 +448,7 @@ def test_continuation_takes_only_the_cursor(forty):
     assert service.query({"cursor": token, "limit": None}).page["offset"] == 10  # null means absent
 
 
+@pytest.mark.both_backends
 def test_at_most_four_snapshots_and_they_expire(forty):
     now = [1_000_000.0]
     service = JournalService(forty.journal_scan, snapshots=MemorySnapshots(clock=lambda: now[0]))
@@ -458,6 +462,7 @@ def test_at_most_four_snapshots_and_they_expire(forty):
         service.query({"cursor": tokens[3]})
 
 
+@pytest.mark.both_backends
 def test_racing_continuations_of_one_cursor_serve_it_once(forty):
     service = forty.journal_service()
     token = service.query(FIRST).cursor
@@ -477,6 +482,7 @@ def test_racing_continuations_of_one_cursor_serve_it_once(forty):
     assert sorted(outcomes, key=str) == [10] + ["refused"] * 7
 
 
+@pytest.mark.both_backends
 def test_file_snapshots_continue_across_processes_and_stay_private(forty):
     root = forty.layout.root
     first = forty.journal_service(persistent=True).query(FIRST)
@@ -515,6 +521,7 @@ def test_cli_journal_pages_with_a_cursor_between_calls(forty):
     assert json.loads(vault_zone.output)["range"]["timeZone"] == AMS
 
 
+@pytest.mark.both_backends
 def test_cli_on_a_vault_that_cannot_keep_snapshots_says_so(forty, monkeypatch):
     import memvault.indexer.journal.cursor as journal_cursor
 
