@@ -474,6 +474,7 @@ def test_the_gitleaks_families_stay_linear_on_hostile_runs(hostile: str) -> None
     assert result is None or isinstance(result, str)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "secret", [HF_WITH_DIGITS, DIGITALOCEAN, SHOPIFY], ids=["huggingface", "digitalocean", "shopify"]
 )
