@@ -2,6 +2,9 @@
 server (memvault_generations.replay), written before the generation is switched in and read by
 recall's supersession filter, MemoryJournal and health, on the owner and on connected clients."""
 
+# server only (not both_backends): these tests read and change the server engine's own rows
+# (memvault_generations.replay) on a database of their own; no local run of them could check anything
+
 import hashlib
 import json
 
