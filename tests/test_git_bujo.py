@@ -122,6 +122,27 @@ def capture(root: Path, run_id: str = "run-1", *, answer: str = ANSWER, text: st
         return worker
 
 
+def served_projection(root: Path) -> bytes | None:
+    """The replay projection the serving index holds, read directly (a CLI command would ask the
+    owner to rescan): the local engine's generation file, or the serving generation's row on the
+    machine's server database; b"" while an index serves without one, None before any index."""
+    if postgres_helpers.TEST_BACKEND == "local":
+        generation = current_generation(root / ".index")
+        if generation is None:
+            return None
+        found = read_projection(generation)
+        return b"" if found is None else found[1]
+    import psycopg
+
+    name = json.loads((root / "memvault.json").read_text())["index"]["name"]
+    with psycopg.connect(MACHINES[root]["MEMVAULT_INDEX_DSN"], autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('memvault_vaults') IS NULL").fetchone()[0]:
+            return None
+        row = conn.execute("SELECT g.replay FROM memvault_generations g JOIN memvault_vaults v ON v.name = g.vault "
+                           "AND g.generation = v.serving WHERE v.name = %s", (name,)).fetchone()  # fmt: skip
+    return None if row is None else b"" if row[0] is None else bytes(row[0])
+
+
 def mode_of(path: Path) -> int:
     return os.lstat(path).st_mode & 0o7777
 
@@ -230,8 +251,7 @@ def test_the_owner_reprojects_a_sidecar_a_pull_changed_without_a_rebuild(tmp_pat
     assert "Traceback" not in err, err
 
 
-# local only: it reads the projection from the local engine's generation folder (.index/gen-*/), not through
-# a command (which would ask the owner to rescan, and so would not show that the owner followed by itself)
+@pytest.mark.both_backends
 def test_the_owner_follows_a_checkout_that_changes_only_the_sidecar(tmp_path, hub_and_laptop):
     hub, laptop = hub_and_laptop
     server = clone(hub, tmp_path / "server")
@@ -240,15 +260,14 @@ def test_the_owner_follows_a_checkout_that_changes_only_the_sidecar(tmp_path, hu
     git(laptop, "push", "-q")
     owner = OwnerProcess(server, "watch", MACHINES.get(server), "--consolidate-every", "0").wait_serving()
     try:
-        generation = wait_for(lambda: current_generation(server / ".index"), what="the server's first index")
+        wait_for(lambda: served_projection(server) is not None, what="the server's first index")
         time.sleep(1.0)  # the owner's start-up rescan is over: only the sidecar's own event is left
         git(server, "fetch", "-q")
         git(server, "checkout", "origin/main", "--", ".replay-projection-v1.json")  # no note changes
         published = read_sidecar(laptop)[1]
 
-        def projected() -> bool:  # the file itself: a CLI command would ask the owner to rescan
-            found = read_projection(current_generation(server / ".index") or generation)
-            return found is not None and found[1] == published
+        def projected() -> bool:  # the index itself: a CLI command would ask the owner to rescan
+            return served_projection(server) == published
 
         wait_for(projected, what="the owner to project a sidecar no note event came with")
         report = memvault_json(server, "health", "--strict")
