@@ -15,6 +15,7 @@ from memvault.indexer.engine.client import find_owner
 from memvault.vault.locks import LivenessFence
 from tests.engine_helpers import OwnerProcess, memvault, memvault_json, pending_count, turn_json, wait_for
 from tests.intake_helpers import admit, make_vault
+from tests.postgres_helpers import on_test_backend
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +27,12 @@ def daily_text(root) -> str:
 # --- (1) owners drain the intake ---------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_readme_tour_watch_then_admit_then_search_finds_the_turn(tmp_path):
     """The README's sequence, as a new user types it: init, `watch &`, admit, search."""
     root = tmp_path / "w"
     assert memvault(root, "init", str(root)).returncode == 0  # the default tier: journal
+    on_test_backend(root)  # a both_backends test's postgres run: its index on the server
     owner = OwnerProcess(root, "watch").wait_serving()
     try:
         admitted = memvault(
@@ -45,6 +48,7 @@ def test_readme_tour_watch_then_admit_then_search_finds_the_turn(tmp_path):
     assert owner.proc.returncode == 0, err
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("command", ["watch", "mcp"])
 def test_owner_drains_turns_admitted_by_other_processes(tmp_path, command):
     """Through the socket (`memvault admit`) and behind its back (a process that writes the
@@ -69,6 +73,7 @@ def test_owner_drains_turns_admitted_by_other_processes(tmp_path, command):
         owner.stop()
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("boundary", ["project.note_written", "project.indexed"])
 def test_sigkill_of_the_owner_mid_drain_loses_and_duplicates_nothing(tmp_path, boundary):
     root = make_vault(tmp_path, mode="journal")
@@ -95,6 +100,7 @@ def test_sigkill_of_the_owner_mid_drain_loses_and_duplicates_nothing(tmp_path, b
 # --- (2) ownership ----------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_two_owners_never_run_even_after_the_locks_folder_is_deleted(tmp_path):
     root = make_vault(tmp_path)
     archive = tmp_path / "backup.tar.gz"
@@ -151,6 +157,7 @@ def mcp_remember(server: OwnerProcess, text: str) -> dict:
     return replies[1]["result"]["structuredContent"]
 
 
+@pytest.mark.both_backends
 def test_a_crashed_owner_is_recovered_by_the_next_process(tmp_path):
     root = make_vault(tmp_path)
     crashed = OwnerProcess(root, "serve").wait_serving()
@@ -185,6 +192,7 @@ def test_a_silent_owner_is_reported_as_stuck_and_no_client_writes_beside_it(tmp_
     assert "The stork is stuck." not in daily_text(root)
 
 
+@pytest.mark.both_backends
 def test_the_socket_is_private_and_hostile_requests_are_answered_not_fatal(tmp_path):
     root = make_vault(tmp_path)
     owner = OwnerProcess(root, "serve").wait_serving()
@@ -224,10 +232,17 @@ def test_the_socket_is_private_and_hostile_requests_are_answered_not_fatal(tmp_p
 # --- client results equal in-process results ------------------------------------------------------------
 
 
-def test_client_results_equal_in_process_results(tmp_path):
+@pytest.mark.both_backends
+def test_client_results_equal_in_process_results(tmp_path, request):
     """The same commands on two identical vaults, one with an owner and one without."""
+    from tests import postgres_helpers
+
     local = make_vault(tmp_path, mode="journal", name="local")
     served = make_vault(tmp_path, mode="journal", name="served")
+    if postgres_helpers.TEST_BACKEND == "postgres":  # identical on the server too: one name, each its own database
+        on_test_backend(local, name="test-v")
+        other = request.getfixturevalue("postgres_server").new_database()
+        postgres_helpers.on_server_database(served, other, "test-v")
     owner = OwnerProcess(served, "serve").wait_serving()
     try:
         for run_id, answer in (("a", "Deployed 2.4 to staging."), ("a", "Deployed 2.4 to staging."), ("a", "Other.")):
@@ -285,6 +300,7 @@ def _no_cursor(body):
 # --- health reports what waits ---------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_health_reports_turns_that_wait_for_a_process_that_never_comes(tmp_path):
     root = make_vault(tmp_path)
     assert memvault(root, "rebuild").returncode == 0  # an index, so the intake is the only finding
@@ -302,6 +318,7 @@ def test_health_reports_turns_that_wait_for_a_process_that_never_comes(tmp_path)
     assert "waiting_intake" not in memvault(fresh, "health", "--json").stdout  # a turn seconds old waits for no one
 
 
+@pytest.mark.both_backends
 def test_health_is_an_error_when_a_live_owner_leaves_old_turns_undrained(tmp_path):
     from memvault.indexer.engine.owner import Owner
     from memvault.indexer.engine.store import MemoryStore
@@ -320,6 +337,7 @@ def test_health_is_an_error_when_a_live_owner_leaves_old_turns_undrained(tmp_pat
         store.close()
 
 
+@pytest.mark.both_backends
 def test_health_through_an_owner_whose_worker_is_not_running_says_so(tmp_path):
     from memvault.indexer.engine.owner import Owner
     from memvault.indexer.engine.store import MemoryStore
@@ -337,6 +355,7 @@ def test_health_through_an_owner_whose_worker_is_not_running_says_so(tmp_path):
         store.close()
 
 
+@pytest.mark.both_backends
 def test_a_python_host_that_starts_the_intake_is_the_owner(tmp_path):
     from memvault import MemoryStore
 
@@ -353,6 +372,7 @@ def test_a_python_host_that_starts_the_intake_is_the_owner(tmp_path):
     assert find_owner(root) is None and not socket_path(root).exists()
 
 
+@pytest.mark.both_backends
 def test_version_mismatch_is_named(tmp_path):
     root = make_vault(tmp_path)
     owner = OwnerProcess(root, "serve").wait_serving()
@@ -386,6 +406,7 @@ print("HEAVY:" + ",".join(sorted({m.split(".")[0] for m in sys.modules} & set(%r
 """
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "command",
     [
