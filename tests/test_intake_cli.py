@@ -27,6 +27,7 @@ def root(tmp_path):
     return make_vault(tmp_path)
 
 
+@pytest.mark.both_backends
 def test_admit_projects_at_once_and_answers_in_json(root):
     out = run("--vault", str(root), "admit", input=turn())
     assert out.exit_code == 0, out.output
@@ -77,6 +78,7 @@ def test_admit_outside_a_vault_is_a_json_error(tmp_path):
     assert out.exit_code == 1 and json.loads(out.output)["error"]["code"] == "not_a_vault"
 
 
+@pytest.mark.both_backends
 def test_inspect_shows_states_and_counts_but_never_content(root):
     run("--vault", str(root), "admit", input=turn())
     poison = b"# 2026-12-01\n\n- \xff\n"
@@ -140,6 +142,7 @@ def test_retry_is_refused_while_a_live_process_holds_the_vault(root):
         holder.communicate("\n", timeout=10)
 
 
+@pytest.mark.both_backends
 def test_admit_as_a_real_process(root):
     done = subprocess.run(
         [sys.executable, "-m", "memvault", "--vault", str(root), "admit"],

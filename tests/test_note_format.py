@@ -243,6 +243,7 @@ def test_open_region_at_end_is_named_with_its_line():
     assert parse("- a\n```\ncode\n```\n<<<<<<< a\n=======\n>>>>>>> b\n").open_at_end is None
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("fact", ["<!--", "before <!-- after", "%% aside", "a <!-- b --> c <!--"])
 def test_a_fact_that_would_open_a_comment_is_refused_and_nothing_is_written(tmp_path, fact):
     """ "<!--" parses as its own bullet but opens a comment that hides every later line of the
@@ -253,10 +254,11 @@ def test_a_fact_that_would_open_a_comment_is_refused_and_nothing_is_written(tmp_
     from memvault.vault.errors import InvalidRecord
     from memvault.vault.init import init_vault
     from memvault.vault.note_append import NewBullet, NoteNotWritable, append_bullets_once
+    from tests.postgres_helpers import on_test_backend
 
     root = tmp_path / "v"
     init_vault(root, render_config(default_config_data(mode="lite", time_zone="UTC")))
-    with MemoryStore.open(root) as store:
+    with MemoryStore.open(on_test_backend(root)) as store:
         with pytest.raises(InvalidRecord, match="would start an unclosed .* comment .*nothing was written"):
             store.remember(fact)
         kept = store.remember("a <!-- balanced --> comment stays a fact")

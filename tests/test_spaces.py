@@ -15,6 +15,7 @@ from memvault.indexer.results import RecallHit
 from memvault.indexer.runtime.recall import _verify_in_files, fuse, recall_spaces, write_to_space
 from memvault.vault.errors import InvalidRecord, UnsafePath
 from memvault.vault.spaces import MODEL_CATALOG_LIMIT, SpaceCatalog
+from tests.postgres_helpers import on_test_backend
 
 REPO = Path(__file__).resolve().parent.parent
 AT = datetime(2026, 3, 1, tzinfo=UTC)
@@ -23,6 +24,13 @@ AT = datetime(2026, 3, 1, tzinfo=UTC)
 @pytest.fixture
 def catalog(tmp_path):
     return SpaceCatalog(tmp_path / "spaces")
+
+
+def on_backend(catalog: SpaceCatalog, *spaces):
+    """Spaces' vaults on a both_backends test's engine (each its own vault on the server)."""
+    for space in spaces:
+        on_test_backend(catalog.path_of(space.id), f"space-{space.id}")
+    return spaces
 
 
 def test_the_first_space_is_default_and_later_ids_are_generated(catalog):
@@ -62,9 +70,9 @@ def test_the_model_facing_catalog_is_capped_at_16_active_first(catalog):
     assert len(catalog.list()) == 20
 
 
+@pytest.mark.both_backends
 def test_writing_to_an_inactive_space_activates_it(catalog):
-    catalog.create("Work")
-    dormant = catalog.create("Dormant", active=False)
+    _, dormant = on_backend(catalog, catalog.create("Work"), catalog.create("Dormant", active=False))
     assert dormant.id not in [s.id for s in catalog.eligible()]
     write = write_to_space(catalog, dormant.id, "Morgan chose blue as the deployment color.")
     assert write.status == "added" and write.id.startswith("m-")
@@ -74,8 +82,9 @@ def test_writing_to_an_inactive_space_activates_it(catalog):
     assert again.status == "duplicate" and again.id == write.id  # verified by recall as well
 
 
+@pytest.mark.both_backends
 def test_a_write_that_is_not_in_the_files_fails_verification(catalog):
-    catalog.create("Work")
+    on_backend(catalog, catalog.create("Work"))
     write = write_to_space(catalog, "default", "A fact.")
     root = catalog.path_of("default")
     with pytest.raises(InvalidRecord, match="could not be verified"):
@@ -183,8 +192,9 @@ def test_fuse_normalises_per_space_drops_weak_hits_and_dedupes_content():
     assert fuse({"default": [hit("m-x", "x", 0.01)]})[0].quality == 1.0  # any score scale works
 
 
+@pytest.mark.both_backends
 def test_recall_runs_over_the_granted_spaces_and_reports_broken_ones(catalog):
-    work, infra = catalog.create("Work"), catalog.create("Infra")
+    work, infra = on_backend(catalog, catalog.create("Work"), catalog.create("Infra"))
     write_to_space(catalog, work.id, "The deployment color is blue.")
     write_to_space(catalog, infra.id, "The staging database runs on port 5433.")
     write_to_space(catalog, infra.id, "The deployment pipeline uses blue-green switching.")

@@ -25,6 +25,7 @@ from tests.capture_helpers import EMBED_PATH, OLLAMA_PATH, hash_embeddings, make
 from tests.intake_helpers import make_vault as intake_vault
 from tests.intake_helpers import store_for
 from tests.loopback import LoopbackServer
+from tests.postgres_helpers import on_test_backend
 
 ZONE = "Europe/Amsterdam"
 
@@ -42,12 +43,13 @@ def lite_vault(tmp_path: Path, **runtime) -> Path:
         data["memory"]["runtime"] = runtime
     root = tmp_path / "v"
     init_vault(root, render_config(data))
-    return root
+    return on_test_backend(root)  # a both_backends test's postgres run: the index on the server
 
 
 # --- MemoryJournal: "A complete empty range is successful with noData: true" ---------------------
 
 
+@pytest.mark.both_backends
 def test_an_empty_range_whose_scan_is_incomplete_is_not_no_data(tmp_path):
     root = lite_vault(tmp_path)
     (root / "daily" / "2026-09-02.md").write_bytes(b"# 2026-09-02\n\n- 09:00 broken \xff\xfe bytes\n")
@@ -61,6 +63,7 @@ def test_an_empty_range_whose_scan_is_incomplete_is_not_no_data(tmp_path):
 # --- MemoryJournal: "each page caps at 25 entries/8 KiB" -----------------------------------------
 
 
+@pytest.mark.both_backends
 def test_a_journal_page_fills_up_to_8_kib_and_no_further(tmp_path):
     root = lite_vault(tmp_path)
     # as JSON an entry here is its text plus 153 bytes. Page 1: four of 2,000 bytes and one of 192,
@@ -150,6 +153,7 @@ def test_a_normal_stop_waits_10_seconds_for_stuck_work_then_aborts_and_keeps_it_
 # --- index.md: "a 10,000-row safety ceiling" ----------------------------------------------------
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("rows, complete", [(10_000, True), (10_001, False)])
 def test_the_index_md_graph_scan_stops_at_10_000_rows(tmp_path, rows, complete):
     with LoopbackServer() as server:
@@ -190,6 +194,7 @@ def _chat(_body):
     return 200, {"model": "m", "message": {"role": "assistant", "content": json.dumps({"done": True})}, "done": True}
 
 
+# local only: it opens no index (its vault's .index/ holds only the host session's activity file)
 def test_the_idle_review_waits_30_seconds_by_default(tmp_path):
     with LoopbackServer() as server:
         server.route("/api/chat", _chat)
@@ -199,6 +204,7 @@ def test_the_idle_review_waits_30_seconds_by_default(tmp_path):
     assert end.admitted and end.review_in_ms == 30_000
 
 
+# local only: it opens no index (its vault's .index/ holds only the host session's activity file)
 def test_the_next_review_waits_5_minutes_after_the_last_attempt_by_default(tmp_path):
     now = [1_000_000.0]
     with LoopbackServer() as server:
