@@ -37,6 +37,7 @@ def drain(store):
     assert report.drained
 
 
+@pytest.mark.both_backends
 def test_lite_projects_to_daily_on_the_local_date_and_is_searchable_at_once(tmp_path):
     root = make_vault(tmp_path)
     late = datetime(2026, 11, 30, 23, 30, tzinfo=UTC)  # 00:30 on Dec 1 in Amsterdam
@@ -68,6 +69,7 @@ def test_bujo_projects_raw_audit_outside_curated_recall(tmp_path):
     assert state_of(root, "run-1")["state"] == "resolved"
 
 
+@pytest.mark.both_backends
 def test_journal_projects_by_content_identity_and_repeats_converge(tmp_path):
     from memvault.vault.ids import memory_id
 
@@ -84,6 +86,7 @@ def test_journal_projects_by_content_identity_and_repeats_converge(tmp_path):
         assert state_of(root, run)["projection"] == f"daily/2026-11-30.md#^{memory_id(ANSWER)}"
 
 
+@pytest.mark.both_backends
 def test_journal_turns_projected_together_fail_only_where_their_own_note_fails(tmp_path):
     """Due Journal turns are projected in one write per daily note; a note that cannot take a
     line fails its own turns (backed off, counted), never the other day's."""
@@ -149,6 +152,7 @@ def test_admissions_go_on_while_a_batch_is_resolved_outside_its_ledger_step(tmp_
     assert Ledger(IntakeDirs(root), create=False).report().entries == 4
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("boundary", ["resolve.shard_torn", "resolve.shard_appended"])
 def test_an_admission_to_the_shard_a_live_resolver_is_appending_to_leaves_it_alone(tmp_path, boundary):
     """The worker (holding the liveness fence) appends a batch's ledger entries without the intake
@@ -198,6 +202,7 @@ def test_an_admission_to_the_shard_a_live_resolver_is_appending_to_leaves_it_alo
     assert (state_of(root, same_shard)["state"], state_of(root, "batch-0")["state"]) == ("resolved", "resolved")
 
 
+@pytest.mark.both_backends
 def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured(tmp_path):
     root = make_vault(tmp_path, mode="bujo", write_mode="capture")
     with store_for(root) as store:
@@ -215,6 +220,7 @@ def test_capture_mode_projects_audit_and_waits_for_capture_never_marked_captured
     ]
 
 
+@pytest.mark.both_backends
 def test_a_replay_finds_its_bullet_and_does_not_write_it_twice(tmp_path):
     root = make_vault(tmp_path)
     with store_for(root) as store:
@@ -255,6 +261,7 @@ def test_failed_attempts_back_off_then_dead_letter_after_16(tmp_path):
     assert clock.now - START > timedelta(hours=24)
 
 
+@pytest.mark.both_backends
 def test_retry_revives_dead_letters_and_makes_delayed_work_due(tmp_path):
     root = make_vault(tmp_path)
     (root / "daily/2026-11-30.md").write_bytes(POISON)
@@ -327,6 +334,7 @@ sys.stdin.readline()
 """
 
 
+@pytest.mark.both_backends
 def test_retry_resolve_and_a_second_worker_are_refused_while_a_live_process_holds_the_vault(tmp_path):
     root = make_vault(tmp_path)
     store = store_for(root)
@@ -349,6 +357,7 @@ def test_retry_resolve_and_a_second_worker_are_refused_while_a_live_process_hold
     assert state_of(root, "run-1")["state"] == "resolved"
 
 
+@pytest.mark.both_backends
 def test_stop_drains_for_the_deadline_then_aborts_and_the_record_stays_pending(tmp_path):
     root = make_vault(tmp_path)
     store = store_for(root)
@@ -378,6 +387,7 @@ def test_stop_drains_for_the_deadline_then_aborts_and_the_record_stays_pending(t
     assert state_of(root, "run-1")["state"] == "resolved"
 
 
+@pytest.mark.both_backends
 def test_transition_notifications_never_roll_back_the_durable_state(tmp_path):
     root = make_vault(tmp_path)
     seen = []
