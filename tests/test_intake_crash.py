@@ -102,6 +102,7 @@ CHAINS = {
 }
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("chain", sorted(CHAINS))
 def test_killed_at_each_boundary_then_restarted(new_vault, chain):
     for step, (boundary, nth) in enumerate(CHAINS[chain]):
@@ -126,15 +127,18 @@ TOGETHER = [
 ]
 
 
+@pytest.mark.both_backends
 def test_a_batch_resolved_together_killed_at_each_boundary_then_restarted(tmp_path):
     """A Journal vault: the worker projects the turns due together in one write and resolves them
     together. Each step kills it at one boundary, the next start recovers it while new turns
     arrive, and in the end every turn is in the notes once, resolved, and committed once."""
     from memvault.vault.config import default_config_data, render_config
     from memvault.vault.init import init_vault
+    from tests.postgres_helpers import on_test_backend
 
     vault = tmp_path / "journal"
     init_vault(vault, render_config(default_config_data(mode="journal", time_zone="Europe/Amsterdam")))
+    on_test_backend(vault)  # a both_backends test's postgres run: the index on the server
     for step, (boundary, nth) in enumerate(TOGETHER):
         killed = drive(vault, "--offset", str(step * RUNS), "--crash", boundary, "--nth", str(nth), "--together")
         assert killed.returncode == -signal.SIGKILL, f"boundary {boundary} never reached: {killed.stderr[-2000:]}"
@@ -146,6 +150,7 @@ def test_a_batch_resolved_together_killed_at_each_boundary_then_restarted(tmp_pa
     assert_consistent(vault, total, projected=False)
 
 
+@pytest.mark.both_backends
 def test_killed_while_dead_lettering_then_retried(new_vault):
     killed = drive(new_vault, "--runs", "1", "--poison", "--fast-clock", "--crash", "dead.rewritten")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -169,6 +174,7 @@ def test_killed_while_dead_lettering_then_retried(new_vault):
     assert_consistent(new_vault)
 
 
+@pytest.mark.both_backends
 def test_operator_resolve_killed_then_finished(new_vault):
     drive_here(new_vault, "--runs", "2", "--poison", "--fast-clock")  # two dead letters
     killed = drive(new_vault, "--op", "resolve", "--crash", "resolve.shard_appended", "--nth", "2")
