@@ -129,6 +129,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 _engine_runs: dict[str, set[str]] = {}
+#: tests marked one_engine("why"): they open an index on one engine only, and say why
+_one_engine: set[str] = set()
 #: tests (engine parameter left out) that opened an index: a vault of theirs reached the server,
 #: or got an `.index/` folder on this machine
 _index_tests: set[str] = set()
@@ -159,8 +161,16 @@ def pytest_runtest_logreport(report):
     test, engine = _test_and_engine(report.nodeid)
     if report.when == "call" and (engine is not None or "both_backends" in report.keywords):
         _engine_runs.setdefault(test, set()).add(engine or "local")
+    if "one_engine" in report.keywords:
+        _one_engine.add(test)
     if report.when == "teardown" and (("opened_index", True) in report.user_properties or engine == "postgres"):
         _index_tests.add(test)  # a postgres run opened the server's index, whatever fixture made its vault
+
+
+def _unexplained() -> list[str]:
+    """Index tests that ran on one engine without a one_engine("why") marker."""
+    both = {"local", "postgres"}
+    return sorted(t for t in _index_tests if _engine_runs.get(t) != both and t not in _one_engine)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -171,3 +181,11 @@ def pytest_terminal_summary(terminalreporter):
             f"index engines: {both} of {len(_index_tests)} tests that open an index ran on both engines{share} "
             "(local Tantivy + hnswlib, and PostgreSQL + pgvector)"
         )
+    unexplained = _unexplained()
+    if unexplained:
+        terminalreporter.write_line(
+            f"index engines: {len(unexplained)} tests opened an index on one engine without saying why: mark each "
+            'both_backends, or one_engine("why") when it is about one engine\'s own internals:'
+        )
+        for test in unexplained[:50]:
+            terminalreporter.write_line(f"  {test}")
