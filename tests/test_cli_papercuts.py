@@ -80,6 +80,7 @@ MCP_NAMES = ("fromDate", "throughDate", "timeZone", "{cursor}")
 
 # local only: each request is refused before any index is read (a server run never reaches the server); what
 # counts the local run as opening an index is `.index/journal/cursor.key`, the CLI's journal cursor key
+@pytest.mark.one_engine("refused before any index is read; locally only the CLI's journal cursor key is written")
 @pytest.mark.parametrize(
     "args, says",
     [
