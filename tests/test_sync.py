@@ -99,7 +99,6 @@ def test_diff_rewrites_only_changed_rows_and_embeds_only_new_text():
     assert delta.removed == {Row.of_record(r).key for r in old_records[1:]} and delta.upserts == []
 
 
-@pytest.mark.both_backends
 def _delta_fields(delta) -> tuple:
     return delta.deleted, sorted(map(repr, delta.upserts)), delta.removed, delta.unchanged, delta.files
 
@@ -188,6 +187,7 @@ def test_known_rows_need_rows_or_records():
         KnownRows(None)
 
 
+@pytest.mark.both_backends
 def test_rename_of_a_file_moves_rows_without_new_content(fixture_vault):
     with MemoryStore.open(fixture_vault) as store:
         before = {(r.id, r.text) for r in rows(store) if r.path == "daily/2026-10-14.md"}
@@ -526,6 +526,7 @@ def _add_a_line_above_the_days_memories(store: MemoryStore, root: Path, memories
     return f"daily/{note.name}", first
 
 
+@pytest.mark.both_backends
 def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_writes_only_what_changed(new_vault):
     """A person adds a line at the top of the day's note in an owner: the watcher puts beside the
     index the new line and the memories whose neighbours changed, and the commit writes those
@@ -549,6 +550,7 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_write
     assert line_in((new_vault / relpath).read_text(), entry.id) == first + 2
 
 
+# local only: the local index's cache of the rows it committed (the server's reads them back per note)
 def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
     """A commit keeps the rows it wrote for the next diff of their notes, for a few notes at most:
     a day's note of hundreds of memories committed beside a batch of small notes (the intake's
@@ -565,6 +567,7 @@ def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
         assert "daily/2026-11-30.md" in known and len(known) == 8
 
 
+@pytest.mark.both_backends
 def test_a_persons_save_after_an_append_is_parsed_from_the_note_the_append_left(new_vault, monkeypatch):
     """An append parses the note as it left it (from the parse it was planned with), so a
     person's save of that note next, a line added above its memories, parses that line only:
@@ -586,6 +589,7 @@ def test_a_persons_save_after_an_append_is_parsed_from_the_note_the_append_left(
         assert len(made) == 1 and len(saved.bullets) == 301
 
 
+@pytest.mark.both_backends
 def test_saves_that_add_lines_in_the_middle_and_at_the_top_leave_the_index_a_rebuild(new_vault):
     """A person's first save adds a line in the middle (the 300 memories below it move), the next
     a line at the top (all of them move): each commit leaves the index equal to a rebuild, and
@@ -615,6 +619,7 @@ def test_saves_that_add_lines_in_the_middle_and_at_the_top_leave_the_index_a_reb
     assert rows_of_a_rebuild(new_vault) == committed
 
 
+@pytest.mark.both_backends
 def test_a_save_that_moves_every_memory_is_parsed_before_the_vault_lock(new_vault, monkeypatch):
     """A heading added at the top of a day's note makes every memory below it parse again (0.9 s
     at 20,000 lines: each memory's heading changed): the owner's watcher reads and parses the note
