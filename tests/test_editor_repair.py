@@ -17,8 +17,9 @@ from memvault.vault.recent_writes import repair_lost_lines
 AT = datetime(2026, 11, 30, 9, 0, tzinfo=ZoneInfo("Europe/Amsterdam"))
 NOTE = "daily/2026-11-30.md"
 
-# Tests marked both_backends repair through a sync and read the index back. The others stay local: the
-# ledger lives in the vault's folder on either backend, and the append retries touch the note alone.
+# Every test that opens a store runs on both engines: the ledger lives in the vault's .index/ folder on
+# either one, and the repairs and append retries go through the engine's writes and syncs. The three
+# that write the ledger file alone open no index and stay local.
 
 
 @pytest.mark.both_backends
@@ -40,6 +41,7 @@ def test_a_save_of_an_older_copy_is_kept_and_the_dropped_line_comes_back(new_vau
         assert note.read_text() == text  # a second sync changes nothing
 
 
+@pytest.mark.both_backends
 def test_after_the_window_a_missing_line_is_the_persons_decision(new_vault):
     with MemoryStore.open(new_vault) as store:
         store.remember("A line the person will delete.", at=AT)
@@ -71,6 +73,8 @@ def test_a_line_commented_out_by_the_person_is_not_repaired(new_vault):
         assert note.read_text().count(f"^{receipt.id}") == 1 and store.recall("Comment this out").hits == ()
 
 
+# local only: it opens no index (it writes the recent-writes ledger file alone, in .index/ on either engine)
+@pytest.mark.one_engine("opens no index: the recent-writes ledger file alone")
 def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_is_two_windows_old(new_vault):
     """Each write appends only its own lines; once the oldest entry is two repair windows old
     (and the ledger is past MIN_COMPACT_BYTES) the next write keeps only the live entries."""
@@ -99,6 +103,8 @@ def test_the_ledger_is_appended_to_and_compacted_once_its_oldest_entry_is_two_wi
     assert ids == ["m-live000001", "m-live000002"]  # the expired entries are gone, the live ones kept
 
 
+# local only: it opens no index (it writes the recent-writes ledger file alone, in .index/ on either engine)
+@pytest.mark.one_engine("opens no index: the recent-writes ledger file alone")
 def test_a_steady_stream_of_writes_compacts_the_ledger_once_a_window_and_keeps_every_live_line(new_vault, monkeypatch):
     """Many agents writing for minutes: the ledger is rewritten about once a repair window, not
     on every write once its oldest entry expired, and after every write it holds exactly the
@@ -128,6 +134,8 @@ def test_a_steady_stream_of_writes_compacts_the_ledger_once_a_window_and_keeps_e
     assert 1 <= len(rewrites) <= 4  # about once a window after the first two
 
 
+# local only: it opens no index (it writes the recent-writes ledger file alone, in .index/ on either engine)
+@pytest.mark.one_engine("opens no index: the recent-writes ledger file alone")
 def test_the_ledger_read_after_appends_a_take_back_and_a_rewrite_holds_exactly_the_live_lines(new_vault):
     """A sync parses only what was appended since it last read the ledger; a take-back (the file
     cut, then other lines appended where the taken-back ones were), a rewrite (a new file), a
@@ -213,6 +221,7 @@ def _saving_over_each_append(monkeypatch, root, saves: int, by_rename: bool) -> 
     return pauses
 
 
+@pytest.mark.both_backends
 def test_saves_by_rename_during_appends_are_retried_at_once_then_with_backoff(new_vault, monkeypatch):
     """A save by rename that lands during an append leaves a whole new file: the append goes
     again at once (a few times), and only a save that keeps landing meets the backoff; a save in
@@ -275,6 +284,7 @@ def test_the_ledgers_lines_by_note_kept_up_as_entries_come_and_expire_equal_them
         assert kept_up == fresh == newest
 
 
+@pytest.mark.both_backends
 def test_an_append_nobody_touched_is_not_read_back_and_one_a_save_touched_is(new_vault, monkeypatch):
     """Verifying an append by reading the whole day's note back cost a busy owner a read and a
     parse of thousands of lines per batch: when the note's path still names the file written and
@@ -314,6 +324,7 @@ def test_an_append_nobody_touched_is_not_read_back_and_one_a_save_touched_is(new
     assert read_back and text.count("^m-touch0001") == 1 and "a person's line" in text
 
 
+@pytest.mark.both_backends
 def test_the_recent_writes_ledger_is_owner_only_whoever_made_it(new_vault):
     """Opened as it is on every write; one found readable by others is made owner-only."""
     with MemoryStore.open(new_vault) as store:
@@ -327,6 +338,7 @@ def test_the_recent_writes_ledger_is_owner_only_whoever_made_it(new_vault):
     assert ledger.read_text().count('"path"') == 2
 
 
+@pytest.mark.both_backends
 def test_a_save_in_place_read_halfway_is_not_repaired_into_duplicates(new_vault, monkeypatch):
     """A person's in-place save (truncate, then write) read halfway: the kernel copies a write
     page by page, so a read can end mid-line, before memvault's lines the person's buffer holds.

@@ -283,6 +283,7 @@ def test_a_conflicted_note_one_day_outside_still_makes_the_range_incomplete(tmp_
 
 # local only: product difference: the serving generation broken under an open store, the journal is
 # unavailable locally, but the server's still serves its entries (coverage complete; recall finds none)
+@pytest.mark.one_engine("product difference: a serving generation broken under an open store")
 def test_backend_failure_is_the_generic_journal_unavailable(tmp_path):
     def broken(_paths):
         raise OSError(5, "Input/output error", "/home/someone/private/vault/.index/gen-000001")

@@ -3,12 +3,15 @@
 import threading
 from datetime import UTC, date, datetime
 
+import pytest
+
 from memvault.indexer.maintenance.semantic_queue import SemanticQueue, marker_path
 from memvault.indexer.maintenance.sync import IndexDelta
 from memvault.vault.records import MemoryRecord
 
 # local only: these are the local vector lane's own background queue (a SemanticQueue over .index/);
 # the server engine writes vectors in the rows' own commit and has no such queue
+pytestmark = pytest.mark.one_engine("the local vector lane's own background queue")
 
 SPEC_ITEMS = 256
 SPEC_BYTES = 2 * 1024 * 1024

@@ -195,6 +195,7 @@ def _chat(_body):
 
 
 # local only: it opens no index (its vault's .index/ holds only the host session's activity file)
+@pytest.mark.one_engine("opens no index: .index/ holds only the host activity file")
 def test_the_idle_review_waits_30_seconds_by_default(tmp_path):
     with LoopbackServer() as server:
         server.route("/api/chat", _chat)
@@ -205,6 +206,7 @@ def test_the_idle_review_waits_30_seconds_by_default(tmp_path):
 
 
 # local only: it opens no index (its vault's .index/ holds only the host session's activity file)
+@pytest.mark.one_engine("opens no index: .index/ holds only the host activity file")
 def test_the_next_review_waits_5_minutes_after_the_last_attempt_by_default(tmp_path):
     now = [1_000_000.0]
     with LoopbackServer() as server:

@@ -551,6 +551,7 @@ def test_a_line_added_above_the_days_memories_shows_at_once_and_the_commit_write
 
 
 # local only: the local index's cache of the rows it committed (the server's reads them back per note)
+@pytest.mark.one_engine("the local index's cache of the rows it committed")
 def test_a_commit_keeps_the_rows_of_its_biggest_notes_known(new_vault):
     """A commit keeps the rows it wrote for the next diff of their notes, for a few notes at most:
     a day's note of hundreds of memories committed beside a batch of small notes (the intake's
