@@ -34,9 +34,9 @@ def texts(store: MemoryStore, query: str) -> list[str]:
     return [hit.text for hit in store.recall(query, limit=50).hits]
 
 
-# Tests marked both_backends remember, recall, sync or consolidate through the index. The others stay
-# local: what they check is decided before the index (refusals of a note, the written bytes, health's
-# check of the files under daily/).
+# Every test runs on both engines: each remembers, recalls, syncs, checks health or consolidates on a
+# store of the test's engine (refusals of a note, the written bytes and health's check of the files
+# under daily/ included, though they are decided before the index).
 
 # --- 1. concurrent edits ------------------------------------------------------------------------
 
@@ -93,6 +93,7 @@ def test_2_note_ending_in_an_open_region_is_refused_naming_note_problem_and_fix(
         assert texts(store, "Morgan chose blue").count("Morgan chose blue.") == 1
 
 
+@pytest.mark.both_backends
 def test_2_oversized_note_is_refused_without_writing(new_vault):
     note = write(new_vault, NOTE, "# 2026-11-30\n\n")
     with open(note, "ab") as handle:
@@ -188,6 +189,7 @@ def test_3_bom_before_frontmatter_still_reads_the_zone(new_vault):
         assert (new_vault / NOTE).read_bytes().startswith(b"\xef\xbb\xbf---")
 
 
+@pytest.mark.both_backends
 def test_3_crlf_note_gets_a_crlf_line(new_vault):
     note = write(new_vault, NOTE, "# 2026-11-30\n\n- 08:00 A person's line.\n", newline="\r\n")
     with MemoryStore.open(new_vault) as store:
@@ -235,6 +237,7 @@ def test_5_daily_notes_plugin_layout_is_indexed_and_written_to(new_vault):
         assert len(page.to_json()["entries"]) == 2
 
 
+@pytest.mark.both_backends
 def test_5_health_lists_every_markdown_file_under_daily_it_does_not_index(new_vault):
     for relpath in ("daily/notes.md", "daily/2026-02-30.md", "daily/2026-1-5.md", "daily/2026-11-22.MD",
                     "daily/2026-11-23.markdown", "daily/2026-11-24.md"):  # fmt: skip
@@ -247,6 +250,7 @@ def test_5_health_lists_every_markdown_file_under_daily_it_does_not_index(new_va
     assert "not a calendar date" in findings["daily/2026-02-30.md"].message
 
 
+@pytest.mark.both_backends
 def test_5_health_names_a_symlinked_daily_folder(new_vault, tmp_path):
     elsewhere = tmp_path / "notes-elsewhere"
     write(elsewhere, "2026-11-30.md", "- a memory kept elsewhere\n")
@@ -282,6 +286,7 @@ def _remember_cli(root: Path):
     return CliRunner().invoke(cli, ["--vault", str(root), "remember", "--at", "2026-11-30T09:00:00+01:00", "A fact."])
 
 
+@pytest.mark.both_backends
 def test_7_note_path_that_is_a_directory_is_a_clear_error(new_vault):
     (new_vault / NOTE).mkdir(parents=True)
     result = _remember_cli(new_vault)
@@ -307,6 +312,7 @@ def test_7_daily_that_is_a_file_is_a_clear_error_and_old_rows_go(new_vault):
 # --- 8. git-clean by default ---------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 def test_8_watch_schedule_never_creates_index_md_in_a_vault_without_one(fixture_vault):
     from memvault.indexer.maintenance.watch import Watcher
 
