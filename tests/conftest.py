@@ -132,7 +132,8 @@ _engine_runs: dict[str, set[str]] = {}
 #: tests marked one_engine("why"): they open an index on one engine only, and say why
 _one_engine: set[str] = set()
 #: tests (engine parameter left out) that opened an index: a vault of theirs reached the server,
-#: or got an `.index/` folder on this machine
+#: or got an index generation on this machine (`.index/CURRENT`; `.index/` alone may hold only
+#: a host's activity or the journal's cursor key)
 _index_tests: set[str] = set()
 
 
@@ -141,7 +142,7 @@ def _notes_an_opened_index(request, tmp_path):
     """After the test: did it open an index (in its own process or any it started)? The summary
     counts what share of such tests ran on both engines."""
     yield
-    if any(tmp_path.glob(".index")) or any(tmp_path.glob("*/.index")) or any(tmp_path.glob("*/*/.index")):
+    if any(any(tmp_path.glob(f"{depth}.index/CURRENT")) for depth in ("", "*/", "*/*/")):  # a generation served
         request.node.user_properties.append(("opened_index", True))
     elif getattr(getattr(request.node, "callspec", None), "params", {}).get("index_backend") == "postgres":
         request.node.user_properties.append(("opened_index", True))  # its fixture checked the server

@@ -75,7 +75,7 @@ def test_capture_test_says_why_nothing_would_be_stored(tmp_path, server):
     )
 
 
-# local only: its vault is made without the engine's fixture, so no index of it reaches the server
+@pytest.mark.one_engine("its vault is made without the engine's fixture, so no index of it reaches the server")
 def test_capture_test_needs_a_bujo_vault(tmp_path):
     root = make_capture_vault(tmp_path, "http://127.0.0.1:9", mode="journal", write_mode="append-host-summary")
     result = invoke(root, "capture", "test", ok=False)

@@ -176,7 +176,7 @@ def test_an_orphan_plan_of_a_resolved_run_is_retired_on_start(tmp_path, server):
     assert not orphan.exists()
 
 
-# local only: it checks the local engine's .index/CURRENT
+@pytest.mark.one_engine("it checks the local engine's .index/CURRENT")
 def test_rebuilding_a_pending_bujo_capture_into_journal_is_refused_before_any_change(tmp_path, server):
     root, _ = vault(tmp_path, server, lambda _t: (500, "down"))
     clock = Clock()

@@ -276,7 +276,7 @@ def test_ollama_falls_back_from_a_schema_to_plain_json(tmp_path, server):
     store.close()
 
 
-# local only: its vault is made without the engine's fixture, so no index of it reaches the server
+@pytest.mark.one_engine("its vault is made without the engine's fixture, so no index of it reaches the server")
 def test_an_outage_is_not_mistaken_for_a_schema_refusal(tmp_path, server):
     model = HttpChatModel("openai", server.url, "m", timeout_ms=5000)
     server.route(OPENAI_PATH, lambda _body: (503, "overloaded"))

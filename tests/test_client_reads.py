@@ -23,6 +23,10 @@ from tests.test_engine_reads import HeldOwner, committed_texts
 
 pytestmark = pytest.mark.slow
 
+#: a client ranks recalls in its own process only where the index's files are on this machine
+#: (`MemoryStore.index_files_on_this_machine`); a server-indexed vault's recalls stay in the owner
+CLIENT_RANKS_HERE = pytest.mark.one_engine("a client ranks recalls itself only beside the local engine's files")
+
 FACTS = [
     "Morgan chose blue as the deployment color for the staging cluster.",
     "The harbour crane lifted crates of copper on Tuesday.",
@@ -64,6 +68,7 @@ def warm(store) -> None:
     assert isinstance(store._reads_here(), ClientReads)
 
 
+@CLIENT_RANKS_HERE
 @pytest.mark.parametrize("tier", ["journal", "bujo"])
 def test_a_long_lived_client_ranks_recalls_itself_and_answers_as_the_owner(tmp_path, tier):
     with client_of_an_owner(tmp_path, tier) as (_, store):
@@ -92,6 +97,7 @@ def test_a_long_lived_client_ranks_recalls_itself_and_answers_as_the_owner(tmp_p
             assert str(here.value) == str(there.value)
 
 
+@CLIENT_RANKS_HERE
 def test_another_clients_write_is_found_here_before_and_after_its_commit(tmp_path):
     """Client A (a CLI process) remembers; the owner's commit of it is held. This client, ranking
     in its own process, finds it among the owner's pending rows; once the commit lands it finds
@@ -127,6 +133,7 @@ for n in range(int(sys.argv[2])):
 """
 
 
+@CLIENT_RANKS_HERE
 def test_threads_of_a_client_find_every_write_another_process_acknowledged(tmp_path):
     """Another process remembers and prints each word once its remember is acknowledged; four
     threads of this client then search for it at once, ranking here: none misses it."""
@@ -156,6 +163,7 @@ def test_threads_of_a_client_find_every_write_another_process_acknowledged(tmp_p
         assert misses == [] and store._reads.answered > 0  # a recall may go through the owner (a merge)
 
 
+@CLIENT_RANKS_HERE
 def test_pending_rows_travel_once_within_an_epoch(tmp_path):
     """The owner sends the rows added after the version a client holds, and every pending key;
     a client of another epoch (a restarted owner) gets every row again."""
@@ -185,6 +193,7 @@ def test_pending_rows_travel_once_within_an_epoch(tmp_path):
         owner.release_and_stop()
 
 
+@CLIENT_RANKS_HERE
 def test_found_memories_reach_the_owners_access_log(tmp_path):
     with client_of_an_owner(tmp_path) as (root, store):
         receipt = store.remember(FACTS[0])
@@ -194,6 +203,7 @@ def test_found_memories_reach_the_owners_access_log(tmp_path):
     assert counts.get(receipt.source.replace("#^", "#"), {}).get("count", 0) >= 1, counts
 
 
+@CLIENT_RANKS_HERE
 def test_a_rebuild_moves_the_client_to_the_new_generation(tmp_path):
     with client_of_an_owner(tmp_path) as (root, store):
         store.remember_many(FACTS)
@@ -225,7 +235,9 @@ def test_every_backend_answers_a_warm_client_and_a_server_index_keeps_recalls_in
             assert store._reads.answered == 3
 
 
-# local only: it asks the client for reads on this machine (ClientReads), which a server-indexed vault has none of
+@pytest.mark.one_engine(
+    "it asks the client for reads on this machine (ClientReads), which a server-indexed vault has none of"
+)
 def test_a_text_held_by_two_notes_names_both_through_the_owner_and_here(tmp_path):
     """One hit per text, listing every note that holds it: the owner's wire keeps the list."""
     root = make_vault(tmp_path)
@@ -241,6 +253,7 @@ def test_a_text_held_by_two_notes_names_both_through_the_owner_and_here(tmp_path
         assert [hit.sources for hit in result.hits] == [both]
 
 
+@CLIENT_RANKS_HERE
 def test_a_vault_with_a_reranker_keeps_every_recall_in_the_owner(tmp_path):
     """The second stage calls a model with the owner's credentials (its environment), so the owner
     answers `reads: owner` and ranks every recall itself."""
@@ -258,6 +271,7 @@ def test_a_vault_with_a_reranker_keeps_every_recall_in_the_owner(tmp_path):
         assert store._reads is False and found.hits[0].text == FACTS[0]
 
 
+@CLIENT_RANKS_HERE
 def test_malformed_read_view_and_found_requests_are_refused_and_the_owner_keeps_serving(tmp_path):
     with client_of_an_owner(tmp_path) as (_, store):
         store.remember(FACTS[0])
@@ -282,6 +296,7 @@ def test_malformed_read_view_and_found_requests_are_refused_and_the_owner_keeps_
         assert store._reads.answered == 1
 
 
+@CLIENT_RANKS_HERE
 def test_an_older_view_arriving_after_a_newer_one_leaves_no_row_unasked_for(tmp_path):
     """Two threads' views cross: the newer one (three pending rows) is taken first, the older
     (two) after it. The client then asks for what is past the rows it kept, so the next view
@@ -317,6 +332,7 @@ def test_an_older_view_arriving_after_a_newer_one_leaves_no_row_unasked_for(tmp_
     ]
 
 
+@CLIENT_RANKS_HERE
 def test_a_view_naming_a_generation_outside_the_index_folder_is_not_followed(tmp_path):
     """The client opens only a folder directly under the vault's index folder."""
     root = make_vault(tmp_path, mode="journal")
@@ -359,6 +375,7 @@ store.close()
 """
 
 
+@CLIENT_RANKS_HERE
 def test_a_forked_client_ranks_with_a_reader_of_its_own_and_its_parent_goes_on(tmp_path):
     """A client that forks (a worker pool, a daemonizing host) has a Tantivy reader whose threads
     stayed in the parent: the child opens its own, finds what the parent found, and the parent's

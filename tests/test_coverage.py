@@ -188,7 +188,9 @@ def test_the_index_stores_each_memorys_note_context(tmp_path):
     assert "rescue dog" in biscuit.context and "Rotterdam" in biscuit.context
 
 
-# local only: the older schema is written into a `.index/` generation's manifest (the local engine's own files)
+@pytest.mark.one_engine(
+    "the older schema is written into a `.index/` generation's manifest (the local engine's own files)"
+)
 def test_an_index_of_an_older_schema_asks_for_a_rebuild(tmp_path):
     root = make_vault(tmp_path / "journal", "journal", FACTS)
     manifest = current_generation(root / ".index") / MANIFEST

@@ -43,9 +43,11 @@ def _events(proc: subprocess.Popen, timeout: float) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-# local only: four busy processes are too much CPU to run twice in the suite's budget; the
-# server's side of it (an owner's sync beside clients' writes, a person's saves repaired through a sync)
-# runs on both backends in test_editor_findings.py, test_editor_repair.py and test_watch.py
+@pytest.mark.one_engine(
+    "four busy processes are too much CPU to run twice in the suite's budget; the server's side of it (an"
+    " owner's sync beside clients' writes, a person's saves repaired through a sync) runs on both "
+    "backends in test_editor_findings.py, test_editor_repair.py and test_watch.py"
+)
 @pytest.mark.slow
 def test_person_saves_and_memvault_writes_all_survive_a_minute_of_contention(new_vault, tmp_path):
     note = new_vault / NOTE

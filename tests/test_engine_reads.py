@@ -63,7 +63,7 @@ class HeldOwner:
             self.proc.wait(TIMEOUT)
 
 
-# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
+@pytest.mark.one_engine("it reaches into the local engine's Tantivy index (serving_index().bm25)")
 def test_another_client_finds_a_remember_while_its_index_commit_is_held(tmp_path):
     """Client A remembers; the owner's commit of it starts and is held; client B (another
     process) searches and finds it, and an admission answers at once: no read and no admission
@@ -108,8 +108,10 @@ def test_admit_wait_answers_once_the_turn_is_projected_and_searchable(tmp_path):
         owner.stop()
 
 
-# local only: 10-15 s spent waiting on a frozen owner and the intake, the same on both backends;
-# the server's side of admission is covered by the killed-owner and admit --wait tests
+@pytest.mark.one_engine(
+    "10-15 s spent waiting on a frozen owner and the intake, the same on both backends; the server's side"
+    " of admission is covered by the killed-owner and admit --wait tests"
+)
 def test_admit_beside_a_stopped_owner_saves_the_turn_and_prints_its_status(tmp_path):
     """SIGSTOP: the owner holds the vault and answers nothing. `admit` saves the turn itself and
     prints its documented status object; once the owner runs again it projects the turn."""
@@ -199,6 +201,9 @@ def test_sigkill_with_acknowledged_uncommitted_writes_loses_and_doubles_nothing(
     assert memvault(root, "health", "--strict").returncode == 0
 
 
+@pytest.mark.one_engine(
+    "it holds rows put off in the owner, which on a server the team drain commits whenever it idles"
+)
 def test_a_rescan_that_takes_acknowledged_writes_passes_their_commit_boundary(tmp_path, monkeypatch):
     """`deferred.committing`, where the crash test above kills the owner, is passed by whichever
     commit takes the acknowledged rows first: the committer's timer, or (here) the watcher's
@@ -223,7 +228,7 @@ def test_a_rescan_that_takes_acknowledged_writes_passes_their_commit_boundary(tm
     assert "The pilot boat left at dawn." in committed_texts(root, "pilot boat dawn")
 
 
-# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
+@pytest.mark.one_engine("it reaches into the local engine's Tantivy index (serving_index().bm25)")
 def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
     """Near-real-time reads in one owner process: memories waiting for their commit are found by
     their own words beside committed ones, as the committed index then finds them (their order
@@ -264,6 +269,7 @@ def test_pending_rows_are_found_beside_committed_ones(tmp_path, monkeypatch):
         assert "The harbour crane 2 lifted crates of copper." in before  # committed rows beside them
 
 
+@pytest.mark.both_backends
 def test_projected_turns_are_written_by_the_owners_group_commit(tmp_path):
     """In an owner, Journal turns the intake worker projects are written by the group commit's
     writer, in the batches of the remembers that arrive with them (one append and one fsync of
@@ -297,7 +303,7 @@ def test_projected_turns_are_written_by_the_owners_group_commit(tmp_path):
     assert daily_text(root).count("The ferry left on the hour.") == 1
 
 
-# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
+@pytest.mark.one_engine("it reaches into the local engine's Tantivy index (serving_index().bm25)")
 def test_journal_through_an_owner_reads_pending_and_hand_edited_notes_without_a_commit(tmp_path, monkeypatch):
     """A journal page in an owner shows what waits for its commit and what a person just typed
     (the watcher not yet run), and commits nothing for it; after the commit the page is the same."""
@@ -343,7 +349,7 @@ def test_journal_through_an_owner_reads_pending_and_hand_edited_notes_without_a_
     )
 
 
-# local only: it reaches into the local engine's Tantivy index (serving_index().bm25)
+@pytest.mark.one_engine("it reaches into the local engine's Tantivy index (serving_index().bm25)")
 def test_the_watchers_event_for_memvaults_own_append_costs_no_reread(tmp_path, monkeypatch):
     """The watcher names today's note after each of memvault's own appends: a note exactly as
     that append left it is skipped (its rows joined the pending set with the append); a person's
@@ -420,12 +426,13 @@ def test_an_admission_tells_the_owner_and_never_waits_for_its_answer(tmp_path, h
     assert pending_count(root) == 2 + ("unanswered" in hello)
 
 
+@pytest.mark.both_backends
 def test_a_real_owner_is_woken_by_news_from_another_process(tmp_path):
     """`memvault admit` in another process tells the owner on a kept connection and exits at
     once; the owner (polling its intake only once an hour here) projects the turn all the same."""
     from memvault.indexer.engine.store import MemoryStore
 
-    root = make_local_vault(tmp_path, mode="journal")
+    root = make_vault(tmp_path, mode="journal")
     store = MemoryStore.open(root, engine=False)
     try:
         store.start_intake(poll_seconds=3600)
@@ -438,6 +445,9 @@ def test_a_real_owner_is_woken_by_news_from_another_process(tmp_path):
         store.close()
 
 
+@pytest.mark.one_engine(
+    "it times a commit against Tantivy's searcher refresh (bm25.refresh), the local engine's own reader"
+)
 def test_a_commit_landing_as_a_read_refreshes_its_searcher_hides_no_acknowledged_write(tmp_path):
     """The owner's committer drops a memory's pending row once Tantivy holds it. A read that
     refreshed its searcher just before that commit must still find the memory: the commit
@@ -463,6 +473,7 @@ def test_a_commit_landing_as_a_read_refreshes_its_searcher_hides_no_acknowledged
         assert any("purser locked the ledger" in hit.text for hit in hits), [hit.text for hit in hits]
 
 
+@pytest.mark.both_backends
 def test_a_save_landing_between_a_commits_repair_and_its_read_hides_no_acknowledged_write(tmp_path, monkeypatch):
     """A person's editor saving many times a second can write its older copy of the day's note
     (without memvault's new line) right after the committer repaired the note and before it
@@ -471,7 +482,7 @@ def test_a_save_landing_between_a_commits_repair_and_its_read_hides_no_acknowled
     import memvault.indexer.engine.index_commits as store_module  # the commit's repair and read
     from memvault import MemoryStore
 
-    root = make_local_vault(tmp_path, mode="journal")
+    root = make_vault(tmp_path, mode="journal")
     with MemoryStore.open(root, engine=False) as store:
         store.defers_index_commits = True  # as an owner: remembers wait for the committer
         receipt = store.remember("The purser locked the ledger in the chart room.")
@@ -493,6 +504,7 @@ def test_a_save_landing_between_a_commits_repair_and_its_read_hides_no_acknowled
         assert any("purser locked the ledger" in hit.text for hit in hits), [hit.text for hit in hits]
 
 
+@pytest.mark.both_backends
 def test_a_duplicate_remember_beside_a_persons_save_hides_no_acknowledged_write(tmp_path):
     """A repeated remember checks its memory's note before answering `duplicate`, which commits
     that note at once. Beside a person's save that dropped a line memvault had just written
@@ -500,7 +512,7 @@ def test_a_duplicate_remember_beside_a_persons_save_hides_no_acknowledged_write(
     and the index would not have it. It repairs the note first, so every read finds both."""
     from memvault import MemoryStore
 
-    root = make_local_vault(tmp_path, mode="journal")
+    root = make_vault(tmp_path, mode="journal")
     with MemoryStore.open(root, engine=False) as store:
         store.defers_index_commits = True  # as an owner: remembers wait for the committer
         first = store.remember("The bosun painted the dinghy green.")
@@ -518,13 +530,14 @@ def test_a_duplicate_remember_beside_a_persons_save_hides_no_acknowledged_write(
         assert any("stored the flour" in hit.text for hit in hits), [hit.text for hit in hits]
 
 
+@pytest.mark.both_backends
 def test_a_duplicate_remember_in_an_owner_commits_nothing(tmp_path):
     """A text said again is answered `duplicate` from its note, which still holds it: the note's
     other acknowledged writes stay pending for the committer (a commit per repeated text stalled
     every writer behind the vault lock)."""
     from memvault import MemoryStore
 
-    root = make_local_vault(tmp_path, mode="journal")
+    root = make_vault(tmp_path, mode="journal")
     with MemoryStore.open(root, engine=False) as store:
         store.defers_index_commits = True
         first = store.remember("The bosun painted the dinghy green.")
@@ -536,11 +549,12 @@ def test_a_duplicate_remember_in_an_owner_commits_nothing(tmp_path):
         assert [hit.text for hit in store.recall("where is the flour stored?").hits][:1] == [second.text]
 
 
+@pytest.mark.both_backends
 def test_a_duplicate_remember_in_an_owner_rewrites_a_memory_a_person_changed(tmp_path):
     """The committed row is the duplicate only while its note holds the same text under its id."""
     from memvault import MemoryStore
 
-    root = make_local_vault(tmp_path, mode="journal")
+    root = make_vault(tmp_path, mode="journal")
     with MemoryStore.open(root, engine=False) as store:
         store.defers_index_commits = True
         first = store.remember("The bosun painted the dinghy green.")

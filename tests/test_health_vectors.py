@@ -12,7 +12,9 @@ from memvault.indexer.engine.store import MemoryStore
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
 
-# local only: these tests damage the local vector lane's hnswlib file (.index/gen-*/vectors/), the local engine's own
+pytestmark = pytest.mark.one_engine(
+    "these tests damage the local vector lane's hnswlib file (.index/gen-*/vectors/), the local engine's own"
+)
 
 
 @pytest.fixture

@@ -27,11 +27,14 @@ from tests.readonly_helpers import memvault_here, memvault_here_result
 REPO = Path(__file__).resolve().parent.parent
 MEMVAULT = [sys.executable, "-m", "memvault"]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-# local only (not both_backends): these tests read Tantivy's generation folders (.index/CURRENT,
-# generation_names(.index)); the same kills on the server (a rebuild and an owner killed
-# halfway, the old generation serving, the next rebuild dropping the stray leaf) are
-# tests/test_postgres_faults.py's
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.one_engine(
+        "these tests read Tantivy's generation folders (.index/CURRENT, generation_names(.index)); the same "
+        "kills on the server (a rebuild and an owner killed halfway, the old generation serving, the next "
+        "rebuild dropping the stray leaf) are tests/test_postgres_faults.py's"
+    ),
+]
 
 
 def make_vault(root: Path, files: int, per_file: int) -> Path:

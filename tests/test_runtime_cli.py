@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from memvault.cli.main import cli
@@ -65,8 +66,10 @@ def test_doc_commands(new_vault, tmp_path):
     assert run(new_vault, "doc", "create", "No body", ok=False).exit_code == 2
 
 
-# local only (for now): the index this test opens is the memory space's own (spaces/<id>/), which the catalog
-# configures itself; it does not follow the test vault's index block
+@pytest.mark.one_engine(
+    "the index this test opens is the memory space's own (spaces/<id>/), which the catalog configures "
+    "itself; it does not follow the test vault's index block"
+)
 def test_space_commands_and_archive_indexing(new_vault, tmp_path):
     roots = ["--spaces-root", str(tmp_path / "store")]
     assert "created space default" in run(new_vault, "space", "create", "Work", *roots).output
