@@ -17,6 +17,7 @@ from bench.generate import make_vault
 from memvault.cli.main import cli
 from memvault.cli.progress import TerminalProgress, describe
 from memvault.indexer.maintenance.progress import PhaseLog
+from tests.postgres_helpers import on_test_backend
 
 
 def run_in_terminal(args: list[str]) -> str:
@@ -39,34 +40,43 @@ def run_in_terminal(args: list[str]) -> str:
     return b"".join(chunks).decode()
 
 
-# local only: product difference: on the server a journal rebuild draws no embedding or vector-index phase
-# (only reading notes, then switching), though it embeds every memory, and names its generation otherwise
-def test_a_journal_rebuild_on_a_terminal_reports_every_phase_in_order(tmp_path: Path):
-    vault = make_vault(tmp_path / "v", 1200, per_day=50, mode="journal")
+def journal_vault(root: Path, memories: int) -> Path:
+    return on_test_backend(make_vault(root, memories, per_day=50, mode="journal"))
+
+
+#: what each engine shows after embedding: the local one saves its hnswlib file, a server's
+#: vectors went in with each batch of rows; and the generation's name
+SAVED_VECTORS = {"local": ["saving the vector index"], "postgres": []}
+GENERATION = {"local": "gen-", "postgres": "postgres-test-vault-g"}
+
+
+@pytest.mark.both_backends
+def test_a_journal_rebuild_on_a_terminal_reports_every_phase_in_order(tmp_path: Path, index_backend):
+    vault = journal_vault(tmp_path / "v", 1200)
     drawn = run_in_terminal(["--vault", str(vault), "rebuild"])
     lines = [line.strip() for line in re.split(r"[\r\n]+", drawn) if line.strip()]
     assert lines[0] == "Opening the vault…"
     finals = [line for line in lines if " in " in line and line.split(":")[0] in
               ("reading notes", "embedding", "saving the vector index", "switching to the new index")]  # fmt: skip
     assert [line.split(":")[0] for line in finals] == [
-        "reading notes", "embedding", "saving the vector index", "switching to the new index"]  # fmt: skip
+        "reading notes", "embedding", *SAVED_VECTORS[index_backend], "switching to the new index"]  # fmt: skip
     assert finals[0].startswith("reading notes: 24/24 files in ")
     assert finals[1].startswith("embedding: 1,200/1,200 memories in ")
     assert not any("100%" in line for line in lines)
-    assert lines[-1].startswith("Rebuilt gen-") and "1200 memories from 24 files" in lines[-1]
+    assert lines[-1].startswith(f"Rebuilt {GENERATION[index_backend]}") and "1200 memories from 24 files" in lines[-1]
 
 
-# local only: product difference: on the server `rebuild --json` reports the phases notes and swap only
-# (no embedding, no vectors), though it embeds every memory; it says "Rebuilt postgres-<vault>-g000001"
-def test_off_a_terminal_nothing_is_drawn_and_json_reports_the_phases(tmp_path: Path):
-    vault = make_vault(tmp_path / "v", 600, per_day=50, mode="journal")
+@pytest.mark.both_backends
+def test_off_a_terminal_nothing_is_drawn_and_json_reports_the_phases(tmp_path: Path, index_backend):
+    vault = journal_vault(tmp_path / "v", 600)
     quiet = CliRunner().invoke(cli, ["--vault", str(vault), "rebuild"], catch_exceptions=False)
     assert quiet.exit_code == 0
     assert quiet.output.splitlines() == [quiet.output.splitlines()[0]]
-    assert quiet.output.startswith("Rebuilt gen-")
+    assert quiet.output.startswith(f"Rebuilt {GENERATION[index_backend]}")
     done = CliRunner().invoke(cli, ["--vault", str(vault), "rebuild", "--json"], catch_exceptions=False)
     phases = json.loads(done.output)["phases"]
-    assert [p["phase"] for p in phases] == ["notes", "embedding", "vectors", "swap"]
+    saved = ["vectors"] if SAVED_VECTORS[index_backend] else []
+    assert [p["phase"] for p in phases] == ["notes", "embedding", *saved, "swap"]
     assert phases[0]["done"] == phases[0]["total"] == 12
     assert phases[1]["done"] == phases[1]["total"] == 600
     assert all(p["seconds"] >= 0 for p in phases)

@@ -116,8 +116,13 @@ class ServerGenerations:
         generation = self._open(number)
         paths = self.layout.note_relpaths()
         progress.phase("notes", total=len(paths))
+        if generation.embedder is not None:  # each batch's vectors are made as it is read, beside the notes
+            progress.start_beside("embedding")
         try:
             self._apply_notes(generation, paths, hook, progress)
+            if generation.embedder is not None:
+                embedded = {state.name: state.done for state in progress.snapshot()}["embedding"]
+                progress.phase("embedding", total=embedded)
         except BaseException:
             try:  # the serving generation never saw it; a failure here leaves a stray for the next rebuild
                 self.backend.drop_generation(number)
@@ -137,6 +142,8 @@ class ServerGenerations:
             for start in range(0, len(paths), REBUILD_BATCH_FILES):
                 batch = paths[start : start + REBUILD_BATCH_FILES]
                 prepared = generation.prepare([read_note_records(self.layout, path, zone_name) for path in batch])
+                if prepared is not None and generation.embedder is not None:
+                    progress.advance("embedding", sum(w.vector is not None for w in prepared.backend_delta.writes))
                 if in_flight is not None:
                     _finish_write(generation, *in_flight, hook, progress)
                 future = writer.submit(generation.write, prepared) if prepared is not None else None
