@@ -13,9 +13,8 @@ from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
 from tests.loopback import LoopbackServer, sequence
 
-# local only (not both_backends): no test here opens the vault's index (HostSession opens its store on
-# first use, which none makes); `.index/` holds only the host's activity file, which the engine summary
-# counts as an opened index, so a postgres run would reach no server
+# no test here but the child turn's opens the vault's index (HostSession opens its store on first use,
+# which none makes): `.index/` holds only the host's activity file, so they are not index tests
 
 LONG_USER = "We agreed the deploy window is Tuesday 14:00 UTC and that Priya owns the rollback plan. " * 2
 
@@ -255,8 +254,10 @@ def test_max_per_session_and_the_wake_and_cue(tmp_path):
             assert third.recall is not second.recall  # each turn its own budget
 
 
-# local only: the index it opens is the memory space's own (spaces/<id>/), which the catalog configures
-# itself; it does not follow the test vault's index block
+@pytest.mark.one_engine(
+    "the index it opens is the memory space's own (spaces/<id>/), which the catalog configures itself; it"
+    " does not follow the test vault's index block"
+)
 def test_a_child_turn_has_its_own_budget_over_the_parents_pinned_spaces(tmp_path):
     with LoopbackServer() as server:
         server.route("/api/chat", lambda body: chat({"done": True}))

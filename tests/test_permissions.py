@@ -73,9 +73,13 @@ def set_writable(root: Path, writable: bool, only: str | None = None) -> None:
         )
 
 
-# local only (not both_backends): the commands run as root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, and
-# the test server's socket sits in its pgserver-owned 0700 data folder (tests/postgres_helpers.py): a postgres
-# run's commands are refused the connection ("Permission denied" on .s.PGSQL.5432) before any vault file
+ONE_ENGINE = pytest.mark.one_engine(
+    "the commands run as root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, and the test server's socket "
+    "sits in its pgserver-owned 0700 data folder (tests/postgres_helpers.py): a postgres run's commands "
+    'are refused the connection ("Permission denied" on .s.PGSQL.5432) before any vault file'
+)
+
+
 @pytest.fixture()
 def vault(tmp_path):
     _probe(tmp_path)
@@ -94,6 +98,7 @@ def vault(tmp_path):
     set_writable(root, True)
 
 
+@ONE_ENGINE
 @pytest.mark.slow
 def test_a_vault_without_write_permission_reads_and_refuses_every_write_cleanly(vault):
     set_writable(vault, False)
@@ -125,6 +130,7 @@ def test_a_vault_without_write_permission_reads_and_refuses_every_write_cleanly(
     assert tree_state(vault) == before  # not one byte, file or folder changed
 
 
+@ONE_ENGINE
 def test_a_read_only_daily_folder_keeps_admitted_turns_until_it_is_writable(vault):
     set_writable(vault, False, only="daily")
     note = vault / "daily" / f"{DAY}.md"

@@ -2,9 +2,6 @@
 server (memvault_generations.replay), written before the generation is switched in and read by
 recall's supersession filter, MemoryJournal and health, on the owner and on connected clients."""
 
-# server only (not both_backends): these tests read and change the server engine's own rows
-# (memvault_generations.replay) on a database of their own; no local run of them could check anything
-
 import hashlib
 import json
 
@@ -27,6 +24,11 @@ from tests.capture_helpers import (
 from tests.intake_helpers import Clock, store_for
 from tests.loopback import LoopbackServer
 from tests.postgres_helpers import on_server_database
+
+pytestmark = pytest.mark.one_engine(
+    "these tests read and change the server engine's own rows (memvault_generations.replay) on a database of "
+    "their own; no local run of them could check anything"
+)
 
 NAME = "bujo-notes"
 OLD, NEW = "The Atlas deadline is February 1.", "The Atlas deadline is March 15."

@@ -37,8 +37,10 @@ def vector_findings(store) -> list:
     return [f.code for f in report.findings if f.check == "vector_rows"]
 
 
-# local only: the semantic queue and its catch-up are the local engine's vector lane (on the server a row's
-# vector is written in the row's own commit: nothing lags, nothing catches up)
+@pytest.mark.one_engine(
+    "the semantic queue and its catch-up are the local engine's vector lane (on the server a row's vector"
+    " is written in the row's own commit: nothing lags, nothing catches up)"
+)
 def test_overflow_in_a_live_store_is_caught_up_and_recall_says_degraded_until_then(tmp_path):
     root = make_vault(tmp_path, mode="journal")
     (root / "daily").mkdir(exist_ok=True)
@@ -115,8 +117,10 @@ def spy_embedding(monkeypatch, store, root) -> list[bool]:
     return held
 
 
-# local only: the semantic queue and its catch-up are the local engine's vector lane (on the server a row's
-# vector is written in the row's own commit: nothing lags, nothing catches up)
+@pytest.mark.one_engine(
+    "the semantic queue and its catch-up are the local engine's vector lane (on the server a row's vector"
+    " is written in the row's own commit: nothing lags, nothing catches up)"
+)
 def test_a_live_catch_up_embeds_outside_the_vault_lock_and_reads_only_the_notes_that_overflowed(tmp_path, monkeypatch):
     """An owner's catch-up after an overflow used to embed, compare every row and save the whole
     vector index while it held the vault lock: every writer waited for it (0.1-0.8 s, several
@@ -143,8 +147,10 @@ def test_a_live_catch_up_embeds_outside_the_vault_lock_and_reads_only_the_notes_
         store.close()
 
 
-# local only: the semantic queue and its catch-up are the local engine's vector lane (on the server a row's
-# vector is written in the row's own commit: nothing lags, nothing catches up)
+@pytest.mark.one_engine(
+    "the semantic queue and its catch-up are the local engine's vector lane (on the server a row's vector"
+    " is written in the row's own commit: nothing lags, nothing catches up)"
+)
 def test_a_catch_up_overtaken_while_it_embeds_is_done_again_under_the_lock(tmp_path, monkeypatch):
     """A rescan's catch-up (the watcher's thread) may commit vectors while the queue's catch-up
     embeds beside the writers, here after a person edited a note: the older plan is not
@@ -186,7 +192,7 @@ def test_a_catch_up_overtaken_while_it_embeds_is_done_again_under_the_lock(tmp_p
         store.close()
 
 
-# local only: it plans and commits the local engine's vector lane (hnswlib) itself
+@pytest.mark.one_engine("it plans and commits the local engine's vector lane (hnswlib) itself")
 def test_a_plan_is_overtaken_by_a_commit_a_swap_or_another_process_s_save(tmp_path):
     from memvault.indexer.maintenance import semantic_catch_up
 
