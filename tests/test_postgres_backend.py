@@ -17,6 +17,10 @@ from memvault.vault.config import default_config_data, load_config, render_confi
 from memvault.vault.errors import InvalidConfig
 from memvault.vault.init import init_vault
 
+pytestmark = pytest.mark.one_engine(
+    "the PostgreSQL engine's own configuration, SQL, isolation and BM25 parity with the exact ranking"
+)
+
 
 def make_vault(tmp_path, name="team-a", mode="journal"):
     root = tmp_path / name

@@ -16,7 +16,12 @@ from memvault.vault.init import init_vault
 from tests.engine_helpers import ENV, MEMVAULT, REPO, OwnerProcess, memvault, wait_for
 from tests.postgres_helpers import PostgresServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.one_engine(
+        "faults of the PostgreSQL server itself (stopped hard, unreachable, a rebuild killed on it)"
+    ),
+]
 SECRET = "hunter2-do-not-print"
 
 

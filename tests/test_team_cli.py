@@ -15,6 +15,10 @@ from mcp.client.stdio import StdioServerParameters
 from tests.engine_helpers import ENV, REPO, wait_for
 from tests.test_team_store import NAME, files_text, home  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.one_engine(
+    "`--remote NAME` reaches a vault through its index server: the team path exists only on a server"
+)
+
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 SECRET = "hunter2-not-for-output"
 

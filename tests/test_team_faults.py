@@ -13,7 +13,10 @@ from tests.engine_helpers import ENV, REPO, wait_for
 from tests.postgres_helpers import PostgresServer
 from tests.test_team_store import files_text, make_home
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.one_engine("the team path (the owner draining agents' turns from the server) exists only on a server"),
+]
 DRIVER = [sys.executable, str(REPO / "tests" / "team_client_driver.py")]
 
 

@@ -11,6 +11,8 @@ from memvault import MemoryStore
 from tests.engine_helpers import OwnerProcess, wait_for
 from tests.test_team_store import files_text, make_home
 
+pytestmark = pytest.mark.one_engine("the server's roles and row-level security: the PostgreSQL engine's own")
+
 SECRET = "pw-never-printed-42"
 
 

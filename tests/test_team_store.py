@@ -13,6 +13,10 @@ from memvault.vault.ids import memory_id
 from memvault.vault.init import init_vault
 from tests.engine_helpers import wait_for
 
+pytestmark = pytest.mark.one_engine(
+    "the team path (agents on machines without the files) exists only where the index is on a server"
+)
+
 NAME = "team-a"
 
 

@@ -14,6 +14,8 @@ from memvault.vault.locks import VaultLock
 from tests.engine_helpers import wait_for
 from tests.intake_helpers import make_vault
 
+pytestmark = pytest.mark.one_engine("the local engine's vector lane files (hnswlib) saved beside writers")
+
 
 @pytest.fixture
 def store(tmp_path):
