@@ -6,6 +6,7 @@ else the test skips with the reason (`tests/readonly_helpers.py`).
 """
 
 import json
+import os
 
 import anyio
 import pytest
@@ -13,6 +14,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from memvault import MemoryStore
+from tests import postgres_helpers
 from tests.readonly_helpers import MEMVAULT, memvault, memvault_here, read_only_view, tree_state
 
 DAY = "2026-11-30"
@@ -21,7 +23,9 @@ DAY = "2026-11-30"
 def make_vault(tmp_path, mode: str):
     vault = tmp_path / f"{mode}-vault"
     # the set-up runs in this process (memvault_here); the commands under test each run as a process
-    assert memvault_here(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC") == 0
+    # a both_backends test's postgres run: the vault's index on the server (its PG* variables)
+    index = ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
+    assert memvault_here(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC", *index) == 0
     (vault / "daily" / f"{DAY}.md").write_text(
         f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n"
         "- 10:00 Morgan chose blue as the deployment color. ^m-blue\n"
@@ -30,6 +34,12 @@ def make_vault(tmp_path, mode: str):
     assert memvault_here(vault, "runtime", "add", "user", "Prefers short answers.") == 0
     assert memvault_here(vault, "doc", "create", "Plan", "--body", "The plan.") == 0
     return vault
+
+
+def server_environment() -> dict[str, str]:
+    """The PG* variables a postgres run's fixture set: the MCP SDK starts its server with a bare
+    environment (PATH, HOME...), which would not reach the index server."""
+    return {key: value for key, value in os.environ.items() if key.startswith("PG")}
 
 
 READS = [
@@ -56,6 +66,7 @@ WRITES = [
 ]
 
 
+@pytest.mark.both_backends
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["journal", "lite"])
 def test_reads_work_writes_fail_cleanly_nothing_changes(tmp_path, mode):
@@ -92,12 +103,16 @@ def test_reads_work_writes_fail_cleanly_nothing_changes(tmp_path, mode):
     assert tree_state(vault) == before
 
 
+@pytest.mark.both_backends
 def test_mcp_read_tools_serve_a_read_only_vault(tmp_path):
     vault = make_vault(tmp_path, "journal")
     before = tree_state(vault)
     with read_only_view(vault, tmp_path / "ro") as view:
         params = StdioServerParameters(
-            command=MEMVAULT, args=["--vault", str(view), "mcp"], cwd=str(tmp_path), env={"PYTHONUNBUFFERED": "1"}
+            command=MEMVAULT,
+            args=["--vault", str(view), "mcp"],
+            cwd=str(tmp_path),
+            env={"PYTHONUNBUFFERED": "1", **server_environment()},
         )
 
         async def session():
