@@ -45,6 +45,7 @@ def test_near_misses_of_the_sentinel_are_written(answer):
     assert skip_reason(answer) is None
 
 
+@pytest.mark.both_backends
 def test_admit_skips_a_sentinel_with_a_full_stop_and_writes_a_longer_word(tmp_path):
     root = make_vault(tmp_path)
     skipped = memvault(root, "admit", input=json.dumps({"runId": "r-1", "answer": "NOTHING_TO_REPORT."}))

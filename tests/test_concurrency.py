@@ -85,6 +85,11 @@ def test_a_failing_note_fsync_leaves_old_bytes_no_temp_and_no_index_row(new_vaul
         )
 
 
+@pytest.mark.one_engine(
+    "the local engine's own index save fails here (its manifest, written with os.replace after the note is "
+    "durable); the server's index commits in a transaction and writes no file, so a failing os.replace "
+    "does not reach it (run there, the remember indexes at once and no lag is reported)"
+)
 def test_a_failing_index_save_after_the_note_is_durable_keeps_the_memory_and_says_so(new_vault, monkeypatch):
     """The note is the commit point: once it holds the line durably, the remember stands even if
     the index's manifest cannot be saved (os.replace, which only derived files use, fails): the

@@ -85,13 +85,17 @@ def test_the_api_imports_beside_a_users_own_indexer_vault_and_cli_modules(users_
     assert done.stdout.strip() == "memvault.indexer.engine.store"
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "command", [[sys.executable, "-m", "memvault"], [str(Path(sys.executable).parent / "memvault")]]
 )
 def test_the_command_runs_beside_a_users_own_modules(users_project, command):
+    from tests import postgres_helpers
+
     (users_project / "v").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(users_project)}
-    done = subprocess.run([*command, "init", "v", "--time-zone", "Europe/Amsterdam"], cwd=users_project,
+    env = {**os.environ, "PYTHONPATH": str(users_project)}  # on the postgres run, the fixture's PG* variables
+    index = ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
+    done = subprocess.run([*command, "init", "v", "--time-zone", "Europe/Amsterdam", *index], cwd=users_project,
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     done = subprocess.run([*command, "--vault", "v", "remember", "Pelicans nest by the lake."], cwd=users_project,
