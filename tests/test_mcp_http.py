@@ -148,6 +148,7 @@ def test_http_offers_the_same_tools_schemas_answers_and_errors_as_stdio(fixture_
     assert port_is_closed(server.port)
 
 
+@pytest.mark.both_backends
 def test_strangers_are_refused_and_the_server_keeps_serving(new_vault):
     server = HttpServer(new_vault)
     port, token = server.port, server.token
@@ -195,6 +196,7 @@ def test_strangers_are_refused_and_the_server_keeps_serving(new_vault):
     assert len({hit["text"] for hit in json.loads(found.stdout)["hits"]}) == 8
 
 
+@pytest.mark.both_backends
 def test_a_token_file_is_used_and_never_printed(new_vault, tmp_path):
     secret = tmp_path / "token"
     secret.write_text("correct-horse-battery-staple-42\n")

@@ -402,6 +402,7 @@ def start_watch(root: Path, env=None) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.both_backends
 def test_a_stop_signal_that_lands_on_another_thread_stops_an_idle_watcher(new_vault):
     """`memvault watch` and `serve` stop on SIGTERM through a Python handler, which CPython runs on
     the main thread only, once it runs again: a signal the kernel hands to another thread did not
