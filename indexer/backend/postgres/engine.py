@@ -266,7 +266,7 @@ class PostgresBackend:
         round trip: a reader learns whether the projection changed without fetching it."""
         try:
             with self._session() as conn:
-                row = conn.execute("SELECT v.serving, g.replay_sha256 FROM memvault_vaults v "
+                row = conn.execute("SELECT v.serving, g.replay_sha256, g.generation IS NOT NULL FROM memvault_vaults v "
                                    "LEFT JOIN memvault_generations g ON g.vault = v.name AND g.generation = v.serving "
                                    "WHERE v.name = %s",
                                    (self.vault,)).fetchone()  # fmt: skip
@@ -278,6 +278,9 @@ class PostgresBackend:
             if self._made_again():
                 return None, None
             raise IndexUnavailable(f"vault {self.vault!r} is not on the index server (or this role may not read it)")
+        if row[0] is not None and not row[2]:  # the pointer names a generation someone deleted
+            raise IndexUnavailable(f"the serving generation {row[0]} of vault {self.vault!r} is gone from the index "
+                                   "server: run `memvault rebuild`")  # fmt: skip
         return row[0], row[1]
 
     def replay_sha256(self, generation: int) -> str | None:
