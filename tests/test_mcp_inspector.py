@@ -8,13 +8,14 @@ or the package cannot be fetched; any other failure fails the test.
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.test_mcp import ALL_TOOLS, MEMVAULT, make_vault
+from tests.test_mcp import ALL_TOOLS, MEMVAULT, backend_vault
 
 INSPECTOR = "@modelcontextprotocol/inspector"
 NOT_FETCHED = ("ENOTFOUND", "E404", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "network request")
@@ -34,7 +35,9 @@ def inspector_command() -> str:
 
 
 def inspector(vault, *args: str) -> dict:
-    command = [inspector_command(), "--cli", MEMVAULT, "--vault", str(vault), "mcp", *args]
+    # the PG* variables a postgres run's fixture set, handed to the server the Inspector starts
+    server_env = [arg for key, value in os.environ.items() if key.startswith("PG") for arg in ("-e", f"{key}={value}")]
+    command = [inspector_command(), "--cli", *server_env, MEMVAULT, "--vault", str(vault), "mcp", *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=vault.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
@@ -47,10 +50,11 @@ def call(vault, tool: str, **arguments) -> dict:
     return reply["structuredContent"]
 
 
+@pytest.mark.both_backends
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npx (node/npm) is not installed")
 def test_the_inspector_lists_and_calls_the_runtime_tools(tmp_path):
-    vault = make_vault(tmp_path, "v")
+    vault = backend_vault(tmp_path, "v")
     listed = inspector(vault, "--method", "tools/list")
     assert [tool["name"] for tool in listed["tools"]] == ALL_TOOLS
     added = call(vault, "RuntimeMemory", action="add", target="USER", content="Prefers metric units.", importance=4)
