@@ -295,10 +295,12 @@ def test_an_xss_corpus_renders_inert(browser, site):
     assert dialogs == []
 
 
+@pytest.mark.both_backends
 @pytest.mark.slow
-def test_screenshots_of_each_page(browser, tmp_path):
-    """PNGs of every page over the fixture vault (plus a graph, documents and runtime memory);
-    with WEB_SCREENSHOTS=docs they are also written where the README links them."""
+def test_screenshots_of_each_page(browser, tmp_path, index_backend):
+    """PNGs of every page over the fixture vault (plus a graph, documents and runtime memory), on
+    each engine; with WEB_SCREENSHOTS=docs the local engine's are also written where the README
+    links them (one set of pictures, the same on every run)."""
     shots = {
         "recall": "/recall?q=which+color+did+we+pick+for+deployment",
         "entities": "/entities",
@@ -311,7 +313,8 @@ def test_screenshots_of_each_page(browser, tmp_path):
     }
     with LoopbackServer() as chat:
         chat.route("/v1/chat/completions", chat_answer)
-        root = demo_vault(tmp_path, llm_endpoint=chat.url)
+        # the postgres run: the index in the database the fixture made (its PG* variables, as a DSN)
+        root = demo_vault(tmp_path, llm_endpoint=chat.url, index_dsn=_fixture_dsn(index_backend))
         with WebProcess(root) as web:
             context = browser.new_context(viewport={"width": 1280, "height": 860}, device_scale_factor=1)
             context.set_default_timeout(PAGE_TIMEOUT_MS)
@@ -328,12 +331,21 @@ def test_screenshots_of_each_page(browser, tmp_path):
             assert "1 citation dropped" in tab.locator(".answer").inner_text()
             written.append(_shot(tab, tmp_path, "agent"))
             context.close()
-    target = os.environ.get(SCREENSHOTS_ENV)
+    target = os.environ.get(SCREENSHOTS_ENV) if index_backend == "local" else None
     for path in written:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, path
         if target:
             shutil.copyfile(path, Path(target) / path.name)
+
+
+def _fixture_dsn(index_backend: str) -> str | None:
+    """The database a postgres run's `index_backend` made, as the DSN its PG* variables spell; None
+    on the local run."""
+    if index_backend == "local":
+        return None
+    names = {"PGHOST": "host", "PGPORT": "port", "PGUSER": "user", "PGDATABASE": "dbname"}
+    return " ".join(f"{key}={os.environ[name]}" for name, key in names.items())
 
 
 def _shot(tab, folder: Path, name: str) -> Path:
