@@ -185,6 +185,10 @@ CJK_FACTS = [
 ]
 
 
+@pytest.mark.one_engine(
+    "it runs both engines itself, side by side in one run (the local row backend's and the server's BM25 "
+    "scores for the same CJK rows, compared), so it has no run per engine"
+)
 def test_cjk_bigrams_rank_the_same_on_each_backend_and_deletes_keep_their_statistics(tmp_path, postgres_dsn):
     """A word inside a CJK run is found by its bigrams with the same BM25 scores on both engines,
     and a row deleted on the server takes its bigrams' statistics along (equal to a fresh build)."""

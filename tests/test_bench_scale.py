@@ -6,6 +6,8 @@ import argparse
 import math
 from pathlib import Path
 
+import pytest
+
 from bench.bench_scale import COLUMNS, DEFAULT_DATA, Texts, measure, owner_recall, report
 
 
@@ -28,6 +30,10 @@ def test_a_tiny_scale_run_reports_every_figure_and_each_is_sane(tmp_path: Path):
     assert "nan" not in text
 
 
+@pytest.mark.one_engine(
+    "a smoke test of bench/bench_scale.py, which builds and measures its own vaults on the local engine "
+    "(its new_vault has no index block and the bench no option for a server): it checks the bench, not an engine"
+)
 def test_the_vault_it_builds_answers_recall_with_hits(tmp_path: Path):
     from bench.bench_scale import MEMVAULT, Owner, new_vault, run, write_notes
 

@@ -96,11 +96,20 @@ def e5_vault(tmp_path) -> Path:
     return root
 
 
+#: why the two tests below run on the local engine only (issue 41: found running them on the server)
+SERVER_HAS_NO_EXTRA_LIST = (
+    "product difference: on the index server memory.extraEmbeddings is ignored without a word: no second "
+    "vector list is built (its ServerVectors has no search_extra), recall's explain holds bm25 and vector but "
+    "never extra, degraded stays None and strict health is healthy with no extra_vectors finding"
+)
+
+
 def extra_count(store: MemoryStore) -> int:
     generation = store.serving_index().generation
     return len(SemanticIndex.open(generation, store._semantic.extra_identity, EXTRA_FOLDER).vectors)
 
 
+@pytest.mark.one_engine(SERVER_HAS_NO_EXTRA_LIST)
 def test_both_lists_follow_writes_and_rebuilds_and_recall_fuses_both(e5_vault):
     with MemoryStore.open(e5_vault) as store:
         assert extra_count(store) == len(FACTS)  # remember's vectors came through the queue
@@ -120,6 +129,9 @@ def test_both_lists_follow_writes_and_rebuilds_and_recall_fuses_both(e5_vault):
         assert store.health_report(strict=True)["healthy"]
 
 
+@pytest.mark.one_engine(
+    SERVER_HAS_NO_EXTRA_LIST + "; and the list lost here is a local generation's vectors-extra/ folder"
+)
 def test_a_missing_extra_list_is_degraded_and_named_by_health(e5_vault):
     with MemoryStore.open(e5_vault) as store:
         shutil.rmtree(store.serving_index().generation / EXTRA_FOLDER)

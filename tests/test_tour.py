@@ -5,7 +5,13 @@ import sys
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+import pytest
 
+
+@pytest.mark.one_engine(
+    "the tour is the README's offline first run: it writes its vault's memvault.json itself (a Journal vault "
+    "indexed in .index/) and has no option that names an index server"
+)
 def test_the_tour_runs_on_todays_note_and_says_where_its_vault_is(tmp_path):
     target = tmp_path / "tour-vault"
     before = datetime.now(ZoneInfo("Europe/Amsterdam")).date().isoformat()
