@@ -76,6 +76,17 @@ def test_a_password_in_the_file_is_refused_without_repeating_it(tmp_path, dsn):
     assert "hunter2" not in str(caught.value)
 
 
+def test_a_second_vector_list_on_the_server_is_refused_not_ignored(tmp_path):
+    root = make_vault(tmp_path)
+    data = json.loads((root / "memvault.json").read_text())
+    data["memory"] |= {"mode": "journal", "extraEmbeddings": {"provider": "e5-small"}}
+    (root / "memvault.json").write_text(json.dumps(data))
+    with pytest.raises(InvalidConfig) as caught:
+        load_config(root, {})
+    assert "memory.extraEmbeddings is not served by an index server" in str(caught.value)
+    assert 'index.backend "local"' in str(caught.value)
+
+
 def test_redact_removes_passwords_in_both_forms():
     text = "failed for host=db password=hunter2 and postgresql://bob:s3cret@db/x"
     shown = redact(text, "host=db password=hunter2")

@@ -569,6 +569,14 @@ def _check_index(flat: dict[str, Any], problems: list[_Problem]) -> None:
                 ("index.backend",),
             )
         )
+    if backend == "postgres" and "memory.extraEmbeddings" in flat:  # else silently one list, not two
+        problems.append(
+            _Problem(
+                'memory.extraEmbeddings is not served by an index server (index.backend "postgres" keeps one '
+                'vector per memory): remove the block, or keep this vault\'s index local (index.backend "local")',
+                ("memory.extraEmbeddings", "index.backend"),
+            )
+        )
     name = flat.get("index.name")
     if isinstance(name, str) and not INDEX_NAME_RE.fullmatch(name):
         problems.append(
