@@ -185,8 +185,15 @@ def pytest_terminal_summary(terminalreporter):
     unexplained = _unexplained()
     if unexplained:
         terminalreporter.write_line(
-            f"index engines: {len(unexplained)} tests opened an index on one engine without saying why: mark each "
-            'both_backends, or one_engine("why") when it is about one engine\'s own internals:'
+            f"index engines: FAILED: {len(unexplained)} tests opened an index on one engine without saying why: "
+            'mark each both_backends, or one_engine("why") when it is about one engine\'s own internals:'
         )
         for test in unexplained[:50]:
             terminalreporter.write_line(f"  {test}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    # an index test on one engine without a reason fails the run (issue 41: "and the file says why")
+    if not hasattr(session.config, "workerinput") and exitstatus == 0 and _unexplained():
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
