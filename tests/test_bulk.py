@@ -262,7 +262,8 @@ def test_a_remember_through_the_owner_is_acknowledged_durable_and_every_read_see
         assert hits["ok"] and hits["result"]["hits"][0]["id"] == first.id  # found beside the index…
         assert committed_texts(root) == set() or not put_off  # …without a commit: reads never wait for one
         ferry = owner.handle({"op": "recall", "args": {"query": "ferry"}})["result"]["hits"]
-        assert [hit["id"] for hit in ferry] == [second.id]
+        # first: once committed (on a server, when the drain idles) vectors may bring the harbour in below it
+        assert [hit["id"] for hit in ferry][:1] == [second.id]
         third = owner.group_commit().remember("Deferred fact three about the pier.", None)
         health = owner.handle({"op": "health", "args": {"strict": True}})["result"]
         assert health["healthy"] and not health["warnings"], health["findings"]
