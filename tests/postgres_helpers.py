@@ -188,6 +188,18 @@ def on_server_database(root: Path, dsn: str, name: str) -> Path:
     return root
 
 
+def init_flags() -> list[str]:
+    """`memvault init`'s flags for the running test's index backend (a both_backends test's
+    postgres run: --index postgres, the server reached through the fixture's PG* variables)."""
+    return ["--index", "postgres"] if TEST_BACKEND == "postgres" else []
+
+
+def libpq_variables() -> dict[str, str]:
+    """This process's PG* variables (a postgres run's fixture set them), for a server started
+    with a bare environment, as the MCP SDK's stdio client and the Inspector start theirs."""
+    return {name: value for name, value in os.environ.items() if name.startswith("PG")}
+
+
 def libpq_environment(dsn: str) -> dict[str, str]:
     """The PG* variables libpq reads, for a key=value DSN."""
     parts = dict(part.split("=", 1) for part in dsn.split())

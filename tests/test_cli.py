@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from memvault.cli.docgen import render
 from memvault.cli.main import cli
+from tests.postgres_helpers import init_flags
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -19,17 +20,10 @@ def run(*args, input=None):
     return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
 
 
-def index_flags() -> list[str]:
-    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
-    from tests import postgres_helpers
-
-    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
-
-
 @pytest.mark.both_backends
 def test_init_remember_search_rebuild_validate(tmp_path, index_backend):
     vault = tmp_path / "v"
-    assert run("init", str(vault), "--time-zone", "Europe/Amsterdam", *index_flags()).exit_code == 0
+    assert run("init", str(vault), "--time-zone", "Europe/Amsterdam", *init_flags()).exit_code == 0
     ignored = (vault / ".gitignore").read_text().splitlines()
     assert {".index/", ".locks/", ".capture-intake/", ".capture-intake-schema"} <= set(ignored)
     added = run("--vault", str(vault), "remember", "Morgan chose blue as the deployment color.", "--json")
@@ -48,7 +42,7 @@ def test_init_remember_search_rebuild_validate(tmp_path, index_backend):
 @pytest.mark.both_backends
 def test_remember_with_explicit_time(tmp_path, index_backend):
     vault = tmp_path / "v"
-    assert run("init", str(vault), "--time-zone", "Asia/Kolkata", *index_flags()).exit_code == 0
+    assert run("init", str(vault), "--time-zone", "Asia/Kolkata", *init_flags()).exit_code == 0
     out = run("--vault", str(vault), "remember", "Standup moved to 10:00.", "--at", "2026-11-02T09:30:00+01:00")
     assert out.exit_code == 0
     assert "- 14:00 Standup moved to 10:00. ^m-" in (vault / "daily/2026-11-02.md").read_text()
@@ -66,7 +60,7 @@ def test_errors_are_one_line_messages_or_json(tmp_path, index_backend):
     assert as_json.exit_code == 1
     assert json.loads(as_json.output)["error"]["code"] == "not_a_vault"
     vault = tmp_path / "v"
-    assert run("init", str(vault), *index_flags()).exit_code == 0
+    assert run("init", str(vault), *init_flags()).exit_code == 0
     secret = CliRunner().invoke(cli, ["--vault", str(vault), "remember", "pw postgres://u:supersecret1@h/db", "--json"])
     assert secret.exit_code == 1 and json.loads(secret.output)["error"]["code"] == "credential_refused"
     again = CliRunner().invoke(cli, ["init", str(vault)])
@@ -78,7 +72,7 @@ def test_errors_are_one_line_messages_or_json(tmp_path, index_backend):
 @pytest.mark.both_backends
 def test_validate_reports_every_problem(tmp_path, index_backend):
     vault = tmp_path / "v"
-    assert run("init", str(vault), *index_flags()).exit_code == 0
+    assert run("init", str(vault), *init_flags()).exit_code == 0
     config = json.loads((vault / "memvault.json").read_text())  # its index block (the engine) stays
     config["memory"] = {"mode": "lite", "writeMode": "capture", "colour": 1}
     (vault / "memvault.json").write_text(json.dumps(config))
@@ -144,7 +138,7 @@ def test_a_lite_vault_never_loads_numpy(tmp_path, index_backend):
     """Lite never embeds: its searches and remembers load neither numpy nor a vector index (they
     are most of a CLI call's start-up where they are loaded)."""
     vault = tmp_path / "v"
-    init = [sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite", *index_flags()]
+    init = [sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite", *init_flags()]
     assert subprocess.run(init, cwd=REPO, capture_output=True).returncode == 0
     probe = (
         "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "
@@ -174,7 +168,7 @@ def test_every_command_is_registered_by_the_module_the_group_imports_for_it():
 def test_a_command_imports_only_its_own_module(tmp_path, index_backend):
     """`memvault search` loads neither the MCP server nor the web pages nor the archive code."""
     vault = tmp_path / "v"
-    init = [sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite", *index_flags()]
+    init = [sys.executable, "-m", "memvault", "init", str(vault), "--mode", "lite", *init_flags()]
     assert subprocess.run(init, cwd=REPO, capture_output=True).returncode == 0
     probe = (
         "import sys; from click.testing import CliRunner; from memvault.cli.main import cli; "

@@ -20,6 +20,7 @@ from memvault.vault.note import parse
 from memvault.vault.note_conflicts import conflicted_ids
 from tests.engine_helpers import memvault, memvault_json
 from tests.git_helpers import git, isolate_git
+from tests.postgres_helpers import init_flags
 from tests.readonly_helpers import memvault_here
 
 BULLET_RE = re.compile(r"^- (\d\d:\d\d) .* \^([A-Za-z0-9-]+)$", re.M)
@@ -30,19 +31,12 @@ def git_env(tmp_path, monkeypatch):
     isolate_git(tmp_path, monkeypatch)
 
 
-def index_flags() -> list[str]:
-    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
-    from tests import postgres_helpers
-
-    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
-
-
 def make_repo(tmp_path: Path, name: str = "vault", *, setup: bool = True) -> Path:
     root = tmp_path / name
     root.mkdir()
     git(root, "init", "-q")
     # the set-up runs in this process (memvault_here); the commands under test each run as a process
-    assert memvault_here(root, "init", str(root), "--mode", "lite", "--time-zone", "UTC", *index_flags()) == 0
+    assert memvault_here(root, "init", str(root), "--mode", "lite", "--time-zone", "UTC", *init_flags()) == 0
     if not setup:
         git(root, "config", "--local", "--remove-section", "merge.memvault-note")
     git(root, "add", "-A")
@@ -88,7 +82,7 @@ def test_setup_is_idempotent_and_names_what_it_did(tmp_path):
     root = tmp_path / "vault"
     root.mkdir()
     git(root, "init", "-q")
-    assert memvault(root, "init", str(root), "--time-zone", "UTC", *index_flags()).returncode == 0
+    assert memvault(root, "init", str(root), "--time-zone", "UTC", *init_flags()).returncode == 0
     attributes = (root / ".gitattributes").read_bytes()
     assert b"daily/** merge=memvault-note" in attributes and b"graph.jsonl merge=memvault-graph" in attributes
     driver = git(root, "config", "--get", "merge.memvault-note.driver").stdout
@@ -117,7 +111,7 @@ def test_setup_never_clobbers_a_persons_own_attributes(tmp_path):
 @pytest.mark.both_backends
 def test_setup_outside_a_repository_is_a_clear_refusal_and_writes_nothing(tmp_path):
     root = tmp_path / "plain"
-    assert memvault(root, "init", str(root), "--time-zone", "UTC", *index_flags()).returncode == 0
+    assert memvault(root, "init", str(root), "--time-zone", "UTC", *init_flags()).returncode == 0
     assert (root / ".gitattributes").is_file()  # init writes them anyway: they travel with a first commit
     before = (root / ".gitattributes").read_bytes()
     done = memvault(root, "git", "setup")
@@ -476,9 +470,7 @@ def test_a_merge_orders_two_machines_bullets_by_instant_across_offsets(tmp_path)
     root.mkdir()
     git(root, "init", "-q")
     assert (
-        memvault(
-            root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam", *index_flags()
-        ).returncode
+        memvault(root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam", *init_flags()).returncode
         == 0
     )
     note = root / f"daily/{FOLD_DAY}.md"
@@ -514,9 +506,7 @@ def test_resolve_orders_by_instant_too_and_keeps_ties_in_place(tmp_path):
     root.mkdir()
     git(root, "init", "-q")
     assert (
-        memvault(
-            root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam", *index_flags()
-        ).returncode
+        memvault(root, "init", str(root), "--mode", "lite", "--time-zone", "Europe/Amsterdam", *init_flags()).returncode
         == 0
     )
     git(root, "config", "--local", "--remove-section", "merge.memvault-note")  # git's plain conflict

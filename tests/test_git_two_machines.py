@@ -17,6 +17,7 @@ import pytest
 from tests import engine_helpers, postgres_helpers
 from tests.engine_helpers import OwnerProcess, turn_json, wait_for
 from tests.git_helpers import git, isolate_git
+from tests.postgres_helpers import init_flags
 
 DAY = "2026-11-30"
 NOTE = f"daily/{DAY}.md"
@@ -49,11 +50,6 @@ def memvault_json(root: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def index_flags() -> list[str]:
-    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
-    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
-
-
 @pytest.fixture
 def hub_and_laptop(tmp_path, request) -> tuple[Path, Path]:
     postgres_helpers.set_up_the_tests_backend(request)
@@ -66,7 +62,7 @@ def hub_and_laptop(tmp_path, request) -> tuple[Path, Path]:
     git(tmp_path, "init", "-q", "--bare", str(hub))
     laptop.mkdir()
     git(laptop, "init", "-q")
-    assert memvault(laptop, "init", str(laptop), "--mode", "lite", "--time-zone", "UTC", *index_flags()).returncode == 0
+    assert memvault(laptop, "init", str(laptop), "--mode", "lite", "--time-zone", "UTC", *init_flags()).returncode == 0
     commit_all(laptop, "a new vault")
     git(laptop, "remote", "add", "origin", str(hub))
     git(laptop, "push", "-q", "-u", "origin", "main")

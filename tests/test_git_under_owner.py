@@ -35,9 +35,10 @@ def repo(tmp_path, request) -> Path:
     from tests import postgres_helpers
 
     postgres_helpers.set_up_the_tests_backend(request)
-    flags = ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
     root = tmp_path / "vault"
-    assert memvault_here(root, "init", str(root), "--time-zone", "UTC", *flags) == 0  # set-up: in this process
+    assert (
+        memvault_here(root, "init", str(root), "--time-zone", "UTC", *postgres_helpers.init_flags()) == 0
+    )  # set-up: in this process
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "a new vault")

@@ -22,7 +22,7 @@ from memvault.vault.config import default_config_data, render_config
 from memvault.vault.errors import VaultLocked
 from memvault.vault.init import init_vault
 from memvault.vault.locks import LivenessFence
-from tests.postgres_helpers import on_test_backend
+from tests.postgres_helpers import libpq_variables, on_test_backend
 
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 AMS = "Europe/Amsterdam"
@@ -57,7 +57,7 @@ def params(vault: Path) -> StdioServerParameters:
         args=["--vault", str(vault), "mcp"],
         cwd=str(vault.parent),
         # the PG* variables a both_backends test's postgres run set: the server reaches its index there too
-        env={"PYTHONUNBUFFERED": "1", **{name: value for name, value in os.environ.items() if name.startswith("PG")}},
+        env={"PYTHONUNBUFFERED": "1", **libpq_variables()},
     )
 
 

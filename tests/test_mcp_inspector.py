@@ -8,13 +8,13 @@ or the package cannot be fetched; any other failure fails the test.
 
 import functools
 import json
-import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.postgres_helpers import libpq_variables
 from tests.test_mcp import ALL_TOOLS, MEMVAULT, backend_vault
 
 INSPECTOR = "@modelcontextprotocol/inspector"
@@ -36,7 +36,7 @@ def inspector_command() -> str:
 
 def inspector(vault, *args: str) -> dict:
     # the PG* variables a postgres run's fixture set, handed to the server the Inspector starts
-    server_env = [arg for key, value in os.environ.items() if key.startswith("PG") for arg in ("-e", f"{key}={value}")]
+    server_env = [arg for key, value in libpq_variables().items() for arg in ("-e", f"{key}={value}")]
     command = [inspector_command(), "--cli", *server_env, MEMVAULT, "--vault", str(vault), "mcp", *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=vault.parent)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -94,8 +94,8 @@ def test_the_command_runs_beside_a_users_own_modules(users_project, command):
 
     (users_project / "v").mkdir()
     env = {**os.environ, "PYTHONPATH": str(users_project)}  # on the postgres run, the fixture's PG* variables
-    index = ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
-    done = subprocess.run([*command, "init", "v", "--time-zone", "Europe/Amsterdam", *index], cwd=users_project,
+    flags = postgres_helpers.init_flags()
+    done = subprocess.run([*command, "init", "v", "--time-zone", "Europe/Amsterdam", *flags], cwd=users_project,
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     done = subprocess.run([*command, "--vault", "v", "remember", "Pelicans nest by the lake."], cwd=users_project,

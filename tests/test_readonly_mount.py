@@ -6,7 +6,6 @@ else the test skips with the reason (`tests/readonly_helpers.py`).
 """
 
 import json
-import os
 
 import anyio
 import pytest
@@ -24,8 +23,8 @@ def make_vault(tmp_path, mode: str):
     vault = tmp_path / f"{mode}-vault"
     # the set-up runs in this process (memvault_here); the commands under test each run as a process
     # a both_backends test's postgres run: the vault's index on the server (its PG* variables)
-    index = ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
-    assert memvault_here(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC", *index) == 0
+    flags = postgres_helpers.init_flags()
+    assert memvault_here(tmp_path, "init", str(vault), "--mode", mode, "--time-zone", "UTC", *flags) == 0
     (vault / "daily" / f"{DAY}.md").write_text(
         f"# {DAY}\n\n- 09:00 Priya lives in Rotterdam. ^m-priya\n"
         "- 10:00 Morgan chose blue as the deployment color. ^m-blue\n"
@@ -34,12 +33,6 @@ def make_vault(tmp_path, mode: str):
     assert memvault_here(vault, "runtime", "add", "user", "Prefers short answers.") == 0
     assert memvault_here(vault, "doc", "create", "Plan", "--body", "The plan.") == 0
     return vault
-
-
-def server_environment() -> dict[str, str]:
-    """The PG* variables a postgres run's fixture set: the MCP SDK starts its server with a bare
-    environment (PATH, HOME...), which would not reach the index server."""
-    return {key: value for key, value in os.environ.items() if key.startswith("PG")}
 
 
 READS = [
@@ -112,7 +105,7 @@ def test_mcp_read_tools_serve_a_read_only_vault(tmp_path):
             command=MEMVAULT,
             args=["--vault", str(view), "mcp"],
             cwd=str(tmp_path),
-            env={"PYTHONUNBUFFERED": "1", **server_environment()},
+            env={"PYTHONUNBUFFERED": "1", **postgres_helpers.libpq_variables()},
         )
 
         async def session():

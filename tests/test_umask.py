@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres_helpers import init_flags
+
 MEMVAULT = str(Path(sys.executable).parent / "memvault")
 
 #: what people read, edit and version: at most 0644 (files) / 0755 (folders)
@@ -35,13 +37,6 @@ def env() -> dict[str, str]:
     from tests import engine_helpers
 
     return {k: v for k, v in engine_helpers.ENV.items() if k != "PYTHONPATH"}
-
-
-def index_flags() -> list[str]:
-    """`init`'s flags for the test's index backend (both_backends tests: --index postgres)."""
-    from tests import postgres_helpers
-
-    return ["--index", "postgres"] if postgres_helpers.TEST_BACKEND == "postgres" else []
 
 
 def run(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -134,7 +129,7 @@ def wrong_modes(entries: list[tuple[str, str, int]]) -> list[tuple[str, str]]:
 def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
     vault = tmp_path / "v"
     steps = [
-        ("init", str(vault), "--mode", "journal", "--time-zone", "UTC", *index_flags()),
+        ("init", str(vault), "--mode", "journal", "--time-zone", "UTC", *init_flags()),
         ("--vault", str(vault), "remember", "Priya lives in Rotterdam."),
         ("--vault", str(vault), "rebuild"),
         ("--vault", str(vault), "remember", "Morgan chose blue as the deployment color."),
