@@ -194,11 +194,13 @@ def search_command(
 
 def _search_across(across: str, query: str, limit: int, mode: str, explain: bool, json_: bool) -> None:
     from memvault.indexer.engine.across import parse_vault_names, search_across
+    from memvault.vault.config import server_bounds
     from memvault.vault.config_schema import INDEX_DSN_ENV
 
     if mode != "tool":
         raise click.UsageError("--across searches in tool mode only")
-    result = search_across(parse_vault_names(across), query, dsn=os.environ.get(INDEX_DSN_ENV, ""), limit=limit)
+    names, bounds = parse_vault_names(across), server_bounds(os.environ)
+    result = search_across(names, query, dsn=os.environ.get(INDEX_DSN_ENV, ""), limit=limit, like=bounds)
     if json_:
         emit_json(result.to_json(explain=explain))
         return

@@ -185,6 +185,8 @@ def test_env_vars_are_exactly_the_documented_set() -> None:
         "MEMVAULT_MEMORY_EMBEDDINGS_MODEL": "memory.embeddings.model",
         "MEMVAULT_MEMORY_EMBEDDINGS_DIM": "memory.embeddings.dim",
         "MEMVAULT_MEMORY_TIME_ZONE": "memory.timeZone",
+        "MEMVAULT_INDEX_POOL_SIZE": "index.poolSize",
+        "MEMVAULT_INDEX_TIMEOUT_SECONDS": "index.timeoutSeconds",
     }
     assert VAULT_PATH_ENV == "MEMVAULT_MEMORY_PATH"
     assert all(key in LEAVES for key in ENV_VARS.values())

@@ -1,7 +1,7 @@
 """The PostgreSQL backend's connections (`ServerSession`) against a real server: a thread keeps
 its connection through nested calls (so a transaction spans them), other threads run statements
 at the same time on connections of their own, at most `size` of them, and a broken or closed
-connection is never handed out again."""
+connection is never handed out again (one that died while idle is replaced without a failed call)."""
 
 import threading
 
@@ -80,14 +80,27 @@ def test_a_third_thread_waits_for_a_connection_when_two_are_in_use(postgres_dsn)
     session.close()
 
 
-def test_a_connection_the_server_killed_is_not_handed_out_again(postgres_dsn):
+def terminate(dsn: str, pid: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()[0]  # gone when it returns
+
+
+def test_a_connection_the_server_killed_while_idle_is_replaced_before_it_is_handed_out(postgres_dsn):
     session = ServerSession(postgres_dsn, size=2)
     with session() as conn:
         first = backend_pid(conn)
-    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+    terminate(postgres_dsn, first)
+    with session() as conn:  # no failed call: the dead one is dropped, a new one opened
+        assert backend_pid(conn) != first
+    session.close()
+
+
+def test_a_connection_killed_during_a_call_fails_that_call_and_is_not_handed_out_again(postgres_dsn):
+    session = ServerSession(postgres_dsn, size=2)
     with pytest.raises(IndexServerUnavailable):
         with session() as conn:
+            first = backend_pid(conn)
+            terminate(postgres_dsn, first)
             conn.execute("SELECT 1")
     with session() as conn:  # the next call reconnects
         assert backend_pid(conn) != first

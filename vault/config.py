@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memvault.vault.config_checks import (  # noqa: F401  public names are re-exported
+    _check_index,
     _HugeNumber,
     _Problem,
     _problems,
@@ -33,6 +34,8 @@ from memvault.vault.config_checks import (  # noqa: F401  public names are re-ex
 from memvault.vault.config_schema import (  # noqa: F401  public names are re-exported
     _ENV_INT_RE,
     DEFAULT_EMBEDDING_PROVIDER,
+    DEFAULT_INDEX_POOL_SIZE,
+    DEFAULT_INDEX_TIMEOUT_SECONDS,
     DEFAULT_LLM_TIMEOUT_MS,
     DEFAULT_RERANK_CANDIDATES,
     DEFAULT_RERANK_TIMEOUT_MS,
@@ -165,6 +168,10 @@ class IndexConfig:
     #: the libpq connection string: MEMVAULT_INDEX_DSN, else `index.dsn` (never with a password),
     #: else "" (libpq's defaults, PGSERVICE, ~/.pg_service.conf and ~/.pgpass)
     dsn: str = field(default="", repr=False)
+    #: index.poolSize: connections one process holds to the server at most (all its stores)
+    pool_size: int = DEFAULT_INDEX_POOL_SIZE
+    #: index.timeoutSeconds: the bound on every statement and socket wait on the server
+    timeout_seconds: int = DEFAULT_INDEX_TIMEOUT_SECONDS
 
     @property
     def on_server(self) -> bool:
@@ -172,9 +179,11 @@ class IndexConfig:
         return self.backend != "local"
 
     @classmethod
-    def server(cls, name: str, dsn: str) -> IndexConfig:
-        """A vault reached by its name on the team's index server (docs/team.md)."""
-        return cls("postgres", name, dsn)
+    def server(cls, name: str, dsn: str, *, like: IndexConfig | None = None) -> IndexConfig:
+        """A vault reached by its name on the team's index server (docs/team.md), with the bounds
+        of `like` (another vault's block, or `server_bounds`'), else the defaults."""
+        like = like or cls()
+        return cls("postgres", name, dsn, like.pool_size, like.timeout_seconds)
 
 
 @dataclass(frozen=True)
@@ -528,7 +537,28 @@ def _resolve_index(flat: dict[str, Any], vault_path: Path | None, env: Mapping[s
     folder = "" if vault_path is None else Path(vault_path).resolve().name.lower()
     name = flat.get("index.name") or folder
     used["index.backend"], used["index.name"] = backend, name
-    return IndexConfig(backend, name, env.get(INDEX_DSN_ENV) or flat.get("index.dsn", ""))
+    bounds = {key: flat[key] for key in ("index.poolSize", "index.timeoutSeconds") if key in flat}
+    used.update(bounds)
+    return IndexConfig(backend, name, env.get(INDEX_DSN_ENV) or flat.get("index.dsn", ""),
+                       bounds.get("index.poolSize", DEFAULT_INDEX_POOL_SIZE),
+                       bounds.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS))  # fmt: skip
+
+
+def server_bounds(env: Mapping[str, str]) -> IndexConfig:
+    """The index server's bounds for a process that has no vault (a connected client: `--remote`,
+    `MemoryStore.connect`), from MEMVAULT_INDEX_POOL_SIZE and MEMVAULT_INDEX_TIMEOUT_SECONDS, as an
+    index block to pass to `IndexConfig.server(..., like=)`; InvalidConfig naming the variable."""
+    values, origins, messages = _env_values({var: env[var] for var in _BOUND_VARS if var in env})
+    found: list = []
+    _check_index(values, found)
+    messages += [f"{', '.join(origins[k] for k in problem.keys)}: {problem.message}" for problem in found]
+    if messages:
+        raise InvalidConfig("invalid index server bounds in the environment:\n" + "\n".join(messages))
+    return IndexConfig(pool_size=values.get("index.poolSize", DEFAULT_INDEX_POOL_SIZE),
+                       timeout_seconds=values.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS))  # fmt: skip
+
+
+_BOUND_VARS = ("MEMVAULT_INDEX_POOL_SIZE", "MEMVAULT_INDEX_TIMEOUT_SECONDS")
 
 
 # --- writing ----------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from memvault.vault.config_schema import (
     LEAVES,
     LLM_PROVIDERS,
     MAX_EMBEDDING_DIM,
+    MAX_INDEX_POOL_SIZE,
+    MAX_INDEX_TIMEOUT_SECONDS,
     MAX_LLM_TIMEOUT_MS,
     MAX_RERANK_CANDIDATES,
     MAX_RERANK_TIMEOUT_MS,
@@ -586,6 +588,15 @@ def _check_index(flat: dict[str, Any], problems: list[_Problem]) -> None:
                 ("index.name",),
             )
         )
+    for key, most, fix in (
+        ("index.poolSize", MAX_INDEX_POOL_SIZE, "connections one process holds to the server at most; keep "
+         "agents × poolSize under the server's max_connections"),
+        ("index.timeoutSeconds", MAX_INDEX_TIMEOUT_SECONDS, "seconds any statement or wait on the server may take"),
+    ):  # fmt: skip
+        value = flat.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= most:
+            problems.append(_Problem(f"{key} must be between 1 and {most} (got {value}): it is the {fix}; "
+                                     f"the default is {LEAVES[key][1]}", (key,)))  # fmt: skip
     dsn = flat.get("index.dsn")
     if isinstance(dsn, str) and dsn_has_password(dsn):
         problems.append(

@@ -33,6 +33,10 @@ RERANK_FORMATS = ("cohere", "tei")
 DEFAULT_RERANK_TIMEOUT_MS, MAX_RERANK_TIMEOUT_MS = 2000, 60_000
 DEFAULT_RERANK_CANDIDATES, MAX_RERANK_CANDIDATES = 40, 100
 DEFAULT_LLM_TIMEOUT_MS, MAX_LLM_TIMEOUT_MS = 60_000, 3_600_000
+#: connections one process holds to the index server at most, and the bound on every statement
+#: and socket wait there (backend/postgres/connection.py)
+DEFAULT_INDEX_POOL_SIZE, MAX_INDEX_POOL_SIZE = 4, 64
+DEFAULT_INDEX_TIMEOUT_SECONDS, MAX_INDEX_TIMEOUT_SECONDS = 30, 3600
 MAX_EMBEDDING_DIM = 8192
 RUNTIME_LIMIT_RANGE = (256, 1024 * 1024)
 #: memory.runtime keys with a fixed set of values (the Layered strategy's switches)
@@ -82,6 +86,8 @@ ENV_VARS = MappingProxyType(
         "MEMVAULT_MEMORY_EMBEDDINGS_MODEL": "memory.embeddings.model",
         "MEMVAULT_MEMORY_EMBEDDINGS_DIM": "memory.embeddings.dim",
         "MEMVAULT_MEMORY_TIME_ZONE": "memory.timeZone",
+        "MEMVAULT_INDEX_POOL_SIZE": "index.poolSize",
+        "MEMVAULT_INDEX_TIMEOUT_SECONDS": "index.timeoutSeconds",
     }
 )
 #: the vault's location; read by vault discovery (`--vault` > this > the nearest enclosing vault), not by load_config
@@ -126,7 +132,7 @@ OBJECTS = MappingProxyType(
         "memory.runtime.idleReview": ("enabled", "minIntervalMs", "maxPerSession", "maxContextChars", "runtimeMemory"),
         "tools": ("allowedTools", "deniedTools", "hostTools"),
         "tools.hostTools": ("runHistory", "sessionHistory"),
-        "index": ("backend", "name", "dsn"),
+        "index": ("backend", "name", "dsn", "poolSize", "timeoutSeconds"),
     }
 )
 # Leaf key → (type, an example value for messages). The example is what a fix suggests.
@@ -182,6 +188,8 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "index.backend": (str, "postgres"),
         "index.name": (str, "team-notes"),
         "index.dsn": (str, "service=memvault"),
+        "index.poolSize": (int, DEFAULT_INDEX_POOL_SIZE),
+        "index.timeoutSeconds": (int, DEFAULT_INDEX_TIMEOUT_SECONDS),
     }
 )
 #: an example of each object, for a message that says how to write it

@@ -4,7 +4,14 @@ what the store drives on either engine; a server engine also stores rows through
 (`maintenance/local_generations.py`); PostgreSQL + pgvector (`backend/postgres/`) when a vault's
 config names it."""
 
-from memvault.indexer.backend.postgres.connection import connect, describe_target, server_versions, version_problems
+from memvault.indexer.backend.postgres.connection import (
+    ServerBounds,
+    connect,
+    describe_target,
+    server_versions,
+    shared_pool,
+    version_problems,
+)
 from memvault.indexer.backend.postgres.engine import PostgresBackend
 from memvault.indexer.backend.postgres.team import OwnerLock, TeamListener, TeamServer
 from memvault.vault.errors import VaultError
@@ -16,7 +23,7 @@ def open_backend(index, *, create: bool = True):
     `create`: make the vault's partition and role when missing (the owner's open); without it a
     vault the server does not hold is an IndexUnavailable."""
     if index.backend == "postgres":
-        return PostgresBackend(index.dsn, index.name, create=create)
+        return PostgresBackend(index.dsn, index.name, create=create, bounds=ServerBounds.of(index))
     raise ValueError(f"index backend {index.backend!r} has no server engine")
 
 
@@ -24,7 +31,7 @@ def check_server(index) -> list[str]:
     """What is wrong with the configured server for this backend (unreachable, too old, no
     pgvector), each naming the fix; [] when it will do. Never raises for a server's state."""
     try:
-        with connect(index.dsn, autocommit=True) as conn:
+        with connect(index.dsn, autocommit=True, bounds=ServerBounds.of(index)) as conn:
             return version_problems(*server_versions(conn))
     except VaultError as exc:
         return [str(exc)]
@@ -32,15 +39,18 @@ def check_server(index) -> list[str]:
 
 def server_versions_of(index) -> dict:
     """{"postgresql": "18.3", "pgvector": "0.8.2"} of the configured server (bench output, health)."""
-    with connect(index.dsn, autocommit=True) as conn:
+    with connect(index.dsn, autocommit=True, bounds=ServerBounds.of(index)) as conn:
         _, server, vector = server_versions(conn)
     return {"postgresql": server, "pgvector": vector}
 
 
-def open_team_server(dsn: str, vault: str, *, create: bool = False):
+def open_team_server(dsn: str, vault: str, *, create: bool = False, index=None):
     """The team rows of one vault on the index server (backend/postgres/team.py): the run ledger
     clients admit to, remembered facts waiting for their owner, the owner's registration.
-    `create`: make the team tables and the vault's writer role (the owner's start)."""
+    `create`: make the team tables and the vault's writer role (the owner's start). `index`: an
+    index config block whose bounds (pool size, timeout) the process's pool for `dsn` takes."""
+    if index is not None:
+        shared_pool(dsn, ServerBounds.of(index))
     return TeamServer(dsn, vault, create=create)
 
 

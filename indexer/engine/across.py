@@ -57,16 +57,19 @@ def parse_vault_names(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def search_across(names: Iterable[str], query: str, *, dsn: str = "", limit: int = 10) -> AcrossResult:
+def search_across(
+    names: Iterable[str], query: str, *, dsn: str = "", limit: int = 10, like: IndexConfig | None = None
+) -> AcrossResult:
     """One fused list over the named vaults (see the module docstring). Raises IndexUnavailable
-    naming every vault the server does not hold or this role may not read."""
+    naming every vault the server does not hold or this role may not read. `like`: an index block
+    whose bounds (pool size, timeout) the connections take."""
     names = list(dict.fromkeys(names))
     if not isinstance(query, str) or not query.strip():
         raise InvalidRecord("the query must be non-empty text")
     opened, hidden = [], []
     try:
         for name in names:
-            backend = open_backend(IndexConfig.server(name, dsn), create=False)
+            backend = open_backend(IndexConfig.server(name, dsn, like=like), create=False)
             opened.append(backend)
             generation = _serving(backend)
             if generation is None:

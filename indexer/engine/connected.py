@@ -41,7 +41,7 @@ from memvault.indexer.search.recall_request import check_recall_request
 from memvault.indexer.search.supersession import kept_lifecycle
 from memvault.indexer.team.ledger import NetworkAdmission
 from memvault.vault.clock import local_day_and_time, utc_now, zone
-from memvault.vault.config import IndexConfig
+from memvault.vault.config import IndexConfig, server_bounds
 from memvault.vault.curated import prepare_fact
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id
@@ -68,7 +68,9 @@ class ConnectedStore:
         self.dsn = dsn
         self.env = dict(env or {})
         self._clock = clock
-        self.server = open_team_server(dsn, name)  # connects on first use
+        #: the server's bounds come from the environment here: a connected client has no vault config
+        self.index = IndexConfig.server(name, dsn, like=server_bounds(self.env))
+        self.server = open_team_server(dsn, name, index=self.index)  # connects on first use
         self.admission = NetworkAdmission(self.server)
         self._backend = None
         self._settings: dict | None = None
@@ -104,7 +106,7 @@ class ConnectedStore:
     @property
     def backend(self):
         if self._backend is None:
-            self._backend = open_backend(IndexConfig.server(self.name, self.dsn), create=False)
+            self._backend = open_backend(self.index, create=False)
         return self._backend
 
     def settings(self) -> dict:
@@ -344,10 +346,7 @@ class ConnectedStore:
 
     def health_report(self, *, strict: bool = False) -> dict:
         """`memvault health` for a vault reached by name: the server, its index, the owner, the backlog."""
-        findings = [
-            _finding("error", "server", problem, "see docs/team.md")
-            for problem in check_server(IndexConfig.server(self.name, self.dsn))
-        ]
+        findings = [_finding("error", "server", problem, "see docs/team.md") for problem in check_server(self.index)]
         details: dict = {}
         if not findings:
             try:

@@ -221,7 +221,7 @@ class TeamSide:
         if self.server is None:
             index = self._store.config.index
             try:
-                server = open_team_server(index.dsn, index.name, create=True)
+                server = open_team_server(index.dsn, index.name, create=True, index=index)
                 settings = owner_settings(self._store.config, self._store.layout.root)
                 server.register_owner(self.fence.host, self.fence.pid, settings)
                 self.settings = settings

@@ -1,25 +1,59 @@
-"""Connecting to the index server: the optional client, version checks, and no password in any message.
+"""Connecting to the index server: the optional client, its bounds, version checks, one pool of
+connections per process and server, and messages that name the fix (never a password, never SQL).
 
 The DSN comes from the entry point (`MEMVAULT_INDEX_DSN`, or `index.dsn` in memvault.json
 without a password); an empty DSN or `service=NAME` lets libpq read its own service and
 password files (PGSERVICE, ~/.pg_service.conf, ~/.pgpass). Every message built here goes
 through `redact`, so neither the DSN's password nor a password libpq echoes reaches a person.
+
+Bounds (`ServerBounds`, from `index.poolSize` and `index.timeoutSeconds`): a process holds at most
+`pool_size` pooled connections to one DSN, whatever the number of stores, vaults and threads in
+it (an owner adds its fence's and its listener's own two); every statement has the server's
+`statement_timeout`, every socket TCP keepalives and `tcp_user_timeout`, and the client itself
+stops waiting for an answer a little after the statement's bound (a stalled network path that
+keeps the socket open answers nothing, and a server-side timeout never fires for a statement
+the server never received). Connections carry `application_name=memvault` unless the DSN names
+another, so an admin can count them in pg_stat_activity.
 """
 
+import os
 import re
+import select
 import threading
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from memvault.indexer.backend.base import IndexServerUnavailable
+from memvault.vault.config_schema import DEFAULT_INDEX_POOL_SIZE, DEFAULT_INDEX_TIMEOUT_SECONDS
 from memvault.vault.errors import IndexUnavailable, InvalidConfig
 
 MIN_SERVER_MAJOR = 16
 MIN_PGVECTOR = (0, 8)
 INSTALL_HINT = "pip install 'memvault[postgres]'"
+APPLICATION_NAME = "memvault"
+POOL_SIZE_KEY = "index.poolSize (MEMVAULT_INDEX_POOL_SIZE)"
+TIMEOUT_KEY = "index.timeoutSeconds (MEMVAULT_INDEX_TIMEOUT_SECONDS)"
+#: the client waits this much longer than the server's statement_timeout, so a live server's own
+#: cancellation (a clearer error, and the connection stays usable) arrives first
+_CLIENT_GRACE_SECONDS = 2
 _KEYWORD_PASSWORD_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _URI_PASSWORD_RE = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
-_CONNECT_TIMEOUT_S = 10
+_NAMED_RE = re.compile(r'(user|role|database) "([^"]*)"')
+
+
+@dataclass(frozen=True)
+class ServerBounds:
+    """How much of the index server one process may hold, and how long anything may take there."""
+
+    pool_size: int = DEFAULT_INDEX_POOL_SIZE
+    timeout_seconds: int = DEFAULT_INDEX_TIMEOUT_SECONDS
+
+    @classmethod
+    def of(cls, index) -> "ServerBounds":
+        """The bounds an `index` config block (vault.config.IndexConfig) sets."""
+        return cls(index.pool_size, index.timeout_seconds)
 
 
 def require_psycopg():
@@ -72,23 +106,156 @@ def describe_target(dsn: str) -> str:
     return where
 
 
-def connect(dsn: str, *, autocommit: bool = False):
-    """A connection with pgvector's types registered, or IndexServerUnavailable naming the host and the fix."""
+# --- one connection ---------------------------------------------------------------------------
+
+
+def connect(dsn: str, *, autocommit: bool = False, bounds: ServerBounds | None = None):
+    """A connection within `bounds` (statement_timeout, keepalives, tcp_user_timeout, a client-side
+    wait bound), or IndexServerUnavailable naming the host, the cause and its fix."""
     psycopg = require_psycopg()
+    bounds = bounds or _bounds_for(dsn)
+    conn = None
     try:
-        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=_CONNECT_TIMEOUT_S)
+        conn = _bounded_class().connect(dsn, autocommit=autocommit, **_socket_options(dsn, bounds))
+        conn.answer_within = bounds.timeout_seconds + _CLIENT_GRACE_SECONDS
+        conn.execute(f"SET statement_timeout = {int(bounds.timeout_seconds * 1000)}")
+        if not autocommit:
+            conn.commit()
     except psycopg.Error as exc:
-        raise IndexServerUnavailable(unreachable_message(dsn, exc)) from None
+        if conn is not None:
+            _close_quietly(conn)
+        raise IndexServerUnavailable(server_error_message(dsn, exc, bounds)) from None
     return conn
 
 
+def _socket_options(dsn: str, bounds: ServerBounds) -> dict:
+    """libpq's connection options for the bounds, where the DSN does not set them itself (libpq
+    ignores the TCP ones on a Unix socket)."""
+    psycopg = require_psycopg()
+    seconds = max(2, int(bounds.timeout_seconds))
+    wanted = {
+        "connect_timeout": seconds,
+        "keepalives": 1,
+        "keepalives_idle": max(1, seconds // 3),
+        "keepalives_interval": max(1, seconds // 6),
+        "keepalives_count": 4,  # idle + 4 × interval ≈ the bound: a dead peer is noticed within it
+        "tcp_user_timeout": seconds * 1000,
+        "fallback_application_name": APPLICATION_NAME,
+    }
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        given = {}
+    return {key: value for key, value in wanted.items() if key not in given}
+
+
+_BOUNDED_CLASS = None
+
+
+def _bounded_class():
+    """psycopg's Connection, with a bound on each wait for the server (psycopg is optional: the
+    class is made on first use)."""
+    global _BOUNDED_CLASS
+    if _BOUNDED_CLASS is None:
+        psycopg = require_psycopg()
+        timed_out = getattr(psycopg.errors, "_WaitTimeout", None)
+
+        class BoundedConnection(psycopg.Connection):
+            answer_within: float | None = None
+
+            def wait(self, gen, interval=0.1, timeout=None):
+                if timeout is not None or self.answer_within is None or timed_out is None:
+                    return super().wait(gen, interval, timeout)
+                try:
+                    return super().wait(gen, interval, self.answer_within)
+                except timed_out:
+                    self.pgconn.finish()  # mid-protocol, in an unknown state: never used again
+                    error = psycopg.OperationalError(f"no answer within {self.answer_within:g} s")
+                    error.memvault_silent = True
+                    raise error from None
+
+        _BOUNDED_CLASS = BoundedConnection
+    return _BOUNDED_CLASS
+
+
+# --- what went wrong, in words that name the fix --------------------------------------------------
+
+
 def unreachable_message(dsn: str, exc: BaseException) -> str:
-    reason = " ".join(str(exc).split()) or type(exc).__name__
-    return redact(
-        f"the index server at {describe_target(dsn)} is unreachable ({reason}): start it, or point "
-        "MEMVAULT_INDEX_DSN (or a libpq service in ~/.pg_service.conf) at a running PostgreSQL 16+ with pgvector",
-        dsn,
-    )
+    """The message for a connection's failure (kept under its old name: callers outside this module)."""
+    return server_error_message(dsn, exc)
+
+
+def server_error_message(dsn: str, exc: BaseException, bounds: ServerBounds | None = None) -> str:
+    """A connection's (or a dead connection's) failure: refused slots, a wrong password, an unknown
+    database or role, a server that went silent, or unreachable; each names its fix."""
+    bounds = bounds or _bounds_for(dsn)
+    reason = _reason(exc)
+    target = describe_target(dsn)
+    lower = reason.lower()
+    if getattr(exc, "memvault_silent", False):
+        waited = bounds.timeout_seconds + _CLIENT_GRACE_SECONDS
+        text = (f"the index server at {target} did not answer within {waited} s "
+                f"({TIMEOUT_KEY} is {bounds.timeout_seconds} s): the network path or the server is stalled; "
+                "nothing unanswered was acknowledged, so retry once it answers (or raise the bound)")  # fmt: skip
+    elif "statement timeout" in lower:
+        text = (f"a statement on the index server at {target} ran past {TIMEOUT_KEY} ({bounds.timeout_seconds} s) "
+                "and the server cancelled it (nothing of it was kept): check the server's load, or raise the bound "
+                "for work that is that long (a large rebuild)")  # fmt: skip
+    elif "too many clients" in lower or "remaining connection slots are reserved" in lower:
+        text = (f"the index server at {target} has no connection slot left ({reason}): its max_connections is "
+                f"reached. This process holds at most {bounds.pool_size} ({POOL_SIZE_KEY}); lower it on the "
+                "agents, raise max_connections on the server (ALTER SYSTEM SET max_connections = …, then restart "
+                "it), or put a connection pooler (PgBouncer) in front of it")  # fmt: skip
+    elif "password authentication failed" in lower:
+        text = (f"the index server at {target} refused the password of {_named(reason, 'this role')} (wrong "
+                "password): correct it in ~/.pgpass (or the libpq service, or MEMVAULT_INDEX_DSN)")  # fmt: skip
+    elif "no password supplied" in lower:
+        text = (f"the index server at {target} asks for a password and none was given: put it in ~/.pgpass "
+                "(or the libpq service, or MEMVAULT_INDEX_DSN; never in memvault.json)")  # fmt: skip
+    elif "database" in lower and "does not exist" in lower:
+        text = (f"database {_named(reason, '(unnamed)')} does not exist on the index server at {target}: create "
+                "it (`createdb NAME` as its owner, then `CREATE EXTENSION vector;` in it), or point dbname in "
+                "MEMVAULT_INDEX_DSN (or the libpq service) at the right one")  # fmt: skip
+    elif "role" in lower and "does not exist" in lower:
+        text = (f"role {_named(reason, '(unnamed)')} does not exist on the index server at {target}: ask its "
+                "admin to create it (CREATE ROLE … LOGIN), or connect as another user")  # fmt: skip
+    elif "pg_hba.conf" in lower:
+        text = (f"the index server at {target} admits no connection from here for this role and database "
+                f"({reason}): ask its admin to add a pg_hba.conf entry")  # fmt: skip
+    else:
+        text = (f"the index server at {target} is unreachable ({reason}): start it, or point MEMVAULT_INDEX_DSN "
+                "(or a libpq service in ~/.pg_service.conf) at a running PostgreSQL 16+ with pgvector")  # fmt: skip
+    return redact(text, dsn)
+
+
+def statement_error_message(dsn: str, exc: BaseException) -> str:
+    """A statement the server refused, by its primary message and SQLSTATE (never the statement)."""
+    psycopg = require_psycopg()
+    diag = getattr(exc, "diag", None)
+    primary = " ".join(((diag.message_primary if diag is not None else None) or type(exc).__name__).split())
+    if isinstance(exc, psycopg.errors.UndefinedObject) and "vector" in primary:
+        return redact(f"pgvector is not installed in the index server's database ({primary}): run "
+                      "`CREATE EXTENSION vector;` in it as its owner", dsn)  # fmt: skip
+    code = f", SQLSTATE {exc.sqlstate}" if getattr(exc, "sqlstate", None) else ""
+    return redact(f"the index server refused a statement ({primary}{code})", dsn)
+
+
+def _reason(exc: BaseException) -> str:
+    """The server's (or libpq's) own words, without the statement a server error may quote."""
+    diag = getattr(exc, "diag", None)
+    primary = diag.message_primary if diag is not None else None
+    text = primary or str(exc).split("\nLINE ", 1)[0]
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def _named(reason: str, default: str) -> str:
+    """The role or database the server's message names (`… for user "alice"`)."""
+    found = _NAMED_RE.search(reason)
+    return found.group(2) if found else default
+
+
+# --- the server's versions ------------------------------------------------------------------------
 
 
 def server_versions(conn) -> tuple[int, str, str | None]:
@@ -124,69 +291,208 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-class ServerSession:
-    """Up to `size` connections, opened on first use and kept for the next call; a broken one is
-    dropped so the next call reconnects (the call that met it fails with IndexServerUnavailable).
-    A thread holds one connection for the whole of a `with`, and a call nested inside it (in the
-    same thread) gets the same connection, so a transaction spans what runs inside it; other
-    threads take another connection, or wait for one when `size` are in use. `prepare` runs on
-    each new connection; `refusal` turns a statement error into the caller's own VaultError (or
-    None for the generic "refused a statement")."""
+# --- one pool per process and DSN -------------------------------------------------------------------
 
-    def __init__(self, dsn: str, *, prepare=None, refusal=None, size: int = 1):
+
+class _Pool:
+    """At most `bounds.pool_size` connections to one DSN, shared by every ServerSession of the
+    process. A thread holds at most one of them at a time: a call nested in its own call (through
+    any session) gets the same connection, so a transaction spans it and no thread waits on itself."""
+
+    def __init__(self, dsn: str, bounds: ServerBounds):
+        self.dsn, self.bounds = dsn, bounds
+        self.cond = threading.Condition()
+        self.idle: list = []
+        self.out = 0  # connections threads hold now
+        self.epoch = 0  # grows when the last session closes: a connection out then is closed when given back
+        self.sessions = 0  # sessions that used the pool and are not closed
+        self.held = threading.local()
+        self.refused_until = 0.0  # the server refused a connection for lack of slots: use those held
+
+    def take(self, session) -> tuple:
+        deadline = time.monotonic() + self.bounds.timeout_seconds
+        while True:
+            with self.cond:
+                while not self._can_take(session):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise IndexServerUnavailable(self._busy_message(session))
+                    self.cond.wait(min(remaining, max(0.05, self.refused_until - time.monotonic())))
+                self.out += 1
+                session.out += 1
+                conn, epoch = (self.idle.pop() if self.idle else None), self.epoch
+            while conn is not None and not _alive(conn):  # e.g. the server restarted while it idled
+                _close_quietly(conn)
+                with self.cond:
+                    conn = self.idle.pop() if self.idle else None
+            if conn is not None:
+                return conn, epoch
+            try:
+                return connect(self.dsn, autocommit=True, bounds=self.bounds), epoch
+            except IndexServerUnavailable as exc:
+                self.give_back(session, None, epoch)
+                if not self._refused_for_slots(exc):
+                    raise
+            except BaseException:
+                self.give_back(session, None, epoch)
+                raise
+
+    def _can_take(self, session) -> bool:
+        if session.out >= session.size:
+            return False
+        if self.idle:
+            return True
+        if self.out >= self.bounds.pool_size:
+            return False
+        return self.out == 0 or time.monotonic() >= self.refused_until
+
+    def _refused_for_slots(self, exc: IndexServerUnavailable) -> bool:
+        """The server has no slot for one more, but this process holds others: wait for one of
+        those (within the bound) rather than fail; alone, the refusal is the caller's error."""
+        with self.cond:
+            if "no connection slot left" not in str(exc) or self.out + len(self.idle) == 0:
+                return False
+            self.refused_until = time.monotonic() + 1.0
+            return True
+
+    def give_back(self, session, conn, epoch: int) -> None:
+        with self.cond:
+            self.out -= 1
+            session.out -= 1
+            keep = conn is not None and epoch == self.epoch and _reusable(conn)
+            if keep:
+                self.idle.append(conn)
+            self.cond.notify_all()  # waiters wait on their own session's cap, too
+        if conn is not None and not keep:
+            _close_quietly(conn)
+
+    def join(self) -> None:
+        with self.cond:
+            self.sessions += 1
+
+    def leave(self) -> None:
+        """A session closed; the last one closes the idle connections (one in use is closed when
+        its thread gives it back)."""
+        with self.cond:
+            self.sessions -= 1
+            if self.sessions > 0:
+                return
+            idle, self.idle = self.idle, []
+            self.epoch += 1
+        for conn in idle:
+            _close_quietly(conn)
+
+    def _busy_message(self, session) -> str:
+        if session.out >= session.size:
+            held = f"this store's {session.size}"
+        else:
+            held = f"all {self.bounds.pool_size} connections of this process's pool ({POOL_SIZE_KEY})"
+        return redact(f"{held} to the index server at {describe_target(self.dsn)} stayed in use for "
+                      f"{self.bounds.timeout_seconds} s ({TIMEOUT_KEY}): raise {POOL_SIZE_KEY.split()[0]}, or "
+                      "look for what holds them (a long rebuild, a stalled server)", self.dsn)  # fmt: skip
+
+
+_POOLS: dict[str, _Pool] = {}
+_POOLS_LOCK = threading.Lock()
+#: pools a forked child inherited: kept referenced, never used or closed (closing would end the
+#: parent's sessions, whose sockets the child shares)
+_INHERITED: list = []
+
+
+def shared_pool(dsn: str, bounds: ServerBounds | None = None) -> _Pool:
+    """This process's pool for `dsn`; `bounds` (a config's) become its bounds from now on."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(dsn)
+        if pool is None:
+            pool = _POOLS[dsn] = _Pool(dsn, bounds or ServerBounds())
+    if bounds is not None and bounds != pool.bounds:
+        with pool.cond:
+            pool.bounds = bounds
+            pool.cond.notify_all()
+    return pool
+
+
+def _bounds_for(dsn: str) -> ServerBounds:
+    pool = _POOLS.get(dsn)
+    return pool.bounds if pool is not None else ServerBounds()
+
+
+def _forget_pools() -> None:
+    _INHERITED.append(dict(_POOLS))
+    _POOLS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
+
+
+def _alive(conn) -> bool:
+    """An idle connection still open: the server says nothing unasked on an idle connection that
+    does not LISTEN, so anything to read (a restart's FATAL, end of file) means it is going."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _reusable(conn) -> bool:
+    psycopg = require_psycopg()
+    return not conn.closed and not conn.broken and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+class ServerSession:
+    """One user's (a backend's, a team server's) share of this process's pool for its DSN
+    (`shared_pool`): at most `size` of the pool's connections at once (and the pool's bound over
+    all sessions); a connection the server dropped while idle is replaced before it is handed out,
+    one that breaks during a call is dropped (that call fails with IndexServerUnavailable, and the
+    next reconnects). A thread holds one connection for the whole of a `with`, and a call nested
+    inside it (in the same thread, through any session of the pool) gets the same connection, so
+    a transaction spans what runs inside it. `prepare` runs once on each connection this session
+    uses (it may return False: not done, run it again next time); `refusal` turns a statement
+    error into the caller's own VaultError (or None for the generic "refused a statement")."""
+
+    def __init__(self, dsn: str, *, prepare=None, refusal=None, size: int | None = None, bounds=None):
         self.dsn = dsn
-        self.size = size
+        self.pool = shared_pool(dsn, bounds)
+        self.size = size or 1 << 30
+        self.out = 0  # connections this session's threads hold now (under the pool's lock)
         self._prepare = prepare
         self._refusal = refusal
-        self._lock = threading.Condition()
-        self._idle: list = []
-        self._out = 0  # connections a thread holds now
-        self._epoch = 0  # grows at each close: a connection taken before it is closed when given back
-        self._held = threading.local()
+        self._joined = False
 
     @contextmanager
     def __call__(self):
         psycopg = require_psycopg()
-        held = getattr(self._held, "conn", None)
+        pool = self.pool
+        if not self._joined:
+            self._joined = True
+            pool.join()
+        held = getattr(pool.held, "conn", None)
         if held is not None:  # nested in this thread's own call: its connection, its transaction
             with self._translated(psycopg, held):
+                self._prepared(held)
                 yield held
             return
-        conn, epoch = self._take()
-        self._held.conn = conn
+        conn, epoch = pool.take(self)
+        pool.held.conn = conn
         try:
             with self._translated(psycopg, conn):
+                self._prepared(conn)
                 yield conn
         finally:
-            self._held.conn = None
-            self._give_back(conn, epoch)
+            pool.held.conn = None
+            pool.give_back(self, conn, epoch)
 
-    def _take(self):
-        with self._lock:
-            while not self._idle and self._out >= self.size:
-                self._lock.wait()
-            self._out += 1
-            conn, epoch = (self._idle.pop() if self._idle else None), self._epoch
-        if conn is not None and not conn.closed:
-            return conn, epoch
-        try:
-            conn = connect(self.dsn, autocommit=True)
-            if self._prepare is not None:
-                self._prepare(conn)
-        except BaseException:
-            self._give_back(None, epoch)
-            raise
-        return conn, epoch
-
-    def _give_back(self, conn, epoch: int) -> None:
-        with self._lock:
-            self._out -= 1
-            keep = conn is not None and not conn.closed and not conn.broken and epoch == self._epoch
-            if keep:
-                self._idle.append(conn)
-            self._lock.notify()
-        if conn is not None and not keep:
-            _close_quietly(conn)
+    def _prepared(self, conn) -> None:
+        if self._prepare is None:
+            return
+        done = conn.__dict__.setdefault("memvault_prepared", set())
+        if self._prepare not in done and self._prepare(conn) is not False:
+            done.add(self._prepare)
 
     @contextmanager
     def _translated(self, psycopg, conn):
@@ -194,24 +500,22 @@ class ServerSession:
             yield
         except psycopg.OperationalError as exc:
             _close_quietly(conn)  # never given back: the next call reconnects
-            raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
+            raise IndexServerUnavailable(server_error_message(self.dsn, exc, self.pool.bounds)) from None
         except psycopg.Error as exc:
             refused = None if self._refusal is None else self._refusal(exc)
             if refused is not None:
                 raise refused from None
             if conn.broken:
                 _close_quietly(conn)
-                raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
-            raise IndexUnavailable(redact(f"the index server refused a statement ({exc})", self.dsn)) from None
+                raise IndexServerUnavailable(server_error_message(self.dsn, exc, self.pool.bounds)) from None
+            raise IndexUnavailable(statement_error_message(self.dsn, exc)) from None
 
     def close(self) -> None:
-        """Close the idle connections; one in use is closed when its thread gives it back. The
-        session can be used again afterwards (it reconnects)."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-            self._epoch += 1
-        for conn in idle:
-            _close_quietly(conn)
+        """Leave the pool: the last session to leave closes its idle connections. The session can
+        be used again afterwards (it reconnects)."""
+        if self._joined:
+            self._joined = False
+            self.pool.leave()
 
 
 def _close_quietly(conn) -> None:

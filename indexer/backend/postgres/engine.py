@@ -1,9 +1,10 @@
 """`PostgresBackend`: one vault's index on PostgreSQL + pgvector (the `IndexBackend` seam).
 
-One connection per backend object, used under a lock (the owner serves requests from several
-threads). A connection the server dropped (a restart, a failover) is replaced on the next call:
-the caller's operation fails once with IndexUnavailable, and files stay the truth, so the next
-sync catches the server up.
+Up to two connections of the process's pool for the backend's DSN at once (connection.py: the
+pool is bounded by `index.poolSize` over every store of the process). A connection the server
+dropped while idle (a restart) is replaced before the next call uses it; one that breaks during
+a call fails that call with IndexServerUnavailable, and files stay the truth, so the next sync
+catches the server up.
 """
 
 import hashlib
@@ -13,7 +14,7 @@ from datetime import UTC, date, datetime
 
 from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
-from memvault.indexer.backend.postgres.connection import ServerSession, require_psycopg
+from memvault.indexer.backend.postgres.connection import ServerBounds, ServerSession, require_psycopg
 from memvault.indexer.backend.postgres.lexical import (
     BM25_SQL,
     IMPACT_SQL,
@@ -139,13 +140,15 @@ _CONNECTIONS = 2
 class PostgresBackend:
     engine = "postgres"
 
-    def __init__(self, dsn: str, vault: str, *, create: bool = True):
+    def __init__(self, dsn: str, vault: str, *, create: bool = True, bounds: ServerBounds | None = None):
         require_psycopg()
         self.dsn = dsn
         self.vault = schema.check_vault_name(vault)
-        self._session = ServerSession(dsn, prepare=_prepare_session, size=_CONNECTIONS)
+        self._session = ServerSession(
+            dsn, prepare=_prepare_session, refusal=self._refusal, size=_CONNECTIONS, bounds=bounds
+        )
         #: statements of different threads this backend runs at once
-        self.concurrent_statements = _CONNECTIONS
+        self.concurrent_statements = min(_CONNECTIONS, self._session.pool.bounds.pool_size)
         self._dims: dict[int, int | None] = {}
         self._with_postings: set[int] = set()
         self._create = create
@@ -155,6 +158,14 @@ class PostgresBackend:
                 schema.ensure_vault(conn, self.vault)
 
     # --- connection ----------------------------------------------------------------------------
+
+    def _refusal(self, exc) -> IndexUnavailable | None:
+        """A table of the index gone from the server (dropped, a database restored without it)."""
+        if isinstance(exc, require_psycopg().errors.UndefinedTable):
+            return IndexUnavailable(f"the index tables of vault {self.vault!r} are missing on the index server: run "
+                                    "`memvault rebuild` on the vault's machine (or `memvault init --index postgres` "
+                                    "for a new vault)")  # fmt: skip
+        return None
 
     def close(self) -> None:
         self._session.close()
@@ -636,8 +647,8 @@ def _stored_row(row: tuple) -> StoredRow:
                      datetime.fromtimestamp(at, UTC), text, chash, ctxh, context)  # fmt: skip
 
 
-def _prepare_session(conn) -> None:
-    """pgvector's types on a new connection, and the search depth recall needs."""
+def _prepare_session(conn) -> bool:
+    """pgvector's types on a new connection, and the search depth recall needs; False when not yet."""
     psycopg = require_psycopg()
     try:
         from pgvector.psycopg import register_vector
@@ -646,4 +657,5 @@ def _prepare_session(conn) -> None:
         # recall asks for 100 vector candidates: one round trip, no SET LOCAL per query
         conn.execute(f"SET hnsw.ef_search = {_SESSION_EF_SEARCH}")
     except psycopg.Error:
-        pass  # no vector type yet: ensure_schema creates it; the next session registers it
+        return False  # no vector type yet: ensure_schema creates it; the next call registers it
+    return True
