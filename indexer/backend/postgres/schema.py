@@ -17,17 +17,25 @@
 
 Row-level security: a vault's rows are readable by members of its role `memvault_read_<name>`;
 a role granted one vault that forgets its WHERE clause still sees only that vault. The owner
-process connects as the tables' owner (it writes every vault it owns).
+process connects as the tables' owner (it writes every vault it owns); no other role is granted
+anything but SELECT here, and memvault_files and memvault_schema are granted to no role.
+
+Owners starting at once serialise their DDL on a lock of memvault_schema (`lock_schema`), not on
+an advisory key: any role that may connect can take an advisory key and keep it, which stalled
+every owner's start (tests/test_postgres_privileges.py).
 """
 
 import re
 
+from memvault.indexer.backend.postgres.connection import require_psycopg
 from memvault.vault.errors import InvalidConfig
 
-SCHEMA_VERSION = 5  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
+SCHEMA_VERSION = 6  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
 #                     3: CJK bigrams in the postings (field 2), their document frequency and token count;
 #                     4: each generation's replay projection (BuJo's supersession filter);
-#                     5: rows hold no line number (a memory's address is path#id)
+#                     5: rows hold no line number (a memory's address is path#id);
+#                     6: memvault_files under row-level security too (granted to no role: a grant
+#                        made by hand would still show no vault's manifest)
 TEXT_SEARCH_CONFIG = "memvault_en"
 VAULT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 READER_ROLE_PREFIX = "memvault_read_"
@@ -36,9 +44,11 @@ READ_TABLES = ("memvault_rows", "memvault_vaults", "memvault_generations", "memv
 #: the per-vault partitioned tables: a partition per vault, a leaf per generation
 PARTITIONED = ("memvault_rows", "memvault_postings", "memvault_terms")
 
+#: the table whose lock serialises the owners' DDL (`lock_schema`)
+_SCHEMA_TABLE_DDL = "CREATE TABLE IF NOT EXISTS memvault_schema (version integer NOT NULL)"
 _DDL = [
     "CREATE EXTENSION IF NOT EXISTS vector",
-    """CREATE TABLE IF NOT EXISTS memvault_schema (version integer NOT NULL)""",
+    _SCHEMA_TABLE_DDL,
     """CREATE TABLE IF NOT EXISTS memvault_vaults (
         name text PRIMARY KEY,
         serving integer,
@@ -102,7 +112,7 @@ _DDL = [
         df_text integer NOT NULL,
         df_ctx integer NOT NULL,
         df_cjk integer NOT NULL DEFAULT 0) PARTITION BY LIST (vault)""",
-    *(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY" for table in READ_TABLES),
+    *(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY" for table in (*READ_TABLES, "memvault_files")),
 ]
 #: from schema 1: BM25 read GIN indexes and per-row term frequencies, now postings and terms
 _MIGRATE_FROM_1 = [
@@ -149,8 +159,6 @@ _TEXT_SEARCH = [
 #: on 10k rows of 256-d vectors, building and inserting cost about 45% less and the 100-row
 #: vector list at ef_search 100 holds 97.8% of the exact list's rows instead of 98.8%
 HNSW_M, HNSW_EF_CONSTRUCTION = 12, 40
-#: one transaction-level advisory lock key for schema creation (two owners starting at once)
-_SCHEMA_LOCK = 0x6D656D76
 
 
 def check_vault_name(name: str) -> str:
@@ -178,12 +186,13 @@ def vault_table(vault: str, table: str = "memvault_rows") -> str:
 
 
 def ensure_schema(conn) -> None:
-    """Create what is missing, idempotently, under an advisory lock (concurrent owners). A
+    """Create what is missing, idempotently, under the schema lock (concurrent owners). A
     server already at this schema version is left alone: the DDL takes table locks."""
     if _schema_version(conn) == SCHEMA_VERSION and tables_present(conn):
         return
+    _create_schema_table(conn)
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        lock_schema(conn)
         found = conn.execute("SELECT 1 FROM pg_ts_config WHERE cfgname = %s", (TEXT_SEARCH_CONFIG,)).fetchone()
         if found is None:
             for statement in _TEXT_SEARCH:
@@ -209,6 +218,26 @@ def ensure_schema(conn) -> None:
             _migrate_from_1(conn)
         conn.execute("DELETE FROM memvault_schema")
         conn.execute("INSERT INTO memvault_schema VALUES (%s)", (SCHEMA_VERSION,))
+
+
+def lock_schema(conn) -> None:
+    """Serialise the owners' DDL, inside the caller's transaction (released at its end). LOCK in
+    this mode needs UPDATE on memvault_schema, which only its owner has, and no statement of a
+    role without rights takes it on the way to its permission error (a SELECT or an INSERT
+    locks its table before the privilege check, in weaker modes this one does not wait for)."""
+    conn.execute("LOCK TABLE memvault_schema IN SHARE UPDATE EXCLUSIVE MODE")
+
+
+def _create_schema_table(conn) -> None:
+    """memvault_schema itself, before its lock can be taken (the first owner ever, or a lost one)."""
+    if conn.execute("SELECT to_regclass('memvault_schema')").fetchone()[0] is not None:
+        return
+    psycopg = require_psycopg()
+    try:
+        with conn.transaction():
+            conn.execute(_SCHEMA_TABLE_DDL)
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+        pass  # another owner created it at the same moment
 
 
 def _schema_version(conn) -> int | None:
@@ -240,8 +269,10 @@ def ensure_vault(conn, vault: str) -> None:
     from psycopg import sql
 
     check_vault_name(vault)
+    if conn.execute("SELECT 1 FROM memvault_vaults WHERE name = %s", (vault,)).fetchone() is not None:
+        return  # the common case takes no lock
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        lock_schema(conn)
         if conn.execute("SELECT 1 FROM memvault_vaults WHERE name = %s", (vault,)).fetchone() is not None:
             return
         role = reader_role(vault)

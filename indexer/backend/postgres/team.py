@@ -22,12 +22,15 @@ that met a sleeping owner sends the NOTIFY, after its commit, from a thread and 
 own (`Ringer`: the write answers after one round trip either way). A busy owner
 is never rung, so admissions never take NOTIFY's commit-serialising lock under load.
 
-Row-level security: reading a vault's team rows needs its reader role (memvault_read_<name>),
-writing them its writer role (memvault_write_<name>, which is granted the reader role). The
-owner connects as the tables' owner.
+Privileges: each role does only its job. Reading a vault's team rows needs its reader role
+(memvault_read_<name>); its writer role (memvault_write_<name>, granted the reader role) may
+insert turns and facts, only into the columns a client sends, and update nothing but `touch`, a
+column that can hold only true: the no-op update an admission's ON CONFLICT makes to get the row
+back. Projection state (projected_at, refused, the admission times) is the owner's alone, and no
+client role deletes; row-level security keeps each role to its vaults' rows. The owner connects
+as the tables' owner. The owner fence (`OwnerLock`) is a lock on a view only that role may lock.
 """
 
-import hashlib
 import json
 import threading
 from datetime import datetime
@@ -48,6 +51,10 @@ _DDL = [
         admitted_at timestamptz NOT NULL DEFAULT now(),
         projected_at timestamptz,
         PRIMARY KEY (vault, run_hash))""",
+    # the one column a writer may update (see the module docstring), on servers made before it too
+    "ALTER TABLE memvault_team_turns ADD COLUMN IF NOT EXISTS touch boolean NOT NULL DEFAULT true CHECK (touch)",
+    # why the owner set a turn aside unprojected (a record it cannot read), with projected_at set
+    "ALTER TABLE memvault_team_turns ADD COLUMN IF NOT EXISTS refused text",
     """CREATE INDEX IF NOT EXISTS memvault_team_turns_waiting ON memvault_team_turns (vault, admitted_at)
         WHERE projected_at IS NULL""",
     """CREATE TABLE IF NOT EXISTS memvault_team_facts (
@@ -60,6 +67,7 @@ _DDL = [
         acknowledged_at timestamptz NOT NULL DEFAULT now(),
         projected_at timestamptz,
         PRIMARY KEY (vault, content_hash))""",
+    "ALTER TABLE memvault_team_facts ADD COLUMN IF NOT EXISTS touch boolean NOT NULL DEFAULT true CHECK (touch)",
     """CREATE TABLE IF NOT EXISTS memvault_team_owners (
         vault text PRIMARY KEY,
         host text NOT NULL,
@@ -80,22 +88,31 @@ _POLICIES = {
     **{(table, f"{table}_update"): f"CREATE POLICY {table}_update ON {table} FOR UPDATE USING ({_WRITES}) "
        f"WITH CHECK ({_WRITES})" for table in ("memvault_team_turns", "memvault_team_facts")},
 }  # fmt: skip
-#: the key space of the owners' session advisory locks (the second key is the vault's hash)
-_OWNER_LOCK_SPACE = 0x6D76_6F77
+#: the columns a client's statement fills: a writer may insert these and no others
+_CLIENT_COLUMNS = {
+    "memvault_team_turns": ("vault", "run_hash", "payload_sha256", "record"),
+    "memvault_team_facts": ("vault", "content_hash", "id", "fact", "at", "relpath"),
+}
+#: columns added after the tables were first made (their presence says the DDL has run)
+_ADDED_COLUMNS = (("memvault_team_turns", "touch"), ("memvault_team_turns", "refused"),
+                  ("memvault_team_facts", "touch"), ("memvault_team_owners", "sleeping"))  # fmt: skip
+#: the owner fence of a vault: a view of no table (VACUUM and ANALYZE pass it by), granted to no role
+FENCE_PREFIX = "memvault_fence_"
 
 #: text and binary placeholders (no type sniffing per call), prepared once per connection; the
 #: CTE's answer carries whether the vault's owner sleeps waiting for a ring (the module docstring)
 ADMIT_SQL = (
     "WITH t AS (INSERT INTO memvault_team_turns AS t (vault, run_hash, payload_sha256, record) VALUES (%t, %t, %t, %b) "
-    "ON CONFLICT (vault, run_hash) DO UPDATE SET run_hash = EXCLUDED.run_hash "
-    "RETURNING (t.xmax = 0) AS inserted, t.payload_sha256, t.projected_at IS NOT NULL AS projected) "
+    "ON CONFLICT (vault, run_hash) DO UPDATE SET touch = true "
+    "RETURNING (t.xmax = 0) AS inserted, t.payload_sha256, "
+    "t.projected_at IS NOT NULL AND t.refused IS NULL AS projected) "
     "SELECT t.inserted, t.payload_sha256, t.projected, "
     "coalesce((SELECT o.sleeping FROM memvault_team_owners o WHERE o.vault = %t), false) FROM t"
 )
 _REMEMBER_SQL = (
     "WITH f AS (INSERT INTO memvault_team_facts AS f (vault, content_hash, id, fact, at, relpath) "
     "VALUES (%t, %t, %t, %t, %s, %t) "
-    "ON CONFLICT (vault, content_hash) DO UPDATE SET content_hash = EXCLUDED.content_hash "
+    "ON CONFLICT (vault, content_hash) DO UPDATE SET touch = true "
     "RETURNING (f.xmax = 0) AS inserted, f.id, f.relpath, f.fact) "
     "SELECT f.inserted, f.id, f.relpath, f.fact, "
     "coalesce((SELECT o.sleeping FROM memvault_team_owners o WHERE o.vault = %t), false) FROM f"
@@ -106,10 +123,19 @@ def writer_role(vault: str) -> str:
     return WRITER_ROLE_PREFIX + vault
 
 
+def fence_view(vault: str) -> str:
+    return FENCE_PREFIX + vault
+
+
 def ensure_team_schema(conn) -> None:
-    """The team tables and their policies, idempotently (under the schema's advisory lock)."""
+    """The team tables and their policies, idempotently (under the schema lock). A server that
+    holds them all is left alone: the DDL takes table locks, which a role with no rights at all
+    can hold up (a prepared SELECT in an open transaction locks its table before the privilege
+    check), so running it at every owner start let any such role stall the start."""
+    if _team_schema_present(conn):
+        return
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema._SCHEMA_LOCK,))
+        schema.lock_schema(conn)
         for statement in _DDL:
             conn.execute(statement)
         for (table, policy), statement in _POLICIES.items():
@@ -119,25 +145,45 @@ def ensure_team_schema(conn) -> None:
                 conn.execute(statement)
 
 
+def _team_schema_present(conn) -> bool:
+    """Every team table, column, policy and row-level security switch is there (catalogs only)."""
+    tables, columns = zip(*_ADDED_COLUMNS, strict=True)
+    policy_tables, policies = zip(*_POLICIES, strict=True)
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM pg_class WHERE oid = ANY(SELECT to_regclass(t) FROM unnest(%s::text[]) AS t) "
+        "AND relrowsecurity), "
+        "(SELECT count(*) FROM pg_attribute a JOIN unnest(%s::text[], %s::text[]) AS c (t, col) "
+        "ON a.attrelid = to_regclass(c.t) AND a.attname = c.col AND NOT a.attisdropped), "
+        "(SELECT count(*) FROM pg_policies p JOIN unnest(%s::text[], %s::text[]) AS w (t, pol) "
+        "ON p.tablename = w.t AND p.policyname = w.pol)",
+        (list(_TEAM_TABLES), list(tables), list(columns), list(policy_tables), list(policies)),
+    ).fetchone()
+    return tuple(row) == (len(_TEAM_TABLES), len(_ADDED_COLUMNS), len(_POLICIES))
+
+
 def ensure_team_vault(conn, vault: str) -> None:
-    """The vault's writer role (granted its reader role), with rights on the team tables."""
+    """The vault's writer role (granted its reader role) and its rights on the team tables, made
+    exact at every owner start (GRANT and REVOKE take no table lock): a server made by an earlier
+    memvault had granted writers UPDATE on every column."""
     from psycopg import sql
 
     schema.check_vault_name(vault)
-    writer, reader = writer_role(vault), schema.reader_role(vault)
+    writer, reader = sql.Identifier(writer_role(vault)), sql.Identifier(schema.reader_role(vault))
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema._SCHEMA_LOCK,))
-        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (writer,)).fetchone() is None:
-            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(writer)))
-            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(reader), sql.Identifier(writer)))
+        schema.lock_schema(conn)
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (writer_role(vault),)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(writer))
+            conn.execute(sql.SQL("GRANT {} TO {}").format(reader, writer))
         for table in _TEAM_TABLES:
-            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), sql.Identifier(reader)))
-        for table in ("memvault_team_turns", "memvault_team_facts"):
-            conn.execute(
-                sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
-                    sql.Identifier(table), sql.Identifier(writer)
-                )
-            )
+            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), reader))
+        for table, columns in _CLIENT_COLUMNS.items():
+            target = sql.Identifier(table)
+            # a table-wide privilege covers every column: revoking it takes the column grants too
+            conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(target, writer))
+            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(target, writer))
+            conn.execute(sql.SQL("GRANT INSERT ({}) ON {} TO {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, columns)), target, writer))  # fmt: skip
+            conn.execute(sql.SQL("GRANT UPDATE (touch) ON {} TO {}").format(target, writer))
 
 
 class TeamServer:
@@ -220,7 +266,7 @@ class TeamServer:
     def projected(self, run_hash: str) -> bool | None:
         """Whether the owner has the turn in its files (None: the ledger holds no such run)."""
         with self._session() as conn:
-            row = conn.execute("SELECT projected_at IS NOT NULL FROM memvault_team_turns "
+            row = conn.execute("SELECT projected_at IS NOT NULL AND refused IS NULL FROM memvault_team_turns "
                                "WHERE vault = %s AND run_hash = %s", (self.vault, run_hash)).fetchone()  # fmt: skip
         return None if row is None else bool(row[0])
 
@@ -236,14 +282,15 @@ class TeamServer:
         with self._session() as conn:
             turns = conn.execute(
                 "SELECT count(*) FILTER (WHERE projected_at IS NULL), "
-                "count(*) FILTER (WHERE projected_at IS NOT NULL), "
-                "extract(epoch FROM now() - min(admitted_at) FILTER (WHERE projected_at IS NULL)) "
+                "count(*) FILTER (WHERE projected_at IS NOT NULL AND refused IS NULL), "
+                "extract(epoch FROM now() - min(admitted_at) FILTER (WHERE projected_at IS NULL)), "
+                "count(*) FILTER (WHERE refused IS NOT NULL) "
                 "FROM memvault_team_turns WHERE vault = %s", (self.vault,)).fetchone()  # fmt: skip
             facts = conn.execute("SELECT count(*) FILTER (WHERE projected_at IS NULL), count(*) "
                                  "FROM memvault_team_facts WHERE vault = %s", (self.vault,)).fetchone()  # fmt: skip
         return {"turnsWaiting": turns[0], "turnsProjected": turns[1],
                 "oldestWaitingSeconds": None if turns[2] is None else round(float(turns[2]), 1),
-                "factsWaiting": facts[0], "factsHeld": facts[1]}  # fmt: skip
+                "turnsRefused": turns[3], "factsWaiting": facts[0], "factsHeld": facts[1]}  # fmt: skip
 
     def owner(self) -> dict | None:
         """{"host", "pid", "startedAt", "settings"} of the vault's last registered owner, or None."""
@@ -256,20 +303,26 @@ class TeamServer:
         return {"host": row[0], "pid": row[1], "startedAt": row[2].isoformat(), "settings": settings}
 
     def owner_alive(self) -> bool:
-        """Whether some session holds the vault's owner lock now."""
+        """Whether some session holds the vault's owner fence now (pg_locks: any role reads it)."""
         with self._session() as conn:
-            row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
-                               "AND objid = %s AND granted", owner_lock_key(self.vault)).fetchone()  # fmt: skip
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND relation = to_regclass(quote_ident(%s)) "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND mode = 'ShareUpdateExclusiveLock' AND granted",
+                (fence_view(self.vault),),
+            ).fetchone()
         return bool(row[0])
 
     # --- the owner ------------------------------------------------------------------------------
 
     def claim_turns(self, limit: int, project) -> int:
         """Claim up to `limit` waiting turns (FOR UPDATE SKIP LOCKED), hand them to `project`
-        ([(run hash, record bytes)] → the run hashes now in the owner's files), and mark those
-        projected in one statement, all in one transaction: a crash anywhere leaves them waiting,
-        and projecting a turn again finds it in its note (run-derived or content id) and writes
-        nothing. The number marked."""
+        ([(run hash, record bytes)] → the run hashes now in the owner's files, or (those, {run
+        hash: why} of records it cannot read)), and mark those projected in one statement, all in
+        one transaction: a crash anywhere leaves them waiting, and projecting a turn again finds it
+        in its note (run-derived or content id) and writes nothing. A record the owner cannot read
+        (only a role writing SQL by hand sends one) is set aside with its reason, so that a batch
+        of them never holds up the turns behind it. The number marked."""
         with self._session() as conn, conn.transaction():
             rows = conn.execute("SELECT run_hash, record FROM memvault_team_turns "
                                 "WHERE vault = %s AND projected_at IS NULL "
@@ -278,9 +331,16 @@ class TeamServer:
             if not rows:
                 return 0
             done = project([(run_hash, bytes(record)) for run_hash, record in rows])
+            done, unreadable = done if isinstance(done, tuple) else (done, {})
             if done:
                 conn.execute("UPDATE memvault_team_turns SET projected_at = now() "
                              "WHERE vault = %s AND run_hash = ANY(%s)", (self.vault, list(done)))  # fmt: skip
+            if unreadable:
+                hashes, reasons = zip(*sorted(unreadable.items()), strict=True)
+                conn.execute("UPDATE memvault_team_turns t SET projected_at = now(), refused = r.reason "
+                             "FROM unnest(%s::text[], %s::text[]) AS r (run_hash, reason) "
+                             "WHERE t.vault = %s AND t.run_hash = r.run_hash",
+                             (list(hashes), list(reasons), self.vault))  # fmt: skip
         return len(done)
 
     def set_sleeping(self, sleeping: bool) -> None:
@@ -406,15 +466,22 @@ class TeamListener:
                 pass
 
 
-def owner_lock_key(vault: str) -> tuple[int, int]:
-    """The (classid, objid) pair of the vault's owner lock: a fixed space, and a 31-bit hash of the name."""
-    return _OWNER_LOCK_SPACE, int.from_bytes(hashlib.sha256(vault.encode()).digest()[:4], "big") & 0x7FFFFFFF
-
-
 class OwnerLock:
-    """The server-side owner fence: a session advisory lock per vault, held on its own connection
-    for as long as the owner runs. The server frees it when that session ends, so a killed owner
-    (or its machine) lets the next owner start once the server sees the connection gone."""
+    """The server-side owner fence: a lock on the vault's fence view (`memvault_fence_<name>`, a
+    view of no table, owned by the role that owns memvault's tables and granted to no other),
+    taken in SHARE UPDATE EXCLUSIVE mode in a transaction that the fence's own connection keeps
+    open for as long as the owner runs. The server frees it when that session ends, so a killed
+    owner (or its machine) lets the next owner start once the server sees the connection gone.
+
+    Why not a session advisory lock (what it was): any role that may connect can take any
+    advisory key and keep it, and an owner could not start. LOCK in this mode needs UPDATE,
+    DELETE or TRUNCATE on the view, which no client role has; a statement that reaches the view
+    without rights (a prepared SELECT or INSERT in an open transaction, which lock before the
+    privilege check) takes a weaker mode that this one does not wait for. The transaction that
+    holds it takes no transaction id and keeps no snapshot between statements (READ COMMITTED),
+    so it holds back no VACUUM; a view is passed by a database-wide VACUUM or ANALYZE, which
+    would wait behind a table's lock. The idle-in-transaction and transaction time limits are
+    turned off for this one session."""
 
     def __init__(self, dsn: str, vault: str):
         self.dsn = dsn
@@ -422,33 +489,43 @@ class OwnerLock:
         self._conn = None
 
     def acquire(self, host: str, pid: int) -> None:
-        """Take the lock, or VaultLocked naming the owner that holds it (host, pid)."""
+        """Take the fence, or VaultLocked naming the owner that holds it (host, pid)."""
         psycopg = require_psycopg()
         conn = connect(self.dsn, autocommit=True)
         try:
             conn.execute(
                 "SELECT set_config('application_name', %s, false)", (f"memvault owner {self.vault} pid {pid}"[:63],)
             )
-            got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", owner_lock_key(self.vault)).fetchone()[0]
-            if not got:
-                holder = conn.execute("SELECT host, pid, started_at FROM memvault_team_owners WHERE vault = %s",
-                                      (self.vault,)).fetchone()  # fmt: skip
-                conn.close()
-                who = (
-                    "another machine"
-                    if holder is None
-                    else f"pid {holder[1]} on host {holder[0]} (since {holder[2]:%Y-%m-%d %H:%M:%S %Z})"
-                )
-                raise VaultLocked(f"vault {self.vault!r} already has an owner on the index server: {who}. "
-                                  "One owner per vault: stop that one (`memvault engine stop` on its machine), "
-                                  f"or use this machine as a client: `memvault --remote {self.vault} …`")  # fmt: skip
+            conn.execute("SELECT set_config(name, '0', false) FROM pg_settings "
+                         "WHERE name IN ('idle_in_transaction_session_timeout', 'transaction_timeout')")  # fmt: skip
+            _ensure_fence_view(conn, self.vault)
+            conn.execute("BEGIN")
+            conn.execute(_lock_fence_sql(self.vault))
+        except psycopg.errors.LockNotAvailable:
+            holder = _owner_row(conn, self.vault)
+            conn.close()
+            who = (
+                "another machine"
+                if holder is None
+                else f"pid {holder[1]} on host {holder[0]} (since {holder[2]:%Y-%m-%d %H:%M:%S %Z})"
+            )
+            raise VaultLocked(f"vault {self.vault!r} already has an owner on the index server: {who}. "
+                              "One owner per vault: stop that one (`memvault engine stop` on its machine), "
+                              f"or use this machine as a client: `memvault --remote {self.vault} …`"
+                              ) from None  # fmt: skip
+        except psycopg.errors.InsufficientPrivilege:
+            conn.close()
+            raise IndexUnavailable(f"this role may not own vault {self.vault!r} on the index server (it may not "
+                                   f"lock {fence_view(self.vault)}): run the owner as the role that owns memvault's "
+                                   "tables, or connect this machine as a client: "
+                                   f"`memvault --remote {self.vault} …`") from None  # fmt: skip
         except psycopg.Error as exc:
             conn.close()
             raise IndexServerUnavailable(unreachable_message(self.dsn, exc)) from None
         self._conn = conn
 
     def held(self) -> bool:
-        """Whether the lock's session is still alive (one round trip): a server restarted hard
+        """Whether the fence's session is still alive (one round trip): a server restarted hard
         ends every session, and with it the lock."""
         conn = self._conn
         if conn is None or conn.closed:
@@ -467,3 +544,36 @@ class OwnerLock:
                 conn.close()  # the session's end frees the lock
             except Exception:  # noqa: BLE001 - a dead server freed it already
                 pass
+
+
+def _lock_fence_sql(vault: str):
+    from psycopg import sql
+
+    return sql.SQL("LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE NOWAIT").format(sql.Identifier(fence_view(vault)))
+
+
+def _ensure_fence_view(conn, vault: str) -> None:
+    """The vault's fence view, made once by the first owner (CREATE OR REPLACE would wait for the
+    lock a running owner holds); no role is granted anything on it."""
+    psycopg = require_psycopg()
+    from psycopg import sql
+
+    view = fence_view(vault)
+    if conn.execute("SELECT to_regclass(quote_ident(%s))", (view,)).fetchone()[0] is not None:
+        return
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE VIEW {} AS SELECT 1 AS fence").format(sql.Identifier(view)))
+            conn.execute(sql.SQL("REVOKE ALL ON {} FROM PUBLIC").format(sql.Identifier(view)))
+    except (psycopg.errors.DuplicateTable, psycopg.errors.UniqueViolation):
+        pass  # another owner made it at the same moment
+
+
+def _owner_row(conn, vault: str):
+    """(host, pid, since) of the vault's registered owner, or None (not registered yet)."""
+    try:
+        conn.execute("ROLLBACK")
+        return conn.execute("SELECT host, pid, started_at FROM memvault_team_owners WHERE vault = %s",
+                            (vault,)).fetchone()  # fmt: skip
+    except Exception:  # noqa: BLE001 - no team tables yet (the first owner is starting): say "another machine"
+        return None
