@@ -265,9 +265,8 @@ def drop_a_vector(store) -> str:
         from memvault.indexer.maintenance.semantic import SemanticIndex
 
         semantic = SemanticIndex.open(store.serving_index().generation, store._semantic.identity)
-        victim = sorted(semantic.passages)[0]
+        victim = semantic.vectors.ids()[0]
         semantic.vectors.delete([victim])
-        semantic.passages.pop(victim)
         semantic.save()
         return victim
     import psycopg

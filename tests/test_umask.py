@@ -175,7 +175,7 @@ def test_every_created_file_has_an_explicit_mode_under_umask_000(tmp_path):
     if postgres_helpers.TEST_BACKEND == "local":  # the local engine's own files (the server holds rows instead)
         assert ".index/CURRENT" in kinds
         assert any(path.startswith(".index/gen-") and "/bm25/" in path and path.endswith(".idx") for path in kinds)
-        assert any(path.endswith("vectors/vectors.hnsw") for path in kinds)
+        assert any("/vectors/log-" in path and path.endswith(".bin") for path in kinds)  # the vector log
     assert stat.S_IMODE(os.stat(tmp_path / "backup.tar.gz").st_mode) == 0o600  # a copy of every memory
 
 

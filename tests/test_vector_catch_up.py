@@ -215,7 +215,8 @@ def test_a_plan_is_overtaken_by_a_commit_a_swap_or_another_process_s_save(tmp_pa
             serving, lane.serving = lane.serving, lane.serving.reload_if_changed()
             assert not semantic_catch_up.overtaken(plans)
             other = type(serving).open(serving.folder.parent, serving.identity, serving.folder.name)
-            other.save()  # as another process saving the same vectors would
+            other.vectors.delete(other.vectors.ids()[:1])
+            other.save()  # as another process saving a change to the same vectors would
             assert semantic_catch_up.overtaken(plans)
             lane.serving = other
             assert semantic_catch_up.overtaken(plans)  # a swapped generation is another object

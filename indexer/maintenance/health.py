@@ -336,10 +336,10 @@ def check_vector_index(ctx: HealthContext) -> Iterable[Finding]:
     if not getattr(ctx.index, "has_local_vectors", True):  # a server's rows carry their vectors
         return
     from memvault.indexer.search.embeddings import EmbeddingIdentity
-    from memvault.indexer.search.vectors import INDEX_FILE, VectorIndex, read_identity
+    from memvault.indexer.search.vectors import VectorIndex, read_identity
 
     folder = ctx.index.generation / "vectors"
-    subject = str((folder / INDEX_FILE).relative_to(ctx.layout.root))
+    subject = str(folder.relative_to(ctx.layout.root)) + "/"
     if not folder.is_dir():
         if ctx.index.bm25.count_kind("curated"):
             yield Finding(

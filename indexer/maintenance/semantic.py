@@ -1,18 +1,16 @@
 """The semantic half of a generation: one vector per curated memory, keyed like its BM25 row.
 
-    .index/gen-NNNNNN/vectors/vectors.hnsw, vectors-meta.json   (indexer/search/vectors.py)
-    .index/gen-NNNNNN/vectors/semantic.json                      passage hash per key
+    .index/gen-NNNNNN/vectors/   segments, dead list, log, meta (indexer/search/vectors.py)
 
 A memory's vector embeds its *passage* (its text, then its note neighbours, see
-`memvault.indexer.search.context`), so the stored passage hash says whether a vector is current. Embedding runs
+`memvault.indexer.search.context`), so the passage hash stored as the vector's tag says whether
+it is current. Embedding runs
 outside the vault lock (it may be a slow HTTP call); only `commit` needs the lock. BM25 is the
 commit point of the index: vectors may lag behind it, never lead, and `lagging_paths` finds the
 notes whose vectors are missing or stale so they can be caught up.
 """
 
 import hashlib
-import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,16 +21,14 @@ from memvault.indexer.maintenance.sync import IndexDelta, Row
 from memvault.indexer.search.bm25 import context_hash
 from memvault.indexer.search.context import OWN_WEIGHT, passage
 from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider
-from memvault.indexer.search.vectors import META_FILE, StagedSave, VectorIndex
+from memvault.indexer.search.vectors import META_FILE, StagedMerge, VectorIndex
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.fsio import MACHINE_DIR_MODE, atomic_write, fsync_dir, make_dir, remove_quietly, write_temp
+from memvault.vault.fsio import MACHINE_DIR_MODE, make_dir
 from memvault.vault.records import MemoryRecord
 
 FOLDER = "vectors"
 #: the second model's vectors (memory.extraEmbeddings), beside FOLDER in the same generation
 EXTRA_FOLDER = "vectors-extra"
-SEMANTIC_META = "semantic.json"
-SEMANTIC_FORMAT = 1
 #: the spec's batch size for semantic indexing
 EMBED_BATCH = 32
 
@@ -66,36 +62,38 @@ class PreparedVectors:
 
 @dataclass(frozen=True)
 class StagedSemantic:
-    """A save of a SemanticIndex staged at `version`: its vectors and passage hashes in temp files."""
+    """The slow half of a save of a SemanticIndex: a merge of its vector segments, or None."""
 
-    version: int
-    vectors: StagedSave
-    passages: Path
+    merge: StagedMerge | None
 
-    def discard(self) -> None:
-        self.vectors.discard()
-        remove_quietly(self.passages)
+    def discard(self, folder: Path) -> None:
+        if self.merge is not None:
+            self.merge.discard(folder)
 
 
 class SemanticIndex:
     """Vectors of one generation. Thread-safe for search; commits need the vault lock."""
 
-    def __init__(self, folder: Path, identity: EmbeddingIdentity, vectors: VectorIndex, passages: dict[str, str]):
+    def __init__(self, folder: Path, identity: EmbeddingIdentity, vectors: VectorIndex):
         self.folder = folder
         self.identity = identity
         self.vectors = vectors
-        self.passages = passages
-        self._stamp = _stamp(folder)
+        self._stamp = vectors.stamp()
         self._unsaved = False  # True after a failed save: memory holds what the files do not
         #: commits applied in memory so far: a catch-up planned at one version commits at that one only
         self.version = 0
 
     @classmethod
-    def create(cls, generation: Path, identity: EmbeddingIdentity, name: str = FOLDER) -> "SemanticIndex":
+    def create(
+        cls, generation: Path, identity: EmbeddingIdentity, name: str = FOLDER, *, building: bool = False
+    ) -> "SemanticIndex":
+        """New empty vectors in the generation's folder `name`; `building`: a rebuild's, saved once
+        at its end, then served by opening them (vectors.py)."""
         folder = generation / name
         make_dir(folder, MACHINE_DIR_MODE, parents=True)
-        created = cls(folder, identity, VectorIndex.create(folder, identity), {})
-        created.save()
+        created = cls(folder, identity, VectorIndex.create(folder, identity, building=building))
+        if not building:
+            created.save()
         return created
 
     @classmethod
@@ -106,38 +104,43 @@ class SemanticIndex:
         if not (folder / META_FILE).is_file():
             what = "vector index" if name == FOLDER else f"{identity.provider} vector index ({name}/)"
             raise IndexUnavailable(f"no {what} in {generation.name}: run `memvault rebuild`")
-        vectors = VectorIndex.open(folder, identity)
-        return cls(folder, identity, vectors, _read_passages(folder))
+        return cls(folder, identity, VectorIndex.open(folder, identity))
+
+    def held(self, keys: Sequence[str]) -> list[str | None]:
+        """The passage hash each key's vector was embedded from, or None where it has no vector."""
+        return self.vectors.tags(keys)
+
+    @property
+    def passages(self) -> dict[str, str]:
+        """Every key's passage hash (a copy: for tests and small vaults; serving uses `held`)."""
+        keys = self.vectors.ids()
+        return dict(zip(keys, self.held(keys), strict=True))
 
     # --- writing -----------------------------------------------------------------------------
 
     def prepare(self, delta: IndexDelta, provider: EmbeddingProvider) -> PreparedVectors:
         """Embed every curated upsert whose passage changed (no lock needed; may be slow)."""
-        prepared = PreparedVectors(removed=set(delta.removed))
-        todo = [
-            r for r in delta.upserts if r.kind == "curated" and self.passages.get(_key(r)) != record_passage_hash(r)
-        ]
-        prepared.removed |= {_key(r) for r in delta.upserts if r.kind != "curated"}
+        prepared = PreparedVectors(removed={_key(r) for r in delta.upserts if r.kind != "curated"} | set(delta.removed))
+        curated = [r for r in delta.upserts if r.kind == "curated"]
+        hashes = [record_passage_hash(r) for r in curated]
+        held = self.held([_key(r) for r in curated])
+        todo = [(r, h) for r, h, old in zip(curated, hashes, held, strict=True) if old != h]
         if todo:
-            prepared.keys = [_key(r) for r in todo]
-            prepared.hashes = [record_passage_hash(r) for r in todo]
-            prepared.vectors = embed_passages(provider, todo)
+            prepared.keys = [_key(r) for r, _ in todo]
+            prepared.hashes = [h for _, h in todo]
+            prepared.vectors = embed_passages(provider, [r for r, _ in todo])
         return prepared
 
     def commit(self, prepared: PreparedVectors) -> None:
         """Apply embedded upserts and deletions in memory (call `save` to persist). Lock held."""
-        gone = [key for key in prepared.removed if key in self.vectors]
-        if gone:
-            self.vectors.delete(gone)
-        for key in prepared.removed:
-            self.passages.pop(key, None)
+        if prepared.removed:
+            self.vectors.delete(sorted(prepared.removed))
         if prepared.keys:
-            self.vectors.add(prepared.keys, prepared.vectors)
-            self.passages.update(zip(prepared.keys, prepared.hashes, strict=True))
+            self.vectors.add(prepared.keys, prepared.vectors, prepared.hashes)
         self.version += 1
 
     def save(self) -> None:
-        """Persist vectors, then passage hashes: a crash between leaves hashes that under-claim.
+        """Persist what memory holds: the changes since the last save go to the vector log.
 
         A save that fails (a full disk) leaves this object holding vectors the files do not: it
         is then marked unsaved, so the next `reload_if_changed` reads what the disk holds, and a
@@ -145,54 +148,38 @@ class SemanticIndex:
         rebuilt after a full disk, since every later check trusted the unsaved copy)."""
         try:
             self.vectors.save()
-            atomic_write(self.folder / SEMANTIC_META, self._passages_bytes(), mode=0o600)
         except BaseException:
             self._unsaved = True
             raise
         self._saved()
 
-    def stage_save(self) -> "StagedSemantic":
-        """`save`'s files written beside the current ones, without the vault lock: commits may run
-        meanwhile (`put_staged` then saves again). A save of a day's vectors writes tens of
-        megabytes (50-300 ms), which every writer waited for under the lock."""
-        version = self.version  # before the snapshot: a commit overlapping it changes the version
-        vectors = self.vectors.stage_save()
-        try:
-            passages = write_temp(self.folder, SEMANTIC_META, self._passages_bytes(), mode=0o600)
-        except BaseException:
-            vectors.discard()
-            raise
-        return StagedSemantic(version, vectors, passages)
+    def stage_save(self) -> StagedSemantic:
+        """`save`'s slow half, without the vault lock: a merge of vector segments when one is due
+        (tens of megabytes to hundreds), which every writer would otherwise wait for."""
+        return StagedSemantic(self.vectors.stage_save())
 
-    def put_staged(self, staged: "StagedSemantic") -> None:
-        """Put a staged save in place (vault lock held), or save whole when a commit, a failed
-        save or another save came after it was staged: the files then hold what memory holds."""
-        if staged.version != self.version or self._unsaved or not self.vectors.put_staged(staged.vectors):
-            staged.discard()
+    def put_staged(self, staged: StagedSemantic) -> None:
+        """Put a staged merge in place and save the rest (vault lock held); after a failed save,
+        the staged merge is dropped and the whole save runs again."""
+        if self._unsaved:
+            staged.discard(self.folder)
             self.save()
             return
         try:
-            os.replace(staged.passages, self.folder / SEMANTIC_META)
-            fsync_dir(self.folder)
+            self.vectors.put_staged(staged.merge)
         except BaseException:
-            remove_quietly(staged.passages)
             self._unsaved = True
             raise
         self._saved()
 
-    def _passages_bytes(self) -> bytes:
-        passages = dict(self.passages)  # a C copy: a commit may run beside a staged save
-        body = {"format": SEMANTIC_FORMAT, "passages": dict(sorted(passages.items()))}
-        return (json.dumps(body, indent=0) + "\n").encode("utf-8")
-
     def _saved(self) -> None:
         self._unsaved = False
-        self._stamp = _stamp(self.folder)
+        self._stamp = self.vectors.stamp()
 
     def reload_if_changed(self) -> "SemanticIndex":
         """This index, or a fresh copy when another process saved since it was loaded (or this
         one failed to save what it holds)."""
-        if not self._unsaved and _stamp(self.folder) == self._stamp:
+        if not self._unsaved and self.vectors.stamp() == self._stamp:
             return self
         return SemanticIndex.open(self.folder.parent, self.identity, self.folder.name)
 
@@ -204,15 +191,11 @@ class SemanticIndex:
     def lagging_paths(self, rows: Iterable[Row], within: set[str] | None = None) -> tuple[set[str], set[str]]:
         """(notes with a missing or stale vector, keys with a vector but no curated row). With
         `within` (note paths), `rows` are those notes' rows and only their keys can be extra."""
-        stale: set[str] = set()
-        curated: set[str] = set()
-        for row in rows:
-            if row.kind != "curated":
-                continue
-            curated.add(row.key)
-            if self.passages.get(row.key) != row_passage_hash(row):
-                stale.add(row.path)
-        extra = set(self.passages) - curated
+        curated = [row for row in rows if row.kind == "curated"]
+        held = self.held([row.key for row in curated])
+        stale = {row.path for row, old in zip(curated, held, strict=True) if old != row_passage_hash(row)}
+        keys = {row.key for row in curated}
+        extra = {key for key in self.vectors.ids() if key not in keys}
         if within is not None:
             extra = {key for key in extra if key.rpartition("#")[0] in within}
         return stale, extra
@@ -254,27 +237,6 @@ def _key(record: MemoryRecord) -> str:
     return f"{record.path}#{record.id}"
 
 
-def _read_passages(folder: Path) -> dict[str, str]:
-    path = folder / SEMANTIC_META
-    try:
-        body = json.loads(path.read_bytes())
-        if body.get("format") != SEMANTIC_FORMAT or not isinstance(body.get("passages"), dict):
-            raise ValueError("unknown format")
-        return {str(k): str(v) for k, v in body["passages"].items()}
-    except FileNotFoundError:
-        return {}  # vectors saved, hashes not yet: every vector counts as stale and is redone
-    except (OSError, ValueError) as exc:
-        raise IndexUnavailable(f"{path} is unreadable ({exc}): run `memvault rebuild`") from exc
-
-
-def _stamp(folder: Path) -> tuple[int, int] | None:
-    try:
-        info = os.stat(folder / SEMANTIC_META)
-    except OSError:
-        return None
-    return (info.st_ino, info.st_mtime_ns)
-
-
 def coverage_findings(
     generation: Path, identity: EmbeddingIdentity, rows: Iterable[Row], name: str = FOLDER
 ) -> list[tuple[str, str, str]]:
@@ -287,14 +249,15 @@ def coverage_findings(
     model = "" if name == FOLDER else f" {identity.provider}"
     rows = [row for row in rows if row.kind == "curated"]
     found = []
-    for row in rows:
-        held = semantic.passages.get(row.key)
-        if held is None or row.key not in semantic.vectors:
+    for row, held in zip(rows, semantic.held([row.key for row in rows]), strict=True):
+        if held is None:
             found.append(("missing_vector", row.key, f"{row.key} has no{model} vector"))
         elif held != row_passage_hash(row):
             found.append(
                 ("stale_vector", row.key, f"{row.key}'s{model} vector was embedded from older text or context")
             )
-    for key in sorted(set(semantic.vectors.ids()) - {row.key for row in rows}):
-        found.append(("extra_vector", key, f"{key} has a vector in {name}/ but no curated row"))
+    keys = {row.key for row in rows}
+    for key in semantic.vectors.ids():
+        if key not in keys:
+            found.append(("extra_vector", key, f"{key} has a vector in {name}/ but no curated row"))
     return found

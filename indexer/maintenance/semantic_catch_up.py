@@ -80,9 +80,9 @@ def plan(
             for path in sorted(stale):
                 if path not in notes:
                     notes[path] = read_note_records(layout, path, vault_zone).records
-                delta.upserts += [
-                    r for r in notes[path] if semantic.passages.get(f"{r.path}#{r.id}") != record_passage_hash(r)
-                ]
+                records = notes[path]
+                held = semantic.held([f"{r.path}#{r.id}" for r in records])
+                delta.upserts += [r for r, old in zip(records, held, strict=True) if old != record_passage_hash(r)]
         except LANE_FAILURES as exc:
             failure = failure or exc
             continue

@@ -20,11 +20,11 @@ def check_extra_vectors(ctx: HealthContext) -> Iterable[Finding]:
         return
     from memvault.indexer.maintenance.semantic import EXTRA_FOLDER, coverage_findings  # numpy: only vaults that embed
     from memvault.indexer.search.embeddings import EmbeddingIdentity
-    from memvault.indexer.search.vectors import INDEX_FILE, VectorIndex, read_identity
+    from memvault.indexer.search.vectors import VectorIndex, read_identity
 
     identity = EmbeddingIdentity(extra.provider, extra.model, extra.dim)
     folder = ctx.index.generation / EXTRA_FOLDER
-    subject = str((folder / INDEX_FILE).relative_to(ctx.layout.root))
+    subject = str(folder.relative_to(ctx.layout.root)) + "/"
     if not folder.is_dir():
         if ctx.index.bm25.count_kind("curated"):
             yield Finding(

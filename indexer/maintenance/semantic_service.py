@@ -190,7 +190,10 @@ class SemanticService:
         progress = progress or PhaseLog()
         index.components = [
             _Building(
-                SemanticIndex.create(index.generation, lane.identity, lane.folder), lane.provider, progress, lane.phase
+                SemanticIndex.create(index.generation, lane.identity, lane.folder, building=True),
+                lane.provider,
+                progress,
+                lane.phase,
             )
             for lane in self._lanes
         ]

@@ -1,25 +1,29 @@
-"""The vector index: hnswlib over unit vectors, with a string id ↔ integer label map.
+"""The vector index: hnswlib graphs over unit vectors, in segments, each memory's key and tag beside.
 
-Files in the index folder:
-  vectors.hnsw         hnswlib's own format
-  vectors-meta.json    {"format": 1, "provider", "model", "dim", "space", "count", "labels",
-                        "next_label", "checksum"}: the id map, the embedding identity, and the
-                        SHA-256 of vectors.hnsw
+Files in the index folder (format 2):
+  vectors-meta.json   {"format": 2, "provider", "model", "dim", "space", "segments": [{"number",
+                       "count", "checksum"}], "dead", "dead_checksum", "log", "next"}: the commit point
+  seg-NNNNNN.hnsw     a sealed segment's graph, hnswlib's own format (labels are positions)
+  seg-NNNNNN.keys     its keys and tags (the passage hashes), vector_files.py
+  dead-NNNNNN.bin     the sealed segments' dead positions as of the last checkpoint
+  log-NNNNNN.bin      every add and delete since then, appended (one CRC per record)
 
-hnswlib's `save_index` is not atomic and it loads a file of another dimension without a word,
-so both files are written to temp names, fsynced, and renamed (index first, then meta), and
-`open` trusts nothing the meta does not vouch for. A crash between the two renames leaves a new
-index beside the old meta; the checksum catches that and the index reports "run `memvault
-rebuild`" instead of answering from mismatched files. A reader that meets another writer's
-save between those renames looks again a few times (for ~0.1 s) before it gives that answer.
+A write never rewrites the index (issue 43: at 100k memories each save rewrote 120 MB). A save
+appends the changes since the last one to the log and fsyncs it. When the live segment (what the
+log holds) reaches SEAL_AT vectors, the save *checkpoints*: the live graph becomes a sealed
+segment, the dead list and an empty log are written under new names, and the meta is renamed over
+the old one, the single commit point; the old log and dead list are removed after. A crash before
+that rename leaves the old meta naming old files, all whole. A torn log tail fails its CRC and is
+dropped: those vectors were never vouched for by the passage hashes, so their notes are embedded
+again. Sealed segments of a size tier merge FANIN at a time (`stage_save`, off the vault lock),
+never past MAX_SEGMENT, so a vault written one memory at a time for years keeps a few segments.
 
-Builds are deterministic: a fixed random seed and single-threaded inserts, so two rebuilds from
-the same inputs in the same order produce byte-identical files and identical answers. Labels are
-never reused (an upsert marks the old label deleted and adds a fresh one, which hnswlib stores in
-a deleted slot), which sidesteps hnswlib's duplicate-label pitfalls with `replace_deleted`.
-A VectorIndex is safe to share between threads; writers in different processes must be
-serialized by the caller's index lock. A save can be split (`stage_save`, then `put_staged`), so
-the caller holds its lock for the renames alone; a staged save another save overtook is dropped.
+A rebuild (`create(building=True)`) fills segments of MAX_SEGMENT in order; each full one is
+inserted and written by a thread of its own while the next fills, so two cores build, and its
+graph is then released: the rebuild holds at most two segments, whatever the vault's size. Builds
+are deterministic: a fixed seed, single-threaded inserts per segment and a fixed split, so the
+same inputs give byte-identical files and identical answers. A VectorIndex is safe to share
+between threads; writers in different processes must be serialized by the caller's index lock.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +43,25 @@ import hnswlib
 import numpy as np
 
 from memvault.indexer.search.embeddings import EmbeddingIdentity
+from memvault.indexer.search.vector_files import (
+    ADD,
+    DELETE,
+    TAG_BYTES,
+    KeyTable,
+    Op,
+    encode_ops,
+    key_hashes,
+    new_log,
+    read_dead,
+    read_log,
+    write_dead,
+)
+from memvault.indexer.search.vector_segments import SPACE, Live, Sealed, Segment, new_graph
 from memvault.vault.errors import IndexUnavailable
 from memvault.vault.fsio import (
     MACHINE_DIR_MODE,
     MACHINE_FILE_MODE,
+    atomic_write,
     fsync_dir,
     fsync_file,
     make_dir,
@@ -50,65 +69,56 @@ from memvault.vault.fsio import (
     write_temp,
 )
 
-INDEX_FILE = "vectors.hnsw"
 META_FILE = "vectors-meta.json"
-FORMAT = 1
-SPACE = "cosine"  # hnswlib normalises on insert and query; distance = 1 - cosine similarity
-M = 16
-EF_CONSTRUCTION = 64  # 3x faster builds than 200 at the same measured recall (bench/bench_search.py)
-RANDOM_SEED = 100
-MIN_CAPACITY = 1024
-MIN_EF = 64
+FORMAT = 2
+#: vectors in the live segment before a save seals it (its graph is then written once, ~10 MB)
+SEAL_AT = 8192
+#: sealed segments of one size tier merged into one
+FANIN = 8
+#: no merge makes a segment larger, and a rebuild splits the vault into segments of this size
+MAX_SEGMENT = 1 << 18
+NO_TAG = "0" * TAG_BYTES
 
-# a reader that sees the index and meta disagree looks again after these pauses (seconds)
+# a reader that meets a checkpoint's renames looks again after these pauses (seconds)
 _RETRY_PAUSES = (0.005, 0.02, 0.1)
-
 # hnswlib's header starts with six size_t fields; label_offset - offset_data is the vector size
 _HEADER = struct.Struct("<6Q")
 _REBUILD = "run `memvault rebuild`"
 
 
 class _Inconsistent(IndexUnavailable):
-    """The index file and the meta disagree: torn by a crash, damaged, or caught mid-save."""
+    """The files disagree with the meta: torn by a crash, damaged, or caught mid-checkpoint."""
 
 
 class VectorIndex:
-    """Upsert, delete and cosine search over string ids. Use `create` or `open`, then `save`."""
+    """Upsert, delete and cosine search over string ids, each with a tag. `create` or `open`, then `save`."""
 
-    def __init__(
-        self,
-        folder: Path,
-        identity: EmbeddingIdentity,
-        index: hnswlib.Index,
-        labels: dict[str, int],
-        next_label: int,
-    ) -> None:
+    def __init__(self, folder: Path, identity: EmbeddingIdentity, *, building: bool = False):
         self.folder = Path(folder)
         self.identity = identity
-        self._index = index
-        self._labels = labels
-        self._ids_by_label = {label: id_ for id_, label in labels.items()}
-        self._next_label = next_label
+        self._sealed: list[Sealed] = []
+        self._live = Live(identity.dim)
+        self._building = building
+        self._closing: list[_Closing] = []  # a rebuild's full segments, being written
+        self._next = 1  # the number of the next file
+        self._log = 0  # the log file's number (0: nothing saved yet)
+        self._log_end = 0
+        self._dead_file: int | None = None
+        self._pending: list[Op] = []  # applied in memory, not yet in the log
+        self._released = False
         self._lock = threading.RLock()
-        self._save_lock = threading.Lock()  # one save's files at a time (the renames pair them)
-        self._saves = 0  # saves put in place: a staged save that another overtook is not put
+        self._save_lock = threading.Lock()  # one save's files at a time
+        if building:
+            self._live.start_worker()
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, folder: Path, identity: EmbeddingIdentity, capacity: int = MIN_CAPACITY) -> VectorIndex:
-        """A new empty index for `folder`; nothing is written until `save()`."""
+    def create(cls, folder: Path, identity: EmbeddingIdentity, *, building: bool = False) -> VectorIndex:
+        """A new empty index for `folder`; nothing is written until `save()`. `building`: a rebuild's,
+        which fills segments on worker threads and can only be saved, then reopened."""
         if identity.dim <= 0:
             raise ValueError(f"vector dimension must be positive, not {identity.dim}")
-        index = hnswlib.Index(space=SPACE, dim=identity.dim)
-        index.init_index(
-            max_elements=max(1, capacity),
-            M=M,
-            ef_construction=EF_CONSTRUCTION,
-            random_seed=RANDOM_SEED,
-            allow_replace_deleted=True,
-        )
-        index.set_num_threads(1)
-        return cls(Path(folder), identity, index, {}, 0)
+        return cls(Path(folder), identity, building=building)
 
     @classmethod
     def open(cls, folder: Path, identity: EmbeddingIdentity) -> VectorIndex:
@@ -118,8 +128,7 @@ class VectorIndex:
             try:
                 return cls._open_once(folder, identity)
             except _Inconsistent:
-                # a writer in another thread or process may be between its two renames
-                time.sleep(pause)
+                time.sleep(pause)  # a writer in another thread or process may be mid-checkpoint
         try:
             return cls._open_once(folder, identity)
         except _Inconsistent as exc:
@@ -129,91 +138,68 @@ class VectorIndex:
     def _open_once(cls, folder: Path, identity: EmbeddingIdentity) -> VectorIndex:
         meta = _read_meta(folder)
         _check_identity(folder, meta, identity)
-        labels, next_label, count = _meta_labels(folder, meta)
-        index_path = folder / INDEX_FILE
-        checked = _check_index_file(index_path, meta, identity.dim, count)
-        index = hnswlib.Index(space=SPACE, dim=identity.dim)
-        try:
-            index.load_index(str(index_path), allow_replace_deleted=True)
-        except (RuntimeError, ValueError, MemoryError) as exc:
-            raise IndexUnavailable(f"cannot load {index_path} ({exc}): {_REBUILD}") from None
-        if _file_signature(index_path) != checked:
-            raise _Inconsistent(f"{index_path} was replaced while it was loaded: {_REBUILD}")
-        index.set_num_threads(1)
-        stored = index.get_ids_list()
-        if index.get_current_count() != count or len(stored) != count or not set(labels.values()) <= set(stored):
-            raise _Inconsistent(
-                f"{index_path} holds {index.get_current_count()} vectors but {folder / META_FILE} "
-                f"describes {count}: {_REBUILD}"
-            )
-        return cls(folder, identity, index, labels, next_label)
+        index = cls(folder, identity)
+        segments, dead, log, next_number = _meta_files(folder, meta)
+        for number, count, checksum in segments:
+            index._sealed.append(_load_segment(folder, number, count, checksum, identity.dim))
+        if dead is not None:
+            gone = _read_dead_checked(folder, dead, meta.get("dead_checksum"))
+            by_number = {segment.number: segment for segment in index._sealed}
+            for number, positions in gone.items():
+                if number not in by_number or (len(positions) and positions.max() >= by_number[number].positions()):
+                    raise _Inconsistent(f"{folder / _name('dead', dead)} names positions no segment has: {_REBUILD}")
+                for position in positions.tolist():
+                    by_number[number].kill(position)
+        ops, index._log_end = read_log(folder / _name("log", log), identity.dim)
+        index._log, index._next, index._dead_file = log, next_number, dead
+        index._replay(ops)
+        return index
+
+    def _replay(self, ops: list[Op]) -> None:
+        for op in ops:
+            if op.op == ADD:
+                self._apply_add([op.key], [op.tag], np.asarray(op.vector, dtype=np.float32)[None, :])
+            else:
+                self._apply_delete([op.key])
 
     # -- reading --------------------------------------------------------------------------------
     def __len__(self) -> int:
         with self._lock:
-            return len(self._labels)
+            return sum(segment.alive for segment in self._segments())
 
     def __contains__(self, id_: object) -> bool:
-        with self._lock:
-            return id_ in self._labels
+        return isinstance(id_, str) and self.tags([id_])[0] is not None
 
     def ids(self) -> list[str]:
         with self._lock:
-            return sorted(self._labels)
+            return sorted(
+                segment.key(p) for segment in self._segments() for p in range(segment.positions())
+                if not segment.is_dead(p)
+            )  # fmt: skip
+
+    def tags(self, ids: Sequence[str]) -> list[str | None]:
+        """Each id's tag (its passage hash), or None where the id has no vector."""
+        with self._lock:
+            return [None if found is None else found[0].tag(found[1]) for found in self._locate(list(ids))]
 
     @property
-    def capacity(self) -> int:
+    def segments(self) -> int:
         with self._lock:
-            return self._index.get_max_elements()
+            return len(self._sealed) + (1 if self._live.positions() else 0)
 
-    def search(
-        self, vector: np.ndarray, k: int, filter: Callable[[str], bool] | None = None
-    ) -> list[tuple[str, float]]:
+    def search(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Up to k (id, cosine similarity) pairs, most similar first; deleted ids never appear."""
         query = self._query_vector(vector)
-        with self._lock:
-            want = min(k, len(self._labels))
-            if want <= 0:
-                return []
-            hits = self._approximate(query, want, filter)
-            if hits is None:
-                hits = self._exact(query, want, filter)
-            return hits
-
-    def _approximate(
-        self, query: np.ndarray, want: int, filter: Callable[[str], bool] | None
-    ) -> list[tuple[str, float]] | None:
-        ids_by_label = self._ids_by_label
-        label_filter = None
-        if filter is not None:
-            label_filter = lambda label: label in ids_by_label and filter(ids_by_label[label])  # noqa: E731
-        self._index.set_ef(max(MIN_EF, 2 * want))
-        try:
-            labels, distances = self._index.knn_query(query, k=want, num_threads=1, filter=label_filter)
-        except RuntimeError:
-            return None  # hnswlib found fewer than k (heavy deletion, or a selective filter)
-        hits = [
-            (ids_by_label[label], 1.0 - float(distance))
-            for label, distance in zip(labels[0].tolist(), distances[0].tolist(), strict=True)
-            if label in ids_by_label
-        ]
-        return hits if len(hits) == want else None
-
-    def _exact(self, query: np.ndarray, want: int, filter: Callable[[str], bool] | None) -> list[tuple[str, float]]:
-        """Brute force over live vectors: the fallback when the graph cannot supply k hits."""
-        candidates = sorted(id_ for id_ in self._labels if filter is None or filter(id_))
-        if not candidates:
+        if k <= 0:
             return []
-        vectors = np.asarray(
-            self._index.get_items([self._labels[id_] for id_ in candidates], return_type="numpy"),
-            dtype=np.float32,
-        )
-        norms = np.linalg.norm(vectors, axis=1)
-        np.divide(vectors, norms[:, None], out=vectors, where=norms[:, None] > 0)
-        unit_query = query / max(float(np.linalg.norm(query)), 1e-30)
-        scores = vectors @ unit_query
-        order = sorted(range(len(candidates)), key=lambda i: (-float(scores[i]), candidates[i]))
-        return [(candidates[i], float(scores[i])) for i in order[:want]]
+        with self._lock:
+            if self._released or self._building:
+                raise IndexUnavailable(f"the vectors built in {self.folder} are saved, not served: open them")
+            hits = [hit for segment in self._segments() for hit in segment.search(query, k)]
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))[:k]
+
+    def _segments(self) -> list[Segment]:
+        return [*self._sealed, *(closing.live for closing in self._closing), self._live]
 
     def _query_vector(self, vector: np.ndarray) -> np.ndarray:
         query = np.asarray(vector, dtype=np.float32)
@@ -225,38 +211,74 @@ class VectorIndex:
             raise ValueError("query vector holds non-finite numbers")
         return query
 
+    def _locate(self, ids: list[str]) -> list[tuple[Segment, int] | None]:
+        """Where each id is alive: (segment, position), or None."""
+        found: list[tuple[Segment, int] | None] = [None] * len(ids)
+        rest = []
+        lives = [self._live, *(closing.live for closing in self._closing)]
+        for n, id_ in enumerate(ids):
+            for live in lives:
+                position = live.where.get(id_)
+                if position is not None:
+                    found[n] = (live, position)
+                    break
+            else:
+                rest.append(n)
+        if rest and self._sealed:
+            keys = [ids[n] for n in rest]
+            hashes = key_hashes(keys)
+            for segment in self._sealed:
+                positions = segment.table.find(keys, hashes)
+                for j in np.flatnonzero(positions >= 0).tolist():
+                    if not segment.dead[positions[j]]:
+                        found[rest[j]] = (segment, int(positions[j]))
+        return found
+
     # -- writing --------------------------------------------------------------------------------
-    def add(self, ids: Sequence[str], vectors: np.ndarray) -> None:
-        """Insert or replace: an id already present gets the new vector."""
+    def add(self, ids: Sequence[str], vectors: np.ndarray, tags: Sequence[str] | None = None) -> None:
+        """Insert or replace: an id already present gets the new vector (and tag)."""
         ids = list(ids)
         matrix = self._checked_vectors(ids, vectors)
+        tags = [NO_TAG] * len(ids) if tags is None else list(tags)
+        if len(tags) != len(ids) or not all(isinstance(t, str) and len(t.encode()) == TAG_BYTES for t in tags):
+            raise ValueError(f"each id needs a tag of {TAG_BYTES} ASCII characters")
         if not ids:
             return
         with self._lock:
-            for id_ in ids:
-                old = self._labels.pop(id_, None)
-                if old is not None:
-                    self._index.mark_deleted(old)
-                    del self._ids_by_label[old]
-            self._reserve(len(ids))
-            new_labels = list(range(self._next_label, self._next_label + len(ids)))
-            self._index.add_items(matrix, new_labels, num_threads=1, replace_deleted=True)
-            self._next_label += len(ids)
-            for id_, label in zip(ids, new_labels, strict=True):
-                self._labels[id_] = label
-                self._ids_by_label[label] = id_
+            self._apply_add(ids, tags, matrix)
+            if not self._building:
+                self._pending.extend(Op(ADD, id_, tag, row) for id_, tag, row in zip(ids, tags, matrix, strict=True))
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove ids (unknown ones are ignored); returns how many were removed."""
-        removed = 0
         with self._lock:
-            for id_ in ids:
-                label = self._labels.pop(id_, None)
-                if label is not None:
-                    self._index.mark_deleted(label)
-                    del self._ids_by_label[label]
-                    removed += 1
-        return removed
+            removed = self._apply_delete(list(ids))
+            if not self._building:
+                self._pending.extend(Op(DELETE, id_) for id_ in removed)
+            return len(removed)
+
+    def _apply_add(self, ids: list[str], tags: list[str], matrix: np.ndarray) -> None:
+        self._kill(self._locate(ids))
+        if self._building and self._live.positions() + len(ids) > MAX_SEGMENT and self._live.positions():
+            self._hand_off()
+        self._live.append(ids, tags, matrix)
+
+    def _apply_delete(self, ids: list[str]) -> list[str]:
+        found = self._locate(ids)
+        self._kill(found)
+        return [id_ for id_, where in zip(ids, found, strict=True) if where is not None]
+
+    def _kill(self, found: list[tuple[Segment, int] | None]) -> None:
+        for where in found:
+            if where is None:
+                continue
+            segment, position = where
+            closing = next((c for c in self._closing if c.live is segment), None)
+            if closing is not None:  # a rebuild's full segment: once written, its key dies in the sealed copy
+                closing.thread.join()
+                del closing.live.where[closing.live.key(position)]
+                segment = closing.sealed
+            segment.kill(position)
 
     def _checked_vectors(self, ids: list[str], vectors: np.ndarray) -> np.ndarray:
         matrix = np.asarray(vectors, dtype=np.float32)
@@ -270,69 +292,329 @@ class VectorIndex:
             raise ValueError("vectors hold non-finite numbers")
         return np.ascontiguousarray(matrix)
 
-    def _reserve(self, incoming: int) -> None:
-        """Grow (doubling) so `incoming` new vectors fit; deleted slots are reused first."""
-        used = self._index.get_current_count()
-        reusable = used - len(self._labels)
-        needed = used + max(0, incoming - reusable)
-        capacity = self._index.get_max_elements()
-        if needed > capacity:
-            self._index.resize_index(max(needed, 2 * capacity, MIN_CAPACITY))
+    # -- a rebuild's segments -------------------------------------------------------------------
+    def _hand_off(self) -> None:
+        """The full live segment goes to a thread that inserts what is queued, writes it and frees
+        its graph, while the next one fills. At most one such thread runs (two cores)."""
+        for closing in self._closing:
+            closing.thread.join()
+        closing = _Closing(self._live, self._take_number(), self.folder)
+        self._closing.append(closing)
+        closing.thread.start()
+        self._live = Live(self.identity.dim)
+        self._live.start_worker()
 
+    def _finish_building(self) -> None:
+        for closing in self._closing:
+            closing.thread.join()
+            if closing.sealed is None:
+                raise closing.failure or IndexUnavailable(f"a vector segment of {self.folder} was not written")
+        self._sealed.extend(closing.sealed for closing in self._closing)
+        self._closing = []
+
+    # -- saving ---------------------------------------------------------------------------------
     def save(self) -> None:
-        """Write both files atomically (see the module docstring for the crash story).
+        """Append what changed to the log (or checkpoint, when the live segment is full or nothing
+        was saved yet). See the module docstring for the crash story."""
+        with self._save_lock, self._lock:
+            self._save_locked()
 
-        The graph and its labels are taken as one snapshot under the index's lock, which a search
-        waits for; the slow rest (fsync, checksum, meta, renames) runs beside searches and writes,
-        one save at a time."""
-        with self._save_lock:
-            self._stage().put()
-            self._saves += 1
-
-    def stage_save(self) -> StagedSave:
-        """The slow half of `save`: both files written to fsynced temp files beside the index's
-        own, for `put_staged` to put in place (under the caller's lock, while the slow half ran
-        without it)."""
-        with self._save_lock:
-            return self._stage()
-
-    def put_staged(self, staged: StagedSave) -> bool:
-        """Put a staged save in place, unless another save came between (then the staged files
-        are removed and False returned: the caller saves again)."""
-        with self._save_lock:
-            if staged.saves_before != self._saves:
-                staged.discard()
-                return False
-            staged.put()
-            self._saves += 1
-            return True
-
-    def _stage(self) -> StagedSave:
+    def _save_locked(self) -> None:
         make_dir(self.folder, MACHINE_DIR_MODE, parents=True)
-        index_tmp = _temp_path(self.folder, INDEX_FILE)
-        try:
-            with self._lock:
-                self._index.save_index(str(index_tmp))
-                meta = self._meta_without_checksum()
-            fsync_file(index_tmp)
-            meta["checksum"] = _sha256_of(index_tmp)
-            meta_tmp = write_temp(self.folder, META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
-        except BaseException:
-            remove_quietly(index_tmp)  # a failed save leaves no temp file behind
-            raise
-        return StagedSave(self.folder, index_tmp, meta_tmp, self._saves)
+        if self._building:
+            self._finish_building()
+            self._checkpoint(seal=self._live.positions() > 0)
+            for segment in self._sealed:
+                segment.graph = None  # saved whole; the generation is served by opening it
+            self._building, self._released = False, True
+        elif not self._log:
+            self._checkpoint(seal=False)
+        elif self._live.positions() >= SEAL_AT:
+            self._checkpoint(seal=True)
+        elif self._pending:
+            self._append(self._pending)
+            self._pending = []
 
-    def _meta_without_checksum(self) -> dict[str, Any]:
+    def _append(self, ops: list[Op]) -> None:
+        path = self.folder / _name("log", self._log)
+        data = encode_ops(ops, self.identity.dim)
+        if os.stat(path).st_nlink > 1:  # shared with another generation (a compaction links files)
+            _unshare(path, self._log_end)
+        with open(path, "r+b") as handle:
+            handle.seek(self._log_end)
+            handle.truncate()  # a failed append's partial record goes
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._log_end += len(data)
+
+    def _checkpoint(self, *, seal: bool, merged: Sealed | None = None, sources: Sequence[Sealed] = ()) -> None:
+        """Write the files of a new state under new names, then the meta over the old one (the commit
+        point), then remove what the old state alone named. `seal`: the live segment becomes sealed
+        and the log starts empty; else the pending changes go to the current log first."""
+        made: list[Path] = []
+        sealed = list(self._sealed)
+        try:
+            if merged is not None:
+                at = sealed.index(sources[0])
+                sealed = [s for s in sealed if s not in sources]
+                sealed.insert(at, merged)
+            new_live = None
+            if seal:
+                new_live = self._live.sealed(self._take_number())
+                made += _write_segment(self.folder, new_live)
+                sealed.append(new_live)
+                log = self._take_number()
+                new_log(self.folder / _name("log", log), self.identity.dim)
+                made.append(self.folder / _name("log", log))
+                fsync_file(made[-1])
+                log_end = (self.folder / _name("log", log)).stat().st_size
+            else:
+                if not self._log:
+                    self._log = self._take_number()
+                    new_log(self.folder / _name("log", self._log), self.identity.dim)
+                    made.append(self.folder / _name("log", self._log))
+                    self._log_end = made[-1].stat().st_size
+                if self._pending:
+                    self._append(self._pending)
+                fsync_file(self.folder / _name("log", self._log))
+                log, log_end = self._log, self._log_end
+            dead_entries = [(s.number, s.dead_positions()) for s in sealed if s.alive < s.positions()]
+            dead, dead_checksum = None, None
+            if dead_entries:
+                dead = self._take_number()
+                made.append(self.folder / _name("dead", dead))
+                write_dead(made[-1], dead_entries)
+                fsync_file(made[-1])
+                dead_checksum = _sha256_of(made[-1])
+            meta = self._meta(sealed, dead, dead_checksum, log)
+            fsync_dir(self.folder)
+            atomic_write(self.folder / META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
+        except BaseException:
+            for path in made:
+                remove_quietly(path)
+            raise
+        old = [_name("dead", self._dead_file)] if self._dead_file is not None else []
+        if seal and self._log:
+            old.append(_name("log", self._log))
+        for source in sources:
+            old += [f"{source.name}.hnsw", f"{source.name}.keys"]
+        if seal:
+            self._live = Live(self.identity.dim)
+        self._sealed, self._dead_file, self._log, self._log_end, self._pending = sealed, dead, log, log_end, []
+        for name in old:
+            remove_quietly(self.folder / name)
+
+    def _meta(self, sealed: list[Sealed], dead: int | None, dead_checksum: str | None, log: int) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "provider": self.identity.provider,
             "model": self.identity.model,
             "dim": self.identity.dim,
             "space": SPACE,
-            "count": self._index.get_current_count(),
-            "labels": dict(sorted(self._labels.items())),
-            "next_label": self._next_label,
+            "count": sum(s.alive for s in sealed) + (0 if not self._live.positions() else self._live.alive),
+            "segments": [{"number": s.number, "count": s.positions(), "checksum": s.checksum} for s in sealed],
+            "dead": dead,
+            "dead_checksum": dead_checksum,
+            "log": log,
+            "next": self._next,
         }
+
+    def _take_number(self) -> int:
+        number, self._next = self._next, self._next + 1
+        return number
+
+    # -- merging --------------------------------------------------------------------------------
+    def stage_save(self) -> StagedMerge | None:
+        """The slow half of a save, without the caller's lock: a merge of sealed segments when one
+        is due, built and written beside the index (None when none is due). `put_staged` puts it in
+        place and saves the rest."""
+        with self._save_lock:
+            with self._lock:
+                sources = _merge_plan(self._sealed)
+                if not sources:
+                    return None
+                parts = [(source, *source.alive_vectors()) for source in sources]
+                number = self._take_number()
+            origin = [(source, position) for source, positions, _ in parts for position in positions]
+            vectors = np.vstack([matrix for _, _, matrix in parts])
+            graph = new_graph(self.identity.dim, len(origin))
+            if len(origin):
+                graph.add_items(vectors, np.arange(len(origin)), num_threads=1)
+            table = KeyTable.of([s.key(p) for s, p in origin], [s.tag(p) for s, p in origin])
+            merged = Sealed(number, table, graph)
+            try:
+                _write_segment(self.folder, merged)
+            except BaseException:
+                _remove_segment(self.folder, merged)
+                raise
+            return StagedMerge(merged, tuple(sources), origin)
+
+    def put_staged(self, staged: StagedMerge | None) -> bool:
+        """Put a staged merge in place (positions that died since are marked dead in it) and save the
+        rest; a merge whose segments another merge or a reload replaced is dropped (False)."""
+        with self._save_lock, self._lock:
+            if staged is None:
+                self._save_locked()
+                return True
+            if not all(any(source is s for s in self._sealed) for source in staged.sources):
+                staged.discard(self.folder)
+                self._save_locked()
+                return False
+            for position, (source, at) in enumerate(staged.origin):
+                if source.dead[at]:
+                    staged.merged.kill(position)
+            try:
+                self._checkpoint(seal=self._live.positions() >= SEAL_AT, merged=staged.merged, sources=staged.sources)
+            except BaseException:
+                staged.discard(self.folder)
+                raise
+            return True
+
+    def stamp(self) -> tuple:
+        """Changes whenever a save lands (the meta's identity and the log's length): `reload_if_changed`."""
+        return (_signature(self.folder / META_FILE), _signature(self.folder / _name("log", self._log)))
+
+
+class _Closing:
+    """A rebuild's full segment on its way to disk: its worker inserts what is queued, then this
+    thread writes the sealed segment and frees the graph."""
+
+    def __init__(self, live: Live, number: int, folder: Path):
+        self.live, self.number, self.folder = live, number, folder
+        self.sealed: Sealed | None = None
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._seal, name="memvault-vector-seal", daemon=True)
+
+    def _seal(self) -> None:
+        try:
+            sealed = self.live.sealed(self.number)
+            _write_segment(self.folder, sealed)
+        except BaseException as exc:  # raised by `_finish_building`
+            self.failure = exc
+            return
+        sealed.graph = self.live.graph = None  # written: a rebuild holds only what it is filling
+        self.sealed = sealed
+
+
+@dataclass(frozen=True)
+class StagedMerge:
+    merged: Sealed
+    sources: tuple[Sealed, ...]
+    origin: list[tuple[Sealed, int]]
+
+    def discard(self, folder: Path) -> None:
+        _remove_segment(folder, self.merged)
+
+
+def _merge_plan(sealed: list[Sealed]) -> list[Sealed]:
+    """FANIN sealed segments of the smallest size tier that has them (their merge within
+    MAX_SEGMENT), or one segment mostly dead; [] when no merge is due."""
+    loaded = [s for s in sealed if s.graph is not None]
+    for segment in loaded:
+        if segment.positions() >= SEAL_AT and segment.alive * 2 < segment.positions():
+            return [segment]
+    tiers: dict[int, list[Sealed]] = {}
+    for segment in loaded:
+        tier = 0
+        while segment.alive >= SEAL_AT * FANIN ** (tier + 1):
+            tier += 1
+        tiers.setdefault(tier, []).append(segment)
+    for tier in sorted(tiers):
+        group = tiers[tier][:FANIN]
+        if len(group) == FANIN and sum(s.alive for s in group) <= MAX_SEGMENT:
+            return group
+    return []
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def _name(kind: str, number: int) -> str:
+    return f"{kind}-{number:06d}.bin"
+
+
+def _write_segment(folder: Path, segment: Sealed) -> list[Path]:
+    graph_path, keys_path = folder / f"{segment.name}.hnsw", folder / f"{segment.name}.keys"
+    segment.graph.save_index(str(graph_path))
+    segment.table.write(keys_path)
+    for path in (graph_path, keys_path):
+        os.chmod(path, MACHINE_FILE_MODE)
+        fsync_file(path)
+    segment.checksum = _sha256_of(graph_path, keys_path)
+    return [graph_path, keys_path]
+
+
+def _unshare(path: Path, length: int) -> None:
+    """Give `path` a copy of its first `length` bytes of its own, renamed over the shared link:
+    files are replaced by rename, never changed in place where another name sees them."""
+    copy = write_temp(path.parent, path.name, path.read_bytes()[:length], mode=MACHINE_FILE_MODE)
+    os.replace(copy, path)
+    fsync_dir(path.parent)
+
+
+def _remove_segment(folder: Path, segment: Sealed) -> None:
+    remove_quietly(folder / f"{segment.name}.hnsw")
+    remove_quietly(folder / f"{segment.name}.keys")
+
+
+def _load_segment(folder: Path, number: int, count: int, checksum: str, dim: int) -> Sealed:
+    name = f"seg-{number:06d}"
+    graph_path, keys_path = folder / f"{name}.hnsw", folder / f"{name}.keys"
+    signature = _check_graph_file(graph_path, dim, count)
+    if _sha256_of(graph_path, keys_path) != checksum:
+        raise _Inconsistent(f"vector segment {graph_path} does not match its checksum (a damaged file): {_REBUILD}")
+    graph = hnswlib.Index(space=SPACE, dim=dim)
+    try:
+        graph.load_index(str(graph_path))
+    except (RuntimeError, ValueError, MemoryError) as exc:
+        raise IndexUnavailable(f"cannot load {graph_path} ({exc}): {_REBUILD}") from None
+    if _signature(graph_path) != signature:
+        raise _Inconsistent(f"{graph_path} was replaced while it was loaded: {_REBUILD}")
+    graph.set_num_threads(1)
+    table = KeyTable.read(keys_path)
+    if len(table) != count or graph.get_current_count() != count:
+        raise _Inconsistent(f"{name} holds {graph.get_current_count()} vectors and {len(table)} keys, "
+                            f"its meta says {count}: {_REBUILD}")  # fmt: skip
+    sealed = Sealed(number, table, graph)
+    sealed.checksum = checksum
+    return sealed
+
+
+def _read_dead_checked(folder: Path, number: int, checksum: Any) -> dict[int, np.ndarray]:
+    path = folder / _name("dead", number)
+    if not path.is_file():
+        raise _Inconsistent(f"{path} is missing: {_REBUILD}")
+    if _sha256_of(path) != checksum:
+        raise _Inconsistent(f"{path} does not match its checksum: {_REBUILD}")
+    return read_dead(path)
+
+
+def _sha256_of(*paths: Path) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            raise _Inconsistent(f"{path} is missing: {_REBUILD}") from None
+    return digest.hexdigest()
+
+
+def _meta_bytes(meta: dict[str, Any]) -> bytes:
+    return (json.dumps(meta, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+# -- checks on open ------------------------------------------------------------------------------
 
 
 def read_identity(folder: Path) -> EmbeddingIdentity | None:
@@ -345,75 +627,6 @@ def read_identity(folder: Path) -> EmbeddingIdentity | None:
     if not isinstance(provider, str) or not isinstance(model, str) or type(dim) is not int:
         return None
     return EmbeddingIdentity(provider, model, dim)
-
-
-# -- files ---------------------------------------------------------------------------------------
-
-
-class StagedSave:
-    """A save's two files in fsynced temp files beside the index's own (`VectorIndex.stage_save`)."""
-
-    def __init__(self, folder: Path, index_tmp: Path, meta_tmp: Path, saves_before: int):
-        self.folder, self.index_tmp, self.meta_tmp, self.saves_before = folder, index_tmp, meta_tmp, saves_before
-
-    def put(self) -> None:
-        """Rename the graph, then its meta, into place; on failure the old pair stays (or the
-        checksum catches the new graph beside the old meta) and no temp file is left."""
-        index_path, meta_path = self.folder / INDEX_FILE, self.folder / META_FILE
-        backup: Path | None = None
-        try:
-            backup = _link_backup(index_path, self.folder)
-            os.replace(self.index_tmp, index_path)
-            try:
-                os.replace(self.meta_tmp, meta_path)
-            except BaseException:
-                if backup is not None:  # put the old index back beside the old meta
-                    os.replace(backup, index_path)
-                    backup = None
-                raise
-            fsync_dir(self.folder)
-        finally:
-            for leftover in (self.index_tmp, self.meta_tmp, backup):
-                if leftover is not None:
-                    remove_quietly(leftover)
-
-    def discard(self) -> None:
-        remove_quietly(self.index_tmp)
-        remove_quietly(self.meta_tmp)
-
-
-def _temp_path(folder: Path, name: str) -> Path:
-    fd, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    os.close(fd)
-    return Path(path)
-
-
-def _link_backup(index_path: Path, folder: Path) -> Path | None:
-    """A hard link to the current index, so a failed meta rename can restore it."""
-    if not index_path.exists():
-        return None
-    backup = _temp_path(folder, INDEX_FILE)
-    backup.unlink()
-    try:
-        os.link(index_path, backup)
-    except OSError:
-        return None  # no hard links here: a failure between renames is then caught by the checksum
-    return backup
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _meta_bytes(meta: dict[str, Any]) -> bytes:
-    return (json.dumps(meta, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
-
-
-# -- checks on open ------------------------------------------------------------------------------
 
 
 def _read_meta(folder: Path) -> dict[str, Any]:
@@ -430,6 +643,8 @@ def _read_meta(folder: Path) -> dict[str, Any]:
         raise IndexUnavailable(f"{meta_path} is not valid JSON ({exc}): {_REBUILD}") from None
     if not isinstance(meta, dict):
         raise IndexUnavailable(f"{meta_path} is not a JSON object: {_REBUILD}")
+    if meta.get("format") == 1:
+        raise IndexUnavailable(f"{meta_path} was written by an older memvault (one graph, no log): {_REBUILD}")
     if meta.get("format") != FORMAT:
         raise IndexUnavailable(
             f"{meta_path} has format {meta.get('format')!r}, this memvault reads {FORMAT}: {_REBUILD}"
@@ -448,51 +663,42 @@ def _check_identity(folder: Path, meta: dict[str, Any], wanted: EmbeddingIdentit
         raise IndexUnavailable(f"{folder / META_FILE} has space {meta.get('space')!r}, expected {SPACE!r}: {_REBUILD}")
 
 
-def _meta_labels(folder: Path, meta: dict[str, Any]) -> tuple[dict[str, int], int, int]:
-    labels, next_label, count = meta.get("labels"), meta.get("next_label"), meta.get("count")
-    bad = IndexUnavailable(f"{folder / META_FILE} has a malformed id map: {_REBUILD}")
-    if not isinstance(labels, dict) or type(next_label) is not int or type(count) is not int:
+def _meta_files(folder: Path, meta: dict[str, Any]) -> tuple[list[tuple[int, int, str]], int | None, int, int]:
+    """(segments as (number, count, checksum), dead list number, log number, next number), checked."""
+    bad = IndexUnavailable(f"{folder / META_FILE} has a malformed file list: {_REBUILD}")
+    segments, dead, log, next_number = meta.get("segments"), meta.get("dead"), meta.get("log"), meta.get("next")
+    if not isinstance(segments, list) or type(log) is not int or type(next_number) is not int:
         raise bad
-    for id_, label in labels.items():
-        if not id_ or type(label) is not int or not 0 <= label < next_label:
+    if dead is not None and type(dead) is not int:
+        raise bad
+    listed = []
+    for entry in segments:
+        if not isinstance(entry, dict):
             raise bad
-    if len(set(labels.values())) != len(labels) or count < len(labels):
+        number, count, checksum = entry.get("number"), entry.get("count"), entry.get("checksum")
+        if type(number) is not int or type(count) is not int or count < 0 or not isinstance(checksum, str):
+            raise bad
+        listed.append((number, count, checksum))
+    numbers = [n for n, _, _ in listed] + [log] + ([dead] if dead is not None else [])
+    if len(set(numbers)) != len(numbers) or not all(0 < n < next_number for n in numbers):
         raise bad
-    return dict(labels), next_label, count
+    return listed, dead, log, next_number
 
 
-def _file_signature(path: Path) -> tuple[int, int, int] | None:
+def _check_graph_file(path: Path, dim: int, count: int) -> tuple[int, int, int]:
+    """hnswlib loads a file of another dimension without a word: check its header first."""
     try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-def _check_index_file(index_path: Path, meta: dict[str, Any], dim: int, count: int) -> tuple[int, int, int]:
-    """Check the file against the meta; returns the signature of the file that was hashed."""
-    try:
-        with open(index_path, "rb") as handle:
+        with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
             header = handle.read(_HEADER.size)
-            digest = hashlib.sha256(header)
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
     except FileNotFoundError:
-        raise IndexUnavailable(f"vector index {index_path} is missing: {_REBUILD}") from None
+        raise _Inconsistent(f"vector segment {path} is missing: {_REBUILD}") from None
     except OSError as exc:
-        raise IndexUnavailable(f"cannot read {index_path} ({exc}): {_REBUILD}") from None
+        raise IndexUnavailable(f"cannot read {path} ({exc}): {_REBUILD}") from None
     if len(header) < _HEADER.size:
-        raise IndexUnavailable(f"vector index {index_path} is truncated: {_REBUILD}")
-    if digest.hexdigest() != meta.get("checksum"):
-        raise _Inconsistent(
-            f"vector index {index_path} does not match the checksum in {META_FILE} "
-            f"(a torn save or a damaged file): {_REBUILD}"
-        )
-    _offset0, _max_elements, stored_count, _per_element, label_offset, offset_data = _HEADER.unpack(header)
-    if label_offset - offset_data != 4 * dim or stored_count != count:
-        raise _Inconsistent(
-            f"vector index {index_path} holds {(label_offset - offset_data) // 4}-dim vectors x "
-            f"{stored_count}, but {META_FILE} says {dim}-dim x {count}: {_REBUILD}"
-        )
+        raise IndexUnavailable(f"vector segment {path} is truncated: {_REBUILD}")
+    _offset0, _max_elements, stored, _per_element, label_offset, offset_data = _HEADER.unpack(header)
+    if label_offset - offset_data != 4 * dim or stored != count:
+        raise _Inconsistent(f"vector segment {path} holds {(label_offset - offset_data) // 4}-dim vectors x {stored}, "
+                            f"but {META_FILE} says {dim}-dim x {count}: {_REBUILD}")  # fmt: skip
     return (info.st_ino, info.st_size, info.st_mtime_ns)
