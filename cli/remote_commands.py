@@ -108,8 +108,11 @@ def remote_inspect(ctx: click.Context, json_: bool) -> None:
         return
     remote, owner = report["remote"], report["owner"]
     oldest = "" if remote["oldestWaitingSeconds"] is None else f" (oldest {remote['oldestWaitingSeconds']:g} s)"
+    projected = f"{remote['turnsProjected']} projected"
+    if remote.get("turnsRefused"):
+        projected += f", {remote['turnsRefused']} refused (not records memvault wrote)"
     click.echo(f"vault {report['vault']} on the index server: {remote['turnsWaiting']} turn(s) waiting for the owner"
-               f"{oldest}, {remote['turnsProjected']} projected; {remote['factsWaiting']} fact(s) waiting")  # fmt: skip
+               f"{oldest}, {projected}; {remote['factsWaiting']} fact(s) waiting")  # fmt: skip
     click.echo(_owner_line(owner, report["ownerRunning"]))
 
 

@@ -353,7 +353,7 @@ def hold_what_no_rights_reach(conn, server: Server) -> None:
         conn.execute(f'PREPARE held_ins_{i} AS INSERT INTO "{table}" SELECT * FROM "{table}"')
 
 
-def start_owner(server: Server, vault: str, timeout: float = 30.0):
+def start_owner(server: Server, vault: str, timeout: float = 15.0):
     """An owner's start on the server (the fence, then the team tables, roles and grants), from
     a thread: (the lock or the error, whether it finished within `timeout`)."""
     outcome = {}

@@ -101,3 +101,41 @@ def test_no_password_in_output_of_a_refused_connection(tmp_path):
     with pytest.raises(IndexServerUnavailable) as unreachable:  # as a local vault indexed on that server
         store.recall("when is the release?")
     assert "127.0.0.1" in str(unreachable.value) and SECRET not in str(unreachable.value)
+
+
+def test_unreadable_turns_a_writer_planted_are_set_aside_and_hold_up_no_turn(tmp_path, postgres_server, postgres_dsn):
+    """A writer may insert what it likes into its vault's ledger with SQL of its own (a record no
+    memvault client sends). More of them than a claim takes at once no longer wedge the owner:
+    each is set aside on the server with its reason (which speaks of no file), and the turns
+    behind them are projected."""
+    from memvault.indexer.team.drain import CLAIM_BATCH
+
+    root, owner = start_home(tmp_path, postgres_dsn, "team-a")
+    try:
+        agent_dsn = postgres_server.create_role(postgres_dsn, "agent_planter")
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute('GRANT "memvault_write_team-a" TO agent_planter')
+        planted = CLAIM_BATCH + 44
+        with psycopg.connect(agent_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO memvault_team_turns (vault, run_hash, payload_sha256, record) "
+                         "SELECT 'team-a', md5(i::text) || md5(i::text), repeat('0', 64), 'not json'::bytea "
+                         "FROM generate_series(1, %s) AS i", (planted,))  # fmt: skip
+        with MemoryStore.connect("team-a", agent_dsn) as agent:
+            assert agent.persist_completed_turn("behind-1", "Team A ships on Tuesdays now.").status == "admitted"
+            wait_for(lambda: "Tuesdays" in files_text(root), what="the turn behind the planted ones in the files")
+            remote = agent.intake_snapshot()["remote"]
+            assert (remote["turnsWaiting"], remote["turnsRefused"], remote["turnsProjected"]) == (0, planted, 1)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            reasons = {
+                row[0] for row in conn.execute("SELECT refused FROM memvault_team_turns WHERE refused IS NOT NULL")
+            }
+        assert len(reasons) == planted and all("not a valid intake JSON document" in reason for reason in reasons)
+        assert not any("file" in reason for reason in reasons)
+    finally:
+        owner.close()
+    from memvault.indexer.backend.postgres.team import TeamServer
+
+    server = TeamServer(postgres_dsn, "team-a")  # the next owner's start: they wait again (a newer owner may read them)
+    server.register_owner("home", 1, {"writeMode": "direct", "tier": "lite", "timeZone": "UTC"})
+    assert (server.counts()["turnsWaiting"], server.counts()["turnsRefused"]) == (planted, 0)
+    server.close()

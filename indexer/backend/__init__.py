@@ -65,5 +65,5 @@ def server_label(dsn: str) -> str:
 
 
 def owner_lock(dsn: str, vault: str):
-    """The server-side owner fence of one vault (a session advisory lock), not yet taken."""
+    """The server-side owner fence of one vault (a lock on its fence view), not yet taken."""
     return OwnerLock(dsn, vault)

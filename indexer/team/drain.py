@@ -154,15 +154,21 @@ class TeamDrainer:
             hit(self._hook, "team.turns.marked")
         return turns + self._drain_facts()
 
-    def _project(self, rows: list[tuple[str, bytes]]) -> list[str]:
-        records = []
+    def _project(self, rows: list[tuple[str, bytes]]) -> tuple[list[str], dict[str, str]]:
+        """(the run hashes now in the files, {run hash: why} of records this owner cannot read)."""
+        records, unreadable = [], {}
         for run_hash, data in rows:
             hit(self._hook, "team.turn.claimed")
             try:
-                records.append(parse_record(data, run_hash, f"team turn {run_hash}"))
-            except VaultError as exc:  # never projected: inspect shows it waiting, with the reason logged
-                self._log(f"team drain: {exc}")
-        return project_batch(self.store, records, hook=self._hook, log=self._log) if records else []
+                records.append(parse_record(data, run_hash, f"team turn {run_hash[:12]}…"))
+            except VaultError as exc:  # set aside on the server, so that it holds up no batch
+                # the record parser's fix speaks of a file; this record is a row on the server
+                unreadable[run_hash] = reason = str(exc).split(". Fix:", 1)[0]
+                self._log(f"team drain: {reason}. This owner cannot read it (SQL written by hand, or a newer "
+                          "memvault's record): set aside on the index server until the owner's next start, "
+                          "unprojected (`memvault --remote NAME inspect` counts it as refused)")  # fmt: skip
+        done = project_batch(self.store, records, hook=self._hook, log=self._log) if records else []
+        return done, unreadable
 
     def _drain_facts(self) -> int:
         waiting = self.server.waiting_facts()

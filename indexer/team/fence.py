@@ -2,9 +2,11 @@
 
 The local fence (vault/locks.py) keeps a second owner off this machine; two copies of a vault
 folder on two machines naming the same index would each take their own. The server fence is a
-session advisory lock per vault, held on a connection of its own for the owner's lifetime: the
-server frees it when the session ends (a stopped owner, a SIGKILL, a machine gone once TCP
-keepalive gives up), and a second owner is refused with the first one's host and pid.
+lock on the vault's fence view, which only the role owning memvault's tables may take, held by a
+transaction its own connection keeps open for the owner's lifetime (backend/postgres/team.py,
+`OwnerLock`): the server frees it when the session ends (a stopped owner, a SIGKILL, a machine
+gone once TCP keepalive gives up), and a second owner is refused with the first one's host and
+pid. No agent's role can take it (it was a session advisory lock, which any role can take).
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ _DDL = [
     "ALTER TABLE memvault_team_turns ADD COLUMN IF NOT EXISTS touch boolean NOT NULL DEFAULT true CHECK (touch)",
     # why the owner set a turn aside unprojected (a record it cannot read), with projected_at set
     "ALTER TABLE memvault_team_turns ADD COLUMN IF NOT EXISTS refused text",
+    # the owner's start finds them without reading the vault's whole ledger
+    "CREATE INDEX IF NOT EXISTS memvault_team_turns_refused ON memvault_team_turns (vault) WHERE refused IS NOT NULL",
     """CREATE INDEX IF NOT EXISTS memvault_team_turns_waiting ON memvault_team_turns (vault, admitted_at)
         WHERE projected_at IS NULL""",
     """CREATE TABLE IF NOT EXISTS memvault_team_facts (
@@ -155,10 +157,11 @@ def _team_schema_present(conn) -> bool:
         "(SELECT count(*) FROM pg_attribute a JOIN unnest(%s::text[], %s::text[]) AS c (t, col) "
         "ON a.attrelid = to_regclass(c.t) AND a.attname = c.col AND NOT a.attisdropped), "
         "(SELECT count(*) FROM pg_policies p JOIN unnest(%s::text[], %s::text[]) AS w (t, pol) "
-        "ON p.tablename = w.t AND p.policyname = w.pol)",
+        "ON p.tablename = w.t AND p.policyname = w.pol), "
+        "to_regclass('memvault_team_turns_refused') IS NOT NULL",
         (list(_TEAM_TABLES), list(tables), list(columns), list(policy_tables), list(policies)),
     ).fetchone()
-    return tuple(row) == (len(_TEAM_TABLES), len(_ADDED_COLUMNS), len(_POLICIES))
+    return tuple(row) == (len(_TEAM_TABLES), len(_ADDED_COLUMNS), len(_POLICIES), True)
 
 
 def ensure_team_vault(conn, vault: str) -> None:
@@ -321,8 +324,9 @@ class TeamServer:
         hash: why} of records it cannot read)), and mark those projected in one statement, all in
         one transaction: a crash anywhere leaves them waiting, and projecting a turn again finds it
         in its note (run-derived or content id) and writes nothing. A record the owner cannot read
-        (only a role writing SQL by hand sends one) is set aside with its reason, so that a batch
-        of them never holds up the turns behind it. The number marked."""
+        (SQL written by hand, or a newer memvault's format) is set aside with its reason until the
+        owner's next start (`register_owner`), so that a batch of them never holds up the turns
+        behind it. The number marked."""
         with self._session() as conn, conn.transaction():
             rows = conn.execute("SELECT run_hash, record FROM memvault_team_turns "
                                 "WHERE vault = %s AND projected_at IS NULL "
@@ -361,7 +365,11 @@ class TeamServer:
                              "AND projected_at IS NOT NULL", (self.vault, forget))  # fmt: skip
 
     def register_owner(self, host: str, pid: int, settings: dict) -> None:
+        """The owner's registration at its start; turns an earlier owner set aside wait again, so
+        that a record only a newer memvault reads is projected once this owner runs that version."""
         with self._session() as conn:
+            conn.execute("UPDATE memvault_team_turns SET projected_at = NULL, refused = NULL "
+                         "WHERE vault = %s AND refused IS NOT NULL", (self.vault,))  # fmt: skip
             conn.execute("INSERT INTO memvault_team_owners (vault, host, pid, settings) VALUES (%s, %s, %s, %s) "
                          "ON CONFLICT (vault) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
                          "started_at = now(), settings = EXCLUDED.settings, sleeping = false",
