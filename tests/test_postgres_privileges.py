@@ -434,3 +434,11 @@ def test_the_fence_holds_no_transaction_id_nor_snapshot(server):
             conn.execute("ANALYZE")
     finally:
         lock.release()
+
+
+def test_a_server_of_schema_5_gets_row_level_security_on_memvault_files_at_its_owners_open(server):
+    server.owner("ALTER TABLE memvault_files DISABLE ROW LEVEL SECURITY")
+    server.owner("UPDATE memvault_schema SET version = 5")
+    PostgresBackend(server.dsn, server.mine).close()  # the owner's open migrates
+    assert server.owner("SELECT relrowsecurity FROM pg_class WHERE oid = 'memvault_files'::regclass") == [(True,)]
+    assert server.owner("SELECT version FROM memvault_schema") == [(schema.SCHEMA_VERSION,)]
