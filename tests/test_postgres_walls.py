@@ -20,13 +20,13 @@ import pytest
 from memvault import MemoryStore
 from memvault.indexer.backend import check_server, open_team_server
 from memvault.indexer.backend.base import IndexServerUnavailable
-from memvault.indexer.backend.postgres.connection import ServerBounds
+from memvault.indexer.backend.postgres.connection import PROBE_AFTER_IDLE_SECONDS, ServerBounds
 from memvault.indexer.backend.postgres.engine import PostgresBackend
 from memvault.indexer.team.ledger import NetworkAdmission
 from memvault.vault.config import IndexConfig, default_config_data, load_config, render_config, server_bounds
 from memvault.vault.errors import IndexUnavailable, InvalidConfig
 from memvault.vault.init import init_vault
-from tests.engine_helpers import ENV, MEMVAULT, REPO, memvault
+from tests.engine_helpers import ENV, MEMVAULT, REPO, memvault, wait_for
 from tests.postgres_helpers import PostgresServer
 from tests.test_team_ledger import record_for
 
@@ -64,6 +64,14 @@ def ledger_runs(dsn: str, vault: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT run_hash FROM memvault_team_turns WHERE vault = %s", (vault,)).fetchall()
     return sorted(row[0] for row in rows)
+
+
+def a_connection(dsn: str):
+    """A raw connection outside memvault, or None while the server has no slot for it."""
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError:
+        return None
 
 
 def remote_search(dsn: str) -> subprocess.CompletedProcess:
@@ -107,7 +115,8 @@ def database_of(dsn: str) -> str:
 class StallingProxy:
     """Loopback TCP in front of a server's Unix socket; `stall()` stops forwarding in both
     directions while every socket stays open (a hung middlebox, a partition the kernel never
-    reports), `resume()` forwards again."""
+    reports), `resume()` forwards again; `lose_open_paths()` stalls only the connections open now,
+    for good (a failover: the old path answers nothing, a new connection reaches the server)."""
 
     def __init__(self, unix_path: str):
         self.unix_path = unix_path
@@ -119,6 +128,7 @@ class StallingProxy:
         self.forwarding.set()
         self.closing = False
         self.open: list[socket.socket] = []
+        self.paths: list[threading.Event] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def stall(self) -> None:
@@ -126,6 +136,10 @@ class StallingProxy:
 
     def resume(self) -> None:
         self.forwarding.set()
+
+    def lose_open_paths(self) -> None:
+        for path in self.paths:
+            path.clear()
 
     def close(self) -> None:
         self.closing = True
@@ -142,12 +156,15 @@ class StallingProxy:
             upstream = socket.socket(socket.AF_UNIX)
             upstream.connect(self.unix_path)
             self.open += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            path = threading.Event()
+            path.set()
+            self.paths.append(path)
+            threading.Thread(target=self._pump, args=(client, upstream, path), daemon=True).start()
 
-    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
+    def _pump(self, client: socket.socket, upstream: socket.socket, path: threading.Event) -> None:
         other = {client: upstream, upstream: client}
         while not self.closing:
-            if not self.forwarding.is_set():
+            if not (self.forwarding.is_set() and path.is_set()):
                 time.sleep(0.02)  # stalled: nothing is read, so nothing is forwarded or closed
                 continue
             try:
@@ -269,6 +286,19 @@ def test_a_stalled_connection_fails_within_its_bound_and_loses_nothing_acknowled
     server.close()
 
 
+def test_a_pooled_connection_lost_without_a_word_is_probed_and_replaced_before_use(proxy, postgres_dsn):
+    open_team_server(postgres_dsn, "team-a", create=True).close()
+    dsn = f"host=127.0.0.1 port={proxy.port} user=postgres dbname={database_of(postgres_dsn)}"
+    admission = NetworkAdmission(open_team_server(dsn, "team-a", index=IndexConfig(timeout_seconds=2)))
+    assert admission.admit(record_for("run-1", "Morgan chose blue for the deploy.")).status == "admitted"
+    proxy.lose_open_paths()  # the pooled connection's path is gone, and nothing says so
+    time.sleep(PROBE_AFTER_IDLE_SECONDS + 0.5)
+    later = in_a_thread(lambda: admission.admit(record_for("run-2", "Alice owns the release notes.")))
+    assert later.status == "admitted", later  # the probe met silence: a new connection served the call
+    assert len(ledger_runs(postgres_dsn, "team-a")) == 2
+    admission.server.close()
+
+
 def test_a_statement_past_the_bound_is_cancelled_by_the_server_with_a_clear_error(postgres_dsn):
     backend = PostgresBackend(postgres_dsn, "team-a", bounds=ServerBounds(timeout_seconds=1))
     with pytest.raises(IndexServerUnavailable) as slow:
@@ -368,7 +398,7 @@ def test_too_many_connections_names_max_connections_and_the_pool_and_a_held_pool
         assert not other.is_alive()
         server.ping()
         server.close()  # the last session: its connection goes, and one slot is free again
-        holders.append(psycopg.connect(walls_server.dsn, autocommit=True))
+        holders.append(wait_for(lambda: a_connection(walls_server.dsn), what="the pool's slot (its backend exits)"))
         with pytest.raises(IndexServerUnavailable) as refused:  # a process holding none is refused
             open_team_server(dsn, "team-a", index=bounds).ping()
         text = str(refused.value)

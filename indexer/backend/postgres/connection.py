@@ -38,6 +38,8 @@ TIMEOUT_KEY = "index.timeoutSeconds (MEMVAULT_INDEX_TIMEOUT_SECONDS)"
 #: the client waits this much longer than the server's statement_timeout, so a live server's own
 #: cancellation (a clearer error, and the connection stays usable) arrives first
 _CLIENT_GRACE_SECONDS = 2
+#: a pooled connection idle this long is asked once (`SELECT 1`) before a call uses it
+PROBE_AFTER_IDLE_SECONDS = 5.0
 _KEYWORD_PASSWORD_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _URI_PASSWORD_RE = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
 _NAMED_RE = re.compile(r'(user|role|database) "([^"]*)"')
@@ -361,6 +363,7 @@ class _Pool:
             session.out -= 1
             keep = conn is not None and epoch == self.epoch and _reusable(conn)
             if keep:
+                conn.idle_since = time.monotonic()
                 self.idle.append(conn)
             self.cond.notify_all()  # waiters wait on their own session's cap, too
         if conn is not None and not keep:
@@ -428,14 +431,20 @@ if hasattr(os, "register_at_fork"):
 
 def _alive(conn) -> bool:
     """An idle connection still open: the server says nothing unasked on an idle connection that
-    does not LISTEN, so anything to read (a restart's FATAL, end of file) means it is going."""
+    does not LISTEN, so anything to read (a restart's FATAL, end of file) means it is going. One
+    idle for a while is also asked once (a failover's new host, or a path that lost the
+    connection without a word, only answers the next statement, with a reset or not at all)."""
     if conn.closed or conn.broken:
         return False
     try:
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN)
-        return not poller.poll(0)
-    except (OSError, ValueError, AttributeError):
+        if poller.poll(0):
+            return False
+        if time.monotonic() - getattr(conn, "idle_since", 0.0) >= PROBE_AFTER_IDLE_SECONDS:
+            conn.execute("SELECT 1").fetchone()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means the connection is gone
         return False
 
 
