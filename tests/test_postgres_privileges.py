@@ -442,3 +442,36 @@ def test_a_server_of_schema_5_gets_row_level_security_on_memvault_files_at_its_o
     PostgresBackend(server.dsn, server.mine).close()  # the owner's open migrates
     assert server.owner("SELECT relrowsecurity FROM pg_class WHERE oid = 'memvault_files'::regclass") == [(True,)]
     assert server.owner("SELECT version FROM memvault_schema") == [(schema.SCHEMA_VERSION,)]
+
+
+def test_a_swarm_of_refused_statements_on_the_fence_keeps_no_owner_out(server):
+    """COMMENT ON locks the view for the moment before its ownership check: a starting owner
+    waits that moment out in the lock's queue instead of taking it for a running owner."""
+    make_fence(server)
+    stop = threading.Event()
+
+    def swarm():
+        with server.connect("stranger") as conn:
+            while not stop.is_set():
+                try:
+                    conn.execute(f"COMMENT ON VIEW \"{team.fence_view(server.mine)}\" IS 'mine'")
+                except psycopg.errors.InsufficientPrivilege:
+                    pass
+
+    threads = [threading.Thread(target=swarm, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        refused = 0
+        for _ in range(40):
+            lock = OwnerLock(server.dsn, server.mine)
+            try:
+                lock.acquire("home", 1)
+            except VaultLocked:
+                refused += 1
+            lock.release()
+        assert refused == 0
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)

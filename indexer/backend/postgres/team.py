@@ -100,6 +100,10 @@ _ADDED_COLUMNS = (("memvault_team_turns", "touch"), ("memvault_team_turns", "ref
                   ("memvault_team_facts", "touch"), ("memvault_team_owners", "sleeping"))  # fmt: skip
 #: the owner fence of a vault: a view of no table (VACUUM and ANALYZE pass it by), granted to no role
 FENCE_PREFIX = "memvault_fence_"
+#: how long a starting owner waits for the fence (not NOWAIT: a statement of a role without rights,
+#: COMMENT ON for one, holds the lock for the moment before its privilege check; a queued request
+#: is served after that moment, where NOWAIT would take a swarm of them for a running owner)
+FENCE_WAIT_MS = 2000
 
 #: text and binary placeholders (no type sniffing per call), prepared once per connection; the
 #: CTE's answer carries whether the vault's owner sleeps waiting for a ring (the module docstring)
@@ -508,6 +512,7 @@ class OwnerLock:
                          "WHERE name IN ('idle_in_transaction_session_timeout', 'transaction_timeout')")  # fmt: skip
             _ensure_fence_view(conn, self.vault)
             conn.execute("BEGIN")
+            conn.execute(f"SET LOCAL lock_timeout = {FENCE_WAIT_MS}")
             conn.execute(_lock_fence_sql(self.vault))
         except psycopg.errors.LockNotAvailable:
             holder = _owner_row(conn, self.vault)
@@ -557,7 +562,7 @@ class OwnerLock:
 def _lock_fence_sql(vault: str):
     from psycopg import sql
 
-    return sql.SQL("LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE NOWAIT").format(sql.Identifier(fence_view(vault)))
+    return sql.SQL("LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE").format(sql.Identifier(fence_view(vault)))
 
 
 def _ensure_fence_view(conn, vault: str) -> None:
