@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from memvault.indexer.backend.base import IndexServerUnavailable
-from memvault.indexer.backend.postgres.connection import ServerSession
+from memvault.indexer.backend.postgres.connection import ServerBounds, ServerSession
 
 
 def backend_pid(conn) -> int:
@@ -125,3 +125,41 @@ def test_a_connection_in_use_at_close_is_closed_when_given_back(postgres_dsn):
         assert conn.execute("SELECT 1").fetchone() == (1,)  # still usable by the thread that holds it
     assert conn.closed
     session.close()
+
+
+def test_sessions_of_one_dsn_share_one_bounded_pool(postgres_dsn):
+    first = ServerSession(postgres_dsn, bounds=ServerBounds(pool_size=1, timeout_seconds=2))
+    second = ServerSession(postgres_dsn)
+    assert second.pool is first.pool
+    with first() as conn:
+        pid = backend_pid(conn)
+    with second() as conn:  # the pool's one connection, not a second session's own
+        assert backend_pid(conn) == pid
+    holding = threading.Event()
+    release = threading.Event()
+
+    def hold():
+        with first():
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(30)
+    with pytest.raises(IndexServerUnavailable, match=r"all 1 connections .*index.poolSize.* stayed in use for 2 s"):
+        with second():  # another thread: it waits for the bound, then names it
+            pass
+    release.set()
+    holder.join(30)
+    first.close(), second.close()
+
+
+def test_a_call_of_another_session_nested_in_a_thread_does_not_wait_on_that_thread(postgres_dsn):
+    first = ServerSession(postgres_dsn, bounds=ServerBounds(pool_size=1, timeout_seconds=30))
+    second = ServerSession(postgres_dsn)
+    with first() as outer, outer.transaction():  # the pool's one connection, in a transaction
+        with second() as inner:  # one more at once, beyond the bound: no wait on its own thread
+            assert inner is not outer and backend_pid(inner) != backend_pid(outer)
+            inner.execute("SELECT 1")
+    assert len(first.pool.idle) == 1  # the one beyond the bound was closed when given back
+    first.close(), second.close()

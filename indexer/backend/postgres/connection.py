@@ -298,8 +298,10 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 class _Pool:
     """At most `bounds.pool_size` connections to one DSN, shared by every ServerSession of the
-    process. A thread holds at most one of them at a time: a call nested in its own call (through
-    any session) gets the same connection, so a transaction spans it and no thread waits on itself."""
+    process; a call waits for a free one up to `bounds.timeout_seconds`, then fails naming both.
+    A thread that holds one already (a call of another session nested in its own: the owner's
+    drain writes the index inside its claim's transaction) is given one more at once, beyond the
+    bound, rather than wait on itself; that one is closed when given back."""
 
     def __init__(self, dsn: str, bounds: ServerBounds):
         self.dsn, self.bounds = dsn, bounds
@@ -308,14 +310,15 @@ class _Pool:
         self.out = 0  # connections threads hold now
         self.epoch = 0  # grows when the last session closes: a connection out then is closed when given back
         self.sessions = 0  # sessions that used the pool and are not closed
-        self.held = threading.local()
         self.refused_until = 0.0  # the server refused a connection for lack of slots: use those held
+        self.holding = threading.local()  # .count: connections of this pool the thread holds
 
     def take(self, session) -> tuple:
         deadline = time.monotonic() + self.bounds.timeout_seconds
+        nested = getattr(self.holding, "count", 0) > 0
         while True:
             with self.cond:
-                while not self._can_take(session):
+                while not self._can_take(session, nested):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise IndexServerUnavailable(self._busy_message(session))
@@ -339,10 +342,10 @@ class _Pool:
                 self.give_back(session, None, epoch)
                 raise
 
-    def _can_take(self, session) -> bool:
+    def _can_take(self, session, nested: bool) -> bool:
         if session.out >= session.size:
             return False
-        if self.idle:
+        if self.idle or nested:
             return True
         if self.out >= self.bounds.pool_size:
             return False
@@ -361,7 +364,8 @@ class _Pool:
         with self.cond:
             self.out -= 1
             session.out -= 1
-            keep = conn is not None and epoch == self.epoch and _reusable(conn)
+            within = self.out + len(self.idle) < self.bounds.pool_size  # not the one a nested call had beyond it
+            keep = conn is not None and epoch == self.epoch and within and _reusable(conn)
             if keep:
                 conn.idle_since = time.monotonic()
                 self.idle.append(conn)
@@ -459,10 +463,12 @@ class ServerSession:
     all sessions); a connection the server dropped while idle is replaced before it is handed out,
     one that breaks during a call is dropped (that call fails with IndexServerUnavailable, and the
     next reconnects). A thread holds one connection for the whole of a `with`, and a call nested
-    inside it (in the same thread, through any session of the pool) gets the same connection, so
-    a transaction spans what runs inside it. `prepare` runs once on each connection this session
-    uses (it may return False: not done, run it again next time); `refusal` turns a statement
-    error into the caller's own VaultError (or None for the generic "refused a statement")."""
+    inside it (in the same thread and session) gets the same connection, so a transaction spans
+    what runs inside it; another session's call takes a connection of its own (the team ledger's
+    claim and the index writes it leads to stay two transactions, and VACUUM runs outside both).
+    `prepare` runs once on each connection this session uses (it may return False: not done, run
+    it again next time); `refusal` turns a statement error into the caller's own VaultError (or
+    None for the generic "refused a statement")."""
 
     def __init__(self, dsn: str, *, prepare=None, refusal=None, size: int | None = None, bounds=None):
         self.dsn = dsn
@@ -472,6 +478,7 @@ class ServerSession:
         self._prepare = prepare
         self._refusal = refusal
         self._joined = False
+        self._held = threading.local()
 
     @contextmanager
     def __call__(self):
@@ -480,20 +487,22 @@ class ServerSession:
         if not self._joined:
             self._joined = True
             pool.join()
-        held = getattr(pool.held, "conn", None)
+        held = getattr(self._held, "conn", None)
         if held is not None:  # nested in this thread's own call: its connection, its transaction
             with self._translated(psycopg, held):
                 self._prepared(held)
                 yield held
             return
         conn, epoch = pool.take(self)
-        pool.held.conn = conn
+        self._held.conn = conn
+        pool.holding.count = getattr(pool.holding, "count", 0) + 1
         try:
             with self._translated(psycopg, conn):
                 self._prepared(conn)
                 yield conn
         finally:
-            pool.held.conn = None
+            self._held.conn = None
+            pool.holding.count -= 1
             pool.give_back(self, conn, epoch)
 
     def _prepared(self, conn) -> None:
