@@ -426,3 +426,14 @@ def test_the_bounds_reach_a_connection_as_libpq_options_and_settings(postgres_ds
     with pytest.raises(IndexUnavailable):  # a statement refused is IndexUnavailable, not "unreachable"
         with PostgresBackend(postgres_dsn, "team-a")._session() as conn:
             conn.execute("SELECT * FROM no_such_table")
+
+
+def test_a_generation_s_index_builds_run_without_the_statement_bound_and_get_it_back(postgres_dsn):
+    from memvault.indexer.backend.postgres.connection import index_builds
+
+    backend = PostgresBackend(postgres_dsn, "team-a", bounds=ServerBounds(timeout_seconds=1))
+    with backend._session() as conn:
+        with index_builds(conn):  # a rebuild's HNSW on a large vault takes minutes
+            conn.execute("SELECT pg_sleep(1.5)")
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "1s"
+    backend.close()

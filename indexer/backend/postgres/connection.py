@@ -120,7 +120,8 @@ def connect(dsn: str, *, autocommit: bool = False, bounds: ServerBounds | None =
     try:
         conn = _bounded_class().connect(dsn, autocommit=autocommit, **_socket_options(dsn, bounds))
         conn.answer_within = bounds.timeout_seconds + _CLIENT_GRACE_SECONDS
-        conn.execute(f"SET statement_timeout = {int(bounds.timeout_seconds * 1000)}")
+        conn.memvault_timeout_ms = int(bounds.timeout_seconds * 1000)
+        conn.execute(f"SET statement_timeout = {conn.memvault_timeout_ms}")
         if not autocommit:
             conn.commit()
     except psycopg.Error as exc:
@@ -178,6 +179,25 @@ def _bounded_class():
 
         _BOUNDED_CLASS = BoundedConnection
     return _BOUNDED_CLASS
+
+
+@contextmanager
+def index_builds(conn):
+    """Statements that build a whole generation's indexes (a rebuild's HNSW and postings, its
+    VACUUM ANALYZE): they may take minutes on a large vault, so neither the server's
+    statement_timeout nor the client's wait bound applies; TCP keepalives and tcp_user_timeout
+    still end them if the server goes away. Autocommit connections only (VACUUM needs one)."""
+    within = getattr(conn, "answer_within", None)
+    conn.execute("SET statement_timeout = 0")
+    conn.answer_within = None
+    try:
+        yield conn
+    finally:
+        conn.answer_within = within
+        try:
+            conn.execute(f"SET statement_timeout = {int(getattr(conn, 'memvault_timeout_ms', 0))}")
+        except Exception:  # noqa: BLE001 - never handed out again without its bound
+            _close_quietly(conn)
 
 
 # --- what went wrong, in words that name the fix --------------------------------------------------

@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime
 
 from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
-from memvault.indexer.backend.postgres.connection import ServerBounds, ServerSession, require_psycopg
+from memvault.indexer.backend.postgres.connection import ServerBounds, ServerSession, index_builds, require_psycopg
 from memvault.indexer.backend.postgres.lexical import (
     BM25_SQL,
     IMPACT_SQL,
@@ -227,7 +227,7 @@ class PostgresBackend:
         """Build the leaf's vector index (before the switch: readers never wait on it), then move
         the pointer in one transaction and drop generations older than the previous one."""
         dim = self._dim(generation)
-        with self._session() as conn:
+        with self._session() as conn, index_builds(conn):  # minutes on a large vault: no statement bound
             schema.ensure_postings_indexes(conn, self.vault, generation)
             if dim is not None:
                 schema.ensure_vector_index(conn, self.vault, generation, dim)
