@@ -65,10 +65,11 @@ class StagedSemantic:
     """The slow half of a save of a SemanticIndex: a merge of its vector segments, or None."""
 
     merge: StagedMerge | None
+    folder: Path
 
-    def discard(self, folder: Path) -> None:
+    def discard(self) -> None:
         if self.merge is not None:
-            self.merge.discard(folder)
+            self.merge.discard(self.folder)
 
 
 class SemanticIndex:
@@ -156,13 +157,13 @@ class SemanticIndex:
     def stage_save(self) -> StagedSemantic:
         """`save`'s slow half, without the vault lock: a merge of vector segments when one is due
         (tens of megabytes to hundreds), which every writer would otherwise wait for."""
-        return StagedSemantic(self.vectors.stage_save())
+        return StagedSemantic(self.vectors.stage_save(), self.folder)
 
     def put_staged(self, staged: StagedSemantic) -> None:
         """Put a staged merge in place and save the rest (vault lock held); after a failed save,
         the staged merge is dropped and the whole save runs again."""
         if self._unsaved:
-            staged.discard(self.folder)
+            staged.discard()
             self.save()
             return
         try:

@@ -185,7 +185,8 @@ def _records(path: Path, data: bytes, dim: int, at: int) -> tuple[list[Op], int]
         crc, op, length, tag = _RECORD.unpack_from(data, at)
         end = at + _RECORD.size + length + (width if op == ADD else 0)
         if op not in (ADD, DELETE) or end > len(data) or zlib.crc32(data[at + 4 : end]) != crc:
-            if end < len(data) and op in (ADD, DELETE) and data[at:].strip(b"\0"):
+            # whole records after it (not only zeros): damage, not a torn tail; so is a bad op byte
+            if data[end:].strip(b"\0") if op in (ADD, DELETE) else op != 0:
                 raise IndexUnavailable(f"a record inside {path} is damaged (its checksum fails): {_REBUILD}")
             break  # the torn tail of an append a crash cut short (or the zeros it left)
         key_at = at + _RECORD.size

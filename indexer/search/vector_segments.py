@@ -122,6 +122,17 @@ class Sealed(Segment):
     def dead_positions(self) -> np.ndarray:
         return np.flatnonzero(self.dead)
 
+    def kill_loaded(self, position: int) -> None:
+        """`kill` for a dead-list position on open: a graph sealed from the live segment was saved
+        with the positions dead by then marked already, and hnswlib refuses to mark one twice."""
+        self._set_dead(position)
+        self.alive -= 1
+        try:
+            self.graph.mark_deleted(position)
+        except RuntimeError as exc:
+            if "already deleted" not in str(exc):
+                raise
+
 
 class Live(Segment):
     """The segment new vectors go to. In a rebuild it inserts on a worker thread of its own, so a

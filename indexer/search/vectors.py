@@ -46,6 +46,7 @@ from memvault.indexer.search.embeddings import EmbeddingIdentity
 from memvault.indexer.search.vector_files import (
     ADD,
     DELETE,
+    MAX_KEY_BYTES,
     TAG_BYTES,
     KeyTable,
     Op,
@@ -136,6 +137,18 @@ class VectorIndex:
 
     @classmethod
     def _open_once(cls, folder: Path, identity: EmbeddingIdentity) -> VectorIndex:
+        signature = _signature(folder / META_FILE)
+        try:
+            return cls._load(folder, identity)
+        except _Inconsistent:
+            raise
+        except IndexUnavailable as exc:  # a file this meta named was removed by a checkpoint since
+            if _signature(folder / META_FILE) != signature:
+                raise _Inconsistent(str(exc)) from None
+            raise
+
+    @classmethod
+    def _load(cls, folder: Path, identity: EmbeddingIdentity) -> VectorIndex:
         meta = _read_meta(folder)
         _check_identity(folder, meta, identity)
         index = cls(folder, identity)
@@ -149,7 +162,7 @@ class VectorIndex:
                 if number not in by_number or (len(positions) and positions.max() >= by_number[number].positions()):
                     raise _Inconsistent(f"{folder / _name('dead', dead)} names positions no segment has: {_REBUILD}")
                 for position in positions.tolist():
-                    by_number[number].kill(position)
+                    by_number[number].kill_loaded(position)
         ops, index._log_end = read_log(folder / _name("log", log), identity.dim)
         index._log, index._next, index._dead_file = log, next_number, dead
         index._replay(ops)
@@ -276,7 +289,7 @@ class VectorIndex:
             closing = next((c for c in self._closing if c.live is segment), None)
             if closing is not None:  # a rebuild's full segment: once written, its key dies in the sealed copy
                 closing.thread.join()
-                del closing.live.where[closing.live.key(position)]
+                closing.live.kill(position)  # its graph is released: only len and ids see it
                 segment = closing.sealed
             segment.kill(position)
 
@@ -284,8 +297,8 @@ class VectorIndex:
         matrix = np.asarray(vectors, dtype=np.float32)
         if matrix.ndim != 2 or matrix.shape != (len(ids), self.identity.dim):
             raise ValueError(f"vectors have shape {matrix.shape}, expected ({len(ids)}, {self.identity.dim})")
-        if not all(isinstance(id_, str) and id_ for id_ in ids):
-            raise ValueError("vector ids must be non-empty strings")
+        if not all(isinstance(id_, str) and id_ and len(id_.encode()) <= MAX_KEY_BYTES for id_ in ids):
+            raise ValueError(f"vector ids must be non-empty strings of at most {MAX_KEY_BYTES} bytes")
         if len(set(ids)) != len(ids):
             raise ValueError("the same id appears twice in one add")
         if not np.isfinite(matrix).all():
@@ -298,6 +311,7 @@ class VectorIndex:
         its graph, while the next one fills. At most one such thread runs (two cores)."""
         for closing in self._closing:
             closing.thread.join()
+        make_dir(self.folder, MACHINE_DIR_MODE, parents=True)  # its thread writes the segment now
         closing = _Closing(self._live, self._take_number(), self.folder)
         self._closing.append(closing)
         closing.thread.start()
@@ -354,6 +368,7 @@ class VectorIndex:
         and the log starts empty; else the pending changes go to the current log first."""
         made: list[Path] = []
         sealed = list(self._sealed)
+        first, renamed, unsynced = not self._log, [], None
         try:
             if merged is not None:
                 at = sealed.index(sources[0])
@@ -362,7 +377,8 @@ class VectorIndex:
             new_live = None
             if seal:
                 new_live = self._live.sealed(self._take_number())
-                made += _write_segment(self.folder, new_live)
+                made += [self.folder / f"{new_live.name}.{ext}" for ext in ("hnsw", "keys")]  # also if half written
+                _write_segment(self.folder, new_live)
                 sealed.append(new_live)
                 log = self._take_number()
                 new_log(self.folder / _name("log", log), self.identity.dim)
@@ -387,13 +403,18 @@ class VectorIndex:
                 write_dead(made[-1], dead_entries)
                 fsync_file(made[-1])
                 dead_checksum = _sha256_of(made[-1])
-            meta = self._meta(sealed, dead, dead_checksum, log)
+            meta = self._meta(sealed, 0 if seal else self._live.alive, dead, dead_checksum, log)
             fsync_dir(self.folder)
-            atomic_write(self.folder / META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
-        except BaseException:
-            for path in made:
-                remove_quietly(path)
-            raise
+            atomic_write(self.folder / META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE,
+                         boundary=lambda stage: renamed.append(stage == "renamed"))  # fmt: skip
+        except BaseException as exc:
+            if not any(renamed):  # the old meta still names the old files: the new ones go
+                for path in made:
+                    remove_quietly(path)
+                if first:
+                    self._log, self._log_end = 0, 0
+                raise
+            unsynced = exc  # the new meta is in place, its rename maybe not durable: keep every file
         old = [_name("dead", self._dead_file)] if self._dead_file is not None else []
         if seal and self._log:
             old.append(_name("log", self._log))
@@ -402,17 +423,21 @@ class VectorIndex:
         if seal:
             self._live = Live(self.identity.dim)
         self._sealed, self._dead_file, self._log, self._log_end, self._pending = sealed, dead, log, log_end, []
+        if unsynced is not None:
+            raise unsynced
         for name in old:
             remove_quietly(self.folder / name)
 
-    def _meta(self, sealed: list[Sealed], dead: int | None, dead_checksum: str | None, log: int) -> dict[str, Any]:
+    def _meta(
+        self, sealed: list[Sealed], live: int, dead: int | None, dead_checksum: str | None, log: int
+    ) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "provider": self.identity.provider,
             "model": self.identity.model,
             "dim": self.identity.dim,
             "space": SPACE,
-            "count": sum(s.alive for s in sealed) + (0 if not self._live.positions() else self._live.alive),
+            "count": sum(s.alive for s in sealed) + live,
             "segments": [{"number": s.number, "count": s.positions(), "checksum": s.checksum} for s in sealed],
             "dead": dead,
             "dead_checksum": dead_checksum,
@@ -467,7 +492,8 @@ class VectorIndex:
             try:
                 self._checkpoint(seal=self._live.positions() >= SEAL_AT, merged=staged.merged, sources=staged.sources)
             except BaseException:
-                staged.discard(self.folder)
+                if not any(staged.merged is s for s in self._sealed):  # not in place (the meta names it else)
+                    staged.discard(self.folder)
                 raise
             return True
 
