@@ -683,3 +683,32 @@ def test_a_day_note_of_megabytes_is_parsed_from_its_last_version():
         parse(grown)
     cached = sum(len(known[0]) for known in note_module._cache._entries)
     assert cached <= note_reparse._PARSE_CACHE_TOTAL_CHARS and len(note_module._cache._entries) >= 2
+
+
+def _parsed_plain(text: str) -> str:
+    """The plain text as the inline parser gives it, with no fast path."""
+    from memvault.vault import plaintext
+
+    pieces: list[str] = []
+    for token in plaintext._parser()(plaintext._WIKILINK_RE.sub(lambda m: (m.group(2) or m.group(1)).strip(), text)):
+        plaintext._collect(token, pieces)
+        pieces.append(" ")
+    return plaintext._WHITESPACE_RE.sub(" ", "".join(pieces)).strip()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab1 !&;#x[]*_", min_size=0, max_size=30))
+def test_plain_text_skips_the_parser_only_where_the_parser_changes_nothing(text):
+    """Lines with "!" or "&" but no markup (most dialogue) skip mistune (issue 43): the result is
+    the parser's, whatever the mix of "!", "&", entities, brackets and emphasis."""
+    from memvault.vault.plaintext import _plain
+
+    assume(not text.strip().startswith("#"))  # a heading line: the block parser's, not this fast path's
+    assert _plain(text.strip()) == _parsed_plain(text.strip())
+
+
+def test_images_still_go_through_the_parser():
+    from memvault.vault.plaintext import plain_text
+
+    assert plain_text("Wow! ![a cat](cat.png) & more") == "Wow! a cat & more"
+    assert plain_text("Tom &amp; Jerry!") == "Tom &amp; Jerry!"  # as the parser keeps it

@@ -225,7 +225,7 @@ class DerivedIndex:
         return delta
 
     def _commit_bm25(self, delta: IndexDelta) -> None:
-        with self.bm25.writer() as writer:
+        with self.bm25.writer(rows=len(delta.upserts)) as writer:
             # deleting every upserted key too makes a stale diff harmless: a key is never doubled
             for key in set(delta.deleted) | {record_key(record.path, record.id) for record in delta.upserts}:
                 writer.delete_key(key)

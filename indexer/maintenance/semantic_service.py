@@ -39,6 +39,9 @@ from memvault.vault.layout import VaultLayout
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 from memvault.vault.locks import VaultLock
 
+#: deltas (one per batch of notes) a rebuild's vector thread may have waiting
+BUILD_BACKLOG = 4
+
 
 class _Building:
     """Component of a generation under construction: embed and insert on a builder thread.
@@ -61,7 +64,8 @@ class _Building:
         self._phase = phase
         self.queued = 0  # curated memories handed to the builder: the embedding phase's total
         progress.start_beside(phase)
-        self._deltas: queue.Queue[IndexDelta | None] = queue.Queue()
+        # bounded: notes parse faster than vectors are inserted, and a whole vault's deltas would wait here
+        self._deltas: queue.Queue[IndexDelta | None] = queue.Queue(maxsize=BUILD_BACKLOG)
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="memvault-rebuild-vectors", daemon=True)
         self._thread.start()

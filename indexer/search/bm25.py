@@ -37,6 +37,10 @@ from memvault.vault.storage_errors import storage_error
 #: hold none: an index of 3 is rebuilt, never read as if its rows had none)
 SCHEMA_VERSION = 4
 _WRITER_HEAP_BYTES = 15_000_000  # small arena: most commits index one note
+#: a commit of many rows (a rebuild's batch, an import) gets a larger arena: fewer, larger segments
+#: to merge afterwards (issue 43)
+_BULK_WRITER_HEAP_BYTES = 96_000_000
+_BULK_ROWS = 2000
 _QUERY_OPERATORS = {"AND", "OR", "NOT", "IN", "TO"}
 KINDS = ("curated", "audit")
 
@@ -126,8 +130,9 @@ class Bm25Index:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def writer(self) -> "Bm25Writer":
-        return Bm25Writer(self)
+    def writer(self, rows: int = 0) -> "Bm25Writer":
+        """A writer for a batch of about `rows` rows."""
+        return Bm25Writer(self, _BULK_WRITER_HEAP_BYTES if rows >= _BULK_ROWS else _WRITER_HEAP_BYTES)
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -419,10 +424,10 @@ def _disk_full(folder: Path) -> bool:
 class Bm25Writer:
     """Batch of adds/deletes committed together on `commit()` (or discarded on `rollback()`)."""
 
-    def __init__(self, index: Bm25Index):
+    def __init__(self, index: Bm25Index, heap_size: int = _WRITER_HEAP_BYTES):
         self._index = index
         try:
-            self._writer = index._index.writer(heap_size=_WRITER_HEAP_BYTES, num_threads=1)
+            self._writer = index._index.writer(heap_size=heap_size, num_threads=1)
         except ValueError as exc:
             raise_storage_refusal(exc, index.folder)
             raise IndexUnavailable(

@@ -24,6 +24,8 @@ EF_CONSTRUCTION = 64  # 3x faster builds than 200 at the same measured recall (b
 RANDOM_SEED = 100
 MIN_CAPACITY = 1024
 MIN_EF = 64
+#: batches a rebuild's segment worker may have waiting: what it has not inserted yet stays bounded
+WORKER_BACKLOG = 4
 
 
 def new_graph(dim: int, capacity: int) -> hnswlib.Index:
@@ -189,7 +191,7 @@ class Live(Segment):
 
     # -- a rebuild's worker ----------------------------------------------------------------------
     def start_worker(self) -> None:
-        self._queue = queue.Queue()
+        self._queue = queue.Queue(maxsize=WORKER_BACKLOG)  # a full backlog holds the filling thread back
         self._worker = threading.Thread(target=self._work, name="memvault-vector-segment", daemon=True)
         self._worker.start()
 

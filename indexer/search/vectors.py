@@ -308,9 +308,11 @@ class VectorIndex:
     # -- a rebuild's segments -------------------------------------------------------------------
     def _hand_off(self) -> None:
         """The full live segment goes to a thread that inserts what is queued, writes it and frees
-        its graph, while the next one fills. At most one such thread runs (two cores)."""
+        its graph, while the next one fills. At most one such thread runs (two cores), and the
+        segments it wrote before are sealed ones from here on (what a rebuild holds is bounded)."""
         for closing in self._closing:
             closing.thread.join()
+        self._finish_building()  # the written ones are sealed segments now: their live keys go
         make_dir(self.folder, MACHINE_DIR_MODE, parents=True)  # its thread writes the segment now
         closing = _Closing(self._live, self._take_number(), self.folder)
         self._closing.append(closing)
