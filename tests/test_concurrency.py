@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from memvault.indexer.engine.store import MemoryStore
+from memvault.indexer.maintenance import generations
 from memvault.vault.note import parse
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,12 +98,13 @@ def test_a_failing_index_save_after_the_note_is_durable_keeps_the_memory_and_say
     once, then and after a reopen."""
     ams = ZoneInfo("Europe/Amsterdam")
     with MemoryStore.open(new_vault) as store:
-        real = os.replace
+        real, real_append = os.replace, generations.append_durable
 
         def broken(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(os, "replace", broken)
+        monkeypatch.setattr(generations, "append_durable", broken)  # the manifest's log (issue 43)
         receipt = store.remember("the pelican nests on pier nine", at=datetime(2026, 11, 30, 9, 5, tzinfo=ams))
         assert receipt.status == "added"
         assert (new_vault / "daily/2026-11-30.md").read_text().count("the pelican nests on pier nine") == 1
@@ -110,6 +112,7 @@ def test_a_failing_index_save_after_the_note_is_durable_keeps_the_memory_and_say
         found = store.recall("pelican pier")
         assert found.hits and found.hits[0].id == receipt.id and not found.degraded
         monkeypatch.setattr(os, "replace", real)
+        monkeypatch.setattr(generations, "append_durable", real_append)
         again = store.remember("the pelican nests on pier nine", at=datetime(2026, 11, 30, 9, 5, tzinfo=ams))
         assert (again.status, again.id) == ("duplicate", receipt.id)
     with MemoryStore.open(new_vault) as store:  # the manifest on disk was stale: the open re-reads the note

@@ -220,8 +220,9 @@ class DerivedIndex:
                 component.committed(delta)
             if hook is not None:
                 hook("apply.committed")
-        if self._record_states(indexed):
-            self.manifest.save(self.generation / MANIFEST)
+        changed = self._record_states(indexed)
+        if changed:
+            self.manifest.save(self.generation / MANIFEST, changed)
         return delta
 
     def _commit_bm25(self, delta: IndexDelta) -> None:
@@ -232,15 +233,17 @@ class DerivedIndex:
             writer.add(delta.upserts)
             writer.commit()
 
-    def _record_states(self, indexed: list[FileIndexing]) -> bool:
-        changed = False
+    def _record_states(self, indexed: list[FileIndexing]) -> list[str]:
+        """The paths whose recorded state changed."""
+        changed = []
         for item in indexed:
             before = self.manifest.files.get(item.path)
             if item.state is None:
-                changed |= self.manifest.files.pop(item.path, None) is not None
+                if self.manifest.files.pop(item.path, None) is not None:
+                    changed.append(item.path)
             elif before != item.state:
                 self.manifest.files[item.path] = item.state
-                changed = True
+                changed.append(item.path)
         return changed
 
     # --- reading -----------------------------------------------------------------------------

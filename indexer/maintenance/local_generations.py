@@ -200,12 +200,17 @@ class LocalGenerations:
         self.current = None
 
 
-def _stamp(index: DerivedIndex) -> tuple[str, int]:
+def _stamp(index: DerivedIndex) -> tuple:
+    """Changes when any process commits: the manifest's base is replaced, or its log grows."""
     try:
         info = os.stat(index.generation / MANIFEST)
     except OSError as exc:
         raise IndexUnavailable(f"index generation {index.generation} vanished ({exc.strerror}): retry") from exc
-    return (str(info.st_ino), info.st_mtime_ns)
+    try:
+        logged = os.stat(index.manifest.log_path(index.generation / MANIFEST)).st_size
+    except OSError:
+        logged = 0
+    return (str(info.st_ino), info.st_mtime_ns, logged)
 
 
 def _semantic_service(layout: VaultLayout, config: Config):
