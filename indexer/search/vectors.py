@@ -105,6 +105,7 @@ class VectorIndex:
         self._log = 0  # the log file's number (0: nothing saved yet)
         self._log_end = 0
         self._dead_file: int | None = None
+        self._dead_checksum: str | None = None
         self._pending: list[Op] = []  # applied in memory, not yet in the log
         self._released = False
         self._lock = threading.RLock()
@@ -165,6 +166,7 @@ class VectorIndex:
                     by_number[number].kill_loaded(position)
         ops, index._log_end = read_log(folder / _name("log", log), identity.dim)
         index._log, index._next, index._dead_file = log, next_number, dead
+        index._dead_checksum = meta.get("dead_checksum")
         index._replay(ops)
         return index
 
@@ -350,6 +352,9 @@ class VectorIndex:
         elif self._pending:
             self._append(self._pending)
             self._pending = []
+            # the same files, the new count (what the web's Status page shows): one small rename
+            meta = self._meta(self._sealed, self._live.alive, self._dead_file, self._dead_checksum, self._log)
+            atomic_write(self.folder / META_FILE, _meta_bytes(meta), mode=MACHINE_FILE_MODE)
 
     def _append(self, ops: list[Op]) -> None:
         path = self.folder / _name("log", self._log)
@@ -425,6 +430,7 @@ class VectorIndex:
         if seal:
             self._live = Live(self.identity.dim)
         self._sealed, self._dead_file, self._log, self._log_end, self._pending = sealed, dead, log, log_end, []
+        self._dead_checksum = dead_checksum
         if unsynced is not None:
             raise unsynced
         for name in old:
