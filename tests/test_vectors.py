@@ -764,7 +764,8 @@ def test_two_builds_from_the_same_inputs_are_identical(tmp_path: Path, monkeypat
     listed = names(tmp_path / "a")
     assert listed == names(tmp_path / "b") == named_by_meta(tmp_path / "a")
     counts = [s["count"] for s in meta_of(tmp_path / "a")["segments"]]
-    assert len(counts) == 5 and max(counts) <= 100 and sum(counts) == 460 + 13  # four handed off
+    # one segment fills alone to half, then two take batches in turn: four handed off full, two at the end
+    assert len(counts) == 6 and max(counts) <= 100 and sum(counts) == 460 + 13
     for name in listed:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
@@ -996,3 +997,15 @@ def test_a_record_crc_covers_the_key_and_the_vector(tmp_path: Path) -> None:
     assert int.from_bytes(first[:4], "little") == zlib.crc32(first[4:])
     assert first[4] == 1 and first[7 : 7 + TAG_BYTES].decode() == tag(0)
     assert first[7 + TAG_BYTES : 7 + TAG_BYTES + 7] == b"m-00000"
+
+
+def test_a_build_of_under_half_a_segment_is_one_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small vaults (the retrieval benchmark's) build one graph, as before segments: the second
+    open segment of a rebuild starts only once the first is half full."""
+    small(monkeypatch, max_segment=100)
+    index = VectorIndex.create(tmp_path, IDENTITY, building=True)
+    matrix = random_vectors(49, seed=1)
+    for start in range(0, 49, 7):
+        index.add(ids(49)[start : start + 7], matrix[start : start + 7])
+    index.save()
+    assert [s["count"] for s in meta_of(tmp_path)["segments"]] == [49]

@@ -18,11 +18,12 @@ dropped: those vectors were never vouched for by the passage hashes, so their no
 again. Sealed segments of a size tier merge FANIN at a time (`stage_save`, off the vault lock),
 never past MAX_SEGMENT, so a vault written one memory at a time for years keeps a few segments.
 
-A rebuild (`create(building=True)`) fills segments of MAX_SEGMENT in order; each full one is
-inserted and written by a thread of its own while the next fills, so two cores build, and its
-graph is then released: the rebuild holds at most two segments, whatever the vault's size. Builds
-are deterministic: a fixed seed, single-threaded inserts per segment and a fixed split, so the
-same inputs give byte-identical files and identical answers. A VectorIndex is safe to share
+A rebuild (`create(building=True)`) fills one segment until it is half full, then two, taking
+batches in turn, each inserted by a worker thread of its own, so two cores insert; each full one is
+written by a thread and its graph released: the rebuild holds at most three segments, whatever
+the vault's size, and a vault under MAX_SEGMENT / 2 is one graph. Builds are deterministic: a
+fixed seed, single-threaded inserts per segment and the batches' order deciding where each goes,
+so the same inputs give byte-identical files and identical answers. A VectorIndex is safe to share
 between threads; writers in different processes must be serialized by the caller's index lock.
 """
 
@@ -77,7 +78,7 @@ SEAL_AT = 8192
 #: sealed segments of one size tier merged into one
 FANIN = 8
 #: no merge makes a segment larger, and a rebuild splits the vault into segments of this size
-MAX_SEGMENT = 1 << 18
+MAX_SEGMENT = 1 << 17
 NO_TAG = "0" * TAG_BYTES
 
 # a reader that meets a checkpoint's renames looks again after these pauses (seconds)
@@ -99,6 +100,7 @@ class VectorIndex:
         self.identity = identity
         self._sealed: list[Sealed] = []
         self._live = Live(identity.dim)
+        self._other: Live | None = None  # a large rebuild's second open segment (see `_apply_add`)
         self._building = building
         self._closing: list[_Closing] = []  # a rebuild's full segments, being written
         self._next = 1  # the number of the next file
@@ -214,7 +216,10 @@ class VectorIndex:
         return sorted(hits, key=lambda hit: (-hit[1], hit[0]))[:k]
 
     def _segments(self) -> list[Segment]:
-        return [*self._sealed, *(closing.live for closing in self._closing), self._live]
+        return [*self._sealed, *(closing.live for closing in self._closing), *self._lives()]
+
+    def _lives(self) -> list[Live]:
+        return [self._live] if self._other is None else [self._live, self._other]
 
     def _query_vector(self, vector: np.ndarray) -> np.ndarray:
         query = np.asarray(vector, dtype=np.float32)
@@ -230,7 +235,7 @@ class VectorIndex:
         """Where each id is alive: (segment, position), or None."""
         found: list[tuple[Segment, int] | None] = [None] * len(ids)
         rest = []
-        lives = [self._live, *(closing.live for closing in self._closing)]
+        lives = [*self._lives(), *(closing.live for closing in self._closing)]
         for n, id_ in enumerate(ids):
             for live in lives:
                 position = live.where.get(id_)
@@ -274,9 +279,24 @@ class VectorIndex:
 
     def _apply_add(self, ids: list[str], tags: list[str], matrix: np.ndarray) -> None:
         self._kill(self._locate(ids))
-        if self._building and self._live.positions() + len(ids) > MAX_SEGMENT and self._live.positions():
+        if self._building:
+            self._build_add(ids, tags, matrix)
+        else:
+            self._live.append(ids, tags, matrix)
+
+    def _build_add(self, ids: list[str], tags: list[str], matrix: np.ndarray) -> None:
+        """A rebuild fills one segment until it is half full; from then on two, taking batches in
+        turn, so two workers insert at once (the order of batches fixes which segment each goes to:
+        the same files still build the same segments, and a vault of under MAX_SEGMENT / 2
+        memories still builds one graph)."""
+        if self._other is None and self._live.positions() >= MAX_SEGMENT // 2:
+            self._other = Live(self.identity.dim)
+            self._other.start_worker()
+        if self._live.positions() + len(ids) > MAX_SEGMENT and self._live.positions():
             self._hand_off()
         self._live.append(ids, tags, matrix)
+        if self._other is not None:
+            self._live, self._other = self._other, self._live
 
     def _apply_delete(self, ids: list[str]) -> list[str]:
         found = self._locate(ids)
@@ -322,6 +342,20 @@ class VectorIndex:
         self._live = Live(self.identity.dim)
         self._live.start_worker()
 
+    def _close_other(self) -> None:
+        """The end of a rebuild: its second open segment is handed off too (the first is sealed by
+        the final checkpoint)."""
+        other, self._other = self._other, None
+        if other is None:
+            return
+        if not other.positions():
+            other.stop_worker()
+            return
+        self._live, other = other, self._live
+        self._hand_off()
+        self._live.stop_worker()
+        self._live = other
+
     def _finish_building(self) -> None:
         for closing in self._closing:
             closing.thread.join()
@@ -340,6 +374,7 @@ class VectorIndex:
     def _save_locked(self) -> None:
         make_dir(self.folder, MACHINE_DIR_MODE, parents=True)
         if self._building:
+            self._close_other()
             self._finish_building()
             self._checkpoint(seal=self._live.positions() > 0)
             for segment in self._sealed:
