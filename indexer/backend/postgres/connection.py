@@ -419,19 +419,27 @@ class _Pool:
                       "look for what holds them (a long rebuild, a stalled server)", self.dsn)  # fmt: skip
 
 
-_POOLS: dict[str, _Pool] = {}
+_POOLS: dict[tuple, _Pool] = {}
 _POOLS_LOCK = threading.Lock()
 #: pools a forked child inherited: kept referenced, never used or closed (closing would end the
 #: parent's sessions, whose sockets the child shares)
 _INHERITED: list = []
 
 
+def _pool_key(dsn: str) -> tuple:
+    """A DSN and the libpq variables it leaves to the environment (an empty DSN or a service
+    reaches whatever PGHOST, PGDATABASE... name now): two targets never share a pool."""
+    return (dsn, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PG"))))
+
+
 def shared_pool(dsn: str, bounds: ServerBounds | None = None) -> _Pool:
-    """This process's pool for `dsn`; `bounds` (a config's) become its bounds from now on."""
+    """This process's pool for `dsn` (and the PG* environment); `bounds` (a config's) become its
+    bounds from now on."""
+    key = _pool_key(dsn)
     with _POOLS_LOCK:
-        pool = _POOLS.get(dsn)
+        pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[dsn] = _Pool(dsn, bounds or ServerBounds())
+            pool = _POOLS[key] = _Pool(dsn, bounds or ServerBounds())
     if bounds is not None and bounds != pool.bounds:
         with pool.cond:
             pool.bounds = bounds
@@ -440,7 +448,7 @@ def shared_pool(dsn: str, bounds: ServerBounds | None = None) -> _Pool:
 
 
 def _bounds_for(dsn: str) -> ServerBounds:
-    pool = _POOLS.get(dsn)
+    pool = _POOLS.get(_pool_key(dsn))
     return pool.bounds if pool is not None else ServerBounds()
 
 
