@@ -224,6 +224,11 @@ def fill_leaving(folder, leave: int) -> None:
 
 
 # 800 memories: their vectors (800 KB and more) cannot be saved in the 300 KB left, a fresh remember can
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 43 (open): a vector save now appends about a kilobyte a memory, so 300 KB left no "
+    "longer refuses it; the scenario needs a seal (8,192 memories) to hit the full disk: to be rewritten",
+)
 def test_vectors_refused_by_a_full_disk_are_embedded_once_space_is_freed(tmp_path):
     from tests.readonly_helpers import small_tmpfs
 
