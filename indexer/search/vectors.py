@@ -29,10 +29,11 @@ between threads; writers in different processes must be serialized by the caller
 
 from __future__ import annotations
 
+__all__ = ["FORMAT", "META_FILE", "NO_TAG", "StagedMerge", "VectorIndex", "read_identity"]
+
 import hashlib
 import json
 import os
-import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -44,6 +45,16 @@ import hnswlib
 import numpy as np
 
 from memvault.indexer.search.embeddings import EmbeddingIdentity
+from memvault.indexer.search.vector_checks import (
+    FORMAT,
+    META_FILE,
+    Inconsistent,
+    check_graph_file,
+    check_identity,
+    meta_files,
+    read_identity,
+    read_meta,
+)
 from memvault.indexer.search.vector_files import (
     ADD,
     DELETE,
@@ -71,8 +82,6 @@ from memvault.vault.fsio import (
     write_temp,
 )
 
-META_FILE = "vectors-meta.json"
-FORMAT = 2
 #: vectors in the live segment before a save seals it (its graph is then written once, ~10 MB)
 SEAL_AT = 8192
 #: sealed segments of one size tier merged into one
@@ -83,13 +92,7 @@ NO_TAG = "0" * TAG_BYTES
 
 # a reader that meets a checkpoint's renames looks again after these pauses (seconds)
 _RETRY_PAUSES = (0.005, 0.02, 0.1)
-# hnswlib's header starts with six size_t fields; label_offset - offset_data is the vector size
-_HEADER = struct.Struct("<6Q")
 _REBUILD = "run `memvault rebuild`"
-
-
-class _Inconsistent(IndexUnavailable):
-    """The files disagree with the meta: torn by a crash, damaged, or caught mid-checkpoint."""
 
 
 class VectorIndex:
@@ -131,11 +134,11 @@ class VectorIndex:
         for pause in _RETRY_PAUSES:
             try:
                 return cls._open_once(folder, identity)
-            except _Inconsistent:
+            except Inconsistent:
                 time.sleep(pause)  # a writer in another thread or process may be mid-checkpoint
         try:
             return cls._open_once(folder, identity)
-        except _Inconsistent as exc:
+        except Inconsistent as exc:
             raise IndexUnavailable(str(exc)) from None
 
     @classmethod
@@ -143,19 +146,19 @@ class VectorIndex:
         signature = _signature(folder / META_FILE)
         try:
             return cls._load(folder, identity)
-        except _Inconsistent:
+        except Inconsistent:
             raise
         except IndexUnavailable as exc:  # a file this meta named was removed by a checkpoint since
             if _signature(folder / META_FILE) != signature:
-                raise _Inconsistent(str(exc)) from None
+                raise Inconsistent(str(exc)) from None
             raise
 
     @classmethod
     def _load(cls, folder: Path, identity: EmbeddingIdentity) -> VectorIndex:
-        meta = _read_meta(folder)
-        _check_identity(folder, meta, identity)
+        meta = read_meta(folder)
+        check_identity(folder, meta, identity)
         index = cls(folder, identity)
-        segments, dead, log, next_number = _meta_files(folder, meta)
+        segments, dead, log, next_number = meta_files(folder, meta)
         for number, count, checksum in segments:
             index._sealed.append(_load_segment(folder, number, count, checksum, identity.dim))
         if dead is not None:
@@ -163,7 +166,7 @@ class VectorIndex:
             by_number = {segment.number: segment for segment in index._sealed}
             for number, positions in gone.items():
                 if number not in by_number or (len(positions) and positions.max() >= by_number[number].positions()):
-                    raise _Inconsistent(f"{folder / _name('dead', dead)} names positions no segment has: {_REBUILD}")
+                    raise Inconsistent(f"{folder / _name('dead', dead)} names positions no segment has: {_REBUILD}")
                 for position in positions.tolist():
                     by_number[number].kill_loaded(position)
         ops, index._log_end = read_log(folder / _name("log", log), identity.dim)
@@ -630,20 +633,20 @@ def _remove_segment(folder: Path, segment: Sealed) -> None:
 def _load_segment(folder: Path, number: int, count: int, checksum: str, dim: int) -> Sealed:
     name = f"seg-{number:06d}"
     graph_path, keys_path = folder / f"{name}.hnsw", folder / f"{name}.keys"
-    signature = _check_graph_file(graph_path, dim, count)
+    signature = check_graph_file(graph_path, dim, count)
     if _sha256_of(graph_path, keys_path) != checksum:
-        raise _Inconsistent(f"vector segment {graph_path} does not match its checksum (a damaged file): {_REBUILD}")
+        raise Inconsistent(f"vector segment {graph_path} does not match its checksum (a damaged file): {_REBUILD}")
     graph = hnswlib.Index(space=SPACE, dim=dim)
     try:
         graph.load_index(str(graph_path))
     except (RuntimeError, ValueError, MemoryError) as exc:
         raise IndexUnavailable(f"cannot load {graph_path} ({exc}): {_REBUILD}") from None
     if _signature(graph_path) != signature:
-        raise _Inconsistent(f"{graph_path} was replaced while it was loaded: {_REBUILD}")
+        raise Inconsistent(f"{graph_path} was replaced while it was loaded: {_REBUILD}")
     graph.set_num_threads(1)
     table = KeyTable.read(keys_path)
     if len(table) != count or graph.get_current_count() != count:
-        raise _Inconsistent(f"{name} holds {graph.get_current_count()} vectors and {len(table)} keys, "
+        raise Inconsistent(f"{name} holds {graph.get_current_count()} vectors and {len(table)} keys, "
                             f"its meta says {count}: {_REBUILD}")  # fmt: skip
     sealed = Sealed(number, table, graph)
     sealed.checksum = checksum
@@ -653,9 +656,9 @@ def _load_segment(folder: Path, number: int, count: int, checksum: str, dim: int
 def _read_dead_checked(folder: Path, number: int, checksum: Any) -> dict[int, np.ndarray]:
     path = folder / _name("dead", number)
     if not path.is_file():
-        raise _Inconsistent(f"{path} is missing: {_REBUILD}")
+        raise Inconsistent(f"{path} is missing: {_REBUILD}")
     if _sha256_of(path) != checksum:
-        raise _Inconsistent(f"{path} does not match its checksum: {_REBUILD}")
+        raise Inconsistent(f"{path} does not match its checksum: {_REBUILD}")
     return read_dead(path)
 
 
@@ -667,7 +670,7 @@ def _sha256_of(*paths: Path) -> str:
                 while chunk := handle.read(1 << 20):
                     digest.update(chunk)
         except FileNotFoundError:
-            raise _Inconsistent(f"{path} is missing: {_REBUILD}") from None
+            raise Inconsistent(f"{path} is missing: {_REBUILD}") from None
     return digest.hexdigest()
 
 
@@ -680,94 +683,4 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
         info = os.stat(path)
     except OSError:
         return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-# -- checks on open ------------------------------------------------------------------------------
-
-
-def read_identity(folder: Path) -> EmbeddingIdentity | None:
-    """The identity a saved index was built with, or None when there is no readable meta."""
-    try:
-        meta = _read_meta(Path(folder))
-        provider, model, dim = meta["provider"], meta["model"], meta["dim"]
-    except (IndexUnavailable, KeyError):
-        return None
-    if not isinstance(provider, str) or not isinstance(model, str) or type(dim) is not int:
-        return None
-    return EmbeddingIdentity(provider, model, dim)
-
-
-def _read_meta(folder: Path) -> dict[str, Any]:
-    meta_path = folder / META_FILE
-    try:
-        raw = meta_path.read_bytes()
-    except FileNotFoundError:
-        raise IndexUnavailable(f"vector index meta {meta_path} is missing: {_REBUILD}") from None
-    except OSError as exc:
-        raise IndexUnavailable(f"cannot read {meta_path} ({exc}): {_REBUILD}") from None
-    try:
-        meta = json.loads(raw)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise IndexUnavailable(f"{meta_path} is not valid JSON ({exc}): {_REBUILD}") from None
-    if not isinstance(meta, dict):
-        raise IndexUnavailable(f"{meta_path} is not a JSON object: {_REBUILD}")
-    if meta.get("format") == 1:
-        raise IndexUnavailable(f"{meta_path} was written by an older memvault (one graph, no log): {_REBUILD}")
-    if meta.get("format") != FORMAT:
-        raise IndexUnavailable(
-            f"{meta_path} has format {meta.get('format')!r}, this memvault reads {FORMAT}: {_REBUILD}"
-        )
-    return meta
-
-
-def _check_identity(folder: Path, meta: dict[str, Any], wanted: EmbeddingIdentity) -> None:
-    built = (meta.get("provider"), meta.get("model"), meta.get("dim"))
-    if built != (wanted.provider, wanted.model, wanted.dim) or type(meta.get("dim")) is not int:
-        shown = "/".join(str(part) for part in built)
-        raise IndexUnavailable(
-            f"vector index in {folder} was built with {shown} but config says {wanted.describe()}: {_REBUILD}"
-        )
-    if meta.get("space") != SPACE:
-        raise IndexUnavailable(f"{folder / META_FILE} has space {meta.get('space')!r}, expected {SPACE!r}: {_REBUILD}")
-
-
-def _meta_files(folder: Path, meta: dict[str, Any]) -> tuple[list[tuple[int, int, str]], int | None, int, int]:
-    """(segments as (number, count, checksum), dead list number, log number, next number), checked."""
-    bad = IndexUnavailable(f"{folder / META_FILE} has a malformed file list: {_REBUILD}")
-    segments, dead, log, next_number = meta.get("segments"), meta.get("dead"), meta.get("log"), meta.get("next")
-    if not isinstance(segments, list) or type(log) is not int or type(next_number) is not int:
-        raise bad
-    if dead is not None and type(dead) is not int:
-        raise bad
-    listed = []
-    for entry in segments:
-        if not isinstance(entry, dict):
-            raise bad
-        number, count, checksum = entry.get("number"), entry.get("count"), entry.get("checksum")
-        if type(number) is not int or type(count) is not int or count < 0 or not isinstance(checksum, str):
-            raise bad
-        listed.append((number, count, checksum))
-    numbers = [n for n, _, _ in listed] + [log] + ([dead] if dead is not None else [])
-    if len(set(numbers)) != len(numbers) or not all(0 < n < next_number for n in numbers):
-        raise bad
-    return listed, dead, log, next_number
-
-
-def _check_graph_file(path: Path, dim: int, count: int) -> tuple[int, int, int]:
-    """hnswlib loads a file of another dimension without a word: check its header first."""
-    try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            header = handle.read(_HEADER.size)
-    except FileNotFoundError:
-        raise _Inconsistent(f"vector segment {path} is missing: {_REBUILD}") from None
-    except OSError as exc:
-        raise IndexUnavailable(f"cannot read {path} ({exc}): {_REBUILD}") from None
-    if len(header) < _HEADER.size:
-        raise IndexUnavailable(f"vector segment {path} is truncated: {_REBUILD}")
-    _offset0, _max_elements, stored, _per_element, label_offset, offset_data = _HEADER.unpack(header)
-    if label_offset - offset_data != 4 * dim or stored != count:
-        raise _Inconsistent(f"vector segment {path} holds {(label_offset - offset_data) // 4}-dim vectors x {stored}, "
-                            f"but {META_FILE} says {dim}-dim x {count}: {_REBUILD}")  # fmt: skip
     return (info.st_ino, info.st_size, info.st_mtime_ns)
