@@ -36,6 +36,7 @@ TABLES = {
     "memvault_team_turns": "vault",
     "memvault_team_facts": "vault",
     "memvault_team_owners": "vault",
+    "memvault_team_settings": "vault",
     "memvault_schema": None,
 }
 #: the column an update attack sets to itself: one the writer may update where there is one
@@ -78,6 +79,7 @@ class Server:
         server.remember(hashlib.sha256(b"fact" + vault.encode()).hexdigest(), "m-fact", f"{vault} fact.",
                         datetime(2026, 12, 1, tzinfo=UTC), "daily/2026-12-01.md")  # fmt: skip
         server.register_owner("home", 4242, {"writeMode": "direct", "tier": "lite", "timeZone": "UTC"})
+        server.record_build_settings({"writeMode": "direct", "tier": "lite", "timeZone": "UTC"})
         server.close()
 
     def owner(self, statement: str, params=()):
@@ -235,6 +237,8 @@ OWNER_ONLY = [
     ("INSERT INTO memvault_team_facts (vault, content_hash, id, fact, at, relpath, projected_at) "
      "VALUES (%s, 'planted', 'm-x', 'x', now(), 'daily/2026-12-01.md', now())", ()),
     ("INSERT INTO memvault_team_owners (vault, host, pid, settings) VALUES (%s, 'h', 1, '{}')", ()),
+    ("UPDATE memvault_team_settings SET settings = '{}' WHERE vault = %s", ()),  # the zone agents read with
+    ("INSERT INTO memvault_team_settings (vault, settings) VALUES (%s, '{}')", ()),
 ]  # fmt: skip
 
 

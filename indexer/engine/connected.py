@@ -110,15 +110,17 @@ class ConnectedStore:
         return self._backend
 
     def settings(self) -> dict:
-        """{"writeMode", "tier", "timeZone"} of the vault, as its owner registered them."""
+        """{"writeMode", "tier", "timeZone"} of the vault, as its owner registered them, else as the
+        last build of its index recorded them (a vault whose owner never started here)."""
         if self._settings is None:
-            owner = self.server.owner()
-            if owner is None:
-                raise IndexUnavailable(f"vault {self.name!r} has no owner registered on the index server (or this "
-                                       "role may not read it): start its owner once on its home machine (`memvault "
-                                       f"serve` there), or ask the server's admin to GRANT memvault_write_{self.name} "
+            settings = self.server.vault_settings()  # its owner's, else those its last build recorded
+            if settings is None:
+                raise IndexUnavailable(f"vault {self.name!r} has no owner registered on the index server and no "
+                                       "build of its index recorded its settings (or this role may not read it): "
+                                       "run `memvault rebuild` (or start its owner, `memvault serve`) once on its "
+                                       f"home machine, or ask the server's admin to GRANT memvault_write_{self.name} "
                                        "TO your role")  # fmt: skip
-            self._settings = owner["settings"]
+            self._settings = settings
         return self._settings
 
     @property

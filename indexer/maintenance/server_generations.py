@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from memvault.indexer.backend import open_backend
+from memvault.indexer.backend import open_backend, open_team_server
 from memvault.indexer.maintenance.derived import read_note_records
 from memvault.indexer.maintenance.generations import embedding_identity
 from memvault.indexer.maintenance.health import check_health
@@ -24,6 +24,7 @@ from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.replay_index import project_generation
 from memvault.indexer.maintenance.server_health import server_findings
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerProjection, ServerVectors, generation_number
+from memvault.indexer.maintenance.vault_settings import owner_settings
 from memvault.indexer.search.supersession import keep_elsewhere, stop_keeping
 from memvault.vault.config import Config
 from memvault.vault.errors import IndexUnavailable, VaultError
@@ -158,12 +159,27 @@ class ServerGenerations:
         progress.phase("swap")
         project_generation(self.layout, self.config, generation.generation)  # BuJo replay sidecar, before the switch
         self.backend.activate_generation(generation.number)
+        self._record_settings()
         if hook is not None:
             hook("rebuild.swapped")
         self.current = generation
         self._seen_stamp = self.backend.stamp()
         if self.vectors is not None:
             self.vectors.attach_serving(generation)
+
+    def _record_settings(self) -> None:
+        """The settings agents read the vault with, recorded by every build (owner or not): a vault
+        whose owner never started still answers remote recall (docs/team.md). The rows are already
+        served; a server that refuses this write costs agents only that fallback, so it is not fatal."""
+        index = self.config.index
+        try:
+            server = open_team_server(index.dsn, index.name, create=True, index=index)
+            try:
+                server.record_build_settings(owner_settings(self.config, self.layout.root))
+            finally:
+                server.close()
+        except VaultError:
+            pass
 
     def compact(self, hook=None) -> bool:
         return False  # the server keeps no deleted rows in its statistics

@@ -26,16 +26,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from memvault.indexer.backend import open_team_server, team_listener
 from memvault.indexer.backend.base import IndexServerUnavailable
+from memvault.indexer.maintenance.vault_settings import owner_settings
 from memvault.indexer.team.fence import ServerFence
 from memvault.indexer.team.project import project_batch
 from memvault.vault.errors import VaultError
 from memvault.vault.intake.files import hit
 from memvault.vault.intake.record import parse_record
-from memvault.vault.layout import DAILY
 from memvault.vault.limits import SHUTDOWN_DRAIN_SECONDS
 
 #: turns claimed per transaction (the claim holds their row locks while the notes are written)
@@ -46,27 +45,6 @@ IDLE_LOOK_SECONDS = 1.0
 _WAIT_SLICE_SECONDS = 0.25
 #: how often the drainer checks that it still holds the server fence
 FENCE_CHECK_SECONDS = 1.0
-
-
-def owner_settings(config, root=None) -> dict:
-    """What clients admit and remember with: the owner's write mode, tier and time zone, and the
-    years its `daily/` keeps in `YYYY/` folders (where a new daily note goes: vault/layout.py)."""
-    memory = config.memory
-    settings = {"writeMode": memory.write_mode, "tier": memory.mode, "timeZone": memory.time_zone}
-    if root is not None:
-        settings["nestedYears"] = nested_years(root)
-    return settings
-
-
-def nested_years(root) -> list[int]:
-    """The years `daily/` holds as `daily/YYYY/` folders (VaultLayout.note_relpath's rule)."""
-    folder = Path(root) / DAILY
-    try:
-        return sorted(int(entry.name) for entry in folder.iterdir()
-                      if len(entry.name) == 4 and entry.name.isdigit() and entry.is_dir()
-                      and not entry.is_symlink())  # fmt: skip
-    except OSError:
-        return []
 
 
 class TeamDrainer:

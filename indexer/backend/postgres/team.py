@@ -9,6 +9,10 @@ any machine, and each vault's owner (docs/team.md).
                           sync or rebuild from the files never drops one
     memvault_team_owners  who owns each vault (host, pid, since) and the settings clients admit
                           with (write mode, tier, time zone)
+    memvault_team_settings the same settings as the last build of the vault's index recorded
+                          them (`memvault rebuild` on any machine, owner or not): a client reads
+                          them when no owner has registered yet, so a vault its owner never
+                          started (built from a checkout, by an admin) still answers recall
 
 One statement answers an admission: `INSERT … ON CONFLICT (vault, run_hash) DO UPDATE SET
 run_hash = EXCLUDED.run_hash RETURNING (xmax = 0), payload_sha256`. The no-op update makes the
@@ -41,7 +45,7 @@ from memvault.indexer.backend.postgres.connection import ServerSession, connect,
 from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
 
 WRITER_ROLE_PREFIX = "memvault_write_"
-_TEAM_TABLES = ("memvault_team_turns", "memvault_team_facts", "memvault_team_owners")
+_TEAM_TABLES = ("memvault_team_turns", "memvault_team_facts", "memvault_team_owners", "memvault_team_settings")
 _DDL = [
     """CREATE TABLE IF NOT EXISTS memvault_team_turns (
         vault text NOT NULL,
@@ -77,6 +81,10 @@ _DDL = [
         started_at timestamptz NOT NULL DEFAULT now(),
         settings jsonb NOT NULL)""",
     "ALTER TABLE memvault_team_owners ADD COLUMN IF NOT EXISTS sleeping boolean NOT NULL DEFAULT false",
+    """CREATE TABLE IF NOT EXISTS memvault_team_settings (
+        vault text PRIMARY KEY,
+        settings jsonb NOT NULL,
+        built_at timestamptz NOT NULL DEFAULT now())""",
     *(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY" for table in _TEAM_TABLES),
 ]
 _READS = (f"pg_has_role(current_user, '{schema.READER_ROLE_PREFIX}' || vault, 'MEMBER') OR "
@@ -306,8 +314,31 @@ class TeamServer:
                                (self.vault,)).fetchone()  # fmt: skip
         if row is None:
             return None
-        settings = row[3] if isinstance(row[3], dict) else json.loads(row[3])
-        return {"host": row[0], "pid": row[1], "startedAt": row[2].isoformat(), "settings": settings}
+        return {"host": row[0], "pid": row[1], "startedAt": row[2].isoformat(), "settings": _json(row[3])}
+
+    def vault_settings(self) -> dict | None:
+        """The settings a client reads the vault with (write mode, tier, time zone, nested years):
+        its registered owner's, else those its index's last build recorded (a vault whose owner
+        never started: built by `memvault rebuild` on another machine or by another role), else
+        None. One round trip."""
+        psycopg = require_psycopg()
+        with self._session() as conn:
+            try:
+                row = conn.execute("SELECT coalesce((SELECT settings FROM memvault_team_owners WHERE vault = %(v)s), "
+                                   "(SELECT settings FROM memvault_team_settings WHERE vault = %(v)s))",
+                                   {"v": self.vault}).fetchone()  # fmt: skip
+            except psycopg.errors.UndefinedTable:  # a server whose owner ran an earlier memvault
+                row = conn.execute("SELECT settings FROM memvault_team_owners WHERE vault = %s",
+                                   (self.vault,)).fetchone()  # fmt: skip
+        return None if row is None or row[0] is None else _json(row[0])
+
+    def record_build_settings(self, settings: dict) -> None:
+        """What a build of the vault's index read its files with (the tables' owner only: a
+        rebuild, on any machine): clients read them until an owner registers its own."""
+        with self._session() as conn:
+            conn.execute("INSERT INTO memvault_team_settings (vault, settings) VALUES (%s, %s) ON CONFLICT (vault) "
+                         "DO UPDATE SET settings = EXCLUDED.settings, built_at = now()",
+                         (self.vault, json.dumps(settings)))  # fmt: skip
 
     def owner_alive(self) -> bool:
         """Whether some session holds the vault's owner fence now (pg_locks: any role reads it)."""
@@ -384,6 +415,10 @@ class TeamServer:
             conn.execute(
                 "UPDATE memvault_team_owners SET settings = %s WHERE vault = %s", (json.dumps(settings), self.vault)
             )
+
+
+def _json(value):
+    return value if isinstance(value, dict) else json.loads(value)
 
 
 def notify_channel(vault: str) -> str:
