@@ -20,7 +20,11 @@ Prints, beside the server's bare `SELECT 1` round trip as the baseline:
   much of the exhaustive BM25 top 10 / top 100 its early-terminated lexical list keeps at that size;
 * admit on one "machine" → searchable from another connected store, and → in the owner's files, p95;
 * the issue's load against the owner (--clients × --admits, + --remembers facts per client): how
-  long until every turn and fact is in its files, and how many were lost or duplicated (0, 0).
+  long until every turn and fact is in its files, and how many were lost or duplicated (0, 0);
+* `search --across` over --across-vaults vaults of --across-memories each against one of them,
+  median and p95 of the same questions, in process and as `memvault search --across` processes,
+  with the statements and round trips each search sent (libpq's trace), and the reference path
+  (each vault on a backend of its own, as before issue 42) beside it (--across-only: just this).
 Every client runs on this one machine over the server's Unix socket: a network adds its round
 trips. Figures from a loaded machine are labelled so by whoever quotes them.
 """
@@ -225,6 +229,101 @@ def remote_recall(dsn: str, count: int) -> list[float]:
     return samples
 
 
+def across_vaults(dsn: str, folder: Path, vaults: int, memories: int) -> list[str]:
+    """--across's vaults: journal vaults of generated memories (other seeds), built on the server."""
+    names = [f"across-{i}" for i in range(vaults)]
+    for i, name in enumerate(names):
+        root = on_server(make_vault(folder / name, memories, mode="journal", seed=100 + i), name)
+        with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn}) as store:
+            store.rebuild()
+    return names
+
+
+def wire_counts(dsn: str, call) -> tuple[int, int]:
+    """(statements, round trips) `call()` sent on this process's idle pooled connections: the Execute
+    and Query messages libpq's trace shows sent, and the ReadyForQuery messages received."""
+    import psycopg
+
+    from memvault.indexer.backend.postgres.connection import shared_pool
+
+    traces = []
+    for conn in shared_pool(dsn).idle:
+        handle = tempfile.NamedTemporaryFile("w+", suffix=".trace")
+        conn.pgconn.trace(handle.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+        traces.append((conn, handle))
+    call()
+    statements = trips = 0
+    for conn, handle in traces:
+        conn.pgconn.untrace()
+        handle.seek(0)
+        for line in handle.read().splitlines():
+            parts = line.split("\t")
+            statements += parts[0] == "F" and parts[2] in ("Execute", "Query")
+            trips += parts[0] == "B" and parts[2] == "ReadyForQuery"
+        handle.close()
+    return statements, trips
+
+
+def across_figures(dsn: str, names: list[str], count: int) -> None:
+    """`search --across` over every vault of `names` against one, the batched path beside the
+    per-vault reference (as before issue 42), the same questions alternating: in one process with
+    the pool kept warm by another session (an owner's, a long-lived host's), in one process whose
+    pool starts empty at each search (a script's), and in a fresh process per search (the CLI's)."""
+    from memvault.indexer.backend.postgres.connection import ServerSession
+
+    paths = {"one vault": ("across", names[:1]), f"{len(names)} vaults": ("across", names),
+             f"{len(names)} vaults, per vault (before)": ("across_per_vault", names)}  # fmt: skip
+    keeper = ServerSession(dsn)  # a session that stays: the pool keeps its connection between searches
+    with keeper():
+        pass
+    for search, chosen in paths.values():
+        _across(search)(chosen, "warm up the embedder and the connection", dsn=dsn)
+    warm = _across_samples(dsn, paths, count)
+    for label, (search, chosen) in paths.items():
+        statements, trips = wire_counts(
+            dsn, lambda s=search, c=chosen: _across(s)(c, "who keeps the deploy keys?", dsn=dsn)
+        )
+        print(f"search --across, {label:<38} {ms(warm[label])}  ({statements} statements, {trips} round trips)")
+    keeper.close()
+    cold = _across_samples(dsn, paths, max(5, count // 3))
+    for label in paths:
+        print(f"search --across, {label + ', pool empty at each':<38} {ms(cold[label])}")
+    for label, (search, chosen) in paths.items():
+        runs = []
+        for query in queries(5):
+            code = (f"from memvault.indexer.engine.{search} import search_{search}; "
+                    f"search_{search}({chosen!r}, {query!r}, dsn={dsn!r})")  # fmt: skip
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+            runs.append((time.perf_counter() - start) * 1000)
+        print(f"search --across, {label + ', a process each':<38} {ms(runs)}")
+    for label, (_search, chosen) in list(paths.items())[:2]:
+        runs = []
+        for query in queries(5):
+            command = [str(Path(sys.executable).parent / "memvault"), "search", "--across", ",".join(chosen), query]
+            start = time.perf_counter()
+            subprocess.run(command, env={**os.environ, "MEMVAULT_INDEX_DSN": dsn}, capture_output=True, check=True)
+            runs.append((time.perf_counter() - start) * 1000)
+        print(f"`memvault search --across`, {label:<27} {ms(runs)}")
+
+
+def _across(module: str):
+    import importlib
+
+    return getattr(importlib.import_module(f"memvault.indexer.engine.{module}"), f"search_{module}")
+
+
+def _across_samples(dsn: str, paths: dict, count: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {label: [] for label in paths}
+    for query in queries(count):
+        for label, (search, chosen) in paths.items():
+            start = time.perf_counter()
+            _across(search)(chosen, query, dsn=dsn)
+            samples[label].append((time.perf_counter() - start) * 1000)
+    return samples
+
+
 def admit_to_visible(dsn: str, root: Path, samples: int) -> tuple[list[float], list[float]]:
     searchable, in_files = [], []
     with ConnectedStore(NAME, dsn) as writer, ConnectedStore(NAME, dsn) as reader:
@@ -261,6 +360,9 @@ def main() -> int:
         default=50,
         help="questions whose BM25 list is compared with every posting read (0: skip)",
     )
+    parser.add_argument("--across-vaults", type=int, default=10, help="vaults --across searches (0: skip)")
+    parser.add_argument("--across-memories", type=int, default=1000, help="memories in each of them")
+    parser.add_argument("--across-only", action="store_true", help="only the --across figures")
     parser.add_argument("--dsn", default=None)
     parser.add_argument(
         "--fsync-dir", default=None, help="a folder on the server's data disk (default: its data_directory)"
@@ -272,6 +374,16 @@ def main() -> int:
     else:
         dsn = args.dsn
     folder = Path(tempfile.mkdtemp(prefix="memvault-bench-team-"))
+    if args.across_only:
+        try:
+            print(f"machine at the start              {machine()}")
+            names = across_vaults(dsn, folder, args.across_vaults, args.across_memories)
+            across_figures(dsn, names, args.queries)
+            print(f"machine at the end                {machine()}")
+        finally:
+            if server is not None:
+                server.cleanup()
+        return 0
     root = on_server(make_vault(folder / NAME, args.memories), NAME)
     from memvault.indexer.backend import server_versions_of
     from memvault.vault.config import IndexConfig
@@ -316,6 +428,8 @@ def main() -> int:
         rate, counts, _ = many_clients(dsn, args.clients, args.admits, tag="no-owner")
         print(f"admissions/s, no owner running    {rate:9.0f} /s  ({sum(counts.values())} calls, classification exact)")
         print(f"fdatasync right after             {fdatasync_ms(disk)}")
+        if args.across_vaults:
+            across_figures(dsn, across_vaults(dsn, folder, args.across_vaults, args.across_memories), args.queries)
         if args.pruning_queries:  # what remote recall's lexical list gives up for its speed at this size
             bench_pruning(root, {"MEMVAULT_INDEX_DSN": dsn}, args.pruning_queries)
         print(f"server SELECT 1 (baseline, again)  {ms(select_one(dsn))}")

@@ -4,6 +4,7 @@ what the store drives on either engine; a server engine also stores rows through
 (`maintenance/local_generations.py`); PostgreSQL + pgvector (`backend/postgres/`) when a vault's
 config names it."""
 
+from memvault.indexer.backend.postgres.across import AcrossReader, VaultPlan
 from memvault.indexer.backend.postgres.connection import (
     ServerBounds,
     connect,
@@ -52,6 +53,18 @@ def open_team_server(dsn: str, vault: str, *, create: bool = False, index=None):
     if index is not None:
         shared_pool(dsn, ServerBounds.of(index))
     return TeamServer(dsn, vault, create=create)
+
+
+def open_across_reader(dsn: str, *, index=None) -> AcrossReader:
+    """Reads for a search across vaults on the index server (backend/postgres/across.py): a fixed
+    number of statements on one pooled connection, whatever the number of vaults. Use it as a
+    context manager (it holds the connection). `index`: an index block whose bounds the pool takes."""
+    return AcrossReader(dsn, None if index is None else ServerBounds.of(index))
+
+
+def across_plan(vault, vector, dim, terms) -> VaultPlan:
+    """One vault's part of `AcrossReader.candidates`."""
+    return VaultPlan(vault, vector, dim, tuple(terms))
 
 
 def team_listener(dsn: str, vault: str):

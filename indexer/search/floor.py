@@ -171,6 +171,16 @@ def evidence(
     return Evidence(best, weights, tuple(names), False)
 
 
+def looked_up_terms(question: str, periods: tuple[Period, ...] = ()) -> list[str]:
+    """Every term `evidence` (and recall's asked-question discount) may ask `doc_freqs` about for
+    `question`: its terms and its names' other spellings, so a caller can fetch them all at once
+    (a search across vaults reads every vault's in one statement)."""
+    terms = question_terms(question, periods)
+    names = [name for name in question_names(question) if name in terms]
+    variants = [variant for name in names for variant in _spellings(name)]
+    return list(dict.fromkeys([*terms, *variants]))
+
+
 def _spelt_otherwise(doc_freqs, names: list[str], seen: set[str]) -> bool:
     """Whether the vault knows one of `names` in a common other spelling: without a silent "h"
     ("Jon" for the question's "John", "Sara" for "Sarah"), a doubled letter written once ("Mathew",

@@ -538,21 +538,12 @@ class PostgresBackend:
         return self._lexical(generation, query, depth, kinds, with_rows=True)
 
     def _lexical(self, generation: int, query: str, depth: int, kinds: Sequence[str], *, with_rows: bool):
-        found, grams = query_words(query), query_bigrams(query)
-        if not (found or grams) or depth <= 0:
+        statement = lexical_statement(self.vault, generation, query, depth, kinds, with_rows=with_rows)
+        if statement is None:
             return [], {}
-        postings, terms = self._lexical_leaves(generation)
-        arguments = {"words": " ".join(found), "grams": grams, "vault": self.vault, "generation": generation,
-                     "kinds": list(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
-        sql = BM25_SQL.format(postings=postings, terms=terms)
-        if with_rows:  # each hit's row from the leaf by its primary key
-            leaf = _quoted(schema.leaf_table(self.vault, generation))
-            sql = (
-                f"SELECT h.score, {', '.join('r.' + c for c in _ROW_COLUMNS.split(', '))} FROM ({sql}) h "
-                f"JOIN {leaf} r ON r.vault = %(vault)s AND r.generation = %(generation)s AND r.key = h.key"
-            )
+        self._require_postings(generation)
         with self._session() as conn:
-            found_rows = conn.execute(sql, arguments).fetchall()
+            found_rows = conn.execute(*statement).fetchall()
         if not with_rows:
             return sorted(((key, float(score)) for key, score in found_rows), key=lambda hit: (-hit[1], hit[0])), {}
         rows = {row.key: row for row in (_stored_row(values[1:]) for values in found_rows)}
@@ -581,15 +572,8 @@ class PostgresBackend:
         dim = self._dim(generation)
         if dim is None or depth <= 0:
             return []
-        query = _as_vector(vector)
-        # the leaf by name: a plan through the parent prunes partitions at run time, several
-        # times slower than the leaf's own HNSW scan
-        leaf = _quoted(schema.leaf_table(self.vault, generation))
-        sql = (f"SELECT key, 1 - (embedding::vector({dim}) <=> %(q)s::vector({dim})) FROM {leaf} "
-               "WHERE embedding IS NOT NULL "
-               f"ORDER BY embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(depth)s")  # fmt: skip
-        ef = min(_MAX_EF_SEARCH, max(_MIN_EF_SEARCH, depth))
-        arguments = {"q": query, "depth": depth}
+        sql, arguments = vector_statement(self.vault, generation, dim, vector, depth)
+        ef = ef_search(depth)
         with self._session() as conn:
             if ef <= _SESSION_EF_SEARCH:
                 rows = conn.execute(sql, arguments).fetchall()
@@ -627,6 +611,47 @@ class PostgresBackend:
     def stamp(self) -> object:
         with self._session() as conn:
             return conn.execute("SELECT serving, stamp FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()
+
+
+def lexical_statement(
+    vault: str, generation: int, query: str, depth: int, kinds: Sequence[str], *, with_rows: bool = False
+) -> tuple[str, dict] | None:
+    """A generation's BM25 list as one statement and its arguments: rows of (key, score), or with
+    `with_rows` (score, then the row's columns, `_ROW_COLUMNS`); None when the query has no words
+    to search. Named parameters only, so that several vaults' lists compose into one statement
+    (search across vaults: backend/postgres/across.py)."""
+    found, grams = query_words(query), query_bigrams(query)
+    if not (found or grams) or depth <= 0:
+        return None
+    postings, terms = (_quoted(schema.leaf_table(vault, generation, table))
+                       for table in ("memvault_postings", "memvault_terms"))  # fmt: skip
+    arguments = {"words": " ".join(found), "grams": grams, "vault": vault, "generation": generation,
+                 "kinds": list(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
+    leaf = _quoted(schema.leaf_table(vault, generation))
+    sql = BM25_SQL.format(postings=postings, terms=terms)
+    if with_rows:  # each hit's row from the leaf by its primary key
+        sql = (
+            f"SELECT h.score, {', '.join('r.' + c for c in _ROW_COLUMNS.split(', '))} FROM ({sql}) h "
+            f"JOIN {leaf} r ON r.vault = %(vault)s AND r.generation = %(generation)s AND r.key = h.key"
+        )
+    return sql, arguments
+
+
+def vector_statement(vault: str, generation: int, dim: int, vector, depth: int) -> tuple[str, dict]:
+    """A generation's vector list as one statement (rows of (key, score)), with named parameters
+    (as `lexical_statement`); it needs `ef_search(depth)` (the session's is `_SESSION_EF_SEARCH`)."""
+    # the leaf by name: a plan through the parent prunes partitions at run time, several
+    # times slower than the leaf's own HNSW scan
+    leaf = _quoted(schema.leaf_table(vault, generation))
+    sql = (f"SELECT key, 1 - (embedding::vector({dim}) <=> %(q)s::vector({dim})) AS score FROM {leaf} "
+           "WHERE embedding IS NOT NULL "
+           f"ORDER BY embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT %(depth)s")  # fmt: skip
+    return sql, {"q": _as_vector(vector), "depth": depth}
+
+
+def ef_search(depth: int) -> int:
+    """HNSW's candidate list for a vector list `depth` rows long."""
+    return min(_MAX_EF_SEARCH, max(_MIN_EF_SEARCH, depth))
 
 
 def _quoted(name: str) -> str:
