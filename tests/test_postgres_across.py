@@ -193,3 +193,22 @@ def test_the_command_line_says_what_is_wrong_without_a_traceback(vaults, monkeyp
         refused = runner.invoke(cli, ["search", "--across", across, "deploy keys"])
         assert refused.exit_code == 1 and said in refused.output, refused.output
         assert "Traceback" not in refused.output and not re.search(r"\bSELECT\b", refused.output)
+
+
+def test_a_vault_whose_model_is_unavailable_is_degraded_as_when_searched_alone(tmp_path, postgres_dsn):
+    """One vault's vectors say another model built them (here one whose server is not running):
+    its answer is BM25's with the reason, exactly as its own recall says, and the other vault's
+    answer is whole."""
+    for i, name in enumerate(("acr-ok", "acr-other-model")):
+        root = on_server(make_vault(tmp_path / name, 80, per_day=20, mode="journal", seed=50 + i), name)
+        with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
+            store.rebuild()
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute("UPDATE memvault_generations SET embedding = %s WHERE vault = 'acr-other-model'",
+                      (json.dumps({"provider": "ollama", "model": "nomic-embed-text:v1.5", "dim": 768}),))  # fmt: skip
+    names = ["acr-ok", "acr-other-model"]
+    batched = search_across(names, "deploy keys budget", dsn=postgres_dsn)
+    reference = search_across_per_vault(names, "deploy keys budget", dsn=postgres_dsn)
+    assert answers(batched) == answers(reference) and batched.hits
+    assert batched.degraded == reference.degraded
+    assert batched.degraded.startswith("acr-other-model: vector search unavailable")
