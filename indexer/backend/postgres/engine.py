@@ -676,11 +676,17 @@ def _prepare_session(conn) -> bool:
     """pgvector's types on a new connection, and the search depth recall needs; False when not yet."""
     psycopg = require_psycopg()
     try:
-        from pgvector.psycopg import register_vector
+        from pgvector.psycopg.vector import register_vector_info
+        from psycopg.types import TypeInfo
 
-        register_vector(conn)
+        # the one pgvector type memvault uses, in one round trip: pgvector's register_vector
+        # looks up four types, each in a transaction of its own (12 round trips a new connection)
+        found = conn.execute("SELECT oid, typarray FROM pg_type WHERE oid = to_regtype('vector')").fetchone()
+        if found is None:
+            return False  # no vector type yet: ensure_schema creates it; the next call registers it
+        register_vector_info(conn, TypeInfo("vector", found[0], found[1]))
         # recall asks for 100 vector candidates: one round trip, no SET LOCAL per query
         conn.execute(f"SET hnsw.ef_search = {_SESSION_EF_SEARCH}")
     except psycopg.Error:
-        return False  # no vector type yet: ensure_schema creates it; the next call registers it
+        return False
     return True
