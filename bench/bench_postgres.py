@@ -11,7 +11,12 @@ Prints the server's PostgreSQL and pgvector versions, then for both backends:
 * BM25's early termination on the server against reading every posting (overlap, time);
 * `remember` through the owner (median, p95), and bulk import (`remember_many`) in memories/s;
 * LoCoMo evidence recall@5/10/25 for hybrid recall and BM25 alone (bench/locomo.py's vaults),
-  with --locomo-filler each conversation beside that many generated memories in its vault.
+  with --locomo-filler each conversation beside that many generated memories in its vault;
+* with --storage N: bytes per memory on the server (rows, postings, terms: heap, TOAST, indexes)
+  beside the local `.index/` of the same vault of N generated memories, and what an apply of one
+  memory costs there (time, WAL bytes written);
+* with --agreement N: BM25's early termination against every posting on real text: LoCoMo's
+  questions asked of its first N conversations, each beside --agreement-filler generated memories.
 Figures from a loaded machine are labelled so by whoever quotes them.
 """
 
@@ -134,6 +139,102 @@ def bench_pruning(root: Path, env: dict, query_count: int) -> None:
     )
 
 
+def server_bytes(backend) -> dict[str, dict[str, int]]:
+    """The serving generation's leaves on the server: heap, TOAST and index bytes of each table."""
+    from memvault.indexer.backend.postgres import schema
+
+    generation = backend.serving_generation()
+    sizes = {}
+    with backend._session() as conn:
+        for table in schema.PARTITIONED:
+            leaf = f'"{schema.leaf_table(backend.vault, generation, table)}"'
+            heap, toast, indexes = conn.execute(
+                "SELECT pg_relation_size(c.oid), coalesce(pg_total_relation_size(nullif(c.reltoastrelid, 0)), 0), "
+                "pg_indexes_size(c.oid) FROM pg_class c WHERE c.oid = %s::regclass", (leaf,)).fetchone()  # fmt: skip
+            sizes[table.removeprefix("memvault_")] = {"heap": heap, "toast": toast, "indexes": indexes}
+    return sizes
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def bench_storage(tmp: Path, env: dict, memories: int) -> None:
+    """Bytes per memory on the server against the local `.index/`, the same vault on both, and
+    what an apply of one memory costs on the server (in-process, no owner: the time of the
+    `remember` and the WAL bytes the server wrote for it)."""
+    local = make_vault(tmp / "storage-local", memories, mode="journal", seed=7)
+    server = on_server(make_vault(tmp / "storage-postgres", memories, mode="journal", seed=7), "bench-storage")
+    with MemoryStore.open(local, env=env, sync=False) as store:
+        store.rebuild()
+    local_bytes = folder_bytes(local / ".index")
+    with MemoryStore.open(server, env=env, sync=False) as store:
+        rows = store.rebuild().memories
+        sizes = server_bytes(store.backend)
+        samples, wal = [], []
+        for i in range(100):  # past MERGE_AT delta postings: the merges are among them
+            with store.backend._session() as conn:
+                before = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+            started = time.perf_counter()
+            store.remember(f"Storage bench fact {i}: the courier moved the shipment to dock {i * 13 % 97}.")
+            samples.append((time.perf_counter() - started) * 1000)
+            with store.backend._session() as conn:
+                wal.append(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)",
+                                        (before,)).fetchone()[0])  # fmt: skip
+    total = sum(sum(part.values()) for part in sizes.values())
+    parts = "; ".join(f"{table} " + ", ".join(f"{kind} {value / rows:,.0f}" for kind, value in part.items())
+                      for table, part in sizes.items())  # fmt: skip
+    print(f"storage per memory, {rows:,} memories in one vault: server {total / rows:,.0f} B ({parts}); "
+          f"local .index/ {local_bytes / rows:,.0f} B; server / local {total / local_bytes:.1f}x")  # fmt: skip
+    print(
+        f"postgres apply of one memory (remember, in-process, {rows:,} rows, {len(samples)} in a row): {ms(samples)}, "
+        f"max {max(samples):.1f} ms; WAL median {statistics.median(wal) / 1024:,.1f} KB, "
+        f"p95 {percentile(wal, 0.95) / 1024:,.1f} KB, max {max(wal) / 1024:,.1f} KB"
+    )
+    bench_pruning(server, env, 100)  # generated text: its common words make every list long
+
+
+def bench_agreement(tmp: Path, env: dict, conversations: int, filler: int) -> None:
+    """BM25's early-terminated top 10 against the exhaustive one (every posting read) on real
+    text: each LoCoMo conversation's questions asked of its vault beside `filler` generated
+    memories (their common words make the lists long enough to be cut)."""
+    from bench.generate import write_memories
+    from bench.locomo import DEFAULT_DATA, write_vault
+    from memvault.indexer.backend.postgres import engine
+
+    data = json.loads(DEFAULT_DATA.read_text())[:conversations]
+    by_key, by_score, pruned_ms, whole_ms = [], [], [], []
+    for number, sample in enumerate(data):
+        root = tmp / f"agreement-{number}"
+        write_vault(root, sample["conversation"], "builtin")
+        write_memories(root, filler)
+        on_server(root, f"agree-{number}")
+        asked = [qa["question"] for qa in sample["qa"]]
+        with MemoryStore.open(root, env=env, sync=False) as store:
+            store.rebuild()
+            backend, generation = store.backend, store.backend.serving_generation()
+            pruned_ms += timed_ms(lambda q, b=backend, g=generation: b.lexical_candidates(g, q, 100), asked)
+            lists = [backend.lexical_candidates(generation, q, 100) for q in asked]
+            usual = engine.read_sizes
+            engine.read_sizes = lambda depth: {"per_list": 10**9, "per_text": 10**9, "pool": 10**9}
+            try:
+                whole_ms += timed_ms(lambda q, b=backend, g=generation: b.lexical_candidates(g, q, 100), asked)
+                exact = [backend.lexical_candidates(generation, q, 100) for q in asked]
+            finally:
+                engine.read_sizes = usual
+        for a, b in zip(lists, exact, strict=True):
+            if b:
+                k = min(10, len(b))
+                by_key.append(len({key for key, _ in a[:10]} & {key for key, _ in b[:10]}) / k)
+                by_score.append(sum(1 for _, score in a[:10] if score >= b[k - 1][1] - 1e-9) / k)
+    print(
+        f"postgres BM25 top-10 agreement on real text ({len(by_key)} LoCoMo questions, {len(data)} "
+        f"conversations each beside {filler:,} generated memories), early termination vs every posting: "
+        f"{100 * statistics.mean(by_key):.1f}% by key, {100 * statistics.mean(by_score):.1f}% by score; "
+        f"lexical call median {statistics.median(pruned_ms):.1f} ms vs {statistics.median(whole_ms):.1f} ms"
+    )
+
+
 def bench_owner(roots: dict[str, list[Path]], env: dict, query_count: int, writes: int) -> None:
     asked = queries(query_count)
     for backend in BACKENDS:
@@ -241,6 +342,9 @@ def main() -> None:
     parser.add_argument(
         "--locomo-filler", type=int, default=0, help="generated memories beside each LoCoMo conversation in its vault"
     )
+    parser.add_argument("--storage", type=int, default=0, help="memories of the storage vault (0: skip)")
+    parser.add_argument("--agreement", type=int, default=0, help="LoCoMo conversations for BM25's agreement (0: skip)")
+    parser.add_argument("--agreement-filler", type=int, default=10_000)
     parser.add_argument("--dsn", default=os.environ.get("MEMVAULT_INDEX_DSN", ""))
     args = parser.parse_args()
     server = None
@@ -255,6 +359,10 @@ def main() -> None:
         print(f"PostgreSQL {versions['postgresql']}, pgvector {versions['pgvector']}; cores: {os.cpu_count()}")
         with tempfile.TemporaryDirectory(prefix="memvault-bench-", dir="/tmp") as tmp:
             tmp_path = Path(tmp)
+            if args.storage:
+                bench_storage(tmp_path, env, args.storage)
+            if args.agreement:
+                bench_agreement(tmp_path, env, args.agreement, args.agreement_filler)
             if args.memories:  # 0: LoCoMo alone
                 roots = build_vaults(tmp_path, args.memories, args.vaults)
                 print(f"{args.memories} memories over {args.vaults} vaults, 256-d builtin embeddings")

@@ -225,31 +225,31 @@ def test_cjk_bigrams_rank_the_same_on_each_backend_and_deletes_keep_their_statis
 
 
 def _as_an_earlier_schema(dsn: str, vault: str, generation: int, version: int) -> None:
-    """Turn a server made by this memvault back into what schema `version` left: 3 had no replay
-    projection (BuJo was refused on the server), 2 had no CJK bigrams either (no field-2
-    postings, no df_cjk, no cjk_tokens), 1 had no postings or terms at all."""
+    """Turn a server made by this memvault back into what schema `version` left: 6 and before
+    kept a row's tsvectors instead of its forward index (and postings one row each, which the
+    migration drops whatever their shape), 3 had no replay projection (BuJo was refused on the
+    server), 2 had no CJK token counts either, 1 had no postings or terms at all."""
     import psycopg
 
-    from memvault.indexer.backend.postgres import schema
-
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER TABLE memvault_generations DROP COLUMN replay, DROP COLUMN replay_sha256")
+        conn.execute("ALTER TABLE memvault_rows DROP COLUMN doc, DROP COLUMN lex, DROP COLUMN lex_tf, "
+                     "ADD COLUMN text_tsv tsvector, ADD COLUMN ctx_tsv tsvector")  # fmt: skip
+        if version <= 3:
+            conn.execute("ALTER TABLE memvault_generations DROP COLUMN replay, DROP COLUMN replay_sha256")
         if version <= 2:
-            conn.execute(f'DELETE FROM "{schema.leaf_table(vault, generation, "memvault_postings")}" WHERE field = 2')
             conn.execute("ALTER TABLE memvault_generations DROP COLUMN cjk_tokens")
         if version == 1:
             conn.execute("DROP TABLE memvault_postings, memvault_terms CASCADE")
-        elif version == 2:
-            conn.execute("ALTER TABLE memvault_terms DROP COLUMN df_cjk")
         conn.execute("UPDATE memvault_schema SET version = %s", (version,))
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 6])
 def test_a_server_of_an_earlier_schema_is_migrated_when_an_owner_opens_it(postgres_dsn, version):
-    """Schema 1 (no postings), 2 (no CJK bigrams) and 3 (no replay projection) → 4: the old
-    generation keeps serving what it can (rows, vectors; English BM25 from schema 2, CJK from 3),
-    says `run memvault rebuild` for what it cannot, holds no replay projection (right for the
-    Lite and Journal vaults schema 3 served), and a new generation serves everything."""
+    """Schema 1 (no postings), 2 (no CJK bigrams), 3 (no replay projection) and 6 (postings one
+    row each, no forward index) → 7: the old generation keeps serving what it can (rows, vectors),
+    says `run memvault rebuild` for its lexical list (its postings are not in blocks), holds no
+    replay projection (right for the Lite and Journal vaults schema 3 served), and a new
+    generation serves everything."""
     import psycopg
 
     from memvault.indexer.backend.postgres import schema
@@ -274,13 +274,8 @@ def test_a_server_of_an_earlier_schema_is_migrated_when_an_owner_opens_it(postgr
         assert backend.replay_projection(generation) is None
         assert len(backend.all_rows(generation)) == len(records)
         assert backend.vector_candidates(generation, unit(3), 1)[0][0] == f"{NOTE}#m-0003"
-        if version == 1:
-            with pytest.raises(IndexUnavailable, match="run `memvault rebuild`"):
-                backend.lexical_candidates(generation, "blue deployment color", 10)
-        else:
-            assert backend.lexical_candidates(generation, "blue deployment color", 10) == english
-            # its bigrams came with schema 3
-            assert backend.lexical_candidates(generation, "東京", 10) == (cjk if version == 3 else [])
+        with pytest.raises(IndexUnavailable, match="run `memvault rebuild`"):
+            backend.lexical_candidates(generation, "blue deployment color", 10)
         rebuilt = backend.create_generation(EMBEDDING)
         backend.apply(rebuilt, BackendDelta((), writes(records), {NOTE: state(len(records))}))
         projection = b'{"entries":[],"v":1}\n'
@@ -290,7 +285,8 @@ def test_a_server_of_an_earlier_schema_is_migrated_when_an_owner_opens_it(postgr
         assert backend.replay_projection(rebuilt) == projection
         assert [key for key, _ in backend.lexical_candidates(rebuilt, "blue deployment color", 10)] == \
             [key for key, _ in english]  # fmt: skip
-        found = {key for key, _ in backend.lexical_candidates(rebuilt, "東京", 10)}
+        assert backend.lexical_candidates(rebuilt, "東京", 10) == cjk
+        found = {key for key, _ in cjk}
         assert found == {f"{NOTE}#m-{i:04d}" for i in (5, 6, 8)}
     finally:
         backend.close()

@@ -327,7 +327,7 @@ def _leaf_indexes(dsn: str, vault: str, generation: int) -> set[str]:
 
 
 def test_a_bulk_import_into_a_new_vault_rebuilds_its_vector_index_after_the_load(tmp_path, postgres_dsn):
-    # 300 rows into an empty generation: the HNSW index and the postings' two indexes are dropped
+    # 300 rows into an empty generation: the HNSW index and the postings' index are dropped
     # and built again after the rows are in, in the same transaction, so the serving leaf never
     # lacks them; a smaller batch into the vault then inserts into them as they are
     root = make_vault(tmp_path, "bulk")
@@ -335,7 +335,7 @@ def test_a_bulk_import_into_a_new_vault_rebuilds_its_vector_index_after_the_load
     with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": postgres_dsn}) as store:
         assert [o.receipt.status for o in store.remember_many(facts)] == ["added"] * 300
         generation = store.backend.serving_generation()
-        wanted = {f"memvault_rows_bulk_g{generation}_hnsw", f"mvpl_bulk_g{generation}", f"mvpd_bulk_g{generation}"}
+        wanted = {f"memvault_rows_bulk_g{generation}_hnsw", f"mvpl_bulk_g{generation}", f"mvrd_bulk_g{generation}"}
         assert wanted <= _leaf_indexes(postgres_dsn, "bulk", generation)
         vector = store._engine._embedder().embed_query("barge from the harbour")
         assert len(store.backend.vector_candidates(generation, vector, 50)) == 50

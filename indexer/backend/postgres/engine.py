@@ -17,13 +17,14 @@ from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerBounds, ServerSession, index_builds, require_psycopg
 from memvault.indexer.backend.postgres.lexical import (
     BM25_SQL,
-    IMPACT_SQL,
     cjk_bigrams,
+    kind_codes,
     query_bigrams,
     query_words,
     read_sizes,
     words,
 )
+from memvault.indexer.backend.postgres.postings import DELETE_ROWS, INSERT_STAGED, merge_delta, merge_if_due
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, text, content_hash, context_hash, context"
@@ -55,74 +56,6 @@ _STAGING_TYPES = [
     "text[]",
     "int4",
 ]
-#: rows arrive by COPY into the session's staging table, then one statement analyses each text
-#: once and writes the rows, their postings and the terms' document frequencies
-_INSERT_STAGED = f"""
-WITH a AS MATERIALIZED (
-    SELECT s.*, to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.own) AS tt,
-        to_tsvector('{schema.TEXT_SEARCH_CONFIG}', s.around) AS ct
-    FROM memvault_staging s
-),
-r AS (
-    INSERT INTO memvault_rows (vault, generation, key, id, path, kind, day, at, text, content_hash,
-        context_hash, context, text_tsv, ctx_tsv, text_len, ctx_len, embedding)
-    SELECT vault, generation, key, id, path, kind, day, at, text, content_hash, context_hash, context,
-        tt, ct, text_len, ctx_len, embedding FROM a
-),
-lex AS MATERIALIZED (
-    SELECT a.vault, a.generation, a.key, a.kind, 0::int2 AS field, u.lexeme,
-           least(coalesce(array_length(u.positions, 1), 1), 32767) AS tf, least(a.text_len, 32767) AS len
-    FROM a CROSS JOIN LATERAL unnest(a.tt) AS u
-    UNION ALL
-    SELECT a.vault, a.generation, a.key, a.kind, 1::int2, u.lexeme,
-           least(coalesce(array_length(u.positions, 1), 1), 32767), least(a.ctx_len, 32767)
-    FROM a CROSS JOIN LATERAL unnest(a.ct) AS u
-    UNION ALL  -- CJK bigrams, as they are (the local `cjk` field's whitespace tokens)
-    SELECT a.vault, a.generation, a.key, a.kind, 2::int2, u.gram, least(count(*), 32767), least(min(a.cjk_len), 32767)
-    FROM a CROSS JOIN LATERAL unnest(a.grams) AS u(gram) GROUP BY a.vault, a.generation, a.key, a.kind, u.gram
-),
-p AS (
-    INSERT INTO {{postings}} (vault, generation, lexeme, field, kind, impact, key, tf, len)
-    SELECT vault, generation, lexeme, field, kind, {IMPACT_SQL}, key, tf, len FROM lex
-)
-INSERT INTO {{terms}} AS t (vault, generation, lexeme, df_text, df_ctx, df_cjk)
-SELECT min(vault), min(generation), lexeme, count(*) FILTER (WHERE field = 0), count(*) FILTER (WHERE field = 1),
-       count(*) FILTER (WHERE field = 2)
-FROM lex GROUP BY lexeme
-ON CONFLICT (lexeme) DO UPDATE SET df_text = t.df_text + EXCLUDED.df_text, df_ctx = t.df_ctx + EXCLUDED.df_ctx,
-    df_cjk = t.df_cjk + EXCLUDED.df_cjk
-"""
-#: deleting rows takes their postings along and lowers their terms' document frequencies;
-#: returns the rows and tokens gone (the generation's statistics). A row's CJK bigrams are found
-#: in its postings (by key: the `doc` index), its words in its tsvectors
-_DELETE_ROWS = """
-WITH gone AS (
-    DELETE FROM memvault_rows WHERE vault = %(vault)s AND generation = %(generation)s AND key = ANY(%(keys)s)
-    RETURNING key, text_tsv, ctx_tsv, text_len, ctx_len
-),
-cjk AS MATERIALIZED (
-    SELECT p.key, p.lexeme, p.tf FROM {postings} p WHERE p.key = ANY(%(keys)s) AND p.field = 2
-),
-lex AS MATERIALIZED (
-    SELECT g.key, 0::int2 AS field, u.lexeme FROM gone g CROSS JOIN LATERAL unnest(g.text_tsv) AS u
-    UNION ALL
-    SELECT g.key, 1::int2, u.lexeme FROM gone g CROSS JOIN LATERAL unnest(g.ctx_tsv) AS u
-    UNION ALL
-    SELECT c.key, 2::int2, c.lexeme FROM cjk c JOIN gone g USING (key)
-),
-dp AS (
-    DELETE FROM {postings} p USING lex WHERE p.lexeme = lex.lexeme AND p.field = lex.field AND p.key = lex.key
-),
-dt AS (
-    UPDATE {terms} t SET df_text = t.df_text - d.df_text, df_ctx = t.df_ctx - d.df_ctx, df_cjk = t.df_cjk - d.df_cjk
-    FROM (SELECT lexeme, count(*) FILTER (WHERE field = 0) AS df_text, count(*) FILTER (WHERE field = 1) AS df_ctx,
-                 count(*) FILTER (WHERE field = 2) AS df_cjk
-          FROM lex GROUP BY lexeme) d
-    WHERE t.lexeme = d.lexeme
-)
-SELECT count(*), coalesce(sum(text_len), 0), coalesce(sum(ctx_len), 0),
-       (SELECT coalesce(sum(c.tf), 0) FROM cjk c JOIN gone g USING (key)) FROM gone
-"""
 #: HNSW's candidate list: pgvector returns at most ef_search rows, so it is the depth asked for
 #: (recall asks 100: the session's setting, no SET per query); its default, 40, would cap the list
 _MIN_EF_SEARCH = 40
@@ -229,6 +162,8 @@ class PostgresBackend:
         dim = self._dim(generation)
         with self._session() as conn, index_builds(conn):  # minutes on a large vault: no statement bound
             schema.ensure_postings_indexes(conn, self.vault, generation)
+            with conn.transaction():  # the load's delta sealed into blocks once (lexical.py)
+                merge_delta(conn, self._lexical_leaves(generation)[0], self.vault, generation)
             if dim is not None:
                 schema.ensure_vector_index(conn, self.vault, generation, dim)
             schema.analyze_leaf(conn, self.vault, generation)
@@ -338,7 +273,7 @@ class PostgresBackend:
             found = conn.execute("SELECT to_regclass(%s)", (f'"{leaf}"',)).fetchone()[0]
         if found is None:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} on the index server was built "
-                                   "by an older memvault (no postings): run `memvault rebuild`")  # fmt: skip
+                                   "by an older memvault (older postings): run `memvault rebuild`")  # fmt: skip
         self._with_postings.add(generation)
 
     def _dim(self, generation: int) -> int | None:
@@ -353,14 +288,17 @@ class PostgresBackend:
         keys = list(dict.fromkeys([*delta.deleted, *(write.key for write in delta.writes)]))
         params = [self._insert_params(generation, write) for write in delta.writes]
         postings, terms = self._lexical_leaves(generation)
+        leaves = {"postings": postings, "terms": terms, "rows": _quoted(schema.leaf_table(self.vault, generation))}
+        where = {"vault": self.vault, "generation": generation}
         with self._session() as conn, conn.transaction():
+            # one writer of a generation's lexical index at a time (term ids, doc numbers); readers pass
+            conn.execute(f"LOCK TABLE {terms} IN SHARE ROW EXCLUSIVE MODE")
             gone_rows = gone_text = gone_ctx = gone_cjk = 0
             keys = self._held_keys(conn, generation, keys)
             if keys:
-                schema.ensure_postings_indexes(conn, self.vault, generation)  # deletes find postings by key
+                schema.ensure_postings_indexes(conn, self.vault, generation)  # deletes find their blocks by it
                 gone_rows, gone_text, gone_ctx, gone_cjk = conn.execute(
-                    _DELETE_ROWS.format(postings=postings, terms=terms),
-                    {"vault": self.vault, "generation": generation, "keys": keys}).fetchone()  # fmt: skip
+                    DELETE_ROWS.format(**leaves), {**where, "keys": keys}).fetchone()  # fmt: skip
             if params:
                 conn.execute(_STAGING)
                 with conn.cursor() as cursor:
@@ -369,11 +307,13 @@ class PostgresBackend:
                         for row in params:
                             copy.write_row(row)
                 dropped = self._drop_indexes_for_load(conn, generation, params)
-                conn.execute(_INSERT_STAGED.format(postings=postings, terms=terms))
+                conn.execute(INSERT_STAGED.format(**leaves), where)
                 if "postings" in dropped:
                     schema.ensure_postings_indexes(conn, self.vault, generation)
                 if "vectors" in dropped:
                     schema.ensure_vector_index(conn, self.vault, generation, self._dim(generation))
+            if params or keys:  # bounded: a merge rewrites only the blocks its delta falls into
+                merge_if_due(conn, postings, self.vault, generation)
             added_text = sum(p[14] for p in params)
             added_ctx = sum(p[15] for p in params)
             added_cjk = sum(p[18] for p in params)
@@ -415,7 +355,7 @@ class PostgresBackend:
         leaf = schema.leaf_table(self.vault, generation)
         indexes = {
             "vectors": [f"{leaf}_hnsw"] if any(row[16] is not None for row in params) else [],
-            "postings": [f"mvpl_{self.vault}_g{generation}", f"mvpd_{self.vault}_g{generation}"],
+            "postings": [f"mvpl_{self.vault}_g{generation}"],
         }
         dropped = set()
         for part, names in indexes.items():
@@ -626,9 +566,9 @@ def lexical_statement(
     postings, terms = (_quoted(schema.leaf_table(vault, generation, table))
                        for table in ("memvault_postings", "memvault_terms"))  # fmt: skip
     arguments = {"words": " ".join(found), "grams": grams, "vault": vault, "generation": generation,
-                 "kinds": list(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
+                 "kinds": kind_codes(kinds), "depth": depth, **read_sizes(depth)}  # fmt: skip
     leaf = _quoted(schema.leaf_table(vault, generation))
-    sql = BM25_SQL.format(postings=postings, terms=terms)
+    sql = BM25_SQL.format(postings=postings, terms=terms, rows=leaf)
     if with_rows:  # each hit's row from the leaf by its primary key
         sql = (
             f"SELECT h.score, {', '.join('r.' + c for c in _ROW_COLUMNS.split(', '))} FROM ({sql}) h "

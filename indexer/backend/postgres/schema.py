@@ -11,9 +11,11 @@
                           (generation): one leaf table per (vault, generation), with its own
                           HNSW index, so a vector query never filters other vaults' rows out of
                           its candidate list, and dropping a generation is one DROP TABLE
-    memvault_postings     partitioned the same way: one row per (term, field, row), impact-ordered
-                          for BM25 with early termination (lexical.py)
-    memvault_terms        partitioned the same way: each term's document frequency per field
+    memvault_postings     partitioned the same way: blocks of packed postings per (term, field,
+                          kind), impact-ordered for BM25 with early termination, and the delta
+                          rows of recent applies (lexical.py, postings.py)
+    memvault_terms        partitioned the same way: each term's integer id and its document
+                          frequency per field
 
 Row-level security: a vault's rows are readable by members of its role `memvault_read_<name>`;
 a role granted one vault that forgets its WHERE clause still sees only that vault. The owner
@@ -30,12 +32,14 @@ import re
 from memvault.indexer.backend.postgres.connection import require_psycopg
 from memvault.vault.errors import InvalidConfig
 
-SCHEMA_VERSION = 6  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
+SCHEMA_VERSION = 7  # 2: postings and terms tables (BM25 no longer reads GIN indexes nor per-row jsonb);
 #                     3: CJK bigrams in the postings (field 2), their document frequency and token count;
 #                     4: each generation's replay projection (BuJo's supersession filter);
 #                     5: rows hold no line number (a memory's address is path#id);
 #                     6: memvault_files under row-level security too (granted to no role: a grant
-#                        made by hand would still show no vault's manifest)
+#                        made by hand would still show no vault's manifest);
+#                     7: postings in blocks (packed int8: doc, tf, length) under integer term ids, each
+#                        row's forward index (doc, lex, lex_tf) instead of its tsvectors (storage: issue 42)
 TEXT_SEARCH_CONFIG = "memvault_en"
 VAULT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 READER_ROLE_PREFIX = "memvault_read_"
@@ -86,29 +90,33 @@ _DDL = [
         content_hash text NOT NULL,
         context_hash text NOT NULL,
         context text NOT NULL,
-        text_tsv tsvector NOT NULL,
-        ctx_tsv tsvector NOT NULL,
         text_len integer NOT NULL,
         ctx_len integer NOT NULL,
         embedding vector,
+        doc integer,
+        lex integer[],
+        lex_tf integer[],
         PRIMARY KEY (vault, generation, key)) PARTITION BY LIST (vault)""",
     "CREATE INDEX IF NOT EXISTS memvault_rows_path ON memvault_rows (vault, generation, path)",
     "CREATE INDEX IF NOT EXISTS memvault_rows_chash ON memvault_rows (vault, generation, content_hash)",
-    # field 0: the row's own words, 1: its neighbours', 2: its CJK bigrams; impact orders a list (see lexical.py)
+    # field 0: the row's own words, 1: its neighbours', 2: its CJK bigrams; tier 0 a delta row, 1 a
+    # sealed block of the impact range [low, top]; entries packed (see lexical.py)
     """CREATE TABLE IF NOT EXISTS memvault_postings (
         vault text NOT NULL,
         generation integer NOT NULL,
-        lexeme text NOT NULL,
+        tier smallint NOT NULL,
+        term integer NOT NULL,
         field smallint NOT NULL,
-        kind text NOT NULL,
-        impact real NOT NULL,
-        key text NOT NULL,
-        tf smallint NOT NULL,
-        len smallint NOT NULL) PARTITION BY LIST (vault)""",
+        kind smallint NOT NULL,
+        top real NOT NULL,
+        low real NOT NULL,
+        n integer NOT NULL,
+        entries bigint[] NOT NULL) PARTITION BY LIST (vault)""",
     """CREATE TABLE IF NOT EXISTS memvault_terms (
         vault text NOT NULL,
         generation integer NOT NULL,
         lexeme text NOT NULL,
+        id integer NOT NULL,
         df_text integer NOT NULL,
         df_ctx integer NOT NULL,
         df_cjk integer NOT NULL DEFAULT 0) PARTITION BY LIST (vault)""",
@@ -119,12 +127,8 @@ _MIGRATE_FROM_1 = [
     "DROP INDEX IF EXISTS memvault_rows_text_tsv, memvault_rows_ctx_tsv",
     "ALTER TABLE memvault_rows DROP COLUMN IF EXISTS text_tf, DROP COLUMN IF EXISTS ctx_tf",
 ]
-#: from schema 2: CJK bigrams. A generation built before has none of their postings: its lexical
-#: list finds a CJK word inside a run again once `memvault rebuild` made a new generation
-_MIGRATE_FROM_2 = [
-    "ALTER TABLE memvault_generations ADD COLUMN IF NOT EXISTS cjk_tokens bigint NOT NULL DEFAULT 0",
-    "ALTER TABLE memvault_terms ADD COLUMN IF NOT EXISTS df_cjk integer NOT NULL DEFAULT 0",
-]
+#: from schema 2: CJK bigrams' token counts (their postings and terms are schema 7's)
+_MIGRATE_FROM_2 = ["ALTER TABLE memvault_generations ADD COLUMN IF NOT EXISTS cjk_tokens bigint NOT NULL DEFAULT 0"]
 #: from schema 3: the replay projection. A generation built before holds none, which is right for
 #: Lite and Journal; a BuJo vault was refused on the server before schema 4, so none is missing
 _MIGRATE_FROM_3 = [
@@ -134,6 +138,15 @@ _MIGRATE_FROM_3 = [
 #: from schema 4: rows held their memory's line, which a line added above it changed; nothing
 #: reads it now, and the rest of each row stands (no rebuild)
 _MIGRATE_FROM_4 = ["ALTER TABLE memvault_rows DROP COLUMN IF EXISTS line"]
+#: from schema 6 and before: postings one row per (term, field, row), under the term's text, and
+#: each row's tsvectors. Their generations keep serving rows and vectors; their lexical list says
+#: `memvault rebuild`, which makes a generation in blocks (the new tables are created after these)
+_MIGRATE_TO_7 = [
+    "DROP TABLE IF EXISTS memvault_postings, memvault_terms CASCADE",
+    "ALTER TABLE memvault_rows DROP COLUMN IF EXISTS text_tsv, DROP COLUMN IF EXISTS ctx_tsv, "
+    "ADD COLUMN IF NOT EXISTS doc integer, ADD COLUMN IF NOT EXISTS lex integer[], "
+    "ADD COLUMN IF NOT EXISTS lex_tf integer[]",
+]
 #: created once; `CREATE POLICY` has no IF NOT EXISTS
 _POLICIES = {
     ("memvault_rows", "memvault_rows_reader"):
@@ -198,26 +211,30 @@ def ensure_schema(conn) -> None:
             for statement in _TEXT_SEARCH:
                 conn.execute(statement)
         version = _schema_version(conn)
+        if version is not None and version < 7:
+            for statement in _MIGRATE_TO_7:
+                conn.execute(statement)
         for statement in _DDL:
             conn.execute(statement)
-        if version in (1, 2):  # a server of an earlier memvault gains the CJK columns
-            for statement in _MIGRATE_FROM_2:
-                conn.execute(statement)
-        if version in (1, 2, 3):  # and the replay projection's columns
-            for statement in _MIGRATE_FROM_3:
-                conn.execute(statement)
-        if version in (1, 2, 3, 4):  # and its rows lose their line numbers
-            for statement in _MIGRATE_FROM_4:
-                conn.execute(statement)
+        _add_missing_columns(conn, version)
         for (table, policy), statement in _POLICIES.items():
             exists = conn.execute("SELECT 1 FROM pg_policies WHERE tablename = %s AND policyname = %s",
                                   (table, policy)).fetchone()  # fmt: skip
             if exists is None:
                 conn.execute(statement)
-        if version == 1:
-            _migrate_from_1(conn)
+        if version is not None and version < 7:
+            _migrate_to_7(conn)
         conn.execute("DELETE FROM memvault_schema")
         conn.execute("INSERT INTO memvault_schema VALUES (%s)", (SCHEMA_VERSION,))
+
+
+def _add_missing_columns(conn, version: int | None) -> None:
+    """What a server of an earlier schema lacks (or holds no more) beside schema 7's tables."""
+    steps = ((version == 1, _MIGRATE_FROM_1), (version in (1, 2), _MIGRATE_FROM_2),
+             (version in (1, 2, 3), _MIGRATE_FROM_3), (version in (1, 2, 3, 4), _MIGRATE_FROM_4))  # fmt: skip
+    for due, statements in steps:
+        for statement in statements if due else ():
+            conn.execute(statement)
 
 
 def lock_schema(conn) -> None:
@@ -254,11 +271,10 @@ def tables_present(conn) -> bool:
     return found == len(names)
 
 
-def _migrate_from_1(conn) -> None:
-    """Schema 1's generations have no postings: they are kept (their rows still serve vectors,
-    journal and health) but their lexical reads say `memvault rebuild` (engine.py)."""
-    for statement in _MIGRATE_FROM_1:
-        conn.execute(statement)
+def _migrate_to_7(conn) -> None:
+    """Generations before schema 7 have no postings in blocks: they are kept (their rows still
+    serve vectors, journal and health) but their lexical reads say `memvault rebuild` (engine.py).
+    Each vault gets its postings and terms partitions again, and its grants on them."""
     for (vault,) in conn.execute("SELECT name FROM memvault_vaults").fetchall():
         _vault_partitions(conn, vault)
         _grant_reads(conn, vault)
@@ -315,11 +331,11 @@ def create_leaf(conn, vault: str, generation: int) -> None:
             )
         )
     terms = leaf_table(vault, generation, "memvault_terms")
-    conn.execute(
-        sql.SQL("CREATE UNIQUE INDEX {} ON {} (lexeme)").format(
-            sql.Identifier(f"mvt_{vault}_g{generation}"), sql.Identifier(terms)
-        )
-    )
+    for name, leaf, columns in ((f"mvt_{vault}_g{generation}", terms, "lexeme"),
+                                (f"mvti_{vault}_g{generation}", terms, "id"),  # a delete's terms, by id
+                                (f"mvrd_{vault}_g{generation}", leaf_table(vault, generation), "doc")):  # fmt: skip
+        conn.execute(sql.SQL("CREATE UNIQUE INDEX {} ON {} ({})").format(
+            sql.Identifier(name), sql.Identifier(leaf), sql.SQL(columns)))  # fmt: skip
     for table in PARTITIONED:  # BM25 and the vector list read these leaves by name (engine.py):
         # a grant on one vault's leaves is that vault's isolation, as the policy is the parents'
         conn.execute(
@@ -330,19 +346,14 @@ def create_leaf(conn, vault: str, generation: int) -> None:
 
 
 def ensure_postings_indexes(conn, vault: str, generation: int) -> None:
-    """The postings leaf's two indexes, built once its bulk of rows is in (a rebuild loads a
-    new generation without them: building after the load is several times cheaper):
-    `list` reads a (term, field, kind) list best impact first; `doc` finds one row's posting
-    in a list (BM25's exact scores, and deletes), key first so that it never looks like a
-    cheaper way to read a whole list to the planner."""
+    """The postings leaf's index, built once its bulk of rows is in (a rebuild loads a new
+    generation without it): a (term, field, kind) list's delta rows, and its blocks best first.
+    A row's postings are found through its forward index (`memvault_rows.lex`), not by key."""
     from psycopg import sql
 
     leaf = leaf_table(vault, generation, "memvault_postings")
-    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} "
-                         "(lexeme, field, kind, impact DESC) INCLUDE (key, tf, len)")
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (tier, term, field, kind, top DESC) INCLUDE (n)")
                  .format(sql.Identifier(f"mvpl_{vault}_g{generation}"), sql.Identifier(leaf)))  # fmt: skip
-    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (key, field, lexeme) INCLUDE (tf, len)")
-                 .format(sql.Identifier(f"mvpd_{vault}_g{generation}"), sql.Identifier(leaf)))  # fmt: skip
 
 
 def ensure_vector_index(conn, vault: str, generation: int, dim: int) -> None:
