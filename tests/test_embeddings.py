@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memvault.indexer.search import embedding_http, embeddings, http_json
 from memvault.indexer.search.embeddings import EmbeddingIdentity, EmbeddingProvider, make_provider, normalize_rows
@@ -19,6 +21,7 @@ from memvault.vault.errors import InvalidConfig, ProviderUnavailable
 from tests.loopback import LoopbackServer, Reply, closed_port_url
 
 REPO = Path(__file__).resolve().parents[1]
+LOCOMO = REPO.parent / "shared" / "eval" / "locomo-dev.json"  # read where it lies, never copied
 
 
 def fake_vector(text: str, dim: int) -> list[float]:
@@ -118,6 +121,64 @@ def test_builtin_model_read_from_the_wheel_files_equals_wordllamas_own_load() ->
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "same", done.stderr
+
+
+# -- the builtin tokenizer a word at a time ------------------------------------------------------
+
+_PIECE_ALPHABET = list("ab cdé  \n\t\u2581<s>/🎉日本語xz09.,!?'\"-\u00a0\u3000") + [
+    "<s>",
+    "</s>",
+    "<unk>",
+    "  ",
+    "http://x.io/a?b=1",
+]
+
+
+def _whole_text_ids(texts: list[str]) -> list[list[int]]:
+    tokenizer = embeddings._wordllama().tokenizer
+    return [encoding.ids for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def test_the_builtin_tokenizer_splits_at_word_marks_safely() -> None:
+    """The property word_pieces.py rests on holds for the shipped tokenizer (a model without it
+    would tokenize whole texts)."""
+    from memvault.indexer.search.word_pieces import WordPieces
+
+    tokenizer = embeddings._wordllama().tokenizer
+    assert WordPieces.usable(tokenizer)
+    assert embeddings._wordllama()._pieces is not None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECE_ALPHABET), max_size=30).map("".join), min_size=1, max_size=20))
+def test_word_pieces_give_the_ids_of_the_whole_text(texts: list[str]) -> None:
+    """Tokenizing a word at a time, with remembered pieces, gives the very ids the tokenizer gives
+    the whole text: spaces doubled or trailing, literal word marks, special tokens' spellings,
+    scripts without spaces, empty texts."""
+    assert embeddings._wordllama()._token_ids(texts) == _whole_text_ids(texts)
+
+
+def test_word_pieces_give_the_ids_of_the_whole_text_on_real_dialogue() -> None:
+    data = json.loads(LOCOMO.read_text(encoding="utf-8")) if LOCOMO.exists() else None
+    if data is None:
+        texts = [f"Priya moved cluster {n} to Frankfurt after retro {n * 7}, didn't she?" for n in range(2000)]
+    else:
+        texts = [turn["text"] for sample in data for key, session in sample["conversation"].items()
+                 if key.startswith("session_") and isinstance(session, list) for turn in session]  # fmt: skip
+    texts = texts + [text.upper() for text in texts[:500]] + ["x" * 5000 + " tail", "long " * 9000]
+    assert len(texts) > 2000
+    assert embeddings._wordllama()._token_ids(texts) == _whole_text_ids(texts)
+
+
+def test_a_long_run_without_spaces_is_not_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table of remembered pieces stays small: long pieces (URLs, hashes) are not kept."""
+    from memvault.indexer.search import word_pieces
+
+    pieces = word_pieces.WordPieces(embeddings._wordllama().tokenizer)
+    monkeypatch.setattr(word_pieces, "MAX_PIECES", 8)
+    texts = [f"{'q' * 200}{n} word{n}" for n in range(50)]
+    assert pieces.encode_batch(texts) == _whole_text_ids(texts)
+    assert 0 < len(pieces._ids) <= 8 and all(len(piece) <= word_pieces.MAX_PIECE_CHARS for piece in pieces._ids)
 
 
 # -- config errors --------------------------------------------------------------------------------

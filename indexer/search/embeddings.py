@@ -40,6 +40,7 @@ from memvault.indexer.search.embedding_base import (
     normalize_rows,
 )
 from memvault.indexer.search.embedding_http import HttpEmbeddingProvider
+from memvault.indexer.search.word_pieces import WordPieces
 from memvault.vault.errors import InvalidConfig, ProviderUnavailable
 
 # Texts handed to the local models per call: bounds peak memory for huge inputs.
@@ -137,20 +138,24 @@ class _WordLlamaModel:
             if token.startswith(_BOUNDARY) and len(token) > 1
         }
         self._boundary = vocabulary.get(_BOUNDARY)
+        self._pieces = WordPieces(tokenizer) if WordPieces.usable(tokenizer) else None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)
         last = self.matrix.shape[0] - 1
-        # one batched call: the Rust tokenizer encodes in parallel, ~10x faster than a loop
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        for row, encoding in enumerate(encodings):
-            ids = encoding.ids
+        for row, ids in enumerate(self._token_ids(texts)):
             if not ids:
                 continue
             ids = np.clip(np.asarray(ids, dtype=np.int64), 0, last)
             for start in range(0, len(ids), _TOKEN_CHUNK):
                 out[row] += self.rows(ids[start : start + _TOKEN_CHUNK]).sum(axis=0, dtype=np.float32)
         return out
+
+    def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        if self._pieces is not None:  # a word at a time, common words remembered (word_pieces.py)
+            return self._pieces.encode_batch(texts)
+        # one batched call: the Rust tokenizer encodes in parallel, ~10x faster than a loop
+        return [encoding.ids for encoding in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
     def word_vectors(self, words: Sequence[str]) -> np.ndarray:
         """One unit vector per word: the embeddings of the tokens that spell it, summed.
