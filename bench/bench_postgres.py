@@ -181,6 +181,8 @@ def bench_storage(tmp: Path, env: dict, memories: int) -> None:
             with store.backend._session() as conn:
                 wal.append(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)",
                                         (before,)).fetchone()[0])  # fmt: skip
+        churned = server_bytes(store.backend)
+        held = store.backend.counts(store.backend.serving_generation()).rows
     total = sum(sum(part.values()) for part in sizes.values())
     parts = "; ".join(f"{table} " + ", ".join(f"{kind} {value / rows:,.0f}" for kind, value in part.items())
                       for table, part in sizes.items())  # fmt: skip
@@ -191,6 +193,8 @@ def bench_storage(tmp: Path, env: dict, memories: int) -> None:
         f"max {max(samples):.1f} ms; WAL median {statistics.median(wal) / 1024:,.1f} KB, "
         f"p95 {percentile(wal, 0.95) / 1024:,.1f} KB, max {max(wal) / 1024:,.1f} KB"
     )
+    after = sum(sum(part.values()) for part in churned.values())
+    print(f"storage per memory after those applies (dead row versions until autovacuum): server {after / held:,.0f} B")
     bench_pruning(server, env, 100)  # generated text: its common words make every list long
 
 
