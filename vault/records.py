@@ -4,6 +4,7 @@ import threading
 from bisect import bisect_left
 from dataclasses import dataclass, replace
 from datetime import date, datetime
+from functools import cached_property
 
 from memvault.vault.clock import bullet_instant, zone
 from memvault.vault.errors import InvalidRecord
@@ -40,12 +41,13 @@ class MemoryRecord:
     #: the plain text of up to CONTEXT_NEIGHBOURS bullets on each side, nearest first
     neighbours: tuple[str, ...] = ()
 
-    @property
+    # computed once a record (its fields never change): each index reads them two or three times
+    @cached_property
     def task(self) -> str | None:
         """ "open" or "done" when the memory is a task (`- [ ] …`, `- [x] …`), else None."""
         return task_state(self.text)
 
-    @property
+    @cached_property
     def context(self) -> str:
         # a task's state is part of what it is about: "which tasks are still open?" finds it
         words = TASK_WORDS.get(self.task)

@@ -25,6 +25,8 @@ STOPWORDS = frozenset(
 
 def cjk_bigrams(text: str) -> list[str]:
     """Overlapping bigrams of every CJK run (a lone character stands for itself)."""
+    if text.isascii():  # most memories: no scan
+        return []
     grams: list[str] = []
     for run in CJK_RUN_RE.findall(text):
         if len(run) == 1:

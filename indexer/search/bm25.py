@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from functools import lru_cache
 from pathlib import Path
 
 import tantivy
@@ -75,6 +76,7 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+@lru_cache(maxsize=1024)  # a record's context is hashed by each index that holds it, one after another
 def context_hash(context: str) -> str:
     return hashlib.sha256(context.encode("utf-8")).hexdigest()[:16]
 

@@ -18,6 +18,7 @@ import os
 import platform
 import threading
 from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -142,14 +143,37 @@ class _WordLlamaModel:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)
-        last = self.matrix.shape[0] - 1
+        group: list[tuple[int, list[int]]] = []  # short texts whose rows are gathered at once
+        tokens = 0
         for row, ids in enumerate(self._token_ids(texts)):
-            if not ids:
-                continue
-            ids = np.clip(np.asarray(ids, dtype=np.int64), 0, last)
-            for start in range(0, len(ids), _TOKEN_CHUNK):
-                out[row] += self.rows(ids[start : start + _TOKEN_CHUNK]).sum(axis=0, dtype=np.float32)
+            if tokens + len(ids) > _TOKEN_CHUNK and group:
+                self._pool_group(out, group, tokens)
+                group, tokens = [], 0
+            if len(ids) > _TOKEN_CHUNK:
+                self._pool_long(out, row, ids)
+            elif ids:
+                group.append((row, ids))
+                tokens += len(ids)
+        if group:
+            self._pool_group(out, group, tokens)
         return out
+
+    def _pool_group(self, out: np.ndarray, group: list[tuple[int, list[int]]], tokens: int) -> None:
+        """Each text's token rows summed alone, from one gather of the group's rows (at most
+        `_TOKEN_CHUNK`): a text's slice is the array its own gather would give, so its sum is too."""
+        flat = np.fromiter(chain.from_iterable(ids for _, ids in group), dtype=np.int64, count=tokens)
+        gathered = self.rows(np.clip(flat, 0, self.matrix.shape[0] - 1, out=flat))
+        start = 0
+        for row, ids in group:
+            end = start + len(ids)
+            out[row] += gathered[start:end].sum(axis=0, dtype=np.float32)
+            start = end
+
+    def _pool_long(self, out: np.ndarray, row: int, ids: list[int]) -> None:
+        """A text longer than `_TOKEN_CHUNK` tokens, summed a chunk at a time (bounded memory)."""
+        clipped = np.clip(np.asarray(ids, dtype=np.int64), 0, self.matrix.shape[0] - 1)
+        for start in range(0, len(clipped), _TOKEN_CHUNK):
+            out[row] += self.rows(clipped[start : start + _TOKEN_CHUNK]).sum(axis=0, dtype=np.float32)
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         if self._pieces is not None:  # a word at a time, common words remembered (word_pieces.py)
