@@ -20,6 +20,7 @@ from memvault.indexer.maintenance.generations import (
     remove_stray_generations,
 )
 from memvault.indexer.maintenance.health import check_health
+from memvault.indexer.maintenance.heap import return_freed_memory
 from memvault.indexer.maintenance.progress import PhaseLog
 from memvault.indexer.maintenance.replay_index import project_generation
 from memvault.vault.config import Config
@@ -143,6 +144,8 @@ class LocalGenerations:
             self._apply(generation, generation.stale_paths(self.layout), hook)
             if self.vectors is not None:
                 self.vectors.finish_building(generation, progress)
+                generation.components = []  # the builders' memory goes before the serving vectors load
+                return_freed_memory()
                 self.vectors.attach_serving(generation)
             progress.phase("swap")
             project_generation(self.layout, self.config, generation.generation)  # BuJo replay sidecar
