@@ -43,6 +43,7 @@ from memvault.vault.config_schema import (  # noqa: F401  public names are re-ex
     ENV_VARS,
     INDEX_BACKENDS,
     INDEX_DSN_ENV,
+    INDEX_READ_DSN_ENV,
     LEAVES,
     LLM_PROVIDERS,
     MAX_CONFIG_BYTES,
@@ -172,6 +173,9 @@ class IndexConfig:
     pool_size: int = DEFAULT_INDEX_POOL_SIZE
     #: index.timeoutSeconds: the bound on every statement and socket wait on the server
     timeout_seconds: int = DEFAULT_INDEX_TIMEOUT_SECONDS
+    #: a hot standby connected clients and `--across` read from (MEMVAULT_INDEX_READ_DSN, else
+    #: `index.readDsn`, never with a password); "" reads the primary
+    read_dsn: str = field(default="", repr=False)
 
     @property
     def on_server(self) -> bool:
@@ -183,7 +187,7 @@ class IndexConfig:
         """A vault reached by its name on the team's index server (docs/team.md), with the bounds
         of `like` (another vault's block, or `server_bounds`'), else the defaults."""
         like = like or cls()
-        return cls("postgres", name, dsn, like.pool_size, like.timeout_seconds)
+        return cls("postgres", name, dsn, like.pool_size, like.timeout_seconds, like.read_dsn)
 
 
 @dataclass(frozen=True)
@@ -541,13 +545,15 @@ def _resolve_index(flat: dict[str, Any], vault_path: Path | None, env: Mapping[s
     used.update(bounds)
     return IndexConfig(backend, name, env.get(INDEX_DSN_ENV) or flat.get("index.dsn", ""),
                        bounds.get("index.poolSize", DEFAULT_INDEX_POOL_SIZE),
-                       bounds.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS))  # fmt: skip
+                       bounds.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS),
+                       env.get(INDEX_READ_DSN_ENV) or flat.get("index.readDsn", ""))  # fmt: skip
 
 
 def server_bounds(env: Mapping[str, str]) -> IndexConfig:
     """The index server's bounds for a process that has no vault (a connected client: `--remote`,
-    `MemoryStore.connect`), from MEMVAULT_INDEX_POOL_SIZE and MEMVAULT_INDEX_TIMEOUT_SECONDS, as an
-    index block to pass to `IndexConfig.server(..., like=)`; InvalidConfig naming the variable."""
+    `MemoryStore.connect`), from MEMVAULT_INDEX_POOL_SIZE and MEMVAULT_INDEX_TIMEOUT_SECONDS, and its
+    read DSN (MEMVAULT_INDEX_READ_DSN), as an index block to pass to `IndexConfig.server(..., like=)`;
+    InvalidConfig naming the variable."""
     values, origins, messages = _env_values({var: env[var] for var in _BOUND_VARS if var in env})
     found: list = []
     _check_index(values, found)
@@ -555,7 +561,8 @@ def server_bounds(env: Mapping[str, str]) -> IndexConfig:
     if messages:
         raise InvalidConfig("invalid index server bounds in the environment:\n" + "\n".join(messages))
     return IndexConfig(pool_size=values.get("index.poolSize", DEFAULT_INDEX_POOL_SIZE),
-                       timeout_seconds=values.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS))  # fmt: skip
+                       timeout_seconds=values.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS),
+                       read_dsn=env.get(INDEX_READ_DSN_ENV, ""))  # fmt: skip
 
 
 _BOUND_VARS = ("MEMVAULT_INDEX_POOL_SIZE", "MEMVAULT_INDEX_TIMEOUT_SECONDS")

@@ -26,6 +26,7 @@ from memvault.vault.config_schema import (
     INDEX_BACKENDS,
     INDEX_DSN_ENV,
     INDEX_NAME_RE,
+    INDEX_READ_DSN_ENV,
     LEAVES,
     LLM_PROVIDERS,
     MAX_EMBEDDING_DIM,
@@ -597,16 +598,17 @@ def _check_index(flat: dict[str, Any], problems: list[_Problem]) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= most:
             problems.append(_Problem(f"{key} must be between 1 and {most} (got {value}): it is the {fix}; "
                                      f"the default is {LEAVES[key][1]}", (key,)))  # fmt: skip
-    dsn = flat.get("index.dsn")
-    if isinstance(dsn, str) and dsn_has_password(dsn):
-        problems.append(
-            _Problem(
-                f"index.dsn carries a password, and {CONFIG_FILE} goes to git: remove it and set "
-                f"{INDEX_DSN_ENV}, or keep the password in ~/.pgpass (or a libpq service in "
-                '~/.pg_service.conf) and write "service=NAME" here',
-                ("index.dsn",),
+    for key, env in (("index.dsn", INDEX_DSN_ENV), ("index.readDsn", INDEX_READ_DSN_ENV)):
+        dsn = flat.get(key)
+        if isinstance(dsn, str) and dsn_has_password(dsn):
+            problems.append(
+                _Problem(
+                    f"{key} carries a password, and {CONFIG_FILE} goes to git: remove it and set "
+                    f"{env}, or keep the password in ~/.pgpass (or a libpq service in "
+                    '~/.pg_service.conf) and write "service=NAME" here',
+                    (key,),
+                )
             )
-        )
 
 
 def _problems(data: object) -> tuple[list[_Problem], dict[str, Any]]:

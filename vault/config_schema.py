@@ -188,6 +188,7 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "index.backend": (str, "postgres"),
         "index.name": (str, "team-notes"),
         "index.dsn": (str, "service=memvault"),
+        "index.readDsn": (str, "service=memvault-standby"),
         "index.poolSize": (int, DEFAULT_INDEX_POOL_SIZE),
         "index.timeoutSeconds": (int, DEFAULT_INDEX_TIMEOUT_SECONDS),
     }
@@ -214,4 +215,6 @@ _ENV_INT_RE = re.compile(r"[0-9]{1,10}")
 INDEX_BACKENDS = ("local", "postgres")
 #: the connection string the postgres backend reads (the entry point passes it down)
 INDEX_DSN_ENV = "MEMVAULT_INDEX_DSN"
+#: a hot standby's connection string that reads go to (backend/postgres/replica.py)
+INDEX_READ_DSN_ENV = "MEMVAULT_INDEX_READ_DSN"
 INDEX_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")

@@ -24,7 +24,9 @@ def open_backend(index, *, create: bool = True):
     `create`: make the vault's partition and role when missing (the owner's open); without it a
     vault the server does not hold is an IndexUnavailable."""
     if index.backend == "postgres":
-        return PostgresBackend(index.dsn, index.name, create=create, bounds=ServerBounds.of(index))
+        # an owner's reads decide its writes: only a backend that never writes reads a standby
+        read_dsn = "" if create else getattr(index, "read_dsn", "")
+        return PostgresBackend(index.dsn, index.name, create=create, bounds=ServerBounds.of(index), read_dsn=read_dsn)
     raise ValueError(f"index backend {index.backend!r} has no server engine")
 
 
@@ -52,14 +54,17 @@ def open_team_server(dsn: str, vault: str, *, create: bool = False, index=None):
     index config block whose bounds (pool size, timeout) the process's pool for `dsn` takes."""
     if index is not None:
         shared_pool(dsn, ServerBounds.of(index))
-    return TeamServer(dsn, vault, create=create)
+    read_dsn = "" if create or index is None else getattr(index, "read_dsn", "")
+    return TeamServer(dsn, vault, create=create, read_dsn=read_dsn)
 
 
 def open_across_reader(dsn: str, *, index=None) -> AcrossReader:
     """Reads for a search across vaults on the index server (backend/postgres/across.py): a fixed
     number of statements on one pooled connection, whatever the number of vaults. Use it as a
     context manager (it holds the connection). `index`: an index block whose bounds the pool takes."""
-    return AcrossReader(dsn, None if index is None else ServerBounds.of(index))
+    if index is None:
+        return AcrossReader(dsn)
+    return AcrossReader(dsn, ServerBounds.of(index), read_dsn=getattr(index, "read_dsn", ""))
 
 
 def across_plan(vault, vector, dim, terms) -> VaultPlan:

@@ -15,6 +15,7 @@ and a vault it hides is named in the error. Needs no vault folder: the embedding
 was built with is stored on the server.
 """
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -105,7 +106,11 @@ def search_across(
         fetched = reader.candidates(plans, query, CANDIDATE_DEPTH)
         results = [(vault.name, _recall(vault, found, vectors[vault.name], query, limit, dsn, like))
                    for vault, found in zip(serving, fetched, strict=True)]  # fmt: skip
-    return merged(query, names, results, limit)
+        replica = reader.read_degraded  # the read replica failed: the primary answered
+    found = merged(query, names, results, limit)
+    if replica is not None:
+        found = dataclasses.replace(found, degraded="; ".join(filter(None, [found.degraded, replica])))
+    return found
 
 
 def _recall(vault, found, vector: tuple, query: str, limit: int, dsn: str, like):

@@ -25,28 +25,29 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memvault.indexer.backend import check_server, open_backend, open_team_server, server_label
-from memvault.indexer.engine.bulk import BulkOutcome, as_item
 from memvault.indexer.engine.overlay import PendingRow, overlay_of, pending_record
-from memvault.indexer.journal.cursor import snapshot_store_for
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
 from memvault.indexer.results import RecallResult, RememberReceipt
 from memvault.indexer.search.recall import recall_auto, recall_tool, routed_away
 from memvault.indexer.search.recall_request import check_recall_request
 from memvault.indexer.search.supersession import kept_lifecycle
-from memvault.indexer.team.ledger import NetworkAdmission
 from memvault.vault.clock import local_day_and_time, utc_now, zone
 from memvault.vault.config import IndexConfig, server_bounds
 from memvault.vault.curated import prepare_fact
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id
-from memvault.vault.intake.admission import FAILED, AdmissionResult, prepare_turn
 from memvault.vault.layout import DAILY, VaultLayout, note_relpath_candidates
+
+if TYPE_CHECKING:
+    from memvault.vault.intake.admission import AdmissionResult
 
 #: a connected store has no vault folder: only rows on the server are read, never files
 _NO_FOLDER = Path("/nonexistent-memvault-vault")
@@ -71,7 +72,8 @@ class ConnectedStore:
         #: the server's bounds come from the environment here: a connected client has no vault config
         self.index = IndexConfig.server(name, dsn, like=server_bounds(self.env))
         self.server = open_team_server(dsn, name, index=self.index)  # connects on first use
-        self.admission = NetworkAdmission(self.server)
+        self._admission = None
+        self._admission_lock = threading.Lock()
         self._backend = None
         self._settings: dict | None = None
         self._journal = None
@@ -139,6 +141,9 @@ class ConnectedStore:
         completed_at: datetime | None = None,
     ) -> AdmissionResult:
         """As MemoryStore.persist_completed_turn: never raises for expected failures."""
+        # admission and the run ledger load here, never for a search (the remote search's start-up)
+        from memvault.vault.intake.admission import FAILED, AdmissionResult, prepare_turn
+
         try:
             settings = self.settings()
         except VaultError as exc:
@@ -149,6 +154,17 @@ class ConnectedStore:
         if answered is not None:
             return answered
         return self.admission.admit(record)
+
+    @property
+    def admission(self):
+        """The run ledger behind this store's fingerprint LRU (one per store: concurrent exact
+        retries share one request)."""
+        with self._admission_lock:
+            if self._admission is None:
+                from memvault.indexer.team.ledger import NetworkAdmission
+
+                self._admission = NetworkAdmission(self.server)
+            return self._admission
 
     def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
         """Acknowledge one fact on the server (recallable everywhere at once); the owner writes it
@@ -195,6 +211,8 @@ class ConnectedStore:
     def remember_many(self, items, *, progress=None, total: int | None = None) -> list:
         """Remember each item (text, {"text", "at"} or RememberItem), one statement each; a refused
         item is reported and nothing is sent for it. One BulkOutcome per item, in order."""
+        from memvault.indexer.engine.bulk import BulkOutcome, as_item  # bulk remember only
+
         outcomes = []
         for position, value in enumerate(items):
             try:
@@ -234,6 +252,9 @@ class ConnectedStore:
             if self.settings().get("tier") == "bujo":  # superseded memories are excluded as on the owner
                 said = "; ".join(filter(None, [result.degraded, NO_GRAPH_EXPANSION]))
                 result = dataclasses.replace(result, degraded=said)
+        replica = getattr(self.backend, "read_degraded", None)  # the read replica failed: the primary answered
+        if replica is not None:
+            result = dataclasses.replace(result, degraded="; ".join(filter(None, [result.degraded, replica])))
         return result.in_zone(tz)
 
     def search(self, query: str, limit: int = 10, mode: str = "tool") -> RecallResult:
@@ -300,6 +321,7 @@ class ConnectedStore:
         """`persistent` (the CLI, a process per call): snapshots and cursor key kept owner-only on
         this machine (`cursor_folder`), so a cursor one `memvault --remote NAME journal` printed
         works in the next call; else in this object."""
+        from memvault.indexer.journal.cursor import snapshot_store_for  # its file locks: journal pages only
         from memvault.indexer.journal.query import JournalService
 
         if self._journal is None or (persistent and not self._journal.snapshots.persistent):

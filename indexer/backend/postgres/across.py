@@ -32,6 +32,7 @@ from memvault.indexer.backend.postgres.engine import (
     lexical_statement,
     vector_statement,
 )
+from memvault.indexer.backend.postgres.replica import ReadRoute
 from memvault.vault.errors import IndexUnavailable
 
 _PARAMETER = re.compile(r"%\((\w+)\)s")
@@ -92,24 +93,38 @@ class VaultCandidates:
 class AcrossReader:
     """One connection of the process's pool for the DSN, held from `__enter__` to `__exit__`."""
 
-    def __init__(self, dsn: str, bounds=None):
+    def __init__(self, dsn: str, bounds=None, read_dsn: str = ""):
+        """`read_dsn`: a standby to read from (replica.py), the primary when it lags or fails."""
         require_psycopg()
         self.dsn = dsn
         self._session = ServerSession(dsn, prepare=_prepare_session, refusal=self._refusal, size=1, bounds=bounds)
+        self._reads = self._session
+        if read_dsn:
+            self._reads = ReadRoute(self._session, read_dsn, prepare=_prepare_session, refusal=self._refusal, size=1)
+        self._active = self._session  # the session whose connection is held: the standby's or the primary's
         self._held = None
         self._names: list[str] = []
 
     def __enter__(self) -> "AcrossReader":
-        self._held = self._session()
+        self._held = self._reads()
         self._held.__enter__()
+        if self._reads is not self._session and self._reads.last == "standby":
+            self._active = self._reads.standby
         return self
 
     def __exit__(self, *exc) -> None:
         try:
             self._held.__exit__(*exc)
         finally:
-            self._held = None
+            self._held, self._active = None, self._session
             self._session.close()
+            if self._reads is not self._session:
+                self._reads.close()
+
+    @property
+    def read_degraded(self) -> str | None:
+        """Why this search read the primary instead of the read replica (None: it did not)."""
+        return getattr(self._reads, "degraded", None)
 
     def _refusal(self, exc) -> IndexUnavailable | None:
         psycopg = require_psycopg()
@@ -129,7 +144,7 @@ class AcrossReader:
         for name in names:
             schema.check_vault_name(name)
         self._names = list(names)
-        with self._session() as conn:
+        with self._active() as conn:
             found = conn.execute(_SERVING, {"names": list(names)}).fetchall()
         return [_serving_vault(*row) for row in found]
 
@@ -145,7 +160,7 @@ class AcrossReader:
         if not pieces:
             return found
         statement = "\nUNION ALL\n".join(pieces)
-        with self._session() as conn:
+        with self._active() as conn:
             if ef_search(depth) <= _SESSION_EF_SEARCH:
                 rows = conn.execute(statement, arguments).fetchall()
             else:

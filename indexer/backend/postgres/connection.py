@@ -35,6 +35,8 @@ INSTALL_HINT = "pip install 'memvault[postgres]'"
 APPLICATION_NAME = "memvault"
 POOL_SIZE_KEY = "index.poolSize (MEMVAULT_INDEX_POOL_SIZE)"
 TIMEOUT_KEY = "index.timeoutSeconds (MEMVAULT_INDEX_TIMEOUT_SECONDS)"
+#: where the primary's DSN is set, for messages (a read replica's names its own: replica.py)
+DSN_SETTING = "MEMVAULT_INDEX_DSN"
 #: the client waits this much longer than the server's statement_timeout, so a live server's own
 #: cancellation (a clearer error, and the connection stays usable) arrives first
 _CLIENT_GRACE_SECONDS = 2
@@ -111,9 +113,10 @@ def describe_target(dsn: str) -> str:
 # --- one connection ---------------------------------------------------------------------------
 
 
-def connect(dsn: str, *, autocommit: bool = False, bounds: ServerBounds | None = None):
+def connect(dsn: str, *, autocommit: bool = False, bounds: ServerBounds | None = None, setting: str = DSN_SETTING):
     """A connection within `bounds` (statement_timeout, keepalives, tcp_user_timeout, a client-side
-    wait bound), or IndexServerUnavailable naming the host, the cause and its fix."""
+    wait bound), or IndexServerUnavailable naming the host, the cause and its fix (`setting`: where
+    the DSN is set)."""
     psycopg = require_psycopg()
     bounds = bounds or _bounds_for(dsn)
     conn = None
@@ -127,7 +130,7 @@ def connect(dsn: str, *, autocommit: bool = False, bounds: ServerBounds | None =
     except psycopg.Error as exc:
         if conn is not None:
             _close_quietly(conn)
-        raise IndexServerUnavailable(server_error_message(dsn, exc, bounds)) from None
+        raise IndexServerUnavailable(server_error_message(dsn, exc, bounds, setting)) from None
     return conn
 
 
@@ -208,9 +211,12 @@ def unreachable_message(dsn: str, exc: BaseException) -> str:
     return server_error_message(dsn, exc)
 
 
-def server_error_message(dsn: str, exc: BaseException, bounds: ServerBounds | None = None) -> str:
+def server_error_message(
+    dsn: str, exc: BaseException, bounds: ServerBounds | None = None, setting: str = DSN_SETTING
+) -> str:
     """A connection's (or a dead connection's) failure: refused slots, a wrong password, an unknown
-    database or role, a server that went silent, or unreachable; each names its fix."""
+    database or role, a server that went silent, or unreachable; each names its fix (`setting`:
+    where the DSN was given, MEMVAULT_INDEX_DSN or the read DSN's)."""
     bounds = bounds or _bounds_for(dsn)
     reason = _reason(exc)
     target = describe_target(dsn)
@@ -231,14 +237,14 @@ def server_error_message(dsn: str, exc: BaseException, bounds: ServerBounds | No
                 "it), or put a connection pooler (PgBouncer) in front of it")  # fmt: skip
     elif "password authentication failed" in lower:
         text = (f"the index server at {target} refused the password of {_named(reason, 'this role')} (wrong "
-                "password): correct it in ~/.pgpass (or the libpq service, or MEMVAULT_INDEX_DSN)")  # fmt: skip
+                f"password): correct it in ~/.pgpass (or the libpq service, or {setting})")  # fmt: skip
     elif "no password supplied" in lower:
         text = (f"the index server at {target} asks for a password and none was given: put it in ~/.pgpass "
-                "(or the libpq service, or MEMVAULT_INDEX_DSN; never in memvault.json)")  # fmt: skip
+                f"(or the libpq service, or {setting}; never in memvault.json)")  # fmt: skip
     elif "database" in lower and "does not exist" in lower:
         text = (f"database {_named(reason, '(unnamed)')} does not exist on the index server at {target}: create "
                 "it (`createdb NAME` as its owner, then `CREATE EXTENSION vector;` in it), or point dbname in "
-                "MEMVAULT_INDEX_DSN (or the libpq service) at the right one")  # fmt: skip
+                f"{setting} (or the libpq service) at the right one")  # fmt: skip
     elif "role" in lower and "does not exist" in lower:
         text = (f"role {_named(reason, '(unnamed)')} does not exist on the index server at {target}: ask its "
                 "admin to create it (CREATE ROLE … LOGIN), or connect as another user")  # fmt: skip
@@ -246,7 +252,7 @@ def server_error_message(dsn: str, exc: BaseException, bounds: ServerBounds | No
         text = (f"the index server at {target} admits no connection from here for this role and database "
                 f"({reason}): ask its admin to add a pg_hba.conf entry")  # fmt: skip
     else:
-        text = (f"the index server at {target} is unreachable ({reason}): start it, or point MEMVAULT_INDEX_DSN "
+        text = (f"the index server at {target} is unreachable ({reason}): start it, or point {setting} "
                 "(or a libpq service in ~/.pg_service.conf) at a running PostgreSQL 16+ with pgvector")  # fmt: skip
     return redact(text, dsn)
 
@@ -332,6 +338,14 @@ class _Pool:
         self.sessions = 0  # sessions that used the pool and are not closed
         self.refused_until = 0.0  # the server refused a connection for lack of slots: use those held
         self.holding = threading.local()  # .count: connections of this pool the thread holds
+        #: read routing (replica.py): the WAL position a standby must have replayed before this
+        #: process reads there (its last write's, or what it last read on this primary), kept
+        #: only once a read route uses this pool; and until when a failed standby is not tried
+        self.setting = DSN_SETTING  # where the DSN is set, for messages (a read replica's: replica.py)
+        self.track_lsn = False
+        self.required_lsn = 0
+        self.lsn_unknown = False
+        self.down_until = 0.0
 
     def take(self, session) -> tuple:
         deadline = time.monotonic() + self.bounds.timeout_seconds
@@ -353,7 +367,7 @@ class _Pool:
             if conn is not None:
                 return conn, epoch
             try:
-                return connect(self.dsn, autocommit=True, bounds=self.bounds), epoch
+                return connect(self.dsn, autocommit=True, bounds=self.bounds, setting=self.setting), epoch
             except IndexServerUnavailable as exc:
                 self.give_back(session, None, epoch)
                 if not self._refused_for_slots(exc):
@@ -392,6 +406,21 @@ class _Pool:
             self.cond.notify_all()  # waiters wait on their own session's cap, too
         if conn is not None and not keep:
             _close_quietly(conn)
+
+    def note_lsn(self, conn) -> None:
+        """After a write (or a read a standby must not go back behind): the primary's WAL position
+        now, at or past every commit this process has seen there. Only when a read route uses the
+        pool (one round trip)."""
+        if not self.track_lsn:
+            return
+        try:
+            position = lsn_value(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        except require_psycopg().Error:  # the write stands: reads stay on the primary until one notes it
+            with self.cond:
+                self.lsn_unknown = True
+            return
+        with self.cond:
+            self.required_lsn, self.lsn_unknown = max(self.required_lsn, position), False
 
     def join(self) -> None:
         with self.cond:
@@ -480,6 +509,14 @@ def _alive(conn) -> bool:
         return False
 
 
+def lsn_value(text: str | None) -> int:
+    """A WAL position (`16/B374D848`) as a number (None: 0)."""
+    if not text:
+        return 0
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
 def _reusable(conn) -> bool:
     psycopg = require_psycopg()
     return not conn.closed and not conn.broken and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -498,9 +535,13 @@ class ServerSession:
     it again next time); `refusal` turns a statement error into the caller's own VaultError (or
     None for the generic "refused a statement")."""
 
-    def __init__(self, dsn: str, *, prepare=None, refusal=None, size: int | None = None, bounds=None):
-        self.dsn = dsn
+    def __init__(
+        self, dsn: str, *, prepare=None, refusal=None, size: int | None = None, bounds=None, setting=DSN_SETTING
+    ):
+        self.dsn, self.setting = dsn, setting
         self.pool = shared_pool(dsn, bounds)
+        if setting != DSN_SETTING:
+            self.pool.setting = setting
         self.size = size or 1 << 30
         self.out = 0  # connections this session's threads hold now (under the pool's lock)
         self._prepare = prepare
@@ -509,7 +550,9 @@ class ServerSession:
         self._held = threading.local()
 
     @contextmanager
-    def __call__(self):
+    def __call__(self, *, wrote: bool = False):
+        """A connection for the `with`; `wrote`: the block writes (a read route then keeps this
+        process's reads off a standby until it has replayed the write: replica.py)."""
         psycopg = require_psycopg()
         pool = self.pool
         if not self._joined:
@@ -520,14 +563,17 @@ class ServerSession:
             with self._translated(psycopg, held):
                 self._prepared(held)
                 yield held
+            self._held.wrote = getattr(self._held, "wrote", False) or wrote  # noted once the outer call committed
             return
         conn, epoch = pool.take(self)
-        self._held.conn = conn
+        self._held.conn, self._held.wrote = conn, wrote
         pool.holding.count = getattr(pool.holding, "count", 0) + 1
         try:
             with self._translated(psycopg, conn):
                 self._prepared(conn)
                 yield conn
+                if self._held.wrote:
+                    pool.note_lsn(conn)
         finally:
             self._held.conn = None
             pool.holding.count -= 1
@@ -546,14 +592,16 @@ class ServerSession:
             yield
         except psycopg.OperationalError as exc:
             _close_quietly(conn)  # never given back: the next call reconnects
-            raise IndexServerUnavailable(server_error_message(self.dsn, exc, self.pool.bounds)) from None
+            raise IndexServerUnavailable(server_error_message(self.dsn, exc, self.pool.bounds, self.setting)) from None
         except psycopg.Error as exc:
             refused = None if self._refusal is None else self._refusal(exc)
             if refused is not None:
                 raise refused from None
             if conn.broken:
                 _close_quietly(conn)
-                raise IndexServerUnavailable(server_error_message(self.dsn, exc, self.pool.bounds)) from None
+                raise IndexServerUnavailable(
+                    server_error_message(self.dsn, exc, self.pool.bounds, self.setting)
+                ) from None
             raise IndexUnavailable(statement_error_message(self.dsn, exc)) from None
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from memvault.indexer.backend.postgres.lexical import (
     words,
 )
 from memvault.indexer.backend.postgres.postings import DELETE_ROWS, INSERT_STAGED, merge_delta, merge_if_due
+from memvault.indexer.backend.postgres.replica import ReadRoute
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, text, content_hash, context_hash, context"
@@ -73,19 +74,30 @@ _CONNECTIONS = 2
 class PostgresBackend:
     engine = "postgres"
 
-    def __init__(self, dsn: str, vault: str, *, create: bool = True, bounds: ServerBounds | None = None):
+    def __init__(
+        self, dsn: str, vault: str, *, create: bool = True, bounds: ServerBounds | None = None, read_dsn: str = ""
+    ):
+        """`read_dsn`: a standby the reads go to (replica.py), for a backend that never writes rows
+        (a connected client's): an owner reads the rows its writes are diffed against from the
+        primary."""
         require_psycopg()
         self.dsn = dsn
         self.vault = schema.check_vault_name(vault)
         self._session = ServerSession(
             dsn, prepare=_prepare_session, refusal=self._refusal, size=_CONNECTIONS, bounds=bounds
         )
+        #: where reads go: the primary, or a route to a standby that falls back to it
+        self._reads = self._session
+        if read_dsn:
+            self._reads = ReadRoute(
+                self._session, read_dsn, prepare=_prepare_session, refusal=self._refusal, size=_CONNECTIONS
+            )
         #: statements of different threads this backend runs at once
         self.concurrent_statements = min(_CONNECTIONS, self._session.pool.bounds.pool_size)
         self._dims: dict[int, int | None] = {}
         self._with_postings: set[int] = set()
         self._create = create
-        with self._session() as conn:
+        with self._session(wrote=create) as conn:
             if create:
                 schema.ensure_schema(conn)
                 schema.ensure_vault(conn, self.vault)
@@ -100,14 +112,21 @@ class PostgresBackend:
                                     "for a new vault)")  # fmt: skip
         return None
 
+    @property
+    def read_degraded(self) -> str | None:
+        """Why the last read went to the primary instead of the read replica (None: it did not)."""
+        return getattr(self._reads, "degraded", None)
+
     def close(self) -> None:
         self._session.close()
+        if self._reads is not self._session:
+            self._reads.close()
 
     # --- generations ---------------------------------------------------------------------------
 
     def serving_generation(self) -> int | None:
         try:
-            with self._session() as conn:
+            with self._reads() as conn:
                 row = conn.execute("SELECT serving FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()
         except IndexUnavailable:
             if self._made_again():
@@ -125,7 +144,7 @@ class PostgresBackend:
         generation serves and the next write builds one, as after a lost `.index/`. True if so."""
         if not self._create:
             return False
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             if schema.tables_present(conn) and conn.execute("SELECT 1 FROM memvault_vaults WHERE name = %s",
                                                             (self.vault,)).fetchone() is not None:  # fmt: skip
                 return False
@@ -136,14 +155,14 @@ class PostgresBackend:
         return True
 
     def generations(self) -> list[int]:
-        with self._session() as conn:
+        with self._reads() as conn:
             rows = conn.execute("SELECT generation FROM memvault_generations WHERE vault = %s ORDER BY generation",
                                 (self.vault,)).fetchall()  # fmt: skip
         return [row[0] for row in rows]
 
     def create_generation(self, embedding: dict | None) -> int:
         dim = None if embedding is None else int(embedding["dim"])
-        with self._session() as conn, conn.transaction():
+        with self._session(wrote=True) as conn, conn.transaction():
             number = conn.execute(
                 "UPDATE memvault_vaults SET next_generation = next_generation + 1 WHERE name = %s "
                 "RETURNING next_generation - 1", (self.vault,)).fetchone()[0]  # fmt: skip
@@ -160,7 +179,7 @@ class PostgresBackend:
         """Build the leaf's vector index (before the switch: readers never wait on it), then move
         the pointer in one transaction and drop generations older than the previous one."""
         dim = self._dim(generation)
-        with self._session() as conn, index_builds(conn):  # minutes on a large vault: no statement bound
+        with self._session(wrote=True) as conn, index_builds(conn):  # minutes on a large vault: no statement bound
             schema.ensure_postings_indexes(conn, self.vault, generation)
             with conn.transaction():  # the load's delta sealed into blocks once (lexical.py)
                 merge_delta(conn, self._lexical_leaves(generation)[0], self.vault, generation)
@@ -181,7 +200,7 @@ class PostgresBackend:
                     schema.drop_leaf(conn, self.vault, number)
 
     def drop_generation(self, generation: int) -> None:
-        with self._session() as conn, conn.transaction():
+        with self._session(wrote=True) as conn, conn.transaction():
             serving = conn.execute("SELECT serving FROM memvault_vaults WHERE name = %s FOR UPDATE",
                                    (self.vault,)).fetchone()[0]  # fmt: skip
             if serving == generation:
@@ -198,7 +217,7 @@ class PostgresBackend:
         return [n for n in numbers if n not in keep]
 
     def generation_embedding(self, generation: int) -> dict | None:
-        with self._session() as conn:
+        with self._reads() as conn:
             row = conn.execute("SELECT embedding FROM memvault_generations WHERE vault = %s AND generation = %s",
                                (self.vault, generation)).fetchone()  # fmt: skip
         if row is None:
@@ -211,7 +230,7 @@ class PostgresBackend:
         """(the serving generation or None, the SHA-256 of its replay projection or None) in one
         round trip: a reader learns whether the projection changed without fetching it."""
         try:
-            with self._session() as conn:
+            with self._reads() as conn:
                 row = conn.execute("SELECT v.serving, g.replay_sha256, g.generation IS NOT NULL FROM memvault_vaults v "
                                    "LEFT JOIN memvault_generations g ON g.vault = v.name AND g.generation = v.serving "
                                    "WHERE v.name = %s",
@@ -246,7 +265,7 @@ class PostgresBackend:
     def set_replay_projection(self, generation: int, data: bytes | None) -> None:
         """Make the generation hold exactly `data` (None: no projection), in one statement."""
         digest = None if data is None else hashlib.sha256(data).hexdigest()
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             found = conn.execute(
                 "UPDATE memvault_generations SET replay = %s, replay_sha256 = %s WHERE vault = %s "
                 "AND generation = %s RETURNING 1",
@@ -256,7 +275,7 @@ class PostgresBackend:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
 
     def _replay(self, generation: int, column: str):
-        with self._session() as conn:
+        with self._reads() as conn:
             row = conn.execute(f"SELECT {column} FROM memvault_generations WHERE vault = %s AND generation = %s",
                                (self.vault, generation)).fetchone()  # fmt: skip
         if row is None:
@@ -269,7 +288,7 @@ class PostgresBackend:
         if generation in self._with_postings:
             return
         leaf = schema.leaf_table(self.vault, generation, "memvault_postings")
-        with self._session() as conn:
+        with self._reads() as conn:
             found = conn.execute("SELECT to_regclass(%s)", (f'"{leaf}"',)).fetchone()[0]
         if found is None:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} on the index server was built "
@@ -290,7 +309,7 @@ class PostgresBackend:
         postings, terms = self._lexical_leaves(generation)
         leaves = {"postings": postings, "terms": terms, "rows": _quoted(schema.leaf_table(self.vault, generation))}
         where = {"vault": self.vault, "generation": generation}
-        with self._session() as conn, conn.transaction():
+        with self._session(wrote=True) as conn, conn.transaction():
             # one writer of a generation's lexical index at a time (term ids, doc numbers); readers pass
             conn.execute(f"LOCK TABLE {terms} IN SHARE ROW EXCLUSIVE MODE")
             gone_rows = gone_text = gone_ctx = gone_cjk = 0
@@ -404,7 +423,7 @@ class PostgresBackend:
     # --- reads ---------------------------------------------------------------------------------
 
     def _rows(self, where: str, params: tuple) -> list[StoredRow]:
-        with self._session() as conn:
+        with self._reads() as conn:
             found = conn.execute(f"SELECT {_ROW_COLUMNS} FROM memvault_rows WHERE vault = %s AND generation = %s "
                                  f"AND {where}", (self.vault, *params)).fetchall()  # fmt: skip
         return [_stored_row(row) for row in found]
@@ -416,7 +435,7 @@ class PostgresBackend:
         no rows, as through the parent."""
         psycopg = require_psycopg()
         leaf = _quoted(schema.leaf_table(self.vault, generation))
-        with self._session() as conn:
+        with self._reads() as conn:
             try:
                 # the vault and generation too: the leaf's indexes lead with them (before
                 # PostgreSQL 18 and its skip scans, an index is not searched without them)
@@ -442,7 +461,7 @@ class PostgresBackend:
         return self._leaf_rows(generation, "content_hash = ANY(%s) AND kind = %s", (hashes, kind))
 
     def content_hash_keys(self, generation: int) -> dict[str, str]:
-        with self._session() as conn:
+        with self._reads() as conn:
             found = conn.execute(
                 "SELECT content_hash, min(key) FROM memvault_rows WHERE vault = %s AND generation = %s "
                 "AND kind = 'curated' GROUP BY content_hash",
@@ -460,7 +479,7 @@ class PostgresBackend:
         return sorted(self._rows("true", (generation,)), key=lambda row: row.key)
 
     def file_states(self, generation: int) -> dict:
-        with self._session() as conn:
+        with self._reads() as conn:
             found = conn.execute("SELECT path, state FROM memvault_files WHERE vault = %s AND generation = %s",
                                  (self.vault, generation)).fetchall()  # fmt: skip
         return {path: state for path, state in found}
@@ -482,7 +501,7 @@ class PostgresBackend:
         if statement is None:
             return [], {}
         self._require_postings(generation)
-        with self._session() as conn:
+        with self._reads() as conn:
             found_rows = conn.execute(*statement).fetchall()
         if not with_rows:
             return sorted(((key, float(score)) for key, score in found_rows), key=lambda hit: (-hit[1], hit[0])), {}
@@ -498,7 +517,7 @@ class PostgresBackend:
         terms = sorted(set(terms))
         column = "df_cjk" if field == "cjk" else "df_text"
         self._require_postings(generation)
-        with self._session() as conn:
+        with self._reads() as conn:
             found = conn.execute(
                 f"SELECT g.rows, t.lexeme, t.{column} FROM memvault_generations g LEFT JOIN memvault_terms t "
                 "ON t.vault = g.vault AND t.generation = g.generation AND t.lexeme = ANY(%s) "
@@ -514,7 +533,7 @@ class PostgresBackend:
             return []
         sql, arguments = vector_statement(self.vault, generation, dim, vector, depth)
         ef = ef_search(depth)
-        with self._session() as conn:
+        with self._reads() as conn:
             if ef <= _SESSION_EF_SEARCH:
                 rows = conn.execute(sql, arguments).fetchall()
             else:
@@ -524,7 +543,7 @@ class PostgresBackend:
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
     def counts(self, generation: int) -> BackendCounts:
-        with self._session() as conn:
+        with self._reads() as conn:
             kinds = conn.execute("SELECT kind, count(*) FROM memvault_rows WHERE vault = %s AND generation = %s "
                                  "GROUP BY kind", (self.vault, generation)).fetchall()  # fmt: skip
             paths = conn.execute("SELECT path, count(*) FROM memvault_rows WHERE vault = %s AND generation = %s "
@@ -542,14 +561,14 @@ class PostgresBackend:
         """Curated rows of a generation with vectors that hold none (strict health names them)."""
         if self._dim(generation) is None:
             return []
-        with self._session() as conn:
+        with self._reads() as conn:
             found = conn.execute("SELECT key FROM memvault_rows WHERE vault = %s AND generation = %s "
                                  "AND kind = 'curated' AND embedding IS NULL ORDER BY key",
                                  (self.vault, generation)).fetchall()  # fmt: skip
         return [key for (key,) in found]
 
     def stamp(self) -> object:
-        with self._session() as conn:
+        with self._reads() as conn:
             return conn.execute("SELECT serving, stamp FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()
 
 

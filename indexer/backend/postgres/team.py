@@ -42,6 +42,7 @@ from datetime import datetime
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, connect, require_psycopg, unreachable_message
+from memvault.indexer.backend.postgres.replica import ReadRoute
 from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
 
 WRITER_ROLE_PREFIX = "memvault_write_"
@@ -205,15 +206,19 @@ class TeamServer:
     """One vault's team rows, over one connection used under a lock; a dropped connection is
     replaced on the next call (the call that met it fails with IndexServerUnavailable)."""
 
-    def __init__(self, dsn: str, vault: str, *, create: bool = False):
+    def __init__(self, dsn: str, vault: str, *, create: bool = False, read_dsn: str = ""):
+        """`read_dsn`: a standby the facts waiting for the owner are read from (replica.py), as the
+        rows they are recalled beside (a fact the owner forgot because the rows hold it is then
+        never missing from both)."""
         require_psycopg()
         self.dsn = dsn
         self.vault = schema.check_vault_name(vault)
         self._session = ServerSession(dsn, refusal=self._refusal)
+        self._reads = ReadRoute(self._session, read_dsn, refusal=self._refusal) if read_dsn else self._session
         self._client_cursor = None  # (connection, its cursor): admission's and remember's statements
         self._ringer = None  # the Ringer, from the first write that met a sleeping owner
         if create:
-            with self._session() as conn:
+            with self._session(wrote=True) as conn:
                 schema.ensure_schema(conn)
                 schema.ensure_vault(conn, self.vault)
                 ensure_team_schema(conn)
@@ -234,6 +239,8 @@ class TeamServer:
         if self._ringer is not None:
             self._ringer.close()  # a ring still to send goes first (a CLI admit exits right after)
         self._session.close()
+        if self._reads is not self._session:
+            self._reads.close()
 
     # --- clients ---------------------------------------------------------------------------------
 
@@ -244,7 +251,7 @@ class TeamServer:
     def admit(self, run_hash: str, payload_sha256: str, record: bytes) -> tuple[bool, str, bool]:
         """(inserted, the payload digest the ledger holds, projected by the owner): one statement,
         and a NOTIFY after it only when a new turn met a sleeping owner."""
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             row = self._cursor(conn).execute(ADMIT_SQL, (self.vault, run_hash, payload_sha256, record, self.vault),
                                              prepare=True).fetchone()  # fmt: skip
         if row[0] and row[3]:
@@ -256,7 +263,7 @@ class TeamServer:
     ) -> tuple[bool, str, str, str]:
         """(inserted, id, note path, fact) of the fact this content hash holds: one statement
         (and a ring when it met a sleeping owner)."""
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             row = self._cursor(conn).execute(_REMEMBER_SQL, (self.vault, content_hash, block_id, fact, at, relpath,
                                                              self.vault), prepare=True).fetchone()  # fmt: skip
         if row[0] and row[4]:
@@ -287,7 +294,7 @@ class TeamServer:
 
     def waiting_facts(self) -> list[tuple[str, str, str, datetime, str, bool]]:
         """(content hash, id, fact, at, note path, projected) of every fact not yet seen in the rows."""
-        with self._session() as conn:
+        with self._reads() as conn:
             return conn.execute("SELECT content_hash, id, fact, at, relpath, projected_at IS NOT NULL "
                                 "FROM memvault_team_facts WHERE vault = %s "
                                 "ORDER BY acknowledged_at, content_hash", (self.vault,)).fetchall()  # fmt: skip
@@ -335,7 +342,7 @@ class TeamServer:
     def record_build_settings(self, settings: dict) -> None:
         """What a build of the vault's index read its files with (the tables' owner only: a
         rebuild, on any machine): clients read them until an owner registers its own."""
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             conn.execute("INSERT INTO memvault_team_settings (vault, settings) VALUES (%s, %s) ON CONFLICT (vault) "
                          "DO UPDATE SET settings = EXCLUDED.settings, built_at = now()",
                          (self.vault, json.dumps(settings)))  # fmt: skip
@@ -362,7 +369,7 @@ class TeamServer:
         (SQL written by hand, or a newer memvault's format) is set aside with its reason until the
         owner's next start (`register_owner`), so that a batch of them never holds up the turns
         behind it. The number marked."""
-        with self._session() as conn, conn.transaction():
+        with self._session(wrote=True) as conn, conn.transaction():
             rows = conn.execute("SELECT run_hash, record FROM memvault_team_turns "
                                 "WHERE vault = %s AND projected_at IS NULL "
                                 "ORDER BY admitted_at, run_hash LIMIT %s FOR UPDATE SKIP LOCKED",
@@ -384,13 +391,13 @@ class TeamServer:
 
     def set_sleeping(self, sleeping: bool) -> None:
         """The owner's doorbell flag: raised while it waits on the vault's channel, lowered once busy."""
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             conn.execute("UPDATE memvault_team_owners SET sleeping = %s WHERE vault = %s AND sleeping <> %s",
                          (sleeping, self.vault, sleeping))  # fmt: skip
 
     def mark_facts(self, content_hashes: list[str], *, forget: list[str]) -> None:
         """Facts written into their note (`content_hashes`), and facts the rows now hold (`forget`)."""
-        with self._session() as conn, conn.transaction():
+        with self._session(wrote=True) as conn, conn.transaction():
             if content_hashes:
                 conn.execute("UPDATE memvault_team_facts SET projected_at = now() "
                              "WHERE vault = %s AND content_hash = ANY(%s) AND projected_at IS NULL",
@@ -402,7 +409,7 @@ class TeamServer:
     def register_owner(self, host: str, pid: int, settings: dict) -> None:
         """The owner's registration at its start; turns an earlier owner set aside wait again, so
         that a record only a newer memvault reads is projected once this owner runs that version."""
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             conn.execute("UPDATE memvault_team_turns SET projected_at = NULL, refused = NULL "
                          "WHERE vault = %s AND refused IS NOT NULL", (self.vault,))  # fmt: skip
             conn.execute("INSERT INTO memvault_team_owners (vault, host, pid, settings) VALUES (%s, %s, %s, %s) "
@@ -411,7 +418,7 @@ class TeamServer:
                          (self.vault, host, pid, json.dumps(settings)))  # fmt: skip
 
     def update_settings(self, settings: dict) -> None:
-        with self._session() as conn:
+        with self._session(wrote=True) as conn:
             conn.execute(
                 "UPDATE memvault_team_owners SET settings = %s WHERE vault = %s", (json.dumps(settings), self.vault)
             )

@@ -1,0 +1,121 @@
+"""Reads from a standby: `index.readDsn` (MEMVAULT_INDEX_READ_DSN) names a hot standby (or a libpq
+multi-host DSN with `target_session_attrs=prefer-standby`) that a connected client's recall and
+journal and `search --across` read from, while every write goes to the primary.
+
+Read-your-writes: the process notes the primary's WAL position (`pg_current_wal_lsn()`) after each
+of its writes, and after each read that went to the primary. A read goes to the standby only once
+the standby has replayed that position (`pg_last_wal_replay_lsn()`, asked only while a position is
+newer than the last one the standby confirmed); until then it goes to the primary, at once, rather
+than wait. So a process reads what it wrote, and never goes back behind what it read. A read DSN
+that reaches a primary (not in recovery) is read as up to date.
+
+A standby that cannot be reached, or refuses the connection, is left alone for
+`RETRY_STANDBY_AFTER_SECONDS` and its reads go to the primary; the first says so in the log and in
+`degraded`, naming the read DSN and the fix. Nothing the primary can answer fails for the standby.
+"""
+
+import logging
+import time
+from contextlib import ExitStack, contextmanager
+
+from memvault.indexer.backend.base import IndexServerUnavailable
+from memvault.indexer.backend.postgres.connection import ServerSession, lsn_value, require_psycopg
+
+READ_DSN_SETTING = "MEMVAULT_INDEX_READ_DSN (index.readDsn)"
+#: a standby that failed is not tried again for this long (a host that drops packets costs the
+#: connect timeout each try)
+RETRY_STANDBY_AFTER_SECONDS = 10.0
+_STANDBY_STATE = "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text"
+
+log = logging.getLogger("memvault.index")
+
+
+class ReadRoute:
+    """A session's reads: on the standby of `read_dsn` when it holds what this process wrote and
+    read, else on `primary` (a ServerSession). Used as `with route() as conn:`, like a session;
+    a call nested in one of the primary's own (a transaction) stays on the primary."""
+
+    def __init__(self, primary: ServerSession, read_dsn: str, *, prepare=None, refusal=None, size=None):
+        self.primary = primary
+        self.standby = ServerSession(read_dsn, prepare=prepare, refusal=refusal, size=size,
+                                     bounds=primary.pool.bounds, setting=READ_DSN_SETTING)  # fmt: skip
+        primary.pool.track_lsn = True
+        #: where the last read went: "standby" or "primary"
+        self.last = "primary"
+        self._fallback = False  # the last read went to the primary because the standby failed
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the last read went to the primary instead of the standby (None: it did not)."""
+        return getattr(self.standby.pool, "down_reason", None) if self._fallback else None
+
+    @contextmanager
+    def __call__(self):
+        with ExitStack() as stack:
+            conn = self._on_standby(stack)
+            if conn is not None:
+                self.last = "standby"
+                try:
+                    yield conn
+                except IndexServerUnavailable as exc:  # it went away during the read: the next reads go to the primary
+                    self._fell_back(str(exc))
+                    raise
+                return
+            self.last = "primary"
+            conn = stack.enter_context(self.primary())
+            yield conn
+            self.primary.pool.note_lsn(conn)  # what this read saw: a standby read must not go back behind it
+
+    def close(self) -> None:
+        self.standby.close()
+
+    def _on_standby(self, stack: ExitStack):
+        """A standby connection that holds what this process wrote and read, entered on `stack`;
+        None to read the primary."""
+        if getattr(self.primary._held, "conn", None) is not None:
+            return None  # inside the primary's own call: its transaction, its snapshot
+        self._fallback = time.monotonic() < self.standby.pool.down_until
+        if self._fallback:
+            return None
+        inner = ExitStack()
+        try:
+            conn = inner.enter_context(self.standby())
+        except IndexServerUnavailable as exc:
+            self._fell_back(str(exc))
+            return None
+        try:
+            fresh = self._replayed(conn)
+        except require_psycopg().Error as exc:
+            inner.close()  # a broken connection is closed when given back
+            self._fell_back(f"the read replica stopped answering ({type(exc).__name__})")
+            return None
+        if not fresh:
+            inner.close()
+            return None
+        stack.enter_context(inner)
+        return conn
+
+    def _replayed(self, conn) -> bool:
+        """The standby has replayed every commit this process wrote or read on the primary."""
+        pool, standby = self.primary.pool, self.standby.pool
+        with pool.cond:
+            required, unknown = pool.required_lsn, pool.lsn_unknown
+        if unknown:
+            return False
+        if required <= getattr(standby, "confirmed_lsn", 0):
+            return True
+        recovering, replayed = conn.execute(_STANDBY_STATE).fetchone()
+        if not recovering:  # the read DSN reaches a primary (a failover, or on purpose): up to date
+            return True
+        position = lsn_value(replayed)
+        standby.confirmed_lsn = max(getattr(standby, "confirmed_lsn", 0), position)
+        return position >= required
+
+    def _fell_back(self, reason: str) -> None:
+        standby = self.standby.pool
+        said = (f"reads went to the primary: the read replica failed ({reason}); fix or unset "
+                f"{READ_DSN_SETTING}, the standby is tried again in {RETRY_STANDBY_AFTER_SECONDS:g} s")  # fmt: skip
+        if said != getattr(standby, "down_reason", None):
+            log.warning("memvault: %s", said)
+        standby.down_until, standby.down_reason = time.monotonic() + RETRY_STANDBY_AFTER_SECONDS, said
+        self._fallback = True
