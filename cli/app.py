@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from memvault.cli.errors import ErrorTranslatingGroup
+from memvault.cli.remote_store import REMOTE_FORMS, SHARED_COMMANDS, connected_store, refuse_local_only
 from memvault.vault.errors import VaultLocked
 
 #: command name → the modules that register it (and what it runs inside, like serve's web face)
@@ -63,13 +64,13 @@ class CommandGroup(SuggestingGroup):
         return sorted(set(COMMAND_MODULES) | set(self.commands))
 
     def get_command(self, ctx: click.Context, name: str):
-        if ctx.params.get("remote") and name in COMMAND_MODULES:  # a vault reached by name: cli/remote_commands.py
-            from memvault.cli import remote_commands
+        if ctx.params.get("remote") and name in COMMAND_MODULES:  # a vault reached by name
+            if name in REMOTE_FORMS:  # their own forms; the shared commands never load that module
+                from memvault.cli.remote_commands import REMOTE_FORM_COMMANDS
 
-            if name in remote_commands.REMOTE_FORM_COMMANDS:
-                return remote_commands.REMOTE_FORM_COMMANDS[name]
-            if name not in remote_commands.SHARED_COMMANDS:
-                remote_commands.refuse_local_only(name, ctx)
+                return REMOTE_FORM_COMMANDS[name]
+            if name not in SHARED_COMMANDS:
+                refuse_local_only(name, ctx)
         for module in COMMAND_MODULES.get(name, ()):
             importlib.import_module(module)
         return self.commands.get(name)
@@ -107,8 +108,6 @@ def open_store(ctx: click.Context, *, sync: bool = True, engine: bool = False):
     imports nothing heavy, so the everyday commands answer fast while `serve`/`watch` run.
     With `--remote NAME`, the ConnectedStore of that vault on the index server."""
     if ctx.obj.get("remote"):
-        from memvault.cli.remote_commands import connected_store
-
         return connected_store(ctx)
     if engine:
         remote = owner_store(ctx)

@@ -1,9 +1,9 @@
 """`memvault --remote NAME <command>`: a vault on the index server, from a machine without its files.
 
 search, journal, remember and health are the local commands themselves (`open_store` returns a
-ConnectedStore, with the same API); admit, inspect, engine status and mcp have their remote
-forms here, with the same output shapes. Every other command needs the vault's folder and says so.
-The connection comes from MEMVAULT_INDEX_DSN, else libpq's own service and password files.
+ConnectedStore, with the same API: cli/remote_store.py, which they load instead of this module);
+admit, inspect, engine status and mcp have their remote forms here, with the same output shapes.
+Every other command needs the vault's folder and says so.
 """
 
 import dataclasses
@@ -13,33 +13,11 @@ import sys
 import click
 
 from memvault.cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
+from memvault.cli.remote_store import connected_store
 from memvault.indexer.team.ledger import CLAIMED
 from memvault.vault.errors import VaultError
 from memvault.vault.intake.admission import AdmissionResult
 from memvault.vault.intake.turn_json import MAX_TURN_JSON_BYTES, TurnJsonError, parse_turn_json
-
-#: the commands that run as they are against a vault reached by name (`REMOTE_FORM_COMMANDS` have
-#: forms of their own; the rest need its files)
-SHARED_COMMANDS = ("search", "journal", "remember", "health")
-
-
-def connected_store(ctx: click.Context, *, probe: bool = True):
-    """The ConnectedStore of `--remote NAME`; `probe`: reach the server now (a clear error naming
-    the host when it is unreachable) rather than at the first call."""
-    from memvault.indexer.engine.connected import ConnectedStore
-
-    if not probe:
-        return ConnectedStore(ctx.obj["remote"], os.environ.get("MEMVAULT_INDEX_DSN", ""), env=dict(os.environ))
-    return ConnectedStore.connect(ctx.obj["remote"], env=dict(os.environ))
-
-
-def refuse_local_only(name: str, ctx: click.Context) -> None:
-    raise click.UsageError(
-        f"`{name}` needs the vault's folder; with --remote only search, journal, admit, remember, "
-        "inspect, health, engine status and mcp work. Run it on the vault's home machine.",
-        ctx,
-    )
-
 
 #: how long `admit --wait` waits for the owner to project the turn (as a local `admit --wait`)
 ADMIT_WAIT_SECONDS = 10.0

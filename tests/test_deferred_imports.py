@@ -96,11 +96,15 @@ def with_packages(name: str, modules: dict[str, Path]) -> list[str]:
 
 
 #: what each start-up path runs before its work: `memvault --help` (it loads every command module
-#: to list the commands) and the thin client (every command through a running owner uses it)
+#: to list the commands), the thin client (every command through a running owner uses it) and
+#: the connected store (every `memvault --remote NAME` command uses it)
 STARTUPS = {
     "--help": "from click.testing import CliRunner; from memvault.cli.main import cli; "
     "assert CliRunner().invoke(cli, ['--help']).exit_code == 0",
     "the thin client": "import memvault.indexer.engine.remote",
+    # `memvault --remote NAME search` (tests/test_remote_search_light.py runs it): admission, the
+    # run ledger, bulk remember and the journal's cursor files load in the calls that need them
+    "the remote search": "import memvault.cli.remote_store, memvault.indexer.engine.connected",
 }
 
 
