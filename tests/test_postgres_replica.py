@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from memvault import MemoryStore
+from memvault.indexer.backend.postgres import connection
 from memvault.indexer.engine.across import search_across
 from memvault.vault.config import default_config_data, render_config, server_bounds
 from memvault.vault.init import init_vault
@@ -35,6 +36,7 @@ NOTE = (
 READER = """
 import datetime, json, os, sys
 from memvault import MemoryStore
+from memvault.indexer.backend.postgres import connection
 from memvault.indexer.engine.across import search_across
 from memvault.vault.config import server_bounds
 env = dict(os.environ)
@@ -241,3 +243,25 @@ def test_a_standby_that_is_down_leaves_the_reads_to_the_primary(servers):
             assert "unreachable" in other["degraded"]
         finally:
             standby.start()
+
+
+def test_a_read_the_standby_fails_runs_again_on_the_primary(servers):
+    """A read DSN whose server answers the connection but fails the read (here: a database without
+    the vault's tables) costs no error: the read runs again on the primary, and says so."""
+    primary, _, _, _ = servers
+    elsewhere = primary.rsplit("dbname=", 1)[0] + "dbname=postgres"
+    with MemoryStore.connect(NAME, env=env_of(primary, elsewhere)) as agent:
+        result = agent.recall("who rotates the on-call pager?")
+        assert "Priya rotates the on-call pager every Tuesday." in [hit.text for hit in result.hits]
+        assert "MEMVAULT_INDEX_READ_DSN" in result.degraded and agent.backend._reads.last == "primary"
+    env = env_of(primary, elsewhere)
+    connection_pools_forgotten()
+    across = search_across([NAME], "where are the deploy keys?", dsn=primary, like=server_bounds(env))
+    assert "The deploy keys live in the ops password vault." in [found.hit.text for found in across.hits]
+    assert "MEMVAULT_INDEX_READ_DSN" in across.degraded
+
+
+def connection_pools_forgotten() -> None:
+    """A fresh start for the standby pools' state (the process's pools outlive a store)."""
+    for pool in connection._POOLS.values():
+        pool.down_until, pool.down_reason = 0.0, None

@@ -19,7 +19,7 @@ Before this, a search across ten vaults ran each vault's recall on a backend of 
 import re
 from dataclasses import dataclass, field
 
-from memvault.indexer.backend.base import StoredRow
+from memvault.indexer.backend.base import IndexServerUnavailable, StoredRow
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, require_psycopg
 from memvault.indexer.backend.postgres.engine import (
@@ -144,9 +144,25 @@ class AcrossReader:
         for name in names:
             schema.check_vault_name(name)
         self._names = list(names)
-        with self._active() as conn:
-            found = conn.execute(_SERVING, {"names": list(names)}).fetchall()
+        found = self._fetch(lambda conn: conn.execute(_SERVING, {"names": list(names)}).fetchall())
         return [_serving_vault(*row) for row in found]
+
+    def _fetch(self, run):
+        """`run(conn)` on the held connection; when that is the standby's and it fails, the
+        standby is left alone and `run` runs again on the primary (reads: twice changes nothing)."""
+        try:
+            with self._active() as conn:
+                return run(conn)
+        except (IndexServerUnavailable, IndexUnavailable) as exc:
+            if self._active is self._session:
+                raise
+            self._reads._fell_back(str(exc))
+            held, self._held = self._held, None
+            held.__exit__(None, None, None)  # the standby's connection back (closed when broken)
+            self._held, self._active = self._reads(), self._session
+            self._held.__enter__()
+        with self._active() as conn:
+            return run(conn)
 
     def candidates(self, plans: list[VaultPlan], query: str, depth: int, kinds=("curated",)) -> list[VaultCandidates]:
         """Every vault's lexical and vector lists with their rows, its term statistics and its
@@ -160,13 +176,15 @@ class AcrossReader:
         if not pieces:
             return found
         statement = "\nUNION ALL\n".join(pieces)
-        with self._active() as conn:
+
+        def run(conn):
             if ef_search(depth) <= _SESSION_EF_SEARCH:
-                rows = conn.execute(statement, arguments).fetchall()
-            else:
-                with conn.transaction():
-                    conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search(depth)}")
-                    rows = conn.execute(statement, arguments).fetchall()
+                return conn.execute(statement, arguments).fetchall()
+            with conn.transaction():
+                conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search(depth)}")
+                return conn.execute(statement, arguments).fetchall()
+
+        rows = self._fetch(run)
         for row in rows:
             _take(found[row[0]], row)
         for candidates in found:

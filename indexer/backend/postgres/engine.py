@@ -25,7 +25,7 @@ from memvault.indexer.backend.postgres.lexical import (
     words,
 )
 from memvault.indexer.backend.postgres.postings import DELETE_ROWS, INSERT_STAGED, merge_delta, merge_if_due
-from memvault.indexer.backend.postgres.replica import ReadRoute
+from memvault.indexer.backend.postgres.replica import ReadRoute, read_retried
 from memvault.vault.errors import IndexUnavailable
 
 _ROW_COLUMNS = "key, id, path, kind, day, at, text, content_hash, context_hash, context"
@@ -124,6 +124,7 @@ class PostgresBackend:
 
     # --- generations ---------------------------------------------------------------------------
 
+    @read_retried
     def serving_generation(self) -> int | None:
         try:
             with self._reads() as conn:
@@ -154,6 +155,7 @@ class PostgresBackend:
         self._with_postings.clear()
         return True
 
+    @read_retried
     def generations(self) -> list[int]:
         with self._reads() as conn:
             rows = conn.execute("SELECT generation FROM memvault_generations WHERE vault = %s ORDER BY generation",
@@ -216,6 +218,7 @@ class PostgresBackend:
         keep = {serving, max(older, default=None)}
         return [n for n in numbers if n not in keep]
 
+    @read_retried
     def generation_embedding(self, generation: int) -> dict | None:
         with self._reads() as conn:
             row = conn.execute("SELECT embedding FROM memvault_generations WHERE vault = %s AND generation = %s",
@@ -226,6 +229,7 @@ class PostgresBackend:
 
     # --- the replay projection (BuJo) ----------------------------------------------------------
 
+    @read_retried
     def serving_replay(self) -> tuple[int | None, str | None]:
         """(the serving generation or None, the SHA-256 of its replay projection or None) in one
         round trip: a reader learns whether the projection changed without fetching it."""
@@ -274,6 +278,7 @@ class PostgresBackend:
         if found is None:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
 
+    @read_retried
     def _replay(self, generation: int, column: str):
         with self._reads() as conn:
             row = conn.execute(f"SELECT {column} FROM memvault_generations WHERE vault = %s AND generation = %s",
@@ -282,6 +287,7 @@ class PostgresBackend:
             raise IndexUnavailable(f"generation {generation} of vault {self.vault!r} is gone: run `memvault rebuild`")
         return row[0]
 
+    @read_retried
     def _require_postings(self, generation: int) -> None:
         """A generation built by a memvault before the postings table (schema 1) has none: its
         lexical list cannot be computed, and a rebuild makes one that has."""
@@ -422,12 +428,14 @@ class PostgresBackend:
 
     # --- reads ---------------------------------------------------------------------------------
 
+    @read_retried
     def _rows(self, where: str, params: tuple) -> list[StoredRow]:
         with self._reads() as conn:
             found = conn.execute(f"SELECT {_ROW_COLUMNS} FROM memvault_rows WHERE vault = %s AND generation = %s "
                                  f"AND {where}", (self.vault, *params)).fetchall()  # fmt: skip
         return [_stored_row(row) for row in found]
 
+    @read_retried
     def _leaf_rows(self, generation: int, where: str, params: tuple) -> list[StoredRow]:
         """Rows of a generation read from its leaf by name, as the lexical and vector lists read
         theirs: through the parent, pruning the partitions at run time cost a third of recall's
@@ -460,6 +468,7 @@ class PostgresBackend:
             return []
         return self._leaf_rows(generation, "content_hash = ANY(%s) AND kind = %s", (hashes, kind))
 
+    @read_retried
     def content_hash_keys(self, generation: int) -> dict[str, str]:
         with self._reads() as conn:
             found = conn.execute(
@@ -478,6 +487,7 @@ class PostgresBackend:
     def all_rows(self, generation: int) -> list[StoredRow]:
         return sorted(self._rows("true", (generation,)), key=lambda row: row.key)
 
+    @read_retried
     def file_states(self, generation: int) -> dict:
         with self._reads() as conn:
             found = conn.execute("SELECT path, state FROM memvault_files WHERE vault = %s AND generation = %s",
@@ -496,6 +506,7 @@ class PostgresBackend:
         snapshot: recall reads both (a round trip and a statement's planning less per recall)."""
         return self._lexical(generation, query, depth, kinds, with_rows=True)
 
+    @read_retried
     def _lexical(self, generation: int, query: str, depth: int, kinds: Sequence[str], *, with_rows: bool):
         statement = lexical_statement(self.vault, generation, query, depth, kinds, with_rows=with_rows)
         if statement is None:
@@ -509,6 +520,7 @@ class PostgresBackend:
         hits = sorted(((values[1], float(values[0])) for values in found_rows), key=lambda hit: (-hit[1], hit[0]))
         return hits, rows
 
+    @read_retried
     def term_frequencies(
         self, generation: int, terms: Iterable[str], field: str = "text"
     ) -> tuple[int, dict[str, int]]:
@@ -527,6 +539,7 @@ class PostgresBackend:
         counts.update({lexeme: df for _, lexeme, df in found if lexeme is not None})
         return total, counts
 
+    @read_retried
     def vector_candidates(self, generation: int, vector: Sequence[float], depth: int) -> list[tuple[str, float]]:
         dim = self._dim(generation)
         if dim is None or depth <= 0:
@@ -542,6 +555,7 @@ class PostgresBackend:
                     rows = conn.execute(sql, arguments).fetchall()
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
+    @read_retried
     def counts(self, generation: int) -> BackendCounts:
         with self._reads() as conn:
             kinds = conn.execute("SELECT kind, count(*) FROM memvault_rows WHERE vault = %s AND generation = %s "
@@ -557,6 +571,7 @@ class PostgresBackend:
         without = missing if self._dim(generation) is not None else 0
         return BackendCounts(sum(by_kind.values()), by_kind, dict(paths), without)
 
+    @read_retried
     def keys_without_vector(self, generation: int) -> list[str]:
         """Curated rows of a generation with vectors that hold none (strict health names them)."""
         if self._dim(generation) is None:
@@ -567,6 +582,7 @@ class PostgresBackend:
                                  (self.vault, generation)).fetchall()  # fmt: skip
         return [key for (key,) in found]
 
+    @read_retried
     def stamp(self) -> object:
         with self._reads() as conn:
             return conn.execute("SELECT serving, stamp FROM memvault_vaults WHERE name = %s", (self.vault,)).fetchone()

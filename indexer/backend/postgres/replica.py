@@ -9,17 +9,21 @@ newer than the last one the standby confirmed); until then it goes to the primar
 than wait. So a process reads what it wrote, and never goes back behind what it read. A read DSN
 that reaches a primary (not in recovery) is read as up to date.
 
-A standby that cannot be reached, or refuses the connection, is left alone for
-`RETRY_STANDBY_AFTER_SECONDS` and its reads go to the primary; the first says so in the log and in
-`degraded`, naming the read DSN and the fix. Nothing the primary can answer fails for the standby.
+A standby that cannot be reached, or refuses the connection, or fails during a read (it went
+away, or cancelled the statement in a conflict with its replay), is left alone for
+`RETRY_STANDBY_AFTER_SECONDS` and its reads go to the primary (a read it failed runs again there:
+`read_retried`); the first says so in the log and in `degraded`, naming the read DSN and the fix.
+Nothing the primary can answer fails for the standby.
 """
 
+import functools
 import logging
 import time
 from contextlib import ExitStack, contextmanager
 
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.backend.postgres.connection import ServerSession, lsn_value, require_psycopg
+from memvault.vault.errors import IndexUnavailable
 
 READ_DSN_SETTING = "MEMVAULT_INDEX_READ_DSN (index.readDsn)"
 #: a standby that failed is not tried again for this long (a host that drops packets costs the
@@ -28,6 +32,26 @@ RETRY_STANDBY_AFTER_SECONDS = 10.0
 _STANDBY_STATE = "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text"
 
 log = logging.getLogger("memvault.index")
+
+
+class StandbyFailed(IndexServerUnavailable):
+    """The standby failed during a read (it went away, or cancelled the statement in a conflict
+    with its replay): the standby is now left alone, and the same read again goes to the primary
+    (`read_retried`)."""
+
+
+def read_retried(method):
+    """A read method of a backend with a ReadRoute: once more (on the primary) when the standby
+    failed during it. Reads only: running one twice changes nothing."""
+
+    @functools.wraps(method)
+    def once_more(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except StandbyFailed:
+            return method(*args, **kwargs)
+
+    return once_more
 
 
 class ReadRoute:
@@ -51,20 +75,26 @@ class ReadRoute:
 
     @contextmanager
     def __call__(self):
-        with ExitStack() as stack:
-            conn = self._on_standby(stack)
-            if conn is not None:
-                self.last = "standby"
-                try:
+        on_standby = False
+        try:
+            with ExitStack() as stack:  # the standby session's exit translates what the read raised
+                conn = self._on_standby(stack)
+                on_standby = conn is not None
+                if on_standby:
+                    self.last = "standby"
                     yield conn
-                except IndexServerUnavailable as exc:  # it went away during the read: the next reads go to the primary
-                    self._fell_back(str(exc))
-                    raise
-                return
-            self.last = "primary"
-            conn = stack.enter_context(self.primary())
-            yield conn
-            self.primary.pool.note_lsn(conn)  # what this read saw: a standby read must not go back behind it
+                    return
+                self.last = "primary"
+                conn = stack.enter_context(self.primary())
+                yield conn
+                self.primary.pool.note_lsn(conn)  # what this read saw: a standby read must not go back behind it
+        except StandbyFailed:
+            raise
+        except (IndexServerUnavailable, IndexUnavailable) as exc:
+            if not on_standby:
+                raise
+            self._fell_back(str(exc))  # the next reads go to the primary
+            raise StandbyFailed(self.degraded) from None
 
     def close(self) -> None:
         self.standby.close()

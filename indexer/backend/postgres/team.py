@@ -42,7 +42,7 @@ from datetime import datetime
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, connect, require_psycopg, unreachable_message
-from memvault.indexer.backend.postgres.replica import ReadRoute
+from memvault.indexer.backend.postgres.replica import ReadRoute, read_retried
 from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
 
 WRITER_ROLE_PREFIX = "memvault_write_"
@@ -292,6 +292,7 @@ class TeamServer:
                                "WHERE vault = %s AND run_hash = %s", (self.vault, run_hash)).fetchone()  # fmt: skip
         return None if row is None else bool(row[0])
 
+    @read_retried
     def waiting_facts(self) -> list[tuple[str, str, str, datetime, str, bool]]:
         """(content hash, id, fact, at, note path, projected) of every fact not yet seen in the rows."""
         with self._reads() as conn:
