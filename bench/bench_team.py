@@ -21,6 +21,9 @@ Prints, beside the server's bare `SELECT 1` round trip as the baseline:
 * admit on one "machine" → searchable from another connected store, and → in the owner's files, p95;
 * the issue's load against the owner (--clients × --admits, + --remembers facts per client): how
   long until every turn and fact is in its files, and how many were lost or duplicated (0, 0);
+* recall from a streaming standby of the bench's server (--replica-queries, --replica-only:
+  bench_replica.py) against the primary alone, the standby's replay lag after a write, and a
+  recall right after the same process wrote;
 * `search --across` over --across-vaults vaults of --across-memories each against one of them,
   median and p95 of the same questions, in process and as `memvault search --across` processes,
   with the statements and round trips each search sent (libpq's trace), and the reference path
@@ -346,6 +349,20 @@ def admit_to_visible(dsn: str, root: Path, samples: int) -> tuple[list[float], l
     return searchable, in_files
 
 
+def replica(server, dsn: str, count: int) -> None:
+    """The standby figures (bench_replica.py) against a standby of the bench's own server."""
+    if server is None:
+        print("recall from a standby              skipped: only against the bench's own server (no --dsn)")
+        return
+    from bench.bench_replica import Standby, replica_figures
+
+    standby = Standby.of(dsn)
+    try:
+        replica_figures(NAME, dsn, standby.dsn(dsn), count, ms)
+    finally:
+        standby.destroy()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--memories", type=int, default=2000)
@@ -363,6 +380,13 @@ def main() -> int:
     parser.add_argument("--across-vaults", type=int, default=10, help="vaults --across searches (0: skip)")
     parser.add_argument("--across-memories", type=int, default=1000, help="memories in each of them")
     parser.add_argument("--across-only", action="store_true", help="only the --across figures")
+    parser.add_argument(
+        "--replica-queries",
+        type=int,
+        default=50,
+        help="recall from a streaming standby the bench starts (0: skip; the bench's own server only)",
+    )
+    parser.add_argument("--replica-only", action="store_true", help="only the standby figures")
     parser.add_argument("--dsn", default=None)
     parser.add_argument(
         "--fsync-dir", default=None, help="a folder on the server's data disk (default: its data_directory)"
@@ -385,6 +409,17 @@ def main() -> int:
                 server.cleanup()
         return 0
     root = on_server(make_vault(folder / NAME, args.memories), NAME)
+    if args.replica_only:
+        try:
+            with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn}) as owner:
+                owner.rebuild()
+            print(f"machine at the start              {machine()}")
+            replica(server, dsn, args.replica_queries)
+            print(f"machine at the end                {machine()}")
+        finally:
+            if server is not None:
+                server.cleanup()
+        return 0
     from memvault.indexer.backend import server_versions_of
     from memvault.vault.config import IndexConfig
 
@@ -407,6 +442,8 @@ def main() -> int:
         print(f"admit → searchable elsewhere      {ms(searchable)}")
         print(f"admit → in the owner's files      {ms(in_files)}")
         print(f"remote recall, {args.memories} memories      {ms(remote_recall(dsn, args.queries))}")
+        if args.replica_queries:
+            replica(server, dsn, args.replica_queries)
         if args.remembers:
             print(
                 f"owner load, {args.clients} × {args.admits} admits + {args.clients * args.remembers} remembers: "

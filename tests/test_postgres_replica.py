@@ -1,13 +1,12 @@
 """Reads from a hot standby (issue 42, item 4), against a real streaming standby the module starts:
-a second PostgreSQL made by `pg_basebackup -R` from a primary of its own, on its own socket.
+a second PostgreSQL made by `pg_basebackup -R` from a primary of its own, on its own socket
+(bench/bench_replica.py's `Standby`, which the bench's standby figures use too).
 Connected clients' recall and journal and `search --across` read the standby (`index.readDsn` /
 MEMVAULT_INDEX_READ_DSN); a process reads its own writes at once, even while the standby's replay
 is paused, when a process that wrote nothing still reads the standby's older state; a standby
 that is down or refuses us leaves the reads to the primary, saying so in `degraded`."""
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,13 +16,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bench.bench_replica import Standby
 from memvault import MemoryStore
 from memvault.indexer.backend.postgres import connection
 from memvault.indexer.engine.across import search_across
 from memvault.vault.config import default_config_data, render_config, server_bounds
 from memvault.vault.init import init_vault
 from tests.engine_helpers import ENV
-from tests.postgres_helpers import PGDATA_PARENT, PostgresServer
+from tests.postgres_helpers import PostgresServer
 
 pytestmark = pytest.mark.one_engine("reads from a standby are a server's: the team path on PostgreSQL")
 
@@ -35,6 +35,7 @@ NOTE = (
 #: what a process that wrote nothing prints: its recall, journal and --across, read from the standby
 READER = """
 import datetime, json, os, sys
+from bench.bench_replica import Standby
 from memvault import MemoryStore
 from memvault.indexer.backend.postgres import connection
 from memvault.indexer.engine.across import search_across
@@ -50,49 +51,6 @@ print(json.dumps({"recall": [h["text"] for h in recall["hits"]], "degraded": rec
 """
 
 
-def _as_server_user(command: list[str]) -> None:
-    user = "pgserver" if os.geteuid() == 0 else None  # PostgreSQL refuses to run as root
-    subprocess.run(command, check=True, user=user, capture_output=True, timeout=60)
-
-
-class Standby:
-    """A streaming standby of `primary`, in its own data folder and socket folder under /tmp."""
-
-    def __init__(self, primary: PostgresServer):
-        from pgserver._commands import POSTGRES_BIN_PATH
-
-        self.bin = POSTGRES_BIN_PATH
-        self.port = primary.port
-        self.pgdata = Path(tempfile.mkdtemp(prefix="memvault-standby-", dir=PGDATA_PARENT))
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="memvault-standby-sock-", dir=PGDATA_PARENT))
-        if os.geteuid() == 0:
-            for folder in (self.pgdata, self.socket_dir):
-                shutil.chown(folder, "pgserver", "pgserver")
-        _as_server_user([str(self.bin / "pg_basebackup"), "-D", str(self.pgdata), "-R", "-X", "stream", "-c", "fast",
-                         "-h", primary.socket_dir, "-p", str(primary.port), "-U", "postgres"])  # fmt: skip
-        self.start()
-
-    def start(self) -> None:
-        options = f"-h '' -k {self.socket_dir} -p {self.port}"
-        _as_server_user([str(self.bin / "pg_ctl"), "-D", str(self.pgdata), "-w", "-o", options, "-l",
-                         str(self.pgdata / "log"), "start"])  # fmt: skip
-
-    def stop(self) -> None:
-        _as_server_user([str(self.bin / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "stop"])
-
-    def dsn(self, primary_dsn: str) -> str:
-        database = primary_dsn.rsplit("dbname=", 1)[1]
-        return f"host={self.socket_dir} port={self.port} user=postgres dbname={database}"
-
-    def destroy(self) -> None:
-        try:
-            self.stop()
-        except subprocess.CalledProcessError:
-            pass
-        shutil.rmtree(self.pgdata, ignore_errors=True)
-        shutil.rmtree(self.socket_dir, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def servers():
     """(primary DSN, standby DSN, the standby) of a primary of this module's own and its standby,
@@ -101,7 +59,7 @@ def servers():
     standby = None
     try:
         dsn = primary.new_database()
-        standby = Standby(primary)
+        standby = Standby(primary.socket_dir, primary.port)
         root = Path(tempfile.mkdtemp(prefix="memvault-replica-")) / "home"
         index = {"backend": "postgres", "name": NAME}
         init_vault(root, render_config(default_config_data("journal", "Europe/Amsterdam", index)))
@@ -162,7 +120,7 @@ def test_recall_journal_and_across_read_the_standby_once_it_replayed(servers):
         result = agent.recall("who rotates the on-call pager?")
         assert "Priya rotates the on-call pager every Tuesday." in [hit.text for hit in result.hits]
         assert result.degraded is None
-        assert agent.backend._reads.last == "standby"
+        assert agent.backend._reads.counts["primary"] == 0 and agent.backend._reads.counts["standby"] >= 3
         assert memvault_connections(standby) >= 1  # the client's own, on the standby
         page = agent.journal(from_date="2026-12-01", through_date="2026-12-01", time_zone="Europe/Amsterdam")
         journal = json.dumps(page, default=str)

@@ -64,8 +64,9 @@ class ReadRoute:
         self.standby = ServerSession(read_dsn, prepare=prepare, refusal=refusal, size=size,
                                      bounds=primary.pool.bounds, setting=READ_DSN_SETTING)  # fmt: skip
         primary.pool.track_lsn = True
-        #: where the last read went: "standby" or "primary"
+        #: where the last read went: "standby" or "primary"; and how many went to each
         self.last = "primary"
+        self.counts = {"standby": 0, "primary": 0}
         self._fallback = False  # the last read went to the primary because the standby failed
 
     @property
@@ -80,11 +81,11 @@ class ReadRoute:
             with ExitStack() as stack:  # the standby session's exit translates what the read raised
                 conn = self._on_standby(stack)
                 on_standby = conn is not None
+                self.last = "standby" if on_standby else "primary"
+                self.counts[self.last] += 1
                 if on_standby:
-                    self.last = "standby"
                     yield conn
                     return
-                self.last = "primary"
                 conn = stack.enter_context(self.primary())
                 yield conn
                 self.primary.pool.note_lsn(conn)  # what this read saw: a standby read must not go back behind it
