@@ -247,9 +247,9 @@ def validate_command(ctx: click.Context, json_: bool) -> None:
     config = load_config(root, dict(os.environ))
     problems = []
     if config.index.on_server:  # the server is part of the configuration: reach it
-        from memvault.indexer.backend import check_server
+        from memvault.indexer.backend import check_read_replica, check_server
 
-        problems = check_server(config.index)
+        problems = check_server(config.index) + check_read_replica(config.index)
     if json_:
         emit_json(
             {

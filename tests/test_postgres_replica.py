@@ -223,3 +223,39 @@ def connection_pools_forgotten() -> None:
     """A fresh start for the standby pools' state (the process's pools outlive a store)."""
     for pool in connection._POOLS.values():
         pool.down_until, pool.down_reason = 0.0, None
+
+
+def test_an_agent_role_reads_the_standby_and_its_own_writes(servers):
+    """A writer role (no superuser, row-level security on) may ask both servers' WAL positions."""
+    primary, standby, _, _ = servers
+    with psycopg.connect(primary, autocommit=True) as admin:
+        admin.execute('CREATE ROLE "replica_agent" LOGIN NOSUPERUSER NOBYPASSRLS')
+        admin.execute(f'GRANT CONNECT ON DATABASE "{primary.rsplit("dbname=", 1)[1]}" TO "replica_agent"')
+        admin.execute(f'GRANT "memvault_write_{NAME}" TO "replica_agent"')
+    agent_primary, agent_standby = (dsn.replace("user=postgres", "user=replica_agent") for dsn in (primary, standby))
+    replayed(primary, standby)
+    pause_replay(standby)
+    try:
+        with MemoryStore.connect(NAME, env=env_of(agent_primary, agent_standby)) as agent:
+            assert agent.recall("who rotates the on-call pager?").hits
+            assert agent.backend._reads.last == "standby" and agent.backend.read_degraded is None
+            agent.remember("Wiebke signs off the quarterly access review.")
+            texts = [hit.text for hit in agent.recall("who signs off the access review?").hits]
+            assert "Wiebke signs off the quarterly access review." in texts
+            assert agent.backend.read_degraded is None
+    finally:
+        resume_replay(standby)
+
+
+def test_health_and_validate_name_a_read_replica_that_refuses_us(servers):
+    primary, standby, _, root = servers
+    wrong = standby.replace("user=postgres", "user=nobody_here")
+    with MemoryStore.connect(NAME, env=env_of(primary, wrong)) as agent:
+        report = agent.health_report()
+    found = [f for f in report["findings"] if "read replica" in f["message"]]
+    assert found and found[0]["severity"] == "warning" and report["errors"] == 0
+    assert "MEMVAULT_INDEX_READ_DSN" in found[0]["message"] and "nobody_here" in found[0]["message"]
+    command = [str(Path(sys.executable).parent / "memvault"), "--vault", str(root), "validate"]
+    done = subprocess.run(command, env={**ENV, **env_of(primary, wrong)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "MEMVAULT_INDEX_READ_DSN" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ from memvault.indexer.backend.postgres.connection import (
     version_problems,
 )
 from memvault.indexer.backend.postgres.engine import PostgresBackend
+from memvault.indexer.backend.postgres.replica import READ_DSN_SETTING
 from memvault.indexer.backend.postgres.team import OwnerLock, TeamListener, TeamServer
 from memvault.vault.errors import VaultError
 
@@ -38,6 +39,22 @@ def check_server(index) -> list[str]:
             return version_problems(*server_versions(conn))
     except VaultError as exc:
         return [str(exc)]
+
+
+def check_read_replica(index) -> list[str]:
+    """What is wrong with the read replica `index.read_dsn` names (unreachable, refused, too old),
+    each naming the setting and the fix; [] when none is set or it will do. Its reads would go
+    to the primary meanwhile: a warning, not an error."""
+    read_dsn = getattr(index, "read_dsn", "")
+    if not read_dsn:
+        return []
+    try:
+        with connect(read_dsn, autocommit=True, bounds=ServerBounds.of(index), setting=READ_DSN_SETTING) as conn:
+            found = version_problems(*server_versions(conn))
+    except VaultError as exc:
+        found = [str(exc)]
+    return [f"the read replica of {READ_DSN_SETTING} (its reads go to the primary meanwhile): {problem}"
+            for problem in found]  # fmt: skip
 
 
 def server_versions_of(index) -> dict:

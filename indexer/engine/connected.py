@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memvault.indexer.backend import check_server, open_backend, open_team_server, server_label
+from memvault.indexer.backend import check_read_replica, check_server, open_backend, open_team_server, server_label
 from memvault.indexer.engine.overlay import PendingRow, overlay_of, pending_record
 from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
 from memvault.indexer.results import RecallResult, RememberReceipt
@@ -371,6 +371,8 @@ class ConnectedStore:
     def health_report(self, *, strict: bool = False) -> dict:
         """`memvault health` for a vault reached by name: the server, its index, the owner, the backlog."""
         findings = [_finding("error", "server", problem, "see docs/team.md") for problem in check_server(self.index)]
+        replica = [_finding("warning", "server", problem, "see docs/team.md, Reads from a standby")
+                   for problem in check_read_replica(self.index)]  # fmt: skip
         details: dict = {}
         if not findings:
             try:
@@ -386,6 +388,7 @@ class ConnectedStore:
                                              "start `memvault serve` on the vault's home machine"))  # fmt: skip
             except VaultError as exc:
                 findings.append(_finding("error", "server", str(exc), "see docs/team.md"))
+        findings += replica
         errors = [f for f in findings if f["severity"] == "error"]
         warnings = [f for f in findings if f["severity"] == "warning"]
         return {"healthy": not errors and not (strict and warnings), "strict": strict,
