@@ -14,6 +14,10 @@ stops waiting for an answer a little after the statement's bound (a stalled netw
 keeps the socket open answers nothing, and a server-side timeout never fires for a statement
 the server never received). Connections carry `application_name=memvault` unless the DSN names
 another, so an admin can count them in pg_stat_activity.
+
+A read route to a standby (replica.py) has the pool of the primary note its WAL position after
+each write of the process (`ServerSession(...)(wrote=True)`), so that reads stay on the primary
+until the standby has replayed it.
 """
 
 import os
@@ -345,7 +349,8 @@ class _Pool:
         self.track_lsn = False
         self.required_lsn = 0
         self.lsn_unknown = False
-        self.down_until = 0.0
+        #: as a standby's pool: until when it is not tried, why, and the replay position it showed
+        self.down_until, self.down_reason, self.confirmed_lsn = 0.0, None, 0
 
     def take(self, session) -> tuple:
         deadline = time.monotonic() + self.bounds.timeout_seconds
@@ -603,6 +608,10 @@ class ServerSession:
                     server_error_message(self.dsn, exc, self.pool.bounds, self.setting)
                 ) from None
             raise IndexUnavailable(statement_error_message(self.dsn, exc)) from None
+
+    def holds(self) -> bool:
+        """This thread is inside one of this session's calls (its connection, its transaction)."""
+        return getattr(self._held, "conn", None) is not None
 
     def close(self) -> None:
         """Leave the pool: the last session to leave closes its idle connections. The session can

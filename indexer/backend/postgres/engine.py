@@ -5,6 +5,10 @@ pool is bounded by `index.poolSize` over every store of the process). A connecti
 dropped while idle (a restart) is replaced before the next call uses it; one that breaks during
 a call fails that call with IndexServerUnavailable, and files stay the truth, so the next sync
 catches the server up.
+
+A backend that never writes rows (a connected client's) may read a standby instead (`read_dsn`,
+replica.py): its read methods go through `self._reads`, and run once more on the primary when
+the standby fails during one (`read_retried`).
 """
 
 import hashlib

@@ -72,7 +72,7 @@ class ReadRoute:
     @property
     def degraded(self) -> str | None:
         """Why the last read went to the primary instead of the standby (None: it did not)."""
-        return getattr(self.standby.pool, "down_reason", None) if self._fallback else None
+        return self.standby.pool.down_reason if self._fallback else None
 
     @contextmanager
     def __call__(self):
@@ -103,7 +103,7 @@ class ReadRoute:
     def _on_standby(self, stack: ExitStack):
         """A standby connection that holds what this process wrote and read, entered on `stack`;
         None to read the primary."""
-        if getattr(self.primary._held, "conn", None) is not None:
+        if self.primary.holds():
             return None  # inside the primary's own call: its transaction, its snapshot
         self._fallback = time.monotonic() < self.standby.pool.down_until
         if self._fallback:
@@ -133,20 +133,20 @@ class ReadRoute:
             required, unknown = pool.required_lsn, pool.lsn_unknown
         if unknown:
             return False
-        if required <= getattr(standby, "confirmed_lsn", 0):
+        if required <= standby.confirmed_lsn:
             return True
         recovering, replayed = conn.execute(_STANDBY_STATE).fetchone()
         if not recovering:  # the read DSN reaches a primary (a failover, or on purpose): up to date
             return True
         position = lsn_value(replayed)
-        standby.confirmed_lsn = max(getattr(standby, "confirmed_lsn", 0), position)
+        standby.confirmed_lsn = max(standby.confirmed_lsn, position)
         return position >= required
 
     def _fell_back(self, reason: str) -> None:
         standby = self.standby.pool
         said = (f"reads went to the primary: the read replica failed ({reason}); fix or unset "
                 f"{READ_DSN_SETTING}, the standby is tried again in {RETRY_STANDBY_AFTER_SECONDS:g} s")  # fmt: skip
-        if said != getattr(standby, "down_reason", None):
+        if said != standby.down_reason:
             log.warning("memvault: %s", said)
         standby.down_until, standby.down_reason = time.monotonic() + RETRY_STANDBY_AFTER_SECONDS, said
         self._fallback = True
