@@ -259,3 +259,42 @@ def test_health_and_validate_name_a_read_replica_that_refuses_us(servers):
     done = subprocess.run(command, env={**ENV, **env_of(primary, wrong)}, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "MEMVAULT_INDEX_READ_DSN" in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+#: a long-lived reader that wrote nothing (an MCP server's): three recalls, the last two after
+#: half the lag bound and after the whole of it
+LONG_READER = """
+import json, os, sys, time
+from memvault import MemoryStore
+with MemoryStore.connect(sys.argv[1], env=dict(os.environ)) as agent:
+    seen = []
+    for pause in (0.0, 0.6, 1.2):
+        time.sleep(pause)
+        result = agent.recall(sys.argv[2])
+        seen.append({"hits": [h.text for h in result.hits], "degraded": result.degraded,
+                     "went": agent.backend._reads.last})
+print(json.dumps(seen))
+"""
+
+
+def test_a_standby_further_behind_than_the_timeout_is_not_read(servers):
+    """Replication stopped (here: replay paused) behind the bound, index.timeoutSeconds (1 s
+    here): a process that reads for longer than that goes to the primary, and says why."""
+    primary, standby, _, root = servers
+    replayed(primary, standby)
+    pause_replay(standby)
+    try:
+        with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": primary}) as owner:
+            owner.remember("Greta moved the standup to half past nine.")
+        env = {**ENV, **env_of(primary, standby), "MEMVAULT_INDEX_TIMEOUT_SECONDS": "1"}
+        done = subprocess.run([sys.executable, "-c", LONG_READER, NAME, "when is the standup?"], env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        first, second, third = json.loads(done.stdout)
+    finally:
+        resume_replay(standby)
+    fact = "Greta moved the standup to half past nine."
+    assert fact not in first["hits"] and fact not in second["hits"]  # within the bound: the standby
+    assert first["went"] == second["went"] == "standby" and second["degraded"] is None
+    assert fact in third["hits"] and third["went"] == "primary"
+    assert "more than 1 s behind the primary" in third["degraded"] and "pg_wal_replay_resume" in third["degraded"]

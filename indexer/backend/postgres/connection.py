@@ -349,6 +349,10 @@ class _Pool:
         self.track_lsn = False
         self.required_lsn = 0
         self.lsn_unknown = False
+        #: (time, WAL position) of this primary sampled every half timeout, and since when a read
+        #: route reads (replica.py: a standby further behind than the timeout is not read)
+        self.lsn_samples: list[tuple[float, int]] = []
+        self.routed_since: float | None = None
         #: as a standby's pool: until when it is not tried, why, and the replay position it showed
         self.down_until, self.down_reason, self.confirmed_lsn = 0.0, None, 0
 

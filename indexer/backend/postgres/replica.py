@@ -9,6 +9,10 @@ newer than the last one the standby confirmed); until then it goes to the primar
 than wait. So a process reads what it wrote, and never goes back behind what it read. A read DSN
 that reaches a primary (not in recovery) is read as up to date.
 
+A standby further behind than `index.timeoutSeconds` is not read either: a process reading for
+longer than half that samples the primary's WAL position every half bound, and a standby that
+has not replayed the position of a bound ago is treated as failed (below).
+
 A standby that cannot be reached, or refuses the connection, or fails during a read (it went
 away, or cancelled the statement in a conflict with its replay), is left alone for
 `RETRY_STANDBY_AFTER_SECONDS` and its reads go to the primary (a read it failed runs again there:
@@ -22,7 +26,7 @@ import time
 from contextlib import ExitStack, contextmanager
 
 from memvault.indexer.backend.base import IndexServerUnavailable
-from memvault.indexer.backend.postgres.connection import ServerSession, lsn_value, require_psycopg
+from memvault.indexer.backend.postgres.connection import TIMEOUT_KEY, ServerSession, lsn_value, require_psycopg
 from memvault.vault.errors import IndexUnavailable
 
 READ_DSN_SETTING = "MEMVAULT_INDEX_READ_DSN (index.readDsn)"
@@ -115,7 +119,8 @@ class ReadRoute:
             self._fell_back(str(exc))
             return None
         try:
-            fresh = self._replayed(conn)
+            behind = self._lag_bound()
+            fresh = self._replayed(conn, behind)
         except require_psycopg().Error as exc:
             inner.close()  # a broken connection is closed when given back
             self._fell_back(f"the read replica stopped answering ({type(exc).__name__})")
@@ -126,21 +131,57 @@ class ReadRoute:
         stack.enter_context(inner)
         return conn
 
-    def _replayed(self, conn) -> bool:
-        """The standby has replayed every commit this process wrote or read on the primary."""
+    def _replayed(self, conn, behind: int) -> bool:
+        """The standby has replayed every commit this process wrote or read on the primary (else
+        False: the primary answers), and is not further behind than the bound (else it is left
+        alone, as failed)."""
         pool, standby = self.primary.pool, self.standby.pool
         with pool.cond:
             required, unknown = pool.required_lsn, pool.lsn_unknown
         if unknown:
             return False
-        if required <= standby.confirmed_lsn:
+        if max(required, behind) <= standby.confirmed_lsn:
             return True
         recovering, replayed = conn.execute(_STANDBY_STATE).fetchone()
         if not recovering:  # the read DSN reaches a primary (a failover, or on purpose): up to date
+            standby.confirmed_lsn = 1 << 64
             return True
         position = lsn_value(replayed)
         standby.confirmed_lsn = max(standby.confirmed_lsn, position)
+        if position < behind:
+            bound = pool.bounds.timeout_seconds
+            self._fell_back(f"its replay is more than {bound} s behind the primary ({TIMEOUT_KEY}): check its "
+                            "replication (pg_stat_replication on the primary; a paused replay: "
+                            "SELECT pg_wal_replay_resume())")  # fmt: skip
+            return False
         return position >= required
+
+    def _lag_bound(self) -> int:
+        """The primary's WAL position of `index.timeoutSeconds` ago, which the standby must have
+        replayed (0: none known yet). A process that reads for longer than half the bound asks
+        the primary for its position every half bound (one round trip); a shorter-lived one (a
+        CLI call) never does, and reads a standby that lags, as any process between samples."""
+        pool = self.primary.pool
+        bound, now = pool.bounds.timeout_seconds, time.monotonic()
+        with pool.cond:
+            if pool.routed_since is None:
+                pool.routed_since = now
+            samples = pool.lsn_samples
+            due = now - pool.routed_since >= bound / 2 and (not samples or now - samples[-1][0] >= bound / 2)
+        if due:
+            try:
+                with self.primary() as conn:
+                    position = lsn_value(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+            except (IndexServerUnavailable, IndexUnavailable):
+                position = None  # the primary is away: the standby still answers
+            if position is not None:
+                with pool.cond:
+                    pool.lsn_samples.append((now, position))
+        with pool.cond:
+            old = [sample for sample in pool.lsn_samples if now - sample[0] >= bound]
+            if old:  # the newest sample past the bound is the one that counts
+                pool.lsn_samples = pool.lsn_samples[len(old) - 1 :]
+            return old[-1][1] if old else 0
 
     def _fell_back(self, reason: str) -> None:
         standby = self.standby.pool
