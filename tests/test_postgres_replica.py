@@ -18,7 +18,7 @@ import pytest
 
 from bench.bench_replica import Standby
 from memvault import MemoryStore
-from memvault.indexer.backend.postgres import connection
+from memvault.indexer.backend.postgres import replica
 from memvault.indexer.engine.across import search_across
 from memvault.vault.config import default_config_data, render_config, server_bounds
 from memvault.vault.init import init_vault
@@ -37,7 +37,7 @@ READER = """
 import datetime, json, os, sys
 from bench.bench_replica import Standby
 from memvault import MemoryStore
-from memvault.indexer.backend.postgres import connection
+from memvault.indexer.backend.postgres import replica
 from memvault.indexer.engine.across import search_across
 from memvault.vault.config import server_bounds
 env = dict(os.environ)
@@ -221,8 +221,7 @@ def test_a_read_the_standby_fails_runs_again_on_the_primary(servers):
 
 def connection_pools_forgotten() -> None:
     """A fresh start for the standby pools' state (the process's pools outlive a store)."""
-    for pool in connection._POOLS.values():
-        pool.down_until, pool.down_reason = 0.0, None
+    replica._STANDBYS.clear()
 
 
 def test_an_agent_role_reads_the_standby_and_its_own_writes(servers):

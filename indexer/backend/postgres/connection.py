@@ -15,9 +15,9 @@ keeps the socket open answers nothing, and a server-side timeout never fires for
 the server never received). Connections carry `application_name=memvault` unless the DSN names
 another, so an admin can count them in pg_stat_activity.
 
-A read route to a standby (replica.py) has the pool of the primary note its WAL position after
-each write of the process (`ServerSession(...)(wrote=True)`), so that reads stay on the primary
-until the standby has replayed it.
+A read route to a standby (replica.py) hooks the primary's pool (`after_write`) to note its WAL
+position after each write of the process (`ServerSession(...)(wrote=True)`), so that reads stay
+on the primary until the standby has replayed it.
 """
 
 import os
@@ -342,19 +342,10 @@ class _Pool:
         self.sessions = 0  # sessions that used the pool and are not closed
         self.refused_until = 0.0  # the server refused a connection for lack of slots: use those held
         self.holding = threading.local()  # .count: connections of this pool the thread holds
-        #: read routing (replica.py): the WAL position a standby must have replayed before this
-        #: process reads there (its last write's, or what it last read on this primary), kept
-        #: only once a read route uses this pool; and until when a failed standby is not tried
         self.setting = DSN_SETTING  # where the DSN is set, for messages (a read replica's: replica.py)
-        self.track_lsn = False
-        self.required_lsn = 0
-        self.lsn_unknown = False
-        #: (time, WAL position) of this primary sampled every half timeout, and since when a read
-        #: route reads (replica.py: a standby further behind than the timeout is not read)
-        self.lsn_samples: list[tuple[float, int]] = []
-        self.routed_since: float | None = None
-        #: as a standby's pool: until when it is not tried, why, and the replay position it showed
-        self.down_until, self.down_reason, self.confirmed_lsn = 0.0, None, 0
+        #: called with each connection a `wrote=True` call wrote on, once it committed (a read
+        #: route notes the primary's WAL position: replica.py); None: nothing to do
+        self.after_write = None
 
     def take(self, session) -> tuple:
         deadline = time.monotonic() + self.bounds.timeout_seconds
@@ -415,21 +406,6 @@ class _Pool:
             self.cond.notify_all()  # waiters wait on their own session's cap, too
         if conn is not None and not keep:
             _close_quietly(conn)
-
-    def note_lsn(self, conn) -> None:
-        """After a write (or a read a standby must not go back behind): the primary's WAL position
-        now, at or past every commit this process has seen there. Only when a read route uses the
-        pool (one round trip)."""
-        if not self.track_lsn:
-            return
-        try:
-            position = lsn_value(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
-        except require_psycopg().Error:  # the write stands: reads stay on the primary until one notes it
-            with self.cond:
-                self.lsn_unknown = True
-            return
-        with self.cond:
-            self.required_lsn, self.lsn_unknown = max(self.required_lsn, position), False
 
     def join(self) -> None:
         with self.cond:
@@ -518,14 +494,6 @@ def _alive(conn) -> bool:
         return False
 
 
-def lsn_value(text: str | None) -> int:
-    """A WAL position (`16/B374D848`) as a number (None: 0)."""
-    if not text:
-        return 0
-    high, low = text.split("/")
-    return (int(high, 16) << 32) + int(low, 16)
-
-
 def _reusable(conn) -> bool:
     psycopg = require_psycopg()
     return not conn.closed and not conn.broken and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -581,8 +549,8 @@ class ServerSession:
             with self._translated(psycopg, conn):
                 self._prepared(conn)
                 yield conn
-                if self._held.wrote:
-                    pool.note_lsn(conn)
+                if self._held.wrote and pool.after_write is not None:
+                    pool.after_write(conn)
         finally:
             self._held.conn = None
             pool.holding.count -= 1

@@ -22,11 +22,13 @@ Nothing the primary can answer fails for the standby.
 
 import functools
 import logging
+import threading
 import time
+import weakref
 from contextlib import ExitStack, contextmanager
 
 from memvault.indexer.backend.base import IndexServerUnavailable
-from memvault.indexer.backend.postgres.connection import TIMEOUT_KEY, ServerSession, lsn_value, require_psycopg
+from memvault.indexer.backend.postgres.connection import TIMEOUT_KEY, ServerSession, require_psycopg
 from memvault.vault.errors import IndexUnavailable
 
 READ_DSN_SETTING = "MEMVAULT_INDEX_READ_DSN (index.readDsn)"
@@ -58,6 +60,59 @@ def read_retried(method):
     return once_more
 
 
+def lsn_value(text: str | None) -> int:
+    """A WAL position (`16/B374D848`) as a number (None: 0)."""
+    if not text:
+        return 0
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+class PrimaryState:
+    """What this process has seen of one primary (one pool's DSN): the WAL position a standby
+    must have replayed before this process reads there (its last write's, or what it last read
+    on the primary), and the primary's position sampled every half bound (`_lag_bound`)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.required_lsn, self.lsn_unknown = 0, False
+        self.samples: list[tuple[float, int]] = []  # (time, WAL position)
+        self.routed_since: float | None = None
+
+    def note(self, conn) -> None:
+        """After a write (the pool's `after_write`) or a read on the primary: its WAL position
+        now, at or past every commit this process has seen there (one round trip)."""
+        try:
+            position = lsn_value(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        except require_psycopg().Error:  # the write stands: reads stay on the primary until one notes it
+            with self.lock:
+                self.lsn_unknown = True
+            return
+        with self.lock:
+            self.required_lsn, self.lsn_unknown = max(self.required_lsn, position), False
+
+
+class StandbyState:
+    """One standby (one pool's DSN) as this process found it: until when it is not tried, why,
+    and the furthest replay position it showed."""
+
+    def __init__(self):
+        self.down_until, self.down_reason, self.confirmed_lsn = 0.0, None, 0
+
+
+_PRIMARIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_STANDBYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_STATES_LOCK = threading.Lock()
+
+
+def _state_of(table, pool, kind):
+    with _STATES_LOCK:
+        found = table.get(pool)
+        if found is None:
+            found = table[pool] = kind()
+        return found
+
+
 class ReadRoute:
     """A session's reads: on the standby of `read_dsn` when it holds what this process wrote and
     read, else on `primary` (a ServerSession). Used as `with route() as conn:`, like a session;
@@ -67,7 +122,9 @@ class ReadRoute:
         self.primary = primary
         self.standby = ServerSession(read_dsn, prepare=prepare, refusal=refusal, size=size,
                                      bounds=primary.pool.bounds, setting=READ_DSN_SETTING)  # fmt: skip
-        primary.pool.track_lsn = True
+        self.seen = _state_of(_PRIMARIES, primary.pool, PrimaryState)
+        self.found = _state_of(_STANDBYS, self.standby.pool, StandbyState)
+        primary.pool.after_write = self.seen.note
         #: where the last read went: "standby" or "primary"; and how many went to each
         self.last = "primary"
         self.counts = {"standby": 0, "primary": 0}
@@ -76,7 +133,7 @@ class ReadRoute:
     @property
     def degraded(self) -> str | None:
         """Why the last read went to the primary instead of the standby (None: it did not)."""
-        return self.standby.pool.down_reason if self._fallback else None
+        return self.found.down_reason if self._fallback else None
 
     @contextmanager
     def __call__(self):
@@ -92,7 +149,7 @@ class ReadRoute:
                     return
                 conn = stack.enter_context(self.primary())
                 yield conn
-                self.primary.pool.note_lsn(conn)  # what this read saw: a standby read must not go back behind it
+                self.seen.note(conn)  # what this read saw: a standby read must not go back behind it
         except StandbyFailed:
             raise
         except (IndexServerUnavailable, IndexUnavailable) as exc:
@@ -109,7 +166,7 @@ class ReadRoute:
         None to read the primary."""
         if self.primary.holds():
             return None  # inside the primary's own call: its transaction, its snapshot
-        self._fallback = time.monotonic() < self.standby.pool.down_until
+        self._fallback = time.monotonic() < self.found.down_until
         if self._fallback:
             return None
         inner = ExitStack()
@@ -135,9 +192,9 @@ class ReadRoute:
         """The standby has replayed every commit this process wrote or read on the primary (else
         False: the primary answers), and is not further behind than the bound (else it is left
         alone, as failed)."""
-        pool, standby = self.primary.pool, self.standby.pool
-        with pool.cond:
-            required, unknown = pool.required_lsn, pool.lsn_unknown
+        seen, standby = self.seen, self.found
+        with seen.lock:
+            required, unknown = seen.required_lsn, seen.lsn_unknown
         if unknown:
             return False
         if max(required, behind) <= standby.confirmed_lsn:
@@ -149,7 +206,7 @@ class ReadRoute:
         position = lsn_value(replayed)
         standby.confirmed_lsn = max(standby.confirmed_lsn, position)
         if position < behind:
-            bound = pool.bounds.timeout_seconds
+            bound = self.primary.pool.bounds.timeout_seconds
             self._fell_back(f"its replay is more than {bound} s behind the primary ({TIMEOUT_KEY}): check its "
                             "replication (pg_stat_replication on the primary; a paused replay: "
                             "SELECT pg_wal_replay_resume())")  # fmt: skip
@@ -161,13 +218,13 @@ class ReadRoute:
         replayed (0: none known yet). A process that reads for longer than half the bound asks
         the primary for its position every half bound (one round trip); a shorter-lived one (a
         CLI call) never does, and reads a standby that lags, as any process between samples."""
-        pool = self.primary.pool
-        bound, now = pool.bounds.timeout_seconds, time.monotonic()
-        with pool.cond:
-            if pool.routed_since is None:
-                pool.routed_since = now
-            samples = pool.lsn_samples
-            due = now - pool.routed_since >= bound / 2 and (not samples or now - samples[-1][0] >= bound / 2)
+        seen = self.seen
+        bound, now = self.primary.pool.bounds.timeout_seconds, time.monotonic()
+        with seen.lock:
+            if seen.routed_since is None:
+                seen.routed_since = now
+            samples = seen.samples
+            due = now - seen.routed_since >= bound / 2 and (not samples or now - samples[-1][0] >= bound / 2)
         if due:
             try:
                 with self.primary() as conn:
@@ -175,16 +232,16 @@ class ReadRoute:
             except (IndexServerUnavailable, IndexUnavailable):
                 position = None  # the primary is away: the standby still answers
             if position is not None:
-                with pool.cond:
-                    pool.lsn_samples.append((now, position))
-        with pool.cond:
-            old = [sample for sample in pool.lsn_samples if now - sample[0] >= bound]
+                with seen.lock:
+                    seen.samples.append((now, position))
+        with seen.lock:
+            old = [sample for sample in seen.samples if now - sample[0] >= bound]
             if old:  # the newest sample past the bound is the one that counts
-                pool.lsn_samples = pool.lsn_samples[len(old) - 1 :]
+                seen.samples = seen.samples[len(old) - 1 :]
             return old[-1][1] if old else 0
 
     def _fell_back(self, reason: str) -> None:
-        standby = self.standby.pool
+        standby = self.found
         said = (f"reads went to the primary: the read replica failed ({reason}); fix or unset "
                 f"{READ_DSN_SETTING}, the standby is tried again in {RETRY_STANDBY_AFTER_SECONDS:g} s")  # fmt: skip
         if said != standby.down_reason:
