@@ -201,6 +201,7 @@ def test_a_standby_that_is_down_leaves_the_reads_to_the_primary(servers):
             assert "unreachable" in other["degraded"]
         finally:
             standby.start()
+            connection_pools_forgotten()  # the next tests' stores try the standby again at once
 
 
 def test_a_read_the_standby_fails_runs_again_on_the_primary(servers):
@@ -220,7 +221,7 @@ def test_a_read_the_standby_fails_runs_again_on_the_primary(servers):
 
 
 def connection_pools_forgotten() -> None:
-    """A fresh start for the standby pools' state (the process's pools outlive a store)."""
+    """A fresh start for what this process found of its standbys (kept per pool, beyond a store)."""
     replica._STANDBYS.clear()
 
 

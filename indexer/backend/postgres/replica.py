@@ -15,7 +15,8 @@ has not replayed the position of a bound ago is treated as failed (below).
 
 A standby that cannot be reached, or refuses the connection, or fails during a read (it went
 away, or cancelled the statement in a conflict with its replay), is left alone for
-`RETRY_STANDBY_AFTER_SECONDS` and its reads go to the primary (a read it failed runs again there:
+`RETRY_STANDBY_AFTER_SECONDS`, twice that after a second failure in a row and so on up to
+`RETRY_STANDBY_AT_MOST_SECONDS`, and its reads go to the primary (a read it failed runs again there:
 `read_retried`); the first says so in the log and in `degraded`, naming the read DSN and the fix.
 Nothing the primary can answer fails for the standby.
 """
@@ -32,9 +33,9 @@ from memvault.indexer.backend.postgres.connection import TIMEOUT_KEY, ServerSess
 from memvault.vault.errors import IndexUnavailable
 
 READ_DSN_SETTING = "MEMVAULT_INDEX_READ_DSN (index.readDsn)"
-#: a standby that failed is not tried again for this long (a host that drops packets costs the
-#: connect timeout each try)
-RETRY_STANDBY_AFTER_SECONDS = 10.0
+#: a standby that failed is not tried again for this long, doubled after each failure in a row
+#: up to the most (a host that drops packets costs the connect timeout each try)
+RETRY_STANDBY_AFTER_SECONDS, RETRY_STANDBY_AT_MOST_SECONDS = 10.0, 300.0
 _STANDBY_STATE = "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text"
 
 log = logging.getLogger("memvault.index")
@@ -98,6 +99,7 @@ class StandbyState:
 
     def __init__(self):
         self.down_until, self.down_reason, self.confirmed_lsn = 0.0, None, 0
+        self.failures = 0  # in a row: each doubles the wait before the next try
 
 
 _PRIMARIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -185,6 +187,7 @@ class ReadRoute:
         if not fresh:
             inner.close()
             return None
+        self.found.failures = 0
         stack.enter_context(inner)
         return conn
 
@@ -242,9 +245,11 @@ class ReadRoute:
 
     def _fell_back(self, reason: str) -> None:
         standby = self.found
+        standby.failures += 1
+        wait = min(RETRY_STANDBY_AT_MOST_SECONDS, RETRY_STANDBY_AFTER_SECONDS * 2 ** (standby.failures - 1))
         said = (f"reads went to the primary: the read replica failed ({reason}); fix or unset "
-                f"{READ_DSN_SETTING}, the standby is tried again in {RETRY_STANDBY_AFTER_SECONDS:g} s")  # fmt: skip
+                f"{READ_DSN_SETTING}, the standby is tried again in {wait:g} s")  # fmt: skip
         if said != standby.down_reason:
             log.warning("memvault: %s", said)
-        standby.down_until, standby.down_reason = time.monotonic() + RETRY_STANDBY_AFTER_SECONDS, said
+        standby.down_until, standby.down_reason = time.monotonic() + wait, said
         self._fallback = True
