@@ -149,9 +149,11 @@ class ReadRoute:
                 if on_standby:
                     yield conn
                     return
+                nested = self.primary.holds()  # inside the primary's own call: its caller notes what it wrote
                 conn = stack.enter_context(self.primary())
                 yield conn
-                self.seen.note(conn)  # what this read saw: a standby read must not go back behind it
+                if not nested:
+                    self.seen.note(conn)  # what this read saw: a standby read must not go back behind it
         except StandbyFailed:
             raise
         except (IndexServerUnavailable, IndexUnavailable) as exc:
