@@ -14,6 +14,7 @@ from memvault.cli.errors import emit_json, json_option
 from memvault.cli.fact_args import FactCommand, parse_at
 from memvault.cli.foreground_owner import crash_hook_from_env
 from memvault.cli.git_commands import driver_command
+from memvault.cli.remote_store import end_lightly
 
 
 @cli.command("init")
@@ -184,6 +185,8 @@ def search_command(
         return
     with open_store(ctx, engine=True) as store:
         result = store.recall(query, limit=limit, mode=mode)
+    if ctx.obj.get("remote"):
+        end_lightly()
     if json_:
         emit_json(result.to_json(explain=explain))
         return

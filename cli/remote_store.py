@@ -3,6 +3,7 @@ ConnectedStore and which commands run remotely. `memvault --remote NAME search` 
 never cli/remote_commands.py (admission, the run ledger, the MCP server: the remote forms' own).
 The connection comes from MEMVAULT_INDEX_DSN, else libpq's own service and password files."""
 
+import gc
 import os
 
 import click
@@ -29,3 +30,12 @@ def refuse_local_only(name: str, ctx: click.Context) -> None:
         "inspect, health, engine status and mcp work. Run it on the vault's home machine.",
         ctx,
     )
+
+
+def end_lightly() -> None:
+    """Leave the objects this process made to the OS as it ends. A remote search's process ends
+    right after its answer, and the interpreter's last collections walk every object numpy,
+    psycopg and the tokenizer made (about 55 ms of its 75 ms exit, measured) to free memory the
+    exit frees anyway; frozen, they are skipped. Call it once the store is closed: no connection or
+    file is left to a collector."""
+    gc.freeze()

@@ -24,6 +24,7 @@ MUST_NOT_LOAD = (
     "memvault.cli.remote_commands",  # admit, inspect, engine status, mcp
     "memvault.indexer.team.ledger",
     "memvault.vault.intake.admission",
+    "memvault.vault.credentials",  # its patterns: a remember, a config being checked
     "memvault.indexer.engine.bulk",
     "memvault.indexer.journal.cursor",
     "psycopg_pool",  # one connection, no pool

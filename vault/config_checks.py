@@ -48,7 +48,6 @@ from memvault.vault.config_schema import (
     WRITE_MODES,
     EmbeddingProvider,
 )
-from memvault.vault.credentials import find_credential
 from memvault.vault.layout import CONFIG_FILE
 
 _SECRET_KEY_NAMES = {"apikey", "api_key", "key", "token", "secret", "password", "authorization"}
@@ -76,6 +75,8 @@ class _HugeNumber:
 def _show(value: Any) -> str:
     """A short, escaped rendering of a value for a message; secrets and long text are not echoed."""
     if isinstance(value, str):
+        from memvault.vault.credentials import find_credential  # its 37 patterns: a message being written only
+
         if find_credential(value):
             return "(a value that looks like a secret, not shown)"
         shown = value if len(value) <= 60 else value[:60] + "..."
@@ -218,6 +219,8 @@ def _endpoint_problem(key: str, value: str, example: str) -> str | None:
 
 
 def _api_key_env_problem(key: str, value: str) -> str | None:
+    from memvault.vault.credentials import find_credential  # a config naming an API key only
+
     if _ENV_NAME_RE.fullmatch(value) and not find_credential(value):
         return None
     return (

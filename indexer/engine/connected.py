@@ -41,7 +41,6 @@ from memvault.indexer.search.recall_request import check_recall_request
 from memvault.indexer.search.supersession import kept_lifecycle
 from memvault.vault.clock import local_day_and_time, utc_now, zone
 from memvault.vault.config import IndexConfig, server_bounds
-from memvault.vault.curated import prepare_fact
 from memvault.vault.errors import IndexUnavailable, InvalidRecord, VaultError
 from memvault.vault.ids import content_hash, memory_id
 from memvault.vault.layout import DAILY, VaultLayout, note_relpath_candidates
@@ -169,6 +168,8 @@ class ConnectedStore:
     def remember(self, text: str, at: datetime | None = None) -> RememberReceipt:
         """Acknowledge one fact on the server (recallable everywhere at once); the owner writes it
         into its daily note. Idempotent by content, like a local remember."""
+        from memvault.vault.curated import prepare_fact  # its credential scan: a remember only
+
         fact = prepare_fact(text)
         if at is not None and (at.tzinfo is None or at.utcoffset() is None):
             raise InvalidRecord("at must be a timezone-aware instant")

@@ -139,7 +139,7 @@ class _WordLlamaModel:
             if token.startswith(_BOUNDARY) and len(token) > 1
         }
         self._boundary = vocabulary.get(_BOUNDARY)
-        self._pieces = WordPieces(tokenizer) if WordPieces.usable(tokenizer) else None
+        self._pieces = WordPieces(tokenizer) if WordPieces.usable(tokenizer, vocabulary) else None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.matrix.shape[1]), dtype=np.float32)

@@ -36,15 +36,17 @@ class WordPieces:
         self._ids: dict[str, list[int]] = {}
 
     @staticmethod
-    def usable(tokenizer: Any) -> bool:
+    def usable(tokenizer: Any, vocabulary: dict[str, int] | None = None) -> bool:
         """True when no token of this tokenizer holds a `▁` after another character (so no merge
         makes one), it splits nothing before normalizing, and its normalizer is the one assumed
-        here (a `▁` before the text and for each space)."""
+        here (a `▁` before the text and for each space). `vocabulary`: its `get_vocab()`, when
+        the caller has it (building it is most of this check's time)."""
         if tokenizer.pre_tokenizer is not None or tokenizer.normalizer is None:
             return False
         if tokenizer.normalizer.normalize_str("a b  c") != f"{BOUNDARY}a{BOUNDARY}b{BOUNDARY * 2}c":
             return False
-        return not any(BOUNDARY in token.lstrip(BOUNDARY) for token in tokenizer.get_vocab())
+        tokens = tokenizer.get_vocab() if vocabulary is None else vocabulary
+        return not any(BOUNDARY in token.lstrip(BOUNDARY) for token in tokens)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids `tokenizer.encode_batch(texts, add_special_tokens=False)` gives, per text."""
