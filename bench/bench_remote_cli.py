@@ -7,13 +7,15 @@ answered by the vault's running owner, in the same run (issue 42 item 8: within 
 A journal vault of --memories generated memories is indexed on the server and its owner started
 (`memvault --vault ROOT serve`); then the same questions alternate between the two commands, a
 fresh process each, with a bare `python -c pass` as the baseline of a process's start. Each pair's
-outputs are compared (how many print the same hits, scores and order). Prints median and p95 per command, the
-ratio of the medians, and the machine's load averages at the start and the end: compare runs by
-them on a shared machine.
+outputs are compared (how many print the same hits, scores and order). Prints median and p95 per
+command with the median CPU the process itself used (the owner's work for the local search is not
+in it: the owner is another process), the ratio of the medians, and the machine's load averages
+at the start and the end: compare runs by them on a shared machine.
 """
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,13 +36,19 @@ def ms(samples: list[float]) -> str:
     return f"median {statistics.median(samples):7.1f} ms  p95 {percentile(samples, 0.95):7.1f} ms"
 
 
-def timed(command: list[str], env: dict) -> tuple[float, str]:
-    start = time.perf_counter()
+def timed(command: list[str], env: dict) -> tuple[float, float, str]:
+    """(wall ms, the process's own CPU ms, its output)."""
+    before, start = _children_cpu(), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    elapsed = (time.perf_counter() - start) * 1000
+    elapsed, cpu = (time.perf_counter() - start) * 1000, _children_cpu() - before
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
-    return elapsed, done.stdout
+    return elapsed, cpu, done.stdout
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def start_owner(root: Path, env: dict) -> subprocess.Popen:
@@ -63,11 +71,14 @@ def compare(root: Path, env: dict, runs: int) -> dict[str, list[float]]:
         f"memvault --remote {NAME} search": lambda q: [MEMVAULT, "--remote", NAME, "search", q],
     }
     samples: dict[str, list[float]] = {label: [] for label in commands} | {"same": []}
+    for label in commands:
+        samples[f"cpu {label}"] = []
     for query in queries(runs):
         outputs = []
         for label, command in commands.items():
-            elapsed, out = timed(command(query), env)
+            elapsed, cpu, out = timed(command(query), env)
             samples[label].append(elapsed)
+            samples[f"cpu {label}"].append(cpu)
             outputs.append(out)
         samples["same"].append(float(outputs[1] == outputs[2]))
     return samples
@@ -89,11 +100,12 @@ def main() -> int:
             store.rebuild()
         owner = start_owner(root, env)
         print(f"machine at the start (load)           {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-        timed([MEMVAULT, "--remote", NAME, "search", "warm the page cache"], env)
+        timed([MEMVAULT, "--remote", NAME, "search", "warm the page cache"], env)  # the files' pages
         samples = compare(root, env, args.runs)
         same = samples.pop("same")
+        cpu = {label[4:]: samples.pop(label) for label in list(samples) if label.startswith("cpu ")}
         for label, values in samples.items():
-            print(f"{label:<38} {ms(values)}")
+            print(f"{label:<38} {ms(values)}  (its own CPU: median {statistics.median(cpu[label]):6.1f} ms)")
         local, remote = (statistics.median(v) for v in list(samples.values())[1:])
         print(f"remote / local (medians)               {remote / local:.2f}x  "
               f"(the same output in {sum(same):.0f} of {len(same)} pairs)")  # fmt: skip
