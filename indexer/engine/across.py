@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from memvault.indexer.backend import across_plan, open_across_reader
 from memvault.indexer.engine.across_rows import FetchedProjection, FetchedRows, FetchedVectors
+from memvault.indexer.engine.across_vault import embedder_for, open_vault_index
 from memvault.indexer.results import RecallHit
 from memvault.indexer.search.floor import looked_up_terms
 from memvault.indexer.search.hybrid import CANDIDATE_DEPTH
@@ -171,20 +172,6 @@ def _embed(embedder, query: str):
         return None, f"vector search unavailable ({exc})"
 
 
-def embedder_for(embedding: dict, cache: dict):
-    """() -> the provider of a stored embedding identity, made once per identity in `cache`."""
-    key = (embedding["provider"], embedding["model"], int(embedding["dim"]))
-
-    def embedder():
-        if key not in cache:
-            from memvault.indexer.search.embeddings import make_provider
-
-            cache[key] = make_provider(*key, None)
-        return cache[key]
-
-    return embedder
-
-
 class _LiveVault:
     """A vault's own backend, opened only if recall asks for something the batch did not fetch."""
 
@@ -194,8 +181,6 @@ class _LiveVault:
 
     def _open(self):
         if self._index is None:
-            from memvault.indexer.engine.across_per_vault import open_vault_index
-
             self._index = open_vault_index(self.name, self.dsn, self.like)
         return self._index
 

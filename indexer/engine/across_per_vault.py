@@ -5,18 +5,13 @@ in two statements whatever the number of vaults; tests/test_postgres_across.py c
 rankings on a real server and bench/bench_team.py times both in one run."""
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from memvault.indexer.backend import open_backend
-from memvault.indexer.engine.across import AcrossHit, AcrossResult, check_query, embedder_for, merged, parse_names
-from memvault.indexer.maintenance.server_index import ServerIndex, ServerVectors
+from memvault.indexer.engine.across import AcrossHit, AcrossResult, check_query, merged, parse_names
+from memvault.indexer.engine.across_vault import vault_index
 from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import IndexConfig
 from memvault.vault.errors import IndexUnavailable
-from memvault.vault.layout import VaultLayout
-
-#: a vault searched across has no folder here: only rows are read, never file states
-_NO_FOLDER = Path("/nonexistent-memvault-vault")
 
 
 def search_across_per_vault(
@@ -55,29 +50,6 @@ def _serving(backend) -> int | None:
 def _recall(backend, query: str, limit: int):
     index, vectors = vault_index(backend)
     return recall_tool(index.bm25, vectors, query, limit)
-
-
-def vault_index(backend) -> tuple[ServerIndex, ServerVectors | None]:
-    """A vault's serving generation and its vector list, as its own recall reads them."""
-    number = backend.serving_generation()
-    embedding = backend.generation_embedding(number)
-    embedder = None if embedding is None else embedder_for(embedding, {})
-    index = ServerIndex(backend, number, VaultLayout(_NO_FOLDER), embedder, file_states=False)
-    vectors = None
-    if embedder is not None:
-        vectors = ServerVectors(embedder)
-        vectors.attach_serving(index)
-    return index, vectors
-
-
-def open_vault_index(name: str, dsn: str, like: IndexConfig | None):
-    """`vault_index` of a vault opened on a backend of its own (close `index.backend` after)."""
-    backend = open_backend(IndexConfig.server(name, dsn, like=like), create=False)
-    try:
-        return vault_index(backend)
-    except BaseException:
-        backend.close()
-        raise
 
 
 __all__ = ["AcrossHit", "search_across_per_vault"]
