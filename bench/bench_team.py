@@ -399,27 +399,21 @@ def main() -> int:
         dsn = args.dsn
     folder = Path(tempfile.mkdtemp(prefix="memvault-bench-team-"))
     if args.across_only:
-        try:
-            print(f"machine at the start              {machine()}")
-            names = across_vaults(dsn, folder, args.across_vaults, args.across_memories)
-            across_figures(dsn, names, args.queries)
-            print(f"machine at the end                {machine()}")
-        finally:
-            if server is not None:
-                server.cleanup()
-        return 0
+        return _figures_alone(
+            server,
+            lambda: across_figures(
+                dsn, across_vaults(dsn, folder, args.across_vaults, args.across_memories), args.queries
+            ),
+        )
     root = on_server(make_vault(folder / NAME, args.memories), NAME)
     if args.replica_only:
-        try:
+
+        def replica_figures() -> None:
             with MemoryStore.open(root, env={"MEMVAULT_INDEX_DSN": dsn}) as owner:
                 owner.rebuild()
-            print(f"machine at the start              {machine()}")
             replica(server, dsn, args.replica_queries)
-            print(f"machine at the end                {machine()}")
-        finally:
-            if server is not None:
-                server.cleanup()
-        return 0
+
+        return _figures_alone(server, replica_figures)
     from memvault.indexer.backend import server_versions_of
     from memvault.vault.config import IndexConfig
 
@@ -474,6 +468,19 @@ def main() -> int:
     finally:
         if owner is not None:
             owner.close()
+        if server is not None:
+            server.cleanup()
+    return 0
+
+
+def _figures_alone(server, figures) -> int:
+    """One part of the bench on its own (--across-only, --replica-only), the machine's state
+    printed around it, the bench's own server stopped after."""
+    try:
+        print(f"machine at the start              {machine()}")
+        figures()
+        print(f"machine at the end                {machine()}")
+    finally:
         if server is not None:
             server.cleanup()
     return 0
