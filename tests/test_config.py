@@ -187,6 +187,7 @@ def test_env_vars_are_exactly_the_documented_set() -> None:
         "MEMVAULT_MEMORY_TIME_ZONE": "memory.timeZone",
         "MEMVAULT_INDEX_POOL_SIZE": "index.poolSize",
         "MEMVAULT_INDEX_TIMEOUT_SECONDS": "index.timeoutSeconds",
+        "MEMVAULT_INDEX_POOLER": "index.pooler",
     }
     assert VAULT_PATH_ENV == "MEMVAULT_MEMORY_PATH"
     assert all(key in LEAVES for key in ENV_VARS.values())

@@ -44,6 +44,7 @@ from memvault.vault.config_schema import (  # noqa: F401  public names are re-ex
     INDEX_BACKENDS,
     INDEX_DSN_ENV,
     INDEX_READ_DSN_ENV,
+    INDEX_SESSION_DSN_ENV,
     LEAVES,
     LLM_PROVIDERS,
     MAX_CONFIG_BYTES,
@@ -176,6 +177,18 @@ class IndexConfig:
     #: a hot standby connected clients and `--across` read from (MEMVAULT_INDEX_READ_DSN, else
     #: `index.readDsn`, never with a password); "" reads the primary
     read_dsn: str = field(default="", repr=False)
+    #: index.pooler (MEMVAULT_INDEX_POOLER): "transaction" when `dsn` reaches PgBouncer (or another
+    #: pooler) in transaction mode: connections to it keep no session state (docs/team.md)
+    pooler: str = ""
+    #: a DSN past the pooler, for what needs a session (a vault's owner, an in-process writer):
+    #: MEMVAULT_INDEX_SESSION_DSN, else `index.sessionDsn` (never with a password), else `dsn`
+    session_dsn: str = field(default="", repr=False)
+
+    @property
+    def owner_dsn(self) -> str:
+        """Where what writes the vault's index connects (its owner's fence, wake-up channel,
+        rows and rebuilds): the session DSN when one is set, else `dsn`."""
+        return self.session_dsn or self.dsn
 
     @property
     def on_server(self) -> bool:
@@ -187,7 +200,9 @@ class IndexConfig:
         """A vault reached by its name on the team's index server (docs/team.md), with the bounds
         of `like` (another vault's block, or `server_bounds`'), else the defaults."""
         like = like or cls()
-        return cls("postgres", name, dsn, like.pool_size, like.timeout_seconds, like.read_dsn)
+        return cls(
+            "postgres", name, dsn, like.pool_size, like.timeout_seconds, like.read_dsn, like.pooler, like.session_dsn
+        )
 
 
 @dataclass(frozen=True)
@@ -541,12 +556,14 @@ def _resolve_index(flat: dict[str, Any], vault_path: Path | None, env: Mapping[s
     folder = "" if vault_path is None else Path(vault_path).resolve().name.lower()
     name = flat.get("index.name") or folder
     used["index.backend"], used["index.name"] = backend, name
-    bounds = {key: flat[key] for key in ("index.poolSize", "index.timeoutSeconds") if key in flat}
+    bounds = {key: flat[key] for key in ("index.poolSize", "index.timeoutSeconds", "index.pooler") if key in flat}
     used.update(bounds)
     return IndexConfig(backend, name, env.get(INDEX_DSN_ENV) or flat.get("index.dsn", ""),
                        bounds.get("index.poolSize", DEFAULT_INDEX_POOL_SIZE),
                        bounds.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS),
-                       env.get(INDEX_READ_DSN_ENV) or flat.get("index.readDsn", ""))  # fmt: skip
+                       env.get(INDEX_READ_DSN_ENV) or flat.get("index.readDsn", ""),
+                       bounds.get("index.pooler", ""),
+                       env.get(INDEX_SESSION_DSN_ENV) or flat.get("index.sessionDsn", ""))  # fmt: skip
 
 
 def server_bounds(env: Mapping[str, str]) -> IndexConfig:
@@ -562,10 +579,11 @@ def server_bounds(env: Mapping[str, str]) -> IndexConfig:
         raise InvalidConfig("invalid index server bounds in the environment:\n" + "\n".join(messages))
     return IndexConfig(pool_size=values.get("index.poolSize", DEFAULT_INDEX_POOL_SIZE),
                        timeout_seconds=values.get("index.timeoutSeconds", DEFAULT_INDEX_TIMEOUT_SECONDS),
-                       read_dsn=env.get(INDEX_READ_DSN_ENV, ""))  # fmt: skip
+                       read_dsn=env.get(INDEX_READ_DSN_ENV, ""), pooler=values.get("index.pooler", ""),
+                       session_dsn=env.get(INDEX_SESSION_DSN_ENV, ""))  # fmt: skip
 
 
-_BOUND_VARS = ("MEMVAULT_INDEX_POOL_SIZE", "MEMVAULT_INDEX_TIMEOUT_SECONDS")
+_BOUND_VARS = ("MEMVAULT_INDEX_POOL_SIZE", "MEMVAULT_INDEX_TIMEOUT_SECONDS", "MEMVAULT_INDEX_POOLER")
 
 
 # --- writing ----------------------------------------------------------------------------------

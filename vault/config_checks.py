@@ -26,7 +26,9 @@ from memvault.vault.config_schema import (
     INDEX_BACKENDS,
     INDEX_DSN_ENV,
     INDEX_NAME_RE,
+    INDEX_POOLERS,
     INDEX_READ_DSN_ENV,
+    INDEX_SESSION_DSN_ENV,
     LEAVES,
     LLM_PROVIDERS,
     MAX_EMBEDDING_DIM,
@@ -601,7 +603,13 @@ def _check_index(flat: dict[str, Any], problems: list[_Problem]) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= most:
             problems.append(_Problem(f"{key} must be between 1 and {most} (got {value}): it is the {fix}; "
                                      f"the default is {LEAVES[key][1]}", (key,)))  # fmt: skip
-    for key, env in (("index.dsn", INDEX_DSN_ENV), ("index.readDsn", INDEX_READ_DSN_ENV)):
+    pooler = flat.get("index.pooler")
+    if isinstance(pooler, str) and pooler not in INDEX_POOLERS:
+        problems.append(_Problem('index.pooler must be "transaction" (PgBouncer or another pooler in transaction '
+                                 'mode in front of the server) or "" (none, or one in session mode); '
+                                 f"got {_show(pooler)}", ("index.pooler",)))  # fmt: skip
+    for key, env in (("index.dsn", INDEX_DSN_ENV), ("index.readDsn", INDEX_READ_DSN_ENV),
+                     ("index.sessionDsn", INDEX_SESSION_DSN_ENV)):  # fmt: skip
         dsn = flat.get(key)
         if isinstance(dsn, str) and dsn_has_password(dsn):
             problems.append(

@@ -88,6 +88,7 @@ ENV_VARS = MappingProxyType(
         "MEMVAULT_MEMORY_TIME_ZONE": "memory.timeZone",
         "MEMVAULT_INDEX_POOL_SIZE": "index.poolSize",
         "MEMVAULT_INDEX_TIMEOUT_SECONDS": "index.timeoutSeconds",
+        "MEMVAULT_INDEX_POOLER": "index.pooler",
     }
 )
 #: the vault's location; read by vault discovery (`--vault` > this > the nearest enclosing vault), not by load_config
@@ -189,6 +190,8 @@ LEAVES: Mapping[str, tuple[type, Any]] = MappingProxyType(
         "index.name": (str, "team-notes"),
         "index.dsn": (str, "service=memvault"),
         "index.readDsn": (str, "service=memvault-standby"),
+        "index.sessionDsn": (str, "service=memvault-direct"),
+        "index.pooler": (str, ""),
         "index.poolSize": (int, DEFAULT_INDEX_POOL_SIZE),
         "index.timeoutSeconds": (int, DEFAULT_INDEX_TIMEOUT_SECONDS),
     }
@@ -217,4 +220,9 @@ INDEX_BACKENDS = ("local", "postgres")
 INDEX_DSN_ENV = "MEMVAULT_INDEX_DSN"
 #: a hot standby's connection string that reads go to (backend/postgres/replica.py)
 INDEX_READ_DSN_ENV = "MEMVAULT_INDEX_READ_DSN"
+#: a DSN past any transaction-mode pooler, for what needs a session of its own (an owner's fence)
+INDEX_SESSION_DSN_ENV = "MEMVAULT_INDEX_SESSION_DSN"
+#: index.pooler: "" (MEMVAULT_INDEX_DSN reaches PostgreSQL, or a pooler in session mode) or
+#: "transaction" (PgBouncer in transaction mode: no session state, docs/team.md)
+INDEX_POOLERS = ("", "transaction")
 INDEX_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")

@@ -27,7 +27,10 @@ def open_backend(index, *, create: bool = True):
     if index.backend == "postgres":
         # an owner's reads decide its writes: only a backend that never writes reads a standby
         read_dsn = "" if create else getattr(index, "read_dsn", "")
-        return PostgresBackend(index.dsn, index.name, create=create, bounds=ServerBounds.of(index), read_dsn=read_dsn)
+        # what writes the index needs sessions of its own: past a transaction-mode pooler
+        dsn = index.owner_dsn if create else index.dsn
+        bounds = ServerBounds.of(index, owner=create)
+        return PostgresBackend(dsn, index.name, create=create, bounds=bounds, read_dsn=read_dsn)
     raise ValueError(f"index backend {index.backend!r} has no server engine")
 
 
@@ -67,10 +70,13 @@ def server_versions_of(index) -> dict:
 def open_team_server(dsn: str, vault: str, *, create: bool = False, index=None):
     """The team rows of one vault on the index server (backend/postgres/team.py): the run ledger
     clients admit to, remembered facts waiting for their owner, the owner's registration.
-    `create`: make the team tables and the vault's writer role (the owner's start). `index`: an
-    index config block whose bounds (pool size, timeout) the process's pool for `dsn` takes."""
+    `create`: make the team tables and the vault's writer role (the owner's start: its session DSN
+    when the index block sets one). `index`: an index config block whose bounds (pool size,
+    timeout, pooler) the process's pool for `dsn` takes."""
     if index is not None:
-        shared_pool(dsn, ServerBounds.of(index))
+        if create and getattr(index, "session_dsn", ""):
+            dsn = index.session_dsn
+        shared_pool(dsn, ServerBounds.of(index, owner=create))
     read_dsn = "" if create or index is None else getattr(index, "read_dsn", "")
     return TeamServer(dsn, vault, create=create, read_dsn=read_dsn)
 

@@ -183,7 +183,7 @@ class TeamSide:
 
     def __init__(self, store, *, log=None, hook=None):
         index = store.config.index
-        self.fence = ServerFence(index.dsn, index.name)
+        self.fence = ServerFence(index.owner_dsn, index.name)  # a session of its own: past any pooler
         self.server = None
         self.drainer: TeamDrainer | None = None
         self.listener = None
@@ -216,7 +216,7 @@ class TeamSide:
 
     def start_draining(self) -> None:
         index = self._store.config.index
-        self.listener = team_listener(index.dsn, index.name)
+        self.listener = team_listener(index.owner_dsn, index.name)  # LISTEN: a session of its own
         self.drainer = TeamDrainer(self._store, lambda: self.server, hook=self._hook, log=self._log, fence=self,
                                    listener=self.listener)  # fmt: skip
         self.drainer.start()

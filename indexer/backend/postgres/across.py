@@ -24,12 +24,12 @@ from memvault.indexer.backend.postgres import schema
 from memvault.indexer.backend.postgres.connection import ServerSession, require_psycopg
 from memvault.indexer.backend.postgres.engine import (
     _ROW_COLUMNS,
-    _SESSION_EF_SEARCH,
     _prepare_session,
     _quoted,
     _stored_row,
     ef_search,
     lexical_statement,
+    searched_at_depth,
     vector_statement,
 )
 from memvault.indexer.backend.postgres.replica import ReadRoute
@@ -178,11 +178,7 @@ class AcrossReader:
         statement = "\nUNION ALL\n".join(pieces)
 
         def run(conn):
-            if ef_search(depth) <= _SESSION_EF_SEARCH:
-                return conn.execute(statement, arguments).fetchall()
-            with conn.transaction():
-                conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search(depth)}")
-                return conn.execute(statement, arguments).fetchall()
+            return searched_at_depth(conn, ef_search(depth), lambda: conn.execute(statement, arguments).fetchall())
 
         rows = self._fetch(run)
         for row in rows:

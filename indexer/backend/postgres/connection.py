@@ -20,6 +20,8 @@ position after each write of the process (`ServerSession(...)(wrote=True)`), so 
 on the primary until the standby has replayed it.
 """
 
+import functools
+import logging
 import os
 import re
 import select
@@ -46,6 +48,16 @@ DSN_SETTING = "MEMVAULT_INDEX_DSN"
 _CLIENT_GRACE_SECONDS = 2
 #: a pooled connection idle this long is asked once (`SELECT 1`) before a call uses it
 PROBE_AFTER_IDLE_SECONDS = 5.0
+POOLER_KEY = "index.pooler (MEMVAULT_INDEX_POOLER)"
+SESSION_DSN_KEY = "MEMVAULT_INDEX_SESSION_DSN (index.sessionDsn)"
+#: libpq's and the server's words for a server that is not there (yet): a call cut by a restart
+#: waits for these to pass, within its bound, before it runs again (`retried_once`)
+_AWAY_WORDS = ("connection refused", "no such file or directory", "the database system is starting up",
+               "the database system is shutting down", "the database system is in recovery mode",
+               "not yet accepting connections", "server closed the connection unexpectedly",
+               "terminating connection", "connection reset by peer")  # fmt: skip
+
+log = logging.getLogger("memvault.index")
 _KEYWORD_PASSWORD_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _URI_PASSWORD_RE = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
 _NAMED_RE = re.compile(r'(user|role|database) "([^"]*)"')
@@ -57,11 +69,16 @@ class ServerBounds:
 
     pool_size: int = DEFAULT_INDEX_POOL_SIZE
     timeout_seconds: int = DEFAULT_INDEX_TIMEOUT_SECONDS
+    #: the DSN reaches a pooler in transaction mode (index.pooler): each transaction may run on
+    #: another server session, so its connections keep no session state (module docstring)
+    pooled: bool = False
 
     @classmethod
-    def of(cls, index) -> "ServerBounds":
-        """The bounds an `index` config block (vault.config.IndexConfig) sets."""
-        return cls(index.pool_size, index.timeout_seconds)
+    def of(cls, index, *, owner: bool = False) -> "ServerBounds":
+        """The bounds an `index` config block (vault.config.IndexConfig) sets; `owner`: for the
+        connections of what writes the index, which go to its session DSN when one is set."""
+        pooled = getattr(index, "pooler", "") == "transaction" and not (owner and getattr(index, "session_dsn", ""))
+        return cls(index.pool_size, index.timeout_seconds, pooled)
 
 
 def require_psycopg():
@@ -124,18 +141,83 @@ def connect(dsn: str, *, autocommit: bool = False, bounds: ServerBounds | None =
     psycopg = require_psycopg()
     bounds = bounds or _bounds_for(dsn)
     conn = None
+    # behind a transaction-mode pooler a prepared statement lives in one server session and the
+    # next execution may run in another: psycopg never prepares there
+    options = {"prepare_threshold": None} if bounds.pooled else {}
     try:
-        conn = _bounded_class().connect(dsn, autocommit=autocommit, **_socket_options(dsn, bounds))
+        conn = _bounded_class().connect(dsn, autocommit=autocommit, **_socket_options(dsn, bounds), **options)
         conn.answer_within = bounds.timeout_seconds + _CLIENT_GRACE_SECONDS
         conn.memvault_timeout_ms = int(bounds.timeout_seconds * 1000)
-        conn.execute(f"SET statement_timeout = {conn.memvault_timeout_ms}")
+        conn.memvault_pooled = bounds.pooled
+        if not bounds.pooled:  # a session SET there would land on one server session, others' next
+            conn.execute(f"SET statement_timeout = {conn.memvault_timeout_ms}")
         if not autocommit:
             conn.commit()
     except psycopg.Error as exc:
         if conn is not None:
             _close_quietly(conn)
-        raise IndexServerUnavailable(server_error_message(dsn, exc, bounds, setting)) from None
+        kind = ServerAway if _away(exc) else IndexServerUnavailable
+        raise kind(server_error_message(dsn, exc, bounds, setting)) from None
     return conn
+
+
+class ServerAway(IndexServerUnavailable):
+    """A connection found no server there, or one starting or stopping (a restart): a call that
+    a restart cut waits for it to pass (`retried_once`)."""
+
+
+class CallCut(IndexServerUnavailable):
+    """The connection was cut during a call (a restart, a killed backend, a reset path): whether
+    the server committed what the call sent is unknown. An idempotent call runs once more
+    (`retried_once`); any other fails with this, naming what is and is not known."""
+
+
+def _away(exc: BaseException) -> bool:
+    return any(words in str(exc).lower() for words in _AWAY_WORDS)
+
+
+def _cut(psycopg, exc: BaseException, conn) -> bool:
+    """The call's connection was cut under it, as opposed to a bound it spent (the client's wait,
+    the server's statement_timeout) or a refusal: only a cut call may run again at once."""
+    if getattr(exc, "memvault_silent", False) or isinstance(exc, psycopg.errors.QueryCanceled):
+        return False
+    return isinstance(exc, psycopg.OperationalError) or conn.broken or conn.closed
+
+
+def retried_once(method):
+    """A method of an object with a `_session` (a ServerSession) whose work is idempotent (a read,
+    an admission keyed by its run id, a fact keyed by its content hash): when a cut connection
+    (`CallCut`) ends it, it runs once more on a new connection, waiting within the bound
+    (`index.timeoutSeconds`, from the cut) for a restarting server to accept one. Not inside a
+    call of the same session (its transaction is gone with the connection: the outer call's
+    own retry, if any, runs it all again)."""
+
+    @functools.wraps(method)
+    def once_more(self, *args, **kwargs):
+        session = getattr(self, "_session", None)
+        if session is None or session.holds() or getattr(_RETRYING, "depth", 0):
+            return method(self, *args, **kwargs)
+        _RETRYING.depth = 1
+        try:
+            try:
+                return method(self, *args, **kwargs)
+            except CallCut as cut:
+                log.info("memvault: %s; running the call again", cut)
+            deadline = time.monotonic() + session.pool.bounds.timeout_seconds
+            while True:
+                try:
+                    return method(self, *args, **kwargs)
+                except ServerAway:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        finally:
+            _RETRYING.depth = 0
+
+    return once_more
+
+
+_RETRYING = threading.local()
 
 
 def _socket_options(dsn: str, bounds: ServerBounds) -> dict:
@@ -225,7 +307,11 @@ def server_error_message(
     reason = _reason(exc)
     target = describe_target(dsn)
     lower = reason.lower()
-    if getattr(exc, "memvault_silent", False):
+    if "prepared statement" in lower and ("does not exist" in lower or "already exists" in lower):
+        text = (f"the index server at {target} lost a prepared statement between two of a connection's calls "
+                f"({reason}): a pooler in transaction mode (PgBouncer) is in front of it; set {POOLER_KEY} "
+                "to \"transaction\"")  # fmt: skip
+    elif getattr(exc, "memvault_silent", False):
         waited = bounds.timeout_seconds + _CLIENT_GRACE_SECONDS
         text = (f"the index server at {target} did not answer within {waited} s "
                 f"({TIMEOUT_KEY} is {bounds.timeout_seconds} s): the network path or the server is stalled; "
@@ -259,6 +345,26 @@ def server_error_message(
         text = (f"the index server at {target} is unreachable ({reason}): start it, or point {setting} "
                 "(or a libpq service in ~/.pg_service.conf) at a running PostgreSQL 16+ with pgvector")  # fmt: skip
     return redact(text, dsn)
+
+
+def cut_message(dsn: str, exc: BaseException) -> str:
+    """A call whose connection was cut under it (and not run again: not idempotent, or cut twice)."""
+    return redact(f"the connection to the index server at {describe_target(dsn)} was cut during a call "
+                  f"({_reason(exc)}): whether the server committed that call's write is unknown (an admission "
+                  "or a remembered fact sent again is answered exactly; nothing acknowledged before is lost); "
+                  "retry once the server answers", dsn)  # fmt: skip
+
+
+def owner_dsn_checked(dsn: str, bounds: ServerBounds, what: str) -> str:
+    """`dsn` for `what` (a vault's owner, its fence, a writer of the index), which needs a session
+    of its own; IndexUnavailable naming the fix when `dsn` is behind a transaction-mode pooler."""
+    if bounds.pooled:
+        raise IndexUnavailable(f"{what} needs a session of its own on the index server (the owner's fence, its "
+                               f"wake-up channel, a rebuild's index builds), and {POOLER_KEY} says "
+                               "MEMVAULT_INDEX_DSN reaches a pooler in transaction mode, which keeps none: set "
+                               f"{SESSION_DSN_KEY} to a DSN that reaches PostgreSQL directly (or a pooler in "
+                               "session mode); agents keep the pooled one")  # fmt: skip
+    return dsn
 
 
 def statement_error_message(dsn: str, exc: BaseException) -> str:
@@ -537,7 +643,7 @@ class ServerSession:
             pool.join()
         held = getattr(self._held, "conn", None)
         if held is not None:  # nested in this thread's own call: its connection, its transaction
-            with self._translated(psycopg, held):
+            with self._translated(psycopg, held, nested=True):
                 self._prepared(held)
                 yield held
             self._held.wrote = getattr(self._held, "wrote", False) or wrote  # noted once the outer call committed
@@ -564,22 +670,20 @@ class ServerSession:
             done.add(self._prepare)
 
     @contextmanager
-    def _translated(self, psycopg, conn):
+    def _translated(self, psycopg, conn, *, nested: bool = False):
         try:
             yield
-        except psycopg.OperationalError as exc:
-            _close_quietly(conn)  # never given back: the next call reconnects
-            raise IndexServerUnavailable(server_error_message(self.dsn, exc, self.pool.bounds, self.setting)) from None
         except psycopg.Error as exc:
-            refused = None if self._refusal is None else self._refusal(exc)
-            if refused is not None:
-                raise refused from None
-            if conn.broken:
-                _close_quietly(conn)
-                raise IndexServerUnavailable(
-                    server_error_message(self.dsn, exc, self.pool.bounds, self.setting)
-                ) from None
-            raise IndexUnavailable(statement_error_message(self.dsn, exc)) from None
+            if not isinstance(exc, psycopg.OperationalError):
+                refused = None if self._refusal is None else self._refusal(exc)
+                if refused is not None:
+                    raise refused from None
+                if not conn.broken:
+                    raise IndexUnavailable(statement_error_message(self.dsn, exc)) from None
+            _close_quietly(conn)  # never given back: the next call reconnects
+            if _cut(psycopg, exc, conn) and not nested:
+                raise CallCut(cut_message(self.dsn, exc)) from None
+            raise IndexServerUnavailable(server_error_message(self.dsn, exc, self.pool.bounds, self.setting)) from None
 
     def holds(self) -> bool:
         """This thread is inside one of this session's calls (its connection, its transaction)."""

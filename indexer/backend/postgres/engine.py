@@ -18,7 +18,13 @@ from datetime import UTC, date, datetime
 
 from memvault.indexer.backend.base import BackendCounts, BackendDelta, StoredRow
 from memvault.indexer.backend.postgres import schema
-from memvault.indexer.backend.postgres.connection import ServerBounds, ServerSession, index_builds, require_psycopg
+from memvault.indexer.backend.postgres.connection import (
+    ServerBounds,
+    ServerSession,
+    index_builds,
+    owner_dsn_checked,
+    require_psycopg,
+)
 from memvault.indexer.backend.postgres.lexical import (
     BM25_SQL,
     cjk_bigrams,
@@ -101,6 +107,8 @@ class PostgresBackend:
         self._dims: dict[int, int | None] = {}
         self._with_postings: set[int] = set()
         self._create = create
+        if create:  # what writes the index holds sessions: a rebuild's index builds, the owner's fence
+            owner_dsn_checked(dsn, self._session.pool.bounds, f"writing vault {self.vault!r}'s index")
         with self._session(wrote=create) as conn:
             if create:
                 schema.ensure_schema(conn)
@@ -551,12 +559,7 @@ class PostgresBackend:
         sql, arguments = vector_statement(self.vault, generation, dim, vector, depth)
         ef = ef_search(depth)
         with self._reads() as conn:
-            if ef <= _SESSION_EF_SEARCH:
-                rows = conn.execute(sql, arguments).fetchall()
-            else:
-                with conn.transaction():
-                    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-                    rows = conn.execute(sql, arguments).fetchall()
+            rows = searched_at_depth(conn, ef, lambda: conn.execute(sql, arguments).fetchall())
         return sorted(((key, float(score)) for key, score in rows), key=lambda hit: (-hit[1], hit[0]))
 
     @read_retried
@@ -651,6 +654,17 @@ def _stored_row(row: tuple) -> StoredRow:
                      datetime.fromtimestamp(at, UTC), text, chash, ctxh, context)  # fmt: skip
 
 
+def searched_at_depth(conn, ef: int, run):
+    """`run()`'s rows with HNSW's candidate list at `ef`: the session's setting when it will do,
+    else SET LOCAL in a transaction (always behind a transaction-mode pooler, where a session's
+    setting is another client's: the one-off `SET` on a connection lands on one server session)."""
+    if ef <= _SESSION_EF_SEARCH and not getattr(conn, "memvault_pooled", False):
+        return run()
+    with conn.transaction():
+        conn.execute(f"SET LOCAL hnsw.ef_search = {max(ef, _SESSION_EF_SEARCH)}")
+        return run()
+
+
 def _prepare_session(conn) -> bool:
     """pgvector's types on a new connection, and the search depth recall needs; False when not yet."""
     psycopg = require_psycopg()
@@ -664,8 +678,10 @@ def _prepare_session(conn) -> bool:
         if found is None:
             return False  # no vector type yet: ensure_schema creates it; the next call registers it
         register_vector_info(conn, TypeInfo("vector", found[0], found[1]))
-        # recall asks for 100 vector candidates: one round trip, no SET LOCAL per query
-        conn.execute(f"SET hnsw.ef_search = {_SESSION_EF_SEARCH}")
+        # recall asks for 100 vector candidates: one round trip, no SET LOCAL per query (behind a
+        # transaction-mode pooler each query sets it locally: `searched_at_depth`)
+        if not getattr(conn, "memvault_pooled", False):
+            conn.execute(f"SET hnsw.ef_search = {_SESSION_EF_SEARCH}")
     except psycopg.Error:
         return False
     return True

@@ -29,7 +29,7 @@ import weakref
 from contextlib import ExitStack, contextmanager
 
 from memvault.indexer.backend.base import IndexServerUnavailable
-from memvault.indexer.backend.postgres.connection import TIMEOUT_KEY, ServerSession, require_psycopg
+from memvault.indexer.backend.postgres.connection import TIMEOUT_KEY, ServerSession, require_psycopg, retried_once
 from memvault.vault.errors import IndexUnavailable
 
 READ_DSN_SETTING = "MEMVAULT_INDEX_READ_DSN (index.readDsn)"
@@ -49,7 +49,8 @@ class StandbyFailed(IndexServerUnavailable):
 
 def read_retried(method):
     """A read method of a backend with a ReadRoute: once more (on the primary) when the standby
-    failed during it. Reads only: running one twice changes nothing."""
+    failed during it, and once more when the primary's connection was cut during it
+    (connection.retried_once: a restart). Reads only: running one twice changes nothing."""
 
     @functools.wraps(method)
     def once_more(*args, **kwargs):
@@ -58,7 +59,7 @@ def read_retried(method):
         except StandbyFailed:
             return method(*args, **kwargs)
 
-    return once_more
+    return retried_once(once_more)
 
 
 def lsn_value(text: str | None) -> int:

@@ -41,7 +41,15 @@ from datetime import datetime
 
 from memvault.indexer.backend.base import IndexServerUnavailable
 from memvault.indexer.backend.postgres import schema
-from memvault.indexer.backend.postgres.connection import ServerSession, connect, require_psycopg, unreachable_message
+from memvault.indexer.backend.postgres.connection import (
+    ServerSession,
+    _bounds_for,
+    connect,
+    owner_dsn_checked,
+    require_psycopg,
+    retried_once,
+    unreachable_message,
+)
 from memvault.indexer.backend.postgres.replica import ReadRoute, read_retried
 from memvault.vault.errors import IndexUnavailable, VaultError, VaultLocked
 
@@ -217,7 +225,10 @@ class TeamServer:
         self._reads = ReadRoute(self._session, read_dsn, refusal=self._refusal) if read_dsn else self._session
         self._client_cursor = None  # (connection, its cursor): admission's and remember's statements
         self._ringer = None  # the Ringer, from the first write that met a sleeping owner
+        #: prepared once per connection, except behind a transaction-mode pooler (index.pooler)
+        self._prepare = None if self._session.pool.bounds.pooled else True
         if create:
+            owner_dsn_checked(dsn, self._session.pool.bounds, f"vault {self.vault!r}'s owner")
             with self._session(wrote=True) as conn:
                 schema.ensure_schema(conn)
                 schema.ensure_vault(conn, self.vault)
@@ -244,20 +255,23 @@ class TeamServer:
 
     # --- clients ---------------------------------------------------------------------------------
 
+    @retried_once
     def ping(self) -> None:
         with self._session() as conn:
             conn.execute("SELECT 1").fetchone()
 
+    @retried_once  # keyed by the run id: a turn sent again is answered from the ledger, never stored twice
     def admit(self, run_hash: str, payload_sha256: str, record: bytes) -> tuple[bool, str, bool]:
         """(inserted, the payload digest the ledger holds, projected by the owner): one statement,
         and a NOTIFY after it only when a new turn met a sleeping owner."""
         with self._session(wrote=True) as conn:
             row = self._cursor(conn).execute(ADMIT_SQL, (self.vault, run_hash, payload_sha256, record, self.vault),
-                                             prepare=True).fetchone()  # fmt: skip
+                                             prepare=self._prepare).fetchone()  # fmt: skip
         if row[0] and row[3]:
             self._ring()
         return bool(row[0]), row[1], bool(row[2])
 
+    @retried_once  # keyed by the fact's content hash, as admit by the run id
     def remember(
         self, content_hash: str, block_id: str, fact: str, at: datetime, relpath: str
     ) -> tuple[bool, str, str, str]:
@@ -265,7 +279,7 @@ class TeamServer:
         (and a ring when it met a sleeping owner)."""
         with self._session(wrote=True) as conn:
             row = self._cursor(conn).execute(_REMEMBER_SQL, (self.vault, content_hash, block_id, fact, at, relpath,
-                                                             self.vault), prepare=True).fetchone()  # fmt: skip
+                                                             self.vault), prepare=self._prepare).fetchone()  # fmt: skip
         if row[0] and row[4]:
             self._ring()
         return bool(row[0]), row[1], row[2], row[3]
@@ -285,6 +299,7 @@ class TeamServer:
             self._ringer = Ringer(self.dsn, self.vault)
         self._ringer.ring()
 
+    @retried_once
     def projected(self, run_hash: str) -> bool | None:
         """Whether the owner has the turn in its files (None: the ledger holds no such run)."""
         with self._session() as conn:
@@ -546,6 +561,7 @@ class OwnerLock:
     def acquire(self, host: str, pid: int) -> None:
         """Take the fence, or VaultLocked naming the owner that holds it (host, pid)."""
         psycopg = require_psycopg()
+        owner_dsn_checked(self.dsn, _bounds_for(self.dsn), f"vault {self.vault!r}'s owner fence")
         conn = connect(self.dsn, autocommit=True)
         try:
             conn.execute(
