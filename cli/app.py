@@ -90,7 +90,8 @@ class CommandGroup(SuggestingGroup):
     metavar="NAME",
     default=None,
     help="Use the vault NAME on the index server (MEMVAULT_INDEX_DSN, or a libpq service) from a machine "
-    "without its files: search, journal, admit, remember, inspect, health, engine status and mcp (docs/team.md).",
+    "without its files: search, journal, admit, remember, inspect, health, engine status|stop, mcp, and serve "
+    "(a resident connection the others then use; docs/team.md).",
 )
 @click.version_option(package_name="memvault")
 @click.pass_context
@@ -108,7 +109,7 @@ def open_store(ctx: click.Context, *, sync: bool = True, engine: bool = False):
     imports nothing heavy, so the everyday commands answer fast while `serve`/`watch` run.
     With `--remote NAME`, the ConnectedStore of that vault on the index server."""
     if ctx.obj.get("remote"):
-        return connected_store(ctx)
+        return connected_store(ctx, resident=engine)  # this machine's resident connection, when one runs
     if engine:
         remote = owner_store(ctx)
         if remote is not None:

@@ -2,7 +2,8 @@
 
 search, journal, remember and health are the local commands themselves (`open_store` returns a
 ConnectedStore, with the same API: cli/remote_store.py, which they load instead of this module);
-admit, inspect, engine status and mcp have their remote forms here, with the same output shapes.
+admit, inspect, engine status and mcp have their remote forms here, with the same output shapes;
+serve and engine stop run and stop this machine's resident connection (cli/remote_serve.py).
 Every other command needs the vault's folder and says so.
 """
 
@@ -13,6 +14,7 @@ import sys
 import click
 
 from memvault.cli.errors import EXIT_ERROR, JSON_META_KEY, emit_json, json_option
+from memvault.cli.remote_serve import remote_engine_stop, remote_serve, resident_line, resident_report
 from memvault.cli.remote_store import connected_store
 from memvault.indexer.team.ledger import CLAIMED
 from memvault.vault.errors import VaultError
@@ -103,23 +105,30 @@ def _owner_line(owner: dict | None, running: bool) -> str:
 
 @click.group("engine")
 def remote_engine() -> None:
-    """The vault's owner, as the index server knows it."""
+    """The vault's owner, as the index server knows it, and this machine's resident connection."""
 
 
 @remote_engine.command("status")
 @json_option
 @click.pass_context
 def remote_engine_status(ctx: click.Context, json_: bool) -> None:
-    """Whether the vault's owner runs (it holds the server's owner lock), and where; exit 1 when none runs."""
+    """Whether the vault's owner runs (it holds the server's owner lock), and where, and whether this
+    machine keeps a resident connection to it (`memvault --remote NAME serve`); exit 1 when no owner runs."""
+    resident = resident_report(ctx.obj["remote"])
     with connected_store(ctx) as store:
         report = store.intake_snapshot()
-    body = {"running": report["ownerRunning"], "owner": report["owner"], "vault": report["vault"]}
+    body = {"running": report["ownerRunning"], "owner": report["owner"], "vault": report["vault"],
+            "resident": resident}  # fmt: skip
     if json_:
         emit_json(body)
     else:
         click.echo(_owner_line(report["owner"], report["ownerRunning"]))
+        click.echo(resident_line(ctx.obj["remote"], resident))
     if not body["running"]:
         ctx.exit(1)
+
+
+remote_engine.add_command(remote_engine_stop)
 
 
 @click.command("mcp")
@@ -135,4 +144,10 @@ def remote_mcp(ctx: click.Context) -> None:
     serve_remote(ctx.obj["remote"], dict(os.environ))
 
 
-REMOTE_FORM_COMMANDS = {"admit": remote_admit, "inspect": remote_inspect, "engine": remote_engine, "mcp": remote_mcp}
+REMOTE_FORM_COMMANDS = {
+    "admit": remote_admit,
+    "inspect": remote_inspect,
+    "engine": remote_engine,
+    "mcp": remote_mcp,
+    "serve": remote_serve,
+}

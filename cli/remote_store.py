@@ -1,7 +1,11 @@
 """What every `memvault --remote NAME <command>` shares, and nothing more: the vault's
 ConnectedStore and which commands run remotely. `memvault --remote NAME search` loads this module,
 never cli/remote_commands.py (admission, the run ledger, the MCP server: the remote forms' own).
-The connection comes from MEMVAULT_INDEX_DSN, else libpq's own service and password files."""
+The connection comes from MEMVAULT_INDEX_DSN, else libpq's own service and password files.
+
+While `memvault --remote NAME serve` runs on this machine (with the same settings), the shared
+commands are its thin clients (`resident_store`), as local commands are of a vault's owner;
+without one they connect in their own process."""
 
 import gc
 import os
@@ -11,12 +15,17 @@ import click
 #: the commands that run as they are against a vault reached by name (`REMOTE_FORMS` have forms
 #: of their own in cli/remote_commands.py; the rest need its files)
 SHARED_COMMANDS = ("search", "journal", "remember", "health")
-REMOTE_FORMS = ("admit", "inspect", "engine", "mcp")
+REMOTE_FORMS = ("admit", "inspect", "engine", "mcp", "serve")
 
 
-def connected_store(ctx: click.Context, *, probe: bool = True):
+def connected_store(ctx: click.Context, *, probe: bool = True, resident: bool = False):
     """The ConnectedStore of `--remote NAME`; `probe`: reach the server now (a clear error naming
-    the host when it is unreachable) rather than at the first call."""
+    the host when it is unreachable) rather than at the first call. With `resident`, this
+    machine's resident connection answers instead when one runs (a ResidentStore)."""
+    if resident:
+        store = resident_store(ctx)
+        if store is not None:
+            return store
     from memvault.indexer.engine.connected import ConnectedStore  # psycopg, numpy: a vault on a server only
 
     if not probe:
@@ -24,10 +33,31 @@ def connected_store(ctx: click.Context, *, probe: bool = True):
     return ConnectedStore.connect(ctx.obj["remote"], env=dict(os.environ))
 
 
+def resident_store(ctx: click.Context):
+    """A thin client of the resident connection (`memvault --remote NAME serve`), a ResidentStore,
+    or None: none runs (the command connects itself), or one that cannot be used, said on stderr."""
+    # the remote commands' own thin client: never loaded by the local ones or `--help`
+    from memvault.indexer.engine.resident_client import ResidentStore, ResidentUnusable, find_resident
+
+    name = ctx.obj["remote"]
+    try:
+        client = find_resident(name, os.environ)
+    except ResidentUnusable as exc:
+        say_on_stderr(f"{exc}; connecting in this process")
+        return None
+    if client is None:
+        return None
+    return ResidentStore(name, client, fallback=lambda: connected_store(ctx), warn=say_on_stderr)
+
+
+def say_on_stderr(message: str) -> None:
+    click.echo(f"memvault: {message}", err=True)
+
+
 def refuse_local_only(name: str, ctx: click.Context) -> None:
     raise click.UsageError(
         f"`{name}` needs the vault's folder; with --remote only search, journal, admit, remember, "
-        "inspect, health, engine status and mcp work. Run it on the vault's home machine.",
+        "inspect, health, engine status|stop, mcp and serve work. Run it on the vault's home machine.",
         ctx,
     )
 

@@ -10,6 +10,13 @@ so a second would-be owner always finds the first by probing it:
 opens the vault by any spelling (symlinks, relative paths) reaches the same socket, and the path
 stays far below the kernel's 108-byte limit. The path is derived from the vault alone (not from
 the environment), so two processes with different environments can never disagree on it.
+
+A resident connection (`memvault --remote NAME serve`: a connected store kept open on a machine
+without the vault's files, indexer/engine/resident.py) listens in the same folder, under the same
+rules, as `remote-<hash>.sock`, with its status file `remote-<hash>.json` and its lock file
+`remote-<hash>.lock` beside it. Its `<hash>` covers the vault's name and everything the
+connection depends on (`RESIDENT_ENV`, and every libpq `PG*` variable), so a command run with
+another DSN, role or server never reaches a resident connected with other settings.
 """
 
 from __future__ import annotations
@@ -60,6 +67,45 @@ def ensure_socket_dir() -> Path:
     if stat.S_IMODE(info.st_mode) & 0o077:
         os.chmod(folder, 0o700)
     return folder
+
+
+#: besides every libpq `PG*` variable, what a connected store's connection and files depend on
+RESIDENT_ENV = (
+    "MEMVAULT_INDEX_DSN",
+    "MEMVAULT_INDEX_READ_DSN",
+    "MEMVAULT_INDEX_POOL_SIZE",
+    "MEMVAULT_INDEX_TIMEOUT_SECONDS",
+    "XDG_STATE_HOME",  # the journal's cursor folder
+    "HOME",  # ~/.pgpass, ~/.pg_service.conf, the cursor folder's default
+)
+
+
+class ResidentPaths:
+    """Where the resident connection of one vault name and connection settings listens."""
+
+    __slots__ = ("socket", "status", "lock")
+
+    def __init__(self, base: Path):
+        self.socket = base.with_name(base.name + ".sock")
+        self.status = base.with_name(base.name + ".json")
+        self.lock = base.with_name(base.name + ".lock")
+
+
+def resident_paths(name: str, env) -> ResidentPaths:
+    """The resident connection's socket, status and lock files for vault `name` reached with `env`."""
+    settings = sorted((key, value) for key, value in env.items() if key.startswith("PG") or key in RESIDENT_ENV)
+    identity = json.dumps([name, settings], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return ResidentPaths(socket_dir() / f"remote-{hashlib.sha256(identity).hexdigest()[:24]}")
+
+
+def private_socket_dir() -> bool:
+    """Whether the socket folder is this user's own and closed to others (a client's check before it
+    sends a question to whatever listens there: /tmp is everyone's)."""
+    try:
+        info = os.lstat(socket_dir())
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not stat.S_IMODE(info.st_mode) & 0o077
 
 
 def status_path(vault_root: Path) -> Path:

@@ -124,6 +124,11 @@ class ConnectedStore:
             self._settings = settings
         return self._settings
 
+    def forget_settings(self) -> None:
+        """Read the vault's settings again at the next call (a long-lived store: its owner may have
+        registered another zone or tier since)."""
+        self._settings = None
+
     @property
     def time_zone(self) -> str:
         return self.settings()["timeZone"]
