@@ -6,6 +6,7 @@ A test regenerates it and fails when the committed file is stale, so the referen
 import click
 
 from memvault.cli.main import cli
+from memvault.cli.remote_commands import REMOTE_FORM_COMMANDS
 
 HEADER = """# CLI reference
 
@@ -24,9 +25,27 @@ def _walk(command: click.Command, path: list[str]):
             yield from _walk(command.get_command(click.Context(command), name), [*path, name])
 
 
+REMOTE_HEADER = """
+## `memvault --remote NAME …`
+
+A vault on the index server, from a machine without its files (docs/team.md). `search`, `journal`,
+`remember` and `health` are the commands above; these have remote forms of their own:
+"""
+
+
+def _pages():
+    yield from _walk(cli, ["memvault"])
+    yield None, REMOTE_HEADER
+    for name in sorted(REMOTE_FORM_COMMANDS):
+        yield from _walk(REMOTE_FORM_COMMANDS[name], ["memvault", "--remote", "NAME", name])
+
+
 def render() -> str:
     parts = [HEADER]
-    for path, command in _walk(cli, ["memvault"]):
+    for path, command in _pages():
+        if path is None:
+            parts.append(command)
+            continue
         # the group's help names (-h, --help) on every page, however click cached the option before
         with click.Context(
             command,
@@ -36,7 +55,8 @@ def render() -> str:
             help_option_names=cli.context_settings.get("help_option_names", ["--help"]),
         ) as ctx:
             help_text = command.get_help(ctx)
-        level = "#" * min(2 + len(path) - 1, 4)
+        depth = len(path) - (2 if path[1:2] == ["--remote"] else 0)  # `--remote NAME` is no level
+        level = "#" * min(2 + depth - 1, 4)
         parts.append(f"\n{level} `{' '.join(path)}`\n\n```text\n{help_text}\n```\n")
     return "".join(parts)
 

@@ -14,14 +14,16 @@ import time
 
 import click
 
-from memvault.cli.engine_commands import _kill
 from memvault.cli.errors import emit_json, json_option
 from memvault.indexer.engine.address import resident_paths
 from memvault.indexer.engine.resident_client import ResidentUnusable, find_resident
 from memvault.vault.errors import VaultError
+from memvault.vault.locks import pid_alive, process_stopped
 
 #: how long `engine stop` waits for the resident to stop after it was asked
 _STOP_WAIT_SECONDS = 15.0
+#: how long a forced stop waits for SIGTERM (and then for SIGKILL) to take effect
+_KILL_GRACE_SECONDS = 10.0
 
 
 @click.command("serve")
@@ -114,6 +116,22 @@ def remote_engine_stop(ctx: click.Context, force: bool, json_: bool) -> None:
         paths.status.unlink(missing_ok=True)
     _say(json_, {"stopped": True, "pid": pid, "forced": True, "signal": signal_used},
          f"resident connection pid {pid} killed ({signal_used})")  # fmt: skip
+
+
+def _kill(pid) -> str:
+    """SIGTERM, a grace, then SIGKILL (at once for a stopped process, which cannot act on SIGTERM),
+    as `memvault engine stop --force` ends an owner; the signal that ended it."""
+    if not isinstance(pid, int) or not pid_alive(pid):
+        raise click.ClickException("the resident's pid is unknown (its status file names no live process): "
+                                   "find it with `ps` and stop it by hand")  # fmt: skip
+    for sig in (() if process_stopped(pid) else (signal.SIGTERM,)) + (signal.SIGKILL,):
+        os.kill(pid, sig)
+        deadline = time.monotonic() + _KILL_GRACE_SECONDS
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not pid_alive(pid):
+            return sig.name
+    return "SIGKILL"
 
 
 def _status_pid(path):

@@ -105,6 +105,8 @@ STARTUPS = {
     # `memvault --remote NAME search` (tests/test_remote_search_light.py runs it): admission, the
     # run ledger, bulk remember and the journal's cursor files load in the calls that need them
     "the remote search": "import memvault.cli.remote_store, memvault.indexer.engine.connected",
+    # the same through this machine's resident connection (tests/test_remote_resident.py): a thin client
+    "the resident's thin client": "import memvault.cli.remote_store, memvault.indexer.engine.resident_client",
 }
 
 
