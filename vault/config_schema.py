@@ -133,7 +133,7 @@ OBJECTS = MappingProxyType(
         "memory.runtime.idleReview": ("enabled", "minIntervalMs", "maxPerSession", "maxContextChars", "runtimeMemory"),
         "tools": ("allowedTools", "deniedTools", "hostTools"),
         "tools.hostTools": ("runHistory", "sessionHistory"),
-        "index": ("backend", "name", "dsn", "poolSize", "timeoutSeconds"),
+        "index": ("backend", "name", "dsn", "poolSize", "timeoutSeconds", "pooler", "sessionDsn"),
     }
 )
 # Leaf key → (type, an example value for messages). The example is what a fix suggests.

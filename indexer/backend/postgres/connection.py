@@ -375,6 +375,10 @@ def statement_error_message(dsn: str, exc: BaseException) -> str:
     if isinstance(exc, psycopg.errors.UndefinedObject) and "vector" in primary:
         return redact(f"pgvector is not installed in the index server's database ({primary}): run "
                       "`CREATE EXTENSION vector;` in it as its owner", dsn)  # fmt: skip
+    if getattr(exc, "sqlstate", None) in ("26000", "42P05") and "prepared statement" in primary:
+        return redact(f"the index server lost a prepared statement between two calls of one connection ({primary}): "
+                      f"a pooler in transaction mode (PgBouncer) is in front of it; set {POOLER_KEY} to "
+                      '"transaction"', dsn)  # fmt: skip
     code = f", SQLSTATE {exc.sqlstate}" if getattr(exc, "sqlstate", None) else ""
     return redact(f"the index server refused a statement ({primary}{code})", dsn)
 
