@@ -9,13 +9,16 @@ of its own. Whether a command went through the resident is read from what it imp
 
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -182,6 +185,23 @@ def test_a_killed_resident_leaves_commands_working_and_the_next_serve_replaces_i
         again.stop()
 
 
+def test_a_resident_killed_between_two_calls_of_one_client_answers_in_this_process(resident):
+    from memvault.indexer.engine.connected import ConnectedStore
+    from memvault.indexer.engine.resident_client import ResidentStore
+
+    owner, env, started, dsn = resident
+    receipt = remembered(owner, dsn, "Tomas keeps the backup tapes.")
+    said = []
+    store = ResidentStore(NAME, find_resident(NAME, env), lambda: ConnectedStore.connect(NAME, env=env), said.append)
+    with store:
+        assert store.recall("who keeps the backup tapes?").hits[0].id == receipt.id  # through the resident
+        started.proc.send_signal(signal.SIGKILL)
+        started.proc.wait(60)
+        assert store.recall("who keeps the backup tapes?").hits[0].id == receipt.id  # here
+        assert store.time_zone == "UTC"
+    assert len(said) == 1 and "went away" in said[0] and "answering in this process" in said[0]
+
+
 def test_a_stopped_resident_is_not_waited_for(resident, tmp_path):
     owner, env, started, dsn = resident
     receipt = remembered(owner, dsn, "Mika renews the TLS certificates.")
@@ -302,3 +322,30 @@ def test_engine_stop_stops_the_resident(resident):
     assert started.proc.wait(60) == 0
     assert not resident_paths(NAME, env).status.exists()
     assert json.loads(remote(env, "engine", "stop", "--json").stdout) == {"stopped": False, "running": False}
+
+
+def test_serve_against_an_unreachable_server_says_so_without_the_password(tmp_path):
+    env = env_of(f"host={tmp_path} port=1 user=memvault password=hunter2-not-for-output dbname=nowhere", tmp_path)
+    done = remote(env, "serve")
+    assert done.returncode == 1 and "unreachable" in done.stderr, done.stderr
+    assert "hunter2" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+    assert not resident_paths(NAME, env).socket.exists()
+    assert find_resident(NAME, env) is None
+
+
+def test_a_socket_in_a_folder_others_can_reach_is_not_used(tmp_path, monkeypatch):
+    from memvault.indexer.engine import address
+    from memvault.indexer.engine.resident_client import ResidentUnusable
+
+    shared = Path(tempfile.mkdtemp(prefix="mv-", dir="/tmp"))  # short: a socket path has 108 bytes
+    shared.chmod(0o755)
+    monkeypatch.setattr(address, "socket_dir", lambda: shared)
+    env = {"MEMVAULT_INDEX_DSN": "host=/nowhere"}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(os.fspath(resident_paths(NAME, env).socket))
+        listener.listen(1)
+        try:
+            with pytest.raises(ResidentUnusable, match="not in a folder only this user owns"):
+                find_resident(NAME, env)
+        finally:
+            shutil.rmtree(shared)

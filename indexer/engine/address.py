@@ -95,7 +95,10 @@ def resident_paths(name: str, env) -> ResidentPaths:
     """The resident connection's socket, status and lock files for vault `name` reached with `env`."""
     settings = sorted((key, value) for key, value in env.items() if key.startswith("PG") or key in RESIDENT_ENV)
     identity = json.dumps([name, settings], ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return ResidentPaths(socket_dir() / f"remote-{hashlib.sha256(identity).hexdigest()[:24]}")
+    paths = ResidentPaths(socket_dir() / f"remote-{hashlib.sha256(identity).hexdigest()[:24]}")
+    if len(os.fsencode(paths.socket)) > MAX_SOCKET_PATH_BYTES:
+        raise UnsafePath(f"the resident connection's socket {paths.socket} is longer than the kernel's 108-byte limit")
+    return paths
 
 
 def private_socket_dir() -> bool:

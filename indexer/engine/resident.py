@@ -130,8 +130,8 @@ class ResidentConnection:
         channel, self._channel = self._channel, None
         if channel is not None:
             channel.close()
-            if self._status_pid() == os.getpid():
-                self.paths.status.unlink(missing_ok=True)
+        if self._lock_file is not None and self._status_pid() == os.getpid():
+            self.paths.status.unlink(missing_ok=True)  # ours: never another resident's
         store, self.store = self.store, None
         if store is not None:
             store.close()

@@ -26,7 +26,7 @@ from memvault.indexer.engine.protocol import EngineStuck, ProtocolError
 from memvault.indexer.engine.remote import JournalPageView, recall_result_from_json
 from memvault.indexer.results import RecallResult, RememberReceipt
 from memvault.vault.clock import aware_instant
-from memvault.vault.errors import VaultError
+from memvault.vault.errors import UnsafePath, VaultError
 
 #: the `role` a resident connection's hello names
 RESIDENT_ROLE = "remote"
@@ -48,7 +48,10 @@ class ResidentUnusable(VaultError):
 
 def find_resident(name: str, env: Mapping[str, str], *, timeout: float = PROBE_TIMEOUT_SECONDS) -> EngineClient | None:
     """The resident connection for vault `name` reached with `env`'s settings, or None (see the module docstring)."""
-    path = resident_paths(name, env).socket
+    try:
+        path = resident_paths(name, env).socket
+    except UnsafePath:  # a socket folder too deep for a socket: no resident can listen there either
+        return None
     try:
         info = os.lstat(path)
     except OSError:
