@@ -188,7 +188,9 @@ def retried_once(method):
     """A method of an object with a `_session` (a ServerSession) whose work is idempotent (a read,
     an admission keyed by its run id, a fact keyed by its content hash): when a cut connection
     (`CallCut`) ends it, it runs once more on a new connection, waiting within the bound
-    (`index.timeoutSeconds`, from the cut) for a restarting server to accept one. Not inside a
+    (`index.timeoutSeconds`, from the cut) for a restarting server to accept one; so does a call
+    that finds the server away (`ServerAway`) in a process that has reached it before (a long-lived
+    client riding out a restart; a one-shot CLI call against a stopped server fails at once). Not inside a
     call of the same session (its transaction is gone with the connection: the outer call's
     own retry, if any, runs it all again)."""
 
@@ -203,6 +205,9 @@ def retried_once(method):
                 return method(self, *args, **kwargs)
             except CallCut as cut:
                 log.info("memvault: %s; running the call again", cut)
+            except ServerAway:
+                if not session.pool.reached:
+                    raise
             deadline = time.monotonic() + session.pool.bounds.timeout_seconds
             while True:
                 try:
@@ -451,6 +456,7 @@ class _Pool:
         self.epoch = 0  # grows when the last session closes: a connection out then is closed when given back
         self.sessions = 0  # sessions that used the pool and are not closed
         self.refused_until = 0.0  # the server refused a connection for lack of slots: use those held
+        self.reached = False  # a connection to the server was made once (a restart is then waited for)
         self.holding = threading.local()  # .count: connections of this pool the thread holds
         self.setting = DSN_SETTING  # where the DSN is set, for messages (a read replica's: replica.py)
         #: called with each connection a `wrote=True` call wrote on, once it committed (a read
@@ -477,7 +483,9 @@ class _Pool:
             if conn is not None:
                 return conn, epoch
             try:
-                return connect(self.dsn, autocommit=True, bounds=self.bounds, setting=self.setting), epoch
+                made = connect(self.dsn, autocommit=True, bounds=self.bounds, setting=self.setting)
+                self.reached = True
+                return made, epoch
             except IndexServerUnavailable as exc:
                 self.give_back(session, None, epoch)
                 if not self._refused_for_slots(exc):
