@@ -18,6 +18,13 @@ floor is also asked about questions the vault cannot answer, the **negatives**: 
 of the next conversation asked of this one's vault, and nonsense words; the share of
 negatives answered empty is printed beside recall@10 with and without the floor.
 
+**Silence** (issue 46) is asked of strings of real words the vault never holds: 1-4 words drawn
+with a fixed seed from the builtin model's vocabulary (its alphabetic whole-word pieces, such as
+"parad" and "tutto") and from `bench/common_words.txt` (common English nouns), keeping only words
+none of whose index stems occurs anywhere in that vault's notes. The share of them answered
+empty is printed beside the share of real questions answered empty and recall@10, for the floor
+as it is and as it was before issue 46 (`no silence`), in the same run.
+
 With `--extra e5-small` the vaults also hold a second model's vectors (memory.extraEmbeddings)
 and hybrid fuses them as one more list; `no extra` is the same recall without that list, so the
 paired interval is the extra model's worth, and the rebuild's embedding rate of each model
@@ -37,6 +44,8 @@ from pathlib import Path
 from bench.paired import Difference, paired_difference
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.maintenance.progress import PhaseLog
+from memvault.indexer.search.embeddings import builtin_word_table
+from memvault.indexer.search.floor import terms_of
 from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
@@ -94,7 +103,18 @@ def dialog_id(key_or_source: str) -> str:
 
 
 #: hybrid as recall answers by default, and with one change switched off (name → recall_tool keywords)
-VARIANTS = {"hybrid": {}, "no dates": {"today": None}, "no floor": {"floor": False}, "no asked": {"asked": False}}
+VARIANTS = {
+    "hybrid": {},
+    "no dates": {"today": None},
+    "no floor": {"floor": False},
+    "no asked": {"asked": False},
+    "no silence": {"silence": False},
+}
+#: the two floors the silence figures compare: as it is, and as it was before issue 46
+FLOORS = ("hybrid", "no silence")
+#: absent-word strings asked of each vault, per source
+SILENT_STRINGS = 100
+COMMON_WORDS = Path(__file__).resolve().parent / "common_words.txt"
 #: "today" for relative periods ("last week"): LoCoMo's own periods are absolute
 TODAY = datetime(2026, 12, 2).date()
 NONSENSE_WORDS = 50
@@ -128,6 +148,7 @@ def hybrid(
     rerank: bool = True,
     extra: bool = True,
     asked: bool = True,
+    silence: bool = True,
 ):
     """memvault's tool-mode recall on the store's index, with the given settings (the reranker
     when `memory.rerank` is configured, unless `rerank` is False; the extra list when
@@ -144,6 +165,7 @@ def hybrid(
         reranker=reranker,
         extra_list=extra,
         asked=asked,
+        silence=silence,
     )
     if result.explain and "rerank" in result.explain:
         RERANK_MS.append(result.explain["rerank"]["ms"])
@@ -163,6 +185,48 @@ def negatives(data: list[dict], index: int) -> list[str]:
     other = data[(index + 1) % len(data)] if len(data) > 1 else None
     asked = [qa["question"] for qa in other["qa"]] if other is not None else []
     return asked + nonsense()
+
+
+def vault_terms(root: Path) -> set[str]:
+    """Every index term and lower-cased word of the vault's notes (headings and captions too)."""
+    found: set[str] = set()
+    for note in root.rglob("*.md"):
+        text = note.read_text(encoding="utf-8")
+        found.update(terms_of(text))
+        found.update(word.lower() for word in re.findall(r"[^\W\d_]+", text))
+    return found
+
+
+def vocabulary_words() -> list[str]:
+    """The builtin model's whole-word pieces that are alphabetic (ASCII), lower-cased."""
+    words, _ = builtin_word_table()
+    return sorted({word.lower() for word in words if word.isascii() and word.isalpha() and len(word) > 2})
+
+
+def common_words() -> list[str]:
+    return sorted(set(COMMON_WORDS.read_text(encoding="utf-8").split()))
+
+
+def silent_strings(known: set[str], seed: int, count: int = SILENT_STRINGS) -> list[tuple[str, str]]:
+    """(source, string) pairs: `count` strings of 1-4 words from each source that the vault
+    whose terms are `known` never holds (no stem of the word, nor the word, occurs in it)."""
+    rng = random.Random(seed)
+    strings = []
+    for source, words in (("vocabulary", vocabulary_words()), ("common words", common_words())):
+        absent = [word for word in words if word not in known and not set(terms_of(word)) & known]
+        strings += [(source, " ".join(rng.sample(absent, rng.randint(1, 4)))) for _ in range(count)]
+    return strings
+
+
+def ask_silent(store: MemoryStore, root: Path, number: int, scores: dict) -> None:
+    """Each floor's answer to strings of words absent from the vault: 1.0 when empty."""
+    for source, text in silent_strings(vault_terms(root), seed=46 + number):
+        for floor in FLOORS:
+            empty = 0.0 if hybrid(store, text, 10, **VARIANTS[floor]).hits else 1.0
+            scores[(floor, f"absent: {source}", 0)].append(empty)
+            scores[(floor, "absent: all", 0)].append(empty)
+        auto = store.recall(text, limit=10, mode="auto")
+        scores[("auto", "absent: all", 0)].append(0.0 if auto.hits else 1.0)
 
 
 def evaluate(data: list[dict], provider: str, rerank: dict | None = None, extra: str | None = None) -> dict:
@@ -188,12 +252,16 @@ def evaluate(data: list[dict], provider: str, rerank: dict | None = None, extra:
                             share = len(evidence & set(ranked[:k])) / len(evidence)
                             scores[(retriever, category, k)].append(share)
                             scores[(retriever, "overall", k)].append(share)
+                        if retriever in FLOORS:
+                            scores[(retriever, "real empty", 0)].append(0.0 if ranked else 1.0)
                 others = negatives(data, number)
                 for n, question in enumerate(others):
                     kind = "nonsense" if n >= len(others) - NONSENSE_WORDS else "other conversation"
-                    empty = 0.0 if hybrid(store, question, 10).hits else 1.0
-                    scores[("negatives", kind, 0)].append(empty)
-                    scores[("negatives", "all", 0)].append(empty)
+                    for floor in FLOORS:
+                        empty = 0.0 if hybrid(store, question, 10, **VARIANTS[floor]).hits else 1.0
+                        scores[(_negatives(floor), kind, 0)].append(empty)
+                        scores[(_negatives(floor), "all", 0)].append(empty)
+                ask_silent(store, root, number, scores)
     return scores
 
 
@@ -232,16 +300,49 @@ def print_changes(scores: dict) -> None:
 
 def print_negatives(scores: dict) -> None:
     """The relevance floor's two sides: negatives answered empty, and what real questions keep."""
-    cells = [
-        f"{kind} {100 * _mean(scores[('negatives', kind, 0)]):.1f}% of {len(scores[('negatives', kind, 0)])}"
-        for kind in ("all", "other conversation", "nonsense")
-    ]
-    print("negatives answered empty: " + ", ".join(cells))
+    for floor, label in zip(FLOORS, ("the floor", "the floor before issue 46"), strict=True):
+        cells = [
+            f"{kind} {_percent(scores[(_negatives(floor), kind, 0)])}"
+            for kind in ("all", "other conversation", "nonsense")
+        ]
+        print(f"negatives answered empty, {label}: " + ", ".join(cells))
     with_floor, without = _mean(scores[("hybrid", "overall", 10)]), _mean(scores[("no floor", "overall", 10)])
     print(
         f"recall@10 on real questions: {100 * with_floor:.2f} with the floor, {100 * without:.2f} without "
         f"({100 * (with_floor - without):+.2f} points)\n"
     )
+    print_silence(scores)
+
+
+def print_silence(scores: dict) -> None:
+    """Issue 46's silence figures, the floor as it is beside the floor before it, in one run."""
+    print("silence (absent words: at least 97% empty; real questions: at most 2% empty):")
+    print(f"{'':34}{'the floor':>22}{'before issue 46':>22}")
+    rows = [
+        ("absent words answered empty", "absent: all"),
+        ("  from the model's vocabulary", "absent: vocabulary"),
+        ("  from common English words", "absent: common words"),
+        ("real questions answered empty", "real empty"),
+    ]
+    for label, group in rows:
+        print(f"{label:34}" + "".join(f"{_percent(scores[(floor, group, 0)]):>22}" for floor in FLOORS))
+    recall = [f"{100 * _mean(scores[(floor, 'overall', 10)]):.2f}" for floor in FLOORS]
+    print(f"{'recall@10 on real questions':34}{recall[0]:>22}{recall[1]:>22}")
+    print(f"{'auto mode, absent words empty':34}{_percent(scores[('auto', 'absent: all', 0)]):>22}")
+    d = paired_difference(scores[("hybrid", "overall", 10)], scores[("no silence", "overall", 10)])
+    print(
+        f"recall@10, the floor minus before: {100 * d.mean:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}] "
+        f"({VERDICTS[d.verdict]}; per category: the 'no silence' table above)\n"
+    )
+
+
+def _negatives(floor: str) -> str:
+    """The scores' key for the negatives one floor answered empty ("negatives": the floor as it is)."""
+    return "negatives" if floor == "hybrid" else f"negatives {floor}"
+
+
+def _percent(values: list[float]) -> str:
+    return f"{100 * _mean(values):.1f}% of {len(values)}"
 
 
 def print_embedding_cost() -> None:

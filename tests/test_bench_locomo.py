@@ -152,3 +152,29 @@ def test_the_floor_answers_nonsense_empty_and_each_change_is_measured(scores):
     assert sum(scores[("negatives", "nonsense", 0)]) >= 45
     for variant in ("no dates", "no floor", "no asked"):
         assert len(scores[(variant, "overall", 10)]) == len(scores[("hybrid", "overall", 10)]) == 3
+
+
+def test_silence_is_asked_of_words_absent_from_the_vault_beside_the_floor_before_it(scores):
+    # one conversation: 100 strings from the model's vocabulary and 100 common words, each floor
+    for floor in ("hybrid", "no silence"):
+        assert len(scores[(floor, "absent: vocabulary", 0)]) == len(scores[(floor, "absent: common words", 0)]) == 100
+        assert len(scores[(floor, "real empty", 0)]) == 3
+    assert len(scores[("auto", "absent: all", 0)]) == 200
+    assert sum(scores[("hybrid", "absent: all", 0)]) >= sum(scores[("no silence", "absent: all", 0)])
+    assert sum(scores[("hybrid", "absent: all", 0)]) >= 0.97 * 200
+
+
+def test_absent_strings_hold_no_word_of_the_vault_and_are_the_same_every_run(tmp_path):
+    from bench.locomo import silent_strings, vault_terms, write_vault
+    from memvault.indexer.search.floor import terms_of
+
+    root = tmp_path / "vault"
+    write_vault(root, CONVERSATION, "builtin")
+    known = vault_terms(root)
+    assert {"hedgehog", "quillbert", "lighthous", "reykjavik", "session"} <= known  # text, caption, heading
+    strings = silent_strings(known, seed=46)
+    assert strings == silent_strings(known, seed=46) and len(strings) == 200
+    assert {source for source, _ in strings} == {"vocabulary", "common words"}
+    for _, text in strings:
+        assert 1 <= len(text.split()) <= 4
+        assert not set(terms_of(text)) & known and not set(text.split()) & known

@@ -128,6 +128,15 @@ def test_search_shows_a_remembered_fact_and_its_link_lands_on_the_bullet(each_si
     assert target.is_visible()
 
 
+def test_a_question_of_words_the_vault_never_saw_gets_the_nothing_found_answer(each_site, page):
+    """Silence (issue 46): "rot" only shares a first piece with the vault's "Rotterdam"; the Recall
+    page says nothing matches, as the CLI and MemoryRecall do, on either engine."""
+    page.goto(each_site.base + "/recall")
+    search(page, "tutto rot")
+    assert page.locator(".hit").count() == 0
+    assert page.locator("li.empty").inner_text() == "No memories found: nothing in memory matches."
+
+
 def test_open_an_entity_from_a_search(site, page):
     page.goto(site.base + "/entities")
     page.fill("input[name=q]", "morg")

@@ -55,15 +55,19 @@ def coverage(question: str, candidates: Sequence[tuple[str, str, str]]) -> list[
     )
 
 
-def word_matches(question: str, texts: Sequence[str], contexts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+def word_matches(
+    question: str, texts: Sequence[str], contexts: Sequence[str], *, cut: bool = True
+) -> tuple[list[str], np.ndarray]:
     """The question's distinct words (numbers aside), and for each its best match in each text
     (words × texts; a word found only in the text's context counts NEIGHBOUR_DISCOUNT of it).
     The relevance floor reads these to credit "puppy" found as "dog"."""
     words = list(dict.fromkeys(_words(question)))[:MAX_QUESTION_WORDS]
     if not words or not texts:
         return words, np.zeros((len(words), len(texts)), dtype=np.float32)
-    asked, table, owns, arounds = _WORDS.lookup(" ".join(words), list(texts), list(contexts))
+    asked, table, owns, arounds, *cuts = _WORDS.lookup(" ".join(words), list(texts), list(contexts), cut=cut)
     similarity = asked @ table.T
+    if cuts:
+        similarity[cuts[0]] = -1.0
     best = np.maximum(_best_per_text(similarity, owns, 1.0), _best_per_text(similarity, arounds, NEIGHBOUR_DISCOUNT))
     return words, best
 
@@ -104,11 +108,13 @@ class _WordMemo:
         self._digests = np.zeros(vocabulary, dtype=np.uint64)
         self._digested = np.zeros(vocabulary, dtype=bool)
         self._word_of_row = {row: word for word, row in whole_words.items()}
+        self._first: dict[int, str] = {}  # a row's first piece (`_first_piece`), once asked
         self._texts: dict[tuple[bytes, int], np.ndarray] = {}  # keyed by digest: texts can be long
 
-    def lookup(self, question: str, texts: list[str], contexts: list[str]):
+    def lookup(self, question: str, texts: list[str], contexts: list[str], *, cut: bool = False):
         """(question word vectors, distinct candidate word vectors, and per text and per context
-        the columns of its words in the latter).
+        the columns of its words in the latter); with `cut`, also a mask (question words ×
+        candidate words) of the pairs that are one word cut differently (`_cut_pairs`).
 
         The distinct words are ordered by their own digest, not by when the memo met them, so the
         same texts give bit-identical matrices (and scores) whatever was asked before.
@@ -133,12 +139,42 @@ class _WordMemo:
             involved = involved[np.argsort(self._digests[involved], kind="stable")]
             column = np.zeros(self._size, dtype=np.int32)
             column[involved] = np.arange(len(involved), dtype=np.int32)
-            return (
+            found = (
                 self._gather(asked_rows),
                 self._gather(involved),
                 [column[r] for r in owns],
                 [column[r] for r in arounds],
             )
+            return (*found, self._cut_pairs(asked_rows, involved)) if cut else found
+
+    def _cut_pairs(self, asked: np.ndarray, involved: np.ndarray) -> np.ndarray:
+        """Pairs (question word, candidate word) where the candidate is no near word of the
+        question's: another word spelt from the same first piece, whatever its case
+        ("authentically" for "auth", "Rotterdam" for "rot", "mann" for "man": the two vectors are
+        close only through the piece they share), or a word of one letter (the "m" of "I'm")."""
+        pieces: dict[str, int] = {}
+        first = np.fromiter(
+            (pieces.setdefault(self._first_piece(row), len(pieces)) for row in [*asked.tolist(), *involved.tolist()]),
+            dtype=np.int64,
+            count=len(asked) + len(involved),
+        )
+        asked_first, involved_first = first[: len(asked)], first[len(asked) :]
+        shared = (asked_first[:, None] == involved_first[None, :]) & (asked[:, None] != involved[None, :])
+        short = np.fromiter((len(self._word_of_row[row]) < 2 for row in involved.tolist()), bool, len(involved))
+        return shared | short[None, :]
+
+    def _first_piece(self, row: int) -> str:
+        """The token that begins a row's word, lower-cased: a vocabulary row is one token."""
+        piece = self._first.get(row)
+        if piece is None:
+            word = self._word_of_row[row]
+            if row >= self._vocabulary:
+                tokens = [
+                    t for t in self._model.tokenizer.encode(word, add_special_tokens=False).tokens if t != "\u2581"
+                ]
+                word = tokens[0].lstrip("\u2581") if tokens else word
+            piece = self._first[row] = word.lower()
+        return piece
 
     def _rows_of(self, texts: list[tuple[str, int]]) -> list[np.ndarray]:
         """Each (text, word limit)'s words as table rows; new words are learnt in one batch."""
@@ -181,6 +217,7 @@ class _WordMemo:
         self._digests[start:end] = [_digest(word) for word in words]
         self._digested[start:end] = True
         self._rows.update((word, start + n) for n, word in enumerate(words))
+        self._word_of_row.update((start + n, word) for n, word in enumerate(words))
         self._size = end
 
 

@@ -55,6 +55,8 @@ NEIGHBOUR_WEIGHT = 0.5
 MIN_WEIGHT = math.log(5.0)
 #: word-vector similarity at which a near word ("dog" for "puppy") starts to count
 SOFT_FLOOR = 0.4
+#: ... and below which it is empty when none of the question's terms occurs in the vault
+UNSEEN_FLOOR = 0.3
 #: hits whose share is read (the answer's head)
 SHARE_HITS = 10
 MAX_TERMS = 32
@@ -72,11 +74,17 @@ class Evidence:
     terms: dict[str, float]
     names: tuple[str, ...] = ()
     unknown_names: bool = False
+    #: whether any of the question's terms occurs in the vault (False: only near words can count)
+    known_terms: bool = True
 
     @property
     def empty(self) -> bool:
         """Below the floor: the vault holds no real evidence for the question."""
-        return self.share < FLOOR or (self.unknown_names and self.share < NAME_FLOOR)
+        return (
+            self.share < FLOOR
+            or (self.unknown_names and self.share < NAME_FLOOR)
+            or (not self.known_terms and self.share < UNSEEN_FLOOR)
+        )
 
     def to_json(self) -> dict:
         return {
@@ -85,6 +93,7 @@ class Evidence:
             "nameFloor": NAME_FLOOR,
             "names": list(self.names),
             "unknownNames": self.unknown_names,
+            "knownTerms": self.known_terms,
             "terms": {term: round(idf, 3) for term, idf in self.terms.items()},
         }
 
@@ -140,6 +149,7 @@ def evidence(
     periods: tuple[Period, ...] = (),
     *,
     near_words: bool = True,
+    silence: bool = True,
 ) -> Evidence:
     """The evidence for `question` in the best of `passages` ((text, context) pairs, best first).
     `doc_freqs(field, terms)` gives the index's row count and each term's document frequency in
@@ -154,7 +164,7 @@ def evidence(
     weights = {term: max(MIN_WEIGHT, idf(frequencies.get(term, 0), total)) for term in terms}
     mass = sum(weights.values())
     passages = passages[:SHARE_HITS] if mass > 0 else []
-    soft = _soft_matches(_asked(question, periods), weights, passages) if near_words else {}
+    soft = _soft_matches(_asked(question, periods), weights, passages, silence) if near_words else {}
     best, seen = 0.0, set()
     for column, (text, context) in enumerate(passages):
         own, around = set(terms_of(text)), set(terms_of(context))
@@ -165,10 +175,11 @@ def evidence(
             found += weight * max(exact, soft[term][column] if term in soft else 0.0)
         best = max(best, float(found / mass))
     # a hit holding the name knows it even before its row is committed (the owner's pending rows)
+    known = not silence or any(frequencies.get(term, 0) > 0 or term in seen for term in weights)
     unknown = bool(names) and all(frequencies.get(name, 0) == 0 and name not in seen for name in names)
     if unknown and not _spelt_otherwise(doc_freqs, names, seen):
-        return Evidence(best, weights, tuple(names), True)
-    return Evidence(best, weights, tuple(names), False)
+        return Evidence(best, weights, tuple(names), True, known)
+    return Evidence(best, weights, tuple(names), False, known)
 
 
 def looked_up_terms(question: str, periods: tuple[Period, ...] = ()) -> list[str]:
@@ -203,7 +214,9 @@ def _spellings(name: str) -> list[str]:
     return [name[:i] + name[i + 1 :] for i in dict.fromkeys(cuts)]
 
 
-def _soft_matches(asked: str, weights: dict[str, float], passages: list[tuple[str, str]]) -> dict[str, np.ndarray]:
+def _soft_matches(
+    asked: str, weights: dict[str, float], passages: list[tuple[str, str]], cut: bool = True
+) -> dict[str, np.ndarray]:
     """Per question term, per passage: the credit for its closest word there ("puppy" → "dog"),
     from coverage's static word vectors: 0 at SOFT_FLOOR similarity or less, 1 at identity."""
     if not passages or not weights:
@@ -216,7 +229,10 @@ def _soft_matches(asked: str, weights: dict[str, float], passages: list[tuple[st
         # each term is matched as the question spells it and as its stem: "pets" is two tokens of
         # the word table and lands far from "dog", "pet" is one and lands near it
         words, best = word_matches(
-            " ".join([*asked.split(), *weights]), [text for text, _ in passages], [context for _, context in passages]
+            " ".join([*asked.split(), *weights]),
+            [text for text, _ in passages],
+            [context for _, context in passages],
+            cut=cut,
         )
     except ProviderUnavailable:
         return {}  # no word table: exact matches only (recall says coverage is unavailable)

@@ -235,13 +235,15 @@ def recall_tool(
     reranker=None,
     extra_list: bool = True,
     asked: bool = True,
+    silence: bool = True,
 ) -> RecallResult:
     """MemoryRecall: up to `limit` hits, each with text, date, source and its fusion evidence.
 
     `today` (the caller's date in the vault's zone) resolves the periods the question names, which
     favour memories dated in them; None reads no periods. With `floor`, an answer whose evidence
     is below the relevance floor (`floor.py`) is empty and says why in `empty_reason`. A
-    `reranker` (`rerank.py`) re-scores the fused head; if it fails the answer says `degraded`."""
+    `reranker` (`rerank.py`) re-scores the fused head; if it fails the answer says `degraded`.
+    `silence=False` is the floor before issue 46 (the bench's "no silence" side)."""
     periods = question_periods(query, today) if today is not None else ()
     notes: dict = {}
     doc_freqs = _remembered(bm25.doc_freqs)  # the discount and the floor look up the same terms
@@ -259,7 +261,12 @@ def recall_tool(
         doc_freqs=doc_freqs,
     )
     found = evidence(
-        doc_freqs, query, [(row.text, row.context) for _, row in candidates], periods, near_words=semantic is not None
+        doc_freqs,
+        query,
+        [(row.text, row.context) for _, row in candidates],
+        periods,
+        near_words=semantic is not None,
+        silence=silence,
     )
     explain = {"periods": [period.to_json() for period in periods], "evidence": found.to_json(), **notes}
     empty_reason = None
