@@ -140,10 +140,16 @@ def test_remember_journal_and_health_through_the_resident(resident, tmp_path):
     found = remote(env, "search", "--json", "when does the release train leave?")
     assert json.loads(found.stdout)["hits"][0]["id"] == receipt["id"]
     day = receipt["source"].split("/")[-1][:10]
-    page = remote(env, "journal", day, "--json", "--limit", "1")
-    assert page.returncode == 0, page.stderr
-    body = json.loads(page.stdout)
-    assert [entry["id"] for entry in body["entries"]] == [receipt["id"]] or body["cursor"]
+    page = remote(env, "journal", day, "--json")
+    alone = remote({**env, "PGAPPNAME": "another-settings"}, "journal", day, "--json")
+    assert page.returncode == alone.returncode == 0, page.stderr
+    assert json.loads(page.stdout)["entries"] == json.loads(alone.stdout)["entries"]
+    secret = "the deploy key is AKIAIOSFODNN7EXAMPLE"
+    refused = remote(env, "remember", "--json", secret)
+    alone_refused = remote({**env, "PGAPPNAME": "another-settings"}, "remember", "--json", secret)
+    assert refused.returncode == alone_refused.returncode == 1
+    assert json.loads(refused.stdout) == json.loads(alone_refused.stdout)  # the same error, code and message
+    assert "AKIA" not in refused.stdout + refused.stderr
     health = remote(env, "health", "--json")
     assert "Traceback" not in health.stderr
     assert json.loads(health.stdout)["checks"] == ["server", "index", "owner"]
