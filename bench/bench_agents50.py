@@ -160,7 +160,8 @@ def run_load(label, dsn, admin_dsn, vaults, opts, disrupt=None) -> dict:
         time.sleep(0.1)
     sampler = Sampler(admin_dsn)
     start = time.time()
-    go.write_text(repr(start))
+    (folder / "go.tmp").write_text(repr(start))
+    (folder / "go.tmp").rename(go)  # whole, or not there: an agent never reads it half written
     window = {}
     if disrupt is not None:
 

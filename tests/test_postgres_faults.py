@@ -79,8 +79,8 @@ def test_server_stopped_hard_then_started_loses_nothing_and_the_owner_catches_up
     try:
         own_server.stop_immediately()  # and once more while the owner runs
         add_bullets(root, "2026-11-03", ["Written while the index server was down."])
-        # the owner (debounce 0.05 s) meets the outage first: a server back before it looks costs it
-        # no failed call at all (a connection dead while idle is replaced, tests/test_postgres_walls.py)
+        # the owner (debounce 0.05 s) meets the outage first: its writes fail and are caught up later,
+        # its reads wait for the server (a connection dead while idle is replaced, tests/test_postgres_walls.py)
         time.sleep(1.5)
         own_server.restart()  # the owner retries by itself: no command, no event needed after this
         wait_for(
@@ -89,7 +89,9 @@ def test_server_stopped_hard_then_started_loses_nothing_and_the_owner_catches_up
         )
     finally:
         log = owner.stop()
-    assert "unreachable" in log and SECRET not in log  # the owner logged the outage, without the password
+    # a read of the owner that meets the outage waits for the server within index.timeoutSeconds
+    # (connection.retried_once), so an outage this short may cost it no failed call and no log line
+    assert SECRET not in log
     assert strict_health(root, env)["healthy"]
     texts = server_texts(dsn, "team-a")
     assert len(texts) == 42 and "Morgan chose blue as the deployment color." in texts
