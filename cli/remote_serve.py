@@ -27,14 +27,25 @@ _KILL_GRACE_SECONDS = 10.0
 
 
 @click.command("serve")
+@click.option(
+    "--idle-exit",
+    "idle_exit",
+    type=click.IntRange(0, 7 * 24 * 3600),
+    default=0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop after this many seconds without a command (0: never).",
+)
 @click.pass_context
-def remote_serve(ctx: click.Context) -> None:
+def remote_serve(ctx: click.Context, idle_exit: int) -> None:
     """Keep a connection to the vault on the index server open on this machine, in the foreground
     until interrupted (Ctrl-C / SIGTERM, or `memvault --remote NAME engine stop`).
 
     While it runs, `memvault --remote NAME search|journal|remember|health` started with the same
     connection settings (MEMVAULT_INDEX_*, PG*) are its thin clients: they skip loading the
     database client, the embedder and the connection. Without it they work on their own.
+    With MEMVAULT_REMOTE_RESIDENT=auto those commands start one themselves when none runs
+    (`serve --idle-exit 900`, its output in the socket folder's remote-*.log).
     """
     from memvault.indexer.engine.resident import ResidentConnection  # psycopg, numpy: the resident only
 
@@ -48,12 +59,12 @@ def remote_serve(ctx: click.Context) -> None:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     click.echo(f"connected to vault {name}; answering on {resident.paths.socket} (Ctrl-C to stop)", err=True)
     try:
-        resident.serve_forever()
+        why = resident.serve_forever(idle_exit)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         resident.stop()
-    click.echo("stopped", err=True)
+    click.echo(f"stopped: {why}", err=True)
 
 
 def resident_line(name: str, resident: dict | None) -> str:

@@ -16,6 +16,8 @@ import click
 #: of their own in cli/remote_commands.py; the rest need its files)
 SHARED_COMMANDS = ("search", "journal", "remember", "health")
 REMOTE_FORMS = ("admit", "inspect", "engine", "mcp", "serve")
+#: `auto`: a shared command that finds no resident connection starts one for the next ones
+RESIDENT_ENV_VAR = "MEMVAULT_REMOTE_RESIDENT"
 
 
 def connected_store(ctx: click.Context, *, probe: bool = True, resident: bool = False):
@@ -37,7 +39,12 @@ def resident_store(ctx: click.Context):
     """A thin client of the resident connection (`memvault --remote NAME serve`), a ResidentStore,
     or None: none runs (the command connects itself), or one that cannot be used, said on stderr."""
     # the remote commands' own thin client: never loaded by the local ones or `--help`
-    from memvault.indexer.engine.resident_client import ResidentStore, ResidentUnusable, find_resident
+    from memvault.indexer.engine.resident_client import (
+        ResidentStore,
+        ResidentUnusable,
+        find_resident,
+        start_in_background,
+    )
 
     name = ctx.obj["remote"]
     try:
@@ -46,8 +53,18 @@ def resident_store(ctx: click.Context):
         say_on_stderr(f"{exc}; connecting in this process")
         return None
     if client is None:
+        if on_demand():
+            start_in_background(name, os.environ)  # for the next commands; this one connects itself
         return None
     return ResidentStore(name, client, fallback=lambda: connected_store(ctx), warn=say_on_stderr)
+
+
+def on_demand() -> bool:
+    """Whether MEMVAULT_REMOTE_RESIDENT asks a command that finds no resident to start one."""
+    value = os.environ.get(RESIDENT_ENV_VAR, "")
+    if value not in ("", "off", "auto"):
+        say_on_stderr(f"{RESIDENT_ENV_VAR}={value[:40]!r} is not `auto` or `off`: no resident is started")
+    return value == "auto"
 
 
 def say_on_stderr(message: str) -> None:

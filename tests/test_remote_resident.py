@@ -355,3 +355,35 @@ def test_a_socket_in_a_folder_others_can_reach_is_not_used(tmp_path, monkeypatch
                 find_resident(NAME, env)
         finally:
             shutil.rmtree(shared)
+
+
+def test_on_demand_a_command_starts_a_resident_that_the_next_ones_use(home, tmp_path):  # noqa: F811
+    _root, owner, dsn = home
+    env = env_of(dsn, tmp_path, MEMVAULT_REMOTE_RESIDENT="auto")
+    receipt = remembered(owner, dsn, "Ines keeps the release calendar.")
+    first, loaded = traced(env, tmp_path, "search", "--json", "who keeps the release calendar?")
+    try:
+        assert first.returncode == 0, first.stderr
+        assert HEAVY <= loaded  # it answered itself, and started the resident for the next ones
+        assert json.loads(first.stdout)["hits"][0]["id"] == receipt.id
+        client = wait_for(lambda: find_resident(NAME, env), what="the resident started on demand")
+        assert stat.S_IMODE(os.stat(resident_paths(NAME, env).log).st_mode) == 0o600
+        second, loaded = traced(env, tmp_path, "search", "--json", "who keeps the release calendar?")
+        assert second.returncode == 0 and not loaded & HEAVY, second.stderr
+        assert json.loads(second.stdout) == json.loads(first.stdout)
+    finally:
+        remote(env, "engine", "stop", "--force")
+    assert find_resident(NAME, env) is None and client.pid is not None
+    wrong = remote({**env, "MEMVAULT_REMOTE_RESIDENT": "yes please"}, "search", "anything")
+    assert wrong.returncode == 0 and "is not `auto` or `off`" in wrong.stderr
+
+
+def test_a_resident_with_idle_exit_stops_on_its_own(home, tmp_path):  # noqa: F811
+    _root, _owner, dsn = home
+    env = env_of(dsn, tmp_path)
+    started = subprocess.Popen([*MEMVAULT, "--remote", NAME, "serve", "--idle-exit", "1"], env=env, cwd=REPO,
+                               text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    _, err = started.communicate(timeout=120)
+    assert started.returncode == 0, err
+    assert "stopped: no command for 1 s" in err
+    assert not resident_paths(NAME, env).status.exists()

@@ -13,10 +13,11 @@ the environment), so two processes with different environments can never disagre
 
 A resident connection (`memvault --remote NAME serve`: a connected store kept open on a machine
 without the vault's files, indexer/engine/resident.py) listens in the same folder, under the same
-rules, as `remote-<hash>.sock`, with its status file `remote-<hash>.json` and its lock file
-`remote-<hash>.lock` beside it. Its `<hash>` covers the vault's name and everything the
-connection depends on (`RESIDENT_ENV`, and every libpq `PG*` variable), so a command run with
-another DSN, role or server never reaches a resident connected with other settings.
+rules, as `remote-<hash>.sock`, with its status file `remote-<hash>.json`, its lock file
+`remote-<hash>.lock` and (one started on demand) its log `remote-<hash>.log` beside it. Its
+`<hash>` covers the vault's name and everything the connection depends on (every `PG*` and
+`MEMVAULT_INDEX_*` variable, `HOME`, `XDG_STATE_HOME`), so a command run with another DSN, role or
+server never reaches a resident connected otherwise.
 """
 
 from __future__ import annotations
@@ -69,31 +70,27 @@ def ensure_socket_dir() -> Path:
     return folder
 
 
-#: besides every libpq `PG*` variable, what a connected store's connection and files depend on
-RESIDENT_ENV = (
-    "MEMVAULT_INDEX_DSN",
-    "MEMVAULT_INDEX_READ_DSN",
-    "MEMVAULT_INDEX_POOL_SIZE",
-    "MEMVAULT_INDEX_TIMEOUT_SECONDS",
-    "XDG_STATE_HOME",  # the journal's cursor folder
-    "HOME",  # ~/.pgpass, ~/.pg_service.conf, the cursor folder's default
-)
+#: what a connected store's connection and files depend on: every libpq variable, every index
+#: server setting (its DSNs, bounds, pooler), and the folders of libpq's and the journal's files
+RESIDENT_ENV_PREFIXES = ("PG", "MEMVAULT_INDEX_")
+RESIDENT_ENV = ("HOME", "XDG_STATE_HOME")
 
 
 class ResidentPaths:
     """Where the resident connection of one vault name and connection settings listens."""
 
-    __slots__ = ("socket", "status", "lock")
+    __slots__ = ("socket", "status", "lock", "log")
 
     def __init__(self, base: Path):
         self.socket = base.with_name(base.name + ".sock")
         self.status = base.with_name(base.name + ".json")
         self.lock = base.with_name(base.name + ".lock")
+        self.log = base.with_name(base.name + ".log")  # a resident started on demand writes here
 
 
 def resident_paths(name: str, env) -> ResidentPaths:
     """The resident connection's socket, status and lock files for vault `name` reached with `env`."""
-    settings = sorted((key, value) for key, value in env.items() if key.startswith("PG") or key in RESIDENT_ENV)
+    settings = sorted((k, v) for k, v in env.items() if k.startswith(RESIDENT_ENV_PREFIXES) or k in RESIDENT_ENV)
     identity = json.dumps([name, settings], ensure_ascii=False).encode("utf-8", "surrogatepass")
     paths = ResidentPaths(socket_dir() / f"remote-{hashlib.sha256(identity).hexdigest()[:24]}")
     if len(os.fsencode(paths.socket)) > MAX_SOCKET_PATH_BYTES:

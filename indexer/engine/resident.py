@@ -69,6 +69,7 @@ class ResidentConnection:
         self._guard: threading.Thread | None = None
         self._journal_lock = threading.Lock()  # the journal service's snapshots: one page at a time
         self._settings_read = 0.0
+        self._last_request = time.monotonic()
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -139,9 +140,12 @@ class ResidentConnection:
         if handle is not None:
             handle.close()  # the lock goes with it; the file stays (a lock file is never removed)
 
-    def serve_forever(self, poll_seconds: float = 1.0) -> None:
+    def serve_forever(self, idle_seconds: float = 0, poll_seconds: float = 1.0) -> str:
+        """Until a stop is requested, or no request came for `idle_seconds` (0: never); which one."""
         while not self.stop_requested.wait(poll_seconds):
-            pass
+            if idle_seconds and time.monotonic() - self._last_request > idle_seconds:
+                return f"no command for {idle_seconds:g} s"
+        return "asked to stop"
 
     def _watch_socket(self) -> None:
         """Bind again a socket someone deleted (`rm -rf /tmp/memvault-*`), as the owner's guard does."""
@@ -179,6 +183,7 @@ class ResidentConnection:
     # --- requests -------------------------------------------------------------------------------
 
     def handle(self, message: dict) -> dict:
+        self._last_request = time.monotonic()
         op, args = message.get("op"), message.get("args")
         if op not in _OPERATIONS:
             unknown = protocol.ProtocolError(f"the resident connection has no operation {str(op)[:40]!r}")

@@ -16,10 +16,13 @@ numpy or the embedder.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from memvault.indexer.engine import protocol
-from memvault.indexer.engine.address import private_socket_dir, resident_paths, socket_dir
+from memvault.indexer.engine.address import ensure_socket_dir, private_socket_dir, resident_paths, socket_dir
 from memvault.indexer.engine.client import EngineClient
 from memvault.indexer.engine.client import _exchange as exchange_once
 from memvault.indexer.engine.protocol import EngineStuck, ProtocolError
@@ -36,6 +39,12 @@ PROBE_TIMEOUT_SECONDS = 3.0
 REQUEST_TIMEOUT_SECONDS = 120.0
 #: what `_ask` answers once the call is this process's own
 _HERE = object()
+#: a resident started on demand stops after this long without a command
+ON_DEMAND_IDLE_SECONDS = 900
+#: a start on demand is not tried again within this long (one that fails is not retried at every call)
+ON_DEMAND_RETRY_SECONDS = 30.0
+#: its log is started afresh past this size
+_LOG_BYTES = 1 << 20
 
 Warn = Callable[[str], None]
 
@@ -73,6 +82,46 @@ def find_resident(name: str, env: Mapping[str, str], *, timeout: float = PROBE_T
     if not isinstance(result, dict) or result.get("role") != RESIDENT_ROLE or result.get("vault") != name:
         raise ResidentUnusable(f"what answers on {path} is not vault {name!r}'s resident connection. Fix: {stop}")
     return EngineClient(path, result)
+
+
+def start_in_background(name: str, env: Mapping[str, str], *, idle_seconds: int = ON_DEMAND_IDLE_SECONDS) -> bool:
+    """Start `memvault --remote NAME serve --idle-exit SECONDS` in a session of its own, with `env`,
+    its output appended to `remote-<hash>.log` (0600), unless a start began there within
+    `ON_DEMAND_RETRY_SECONDS`; whether one was started. It does not wait for it: the caller answers
+    its own call, the next ones find the resident (or, if it could not start, its log says why)."""
+    try:
+        paths = resident_paths(name, env)
+        ensure_socket_dir()
+        if time.time() - os.stat(paths.log).st_mtime < ON_DEMAND_RETRY_SECONDS:
+            return False
+    except FileNotFoundError:
+        pass
+    except (OSError, VaultError):
+        return False
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    try:
+        log = os.open(paths.log, flags | (os.O_TRUNC if _large(paths.log) else 0), 0o600)
+    except OSError:
+        return False
+    try:
+        when = datetime.now(UTC).isoformat(timespec="seconds")
+        os.write(log, f"{when} started on demand by pid {os.getpid()}\n".encode())
+        command = [sys.executable, "-m", "memvault", "--remote", name, "serve", "--idle-exit", str(idle_seconds)]
+        streams = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, log, 1),
+                   (os.POSIX_SPAWN_DUP2, log, 2)]  # fmt: skip
+        os.posix_spawn(sys.executable, command, dict(env), file_actions=streams, setsid=True)  # its own session
+    except OSError:
+        return False
+    finally:
+        os.close(log)
+    return True
+
+
+def _large(path) -> bool:
+    try:
+        return os.stat(path).st_size > _LOG_BYTES
+    except OSError:
+        return False
 
 
 class ResidentStore:
