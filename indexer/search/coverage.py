@@ -108,7 +108,10 @@ class _WordMemo:
         self._digests = np.zeros(vocabulary, dtype=np.uint64)
         self._digested = np.zeros(vocabulary, dtype=bool)
         self._word_of_row = {row: word for word, row in whole_words.items()}
-        self._first: dict[int, str] = {}  # a row's first piece (`_first_piece`), once asked
+        # per row: its first piece's number and whether it is one letter (`_cut_pairs`), once asked
+        self._piece_numbers: dict[str, int] = {}
+        self._pieces = np.full(vocabulary, -1, dtype=np.int64)
+        self._one_letter = np.zeros(vocabulary, dtype=bool)
         self._texts: dict[tuple[bytes, int], np.ndarray] = {}  # keyed by digest: texts can be long
 
     def lookup(self, question: str, texts: list[str], contexts: list[str], *, cut: bool = False):
@@ -152,29 +155,23 @@ class _WordMemo:
         question's: another word spelt from the same first piece, whatever its case
         ("authentically" for "auth", "Rotterdam" for "rot", "mann" for "man": the two vectors are
         close only through the piece they share), or a word of one letter (the "m" of "I'm")."""
-        pieces: dict[str, int] = {}
-        first = np.fromiter(
-            (pieces.setdefault(self._first_piece(row), len(pieces)) for row in [*asked.tolist(), *involved.tolist()]),
-            dtype=np.int64,
-            count=len(asked) + len(involved),
-        )
+        rows = np.concatenate([asked, involved])
+        unread = np.unique(rows[self._pieces[rows] < 0])
+        for row in unread.tolist():  # once per row: most rows of a recall were read before
+            word = self._word_of_row[row]
+            self._pieces[row] = self._piece_numbers.setdefault(self._first_piece(row, word), len(self._piece_numbers))
+            self._one_letter[row] = len(word) < 2
+        first = self._pieces[rows]
         asked_first, involved_first = first[: len(asked)], first[len(asked) :]
         shared = (asked_first[:, None] == involved_first[None, :]) & (asked[:, None] != involved[None, :])
-        short = np.fromiter((len(self._word_of_row[row]) < 2 for row in involved.tolist()), bool, len(involved))
-        return shared | short[None, :]
+        return shared | self._one_letter[involved][None, :]
 
-    def _first_piece(self, row: int) -> str:
+    def _first_piece(self, row: int, word: str) -> str:
         """The token that begins a row's word, lower-cased: a vocabulary row is one token."""
-        piece = self._first.get(row)
-        if piece is None:
-            word = self._word_of_row[row]
-            if row >= self._vocabulary:
-                tokens = [
-                    t for t in self._model.tokenizer.encode(word, add_special_tokens=False).tokens if t != "\u2581"
-                ]
-                word = tokens[0].lstrip("\u2581") if tokens else word
-            piece = self._first[row] = word.lower()
-        return piece
+        if row >= self._vocabulary:
+            tokens = [t for t in self._model.tokenizer.encode(word, add_special_tokens=False).tokens if t != "\u2581"]
+            word = tokens[0].lstrip("\u2581") if tokens else word
+        return word.lower()
 
     def _rows_of(self, texts: list[tuple[str, int]]) -> list[np.ndarray]:
         """Each (text, word limit)'s words as table rows; new words are learnt in one batch."""
@@ -213,6 +210,9 @@ class _WordMemo:
             learnt[: start - self._vocabulary] = self._learnt[: start - self._vocabulary]
             digests[:start], digested[:start] = self._digests[:start], self._digested[:start]
             self._learnt, self._digests, self._digested = learnt, digests, digested
+            pieces, one_letter = np.full(capacity, -1, dtype=np.int64), np.zeros(capacity, dtype=bool)
+            pieces[:start], one_letter[:start] = self._pieces[:start], self._one_letter[:start]
+            self._pieces, self._one_letter = pieces, one_letter
         self._learnt[start - self._vocabulary : end - self._vocabulary] = vectors
         self._digests[start:end] = [_digest(word) for word in words]
         self._digested[start:end] = True
