@@ -68,11 +68,11 @@ def agent_main(args) -> None:
             store = stores[name]
             if op == "admit":
                 text = f"Agent {args.agent} turn {j} moved shard {j}."
-                result = store.persist_completed_turn(f"a{args.agent}-{j}", text)
+                result = store.persist_completed_turn(f"{args.go}-a{args.agent}-{j}", text)  # new runs each run
                 ok = result.status in ("admitted", "duplicate")
                 record.update(ok=ok, id=result.id, status=result.status, why=None if ok else result.message[:300])
             elif op == "remember":
-                receipt = store.remember(f"Agent {args.agent} keeps bucket {j} warm in vault {name}.")
+                receipt = store.remember(f"Agent {args.agent} keeps bucket {j} warm in vault {name} ({args.go[-30:]}).")
                 record.update(ok=True, id=receipt.id, status=receipt.status)
             else:
                 store.recall(rng.choice(("which bucket stays warm?", "who moved the shard?", "deployment color")))
