@@ -33,7 +33,7 @@ from memvault.indexer.engine.address import ensure_socket_dir, resident_paths
 from memvault.indexer.engine.channel import ChannelServer
 from memvault.indexer.engine.connected import ConnectedStore
 from memvault.indexer.engine.operations import _instant, package_version
-from memvault.indexer.engine.protocol import EngineRunning
+from memvault.indexer.engine.protocol import EngineRunning, EngineStuck
 from memvault.indexer.engine.resident_client import RESIDENT_ROLE, find_resident
 from memvault.vault.config_schema import INDEX_NAME_RE
 from memvault.vault.errors import InvalidConfig, InvalidRecord, VaultError
@@ -43,6 +43,8 @@ from memvault.vault.fsio import atomic_write
 GUARD_SECONDS = 5.0
 #: a resident re-reads the vault's zone and tier this often (its owner may register new ones)
 SETTINGS_SECONDS = 30.0
+#: how long a stopping resident lets the requests it is answering finish
+STOP_WAIT_SECONDS = 10.0
 
 Log = Callable[[str], None]
 
@@ -70,6 +72,8 @@ class ResidentConnection:
         self._journal_lock = threading.Lock()  # the journal service's snapshots: one page at a time
         self._settings_read = 0.0
         self._last_request = time.monotonic()
+        self._calls = threading.Condition()  # guards _busy: requests being answered now
+        self._busy = 0
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -131,6 +135,8 @@ class ResidentConnection:
         channel, self._channel = self._channel, None
         if channel is not None:
             channel.close()
+        with self._calls:  # the answers being made are sent before the store closes under them
+            self._calls.wait_for(lambda: not self._busy, STOP_WAIT_SECONDS)
         if self._lock_file is not None and self._status_pid() == os.getpid():
             self.paths.status.unlink(missing_ok=True)  # ours: never another resident's
         store, self.store = self.store, None
@@ -190,9 +196,11 @@ class ResidentConnection:
             return protocol.failure(unknown)
         if not isinstance(args, dict):
             return protocol.failure(protocol.ProtocolError(f"{op}: args must be a JSON object"))
-        store = self.store
-        if store is None:
-            return protocol.failure(VaultError("the resident connection is stopping: run the command again"))
+        with self._calls:
+            store = None if self._stopping.is_set() else self.store
+            self._busy += store is not None
+        if store is None:  # EngineStuck: the client answers the call itself
+            return protocol.failure(EngineStuck("the resident connection is stopping"))
         try:
             self._fresh_settings(store)
             return protocol.success(_OPERATIONS[op](self, store, args))
@@ -200,6 +208,10 @@ class ResidentConnection:
             if not isinstance(exc, VaultError):
                 self._log("request failed: " + "".join(traceback.format_exception(exc)).strip())
             return protocol.failure(exc)
+        finally:
+            with self._calls:
+                self._busy -= 1
+                self._calls.notify_all()
 
     def _fresh_settings(self, store: ConnectedStore) -> None:
         """A process per call reads the vault's zone and tier each time; a resident every 30 s."""

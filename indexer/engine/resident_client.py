@@ -34,7 +34,7 @@ from memvault.vault.errors import UnsafePath, VaultError
 #: the `role` a resident connection's hello names
 RESIDENT_ROLE = "remote"
 #: a resident answers hello from a thread of its own at once; one that does not is not waited for
-PROBE_TIMEOUT_SECONDS = 3.0
+PROBE_TIMEOUT_SECONDS = 5.0
 #: the longest one request may take (a strict health, a journal page over a large range)
 REQUEST_TIMEOUT_SECONDS = 120.0
 #: what `_ask` answers once the call is this process's own
@@ -78,6 +78,8 @@ def find_resident(name: str, env: Mapping[str, str], *, timeout: float = PROBE_T
     except ProtocolError as exc:
         raise ResidentUnusable(f"the resident connection on {path} cannot be used ({exc}). Fix: {stop}, then "
                                f"`memvault --remote {name} serve` with this memvault") from None  # fmt: skip
+    if not hello.get("ok") and (hello.get("error") or {}).get("code") == EngineStuck.code:
+        return None  # it is stopping
     result = hello.get("result") if hello.get("ok") else None
     if not isinstance(result, dict) or result.get("role") != RESIDENT_ROLE or result.get("vault") != name:
         raise ResidentUnusable(f"what answers on {path} is not vault {name!r}'s resident connection. Fix: {stop}")
