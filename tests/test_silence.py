@@ -16,7 +16,7 @@ from memvault.cli.main import cli
 from memvault.cli.mcp_tools import RECALL
 from memvault.indexer.engine.store import MemoryStore
 from memvault.indexer.search.coverage import word_matches
-from memvault.indexer.search.floor import EMPTY_REASON, UNSEEN_FLOOR, evidence
+from memvault.indexer.search.floor import EMPTY_REASON
 from memvault.indexer.search.recall import recall_tool
 from memvault.vault.config import default_config_data, render_config
 from memvault.vault.init import init_vault
@@ -159,13 +159,3 @@ def test_a_word_spelt_from_the_question_words_first_piece_is_no_near_word():
     assert near[0, 0] > 0.7
     _, letter = word_matches("mrs", ["I m here"], [""])  # the "m" of "I'm" is no near word of anything
     assert letter.max() < 0.6
-
-
-def test_a_question_the_vault_has_no_word_of_needs_its_near_words_to_carry_more():
-    never = lambda _field, terms: (100, dict.fromkeys(terms, 0))  # noqa: E731
-    some = lambda _field, terms: (100, {term: (3 if term == "dog" else 0) for term in terms})  # noqa: E731
-    unseen = evidence(never, "kitten sofa", [("a tabby cat on the couch", "")], near_words=False)
-    assert unseen.known_terms is False and unseen.empty
-    known = evidence(some, "dog sofa", [("Sam's dog", "")], near_words=False)
-    assert known.known_terms is True and known.share >= 0.2 and not known.empty
-    assert 0.2 < UNSEEN_FLOOR < 1.0
