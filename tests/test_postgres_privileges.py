@@ -393,6 +393,7 @@ def test_no_client_role_takes_the_owner_fence_in_any_mode(server, job):
 
 
 def test_a_role_with_connect_alone_cannot_stall_the_owners_start(server):
+    make_fence(server)  # a vault whose owner ran before: the squatter's statements reach its fence view
     with server.connect("stranger") as squatter:
         hold_what_no_rights_reach(squatter, server)
         outcome, finished = start_owner(server, server.mine)
