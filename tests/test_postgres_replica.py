@@ -34,7 +34,7 @@ NOTE = (
 )
 #: what a process that wrote nothing prints: its recall, journal and --across, read from the standby
 READER = """
-import datetime, json, os, sys
+import datetime, json, os, sys, zoneinfo
 from bench.bench_replica import Standby
 from memvault import MemoryStore
 from memvault.indexer.backend.postgres import replica
@@ -43,8 +43,10 @@ from memvault.vault.config import server_bounds
 env = dict(os.environ)
 with MemoryStore.connect(sys.argv[1], env=env) as agent:
     recall = agent.recall(sys.argv[2]).to_json()
-    today = datetime.date.today().isoformat()
-    journal = agent.journal(from_date="2026-12-01", through_date=today, time_zone="Europe/Amsterdam")
+    # today where the journal is read (after 23:00 UTC Amsterdam is a day ahead), the fixture's note on
+    today = datetime.datetime.now(zoneinfo.ZoneInfo("Europe/Amsterdam")).date().isoformat()
+    journal = agent.journal(from_date=min("2026-12-01", today), through_date=max("2026-12-01", today),
+                            time_zone="Europe/Amsterdam")
 across = search_across([sys.argv[1]], sys.argv[2], dsn=env["MEMVAULT_INDEX_DSN"], like=server_bounds(env))
 print(json.dumps({"recall": [h["text"] for h in recall["hits"]], "degraded": recall["degraded"],
                   "journal": json.dumps(journal, default=str), "across": [h.hit.text for h in across.hits]}))
